@@ -1,0 +1,86 @@
+//! The `crackbox` binary: parses arguments and hands over to the engine or
+//! the control plane. Nothing else lives here.
+
+use clap::{Parser, Subcommand};
+use crackbox_control::config::ProxyArgs;
+use crackbox_control::jail::RunArgs;
+use crackbox_control::state_cmd::StateArgs;
+use std::process::ExitCode;
+
+/// crackbox: an egress gate for AI-agent sandboxes. A workload's only route
+/// to the network is crackbox, which lets through exactly the allowlisted
+/// host names.
+#[derive(Parser)]
+#[command(name = "crackbox", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the proxy daemon.
+    Proxy {
+        #[command(subcommand)]
+        command: ProxyCommand,
+    },
+    /// Run a command in a jail whose only network route is a private crackbox.
+    Run(RunArgs),
+    /// Show the registry of a running daemon.
+    State(StateArgs),
+}
+
+#[derive(Subcommand)]
+enum ProxyCommand {
+    /// Run control plane and engine together (the usual way).
+    Serve(ProxyArgs),
+    /// Run the control plane alone, for an engine supervised separately.
+    Control(ProxyArgs),
+    /// Run the engine alone, connecting to the control plane's socket.
+    #[command(hide = true)]
+    Engine(ProxyArgs),
+}
+
+fn main() -> ExitCode {
+    init_logging();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Proxy {
+            command: ProxyCommand::Serve(args),
+        } => crackbox_control::serve(args),
+        Command::Proxy {
+            command: ProxyCommand::Control(args),
+        } => crackbox_control::control(args),
+        Command::Proxy {
+            command: ProxyCommand::Engine(args),
+        } => run_engine(&args),
+        Command::Run(args) => return ExitCode::from(clamp_exit(crackbox_control::jail::run(args))),
+        Command::State(args) => crackbox_control::state_cmd::state(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("crackbox: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run_engine(args: &ProxyArgs) -> anyhow::Result<()> {
+    let config = crackbox_control::config::engine_config(args)?;
+    crackbox_engine::run(config)?;
+    Ok(())
+}
+
+fn clamp_exit(code: i32) -> u8 {
+    u8::try_from(code).unwrap_or(125)
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("CRACKBOX_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}

@@ -1,0 +1,60 @@
+//! The one vocabulary of denial reasons.
+//!
+//! The same words appear in the `X-Crackbox-Reason` header, metrics labels,
+//! `/v1/denials` and logs, so an operator can follow one denial everywhere.
+
+use serde::{Deserialize, Serialize};
+
+/// Why crackbox refused a connection or request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Reason {
+    /// The source is registered but the destination is not on its allowlist.
+    NotAllowed,
+    /// The source address has no registration.
+    Unregistered,
+    /// The name resolved to a private, loopback or crackbox-owned address.
+    PrivateAddress,
+    /// A live connection was cut because a newer snapshot denies it.
+    Revoked,
+    /// The source exceeded its concurrent-connection cap.
+    TooManyConnections,
+}
+
+impl Reason {
+    /// The kebab-case word used on the wire, in headers and in metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::NotAllowed => "not-allowed",
+            Reason::Unregistered => "unregistered",
+            Reason::PrivateAddress => "private-address",
+            Reason::Revoked => "revoked",
+            Reason::TooManyConnections => "too-many-connections",
+        }
+    }
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serde_uses_the_header_words() {
+        for reason in [
+            Reason::NotAllowed,
+            Reason::Unregistered,
+            Reason::PrivateAddress,
+            Reason::Revoked,
+            Reason::TooManyConnections,
+        ] {
+            let json = serde_json::to_string(&reason).unwrap();
+            assert_eq!(json, format!("\"{}\"", reason.as_str()));
+        }
+    }
+}

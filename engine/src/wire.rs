@@ -1,0 +1,249 @@
+//! The control <-> engine protocol over a Unix socket.
+//!
+//! Each frame is a 4-byte big-endian length followed by that many bytes of
+//! JSON. Both sides open with [`Message::Hello`] carrying [`PROTOCOL`]; a
+//! peer speaking another version is refused. Control then sends a full
+//! [`Message::Snapshot`] and one after every change; the engine answers each
+//! with [`Message::Ack`]. Control polls counters with
+//! [`Message::StatsRequest`]. Pure code: it is fuzzed as it runs.
+
+use crate::policy::{Generation, RegistrationSpec};
+use crate::reason::Reason;
+use serde::{Deserialize, Serialize};
+use std::io::{self, Read, Write};
+
+/// The protocol version both sides must speak.
+pub const PROTOCOL: u32 = 1;
+
+/// Largest frame accepted (a very large registry still fits).
+pub const MAX_FRAME: usize = 64 * 1024 * 1024;
+
+/// Which side of the link a hello comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// The tokio control plane.
+    Control,
+    /// The monoio data plane.
+    Engine,
+}
+
+/// One message on the control socket.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Message {
+    /// First frame from each side.
+    Hello {
+        /// Protocol version, [`PROTOCOL`].
+        protocol: u32,
+        /// Who is speaking.
+        role: Role,
+    },
+    /// The whole registry at one generation (control -> engine).
+    Snapshot {
+        /// Monotonic generation number.
+        generation: Generation,
+        /// Every registration, normalised.
+        registrations: Vec<RegistrationSpec>,
+    },
+    /// The engine enforces this generation now (engine -> control).
+    Ack {
+        /// The generation swapped in.
+        generation: Generation,
+    },
+    /// Ask the engine for its counters (control -> engine).
+    StatsRequest {
+        /// Echoed in the reply.
+        request: u64,
+    },
+    /// Counters and recent denials (engine -> control).
+    Stats {
+        /// The request this answers.
+        request: u64,
+        /// The figures.
+        report: StatsReport,
+    },
+}
+
+/// Counters the engine keeps since it started.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StatsReport {
+    /// Decisions per registration id and outcome.
+    pub decisions: Vec<DecisionCount>,
+    /// Tunnels and forwarded connections open now.
+    pub active_tunnels: u64,
+    /// Bytes moved from clients to upstreams.
+    pub bytes_up: u64,
+    /// Bytes moved from upstreams to clients.
+    pub bytes_down: u64,
+    /// The most recent denials, oldest first (at most 1,000).
+    pub denials: Vec<Denial>,
+    /// The snapshot generation enforced now.
+    pub generation: Generation,
+}
+
+/// How many decisions of one kind one registration got.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionCount {
+    /// Registration id; empty for unregistered sources.
+    pub id: String,
+    /// `None` for allowed, otherwise why it was denied.
+    pub reason: Option<Reason>,
+    /// Number of decisions.
+    pub count: u64,
+}
+
+/// One denied connection or request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Denial {
+    /// Milliseconds since the Unix epoch.
+    pub time_ms: u64,
+    /// Client source address.
+    pub ip: String,
+    /// Registration id, empty for unregistered sources.
+    pub id: String,
+    /// Requested host (as the client gave it, truncated to 255 bytes).
+    pub host: String,
+    /// Requested port.
+    pub port: u16,
+    /// Why it was denied.
+    pub reason: Reason,
+}
+
+/// A frame that could not be read or decoded.
+#[derive(Debug, thiserror::Error)]
+pub enum WireError {
+    /// The length prefix exceeds [`MAX_FRAME`].
+    #[error("frame of {0} bytes exceeds the {MAX_FRAME}-byte limit")]
+    TooLarge(usize),
+    /// The payload is not a valid message.
+    #[error("malformed frame: {0}")]
+    Malformed(#[from] serde_json::Error),
+    /// The socket failed or closed.
+    #[error("control socket: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// Serialises `message` into one length-prefixed frame.
+pub fn encode(message: &Message) -> Vec<u8> {
+    let mut frame = vec![0u8; 4];
+    serde_json::to_writer(&mut frame, message).expect("messages always serialise");
+    let len = u32::try_from(frame.len() - 4).expect("frames stay under 4 GiB");
+    frame[..4].copy_from_slice(&len.to_be_bytes());
+    frame
+}
+
+/// Reads the payload length from a frame header, enforcing [`MAX_FRAME`].
+pub fn frame_len(header: [u8; 4]) -> Result<usize, WireError> {
+    let len = u32::from_be_bytes(header) as usize;
+    if len > MAX_FRAME {
+        return Err(WireError::TooLarge(len));
+    }
+    Ok(len)
+}
+
+/// Decodes one frame payload (without its length prefix).
+pub fn decode_payload(payload: &[u8]) -> Result<Message, WireError> {
+    Ok(serde_json::from_slice(payload)?)
+}
+
+/// Decodes the first complete frame in `buf`: the message and bytes used,
+/// or `None` when more bytes are needed.
+pub fn decode_frame(buf: &[u8]) -> Result<Option<(Message, usize)>, WireError> {
+    let Some(header) = buf.first_chunk::<4>() else {
+        return Ok(None);
+    };
+    let len = frame_len(*header)?;
+    match buf.get(4..4 + len) {
+        Some(payload) => Ok(Some((decode_payload(payload)?, 4 + len))),
+        None => Ok(None),
+    }
+}
+
+/// Blocking read of one message (used off the core threads).
+pub fn read_message(reader: &mut impl Read) -> Result<Message, WireError> {
+    let mut header = [0u8; 4];
+    reader.read_exact(&mut header)?;
+    let mut payload = vec![0u8; frame_len(header)?];
+    reader.read_exact(&mut payload)?;
+    decode_payload(&payload)
+}
+
+/// Blocking write of one message (used off the core threads).
+pub fn write_message(writer: &mut impl Write, message: &Message) -> Result<(), WireError> {
+    writer.write_all(&encode(message))?;
+    writer.flush()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Vec<Message> {
+        vec![
+            Message::Hello {
+                protocol: PROTOCOL,
+                role: Role::Engine,
+            },
+            Message::Snapshot {
+                generation: 3,
+                registrations: vec![RegistrationSpec {
+                    ip: "10.0.0.2".into(),
+                    id: "agent".into(),
+                    allowlist: vec!["github.com".into()],
+                }],
+            },
+            Message::Ack { generation: 3 },
+            Message::StatsRequest { request: 9 },
+            Message::Stats {
+                request: 9,
+                report: StatsReport {
+                    decisions: vec![DecisionCount {
+                        id: "agent".into(),
+                        reason: Some(Reason::NotAllowed),
+                        count: 2,
+                    }],
+                    denials: vec![Denial {
+                        time_ms: 1,
+                        ip: "10.0.0.2".into(),
+                        id: "agent".into(),
+                        host: "evil.test".into(),
+                        port: 443,
+                        reason: Reason::NotAllowed,
+                    }],
+                    ..StatsReport::default()
+                },
+            },
+        ]
+    }
+
+    #[test]
+    fn frames_round_trip_one_by_one_and_concatenated() {
+        let mut stream = Vec::new();
+        for message in sample() {
+            let frame = encode(&message);
+            assert_eq!(decode_frame(&frame).unwrap().unwrap(), (message.clone(), frame.len()));
+            assert!(decode_frame(&frame[..frame.len() - 1]).unwrap().is_none());
+            stream.extend_from_slice(&frame);
+        }
+        let mut reader = stream.as_slice();
+        for message in sample() {
+            assert_eq!(read_message(&mut reader).unwrap(), message);
+        }
+    }
+
+    #[test]
+    fn oversized_and_malformed_frames_are_errors() {
+        let huge = (MAX_FRAME as u32 + 1).to_be_bytes();
+        assert!(matches!(decode_frame(&huge), Err(WireError::TooLarge(_))));
+        let mut bad = 5u32.to_be_bytes().to_vec();
+        bad.extend_from_slice(b"{oops");
+        assert!(matches!(decode_frame(&bad), Err(WireError::Malformed(_))));
+        let unknown = br#"{"type":"ack","generation":1,"extra":true}"#;
+        assert!(decode_payload(unknown).is_err());
+    }
+}
