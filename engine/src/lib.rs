@@ -8,6 +8,7 @@
 pub mod config;
 pub mod policy;
 pub mod reason;
+pub mod registry;
 pub mod wire;
 
 #[cfg(feature = "runtime")]
