@@ -106,28 +106,33 @@ impl Allowlist {
 
     /// Decides `host:port`, saying which kind of entry allowed it.
     pub fn matching(&self, host: &str, port: u16) -> Option<MatchedBy> {
+        self.decide(host, |rule| rule.allows(port))
+    }
+
+    /// Decides `host` on any port: the DNS filter sees names, never ports.
+    pub fn matching_any_port(&self, host: &str) -> Option<MatchedBy> {
+        self.decide(host, |_| true)
+    }
+
+    fn decide(&self, host: &str, allows: impl Fn(&PortRule) -> bool) -> Option<MatchedBy> {
         let mut buf = [0u8; MAX_NAME_LEN];
         match normalise_into(host, &mut buf)? {
-            HostRef::Ip(ip) => self
-                .ips
-                .get(&ip)
-                .filter(|r| r.allows(port))
-                .map(|_| MatchedBy::IpLiteral),
-            HostRef::Name(name) => self.matches_name(name, port).then_some(MatchedBy::Name),
+            HostRef::Ip(ip) => self.ips.get(&ip).filter(|r| allows(r)).map(|_| MatchedBy::IpLiteral),
+            HostRef::Name(name) => self.matches_name(name, &allows).then_some(MatchedBy::Name),
         }
     }
 
-    fn matches_name(&self, name: &str, port: u16) -> bool {
-        if self.domains.get(name).is_some_and(|r| r.allows(port)) {
+    fn matches_name(&self, name: &str, allows: &impl Fn(&PortRule) -> bool) -> bool {
+        if self.domains.get(name).is_some_and(allows) {
             return true;
         }
         let mut rest = name;
         while let Some(dot) = rest.find('.') {
             rest = &rest[dot + 1..];
-            if self.domains.get(rest).is_some_and(|r| r.allows(port)) {
+            if self.domains.get(rest).is_some_and(allows) {
                 return true;
             }
-            if !self.subdomains.is_empty() && self.subdomains.get(rest).is_some_and(|r| r.allows(port)) {
+            if !self.subdomains.is_empty() && self.subdomains.get(rest).is_some_and(allows) {
                 return true;
             }
         }

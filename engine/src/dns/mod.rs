@@ -1,0 +1,211 @@
+//! The DNS filter (DESIGN 2.3): answers registered sources over UDP and TCP,
+//! forwarding only allowed names to the upstream resolver.
+//!
+//! It runs on its own std threads with blocking sockets and never touches
+//! the monoio core threads. In-flight work is bounded: one UDP receiver
+//! feeds a fixed pool of workers through a bounded queue (a full queue drops
+//! the datagram, the client retries), and TCP connections are capped, each
+//! served by its own thread. It never answers a packet with QR=1 or one that
+//! comes from its own listening address, so it cannot be turned into a loop.
+
+mod decide;
+mod resolv_conf;
+mod tcp;
+mod udp;
+mod upstream;
+
+pub use resolv_conf::{first_nameserver, system_upstream};
+
+use crate::reason::Reason;
+use crate::registry::Registry;
+use decide::{decide, error_reply, Verdict};
+use hickory_proto::op::{Message, ResponseCode};
+use std::io;
+use std::net::{IpAddr, SocketAddr, TcpListener, UdpSocket};
+use std::sync::Arc;
+use std::time::Duration;
+use upstream::Upstream;
+
+/// Worker threads answering UDP queries (the bound on in-flight UDP queries).
+const UDP_WORKERS: usize = 8;
+/// Datagrams waiting for a worker before new ones are dropped.
+const UDP_QUEUE: usize = 256;
+/// Concurrent TCP connections; more are closed at once.
+const MAX_TCP_CONNECTIONS: usize = 32;
+/// How long one upstream exchange may take before the client gets SERVFAIL.
+const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(3);
+/// Attempts at binding UDP and TCP to the same ephemeral port.
+const BIND_ATTEMPTS: usize = 16;
+
+/// One refused query, as reported to the stats hook.
+#[derive(Debug, Clone, Copy)]
+pub struct DnsDenial<'a> {
+    /// Where the query came from.
+    pub source: IpAddr,
+    /// The registration id of the source, when it has one.
+    pub id: Option<&'a str>,
+    /// The queried name, as asked (with its trailing dot).
+    pub name: &'a str,
+    /// `not-allowed` or `unregistered`.
+    pub reason: Reason,
+}
+
+/// Called for every denied query, on the filter's own threads.
+pub type DenialHook = Arc<dyn Fn(&DnsDenial<'_>) + Send + Sync>;
+
+/// A running DNS filter.
+#[derive(Debug, Clone, Copy)]
+pub struct DnsFilter {
+    local: SocketAddr,
+}
+
+impl DnsFilter {
+    /// The address the filter answers on (UDP and TCP share it).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+}
+
+/// What every serving thread shares.
+struct Filter {
+    registry: Arc<Registry>,
+    upstream: Upstream,
+    on_denial: Option<DenialHook>,
+    own: OwnAddresses,
+}
+
+impl Filter {
+    /// The bytes to send back for one query, if any.
+    fn answer(&self, packet: &[u8], source: SocketAddr, over_tcp: bool) -> Option<Vec<u8>> {
+        if self.own.is_own(source) {
+            return None;
+        }
+        let snapshot = self.registry.load();
+        let request = match decide(packet, source.ip(), &snapshot, self.on_denial.as_ref()) {
+            Verdict::Drop => return None,
+            Verdict::Reply(reply) => return reply.to_vec().ok(),
+            Verdict::Forward(request) => request,
+        };
+        drop(snapshot);
+        let response = if over_tcp {
+            self.upstream.exchange_tcp(&request)
+        } else {
+            self.upstream.exchange_udp(&request)
+        };
+        let reply = match response {
+            Ok(mut response) => {
+                response.metadata.id = request.metadata.id;
+                response
+            }
+            Err(error) => {
+                tracing::debug!(%error, upstream = %self.upstream.addr, "dns upstream failed");
+                error_reply(&request, ResponseCode::ServFail)
+            }
+        };
+        encode(reply, &request, over_tcp)
+    }
+}
+
+/// Encodes a reply, truncating it (TC=1, question only) when it does not
+/// fit the UDP payload size the client advertised.
+fn encode(reply: Message, request: &Message, over_tcp: bool) -> Option<Vec<u8>> {
+    let bytes = reply.to_vec().ok()?;
+    if over_tcp || bytes.len() <= usize::from(request.max_payload()) {
+        return Some(bytes);
+    }
+    reply.truncate().to_vec().ok()
+}
+
+/// crackbox's own listening address, to refuse packets sent from it.
+struct OwnAddresses {
+    local: SocketAddr,
+    interface_ips: Vec<IpAddr>,
+}
+
+impl OwnAddresses {
+    fn new(local: SocketAddr) -> Self {
+        let interface_ips = if local.ip().is_unspecified() {
+            nix::ifaddrs::getifaddrs()
+                .map(|addrs| {
+                    addrs
+                        .filter_map(|a| a.address)
+                        .filter_map(|a| {
+                            a.as_sockaddr_in()
+                                .map(|v4| IpAddr::V4(v4.ip()))
+                                .or_else(|| a.as_sockaddr_in6().map(|v6| IpAddr::V6(v6.ip())))
+                        })
+                        .collect()
+                })
+                .unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        OwnAddresses { local, interface_ips }
+    }
+
+    fn is_own(&self, source: SocketAddr) -> bool {
+        if source.port() != self.local.port() {
+            return false;
+        }
+        let ip = crate::policy::canonical_ip(source.ip());
+        ip == crate::policy::canonical_ip(self.local.ip())
+            || (self.local.ip().is_unspecified() && (ip.is_loopback() || self.interface_ips.contains(&ip)))
+    }
+}
+
+/// Starts the filter on `listen` (UDP and TCP on the same port; port 0
+/// picks a free one), forwarding allowed questions to `upstream`.
+pub fn spawn(
+    listen: SocketAddr,
+    upstream: SocketAddr,
+    registry: Arc<Registry>,
+    on_denial: Option<DenialHook>,
+) -> io::Result<DnsFilter> {
+    let (udp, tcp) = bind_pair(listen)?;
+    let local = udp.local_addr()?;
+    let filter = Arc::new(Filter {
+        registry,
+        upstream: Upstream {
+            addr: upstream,
+            timeout: UPSTREAM_TIMEOUT,
+        },
+        on_denial,
+        own: OwnAddresses::new(local),
+    });
+    udp::serve(udp, Arc::clone(&filter), UDP_WORKERS, UDP_QUEUE)?;
+    tcp::serve(tcp, filter, MAX_TCP_CONNECTIONS)?;
+    tracing::info!(%local, %upstream, "dns filter listening (udp and tcp)");
+    Ok(DnsFilter { local })
+}
+
+/// Binds UDP and TCP to the same address; with port 0, retries until both
+/// get the same free port.
+fn bind_pair(listen: SocketAddr) -> io::Result<(UdpSocket, TcpListener)> {
+    let mut last_error = None;
+    for _ in 0..BIND_ATTEMPTS {
+        let udp = UdpSocket::bind(listen)?;
+        match TcpListener::bind(udp.local_addr()?) {
+            Ok(tcp) => return Ok((udp, tcp)),
+            Err(e) if listen.port() == 0 && e.kind() == io::ErrorKind::AddrInUse => last_error = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last_error.unwrap_or_else(|| io::Error::from(io::ErrorKind::AddrInUse)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_address_is_recognised() {
+        let own = OwnAddresses::new("127.0.0.5:5353".parse().unwrap());
+        assert!(own.is_own("127.0.0.5:5353".parse().unwrap()));
+        assert!(!own.is_own("127.0.0.5:5354".parse().unwrap()));
+        assert!(!own.is_own("127.0.0.6:5353".parse().unwrap()));
+        let wildcard = OwnAddresses::new("0.0.0.0:5353".parse().unwrap());
+        assert!(wildcard.is_own("127.0.0.1:5353".parse().unwrap()));
+        assert!(wildcard.is_own("127.0.0.9:5353".parse().unwrap()));
+        assert!(!wildcard.is_own("127.0.0.1:40000".parse().unwrap()));
+    }
+}

@@ -1,0 +1,372 @@
+//! The DNS filter end to end on loopback: a real upstream resolver written
+//! here with hickory-proto, the real filter, and clients on distinct
+//! 127.0.0.x source addresses (registered and not).
+
+use crackbox_engine::dns::{self, DenialHook, DnsDenial};
+use crackbox_engine::policy::{RegistrationSpec, Snapshot};
+use crackbox_engine::reason::Reason;
+use crackbox_engine::registry::Registry;
+use hickory_proto::op::{Edns, Message, MessageType, Query, ResponseCode};
+use hickory_proto::rr::rdata::{A, AAAA};
+use hickory_proto::rr::{Name, RData, Record, RecordType};
+use std::io::{Read, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+const ALLOWED_ADDR: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 77);
+const WAIT: Duration = Duration::from_secs(5);
+
+/// Names the upstream was asked about, in order.
+type Asked = Arc<Mutex<Vec<String>>>;
+
+/// A small authoritative-style upstream: `allowed.test` (A, AAAA),
+/// `big.test` (120 A records, larger than 512 bytes), NXDOMAIN otherwise.
+/// It ignores the client's payload size, as a careless resolver might.
+fn upstream(ip: [u8; 4]) -> (SocketAddr, Asked) {
+    let udp = UdpSocket::bind((Ipv4Addr::from(ip), 0)).unwrap();
+    let addr = udp.local_addr().unwrap();
+    let tcp = TcpListener::bind(addr).unwrap();
+    let asked: Asked = Arc::default();
+    let log = Arc::clone(&asked);
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok((len, from)) = udp.recv_from(&mut buf) {
+            if let Some(reply) = answer(&buf[..len], &log) {
+                udp.send_to(&reply, from).unwrap();
+            }
+        }
+    });
+    let log = Arc::clone(&asked);
+    std::thread::spawn(move || {
+        for mut stream in tcp.incoming().map_while(Result::ok) {
+            if let Some(query) = read_framed(&mut stream) {
+                if let Some(reply) = answer(&query, &log) {
+                    write_framed(&mut stream, &reply);
+                }
+            }
+        }
+    });
+    (addr, asked)
+}
+
+fn answer(packet: &[u8], asked: &Asked) -> Option<Vec<u8>> {
+    let request = Message::from_vec(packet).ok()?;
+    let query = request.queries.first()?.clone();
+    let name = query.name().to_ascii();
+    asked.lock().unwrap().push(name.clone());
+    let mut reply = Message::response(request.metadata.id, request.metadata.op_code);
+    reply.add_query(query.clone());
+    let rdata: Vec<RData> = match (name.as_str(), query.query_type()) {
+        ("allowed.test.", RecordType::A) => vec![RData::A(A(ALLOWED_ADDR))],
+        ("allowed.test.", RecordType::AAAA) => vec![RData::AAAA(AAAA::from(std::net::Ipv6Addr::LOCALHOST))],
+        ("big.test.", RecordType::A) => (0..120).map(|n| RData::A(A::new(127, 1, 0, n))).collect(),
+        _ => {
+            reply.metadata.response_code = ResponseCode::NXDomain;
+            Vec::new()
+        }
+    };
+    for data in rdata {
+        reply.add_answer(Record::from_rdata(query.name().clone(), 60, data));
+    }
+    if let Some(edns) = &request.edns {
+        let mut own = Edns::new();
+        own.set_max_payload(edns.max_payload());
+        reply.set_edns(own);
+    }
+    reply.to_vec().ok()
+}
+
+fn read_framed(stream: &mut TcpStream) -> Option<Vec<u8>> {
+    let mut len = [0u8; 2];
+    stream.read_exact(&mut len).ok()?;
+    let mut message = vec![0u8; usize::from(u16::from_be_bytes(len))];
+    stream.read_exact(&mut message).ok()?;
+    Some(message)
+}
+
+fn write_framed(stream: &mut TcpStream, message: &[u8]) {
+    let mut framed = u16::try_from(message.len()).unwrap().to_be_bytes().to_vec();
+    framed.extend_from_slice(message);
+    stream.write_all(&framed).unwrap();
+}
+
+/// Registered: 127.0.0.21 may reach `allowed.test` and `big.test` (on port
+/// 443 only, which the DNS filter treats as "the name is allowed");
+/// 127.0.0.22 has an empty allowlist; anything else is unregistered.
+fn registry() -> Arc<Registry> {
+    let registry = Arc::new(Registry::deny_all());
+    let spec = |ip: &str, id: &str, allowlist: &[&str]| RegistrationSpec {
+        ip: ip.into(),
+        id: id.into(),
+        allowlist: allowlist.iter().map(|s| s.to_string()).collect(),
+    };
+    registry.swap(
+        Snapshot::build(
+            1,
+            &[
+                spec("127.0.0.21", "agent", &["allowed.test", "big.test:443"]),
+                spec("127.0.0.22", "jailed", &[]),
+            ],
+        )
+        .unwrap(),
+    );
+    registry
+}
+
+fn query(name: &str, kind: RecordType, edns_payload: Option<u16>) -> Message {
+    let mut message = Message::query();
+    message.metadata.recursion_desired = true;
+    message.add_query(Query::query(Name::from_str(name).unwrap(), kind));
+    if let Some(size) = edns_payload {
+        let mut edns = Edns::new();
+        edns.set_max_payload(size);
+        message.set_edns(edns);
+    }
+    message
+}
+
+/// Sends one query over UDP from `source` and waits for the reply.
+fn ask_udp(filter: SocketAddr, source: [u8; 4], message: &Message) -> Option<Message> {
+    let socket = UdpSocket::bind((Ipv4Addr::from(source), 0)).unwrap();
+    socket.set_read_timeout(Some(WAIT)).unwrap();
+    socket.send_to(&message.to_vec().unwrap(), filter).unwrap();
+    let mut buf = [0u8; 65535];
+    let (len, from) = socket.recv_from(&mut buf).ok()?;
+    assert_eq!(from, filter);
+    Some(Message::from_vec(&buf[..len]).unwrap())
+}
+
+/// Sends one query over TCP from `source` and reads the reply.
+fn ask_tcp(filter: SocketAddr, source: [u8; 4], message: &Message) -> Option<Message> {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket.bind(&SocketAddr::from((source, 0)).into()).unwrap();
+    socket.connect(&filter.into()).unwrap();
+    let mut stream: TcpStream = socket.into();
+    stream.set_read_timeout(Some(WAIT)).unwrap();
+    write_framed(&mut stream, &message.to_vec().unwrap());
+    read_framed(&mut stream).map(|reply| Message::from_vec(&reply).unwrap())
+}
+
+fn a_records(reply: &Message) -> Vec<IpAddr> {
+    reply
+        .answers
+        .iter()
+        .filter_map(|r| match &r.data {
+            RData::A(a) => Some(IpAddr::V4(a.0)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Denials the hook saw: source, registration id, name, reason.
+type Seen = Arc<Mutex<Vec<(IpAddr, Option<String>, String, Reason)>>>;
+
+struct Setup {
+    filter: SocketAddr,
+    asked: Asked,
+    denials: Seen,
+}
+
+fn setup(filter_ip: [u8; 4], upstream_ip: [u8; 4]) -> Setup {
+    let (upstream, asked) = upstream(upstream_ip);
+    let denials: Seen = Arc::default();
+    let sink = Arc::clone(&denials);
+    let hook: DenialHook = Arc::new(move |d: &DnsDenial<'_>| {
+        sink.lock()
+            .unwrap()
+            .push((d.source, d.id.map(str::to_owned), d.name.to_owned(), d.reason));
+    });
+    let filter = dns::spawn(SocketAddr::from((filter_ip, 0)), upstream, registry(), Some(hook)).unwrap();
+    Setup {
+        filter: filter.local_addr(),
+        asked,
+        denials,
+    }
+}
+
+#[test]
+fn udp_decisions_from_distinct_sources() {
+    let s = setup([127, 0, 0, 31], [127, 0, 0, 41]);
+    let allowed = query("allowed.test.", RecordType::A, None);
+    let reply = ask_udp(s.filter, [127, 0, 0, 21], &allowed).unwrap();
+    assert_eq!(reply.metadata.id, allowed.metadata.id);
+    assert_eq!(reply.metadata.message_type, MessageType::Response);
+    assert_eq!(reply.metadata.response_code, ResponseCode::NoError);
+    assert_eq!(a_records(&reply), vec![IpAddr::V4(ALLOWED_ADDR)]);
+
+    let sub = ask_udp(
+        s.filter,
+        [127, 0, 0, 21],
+        &query("www.allowed.test.", RecordType::AAAA, None),
+    )
+    .unwrap();
+    assert_eq!(
+        sub.metadata.response_code,
+        ResponseCode::NXDomain,
+        "forwarded; upstream has no such name"
+    );
+
+    let cases: &[([u8; 4], &str, RecordType, ResponseCode)] = &[
+        ([127, 0, 0, 21], "denied.test.", RecordType::A, ResponseCode::NXDomain),
+        (
+            [127, 0, 0, 21],
+            "allowed.test.evil.",
+            RecordType::AAAA,
+            ResponseCode::NXDomain,
+        ),
+        ([127, 0, 0, 21], "allowed.test.", RecordType::ANY, ResponseCode::Refused),
+        ([127, 0, 0, 21], "allowed.test.", RecordType::TXT, ResponseCode::Refused),
+        ([127, 0, 0, 22], "allowed.test.", RecordType::A, ResponseCode::NXDomain),
+        ([127, 0, 0, 23], "allowed.test.", RecordType::A, ResponseCode::Refused),
+    ];
+    for &(source, name, kind, code) in cases {
+        let request = query(name, kind, None);
+        let reply = ask_udp(s.filter, source, &request).unwrap();
+        assert_eq!(reply.metadata.response_code, code, "{name} {kind} from {source:?}");
+        assert_eq!(reply.metadata.id, request.metadata.id);
+        assert!(reply.answers.is_empty());
+    }
+    assert_eq!(
+        *s.asked.lock().unwrap(),
+        vec!["allowed.test.", "www.allowed.test."],
+        "denied names never leave"
+    );
+    let denials = s.denials.lock().unwrap();
+    let reasons: Vec<_> = denials
+        .iter()
+        .map(|(ip, id, name, reason)| (ip.to_string(), id.clone(), name.as_str(), *reason))
+        .collect();
+    assert_eq!(
+        reasons,
+        vec![
+            (
+                "127.0.0.21".into(),
+                Some("agent".into()),
+                "denied.test.",
+                Reason::NotAllowed
+            ),
+            (
+                "127.0.0.21".into(),
+                Some("agent".into()),
+                "allowed.test.evil.",
+                Reason::NotAllowed
+            ),
+            (
+                "127.0.0.22".into(),
+                Some("jailed".into()),
+                "allowed.test.",
+                Reason::NotAllowed
+            ),
+            ("127.0.0.23".into(), None, "allowed.test.", Reason::Unregistered),
+        ]
+    );
+}
+
+#[test]
+fn tcp_decisions() {
+    let s = setup([127, 0, 0, 32], [127, 0, 0, 42]);
+    let reply = ask_tcp(s.filter, [127, 0, 0, 21], &query("allowed.test.", RecordType::A, None)).unwrap();
+    assert_eq!(a_records(&reply), vec![IpAddr::V4(ALLOWED_ADDR)]);
+    let denied = ask_tcp(s.filter, [127, 0, 0, 21], &query("denied.test.", RecordType::A, None)).unwrap();
+    assert_eq!(denied.metadata.response_code, ResponseCode::NXDomain);
+    let any = ask_tcp(
+        s.filter,
+        [127, 0, 0, 21],
+        &query("allowed.test.", RecordType::ANY, None),
+    )
+    .unwrap();
+    assert_eq!(any.metadata.response_code, ResponseCode::Refused);
+    let stranger = ask_tcp(s.filter, [127, 0, 0, 24], &query("allowed.test.", RecordType::A, None)).unwrap();
+    assert_eq!(stranger.metadata.response_code, ResponseCode::Refused);
+    assert_eq!(*s.asked.lock().unwrap(), vec!["allowed.test."]);
+}
+
+#[test]
+fn edns_size_and_truncation() {
+    let s = setup([127, 0, 0, 33], [127, 0, 0, 43]);
+    let plain = ask_udp(s.filter, [127, 0, 0, 21], &query("big.test.", RecordType::A, None)).unwrap();
+    assert!(plain.metadata.truncation, "a 512-byte client gets TC=1");
+    assert!(plain.answers.is_empty());
+    assert_eq!(plain.queries[0].name().to_ascii(), "big.test.");
+
+    let edns = ask_udp(
+        s.filter,
+        [127, 0, 0, 21],
+        &query("big.test.", RecordType::A, Some(4096)),
+    )
+    .unwrap();
+    assert!(!edns.metadata.truncation);
+    assert_eq!(a_records(&edns).len(), 120, "EDNS 4096 fits the whole answer");
+
+    let tcp = ask_tcp(s.filter, [127, 0, 0, 21], &query("big.test.", RecordType::A, None)).unwrap();
+    assert!(!tcp.metadata.truncation);
+    assert_eq!(a_records(&tcp).len(), 120, "the TCP retry gets everything");
+}
+
+#[test]
+fn upstream_down_is_servfail() {
+    let closed = UdpSocket::bind("127.0.0.44:0").unwrap();
+    let dead = closed.local_addr().unwrap();
+    drop(closed);
+    let filter = dns::spawn("127.0.0.34:0".parse().unwrap(), dead, registry(), None).unwrap();
+    for over_tcp in [false, true] {
+        let request = query("allowed.test.", RecordType::A, None);
+        let reply = if over_tcp {
+            ask_tcp(filter.local_addr(), [127, 0, 0, 21], &request)
+        } else {
+            ask_udp(filter.local_addr(), [127, 0, 0, 21], &request)
+        }
+        .unwrap();
+        assert_eq!(
+            reply.metadata.response_code,
+            ResponseCode::ServFail,
+            "over tcp: {over_tcp}"
+        );
+        assert_eq!(reply.metadata.id, request.metadata.id);
+    }
+}
+
+#[test]
+fn responses_are_never_answered() {
+    let s = setup([127, 0, 0, 35], [127, 0, 0, 45]);
+    let socket = UdpSocket::bind("127.0.0.21:0").unwrap();
+    socket.set_read_timeout(Some(WAIT)).unwrap();
+    let mut spoofed = query("allowed.test.", RecordType::A, None);
+    spoofed.metadata.message_type = MessageType::Response;
+    socket.send_to(&spoofed.to_vec().unwrap(), s.filter).unwrap();
+    let real = query("allowed.test.", RecordType::A, None);
+    socket.send_to(&real.to_vec().unwrap(), s.filter).unwrap();
+    let mut buf = [0u8; 4096];
+    let (len, _) = socket.recv_from(&mut buf).unwrap();
+    assert_eq!(Message::from_vec(&buf[..len]).unwrap().metadata.id, real.metadata.id);
+    socket.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    assert!(socket.recv_from(&mut buf).is_err(), "the QR=1 packet got no reply");
+    assert_eq!(*s.asked.lock().unwrap(), vec!["allowed.test."]);
+}
+
+#[test]
+fn concurrent_queries_are_all_answered() {
+    let s = setup([127, 0, 0, 36], [127, 0, 0, 46]);
+    let filter = s.filter;
+    let threads: Vec<_> = (0..16)
+        .map(|n| {
+            std::thread::spawn(move || {
+                for i in 0..10 {
+                    let (name, code) = if (n + i) % 2 == 0 {
+                        ("allowed.test.", ResponseCode::NoError)
+                    } else {
+                        ("denied.test.", ResponseCode::NXDomain)
+                    };
+                    let reply = ask_udp(filter, [127, 0, 0, 21], &query(name, RecordType::A, None)).unwrap();
+                    assert_eq!(reply.metadata.response_code, code);
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    assert_eq!(s.asked.lock().unwrap().len(), 80);
+}
