@@ -1,9 +1,221 @@
-//! Engine process lifecycle: threads, listeners and the control link.
+//! Engine process lifecycle: listeners, one pinned monoio runtime per core,
+//! the resolver pool and the control link.
+//!
+//! Each core thread owns its own `SO_REUSEPORT` listeners and serves every
+//! connection it accepts to the end; no connection moves between threads.
 
+mod accept;
+pub(crate) mod worker;
+
+use crate::admission::Admission;
 use crate::config::EngineConfig;
+use crate::guard::DestinationGuard;
+use crate::local_addrs::LocalAddresses;
+use crate::registry::Registry;
+use crate::resolve::Resolver;
+use crate::stats::Stats;
+use socket2::{Domain, Protocol, Socket, Type};
+use std::io;
+use std::net::{SocketAddr, TcpListener};
+use std::sync::mpsc;
+use std::sync::Arc;
+use worker::{Shared, Worker};
 
-/// Runs the engine until the process is killed; errors only at start-up.
-pub fn run(config: EngineConfig) -> std::io::Result<()> {
-    let _ = config;
-    Err(std::io::Error::other("engine not implemented yet"))
+/// Threads in the blocking resolver pool.
+const RESOLVER_THREADS: usize = 8;
+/// Listen backlog per listener.
+const BACKLOG: i32 = 4096;
+
+/// Which listener a connection arrived on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Plane {
+    /// The forward proxy (HTTP absolute-form and CONNECT).
+    Forward,
+    /// The transparent listener (iptables REDIRECT).
+    Transparent,
+}
+
+/// The listeners one core thread serves.
+struct ThreadListeners {
+    forward: TcpListener,
+    transparent: Option<TcpListener>,
+}
+
+/// Runs the engine; returns only if start-up fails or every core thread dies.
+pub fn run(mut config: EngineConfig) -> io::Result<()> {
+    raise_fd_limit();
+    let threads = config.threads.max(1);
+    let (listeners, forward_addr, transparent_addr) = bind_all(&config, threads)?;
+    config.listen = forward_addr;
+    config.transparent_listen = transparent_addr;
+    let mut own = vec![forward_addr];
+    own.extend(transparent_addr);
+    own.extend(config.dns_listen);
+    own.extend(config.other_own_addresses.iter().copied());
+    let guard = DestinationGuard::new(config.allow_private_destinations, own);
+    let registry = Arc::new(Registry::deny_all());
+    let stats = Arc::new(Stats::new(config.limits.denial_logs_per_second));
+    let shared = Arc::new(Shared {
+        admission: Arc::new(Admission::new(&config.limits)),
+        resolver: Resolver::start(RESOLVER_THREADS)?,
+        local_addresses: LocalAddresses::start(guard.needs_local_addresses())?,
+        guard,
+        registry: Arc::clone(&registry),
+        stats: Arc::clone(&stats),
+        config: config.clone(),
+    });
+    crate::control_link::spawn(config.control_socket.clone(), registry, stats)?;
+    tracing::info!(
+        forward = %forward_addr,
+        transparent = ?transparent_addr,
+        threads,
+        allow_private_destinations = config.allow_private_destinations,
+        "engine listening (deny-all until the first snapshot)"
+    );
+    let (started, startup) = mpsc::channel();
+    let cores = available_cores();
+    let mut handles = Vec::new();
+    for (index, thread_listeners) in listeners.into_iter().enumerate() {
+        let shared = Arc::clone(&shared);
+        let started = started.clone();
+        let handle = std::thread::Builder::new()
+            .name(format!("crackbox-core-{index}"))
+            .spawn(move || {
+                pin_to_core(index % cores);
+                if let Err(err) = core_thread(index, shared, thread_listeners, started.clone()) {
+                    tracing::error!(thread = index, error = %err, "core thread stopped");
+                    let _ = started.send(Err(err));
+                }
+            })?;
+        handles.push(handle);
+    }
+    drop(started);
+    for result in startup.iter().take(threads) {
+        result?;
+    }
+    for handle in handles {
+        let _ = handle.join();
+    }
+    Err(io::Error::other("every engine core thread stopped"))
+}
+
+/// Binds one forward (and transparent) listener per thread on the same port.
+fn bind_all(
+    config: &EngineConfig,
+    threads: usize,
+) -> io::Result<(Vec<ThreadListeners>, SocketAddr, Option<SocketAddr>)> {
+    let first = bind(config.listen).map_err(|e| with_addr(e, "forward", config.listen))?;
+    let forward_addr = first.local_addr()?;
+    let mut forward = vec![first];
+    let mut transparent = Vec::new();
+    let mut transparent_addr = None;
+    if let Some(addr) = config.transparent_listen {
+        let first = bind(addr).map_err(|e| with_addr(e, "transparent", addr))?;
+        transparent_addr = Some(first.local_addr()?);
+        transparent.push(first);
+    }
+    for _ in 1..threads {
+        forward.push(bind(forward_addr)?);
+        if let Some(addr) = transparent_addr {
+            transparent.push(bind(addr)?);
+        }
+    }
+    let mut transparent = transparent.into_iter();
+    let listeners = forward.into_iter().map(|forward| ThreadListeners {
+        forward,
+        transparent: transparent.next(),
+    });
+    Ok((listeners.collect(), forward_addr, transparent_addr))
+}
+
+fn with_addr(err: io::Error, what: &str, addr: SocketAddr) -> io::Error {
+    io::Error::new(err.kind(), format!("cannot listen on {addr} ({what}): {err}"))
+}
+
+fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(false)?;
+    }
+    socket.bind(&addr.into())?;
+    socket.listen(BACKLOG)?;
+    Ok(socket.into())
+}
+
+/// Which io driver to use: `CRACKBOX_IO_DRIVER=epoll` forces epoll,
+/// anything else means io_uring when the kernel allows it.
+fn want_epoll() -> bool {
+    std::env::var("CRACKBOX_IO_DRIVER").is_ok_and(|v| v == "epoll")
+}
+
+fn core_thread(
+    index: usize,
+    shared: Arc<Shared>,
+    listeners: ThreadListeners,
+    started: mpsc::Sender<io::Result<()>>,
+) -> io::Result<()> {
+    let serve = move || async move {
+        let worker = std::rc::Rc::new(Worker::new(shared));
+        let forward = monoio::net::TcpListener::from_std(listeners.forward)?;
+        let transparent = listeners
+            .transparent
+            .map(monoio::net::TcpListener::from_std)
+            .transpose()?;
+        let _ = started.send(Ok(()));
+        monoio::spawn(crate::revocation::watch(std::rc::Rc::clone(&worker)));
+        if let Some(transparent) = transparent {
+            monoio::spawn(accept::accept_loop(
+                transparent,
+                std::rc::Rc::clone(&worker),
+                Plane::Transparent,
+            ));
+        }
+        accept::accept_loop(forward, worker, Plane::Forward).await;
+        Ok::<(), io::Error>(())
+    };
+    let use_uring = !want_epoll() && monoio::utils::detect_uring();
+    if index == 0 {
+        tracing::info!(
+            driver = if use_uring { "io_uring" } else { "epoll" },
+            "io driver selected"
+        );
+    }
+    if use_uring {
+        monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
+            .enable_timer()
+            .build()?
+            .block_on(serve())
+    } else {
+        monoio::RuntimeBuilder::<monoio::LegacyDriver>::new()
+            .enable_timer()
+            .build()?
+            .block_on(serve())
+    }
+}
+
+fn available_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+fn pin_to_core(core: usize) {
+    let mut set = nix::sched::CpuSet::new();
+    if set.set(core).is_ok() {
+        if let Err(err) = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set) {
+            tracing::warn!(core, error = %err, "could not pin core thread");
+        }
+    }
+}
+
+/// Raises the soft fd limit to the hard limit: tunnels are fds.
+fn raise_fd_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        if soft < hard {
+            if let Err(err) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+                tracing::warn!(error = %err, "could not raise the open-file limit");
+            }
+        }
+    }
 }

@@ -1,0 +1,124 @@
+//! A TCP connection driven by readiness and non-blocking syscalls.
+//!
+//! monoio supplies readiness (`PollAdd` on io_uring, epoll otherwise) and
+//! owns the fd; the engine does its own non-blocking reads, writes and
+//! splices. Nothing here ever posts a read with a buffer attached to a socket
+//! that may stay idle, and nothing blocks the thread.
+
+use monoio::net::TcpStream;
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+
+/// A non-blocking TCP connection.
+pub(crate) struct Conn {
+    stream: TcpStream,
+}
+
+impl Conn {
+    /// Wraps a connected stream: non-blocking, `TCP_NODELAY` on.
+    pub(crate) fn new(stream: TcpStream) -> io::Result<Self> {
+        set_nonblocking(stream.as_raw_fd())?;
+        stream.set_nodelay(true)?;
+        Ok(Conn { stream })
+    }
+
+    /// The raw fd, for splice.
+    pub(crate) fn fd(&self) -> RawFd {
+        self.stream.as_raw_fd()
+    }
+
+    /// Waits until a read would not block (data, EOF or error).
+    pub(crate) async fn readable(&self) -> io::Result<()> {
+        self.stream.readable(false).await
+    }
+
+    /// Waits until a write would not block.
+    pub(crate) async fn writable(&self) -> io::Result<()> {
+        self.stream.writable(false).await
+    }
+
+    /// Reads what is available now, waiting for readiness first if nothing is.
+    pub(crate) async fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            match nix_result(unsafe { libc::read(self.fd(), buf.as_mut_ptr().cast(), buf.len()) }) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.readable().await?,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                other => return other,
+            }
+        }
+    }
+
+    /// Appends what is available now (at most `max` bytes) to `buf`, waiting
+    /// for readiness first if nothing is; returns the bytes added (0 = EOF).
+    pub(crate) async fn read_into(&self, buf: &mut Vec<u8>, max: usize) -> io::Result<usize> {
+        buf.reserve(max);
+        loop {
+            let spare = buf.spare_capacity_mut();
+            let want = spare.len().min(max);
+            // Safety: `read` writes at most `want` bytes into the reserved,
+            // uninitialised tail; only the bytes it reports are exposed.
+            let got = nix_result(unsafe { libc::read(self.fd(), spare.as_mut_ptr().cast(), want) });
+            match got {
+                Ok(n) => {
+                    unsafe { buf.set_len(buf.len() + n) };
+                    return Ok(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.readable().await?,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Writes all of `data`, waiting for readiness whenever the socket is full.
+    pub(crate) async fn write_all(&self, mut data: &[u8]) -> io::Result<()> {
+        while !data.is_empty() {
+            let sent = unsafe {
+                libc::send(
+                    self.fd(),
+                    data.as_ptr().cast(),
+                    data.len(),
+                    libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+                )
+            };
+            match nix_result(sent) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => data = &data[n..],
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.writable().await?,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Half-closes the sending side (the peer reads EOF).
+    pub(crate) fn shutdown_write(&self) {
+        unsafe { libc::shutdown(self.fd(), libc::SHUT_WR) };
+    }
+
+    /// Shuts down both directions, waking any task waiting on this socket.
+    pub(crate) fn shutdown_both(&self) {
+        unsafe { libc::shutdown(self.fd(), libc::SHUT_RDWR) };
+    }
+}
+
+fn set_nonblocking(fd: RawFd) -> io::Result<()> {
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Turns a libc `ssize_t` result into an `io::Result`.
+pub(crate) fn nix_result(ret: isize) -> io::Result<usize> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret as usize)
+    }
+}

@@ -1,0 +1,96 @@
+//! The engine's end of the control socket.
+//!
+//! Runs on its own plain thread (never a core thread): connects to the
+//! control plane, swaps in every snapshot it is sent and acks it, answers
+//! stats requests. When control goes away the last snapshot stays in force
+//! and the link reconnects with backoff.
+
+use crate::policy::Snapshot;
+use crate::registry::Registry;
+use crate::stats::Stats;
+use crate::wire::{self, Message, Role, WireError, PROTOCOL};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// Starts the link thread.
+pub(crate) fn spawn(path: PathBuf, registry: Arc<Registry>, stats: Arc<Stats>) -> std::io::Result<()> {
+    std::thread::Builder::new().name("crackbox-control-link".into()).spawn(move || {
+        let mut backoff = FIRST_BACKOFF;
+        let mut warned = false;
+        loop {
+            let mut connected = false;
+            if let Err(err) = session(&path, &registry, &stats, &mut connected) {
+                if connected || !warned {
+                    tracing::warn!(socket = %path.display(), error = %err, "control link down; keeping the last snapshot");
+                    warned = true;
+                }
+            }
+            if connected {
+                backoff = FIRST_BACKOFF;
+                warned = false;
+            }
+            std::thread::sleep(backoff);
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    })?;
+    Ok(())
+}
+
+fn session(path: &Path, registry: &Registry, stats: &Stats, connected: &mut bool) -> Result<(), WireError> {
+    let mut stream = UnixStream::connect(path)?;
+    wire::write_message(
+        &mut stream,
+        &Message::Hello {
+            protocol: PROTOCOL,
+            role: Role::Engine,
+        },
+    )?;
+    match wire::read_message(&mut stream)? {
+        Message::Hello {
+            protocol: PROTOCOL,
+            role: Role::Control,
+        } => {}
+        Message::Hello { protocol, .. } => {
+            return Err(WireError::Io(std::io::Error::other(format!(
+                "control speaks protocol {protocol}, this engine speaks {PROTOCOL}"
+            ))))
+        }
+        _ => return Err(WireError::Io(std::io::Error::other("control did not say hello"))),
+    }
+    *connected = true;
+    tracing::info!(socket = %path.display(), "connected to control");
+    loop {
+        match wire::read_message(&mut stream)? {
+            Message::Snapshot {
+                generation,
+                registrations,
+            } => match Snapshot::build(generation, &registrations) {
+                Ok(snapshot) => {
+                    let sources = snapshot.len();
+                    registry.swap(snapshot);
+                    stats.set_generation(generation);
+                    tracing::debug!(generation, sources, "snapshot in force");
+                    wire::write_message(&mut stream, &Message::Ack { generation })?;
+                }
+                Err(err) => {
+                    tracing::error!(generation, error = %err, "rejected an invalid snapshot; keeping the last one")
+                }
+            },
+            Message::StatsRequest { request } => {
+                wire::write_message(
+                    &mut stream,
+                    &Message::Stats {
+                        request,
+                        report: stats.report(),
+                    },
+                )?;
+            }
+            other => tracing::warn!(message = ?other, "unexpected message from control ignored"),
+        }
+    }
+}

@@ -1,0 +1,89 @@
+//! The per-connection (and per-request) policy decision, counted.
+//!
+//! Loads the snapshot once, looks up the source, applies `match_host`, and
+//! records the outcome in the counters. Used by every data plane.
+
+use crate::policy::MatchedBy;
+use crate::reason::Reason;
+use crate::runtime::worker::Worker;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+/// What the policy says about one destination.
+pub(crate) enum Decision {
+    /// Allowed; how it matched decides what the destination guard accepts.
+    Allow {
+        /// Name or IP-literal match.
+        matched: MatchedBy,
+        /// The registration id, for counters.
+        id: Arc<str>,
+    },
+    /// Denied, with the reason and the id when the source is registered.
+    Deny {
+        /// Why.
+        reason: Reason,
+        /// The registration id, if any.
+        id: Option<Arc<str>>,
+    },
+}
+
+/// Decides whether `source` may reach `host:port`; counts denials. An
+/// allowed decision is counted by the caller once the destination guard
+/// has passed the dialled address (it may still deny as private-address).
+pub(crate) fn decide(worker: &Worker, source: IpAddr, host: &str, port: u16) -> Decision {
+    let decision = worker.with_snapshot(|snapshot| match snapshot.lookup(source) {
+        None => Decision::Deny {
+            reason: Reason::Unregistered,
+            id: None,
+        },
+        Some(registration) => match registration.allowlist.matching(host, port) {
+            Some(matched) => Decision::Allow {
+                matched,
+                id: Arc::clone(&registration.id),
+            },
+            None => Decision::Deny {
+                reason: Reason::NotAllowed,
+                id: Some(Arc::clone(&registration.id)),
+            },
+        },
+    });
+    if let Decision::Deny { reason, id } = &decision {
+        worker.stats.record_denied(source, id.as_ref(), host, port, *reason);
+    }
+    decision
+}
+
+/// The outcome of deciding on a destination and dialling it.
+pub(crate) enum Reach {
+    /// Allowed and connected.
+    Connected(crate::conn::Conn),
+    /// Denied by policy or by the destination guard.
+    Denied(Reason),
+    /// Allowed, but the destination could not be reached.
+    Failed(crate::resolve::DialError),
+}
+
+/// Decides on `host:port` for `source`, then resolves, guards and connects;
+/// counts the outcome. Denied names are never resolved.
+pub(crate) async fn reach(worker: &Worker, source: IpAddr, host: &str, port: u16) -> Reach {
+    let (matched, id) = match decide(worker, source, host, port) {
+        Decision::Allow { matched, id } => (matched, id),
+        Decision::Deny { reason, .. } => return Reach::Denied(reason),
+    };
+    match crate::resolve::dial(worker, host, port, matched).await {
+        Ok(conn) => {
+            worker.stats.record_allowed(&id);
+            Reach::Connected(conn)
+        }
+        Err(crate::resolve::DialError::Private) => {
+            worker
+                .stats
+                .record_denied(source, Some(&id), host, port, Reason::PrivateAddress);
+            Reach::Denied(Reason::PrivateAddress)
+        }
+        Err(err) => {
+            worker.stats.record_allowed(&id);
+            Reach::Failed(err)
+        }
+    }
+}

@@ -1,0 +1,592 @@
+//! Forward mode: HTTP absolute-form requests and CONNECT tunnels.
+//!
+//! Every request on a keep-alive connection is decided anew. Request and
+//! response bodies are streamed (never buffered whole) with their framing
+//! kept as received; hop-by-hop fields are dropped; redirects are passed to
+//! the client, never followed. An upstream connection is reused only for
+//! the same host and port on the same client connection.
+
+use crate::chunked::ChunkedBody;
+use crate::conn::Conn;
+use crate::decision::{reach, Reach};
+use crate::http_head::{self, Framing, HeadError, Target, MAX_HEAD};
+use crate::policy::normalise_host;
+use crate::resolve::DialError;
+use crate::responses;
+use crate::revocation::LiveEntry;
+use crate::runtime::worker::Worker;
+use crate::stats::Direction;
+use crate::tunnel::{self, Activity};
+use std::future::Future;
+use std::io;
+use std::net::IpAddr;
+use std::pin::pin;
+use std::rc::Rc;
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+/// Bytes read from a socket at a time while reading heads and chunked bodies.
+const READ_CHUNK: usize = 16 * 1024;
+/// A request head must arrive within this long of its first byte.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+/// An idle keep-alive connection is closed after this long.
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(60);
+/// Without a tunnel idle timeout, still give up on a silent upstream after this.
+const RESPONSE_TIMEOUT_FALLBACK: Duration = Duration::from_secs(3600);
+
+/// Serves one client connection of the forward listener to the end.
+pub(crate) async fn serve(worker: &Rc<Worker>, client: Conn, source: IpAddr) {
+    let mut session = Session {
+        worker,
+        client,
+        source,
+        inbox: Vec::new(),
+        upstream: None,
+        live: None,
+        origin_port: None,
+    };
+    session.run().await;
+}
+
+/// Serves a transparently redirected port-80 connection: origin-form
+/// requests, each decided by its `Host` (without port) on `port`.
+pub(crate) async fn serve_origin(worker: &Rc<Worker>, client: Conn, source: IpAddr, port: u16) {
+    let origin_port = Some(port);
+    let mut session = Session {
+        worker,
+        client,
+        source,
+        inbox: Vec::new(),
+        upstream: None,
+        live: None,
+        origin_port,
+    };
+    session.run().await;
+}
+
+/// A request ready to send upstream; owns everything it needs.
+struct Prepared {
+    method: String,
+    host: String,
+    port: u16,
+    upstream_head: Vec<u8>,
+    framing: Framing,
+    keep_alive: bool,
+}
+
+/// An upstream connection kept for the next request to the same place.
+struct Upstream {
+    host: String,
+    port: u16,
+    conn: Conn,
+}
+
+/// What happened to one request/response exchange.
+enum Exchange {
+    /// Complete; whether each side may carry another exchange.
+    Done {
+        client_reusable: bool,
+        upstream_reusable: bool,
+    },
+    /// 101 Switching Protocols: the connection is now a tunnel.
+    Upgraded,
+}
+
+/// Why an exchange failed.
+enum ExchangeError {
+    /// The upstream closed before sending a single byte (a stale reused
+    /// connection; safe to retry a bodiless request once).
+    NoResponse,
+    /// The upstream's response head was unusable; the client gets a 502.
+    BadResponse,
+    /// Failed after the client got part of a response; just close.
+    Broken,
+}
+
+/// What the head reader found.
+enum HeadRead {
+    /// A complete head of this many bytes is at the start of the inbox.
+    Complete(usize),
+    /// The client went away or idled out: close quietly.
+    Closed,
+    /// Answer this status and close.
+    Refuse(u16, &'static str),
+}
+
+struct Session<'w> {
+    worker: &'w Rc<Worker>,
+    client: Conn,
+    source: IpAddr,
+    /// Bytes read from the client and not yet consumed.
+    inbox: Vec<u8>,
+    upstream: Option<Upstream>,
+    live: Option<LiveEntry>,
+    /// Transparent port 80: the original port; requests are origin-form.
+    origin_port: Option<u16>,
+}
+
+impl Session<'_> {
+    async fn run(&mut self) {
+        let mut first = true;
+        loop {
+            let head_len = match self.read_head(first).await {
+                HeadRead::Complete(len) => len,
+                HeadRead::Closed => return,
+                HeadRead::Refuse(status, message) => return self.reply(&responses::error(status, message)).await,
+            };
+            first = false;
+            let prepared = match http_head::parse_request(&self.inbox[..head_len]) {
+                Err(err) => return self.refuse_head(err).await,
+                Ok(head) => match head.target {
+                    Target::Origin { .. } if self.origin_port.is_some() => {
+                        let (Some(port), Some(host)) = (
+                            self.origin_port,
+                            head.host_field.and_then(crate::transparent::host_without_port),
+                        ) else {
+                            return;
+                        };
+                        let mut upstream_head = Vec::with_capacity(head_len + 32);
+                        http_head::write_upstream_request(&head, &mut upstream_head);
+                        Prepared {
+                            method: head.method.to_owned(),
+                            host: host.to_owned(),
+                            port,
+                            upstream_head,
+                            framing: head.framing,
+                            keep_alive: head.keep_alive,
+                        }
+                    }
+                    _ if self.origin_port.is_some() => {
+                        return self
+                            .reply(&responses::error(400, "only origin-form requests here"))
+                            .await;
+                    }
+                    Target::Origin { .. } => {
+                        let message = "crackbox is a forward proxy: request absolute http:// URLs or use CONNECT";
+                        return self.reply(&responses::error(400, message)).await;
+                    }
+                    Target::Connect { host, port } => {
+                        let host = host.to_owned();
+                        self.inbox.drain(..head_len);
+                        return self.tunnel(host, port).await;
+                    }
+                    Target::Absolute { host, port, .. } => {
+                        let mut upstream_head = Vec::with_capacity(head_len + 32);
+                        http_head::write_upstream_request(&head, &mut upstream_head);
+                        Prepared {
+                            method: head.method.to_owned(),
+                            host: host.to_owned(),
+                            port,
+                            upstream_head,
+                            framing: head.framing,
+                            keep_alive: head.keep_alive,
+                        }
+                    }
+                },
+            };
+            self.inbox.drain(..head_len);
+            if !self.forward(prepared).await {
+                return;
+            }
+        }
+    }
+
+    /// Reads until the inbox holds a complete head, within the timeouts.
+    async fn read_head(&mut self, first: bool) -> HeadRead {
+        if self.inbox.is_empty() && !first {
+            // Idle keep-alive: hold no buffer while waiting.
+            self.inbox = Vec::new();
+            match monoio::time::timeout(KEEPALIVE_IDLE, self.client.readable()).await {
+                Ok(Ok(())) => {}
+                _ => return HeadRead::Closed,
+            }
+        }
+        let deadline = Instant::now() + HEAD_TIMEOUT;
+        let mut scanned = 0;
+        loop {
+            if let Some(end) = http_head::head_end(&self.inbox, scanned) {
+                return HeadRead::Complete(end);
+            }
+            if self.inbox.len() >= MAX_HEAD {
+                return HeadRead::Refuse(431, "request head larger than 64 KiB");
+            }
+            scanned = self.inbox.len();
+            let left = deadline.saturating_duration_since(Instant::now());
+            let want = READ_CHUNK.min(MAX_HEAD + 4 - self.inbox.len());
+            match monoio::time::timeout(left, self.client.read_into(&mut self.inbox, want)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => return HeadRead::Closed,
+                Ok(Ok(_)) => {}
+                Err(_) if self.inbox.is_empty() => return HeadRead::Closed,
+                Err(_) => return HeadRead::Refuse(408, "request head not received within 10 s"),
+            }
+        }
+    }
+
+    async fn refuse_head(&self, err: HeadError) {
+        let message = match err {
+            HeadError::TooLarge => "request head larger than 64 KiB",
+            HeadError::TooManyHeaders => "more than 128 header fields",
+            HeadError::Malformed(why) => why,
+        };
+        self.reply(&responses::error(err.status(), message)).await;
+    }
+
+    async fn reply(&self, response: &[u8]) {
+        let _ = self.client.write_all(response).await;
+    }
+
+    /// Answers a failed decision or dial; the connection closes afterwards.
+    async fn reply_unreachable(&self, host: &str, port: u16, outcome: Reach) {
+        let response = match outcome {
+            Reach::Connected(_) => return,
+            Reach::Denied(reason) => responses::denial(reason, host, port),
+            Reach::Failed(DialError::Dns) => responses::error(502, &format!("could not resolve {host}")),
+            Reach::Failed(DialError::Timeout) => {
+                responses::error(504, &format!("timed out connecting to {host}:{port}"))
+            }
+            Reach::Failed(DialError::Private | DialError::Unreachable) => {
+                responses::error(502, &format!("could not connect to {host}:{port}"))
+            }
+        };
+        self.reply(&response).await;
+    }
+
+    fn refuse_invalid_host(host: &str) -> bool {
+        normalise_host(host).is_none()
+    }
+
+    /// CONNECT: decide, dial, answer 200, replay early bytes, then tunnel.
+    async fn tunnel(&mut self, host: String, port: u16) {
+        if Self::refuse_invalid_host(&host) {
+            return self.reply(&responses::error(400, "invalid host in CONNECT")).await;
+        }
+        let upstream = match reach(self.worker, self.source, &host, port).await {
+            Reach::Connected(conn) => conn,
+            other => return self.reply_unreachable(&host, port, other).await,
+        };
+        if self
+            .client
+            .write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+            .await
+            .is_err()
+        {
+            return;
+        }
+        if !self.inbox.is_empty() {
+            let early = std::mem::take(&mut self.inbox);
+            if upstream.write_all(&early).await.is_err() {
+                return;
+            }
+            self.worker.stats.add_bytes(Direction::Up, early.len() as u64);
+        }
+        let live = LiveEntry::register(self.worker, self.source, &host, port);
+        let _active = self.worker.stats.open_tunnel();
+        tunnel::run(self.worker, &self.client, &upstream, live.signal()).await;
+    }
+
+    /// One absolute-form request; returns whether the client connection
+    /// may carry another request.
+    async fn forward(&mut self, request: Prepared) -> bool {
+        if Self::refuse_invalid_host(&request.host) {
+            self.reply(&responses::error(400, "invalid host in URL")).await;
+            return false;
+        }
+        let reused = self
+            .upstream
+            .take()
+            .filter(|u| u.port == request.port && u.host == request.host);
+        let (conn, was_reused) = match reused {
+            Some(upstream) => match crate::decision::decide(self.worker, self.source, &request.host, request.port) {
+                crate::decision::Decision::Allow { id, .. } => {
+                    self.worker.stats.record_allowed(&id);
+                    (upstream.conn, true)
+                }
+                crate::decision::Decision::Deny { reason, .. } => {
+                    self.reply(&responses::denial(reason, &request.host, request.port))
+                        .await;
+                    return false;
+                }
+            },
+            None => match reach(self.worker, self.source, &request.host, request.port).await {
+                Reach::Connected(conn) => (conn, false),
+                other => {
+                    self.reply_unreachable(&request.host, request.port, other).await;
+                    return false;
+                }
+            },
+        };
+        match &self.live {
+            Some(live) => live.retarget(&request.host, request.port),
+            None => {
+                self.live = Some(LiveEntry::register(
+                    self.worker,
+                    self.source,
+                    &request.host,
+                    request.port,
+                ))
+            }
+        }
+        let mut conn = conn;
+        let mut outcome = self.exchange_watched(&conn, &request).await;
+        if was_reused && matches!(outcome, Err(ExchangeError::NoResponse)) && request.framing == Framing::Empty {
+            conn = match reach(self.worker, self.source, &request.host, request.port).await {
+                Reach::Connected(conn) => conn,
+                other => {
+                    self.reply_unreachable(&request.host, request.port, other).await;
+                    return false;
+                }
+            };
+            outcome = self.exchange_watched(&conn, &request).await;
+        }
+        match outcome {
+            Ok(Exchange::Done {
+                client_reusable,
+                upstream_reusable,
+            }) => {
+                if upstream_reusable && client_reusable {
+                    self.upstream = Some(Upstream {
+                        host: request.host,
+                        port: request.port,
+                        conn,
+                    });
+                }
+                client_reusable
+            }
+            Ok(Exchange::Upgraded) => {
+                let early = std::mem::take(&mut self.inbox);
+                if conn.write_all(&early).await.is_ok() {
+                    let signal = self.live.as_ref().map(LiveEntry::revocation).unwrap_or_default();
+                    tunnel::run(self.worker, &self.client, &conn, &signal).await;
+                }
+                false
+            }
+            Err(ExchangeError::NoResponse | ExchangeError::BadResponse) => {
+                self.reply(&responses::error(502, "the upstream server sent no valid response"))
+                    .await;
+                false
+            }
+            Err(ExchangeError::Broken) => false,
+        }
+    }
+
+    /// [`Session::exchange`], cut short if the connection is revoked.
+    async fn exchange_watched(&mut self, upstream: &Conn, request: &Prepared) -> Result<Exchange, ExchangeError> {
+        let signal = self.live.as_ref().map(LiveEntry::revocation);
+        let _active = self.worker.stats.open_tunnel();
+        let exchange = self.exchange(upstream, request);
+        match signal {
+            None => exchange.await,
+            Some(signal) => {
+                monoio::select! {
+                    outcome = exchange => outcome,
+                    _ = signal.wait() => Err(ExchangeError::Broken),
+                }
+            }
+        }
+    }
+
+    /// Sends the request (head + streamed body) and relays the response,
+    /// concurrently, so `Expect: 100-continue` and early responses work.
+    async fn exchange(&mut self, upstream: &Conn, request: &Prepared) -> Result<Exchange, ExchangeError> {
+        if upstream.write_all(&request.upstream_head).await.is_err() {
+            return Err(ExchangeError::NoResponse);
+        }
+        let worker: &Worker = self.worker;
+        worker
+            .stats
+            .add_bytes(Direction::Up, request.upstream_head.len() as u64);
+        let client = &self.client;
+        let activity = Activity::new();
+        let body = pin!(send_body(
+            worker,
+            client,
+            upstream,
+            &mut self.inbox,
+            request.framing,
+            &activity
+        ));
+        let response = pin!(relay_response(worker, client, upstream, request, &activity));
+        let (mut body, mut response) = (body, response);
+        let mut body_result: Option<io::Result<()>> = None;
+        let outcome = std::future::poll_fn(|cx| {
+            if body_result.is_none() {
+                if let Poll::Ready(result) = body.as_mut().poll(cx) {
+                    body_result = Some(result);
+                }
+            }
+            if matches!(body_result, Some(Err(_))) {
+                return Poll::Ready(Err(ExchangeError::Broken));
+            }
+            response.as_mut().poll(cx)
+        })
+        .await;
+        let body_complete = matches!(body_result, Some(Ok(())));
+        match outcome {
+            Ok(Exchange::Done {
+                client_reusable,
+                upstream_reusable,
+            }) => Ok(Exchange::Done {
+                client_reusable: client_reusable && body_complete,
+                upstream_reusable: upstream_reusable && body_complete,
+            }),
+            other => other,
+        }
+    }
+}
+
+/// Streams the request body from the client (inbox first) to the upstream.
+async fn send_body(
+    worker: &Worker,
+    client: &Conn,
+    upstream: &Conn,
+    inbox: &mut Vec<u8>,
+    framing: Framing,
+    activity: &Activity,
+) -> io::Result<()> {
+    match framing {
+        Framing::Empty | Framing::UntilClose => Ok(()),
+        Framing::Length(length) => {
+            let buffered = (length.min(inbox.len() as u64)) as usize;
+            upstream.write_all(&inbox[..buffered]).await?;
+            inbox.drain(..buffered);
+            worker.stats.add_bytes(Direction::Up, buffered as u64);
+            let rest = length - buffered as u64;
+            if rest > 0 && tunnel::pump(worker, client, upstream, Some(rest), Direction::Up, activity).await? < rest {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+            Ok(())
+        }
+        Framing::Chunked => {
+            let mut chunked = ChunkedBody::new();
+            loop {
+                if !inbox.is_empty() {
+                    let used = chunked.feed(inbox).map_err(io::Error::other)?;
+                    upstream.write_all(&inbox[..used]).await?;
+                    inbox.drain(..used);
+                    worker.stats.add_bytes(Direction::Up, used as u64);
+                }
+                if chunked.is_done() {
+                    return Ok(());
+                }
+                if client.read_into(inbox, READ_CHUNK).await? == 0 {
+                    return Err(io::ErrorKind::UnexpectedEof.into());
+                }
+            }
+        }
+    }
+}
+
+/// Reads the upstream's response head(s) and streams the response to the client.
+async fn relay_response(
+    worker: &Worker,
+    client: &Conn,
+    upstream: &Conn,
+    request: &Prepared,
+    activity: &Activity,
+) -> Result<Exchange, ExchangeError> {
+    let wait = worker.limits.tunnel_idle_timeout.unwrap_or(RESPONSE_TIMEOUT_FALLBACK);
+    let mut inbox = Vec::new();
+    let mut received = false;
+    loop {
+        let mut scanned = 0;
+        let end = loop {
+            if let Some(end) = http_head::head_end(&inbox, scanned) {
+                break end;
+            }
+            if inbox.len() >= MAX_HEAD {
+                return Err(ExchangeError::BadResponse);
+            }
+            scanned = inbox.len();
+            match monoio::time::timeout(wait, upstream.read_into(&mut inbox, READ_CHUNK)).await {
+                Ok(Ok(0)) | Ok(Err(_)) if !received => return Err(ExchangeError::NoResponse),
+                Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return Err(ExchangeError::BadResponse),
+                Ok(Ok(_)) => received = true,
+            }
+        };
+        let head = http_head::parse_response(&inbox[..end], &request.method).map_err(|_| ExchangeError::BadResponse)?;
+        let interim = (100..200).contains(&head.status) && head.status != 101;
+        let upgraded = head.status == 101;
+        let client_close = !request.keep_alive || head.framing == Framing::UntilClose;
+        let framing = head.framing;
+        let upstream_keep_alive = head.keep_alive;
+        let mut out = Vec::with_capacity(end + 64);
+        http_head::write_client_response(&head, client_close && !interim && !upgraded, &mut out);
+        drop(head);
+        inbox.drain(..end);
+        if interim {
+            client.write_all(&out).await.map_err(|_| ExchangeError::Broken)?;
+            continue;
+        }
+        if upgraded {
+            out.append(&mut inbox);
+            client.write_all(&out).await.map_err(|_| ExchangeError::Broken)?;
+            return Ok(Exchange::Upgraded);
+        }
+        // Body bytes already read go out with the head in one write.
+        let framing = match framing {
+            Framing::Length(length) => {
+                let buffered = length.min(inbox.len() as u64);
+                out.extend(inbox.drain(..buffered as usize));
+                Framing::Length(length - buffered)
+            }
+            other => other,
+        };
+        client.write_all(&out).await.map_err(|_| ExchangeError::Broken)?;
+        worker.stats.add_bytes(Direction::Down, out.len() as u64);
+        relay_body(worker, client, upstream, &mut inbox, framing, activity).await?;
+        return Ok(Exchange::Done {
+            client_reusable: !client_close,
+            upstream_reusable: upstream_keep_alive && inbox.is_empty(),
+        });
+    }
+}
+
+/// Streams the rest of a response body after its head was sent; a
+/// `Length` is what remains to be read from the upstream.
+async fn relay_body(
+    worker: &Worker,
+    client: &Conn,
+    upstream: &Conn,
+    inbox: &mut Vec<u8>,
+    framing: Framing,
+    activity: &Activity,
+) -> Result<(), ExchangeError> {
+    let broken = |_| ExchangeError::Broken;
+    match framing {
+        Framing::Empty | Framing::Length(0) => Ok(()),
+        Framing::Length(rest) => {
+            let moved = tunnel::pump(worker, upstream, client, Some(rest), Direction::Down, activity).await;
+            match moved {
+                Ok(n) if n == rest => Ok(()),
+                _ => Err(ExchangeError::Broken),
+            }
+        }
+        Framing::UntilClose => {
+            client.write_all(inbox).await.map_err(broken)?;
+            worker.stats.add_bytes(Direction::Down, inbox.len() as u64);
+            inbox.clear();
+            tunnel::pump(worker, upstream, client, None, Direction::Down, activity)
+                .await
+                .map_err(broken)?;
+            Ok(())
+        }
+        Framing::Chunked => {
+            let mut chunked = ChunkedBody::new();
+            loop {
+                if !inbox.is_empty() {
+                    let used = chunked.feed(inbox).map_err(|_| ExchangeError::Broken)?;
+                    client.write_all(&inbox[..used]).await.map_err(broken)?;
+                    inbox.drain(..used);
+                    worker.stats.add_bytes(Direction::Down, used as u64);
+                }
+                if chunked.is_done() {
+                    return Ok(());
+                }
+                match upstream.read_into(inbox, READ_CHUNK).await {
+                    Ok(0) | Err(_) => return Err(ExchangeError::Broken),
+                    Ok(_) => {}
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,750 @@
+//! HTTP/1.x request and response heads: parsing, validation, rewriting.
+//!
+//! Pure code over byte slices (httparse underneath), shared by forward mode,
+//! transparent port 80, benches and fuzz targets. It decides framing and
+//! refuses anything ambiguous (CL+TE, differing lengths, codings other than
+//! chunked, duplicate Host, userinfo); it never allocates per byte and never
+//! waits for a fixed byte count.
+
+use std::fmt::Write as _;
+
+/// Largest request or response head accepted.
+pub const MAX_HEAD: usize = 64 * 1024;
+/// Most header fields accepted in one head.
+pub const MAX_HEADERS: usize = 128;
+
+/// Why a head was refused; maps to a status code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum HeadError {
+    /// The head is larger than [`MAX_HEAD`] (431).
+    #[error("request head larger than 64 KiB")]
+    TooLarge,
+    /// More than [`MAX_HEADERS`] fields (431).
+    #[error("more than 128 header fields")]
+    TooManyHeaders,
+    /// Anything else (400), with a short public explanation.
+    #[error("{0}")]
+    Malformed(&'static str),
+}
+
+impl HeadError {
+    /// The HTTP status a client gets for this error.
+    pub fn status(self) -> u16 {
+        match self {
+            HeadError::TooLarge | HeadError::TooManyHeaders => 431,
+            HeadError::Malformed(_) => 400,
+        }
+    }
+}
+
+/// Where a forward-proxy request wants to go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target<'a> {
+    /// `CONNECT host:port`.
+    Connect {
+        /// Host as written (brackets kept for IPv6).
+        host: &'a str,
+        /// Destination port.
+        port: u16,
+    },
+    /// `http://host[:port]/path` absolute form.
+    Absolute {
+        /// Host as written (brackets kept for IPv6).
+        host: &'a str,
+        /// Destination port (80 when absent).
+        port: u16,
+        /// `host[:port]` as written, for the rewritten `Host` header.
+        authority: &'a str,
+        /// Origin-form path and query (`/` when empty).
+        path: &'a str,
+    },
+    /// Origin form or `*`: what a server, not a proxy, receives.
+    Origin {
+        /// The raw request target.
+        path: &'a str,
+    },
+}
+
+/// How a message body is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// No body.
+    Empty,
+    /// Exactly this many bytes.
+    Length(u64),
+    /// `Transfer-Encoding: chunked`.
+    Chunked,
+    /// Until the sender closes (responses only).
+    UntilClose,
+}
+
+/// One header field, borrowed from the head buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Field<'a> {
+    /// Field name as received.
+    pub name: &'a str,
+    /// Field value as received.
+    pub value: &'a [u8],
+}
+
+/// A parsed and validated request head.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestHead<'a> {
+    /// Method token.
+    pub method: &'a str,
+    /// Request target.
+    pub target: Target<'a>,
+    /// Minor version: 0 for HTTP/1.0, 1 for HTTP/1.1.
+    pub minor_version: u8,
+    /// Header fields in order.
+    pub fields: Vec<Field<'a>>,
+    /// Value of the `Host` field, if one was sent.
+    pub host_field: Option<&'a [u8]>,
+    /// Body framing.
+    pub framing: Framing,
+    /// The client wants the connection kept open afterwards.
+    pub keep_alive: bool,
+    /// The client asks for a protocol upgrade (WebSocket).
+    pub upgrade: bool,
+    /// Length of the head including the blank line.
+    pub head_len: usize,
+}
+
+/// A parsed and validated response head.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResponseHead<'a> {
+    /// Status code.
+    pub status: u16,
+    /// Reason phrase.
+    pub reason: &'a str,
+    /// Minor version of the upstream's HTTP/1.x.
+    pub minor_version: u8,
+    /// Header fields in order.
+    pub fields: Vec<Field<'a>>,
+    /// Body framing.
+    pub framing: Framing,
+    /// The upstream will keep the connection open afterwards.
+    pub keep_alive: bool,
+    /// Length of the head including the blank line.
+    pub head_len: usize,
+}
+
+/// Finds the end of a head (after the blank line), scanning from `from`;
+/// lets callers avoid re-parsing a partial head on every read.
+pub fn head_end(buf: &[u8], from: usize) -> Option<usize> {
+    let mut i = from.saturating_sub(3);
+    while let Some(off) = buf.get(i..)?.iter().position(|&b| b == b'\n') {
+        let lf = i + off;
+        match (buf.get(lf + 1), buf.get(lf + 2)) {
+            (Some(b'\n'), _) => return Some(lf + 2),
+            (Some(b'\r'), Some(b'\n')) => return Some(lf + 3),
+            _ => i = lf + 1,
+        }
+    }
+    None
+}
+
+/// Parses a complete request head (`buf` must hold the whole head: use
+/// [`head_end`] first). Returns the head or why it is refused.
+pub fn parse_request(buf: &[u8]) -> Result<RequestHead<'_>, HeadError> {
+    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut slots);
+    let head_len = match req.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) if buf.len() >= MAX_HEAD => return Err(HeadError::TooLarge),
+        Ok(httparse::Status::Partial) => return Err(HeadError::Malformed("incomplete request head")),
+        Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooManyHeaders),
+        Err(_) => return Err(HeadError::Malformed("malformed request head")),
+    };
+    if head_len > MAX_HEAD {
+        return Err(HeadError::TooLarge);
+    }
+    let (Some(method), Some(raw_target), Some(minor_version)) = (req.method, req.path, req.version) else {
+        return Err(HeadError::Malformed("malformed request line"));
+    };
+    let fields: Vec<Field<'_>> = req
+        .headers
+        .iter()
+        .map(|h| Field {
+            name: h.name,
+            value: h.value,
+        })
+        .collect();
+    let target = if method == "CONNECT" {
+        parse_connect_target(raw_target)?
+    } else {
+        parse_target(raw_target)?
+    };
+    let host_field = single_host(&fields)?;
+    let framing = request_framing(&fields, minor_version, method)?;
+    let connection = ConnectionTokens::of(&fields);
+    let keep_alive = if minor_version == 0 {
+        connection.keep_alive
+    } else {
+        !connection.close
+    };
+    let upgrade = connection.upgrade && fields.iter().any(|f| f.name.eq_ignore_ascii_case("upgrade"));
+    Ok(RequestHead {
+        method,
+        target,
+        minor_version,
+        fields,
+        host_field,
+        framing,
+        keep_alive,
+        upgrade,
+        head_len,
+    })
+}
+
+/// Parses a complete response head to a request made with `request_method`.
+pub fn parse_response<'a>(buf: &'a [u8], request_method: &str) -> Result<ResponseHead<'a>, HeadError> {
+    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut res = httparse::Response::new(&mut slots);
+    let head_len = match res.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) if buf.len() >= MAX_HEAD => return Err(HeadError::TooLarge),
+        Ok(httparse::Status::Partial) => return Err(HeadError::Malformed("incomplete response head")),
+        Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooManyHeaders),
+        Err(_) => return Err(HeadError::Malformed("malformed response head")),
+    };
+    let (Some(status), Some(minor_version)) = (res.code, res.version) else {
+        return Err(HeadError::Malformed("malformed status line"));
+    };
+    let reason = res.reason.unwrap_or("");
+    let fields: Vec<Field<'_>> = res
+        .headers
+        .iter()
+        .map(|h| Field {
+            name: h.name,
+            value: h.value,
+        })
+        .collect();
+    let connection = ConnectionTokens::of(&fields);
+    let bodiless = request_method == "HEAD" || (100..200).contains(&status) || status == 204 || status == 304;
+    let framing = if bodiless {
+        Framing::Empty
+    } else {
+        response_framing(&fields)?
+    };
+    let keep_alive = framing != Framing::UntilClose
+        && if minor_version == 0 {
+            connection.keep_alive
+        } else {
+            !connection.close
+        };
+    Ok(ResponseHead {
+        status,
+        reason,
+        minor_version,
+        fields,
+        framing,
+        keep_alive,
+        head_len,
+    })
+}
+
+fn parse_connect_target(target: &str) -> Result<Target<'_>, HeadError> {
+    let (host, port) = split_authority(target).ok_or(HeadError::Malformed("CONNECT needs host:port"))?;
+    let port = port.ok_or(HeadError::Malformed("CONNECT needs a port"))?;
+    Ok(Target::Connect { host, port })
+}
+
+fn parse_target(target: &str) -> Result<Target<'_>, HeadError> {
+    let Some(scheme_end) = target.find("://") else {
+        return Ok(Target::Origin { path: target });
+    };
+    let scheme = &target[..scheme_end];
+    if scheme.eq_ignore_ascii_case("https") {
+        return Err(HeadError::Malformed("https:// URLs go through CONNECT"));
+    }
+    if !scheme.eq_ignore_ascii_case("http") {
+        return Err(HeadError::Malformed("only http:// URLs are proxied"));
+    }
+    let rest = &target[scheme_end + 3..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(authority_end);
+    if authority.contains('@') {
+        return Err(HeadError::Malformed("userinfo in URLs is not accepted"));
+    }
+    if path.starts_with('#') {
+        return Err(HeadError::Malformed("fragment in request target"));
+    }
+    let (host, port) = split_authority(authority).ok_or(HeadError::Malformed("invalid host in URL"))?;
+    let path = if path.is_empty() { "/" } else { path };
+    Ok(Target::Absolute {
+        host,
+        port: port.unwrap_or(80),
+        authority,
+        path,
+    })
+}
+
+/// Splits `host[:port]` / `[v6][:port]`; `None` when malformed.
+fn split_authority(authority: &str) -> Option<(&str, Option<u16>)> {
+    let (host, port) = if authority.starts_with('[') {
+        let close = authority.find(']')?;
+        let (host, rest) = authority.split_at(close + 1);
+        match rest {
+            "" => (host, None),
+            _ => (host, Some(rest.strip_prefix(':')?)),
+        }
+    } else {
+        match authority.split_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        }
+    };
+    if host.is_empty() {
+        return None;
+    }
+    let port = match port {
+        None => None,
+        Some(p) if !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()) => {
+            Some(p.parse::<u16>().ok().filter(|&p| p != 0)?)
+        }
+        Some(_) => return None,
+    };
+    Some((host, port))
+}
+
+fn single_host<'a>(fields: &[Field<'a>]) -> Result<Option<&'a [u8]>, HeadError> {
+    let mut hosts = fields.iter().filter(|f| f.name.eq_ignore_ascii_case("host"));
+    let first = hosts.next().map(|f| f.value);
+    if hosts.next().is_some() {
+        return Err(HeadError::Malformed("more than one Host header"));
+    }
+    Ok(first)
+}
+
+fn request_framing(fields: &[Field<'_>], minor_version: u8, method: &str) -> Result<Framing, HeadError> {
+    let length = content_length(fields)?;
+    let chunked = transfer_encoding(fields)?;
+    match (length, chunked) {
+        (Some(_), Some(_)) => Err(HeadError::Malformed("both Content-Length and Transfer-Encoding")),
+        (_, Some(_)) if minor_version == 0 => Err(HeadError::Malformed("Transfer-Encoding in HTTP/1.0")),
+        (_, Some(true)) => Ok(Framing::Chunked),
+        (_, Some(false)) => Err(HeadError::Malformed("only chunked transfer coding is accepted")),
+        (Some(0), None) | (None, None) => Ok(Framing::Empty),
+        (Some(_), None) if method == "CONNECT" => Err(HeadError::Malformed("CONNECT with a body")),
+        (Some(n), None) => Ok(Framing::Length(n)),
+    }
+}
+
+fn response_framing(fields: &[Field<'_>]) -> Result<Framing, HeadError> {
+    match transfer_encoding(fields) {
+        Ok(Some(true)) => return Ok(Framing::Chunked),
+        Ok(Some(false)) | Err(_) => return Ok(Framing::UntilClose),
+        Ok(None) => {}
+    }
+    match content_length(fields)? {
+        Some(n) => Ok(Framing::Length(n)),
+        None => Ok(Framing::UntilClose),
+    }
+}
+
+/// The Content-Length, if any; differing or invalid values are an error.
+fn content_length(fields: &[Field<'_>]) -> Result<Option<u64>, HeadError> {
+    let mut length = None;
+    for field in fields.iter().filter(|f| f.name.eq_ignore_ascii_case("content-length")) {
+        let value = field.value;
+        if value.is_empty() || value.len() > 19 || !value.iter().all(u8::is_ascii_digit) {
+            return Err(HeadError::Malformed("invalid Content-Length"));
+        }
+        let n: u64 = std::str::from_utf8(value)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .ok_or(HeadError::Malformed("invalid Content-Length"))?;
+        if length.is_some_and(|prev| prev != n) {
+            return Err(HeadError::Malformed("differing Content-Length values"));
+        }
+        length = Some(n);
+    }
+    Ok(length)
+}
+
+/// `Some(true)` for exactly `chunked`, `Some(false)` for any other coding.
+fn transfer_encoding(fields: &[Field<'_>]) -> Result<Option<bool>, HeadError> {
+    let mut codings = fields
+        .iter()
+        .filter(|f| f.name.eq_ignore_ascii_case("transfer-encoding"));
+    let Some(first) = codings.next() else {
+        return Ok(None);
+    };
+    if codings.next().is_some() {
+        return Err(HeadError::Malformed("more than one Transfer-Encoding header"));
+    }
+    Ok(Some(first.value.trim_ascii().eq_ignore_ascii_case(b"chunked")))
+}
+
+/// The tokens of all `Connection` fields that matter for forwarding.
+#[derive(Default)]
+struct ConnectionTokens {
+    close: bool,
+    keep_alive: bool,
+    upgrade: bool,
+}
+
+impl ConnectionTokens {
+    fn of(fields: &[Field<'_>]) -> Self {
+        let mut tokens = ConnectionTokens::default();
+        for token in connection_tokens(fields) {
+            tokens.close |= token.eq_ignore_ascii_case(b"close");
+            tokens.keep_alive |= token.eq_ignore_ascii_case(b"keep-alive");
+            tokens.upgrade |= token.eq_ignore_ascii_case(b"upgrade");
+        }
+        tokens
+    }
+}
+
+fn connection_tokens<'a>(fields: &'a [Field<'a>]) -> impl Iterator<Item = &'a [u8]> + 'a {
+    fields
+        .iter()
+        .filter(|f| f.name.eq_ignore_ascii_case("connection"))
+        .flat_map(|f| f.value.split(|&b| b == b','))
+        .map(<[u8]>::trim_ascii)
+        .filter(|t| !t.is_empty())
+}
+
+/// Hop-by-hop fields never forwarded in either direction.
+const HOP_BY_HOP: [&str; 7] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "upgrade",
+    "proxy-authorization",
+];
+
+/// True when `field` must not be forwarded: hop-by-hop, named in
+/// `Connection`, or (towards upstream) any `Proxy-*` field.
+fn is_hop_field(field: &Field<'_>, fields: &[Field<'_>], to_upstream: bool) -> bool {
+    let name = field.name;
+    HOP_BY_HOP.iter().any(|h| name.eq_ignore_ascii_case(h))
+        || (to_upstream && name.len() >= 6 && name[..6].eq_ignore_ascii_case("proxy-"))
+        || connection_tokens(fields).any(|t| t.eq_ignore_ascii_case(name.as_bytes()))
+}
+
+fn push_field(out: &mut Vec<u8>, name: &str, value: &[u8]) {
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Writes the head to send upstream for an absolute-form request: origin
+/// form, `Host` replaced by the URL's authority (RFC 9112 3.2.2, so the
+/// upstream serves the host that was checked), hop-by-hop fields removed.
+pub fn write_upstream_request(head: &RequestHead<'_>, out: &mut Vec<u8>) {
+    let (authority, path) = match head.target {
+        Target::Absolute { authority, path, .. } => (authority, path),
+        Target::Connect { host, .. } => (host, "/"),
+        Target::Origin { path } => (std::str::from_utf8(head.host_field.unwrap_or(b"")).unwrap_or(""), path),
+    };
+    let _ = write!(Bytes(out), "{} {} HTTP/1.{}\r\n", head.method, path, head.minor_version);
+    push_field(out, "Host", authority.as_bytes());
+    for field in &head.fields {
+        if field.name.eq_ignore_ascii_case("host") || is_hop_field(field, &head.fields, true) {
+            continue;
+        }
+        push_field(out, field.name, field.value);
+    }
+    if head.upgrade {
+        if let Some(upgrade) = head.fields.iter().find(|f| f.name.eq_ignore_ascii_case("upgrade")) {
+            push_field(out, "Upgrade", upgrade.value);
+        }
+        push_field(out, "Connection", b"Upgrade");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Writes the head to send the client: hop-by-hop fields removed,
+/// `Connection: close` added when crackbox will close afterwards.
+pub fn write_client_response(head: &ResponseHead<'_>, close: bool, out: &mut Vec<u8>) {
+    let _ = write!(Bytes(out), "HTTP/1.1 {} {}\r\n", head.status, head.reason);
+    let drop_length = head.framing == Framing::Chunked;
+    for field in &head.fields {
+        if is_hop_field(field, &head.fields, false)
+            || (drop_length && field.name.eq_ignore_ascii_case("content-length"))
+        {
+            continue;
+        }
+        push_field(out, field.name, field.value);
+    }
+    if head.status == 101 {
+        if let Some(upgrade) = head.fields.iter().find(|f| f.name.eq_ignore_ascii_case("upgrade")) {
+            push_field(out, "Upgrade", upgrade.value);
+        }
+        push_field(out, "Connection", b"Upgrade");
+    } else if close {
+        push_field(out, "Connection", b"close");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// `fmt::Write` over a byte vector.
+struct Bytes<'a>(&'a mut Vec<u8>);
+
+impl std::fmt::Write for Bytes<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0.extend_from_slice(s.as_bytes());
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(head: &str) -> Result<RequestHead<'_>, HeadError> {
+        parse_request(head.as_bytes())
+    }
+
+    #[test]
+    fn head_end_finds_blank_line_incrementally() {
+        let head = b"GET / HTTP/1.1\r\nHost: a\r\n\r\nBODY";
+        assert_eq!(head_end(head, 0), Some(head.len() - 4));
+        for split in 0..head.len() - 4 {
+            assert_eq!(head_end(&head[..split], 0), None);
+        }
+        assert_eq!(head_end(head, 20), Some(head.len() - 4));
+        assert_eq!(head_end(b"GET / HTTP/1.1\n\nX", 0), Some(16));
+    }
+
+    #[test]
+    fn targets_table() {
+        let cases = [
+            (
+                "CONNECT github.com:443 HTTP/1.1\r\n\r\n",
+                Target::Connect {
+                    host: "github.com",
+                    port: 443,
+                },
+            ),
+            (
+                "CONNECT [::1]:8443 HTTP/1.1\r\n\r\n",
+                Target::Connect {
+                    host: "[::1]",
+                    port: 8443,
+                },
+            ),
+            (
+                "GET http://a.test/x?y HTTP/1.1\r\n\r\n",
+                Target::Absolute {
+                    host: "a.test",
+                    port: 80,
+                    authority: "a.test",
+                    path: "/x?y",
+                },
+            ),
+            (
+                "GET HTTP://a.test:8080 HTTP/1.1\r\n\r\n",
+                Target::Absolute {
+                    host: "a.test",
+                    port: 8080,
+                    authority: "a.test:8080",
+                    path: "/",
+                },
+            ),
+            (
+                "GET http://[::1]:81?q HTTP/1.1\r\n\r\n",
+                Target::Absolute {
+                    host: "[::1]",
+                    port: 81,
+                    authority: "[::1]:81",
+                    path: "?q",
+                },
+            ),
+            ("GET / HTTP/1.1\r\nHost: a\r\n\r\n", Target::Origin { path: "/" }),
+        ];
+        for (head, want) in cases {
+            assert_eq!(req(head).unwrap().target, want, "{head:?}");
+        }
+    }
+
+    #[test]
+    fn refused_heads_table() {
+        let cases = [
+            "CONNECT github.com HTTP/1.1\r\n\r\n",
+            "CONNECT github.com:0 HTTP/1.1\r\n\r\n",
+            "CONNECT github.com:99999 HTTP/1.1\r\n\r\n",
+            "CONNECT :443 HTTP/1.1\r\n\r\n",
+            "GET https://a.test/ HTTP/1.1\r\n\r\n",
+            "GET ftp://a.test/ HTTP/1.1\r\n\r\n",
+            "GET http://allowed.test@evil.test/ HTTP/1.1\r\n\r\n",
+            "GET http:///x HTTP/1.1\r\n\r\n",
+            "GET http://a.test:/ HTTP/1.1\r\n\r\n",
+            "GET http://a.test:8o/ HTTP/1.1\r\n\r\n",
+            "POST http://a.test/ HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "POST http://a.test/ HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+            "POST http://a.test/ HTTP/1.1\r\nContent-Length: 5, 5\r\n\r\n",
+            "POST http://a.test/ HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
+            "POST http://a.test/ HTTP/1.1\r\nContent-Length: +5\r\n\r\n",
+            "POST http://a.test/ HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n",
+            "POST http://a.test/ HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+            "POST http://a.test/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "POST http://a.test/ HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nHost: b.test\r\n\r\n",
+            "GET http://a.test/ HTTP/1.1\r\nX: a\r\n folded\r\n\r\n",
+            "GET http://a.test/ HTTP/1.1\r\nX: a\0b\r\n\r\n",
+            "GET http://a.test/ HTTP/1.1\r\nX: a\rb\r\n\r\n",
+            "GET http://a.test/ HTTP/2.0\r\n\r\n",
+            "GET  http://a.test/ HTTP/1.1\r\n\r\n",
+            "GET http://a .test/ HTTP/1.1\r\n\r\n",
+        ];
+        for head in cases {
+            assert!(
+                matches!(req(head), Err(HeadError::Malformed(_))),
+                "{head:?} -> {:?}",
+                req(head)
+            );
+        }
+    }
+
+    #[test]
+    fn too_many_headers_is_431() {
+        let mut head = String::from("GET http://a.test/ HTTP/1.1\r\n");
+        for i in 0..=MAX_HEADERS {
+            head.push_str(&format!("X-{i}: v\r\n"));
+        }
+        head.push_str("\r\n");
+        assert_eq!(req(&head).unwrap_err().status(), 431);
+    }
+
+    #[test]
+    fn framing_and_keep_alive_table() {
+        let cases = [
+            ("GET http://a.test/ HTTP/1.1\r\n\r\n", Framing::Empty, true),
+            ("GET http://a.test/ HTTP/1.0\r\n\r\n", Framing::Empty, false),
+            (
+                "GET http://a.test/ HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
+                Framing::Empty,
+                true,
+            ),
+            (
+                "GET http://a.test/ HTTP/1.1\r\nConnection: close\r\n\r\n",
+                Framing::Empty,
+                false,
+            ),
+            (
+                "POST http://a.test/ HTTP/1.1\r\nContent-Length: 7\r\n\r\n",
+                Framing::Length(7),
+                true,
+            ),
+            (
+                "POST http://a.test/ HTTP/1.1\r\nContent-Length: 7\r\ncontent-length: 7\r\n\r\n",
+                Framing::Length(7),
+                true,
+            ),
+            (
+                "POST http://a.test/ HTTP/1.1\r\nTransfer-Encoding: Chunked\r\n\r\n",
+                Framing::Chunked,
+                true,
+            ),
+        ];
+        for (head, framing, keep_alive) in cases {
+            let parsed = req(head).unwrap();
+            assert_eq!((parsed.framing, parsed.keep_alive), (framing, keep_alive), "{head:?}");
+        }
+    }
+
+    #[test]
+    fn upstream_request_is_origin_form_without_hop_fields() {
+        let head = "POST http://a.test:8080/p?q HTTP/1.1\r\nHost: evil.test\r\nConnection: keep-alive, X-Secret\r\n\
+                    X-Secret: 1\r\nProxy-Authorization: Basic x\r\nProxy-Foo: y\r\nKeep-Alive: 5\r\nTE: trailers\r\n\
+                    Content-Length: 3\r\nX-Keep: yes\r\n\r\n";
+        let parsed = req(head).unwrap();
+        let mut out = Vec::new();
+        write_upstream_request(&parsed, &mut out);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "POST /p?q HTTP/1.1\r\nHost: a.test:8080\r\nContent-Length: 3\r\nX-Keep: yes\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn upgrade_request_keeps_upgrade() {
+        let head = "GET http://a.test/ws HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n";
+        let parsed = req(head).unwrap();
+        assert!(parsed.upgrade);
+        let mut out = Vec::new();
+        write_upstream_request(&parsed, &mut out);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "GET /ws HTTP/1.1\r\nHost: a.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn response_framing_table() {
+        let cases = [
+            (
+                "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n",
+                "GET",
+                Framing::Length(5),
+                true,
+            ),
+            (
+                "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n",
+                "HEAD",
+                Framing::Empty,
+                true,
+            ),
+            ("HTTP/1.1 204 No Content\r\n\r\n", "GET", Framing::Empty, true),
+            (
+                "HTTP/1.1 304 Not Modified\r\nContent-Length: 9\r\n\r\n",
+                "GET",
+                Framing::Empty,
+                true,
+            ),
+            (
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+                "GET",
+                Framing::Chunked,
+                true,
+            ),
+            (
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n",
+                "GET",
+                Framing::UntilClose,
+                false,
+            ),
+            ("HTTP/1.1 200 OK\r\n\r\n", "GET", Framing::UntilClose, false),
+            (
+                "HTTP/1.0 200 OK\r\nContent-Length: 1\r\n\r\n",
+                "GET",
+                Framing::Length(1),
+                false,
+            ),
+            (
+                "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 1\r\n\r\n",
+                "GET",
+                Framing::Length(1),
+                false,
+            ),
+        ];
+        for (head, method, framing, keep_alive) in cases {
+            let parsed = parse_response(head.as_bytes(), method).unwrap();
+            assert_eq!((parsed.framing, parsed.keep_alive), (framing, keep_alive), "{head:?}");
+        }
+        assert!(parse_response(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+            "GET"
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn client_response_drops_hop_fields_and_marks_close() {
+        let head = b"HTTP/1.1 302 Found\r\nLocation: http://b.test/\r\nConnection: X-H\r\nX-H: 1\r\nKeep-Alive: 5\r\n\
+                     Content-Length: 0\r\n\r\n";
+        let parsed = parse_response(head, "GET").unwrap();
+        let mut out = Vec::new();
+        write_client_response(&parsed, true, &mut out);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "HTTP/1.1 302 Found\r\nLocation: http://b.test/\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        );
+    }
+}

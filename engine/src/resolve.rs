@@ -1,0 +1,137 @@
+//! Name resolution and dialling, never blocking a core thread.
+//!
+//! A small pool of plain threads calls the system resolver (so /etc/hosts
+//! and nsswitch are honoured) and hands results back through a one-shot
+//! channel. Dialling then filters every address through the destination
+//! guard and tries the rest in turn within one connect budget.
+
+use crate::conn::Conn;
+use crate::guard::Verdict;
+use crate::policy::{normalise_host, HostKind, MatchedBy};
+use crate::runtime::worker::Worker;
+use futures_channel::oneshot;
+use std::io;
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Budget for resolving plus connecting to one destination.
+pub(crate) const CONNECT_BUDGET: Duration = Duration::from_secs(10);
+/// Lookups waiting for a resolver thread before new ones are refused.
+const QUEUE_DEPTH: usize = 4096;
+
+struct Lookup {
+    host: String,
+    port: u16,
+    reply: oneshot::Sender<io::Result<Vec<SocketAddr>>>,
+}
+
+/// The blocking-resolver pool.
+pub struct Resolver {
+    queue: SyncSender<Lookup>,
+}
+
+impl Resolver {
+    /// Starts `threads` resolver threads.
+    pub fn start(threads: usize) -> io::Result<Arc<Resolver>> {
+        let (queue, jobs) = sync_channel::<Lookup>(QUEUE_DEPTH);
+        let jobs = Arc::new(Mutex::new(jobs));
+        for i in 0..threads.max(1) {
+            let jobs = Arc::clone(&jobs);
+            std::thread::Builder::new()
+                .name(format!("crackbox-dns-{i}"))
+                .spawn(move || serve(&jobs))?;
+        }
+        Ok(Arc::new(Resolver { queue }))
+    }
+
+    /// Resolves `host` with the system resolver.
+    async fn lookup(&self, host: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
+        let (reply, answer) = oneshot::channel();
+        match self.queue.try_send(Lookup {
+            host: host.to_owned(),
+            port,
+            reply,
+        }) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => return Err(io::Error::other("resolver queue full")),
+            Err(TrySendError::Disconnected(_)) => return Err(io::Error::other("resolver stopped")),
+        }
+        answer
+            .await
+            .unwrap_or_else(|_| Err(io::Error::other("resolver stopped")))
+    }
+}
+
+fn serve(jobs: &Mutex<Receiver<Lookup>>) {
+    loop {
+        let job = match jobs.lock().unwrap_or_else(|p| p.into_inner()).recv() {
+            Ok(job) => job,
+            Err(_) => return,
+        };
+        let result = (job.host.as_str(), job.port).to_socket_addrs().map(Iterator::collect);
+        let _ = job.reply.send(result);
+    }
+}
+
+/// Why a destination could not be reached; maps to a status code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DialError {
+    /// The name did not resolve (502).
+    Dns,
+    /// Every address was refused by the destination guard (403).
+    Private,
+    /// Every address refused or failed the connection (502).
+    Unreachable,
+    /// The budget ran out while connecting (504).
+    Timeout,
+}
+
+/// Resolves (unless a literal), guards and connects to `host:port`.
+pub(crate) async fn dial(worker: &Worker, host: &str, port: u16, matched: MatchedBy) -> Result<Conn, DialError> {
+    let deadline = Instant::now() + CONNECT_BUDGET;
+    let candidates = match normalise_host(host) {
+        Some(HostKind::Ip(ip)) => vec![SocketAddr::new(ip, port)],
+        Some(HostKind::Name(name)) => {
+            match monoio::time::timeout(CONNECT_BUDGET, worker.shared.resolver.lookup(&name, port)).await {
+                Ok(Ok(addrs)) if !addrs.is_empty() => addrs,
+                Ok(_) => return Err(DialError::Dns),
+                Err(_) => return Err(DialError::Timeout),
+            }
+        }
+        None => return Err(DialError::Dns),
+    };
+    let literal = matched == MatchedBy::IpLiteral;
+    let allowed: Vec<SocketAddr> = candidates
+        .into_iter()
+        .filter(|addr| {
+            let is_local = |ip: IpAddr| worker.shared.local_addresses.contains(ip);
+            worker.shared.guard.judge(*addr, literal, is_local) == Verdict::Dial
+        })
+        .collect();
+    if allowed.is_empty() {
+        return Err(DialError::Private);
+    }
+    let mut timed_out = false;
+    for addr in allowed {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            timed_out = true;
+            break;
+        }
+        match monoio::time::timeout(left, monoio::net::TcpStream::connect_addr(addr)).await {
+            Ok(Ok(stream)) => match Conn::new(stream) {
+                Ok(conn) => return Ok(conn),
+                Err(_) => continue,
+            },
+            Ok(Err(_)) => continue,
+            Err(_) => timed_out = true,
+        }
+    }
+    Err(if timed_out {
+        DialError::Timeout
+    } else {
+        DialError::Unreachable
+    })
+}

@@ -1,0 +1,90 @@
+//! Canned responses crackbox itself sends: policy denials and errors.
+//!
+//! Bodies are one line of `text/plain`, say plainly that a denial is a
+//! crackbox policy decision, and never include resolved addresses or
+//! internal error text.
+
+use crate::reason::Reason;
+
+fn reason_phrase(status: u16) -> &'static str {
+    match status {
+        400 => "Bad Request",
+        403 => "Forbidden",
+        408 => "Request Timeout",
+        429 => "Too Many Requests",
+        431 => "Request Header Fields Too Large",
+        502 => "Bad Gateway",
+        504 => "Gateway Timeout",
+        _ => "Error",
+    }
+}
+
+fn response(status: u16, reason: Option<Reason>, body: &str) -> Vec<u8> {
+    let mut out = format!(
+        "HTTP/1.1 {status} {}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n",
+        reason_phrase(status),
+        body.len()
+    );
+    if let Some(reason) = reason {
+        out.push_str("X-Crackbox-Reason: ");
+        out.push_str(reason.as_str());
+        out.push_str("\r\n");
+    }
+    out.push_str("\r\n");
+    out.push_str(body);
+    out.into_bytes()
+}
+
+/// The 403 (or 429) for a policy decision against `host:port`.
+pub fn denial(reason: Reason, host: &str, port: u16) -> Vec<u8> {
+    let what = match reason {
+        Reason::NotAllowed => format!("{host}:{port} is not on this sandbox's allowlist"),
+        Reason::Unregistered => "this client address is not registered with crackbox".to_owned(),
+        Reason::PrivateAddress => format!("{host}:{port} resolves to a private or crackbox-internal address"),
+        Reason::Revoked => format!("access to {host}:{port} was revoked"),
+        Reason::TooManyConnections => "this client has too many open connections".to_owned(),
+    };
+    let status = if reason == Reason::TooManyConnections { 429 } else { 403 };
+    let body = format!(
+        "crackbox: blocked by policy ({reason}): {what}. This is a crackbox policy decision; retrying another way will not work.\n"
+    );
+    response(status, Some(reason), &body)
+}
+
+/// An error response with a short public explanation.
+pub fn error(status: u16, message: &str) -> Vec<u8> {
+    response(status, None, &format!("crackbox: {message}\n"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn denial_is_a_well_formed_policy_response() {
+        let raw = denial(Reason::NotAllowed, "evil.test", 443);
+        let text = String::from_utf8(raw).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 403 Forbidden\r\n"));
+        assert!(head.contains("\r\nX-Crackbox-Reason: not-allowed"));
+        assert!(head.contains("\r\nContent-Type: text/plain"));
+        assert!(head.contains(&format!("\r\nContent-Length: {}", body.len())));
+        assert!(body.contains("policy decision") && body.contains("evil.test:443"));
+        assert_eq!(body.lines().count(), 1);
+    }
+
+    #[test]
+    fn error_statuses() {
+        for (status, phrase) in [
+            (400, "Bad Request"),
+            (431, "Request Header Fields Too Large"),
+            (504, "Gateway Timeout"),
+        ] {
+            let text = String::from_utf8(error(status, "x")).unwrap();
+            assert!(text.starts_with(&format!("HTTP/1.1 {status} {phrase}\r\n")), "{text}");
+        }
+        assert!(String::from_utf8(denial(Reason::TooManyConnections, "", 0))
+            .unwrap()
+            .starts_with("HTTP/1.1 429 "));
+    }
+}

@@ -1,0 +1,136 @@
+//! Revocation: live connections re-decided when a new snapshot arrives.
+//!
+//! Each core thread keeps the connections it serves in a [`LiveSet`]. A
+//! per-thread task notices a new snapshot generation and fires the
+//! [`RevokeSignal`](crate::tunnel::RevokeSignal) of every connection the new
+//! snapshot would deny, well within a second. Single-threaded by design.
+
+use crate::policy::Snapshot;
+use crate::reason::Reason;
+use crate::runtime::worker::Worker;
+use crate::tunnel::{Revocation, RevokeSignal};
+use std::cell::RefCell;
+use std::net::IpAddr;
+use std::rc::Rc;
+use std::time::Duration;
+
+/// How often a thread looks for a new snapshot generation.
+const CHECK_EVERY: Duration = Duration::from_millis(200);
+
+struct Live {
+    source: IpAddr,
+    host: Box<str>,
+    port: u16,
+    signal: Revocation,
+}
+
+/// The connections one thread serves, with what they were allowed to reach.
+#[derive(Default)]
+pub(crate) struct LiveSet {
+    slots: RefCell<Vec<Option<Live>>>,
+    free: RefCell<Vec<usize>>,
+}
+
+/// Keeps a connection in the live set; leaves it on drop.
+pub(crate) struct LiveEntry {
+    worker: Rc<Worker>,
+    index: usize,
+    signal: Revocation,
+}
+
+impl LiveEntry {
+    /// Registers a connection from `source` allowed to reach `host:port`.
+    pub(crate) fn register(worker: &Rc<Worker>, source: IpAddr, host: &str, port: u16) -> LiveEntry {
+        let signal = Rc::new(RevokeSignal::default());
+        let live = Live {
+            source,
+            host: host.into(),
+            port,
+            signal: Rc::clone(&signal),
+        };
+        let set = &worker.live;
+        let index = match set.free.borrow_mut().pop() {
+            Some(index) => {
+                set.slots.borrow_mut()[index] = Some(live);
+                index
+            }
+            None => {
+                let mut slots = set.slots.borrow_mut();
+                slots.push(Some(live));
+                slots.len() - 1
+            }
+        };
+        LiveEntry {
+            worker: Rc::clone(worker),
+            index,
+            signal,
+        }
+    }
+
+    /// Re-points the entry at a new destination (next keep-alive request).
+    pub(crate) fn retarget(&self, host: &str, port: u16) {
+        if let Some(live) = self.worker.live.slots.borrow_mut()[self.index].as_mut() {
+            live.host = host.into();
+            live.port = port;
+        }
+    }
+
+    /// The signal fired when this connection is revoked.
+    pub(crate) fn signal(&self) -> &RevokeSignal {
+        &self.signal
+    }
+
+    /// A shared handle on the same signal.
+    pub(crate) fn revocation(&self) -> Revocation {
+        Rc::clone(&self.signal)
+    }
+}
+
+impl Drop for LiveEntry {
+    fn drop(&mut self) {
+        self.worker.live.slots.borrow_mut()[self.index] = None;
+        self.worker.live.free.borrow_mut().push(self.index);
+    }
+}
+
+impl LiveSet {
+    /// Fires the signal of every live connection `snapshot` denies; returns
+    /// how many were revoked.
+    fn revoke_denied(&self, snapshot: &Snapshot, worker: &Worker) -> usize {
+        let slots = self.slots.borrow();
+        let mut revoked = 0;
+        for live in slots.iter().flatten().filter(|live| !live.signal.is_fired()) {
+            let registration = snapshot.lookup(live.source);
+            let allowed = registration.is_some_and(|r| r.allowlist.matching(&live.host, live.port).is_some());
+            if !allowed {
+                worker.stats.record_denied(
+                    live.source,
+                    registration.map(|r| &r.id),
+                    &live.host,
+                    live.port,
+                    Reason::Revoked,
+                );
+                live.signal.fire();
+                revoked += 1;
+            }
+        }
+        revoked
+    }
+}
+
+/// Runs forever on each core thread: revokes what each new snapshot denies.
+pub(crate) async fn watch(worker: Rc<Worker>) {
+    let mut seen = worker.with_snapshot(|s| s.generation());
+    loop {
+        monoio::time::sleep(CHECK_EVERY).await;
+        let snapshot = worker.snapshot();
+        if snapshot.generation() == seen {
+            continue;
+        }
+        seen = snapshot.generation();
+        let revoked = worker.live.revoke_denied(&snapshot, &worker);
+        if revoked > 0 {
+            tracing::info!(revoked, generation = seen, "closed connections the new snapshot denies");
+        }
+    }
+}

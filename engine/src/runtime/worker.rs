@@ -1,0 +1,60 @@
+//! One core thread's state: shared engine state plus thread-local pools,
+//! live connections and the cached registry view.
+
+use crate::admission::Admission;
+use crate::config::{EngineConfig, Limits};
+use crate::guard::DestinationGuard;
+use crate::local_addrs::LocalAddresses;
+use crate::policy::Snapshot;
+use crate::registry::{Registry, SnapshotCache};
+use crate::resolve::Resolver;
+use crate::revocation::LiveSet;
+use crate::stats::Stats;
+use crate::tunnel::Pools;
+use std::cell::RefCell;
+use std::sync::Arc;
+
+/// State shared by every core thread.
+pub(crate) struct Shared {
+    pub(crate) config: EngineConfig,
+    pub(crate) registry: Arc<Registry>,
+    pub(crate) stats: Arc<Stats>,
+    pub(crate) admission: Arc<Admission>,
+    pub(crate) resolver: Arc<Resolver>,
+    pub(crate) guard: DestinationGuard,
+    pub(crate) local_addresses: LocalAddresses,
+}
+
+/// A core thread's view: shared state plus its own pools and live set.
+pub(crate) struct Worker {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) stats: Arc<Stats>,
+    pub(crate) limits: Limits,
+    pub(crate) pools: Pools,
+    pub(crate) live: LiveSet,
+    cache: RefCell<SnapshotCache>,
+}
+
+impl Worker {
+    /// The state of one core thread.
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        Worker {
+            stats: Arc::clone(&shared.stats),
+            limits: shared.config.limits,
+            cache: RefCell::new(shared.registry.cache()),
+            pools: Pools::default(),
+            live: LiveSet::default(),
+            shared,
+        }
+    }
+
+    /// Runs one decision against the snapshot in force (no await inside).
+    pub(crate) fn with_snapshot<R>(&self, decide: impl FnOnce(&Snapshot) -> R) -> R {
+        decide(self.cache.borrow_mut().load())
+    }
+
+    /// The snapshot in force, to keep beyond one decision.
+    pub(crate) fn snapshot(&self) -> Arc<Snapshot> {
+        Arc::clone(self.cache.borrow_mut().load())
+    }
+}

@@ -1,0 +1,209 @@
+//! Engine counters: decisions per id and reason, bytes, active tunnels and
+//! the ring of recent denials, shared by all core threads and read by the
+//! control link. Denial logging is rate-limited per source; counters are
+//! always exact.
+
+use crate::reason::Reason;
+use crate::wire::{DecisionCount, Denial, StatsReport};
+use rustc_hash::FxHashMap;
+use std::collections::VecDeque;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Denials kept for `/v1/denials`.
+const DENIAL_RING: usize = 1000;
+/// Longest host kept in a denial record.
+const MAX_HOST_RECORDED: usize = 255;
+/// Sources tracked for log rate limiting before the table is reset.
+const LOG_TABLE_LIMIT: usize = 10_000;
+
+/// Which way bytes moved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// Client to upstream.
+    Up,
+    /// Upstream to client.
+    Down,
+}
+
+/// Decision counts keyed by registration id and outcome (`None` = allowed).
+type DecisionCounts = FxHashMap<(Arc<str>, Option<Reason>), u64>;
+
+/// Counters since the engine started.
+#[derive(Default)]
+pub struct Stats {
+    decisions: Mutex<DecisionCounts>,
+    denials: Mutex<VecDeque<Denial>>,
+    log_budget: Mutex<FxHashMap<IpAddr, (u64, u32)>>,
+    active: AtomicU64,
+    bytes_up: AtomicU64,
+    bytes_down: AtomicU64,
+    generation: AtomicU64,
+    denial_logs_per_second: u32,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl Stats {
+    /// Counters that log at most `denial_logs_per_second` denials per source.
+    pub fn new(denial_logs_per_second: u32) -> Self {
+        Stats {
+            denial_logs_per_second,
+            ..Stats::default()
+        }
+    }
+
+    /// Counts one allowed connection or request.
+    pub fn record_allowed(&self, id: &Arc<str>) {
+        *lock(&self.decisions).entry((Arc::clone(id), None)).or_insert(0) += 1;
+    }
+
+    /// Counts, remembers and (rate-limited) logs one denial.
+    pub fn record_denied(&self, source: IpAddr, id: Option<&Arc<str>>, host: &str, port: u16, reason: Reason) {
+        let id: Arc<str> = id.map_or_else(|| Arc::from(""), Arc::clone);
+        *lock(&self.decisions)
+            .entry((Arc::clone(&id), Some(reason)))
+            .or_insert(0) += 1;
+        let host: String = host.chars().take(MAX_HOST_RECORDED).collect();
+        let time_ms = now_ms();
+        if self.may_log(source, time_ms / 1000) {
+            tracing::info!(%source, id = %id, host = %host.escape_debug(), port, %reason, "denied");
+        }
+        let mut ring = lock(&self.denials);
+        if ring.len() == DENIAL_RING {
+            ring.pop_front();
+        }
+        ring.push_back(Denial {
+            time_ms,
+            ip: source.to_string(),
+            id: id.to_string(),
+            host,
+            port,
+            reason,
+        });
+    }
+
+    fn may_log(&self, source: IpAddr, second: u64) -> bool {
+        let mut budget = lock(&self.log_budget);
+        if budget.len() >= LOG_TABLE_LIMIT {
+            budget.clear();
+        }
+        let slot = budget.entry(source).or_insert((second, 0));
+        if slot.0 != second {
+            *slot = (second, 0);
+        }
+        slot.1 += 1;
+        slot.1 <= self.denial_logs_per_second
+    }
+
+    /// Adds bytes moved in one direction.
+    pub(crate) fn add_bytes(&self, direction: Direction, n: u64) {
+        let counter = match direction {
+            Direction::Up => &self.bytes_up,
+            Direction::Down => &self.bytes_down,
+        };
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Counts a tunnel or forwarded connection as open until the guard drops.
+    pub fn open_tunnel(self: &Arc<Self>) -> ActiveTunnel {
+        self.active.fetch_add(1, Ordering::Relaxed);
+        ActiveTunnel(Arc::clone(self))
+    }
+
+    /// Records the snapshot generation now enforced.
+    pub fn set_generation(&self, generation: u64) {
+        self.generation.store(generation, Ordering::Relaxed);
+    }
+
+    /// Everything, for the control plane.
+    pub fn report(&self) -> StatsReport {
+        let decisions = lock(&self.decisions)
+            .iter()
+            .map(|((id, reason), count)| DecisionCount {
+                id: id.to_string(),
+                reason: *reason,
+                count: *count,
+            })
+            .collect();
+        StatsReport {
+            decisions,
+            active_tunnels: self.active.load(Ordering::Relaxed),
+            bytes_up: self.bytes_up.load(Ordering::Relaxed),
+            bytes_down: self.bytes_down.load(Ordering::Relaxed),
+            denials: lock(&self.denials).iter().cloned().collect(),
+            generation: self.generation.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Keeps one tunnel counted as active while alive.
+pub struct ActiveTunnel(Arc<Stats>);
+
+impl Drop for ActiveTunnel {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_and_ring() {
+        let stats = Arc::new(Stats::new(1));
+        let id: Arc<str> = Arc::from("agent");
+        stats.record_allowed(&id);
+        stats.record_allowed(&id);
+        for i in 0..(DENIAL_RING + 5) {
+            stats.record_denied(
+                "127.0.0.2".parse().unwrap(),
+                Some(&id),
+                &format!("h{i}.test"),
+                443,
+                Reason::NotAllowed,
+            );
+        }
+        stats.record_denied("127.0.0.3".parse().unwrap(), None, "x.test", 80, Reason::Unregistered);
+        let tunnel = stats.open_tunnel();
+        let report = stats.report();
+        drop(tunnel);
+        assert_eq!(report.active_tunnels, 1);
+        assert_eq!(stats.report().active_tunnels, 0);
+        assert_eq!(report.denials.len(), DENIAL_RING);
+        assert_eq!(report.denials.last().unwrap().reason, Reason::Unregistered);
+        assert_eq!(report.denials[0].host, "h6.test");
+        let count = |id: &str, reason| {
+            report
+                .decisions
+                .iter()
+                .find(|d| d.id == id && d.reason == reason)
+                .map_or(0, |d| d.count)
+        };
+        assert_eq!(count("agent", None), 2);
+        assert_eq!(count("agent", Some(Reason::NotAllowed)), DENIAL_RING as u64 + 5);
+        assert_eq!(count("", Some(Reason::Unregistered)), 1);
+    }
+
+    #[test]
+    fn log_budget_is_per_source_per_second() {
+        let stats = Stats::new(2);
+        let a: IpAddr = "127.0.0.2".parse().unwrap();
+        let b: IpAddr = "127.0.0.3".parse().unwrap();
+        assert!(stats.may_log(a, 10) && stats.may_log(a, 10));
+        assert!(!stats.may_log(a, 10));
+        assert!(stats.may_log(b, 10));
+        assert!(stats.may_log(a, 11));
+    }
+}

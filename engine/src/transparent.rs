@@ -1,0 +1,163 @@
+//! Transparent mode (DESIGN 2.2): connections redirected here by iptables
+//! `REDIRECT`, decided by the name the client itself sends.
+//!
+//! The original destination comes from conntrack (`SO_ORIGINAL_DST` /
+//! `IP6T_SO_ORIGINAL_DST`) and only its port is trusted: port 443 is decided
+//! by the SNI of the ClientHello, port 80 by the `Host` of every request
+//! (served like forward mode). On allow, the engine dials the name it
+//! checked, through the resolver and the destination guard, never the
+//! original IP on the client's word. Everything else is closed without a
+//! byte sent: other ports, no SNI, not TLS, no Host, and connections whose
+//! original destination is crackbox itself.
+
+use crate::conn::Conn;
+use crate::decision::{reach, Reach};
+use crate::guard::Verdict;
+use crate::runtime::worker::Worker;
+use crate::stats::Direction;
+use crate::tls_peek::{peek_sni, Peek, MAX_PEEK_LEN};
+use crate::{revocation::LiveEntry, tunnel};
+use nix::sys::socket::{getsockopt, sockopt};
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::BorrowedFd;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+/// The ClientHello must be complete within this long of the connection.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+const HTTPS_PORT: u16 = 443;
+const HTTP_PORT: u16 = 80;
+
+/// Serves one redirected connection.
+pub(crate) async fn serve(worker: &Rc<Worker>, client: Conn, source: IpAddr) {
+    let original = match original_destination(&client) {
+        Ok(original) => original,
+        Err(error) => {
+            tracing::debug!(%source, %error, "transparent: no original destination (not redirected?), closed");
+            return;
+        }
+    };
+    let is_local = |ip: IpAddr| worker.shared.local_addresses.contains(ip);
+    if worker.shared.guard.judge(original, true, is_local) == Verdict::OwnListener {
+        tracing::debug!(%source, %original, "transparent: original destination is crackbox itself, closed");
+        return;
+    }
+    match original.port() {
+        HTTPS_PORT => serve_tls(worker, client, source, HTTPS_PORT).await,
+        HTTP_PORT => crate::forward::serve_origin(worker, client, source, HTTP_PORT).await,
+        port => tracing::debug!(%source, port, "transparent: only ports 80 and 443 are served, closed"),
+    }
+}
+
+/// Port 443: peek the SNI, decide, dial the name, replay, tunnel.
+async fn serve_tls(worker: &Rc<Worker>, client: Conn, source: IpAddr, port: u16) {
+    let Some((name, peeked)) = read_client_hello(&client, source).await else {
+        return;
+    };
+    let upstream = match reach(worker, source, &name, port).await {
+        Reach::Connected(upstream) => upstream,
+        Reach::Denied(reason) => {
+            return tracing::debug!(%source, name, reason = reason.as_str(), "transparent: denied, closed");
+        }
+        Reach::Failed(error) => return tracing::debug!(%source, name, ?error, "transparent: dial failed, closed"),
+    };
+    if upstream.write_all(&peeked).await.is_err() {
+        return;
+    }
+    worker.stats.add_bytes(Direction::Up, peeked.len() as u64);
+    drop(peeked);
+    let live = LiveEntry::register(worker, source, &name, port);
+    let _active = worker.stats.open_tunnel();
+    tunnel::run(worker, &client, &upstream, live.signal()).await;
+}
+
+/// Reads until the ClientHello is complete; returns the server name and
+/// every byte read (to replay), or `None` when the connection must close.
+async fn read_client_hello(client: &Conn, source: IpAddr) -> Option<(String, Vec<u8>)> {
+    let deadline = Instant::now() + HELLO_TIMEOUT;
+    let mut peeked = Vec::new();
+    loop {
+        match peek_sni(&peeked) {
+            Peek::NeedMore => {}
+            Peek::Sni(name) => return Some((name, peeked)),
+            other => {
+                tracing::debug!(%source, outcome = ?other, "transparent: no usable SNI, closed");
+                return None;
+            }
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        let want = MAX_PEEK_LEN - peeked.len();
+        match monoio::time::timeout(left, client.read_into(&mut peeked, want)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return None,
+            Ok(Ok(_)) => {}
+            Err(_) => {
+                tracing::debug!(%source, "transparent: ClientHello not complete within 10 s, closed");
+                return None;
+            }
+        }
+    }
+}
+
+/// Where the client meant to go before iptables redirected it.
+fn original_destination(client: &Conn) -> io::Result<SocketAddr> {
+    // Safety: the fd stays open for the whole call; `client` owns it.
+    let fd = unsafe { BorrowedFd::borrow_raw(client.fd()) };
+    match getsockopt(&fd, sockopt::OriginalDst) {
+        Ok(v4) => Ok(SocketAddr::V4(SocketAddrV4::new(
+            Ipv4Addr::from(u32::from_be(v4.sin_addr.s_addr)),
+            u16::from_be(v4.sin_port),
+        ))),
+        Err(v4_error) => match getsockopt(&fd, sockopt::Ip6tOriginalDst) {
+            Ok(v6) => Ok(SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::from(v6.sin6_addr.s6_addr),
+                u16::from_be(v6.sin6_port),
+                0,
+                v6.sin6_scope_id,
+            ))),
+            Err(_) => Err(v4_error.into()),
+        },
+    }
+}
+
+/// The host of a `Host` field without its port (`name:8080` -> `name`,
+/// `[::1]:80` -> `[::1]`); `None` when empty or not text.
+pub(crate) fn host_without_port(field: &[u8]) -> Option<&str> {
+    let field = std::str::from_utf8(field).ok()?.trim();
+    let host = if field.starts_with('[') {
+        &field[..=field.find(']')?]
+    } else {
+        match field.rsplit_once(':') {
+            Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
+            _ => field,
+        }
+    };
+    (!host.is_empty()).then_some(host)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_without_port;
+
+    #[test]
+    fn host_field_without_port() {
+        let cases: &[(&[u8], Option<&str>)] = &[
+            (b"allowed.test", Some("allowed.test")),
+            (b"allowed.test:8080", Some("allowed.test")),
+            (b"Allowed.Test.:80", Some("Allowed.Test.")),
+            (b" allowed.test ", Some("allowed.test")),
+            (b"allowed.test:", Some("allowed.test")),
+            (b"[::1]:80", Some("[::1]")),
+            (b"[::1]", Some("[::1]")),
+            (b"[::1", None),
+            (b"203.0.113.7:443", Some("203.0.113.7")),
+            (b"a:b:c", Some("a:b:c")),
+            (b":80", None),
+            (b"", None),
+            (b"\xff\xfe", None),
+        ];
+        for (field, want) in cases {
+            assert_eq!(host_without_port(field), *want, "{field:?}");
+        }
+    }
+}

@@ -1,0 +1,282 @@
+//! Tunnels: zero-copy byte pumps between two connections.
+//!
+//! Each direction waits for readiness, then moves bytes socket -> pipe ->
+//! socket with non-blocking `splice(2)`. A pipe comes from the thread's pool
+//! only while bytes are in flight, so an idle tunnel holds its two sockets
+//! and nothing else. Never io_uring `IORING_OP_SPLICE` (one kernel worker
+//! thread per pending splice) and never monoio's `zero_copy` (4 KiB per op).
+//! When no pipe can be had (fd exhaustion) a direction falls back to a
+//! buffered copy through the thread's small buffer pool.
+
+use crate::conn::{nix_result, Conn};
+use crate::runtime::worker::Worker;
+use crate::stats::Direction;
+use std::cell::{Cell, RefCell};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::rc::Rc;
+use std::task::{Poll, Waker};
+use std::time::{Duration, Instant};
+
+/// Pipe capacity requested for pooled pipes (long transfers move 1 MiB a call).
+const PIPE_SIZE: usize = 1 << 20;
+/// Pipes kept for reuse per thread; beyond this they are closed.
+const POOLED_PIPES: usize = 64;
+/// Buffer size for the copy fallback and body copies.
+pub(crate) const COPY_BUF: usize = 16 * 1024;
+/// Buffers kept for reuse per thread.
+const POOLED_BUFFERS: usize = 64;
+
+/// A pipe pair; empty whenever it is in the pool.
+struct Pipe {
+    read: OwnedFd,
+    write: OwnedFd,
+}
+
+impl Pipe {
+    fn new() -> io::Result<Pipe> {
+        let mut fds = [0; 2];
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // Safety: pipe2 just returned these two fds and nothing else owns them.
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        // Larger pipes mean fewer syscalls on long transfers; the default is fine otherwise.
+        unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_SIZE as libc::c_int) };
+        Ok(Pipe { read, write })
+    }
+}
+
+/// Per-thread pools of pipes and copy buffers.
+#[derive(Default)]
+pub(crate) struct Pools {
+    pipes: RefCell<Vec<Pipe>>,
+    buffers: RefCell<Vec<Box<[u8]>>>,
+}
+
+impl Pools {
+    fn take_pipe(&self) -> Option<Pipe> {
+        let pooled = self.pipes.borrow_mut().pop();
+        pooled.or_else(|| Pipe::new().ok())
+    }
+
+    fn give_pipe(&self, pipe: Pipe) {
+        let mut pipes = self.pipes.borrow_mut();
+        if pipes.len() < POOLED_PIPES {
+            pipes.push(pipe);
+        }
+    }
+
+    /// A copy buffer of [`COPY_BUF`] bytes; give it back when done.
+    pub(crate) fn take_buffer(&self) -> Box<[u8]> {
+        let pooled = self.buffers.borrow_mut().pop();
+        pooled.unwrap_or_else(|| vec![0u8; COPY_BUF].into_boxed_slice())
+    }
+
+    /// Returns a buffer taken with [`Pools::take_buffer`].
+    pub(crate) fn give_buffer(&self, buffer: Box<[u8]>) {
+        let mut buffers = self.buffers.borrow_mut();
+        if buffers.len() < POOLED_BUFFERS {
+            buffers.push(buffer);
+        }
+    }
+}
+
+fn splice(from: RawFd, to: RawFd, len: usize) -> io::Result<usize> {
+    let flags = libc::SPLICE_F_NONBLOCK | libc::SPLICE_F_MOVE;
+    nix_result(unsafe { libc::splice(from, std::ptr::null_mut(), to, std::ptr::null_mut(), len, flags) })
+}
+
+/// Shared between a tunnel's pumps and its watchdog.
+pub(crate) struct Activity {
+    last: Cell<Instant>,
+}
+
+impl Activity {
+    pub(crate) fn new() -> Self {
+        Activity {
+            last: Cell::new(Instant::now()),
+        }
+    }
+
+    fn touch(&self) {
+        self.last.set(Instant::now());
+    }
+}
+
+/// Moves bytes `src` -> `dst` until `limit` bytes are moved or, when
+/// `None`, until EOF. Returns the bytes moved (fewer than `limit` on EOF).
+pub(crate) async fn pump(
+    worker: &Worker,
+    src: &Conn,
+    dst: &Conn,
+    limit: Option<u64>,
+    direction: Direction,
+    activity: &Activity,
+) -> io::Result<u64> {
+    let mut moved = 0u64;
+    let mut pipe: Option<Pipe> = None;
+    let result = loop {
+        let want = limit.map_or(PIPE_SIZE, |l| (l - moved).min(PIPE_SIZE as u64) as usize);
+        if want == 0 {
+            break Ok(moved);
+        }
+        let Some(p) = pipe.take().or_else(|| worker.pools.take_pipe()) else {
+            match copy_once(worker, src, dst, want).await {
+                Ok(0) => break Ok(moved),
+                Ok(n) => {
+                    moved += n as u64;
+                    worker.stats.add_bytes(direction, n as u64);
+                    activity.touch();
+                    continue;
+                }
+                Err(e) => break Err(e),
+            }
+        };
+        match splice(src.fd(), p.write.as_raw_fd(), want) {
+            Ok(0) => {
+                worker.pools.give_pipe(p);
+                break Ok(moved);
+            }
+            Ok(n) => {
+                if let Err(e) = drain(&p, dst, n).await {
+                    break Err(e);
+                }
+                moved += n as u64;
+                worker.stats.add_bytes(direction, n as u64);
+                activity.touch();
+                pipe = Some(p);
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                worker.pools.give_pipe(p);
+                if let Err(e) = src.readable().await {
+                    break Err(e);
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => pipe = Some(p),
+            Err(e) => break Err(e),
+        }
+    };
+    if let Some(p) = pipe {
+        worker.pools.give_pipe(p);
+    }
+    result
+}
+
+/// Empties `n` bytes from the pipe into `dst`.
+async fn drain(pipe: &Pipe, dst: &Conn, mut n: usize) -> io::Result<()> {
+    while n > 0 {
+        match splice(pipe.read.as_raw_fd(), dst.fd(), n) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(m) => n -= m,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => dst.writable().await?,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// The buffered fallback: one read and its write; 0 means EOF.
+async fn copy_once(worker: &Worker, src: &Conn, dst: &Conn, want: usize) -> io::Result<usize> {
+    src.readable().await?;
+    let mut buf = worker.pools.take_buffer();
+    let want = want.min(buf.len());
+    let result = match src.read(&mut buf[..want]).await {
+        Ok(n) => dst.write_all(&buf[..n]).await.map(|()| n),
+        Err(e) => Err(e),
+    };
+    worker.pools.give_buffer(buf);
+    result
+}
+
+/// Runs a full-duplex tunnel until both directions end, one fails, the
+/// idle timeout passes or `revoked` fires. Half-close is honoured: EOF one
+/// way shuts down writing the other way, and the other way runs on.
+pub(crate) async fn run(worker: &Worker, client: &Conn, upstream: &Conn, revoked: &RevokeSignal) {
+    let activity = Activity::new();
+    let both = async {
+        let up = async {
+            let result = pump(worker, client, upstream, None, Direction::Up, &activity).await;
+            end_direction(result, client, upstream);
+        };
+        let down = async {
+            let result = pump(worker, upstream, client, None, Direction::Down, &activity).await;
+            end_direction(result, upstream, client);
+        };
+        monoio::join!(up, down);
+    };
+    let watchdog = async {
+        monoio::select! {
+            _ = idle_timeout(worker.limits.tunnel_idle_timeout, &activity) => {},
+            _ = revoked.wait() => {},
+        }
+    };
+    monoio::select! {
+        _ = both => {},
+        _ = watchdog => {},
+    }
+}
+
+/// After one direction ends: EOF half-closes, an error tears down both.
+fn end_direction(result: io::Result<u64>, src: &Conn, dst: &Conn) {
+    match result {
+        Ok(_) => dst.shutdown_write(),
+        Err(_) => {
+            src.shutdown_both();
+            dst.shutdown_both();
+        }
+    }
+}
+
+/// Completes once `activity` has been quiet for `limit` (never when `None`).
+pub(crate) async fn idle_timeout(limit: Option<Duration>, activity: &Activity) {
+    let Some(limit) = limit else {
+        return std::future::pending().await;
+    };
+    loop {
+        let quiet = activity.last.get().elapsed();
+        if quiet >= limit {
+            return;
+        }
+        monoio::time::sleep(limit - quiet).await;
+    }
+}
+
+/// A one-shot, single-thread signal that a live connection must close.
+#[derive(Default)]
+pub(crate) struct RevokeSignal {
+    fired: Cell<bool>,
+    waker: RefCell<Option<Waker>>,
+}
+
+impl RevokeSignal {
+    /// Marks the connection revoked and wakes its watchdog.
+    pub(crate) fn fire(&self) {
+        self.fired.set(true);
+        if let Some(waker) = self.waker.borrow_mut().take() {
+            waker.wake();
+        }
+    }
+
+    /// True once fired.
+    pub(crate) fn is_fired(&self) -> bool {
+        self.fired.get()
+    }
+
+    /// Completes when the signal fires.
+    pub(crate) async fn wait(&self) {
+        std::future::poll_fn(|cx| {
+            if self.fired.get() {
+                Poll::Ready(())
+            } else {
+                *self.waker.borrow_mut() = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        })
+        .await
+    }
+}
+
+/// Shared handle type for a revoke signal.
+pub(crate) type Revocation = Rc<RevokeSignal>;

@@ -1,0 +1,118 @@
+//! Engine-level forward-mode tests: a real engine on loopback, real sockets.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::Shutdown;
+use std::sync::atomic::Ordering;
+use support::{read_head, read_to_end, reg, Echo, Engine};
+
+#[test]
+fn connect_allowed_echoes_pipelined_bytes_and_half_closes() {
+    let echo = Echo::start();
+    let engine = Engine::start(vec![reg("127.0.0.2", "a", &["localhost"])], true);
+    let mut client = engine.client("127.0.0.2");
+    let port = echo.addr.port();
+    write!(
+        client,
+        "CONNECT localhost:{port} HTTP/1.1\r\nHost: localhost:{port}\r\n\r\nearly bytes|"
+    )
+    .unwrap();
+    let head = read_head(&mut client);
+    assert!(head.starts_with("HTTP/1.1 200 "), "{head}");
+    client.write_all(b"late bytes").unwrap();
+    client.shutdown(Shutdown::Write).unwrap();
+    assert_eq!(read_to_end(&mut client), "early bytes|late bytes");
+}
+
+#[test]
+fn connect_denied_never_reaches_upstream() {
+    let echo = Echo::start();
+    let engine = Engine::start(vec![reg("127.0.0.3", "b", &["allowed.test"])], true);
+    let mut client = engine.client("127.0.0.3");
+    write!(client, "CONNECT localhost:{} HTTP/1.1\r\n\r\n", echo.addr.port()).unwrap();
+    let response = read_to_end(&mut client);
+    assert!(response.starts_with("HTTP/1.1 403 "), "{response}");
+    assert!(response.contains("X-Crackbox-Reason: not-allowed"), "{response}");
+    assert!(response.contains("policy decision"), "{response}");
+    assert_eq!(echo.accepts.load(Ordering::SeqCst), 0);
+    let stats = engine.stats();
+    assert_eq!(stats.denials.last().unwrap().host, "localhost");
+}
+
+#[test]
+fn unregistered_source_is_denied() {
+    let echo = Echo::start();
+    let engine = Engine::start(vec![reg("127.0.0.4", "c", &["localhost"])], true);
+    let mut client = engine.client("127.0.0.9");
+    write!(client, "CONNECT localhost:{} HTTP/1.1\r\n\r\n", echo.addr.port()).unwrap();
+    let response = read_to_end(&mut client);
+    assert!(response.contains("X-Crackbox-Reason: unregistered"), "{response}");
+    assert_eq!(echo.accepts.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn private_destination_needs_opt_in() {
+    let echo = Echo::start();
+    let engine = Engine::start(vec![reg("127.0.0.5", "d", &["localhost"])], false);
+    let mut client = engine.client("127.0.0.5");
+    write!(client, "CONNECT localhost:{} HTTP/1.1\r\n\r\n", echo.addr.port()).unwrap();
+    let response = read_to_end(&mut client);
+    assert!(response.contains("X-Crackbox-Reason: private-address"), "{response}");
+    assert!(
+        !response.contains("127.0.0.1"),
+        "no resolved address in the body: {response}"
+    );
+    assert_eq!(echo.accepts.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn connect_to_own_port_is_refused_even_with_opt_in() {
+    let engine = Engine::start(vec![reg("127.0.0.6", "e", &["localhost", "127.0.0.1"])], true);
+    for host in ["localhost", "127.0.0.1"] {
+        let mut client = engine.client("127.0.0.6");
+        write!(client, "CONNECT {host}:{} HTTP/1.1\r\n\r\n", engine.addr.port()).unwrap();
+        let response = read_to_end(&mut client);
+        assert!(response.starts_with("HTTP/1.1 403 "), "{host}: {response}");
+    }
+}
+
+#[test]
+fn http_get_forwarded_with_keep_alive_and_per_request_decisions() {
+    let upstream = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = upstream.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in upstream.incoming() {
+            let mut stream = stream.unwrap();
+            std::thread::spawn(move || loop {
+                let head = read_head(&mut stream);
+                if head.is_empty() {
+                    return;
+                }
+                let body = head.lines().next().unwrap().to_owned();
+                let reply = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+                if stream.write_all(reply.as_bytes()).is_err() {
+                    return;
+                }
+            });
+        }
+    });
+    let engine = Engine::start(vec![reg("127.0.0.7", "f", &["localhost"])], true);
+    let mut client = engine.client("127.0.0.7");
+    for path in ["/one", "/two"] {
+        write!(
+            client,
+            "GET http://localhost:{port}{path} HTTP/1.1\r\nHost: localhost\r\n\r\n"
+        )
+        .unwrap();
+        let head = read_head(&mut client);
+        assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
+        let mut body = vec![0u8; format!("GET {path} HTTP/1.1").len()];
+        client.read_exact(&mut body).unwrap();
+        assert_eq!(String::from_utf8(body).unwrap(), format!("GET {path} HTTP/1.1"));
+    }
+    engine.publish(vec![reg("127.0.0.7", "f", &["other.test"])]);
+    write!(client, "GET http://localhost:{port}/three HTTP/1.1\r\n\r\n").unwrap();
+    let response = read_to_end(&mut client);
+    assert!(response.starts_with("HTTP/1.1 403 "), "{response}");
+}
