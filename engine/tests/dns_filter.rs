@@ -176,7 +176,7 @@ fn setup(filter_ip: [u8; 4], upstream_ip: [u8; 4]) -> Setup {
     let hook: DenialHook = Arc::new(move |d: &DnsDenial<'_>| {
         sink.lock()
             .unwrap()
-            .push((d.source, d.id.map(str::to_owned), d.name.to_owned(), d.reason));
+            .push((d.source, d.id.map(|id| id.to_string()), d.name.to_owned(), d.reason));
     });
     let filter = dns::spawn(SocketAddr::from((filter_ip, 0)), upstream, registry(), Some(hook)).unwrap();
     Setup {

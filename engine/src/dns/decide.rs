@@ -11,6 +11,7 @@ use hickory_proto::op::{Edns, Header, Message, MessageType, OpCode, ResponseCode
 use hickory_proto::rr::{DNSClass, RecordType};
 use hickory_proto::serialize::binary::BinDecodable;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 /// UDP payload size crackbox advertises in its own EDNS replies (the DNS
 /// flag day 2020 recommendation, no IP fragmentation).
@@ -91,7 +92,7 @@ fn header_only(header: &Header) -> Message {
     message
 }
 
-fn deny(on_denial: Option<&DenialHook>, source: IpAddr, id: Option<&str>, request: &Message, reason: Reason) {
+fn deny(on_denial: Option<&DenialHook>, source: IpAddr, id: Option<&Arc<str>>, request: &Message, reason: Reason) {
     let name = request.queries.first().map(|q| q.name().to_ascii()).unwrap_or_default();
     if let Some(hook) = on_denial {
         hook(&DnsDenial {
@@ -101,7 +102,7 @@ fn deny(on_denial: Option<&DenialHook>, source: IpAddr, id: Option<&str>, reques
             reason,
         });
     }
-    tracing::debug!(%source, id, name, reason = reason.as_str(), "dns query denied");
+    tracing::debug!(%source, id = id.map(|id| &**id), name, reason = reason.as_str(), "dns query denied");
 }
 
 #[cfg(test)]
@@ -111,7 +112,7 @@ mod tests {
     use hickory_proto::op::Query;
     use hickory_proto::rr::Name;
     use std::str::FromStr;
-    use std::sync::{Arc, Mutex};
+    use std::sync::Mutex;
 
     fn snapshot() -> Snapshot {
         let spec = |ip: &str, allow: &[&str]| RegistrationSpec {
@@ -223,7 +224,7 @@ mod tests {
         let hook: DenialHook = Arc::new(move |d: &DnsDenial<'_>| {
             sink.lock()
                 .unwrap()
-                .push((d.source, d.id.map(str::to_owned), d.name.to_owned(), d.reason));
+                .push((d.source, d.id.map(|id| id.to_string()), d.name.to_owned(), d.reason));
         });
         let snap = snapshot();
         for (name, source) in [

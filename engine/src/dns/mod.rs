@@ -43,7 +43,7 @@ pub struct DnsDenial<'a> {
     /// Where the query came from.
     pub source: IpAddr,
     /// The registration id of the source, when it has one.
-    pub id: Option<&'a str>,
+    pub id: Option<&'a Arc<str>>,
     /// The queried name, as asked (with its trailing dot).
     pub name: &'a str,
     /// `not-allowed` or `unregistered`.
@@ -151,6 +151,25 @@ impl OwnAddresses {
         ip == crate::policy::canonical_ip(self.local.ip())
             || (self.local.ip().is_unspecified() && (ip.is_loopback() || self.interface_ips.contains(&ip)))
     }
+}
+
+/// Starts the filter when `config.dns_listen` is set, counting denials in
+/// `stats` (port 53 in the denials ring). Without `dns_upstream` the first
+/// nameserver of /etc/resolv.conf is used.
+pub(crate) fn start(
+    config: &crate::config::EngineConfig,
+    registry: Arc<Registry>,
+    stats: Arc<crate::stats::Stats>,
+) -> io::Result<Option<DnsFilter>> {
+    let Some(listen) = config.dns_listen else {
+        return Ok(None);
+    };
+    let upstream = match config.dns_upstream {
+        Some(upstream) => upstream,
+        None => system_upstream()?,
+    };
+    let hook: DenialHook = Arc::new(move |d: &DnsDenial<'_>| stats.record_denied(d.source, d.id, d.name, 53, d.reason));
+    spawn(listen, upstream, registry, Some(hook)).map(Some)
 }
 
 /// Starts the filter on `listen` (UDP and TCP on the same port; port 0
