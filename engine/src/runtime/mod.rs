@@ -64,6 +64,7 @@ pub fn run(mut config: EngineConfig) -> io::Result<()> {
         stats: Arc::clone(&stats),
         config: config.clone(),
     });
+    crate::dns::start(&config, Arc::clone(&registry), Arc::clone(&stats))?;
     crate::control_link::spawn(config.control_socket.clone(), registry, stats)?;
     tracing::info!(
         forward = %forward_addr,
