@@ -157,6 +157,12 @@ fn core_thread(
     listeners: ThreadListeners,
     started: mpsc::Sender<io::Result<()>>,
 ) -> io::Result<()> {
+    let use_uring = !want_epoll() && monoio::utils::detect_uring();
+    // epoll readiness needs non-blocking listeners; io_uring accepts on blocking ones.
+    listeners.forward.set_nonblocking(!use_uring)?;
+    if let Some(transparent) = &listeners.transparent {
+        transparent.set_nonblocking(!use_uring)?;
+    }
     let serve = move || async move {
         let worker = std::rc::Rc::new(Worker::new(shared));
         let forward = monoio::net::TcpListener::from_std(listeners.forward)?;
@@ -176,7 +182,6 @@ fn core_thread(
         accept::accept_loop(forward, worker, Plane::Forward).await;
         Ok::<(), io::Error>(())
     };
-    let use_uring = !want_epoll() && monoio::utils::detect_uring();
     if index == 0 {
         tracing::info!(
             driver = if use_uring { "io_uring" } else { "epoll" },

@@ -1,0 +1,72 @@
+//! 1,000 idle CONNECT tunnels: the engine adds no threads and about two fds
+//! per tunnel (no pipes, no buffers held by an idle tunnel).
+
+mod harness;
+
+use harness::{read_head, Daemon};
+use std::io::Write;
+use std::net::TcpListener;
+use std::sync::mpsc;
+
+const TUNNELS: usize = 1000;
+
+fn proc_status_field(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with(field)).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count()
+}
+
+fn raise_fd_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
+        limit.rlim_cur = limit.rlim_max;
+        libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+    }
+}
+
+#[test]
+fn idle_tunnels_cost_two_fds_and_no_threads() {
+    raise_fd_limit();
+    let upstream = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = upstream.local_addr().unwrap().port();
+    let (held_tx, held_rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for stream in upstream.incoming().flatten() {
+            if held_tx.send(stream).is_err() {
+                return;
+            }
+        }
+    });
+    let proxy = Daemon::start(&["--allow-private-destinations", "--register", "127.0.0.1=idle:localhost"]);
+    let engine = proxy.engine_pid();
+    let threads_before = proc_status_field(engine, "Threads:");
+    let fds_before = open_fds(engine);
+    let mut clients = Vec::with_capacity(TUNNELS);
+    for _ in 0..TUNNELS {
+        let mut client = proxy.client("127.0.0.1");
+        write!(client, "CONNECT localhost:{port} HTTP/1.1\r\n\r\n").unwrap();
+        let head = read_head(&mut client);
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        clients.push(client);
+    }
+    let held: Vec<_> = held_rx.iter().take(TUNNELS).collect();
+    let threads_after = proc_status_field(engine, "Threads:");
+    let fds_after = open_fds(engine);
+    let rss_kib = proc_status_field(engine, "VmRSS:");
+    let per_tunnel = (fds_after - fds_before) as f64 / TUNNELS as f64;
+    eprintln!("engine: threads {threads_before} -> {threads_after}, fds {fds_before} -> {fds_after} ({per_tunnel:.2}/tunnel), rss {rss_kib} KiB");
+    assert_eq!(threads_after, threads_before, "idle tunnels must not add threads");
+    assert!(
+        (1.9..=2.2).contains(&per_tunnel),
+        "about 2 fds per idle tunnel, got {per_tunnel:.2}"
+    );
+    drop(held);
+}
