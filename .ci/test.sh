@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh Debian machine, as root: installs the
+# system packages the tests use, starts the Docker engine, builds the
+# images the `crackbox run` tests need, then runs every test.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+packages=(curl iptables iproute2 openssl procps psmisc busybox-static squid tinyproxy docker.io)
+missing=()
+for package in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q
+    apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+command -v cargo-nextest >/dev/null 2>&1 || cargo install --locked cargo-nextest
+
+deploy/ci-docker.sh
+deploy/build-image.sh
+deploy/build-workload-image.sh
+
+cargo nextest run --workspace --no-fail-fast
