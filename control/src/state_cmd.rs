@@ -1,15 +1,109 @@
 //! `crackbox state`: print the registry of a running daemon.
 
+use crate::client::AdminClient;
+use anyhow::Context;
+use crackbox_engine::policy::RegistrationSpec;
+use std::io::Write;
+
+/// Admin API used when neither `--admin` nor `CRACKBOX_ADMIN` is given.
+pub const DEFAULT_ADMIN_URL: &str = "http://127.0.0.1:3129";
+
 /// Arguments of `crackbox state`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct StateArgs {
-    /// Print JSON instead of a table.
+    /// Admin API URL [env CRACKBOX_ADMIN; default http://127.0.0.1:3129].
+    #[arg(long, value_name = "URL")]
+    pub admin: Option<String>,
+
+    /// Print the JSON array instead of a table.
     #[arg(long)]
     pub json: bool,
 }
 
-/// Prints the registry.
+/// Fetches `/v1/state` and prints it; fails with a one-line reason when the
+/// daemon is unreachable or refuses.
 pub fn state(args: StateArgs) -> anyhow::Result<()> {
-    let _ = args;
-    anyhow::bail!("not implemented yet")
+    let url = args
+        .admin
+        .or_else(|| std::env::var("CRACKBOX_ADMIN").ok().filter(|v| !v.is_empty()))
+        .unwrap_or_else(|| DEFAULT_ADMIN_URL.to_string());
+    let client = AdminClient::new(&url, std::env::var("CRACKBOX_ADMIN_SECRET").ok())?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start a runtime")?;
+    let response = runtime.block_on(client.get("/v1/state"))?;
+    if response.status != 200 {
+        anyhow::bail!(
+            "admin API at {url} answered {}: {}",
+            response.status,
+            response.error_message()
+        );
+    }
+    let entries: Vec<RegistrationSpec> = serde_json::from_slice(&response.body)
+        .with_context(|| format!("admin API at {url} sent an unexpected state document"))?;
+    let text = if args.json {
+        let mut text = serde_json::to_string_pretty(&entries)?;
+        text.push('\n');
+        text
+    } else {
+        table(&entries)
+    };
+    std::io::stdout()
+        .write_all(text.as_bytes())
+        .context("cannot write to stdout")?;
+    Ok(())
+}
+
+/// A human table: one line per registration.
+fn table(entries: &[RegistrationSpec]) -> String {
+    if entries.is_empty() {
+        return "no registrations\n".to_string();
+    }
+    let rows: Vec<[String; 3]> = entries
+        .iter()
+        .map(|e| {
+            let allowlist = if e.allowlist.is_empty() {
+                "(deny all)".to_string()
+            } else {
+                e.allowlist.join(", ")
+            };
+            [e.ip.clone(), e.id.clone(), allowlist]
+        })
+        .collect();
+    let ip_width = rows.iter().map(|r| r[0].len()).max().unwrap_or(0).max(2);
+    let id_width = rows.iter().map(|r| r[1].chars().count()).max().unwrap_or(0).max(2);
+    let mut text = format!("{:ip_width$}  {:id_width$}  ALLOWLIST\n", "IP", "ID");
+    for [ip, id, allowlist] in rows {
+        text.push_str(&format!("{ip:ip_width$}  {id:id_width$}  {allowlist}\n"));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_aligns_columns_and_marks_deny_all() {
+        let entries = vec![
+            RegistrationSpec {
+                ip: "10.0.0.2".into(),
+                id: "agent".into(),
+                allowlist: vec!["github.com".into(), "pypi.org:443".into()],
+            },
+            RegistrationSpec {
+                ip: "2001:db8::1".into(),
+                id: "x".into(),
+                allowlist: vec![],
+            },
+        ];
+        assert_eq!(
+            table(&entries),
+            "IP           ID     ALLOWLIST\n\
+             10.0.0.2     agent  github.com, pypi.org:443\n\
+             2001:db8::1  x      (deny all)\n"
+        );
+        assert_eq!(table(&[]), "no registrations\n");
+    }
 }

@@ -1,0 +1,73 @@
+//! The admin API (DESIGN 4): register, unregister, state, health, metrics, denials.
+//!
+//! Every error is JSON `{"error": "..."}`. Mutations need the bearer secret
+//! when one is configured and are answered only once the engine enforces
+//! them. Reads never wait for a write.
+
+mod auth;
+mod body;
+mod error;
+mod observe;
+mod routes;
+
+pub use auth::Secret;
+pub use error::ApiError;
+
+use crate::publisher::EngineLink;
+use crate::registry::Registry;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+use axum::Router;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Largest request body accepted.
+pub const MAX_BODY: usize = 64 * 1024;
+/// How long a mutation waits for the engine's ack before answering 503.
+pub const ENFORCE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long `/metrics` and `/v1/denials` wait for the engine's counters.
+pub const STATS_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// What the handlers share.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    /// The registry.
+    pub registry: Arc<Registry>,
+    /// The engine connection.
+    pub link: Arc<EngineLink>,
+    /// The admin secret, if mutations need one.
+    pub secret: Option<Arc<Secret>>,
+    /// The forward proxy listener, for the health self-test.
+    pub forward: SocketAddr,
+}
+
+/// The admin API's routes.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/register", post(routes::register))
+        .route("/v1/unregister", post(routes::unregister))
+        .route("/v1/state", get(routes::state))
+        .route("/v1/denials", get(observe::denials))
+        .route("/health", get(observe::health))
+        .route("/metrics", get(observe::metrics))
+        .fallback(error::not_found)
+        .method_not_allowed_fallback(error::method_not_allowed)
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(state)
+}
+
+/// Serves the admin API on `listener` until `shutdown` completes.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,88 @@
+//! Read-only observation endpoints: health, metrics and recent denials.
+
+use super::{ApiError, AppState, STATS_TIMEOUT};
+use crate::publisher::StatsError;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use crackbox_engine::wire::{Denial, StatsReport};
+use serde::Deserialize;
+use serde_json::json;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::time::Duration;
+
+/// Denials returned when no limit is given.
+const DEFAULT_DENIALS: usize = 100;
+/// The engine keeps at most this many denials.
+const MAX_DENIALS: usize = 1000;
+/// How long the forward listener self-test may take.
+const SELF_TEST_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// `GET /health`: ok only when the forward listener accepts a TCP connection
+/// and a connected engine enforces the latest generation.
+pub async fn health(State(state): State<AppState>) -> Response {
+    let generation = state.registry.current().generation;
+    let engine_ok = state.link.enforces(generation);
+    let listener_ok = engine_ok && forward_accepts(state.forward).await;
+    if engine_ok && listener_ok {
+        (StatusCode::OK, Json(json!({ "status": "ok" }))).into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, Json(json!({ "status": "proxy_down" }))).into_response()
+    }
+}
+
+/// `GET /metrics`: Prometheus text from the engine's counters.
+pub async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let report = engine_stats(&state).await?;
+    let current = state.registry.current();
+    let text = crate::metrics::render(&report, current.generation, current.registrations.len());
+    Ok(([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response())
+}
+
+/// Query of `GET /v1/denials`.
+#[derive(Debug, Deserialize)]
+pub struct DenialsQuery {
+    limit: Option<usize>,
+}
+
+/// `GET /v1/denials?limit=N`: the most recent denials, oldest first.
+pub async fn denials(
+    State(state): State<AppState>,
+    query: Result<Query<DenialsQuery>, QueryRejection>,
+) -> Result<Json<Vec<Denial>>, ApiError> {
+    let Query(query) = query.map_err(|_| ApiError::bad_request("limit: expected a number from 0 to 1000"))?;
+    let limit = query.limit.unwrap_or(DEFAULT_DENIALS);
+    if limit > MAX_DENIALS {
+        return Err(ApiError::bad_request("limit: expected a number from 0 to 1000"));
+    }
+    let mut denials = engine_stats(&state).await?.denials;
+    let skip = denials.len().saturating_sub(limit);
+    denials.drain(..skip);
+    Ok(Json(denials))
+}
+
+async fn engine_stats(state: &AppState) -> Result<StatsReport, ApiError> {
+    state.link.stats(STATS_TIMEOUT).await.map_err(|err| {
+        let message = match err {
+            StatsError::NotConnected => "the engine is not connected",
+            StatsError::NoAnswer => "the engine did not answer in time",
+        };
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, message)
+    })
+}
+
+/// Connects to the forward listener (its loopback address when it is bound
+/// to a wildcard).
+async fn forward_accepts(forward: SocketAddr) -> bool {
+    let target = match forward.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => SocketAddr::from((Ipv4Addr::LOCALHOST, forward.port())),
+        IpAddr::V6(ip) if ip.is_unspecified() => SocketAddr::from((Ipv6Addr::LOCALHOST, forward.port())),
+        _ => forward,
+    };
+    matches!(
+        tokio::time::timeout(SELF_TEST_TIMEOUT, tokio::net::TcpStream::connect(target)).await,
+        Ok(Ok(_))
+    )
+}

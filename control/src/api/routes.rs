@@ -1,0 +1,81 @@
+//! Registry endpoints: register, unregister and state.
+
+use super::body::{self, UnregisterBody};
+use super::{ApiError, AppState, ENFORCE_TIMEOUT};
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::Json;
+use crackbox_engine::policy::{parse_source_ip, Generation, RegistrationSpec};
+use serde_json::{json, Value};
+
+/// `POST /v1/register {"ip","id","allowlist"}` -> the stored (normalised) entry.
+pub async fn register(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<RegistrationSpec>, ApiError> {
+    authorise(&state, &headers)?;
+    let spec: RegistrationSpec = body::parse(body)?;
+    let (ip, registration) = spec.compile().map_err(|err| ApiError::bad_request(err.to_string()))?;
+    let stored = RegistrationSpec::from_registration(ip, &registration);
+    let generation = state
+        .registry
+        .register(ip, stored.clone())
+        .await
+        .map_err(store_failed)?;
+    enforced(&state, generation).await?;
+    tracing::info!(ip = %stored.ip, id = %stored.id, entries = stored.allowlist.len(), generation, "registered");
+    Ok(Json(stored))
+}
+
+/// `POST /v1/unregister {"ip"}` -> `{"removed": bool}`.
+pub async fn unregister(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    authorise(&state, &headers)?;
+    let request: UnregisterBody = body::parse(body)?;
+    let ip = parse_source_ip(&request.ip).map_err(|err| ApiError::bad_request(format!("ip: {err}")))?;
+    let (removed, generation) = state.registry.unregister(ip).await.map_err(store_failed)?;
+    enforced(&state, generation).await?;
+    tracing::info!(%ip, removed, generation, "unregistered");
+    Ok(Json(json!({ "removed": removed })))
+}
+
+/// `GET /v1/state` -> every registration, sorted by address.
+pub async fn state(State(state): State<AppState>) -> Json<Vec<RegistrationSpec>> {
+    Json(state.registry.current().registrations.as_ref().clone())
+}
+
+fn authorise(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    match &state.secret {
+        Some(secret) => secret.check(headers),
+        None => Ok(()),
+    }
+}
+
+/// Waits until the engine enforces `generation`; the change is kept either way.
+async fn enforced(state: &AppState, generation: Generation) -> Result<(), ApiError> {
+    if state.link.wait_enforced(generation, ENFORCE_TIMEOUT).await {
+        return Ok(());
+    }
+    tracing::warn!(generation, "the engine did not confirm a change in time");
+    Err(ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!(
+            "the change is stored (generation {generation}) but the engine did not confirm it within 2 s; \
+             it applies once the engine is connected"
+        ),
+    ))
+}
+
+fn store_failed(err: crate::store::StoreError) -> ApiError {
+    tracing::error!(error = %err, "state file write failed, change not applied");
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "the state file could not be written; the change was not applied",
+    )
+}

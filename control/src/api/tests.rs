@@ -1,0 +1,445 @@
+//! The admin API over real HTTP on loopback, with a fake engine speaking the
+//! wire protocol on a real Unix socket.
+
+use super::*;
+use crate::client::{parse_response, AdminClient, Response};
+use crate::publisher::{self, EngineLink};
+use crate::store::Store;
+use crackbox_engine::policy::RegistrationSpec;
+use crackbox_engine::reason::Reason;
+use crackbox_engine::wire::{self, DecisionCount, Denial, Message, Role, StatsReport, PROTOCOL};
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream, UnixStream};
+
+/// A running admin API and what it talks to.
+struct Admin {
+    dir: tempfile::TempDir,
+    socket: std::path::PathBuf,
+    addr: SocketAddr,
+    client: AdminClient,
+    forward: Option<TcpListener>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Engine {
+    Acking,
+    Silent,
+    Absent,
+}
+
+async fn admin(secret: Option<&str>, engine: Engine, state_file: bool) -> Admin {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("control.sock");
+    let store = state_file.then(|| Store::new(dir.path().join("state/state.json")));
+    if state_file {
+        std::fs::create_dir(dir.path().join("state")).unwrap();
+    }
+    let registry = Arc::new(Registry::load(store, vec![]));
+    let link = Arc::new(EngineLink::default());
+    tokio::spawn(publisher::accept(
+        publisher::bind(&socket).unwrap(),
+        registry.clone(),
+        link.clone(),
+    ));
+    let forward = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let state = AppState {
+        registry,
+        link: link.clone(),
+        secret: secret.map(|s| Arc::new(Secret::new(s))),
+        forward: forward.local_addr().unwrap(),
+    };
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(serve(listener, state, std::future::pending()));
+    if engine != Engine::Absent {
+        tokio::spawn(fake_engine(socket.clone(), engine == Engine::Acking));
+        let mut connected = 0;
+        while !link.connected() && connected < 500 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            connected += 1;
+        }
+        assert!(link.connected());
+    }
+    let client = AdminClient::new(&format!("http://{addr}"), secret.map(str::to_string)).unwrap();
+    Admin {
+        dir,
+        socket,
+        addr,
+        client,
+        forward: Some(forward),
+    }
+}
+
+/// Speaks the engine side: acks snapshots (when `acking`) and answers stats.
+async fn fake_engine(socket: std::path::PathBuf, acking: bool) {
+    let mut stream = UnixStream::connect(&socket).await.unwrap();
+    let hello = Message::Hello {
+        protocol: PROTOCOL,
+        role: Role::Engine,
+    };
+    write(&mut stream, &hello).await;
+    while let Some(message) = read(&mut stream).await {
+        match message {
+            Message::Snapshot { generation, .. } if acking => write(&mut stream, &Message::Ack { generation }).await,
+            Message::StatsRequest { request } => {
+                let report = canned_report();
+                write(&mut stream, &Message::Stats { request, report }).await;
+            }
+            _ => {}
+        }
+    }
+}
+
+fn canned_report() -> StatsReport {
+    let denial = |n: u64| Denial {
+        time_ms: n,
+        ip: "10.0.0.2".into(),
+        id: "agent".into(),
+        host: format!("h{n}.test"),
+        port: 443,
+        reason: Reason::NotAllowed,
+    };
+    StatsReport {
+        decisions: vec![DecisionCount {
+            id: "agent".into(),
+            reason: Some(Reason::NotAllowed),
+            count: 3,
+        }],
+        active_tunnels: 2,
+        bytes_up: 5,
+        bytes_down: 6,
+        denials: (1..=3).map(denial).collect(),
+        generation: 1,
+    }
+}
+
+async fn write(stream: &mut UnixStream, message: &Message) {
+    stream.write_all(&wire::encode(message)).await.unwrap();
+}
+
+async fn read(stream: &mut UnixStream) -> Option<Message> {
+    let mut header = [0u8; 4];
+    stream.read_exact(&mut header).await.ok()?;
+    let mut payload = vec![0u8; wire::frame_len(header).ok()?];
+    stream.read_exact(&mut payload).await.ok()?;
+    wire::decode_payload(&payload).ok()
+}
+
+impl Admin {
+    /// Sends raw request bytes and returns the parsed answer.
+    async fn raw(&self, request: &[u8]) -> Response {
+        let mut stream = TcpStream::connect(self.addr).await.unwrap();
+        stream.write_all(request).await.unwrap();
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).await.unwrap();
+        parse_response(&answer).unwrap()
+    }
+
+    async fn post(&self, path: &str, headers: &str, body: &[u8]) -> Response {
+        let mut request = format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{headers}Content-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        request.extend_from_slice(body);
+        self.raw(&request).await
+    }
+
+    async fn state(&self) -> Value {
+        let response = self.client.get("/v1/state").await.unwrap();
+        assert_eq!(response.status, 200);
+        serde_json::from_slice(&response.body).unwrap()
+    }
+
+    async fn register(&self, body: Value) -> Response {
+        self.client.post_json("/v1/register", &body).await.unwrap()
+    }
+}
+
+fn body_json(response: &Response) -> Value {
+    serde_json::from_slice(&response.body).unwrap_or_else(|_| panic!("not JSON: {:?}", response.body))
+}
+
+#[tokio::test]
+async fn register_answers_the_normalised_entry_once_enforced_and_state_lists_it() {
+    let admin = admin(None, Engine::Acking, false).await;
+    let response = admin
+        .register(json!({"ip": "::ffff:10.0.0.2", "id": "agent", "allowlist": ["GitHub.com.", "*.PyPI.org:443"]}))
+        .await;
+    assert_eq!(response.status, 200, "{}", response.error_message());
+    let stored = json!({"ip": "10.0.0.2", "id": "agent", "allowlist": ["github.com", "*.pypi.org:443"]});
+    assert_eq!(body_json(&response), stored);
+    admin
+        .register(json!({"ip": "10.0.0.1", "id": "b", "allowlist": []}))
+        .await;
+    assert_eq!(admin.state().await[1], stored);
+    assert_eq!(admin.state().await[0]["ip"], "10.0.0.1");
+    let removed = admin
+        .client
+        .post_json("/v1/unregister", &json!({"ip": "10.0.0.2"}))
+        .await
+        .unwrap();
+    assert_eq!((removed.status, body_json(&removed)), (200, json!({"removed": true})));
+    let again = admin
+        .client
+        .post_json("/v1/unregister", &json!({"ip": "10.0.0.2"}))
+        .await
+        .unwrap();
+    assert_eq!((again.status, body_json(&again)), (200, json!({"removed": false})));
+    assert_eq!(admin.state().await.as_array().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn malformed_bodies_are_4xx_naming_the_problem_and_change_nothing() {
+    let admin = admin(None, Engine::Acking, false).await;
+    admin
+        .register(json!({"ip": "10.0.0.1", "id": "keep", "allowlist": ["a.test"]}))
+        .await;
+    let before = admin.state().await;
+    let big = format!(
+        r#"{{"ip":"10.0.0.5","id":"x","allowlist":["{}"]}}"#,
+        "a".repeat(70 * 1024)
+    );
+    let cases: Vec<(&str, String, u16, &str)> = vec![
+        ("/v1/register", r#"{"id":"x","allowlist":[]}"#.into(), 400, "ip"),
+        (
+            "/v1/register",
+            r#"{"ip":"10.0.0.5:80","id":"x","allowlist":[]}"#.into(),
+            400,
+            "ip",
+        ),
+        (
+            "/v1/register",
+            r#"{"ip":"host.test","id":"x","allowlist":[]}"#.into(),
+            400,
+            "ip",
+        ),
+        (
+            "/v1/register",
+            r#"{"ip":"10.0.0.999","id":"x","allowlist":[]}"#.into(),
+            400,
+            "ip",
+        ),
+        (
+            "/v1/register",
+            r#"{"ip":"10.0.0.5","id":"x","allowlist":"a.test"}"#.into(),
+            400,
+            "allowlist",
+        ),
+        (
+            "/v1/register",
+            r#"{"ip":"10.0.0.5","id":"x","allowlist":[1]}"#.into(),
+            400,
+            "allowlist[0]",
+        ),
+        (
+            "/v1/register",
+            r#"{"ip":"10.0.0.5","id":"x","allowlist":[null]}"#.into(),
+            400,
+            "allowlist[0]",
+        ),
+        (
+            "/v1/register",
+            r#"{"ip":"10.0.0.5","id":"x","allowlist":[],"admin":true}"#.into(),
+            400,
+            "admin",
+        ),
+        (
+            "/v1/register",
+            r#"{"ip":"10.0.0.5","id":"x","allowlist":["*"]}"#.into(),
+            400,
+            "\"*\"",
+        ),
+        (
+            "/v1/register",
+            r#"{"ip":"10.0.0.5","id":"x","allowlist":["ok.test","bad host"]}"#.into(),
+            400,
+            "bad host",
+        ),
+        (
+            "/v1/register",
+            r#"{"ip":"10.0.0.5","id":"","allowlist":[]}"#.into(),
+            400,
+            "id",
+        ),
+        (
+            "/v1/register",
+            r#"{"ip":"10.0.0.5","id":"x","allowlist":[]}garbage"#.into(),
+            400,
+            "trailing",
+        ),
+        ("/v1/register", "not json".into(), 400, "JSON"),
+        ("/v1/register", String::new(), 400, "JSON"),
+        ("/v1/register", big, 413, "limit"),
+        ("/v1/unregister", r#"{"ip":"10.0.0.1","x":1}"#.into(), 400, "x"),
+        ("/v1/unregister", r#"{"ip":"10.0.0.1:1"}"#.into(), 400, "ip"),
+        ("/v1/unregister", r#"{}"#.into(), 400, "ip"),
+    ];
+    for (path, body, status, named) in cases {
+        let response = admin.post(path, "", body.as_bytes()).await;
+        let message = body_json(&response)["error"].as_str().unwrap_or_default().to_string();
+        assert_eq!(response.status, status, "{body:.80}: {message}");
+        assert!(
+            message.contains(named),
+            "{body:.80}: {message:?} should mention {named}"
+        );
+    }
+    assert_eq!(admin.state().await, before);
+}
+
+#[tokio::test]
+async fn mutations_need_the_exact_bearer_token_reads_do_not() {
+    let admin = admin(Some("s3cret"), Engine::Acking, false).await;
+    let body = br#"{"ip":"10.0.0.7","id":"x","allowlist":[]}"#;
+    let refused = [
+        "",
+        "Authorization: Bearer wrong\r\n",
+        "Authorization: Bearer s3cre\r\n",
+        "Authorization: Bearer s3cret0\r\n",
+        "Authorization: Basic czNjcmV0\r\n",
+        "Authorization: s3cret\r\n",
+    ];
+    for headers in refused {
+        let response = admin.post("/v1/register", headers, body).await;
+        assert_eq!(response.status, 401, "{headers:?}");
+        assert!(body_json(&response)["error"].is_string());
+        let response = admin.post("/v1/unregister", headers, br#"{"ip":"10.0.0.7"}"#).await;
+        assert_eq!(response.status, 401, "{headers:?}");
+    }
+    assert_eq!(admin.state().await, json!([]));
+    let ok = admin
+        .post("/v1/register", "Authorization: bEaReR s3cret\r\n", body)
+        .await;
+    assert_eq!(ok.status, 200);
+    assert_eq!(admin.state().await.as_array().unwrap().len(), 1);
+    let health = admin
+        .raw(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await;
+    assert_eq!(health.status, 200);
+}
+
+#[tokio::test]
+async fn unknown_paths_are_404_and_wrong_methods_405_as_json() {
+    let admin = admin(None, Engine::Acking, false).await;
+    let cases: [(&[u8], u16); 5] = [
+        (b"GET /v2/state HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 404),
+        (b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 404),
+        (
+            b"GET /v1/register HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            405,
+        ),
+        (
+            b"DELETE /v1/state HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            405,
+        ),
+        (
+            b"POST /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
+            405,
+        ),
+    ];
+    for (request, status) in cases {
+        let response = admin.raw(request).await;
+        assert_eq!(response.status, status, "{}", String::from_utf8_lossy(request));
+        assert!(body_json(&response)["error"].is_string());
+    }
+}
+
+#[tokio::test]
+async fn a_change_the_engine_does_not_ack_is_503_but_kept() {
+    let admin = admin(None, Engine::Silent, false).await;
+    let response = admin
+        .register(json!({"ip": "10.0.0.9", "id": "x", "allowlist": []}))
+        .await;
+    assert_eq!(response.status, 503);
+    assert!(
+        response.error_message().contains("stored"),
+        "{}",
+        response.error_message()
+    );
+    assert_eq!(admin.state().await[0]["ip"], "10.0.0.9");
+    let health = admin.client.get("/health").await.unwrap();
+    assert_eq!(
+        (health.status, body_json(&health)),
+        (503, json!({"status": "proxy_down"}))
+    );
+}
+
+#[tokio::test]
+async fn health_needs_both_the_forward_listener_and_an_enforcing_engine() {
+    let mut admin = admin(None, Engine::Acking, false).await;
+    let health = admin.client.get("/health").await.unwrap();
+    assert_eq!((health.status, body_json(&health)), (200, json!({"status": "ok"})));
+    drop(admin.forward.take());
+    let health = admin.client.get("/health").await.unwrap();
+    assert_eq!(
+        (health.status, body_json(&health)),
+        (503, json!({"status": "proxy_down"}))
+    );
+    let absent = self::admin(None, Engine::Absent, false).await;
+    let health = absent.client.get("/health").await.unwrap();
+    assert_eq!(health.status, 503);
+    assert!(absent.socket.exists());
+}
+
+#[tokio::test]
+async fn metrics_and_denials_come_from_the_engine() {
+    let admin = admin(None, Engine::Acking, false).await;
+    let metrics = admin.client.get("/metrics").await.unwrap();
+    assert_eq!(metrics.status, 200);
+    let text = String::from_utf8(metrics.body).unwrap();
+    assert!(
+        text.contains("crackbox_denied_total{id=\"agent\",reason=\"not-allowed\"} 3"),
+        "{text}"
+    );
+    assert!(text.contains("crackbox_snapshot_generation 1"), "{text}");
+    let denials = admin.client.get("/v1/denials?limit=2").await.unwrap();
+    let hosts: Vec<Value> = body_json(&denials)
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["host"].clone())
+        .collect();
+    assert_eq!(
+        hosts,
+        [json!("h2.test"), json!("h3.test")],
+        "the newest two, oldest first"
+    );
+    let all = admin.client.get("/v1/denials").await.unwrap();
+    assert_eq!(body_json(&all).as_array().unwrap().len(), 3);
+    assert_eq!(body_json(&all)[0]["reason"], "not-allowed");
+    for bad in ["/v1/denials?limit=x", "/v1/denials?limit=-1", "/v1/denials?limit=1001"] {
+        assert_eq!(admin.client.get(bad).await.unwrap().status, 400, "{bad}");
+    }
+    let absent = self::admin(None, Engine::Absent, false).await;
+    assert_eq!(absent.client.get("/metrics").await.unwrap().status, 503);
+    assert_eq!(absent.client.get("/v1/denials").await.unwrap().status, 503);
+}
+
+#[tokio::test]
+async fn a_failed_state_write_is_500_and_changes_nothing() {
+    let admin = admin(None, Engine::Acking, true).await;
+    let ok = admin
+        .register(json!({"ip": "10.0.0.1", "id": "a", "allowlist": []}))
+        .await;
+    assert_eq!(ok.status, 200);
+    let saved = Store::new(admin.dir.path().join("state/state.json")).load();
+    assert_eq!(saved.len(), 1);
+    let state_dir = admin.dir.path().join("state");
+    std::fs::remove_dir_all(&state_dir).unwrap();
+    std::fs::write(&state_dir, b"a file where the directory was").unwrap();
+    let failed = admin
+        .register(json!({"ip": "10.0.0.2", "id": "b", "allowlist": []}))
+        .await;
+    assert_eq!(failed.status, 500);
+    assert!(failed.error_message().contains("not applied"));
+    let failed = admin
+        .client
+        .post_json("/v1/unregister", &json!({"ip": "10.0.0.1"}))
+        .await
+        .unwrap();
+    assert_eq!(failed.status, 500);
+    let state = admin.state().await;
+    assert_eq!(state, json!([{"ip": "10.0.0.1", "id": "a", "allowlist": []}]));
+    let _: Vec<RegistrationSpec> = serde_json::from_value(state).unwrap();
+}

@@ -1,0 +1,79 @@
+//! The command-line flags shared by `proxy serve`, `proxy control` and `proxy engine`.
+
+use std::path::PathBuf;
+
+/// Options shared by `proxy serve`, `proxy control` and `proxy engine`.
+///
+/// Flags override the environment, which overrides the config file, which
+/// overrides the defaults.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ProxyArgs {
+    /// TOML config file (must exist). Without it the first existing of
+    /// $XDG_CONFIG_HOME/crackbox/crackbox.toml, ~/.crackboxrc, /etc/crackbox.toml is read.
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+
+    /// Forward proxy listener [env CRACKBOX_PROXY_ADDR, [proxy] listen; default 0.0.0.0:3128].
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
+
+    /// Admin API listener [env CRACKBOX_ADMIN_ADDR, [proxy] admin_listen; default 127.0.0.1:3129].
+    #[arg(long, value_name = "ADDR")]
+    pub admin_listen: Option<String>,
+
+    /// Transparent listener, "" disables [env CRACKBOX_TRANSPARENT_ADDR, [proxy]
+    /// transparent_listen; default 0.0.0.0:3127].
+    #[arg(long, value_name = "ADDR")]
+    pub transparent_listen: Option<String>,
+
+    /// DNS filter listener, UDP and TCP [[proxy] dns_listen; default off].
+    #[arg(long, value_name = "ADDR")]
+    pub dns_listen: Option<String>,
+
+    /// Upstream resolver for the DNS filter [[proxy] dns_upstream; default: first
+    /// nameserver in /etc/resolv.conf].
+    #[arg(long, value_name = "ADDR")]
+    pub dns_upstream: Option<String>,
+
+    /// Engine core threads [[proxy] threads; default: available cores].
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
+
+    /// State file for the registry [env CRACKBOX_STATE_PATH, [state] path; default: none,
+    /// the registry lives in memory only].
+    #[arg(long, value_name = "PATH")]
+    pub state: Option<PathBuf>,
+
+    /// Let allowed names resolve to private and loopback addresses
+    /// [env CRACKBOX_ALLOW_PRIVATE_DESTINATIONS=1, [policy] allow_private_destinations].
+    #[arg(long)]
+    pub allow_private_destinations: bool,
+
+    /// Register a source at start: IP=ID:host1,host2 (nothing after the colon = deny all).
+    /// Repeatable; replaces a state-file entry for the same IP.
+    #[arg(long = "register", value_name = "IP=ID:HOSTS")]
+    pub register: Vec<String>,
+
+    /// Unix socket between control and engine [default: a private temporary path for
+    /// `serve`, /run/crackbox/control.sock for `control` and `engine`].
+    #[arg(long, value_name = "PATH")]
+    pub control_socket: Option<PathBuf>,
+
+    /// Concurrent connections one source may hold [[limits] max_connections_per_source;
+    /// default 1024].
+    #[arg(long, value_name = "N")]
+    pub max_connections_per_source: Option<usize>,
+
+    /// Concurrent client connections in total [[limits] max_connections_total; default 16000].
+    #[arg(long, value_name = "N")]
+    pub max_connections_total: Option<usize>,
+
+    /// Close a tunnel idle this long, 0 never [[limits] tunnel_idle_timeout; default 3600].
+    #[arg(long, value_name = "SECS")]
+    pub tunnel_idle_timeout: Option<u64>,
+
+    /// Denials logged per second per source; counters stay exact
+    /// [[limits] denial_logs_per_second; default 5].
+    #[arg(long, value_name = "N")]
+    pub denial_logs_per_second: Option<u32>,
+}

@@ -1,0 +1,201 @@
+//! The TOML config file: its schema (unknown keys are errors) and where it is looked up.
+
+use super::ConfigError;
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+/// The whole config file; every section and key is optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FileConfig {
+    /// `[proxy]`: listeners and threads.
+    pub proxy: ProxySection,
+    /// `[admin]`: the admin API secret.
+    pub admin: AdminSection,
+    /// `[state]`: the registry state file.
+    pub state: StateSection,
+    /// `[policy]`: policy switches.
+    pub policy: PolicySection,
+    /// `[limits]`: resource limits.
+    pub limits: LimitsSection,
+}
+
+/// `[proxy]` keys.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ProxySection {
+    /// Forward proxy listener.
+    pub listen: Option<String>,
+    /// Admin API listener.
+    pub admin_listen: Option<String>,
+    /// Transparent listener; "" disables.
+    pub transparent_listen: Option<String>,
+    /// DNS filter listener; "" or absent disables.
+    pub dns_listen: Option<String>,
+    /// DNS filter upstream resolver.
+    pub dns_upstream: Option<String>,
+    /// Engine core threads.
+    pub threads: Option<usize>,
+}
+
+/// `[admin]` keys.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AdminSection {
+    /// Bearer secret required for mutations.
+    pub secret: Option<String>,
+}
+
+/// `[state]` keys.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StateSection {
+    /// State file path.
+    pub path: Option<PathBuf>,
+}
+
+/// `[policy]` keys.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PolicySection {
+    /// Let allowed names resolve to private addresses.
+    pub allow_private_destinations: Option<bool>,
+}
+
+/// `[limits]` keys, as in `crackbox_engine::config::Limits`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsSection {
+    /// Concurrent connections per source.
+    pub max_connections_per_source: Option<usize>,
+    /// Concurrent connections in total.
+    pub max_connections_total: Option<usize>,
+    /// Idle tunnel timeout in seconds; 0 never.
+    pub tunnel_idle_timeout: Option<u64>,
+    /// Denials logged per second per source.
+    pub denial_logs_per_second: Option<u32>,
+}
+
+/// Where a config file is looked for when `--config` is not given, in order.
+pub fn search_path(env: &dyn Fn(&str) -> Option<String>) -> Vec<PathBuf> {
+    let mut paths = Vec::new();
+    match env("XDG_CONFIG_HOME").filter(|v| !v.is_empty()) {
+        Some(xdg) => paths.push(Path::new(&xdg).join("crackbox/crackbox.toml")),
+        None => {
+            if let Some(home) = env("HOME").filter(|v| !v.is_empty()) {
+                paths.push(Path::new(&home).join(".config/crackbox/crackbox.toml"));
+            }
+        }
+    }
+    if let Some(home) = env("HOME").filter(|v| !v.is_empty()) {
+        paths.push(Path::new(&home).join(".crackboxrc"));
+    }
+    paths.push(PathBuf::from("/etc/crackbox.toml"));
+    paths
+}
+
+/// Loads `explicit` (which must exist) or the first existing file of the
+/// search path; no file at all is an empty config.
+pub(super) fn load(
+    explicit: Option<&Path>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<(PathBuf, FileConfig)>, ConfigError> {
+    let path = match explicit {
+        Some(path) => path.to_path_buf(),
+        None => match search_path(env).into_iter().find(|p| p.exists()) {
+            Some(path) => path,
+            None => return Ok(None),
+        },
+    };
+    let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read {
+        path: path.clone(),
+        source,
+    })?;
+    let config = parse(&text).map_err(|message| ConfigError::Parse {
+        path: path.clone(),
+        message,
+    })?;
+    Ok(Some((path, config)))
+}
+
+/// Parses config text; the error is one line naming the offending key.
+pub(super) fn parse(text: &str) -> Result<FileConfig, String> {
+    toml::from_str(text).map_err(|err: toml::de::Error| {
+        let location = err
+            .span()
+            .map(|span| {
+                let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
+                format!("line {line}: ")
+            })
+            .unwrap_or_default();
+        format!("{location}{}", err.message())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_keys_are_errors_naming_the_key() {
+        let cases = [
+            ("[proxy]\nlisten = \"0.0.0.0:1\"\nlistne = \"x\"\n", "listne", "line 3"),
+            ("[proxi]\nlisten = \"x\"\n", "proxi", "line 1"),
+            ("[limits]\nmax_tunnels = 3\n", "max_tunnels", "line 2"),
+            ("top = 1\n", "top", "line 1"),
+        ];
+        for (text, key, line) in cases {
+            let err = parse(text).unwrap_err();
+            assert!(err.contains(key), "{err:?} should name {key}");
+            assert!(err.starts_with(line), "{err:?} should start with {line}");
+        }
+    }
+
+    #[test]
+    fn wrong_types_are_errors() {
+        assert!(parse("[proxy]\nthreads = \"four\"\n").is_err());
+        assert!(parse("[policy]\nallow_private_destinations = 1\n").is_err());
+        assert!(parse("[proxy]\nlisten = [\n").is_err());
+    }
+
+    #[test]
+    fn every_documented_key_parses() {
+        let text = r#"
+            [proxy]
+            listen = "0.0.0.0:3128"
+            admin_listen = "127.0.0.1:3129"
+            transparent_listen = ""
+            dns_listen = "127.0.0.1:5353"
+            dns_upstream = "127.0.0.1:53"
+            threads = 2
+            [admin]
+            secret = "s"
+            [state]
+            path = "/var/lib/crackbox/state.json"
+            [policy]
+            allow_private_destinations = true
+            [limits]
+            max_connections_per_source = 10
+            max_connections_total = 100
+            tunnel_idle_timeout = 0
+            denial_logs_per_second = 1
+        "#;
+        let config = parse(text).unwrap();
+        assert_eq!(config.proxy.transparent_listen.as_deref(), Some(""));
+        assert_eq!(config.proxy.threads, Some(2));
+        assert_eq!(config.limits.tunnel_idle_timeout, Some(0));
+        assert_eq!(config.policy.allow_private_destinations, Some(true));
+    }
+
+    #[test]
+    fn search_order_prefers_xdg_then_rc_then_etc() {
+        let env = |name: &str| match name {
+            "XDG_CONFIG_HOME" => Some("/x".to_string()),
+            "HOME" => Some("/h".to_string()),
+            _ => None,
+        };
+        let paths = search_path(&env);
+        let want = ["/x/crackbox/crackbox.toml", "/h/.crackboxrc", "/etc/crackbox.toml"];
+        assert_eq!(paths, want.map(PathBuf::from));
+    }
+}

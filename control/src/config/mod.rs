@@ -1,0 +1,67 @@
+//! Configuration of `proxy serve|control|engine`: flags > env > TOML file > defaults.
+//!
+//! Every setting is resolved once at start into [`Settings`]. Each address is
+//! validated there with a message naming where it came from (flag, env var or
+//! `file: key`), so a bad value never surfaces later as a bind error.
+
+mod args;
+mod file;
+mod origin;
+mod settings;
+
+pub use args::ProxyArgs;
+pub use file::{search_path, FileConfig};
+pub use origin::Origin;
+pub use settings::{Settings, DEFAULT_CONTROL_SOCKET};
+
+use crackbox_engine::config::EngineConfig;
+
+/// A setting that cannot be used; the message names its source and the fix.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A config file could not be read.
+    #[error("config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why reading failed.
+        source: std::io::Error,
+    },
+    /// A config file is not valid TOML or has an unknown key or a wrong type.
+    #[error("config file {path}: {message}")]
+    Parse {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The parser's message (names the key).
+        message: String,
+    },
+    /// One setting has an unusable value.
+    #[error("{origin}: {message}")]
+    Invalid {
+        /// Where the value came from.
+        origin: Origin,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// The admin API would be reachable from other hosts without a secret.
+    #[error(
+        "refusing to serve the admin API on {addr} without a secret: set CRACKBOX_ADMIN_SECRET \
+         (or `secret` under [admin] in the config file), or bind it to loopback with \
+         --admin-listen 127.0.0.1:3129"
+    )]
+    AdminWithoutSecret {
+        /// The non-loopback admin address.
+        addr: std::net::SocketAddr,
+    },
+}
+
+/// Resolves the engine's settings for `crackbox proxy engine` from the
+/// process's flags, environment and config file.
+pub fn engine_config(args: &ProxyArgs) -> anyhow::Result<EngineConfig> {
+    let settings = Settings::from_process(args)?;
+    let socket = settings
+        .control_socket
+        .clone()
+        .unwrap_or_else(|| DEFAULT_CONTROL_SOCKET.into());
+    Ok(settings.engine_config(socket))
+}

@@ -1,0 +1,217 @@
+use super::*;
+use clap::Parser;
+use std::collections::HashMap;
+
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    args: ProxyArgs,
+}
+
+fn args(flags: &[&str]) -> ProxyArgs {
+    Cli::try_parse_from(std::iter::once("crackbox").chain(flags.iter().copied()))
+        .unwrap()
+        .args
+}
+
+fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    let map: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    move |name: &str| map.get(name).cloned()
+}
+
+fn config_file(text: &str) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("crackbox.toml");
+    std::fs::write(&path, text).unwrap();
+    let path = path.to_str().unwrap().to_string();
+    (dir, path)
+}
+
+#[test]
+fn defaults_apply_without_any_source() {
+    let settings = Settings::resolve(&args(&[]), &env_of(&[])).unwrap();
+    assert_eq!(settings.listen, "0.0.0.0:3128".parse().unwrap());
+    assert_eq!(settings.admin_listen, "127.0.0.1:3129".parse().unwrap());
+    assert_eq!(settings.transparent_listen, Some("0.0.0.0:3127".parse().unwrap()));
+    assert_eq!(settings.dns_listen, None);
+    assert!(!settings.allow_private_destinations);
+    assert_eq!(settings.admin_secret, None);
+    assert_eq!(settings.state_path, None);
+    assert_eq!(settings.limits, Limits::default());
+    assert!(settings.threads >= 1);
+}
+
+#[test]
+fn precedence_is_flag_then_env_then_file_then_default() {
+    let (_dir, path) = config_file("[proxy]\nlisten = \"127.0.0.1:1003\"\nadmin_listen = \"127.0.0.1:2003\"\n");
+    let env = env_of(&[("CRACKBOX_PROXY_ADDR", "127.0.0.1:1002")]);
+    let flagged = Settings::resolve(&args(&["--config", &path, "--listen", "127.0.0.1:1001"]), &env).unwrap();
+    assert_eq!(flagged.listen.port(), 1001);
+    let from_env = Settings::resolve(&args(&["--config", &path]), &env).unwrap();
+    assert_eq!(from_env.listen.port(), 1002);
+    assert_eq!(from_env.admin_listen.port(), 2003);
+    let from_file = Settings::resolve(&args(&["--config", &path]), &env_of(&[])).unwrap();
+    assert_eq!(from_file.listen.port(), 1003);
+    assert_eq!(from_file.config_file.as_deref(), Some(std::path::Path::new(&path)));
+}
+
+#[test]
+fn empty_transparent_listen_disables_it_from_every_source() {
+    let (_dir, path) = config_file("[proxy]\ntransparent_listen = \"\"\n");
+    let from_file = Settings::resolve(&args(&["--config", &path]), &env_of(&[])).unwrap();
+    assert_eq!(from_file.transparent_listen, None);
+    let env = env_of(&[("CRACKBOX_TRANSPARENT_ADDR", "")]);
+    assert_eq!(Settings::resolve(&args(&[]), &env).unwrap().transparent_listen, None);
+    let flag = args(&["--transparent-listen", ""]);
+    assert_eq!(Settings::resolve(&flag, &env_of(&[])).unwrap().transparent_listen, None);
+}
+
+#[test]
+fn bad_addresses_name_their_source() {
+    let (_dir, path) = config_file("[proxy]\nadmin_listen = \"localhost\"\n");
+    type Case<'a> = (ProxyArgs, Vec<(&'a str, &'a str)>, String);
+    let cases: Vec<Case> = vec![
+        (args(&["--listen", "1.2.3.4"]), vec![], "flag --listen".into()),
+        (args(&["--listen", ""]), vec![], "flag --listen".into()),
+        (args(&["--listen", "127.0.0.1:0"]), vec![], "flag --listen".into()),
+        (
+            args(&[]),
+            vec![("CRACKBOX_PROXY_ADDR", "nope:1")],
+            "env CRACKBOX_PROXY_ADDR".into(),
+        ),
+        (
+            args(&["--config", &path]),
+            vec![],
+            format!("{path}: proxy.admin_listen"),
+        ),
+        (
+            args(&["--dns-listen", "999.0.0.1:53"]),
+            vec![],
+            "flag --dns-listen".into(),
+        ),
+        (args(&["--threads", "0"]), vec![], "flag --threads".into()),
+        (
+            args(&["--max-connections-per-source", "0"]),
+            vec![],
+            "flag --max-connections-per-source".into(),
+        ),
+        (
+            args(&[]),
+            vec![("CRACKBOX_ALLOW_PRIVATE_DESTINATIONS", "maybe")],
+            "env CRACKBOX_ALLOW_PRIVATE_DESTINATIONS".into(),
+        ),
+    ];
+    for (args, env, origin) in cases {
+        let err = Settings::resolve(&args, &env_of(&env)).unwrap_err().to_string();
+        assert!(err.starts_with(&origin), "{err:?} should start with {origin:?}");
+    }
+}
+
+#[test]
+fn missing_explicit_config_and_unknown_keys_fail() {
+    let missing = args(&["--config", "/nonexistent/crackbox.toml"]);
+    let err = Settings::resolve(&missing, &env_of(&[])).unwrap_err().to_string();
+    assert!(err.contains("/nonexistent/crackbox.toml"), "{err}");
+    let (_dir, path) = config_file("[admin]\nsecrte = \"x\"\n");
+    let err = Settings::resolve(&args(&["--config", &path]), &env_of(&[]))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("secrte") && err.contains(&path), "{err}");
+}
+
+#[test]
+fn search_path_file_is_read_when_no_config_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join(".crackboxrc"), "[proxy]\nlisten = \"127.0.0.1:4444\"\n").unwrap();
+    let home = dir.path().to_str().unwrap();
+    let env = env_of(&[("HOME", home), ("XDG_CONFIG_HOME", home)]);
+    assert_eq!(Settings::resolve(&args(&[]), &env).unwrap().listen.port(), 4444);
+}
+
+#[test]
+fn secret_state_and_private_switch_layers() {
+    let (_dir, path) = config_file(
+        "[admin]\nsecret = \"file\"\n[state]\npath = \"/f\"\n[policy]\nallow_private_destinations = true\n",
+    );
+    let plain = Settings::resolve(&args(&["--config", &path]), &env_of(&[])).unwrap();
+    assert_eq!(plain.admin_secret.as_deref(), Some("file"));
+    assert_eq!(plain.state_path, Some(PathBuf::from("/f")));
+    assert!(plain.allow_private_destinations);
+    let env = env_of(&[
+        ("CRACKBOX_ADMIN_SECRET", "env"),
+        ("CRACKBOX_STATE_PATH", "/e"),
+        ("CRACKBOX_ALLOW_PRIVATE_DESTINATIONS", "0"),
+    ]);
+    let layered = Settings::resolve(&args(&["--config", &path, "--state", "/flag"]), &env).unwrap();
+    assert_eq!(layered.admin_secret.as_deref(), Some("env"));
+    assert_eq!(layered.state_path, Some(PathBuf::from("/flag")));
+    assert!(!layered.allow_private_destinations);
+}
+
+#[test]
+fn non_loopback_admin_needs_a_secret() {
+    let open = Settings::resolve(&args(&["--admin-listen", "0.0.0.0:3129"]), &env_of(&[])).unwrap();
+    let err = open.check_admin_exposure().unwrap_err().to_string();
+    assert!(
+        err.contains("CRACKBOX_ADMIN_SECRET") && err.contains("--admin-listen 127.0.0.1"),
+        "{err}"
+    );
+    let env = env_of(&[("CRACKBOX_ADMIN_SECRET", "s")]);
+    let guarded = Settings::resolve(&args(&["--admin-listen", "0.0.0.0:3129"]), &env).unwrap();
+    assert!(guarded.check_admin_exposure().is_ok());
+    let local = Settings::resolve(&args(&["--admin-listen", "[::1]:3129"]), &env_of(&[])).unwrap();
+    assert!(local.check_admin_exposure().is_ok());
+}
+
+#[test]
+fn register_flags_seed_normalised_registrations() {
+    let flags = args(&[
+        "--register",
+        "127.0.0.1=dev:LocalHost,bench.test.",
+        "--register",
+        "::ffff:10.0.0.9=jail:",
+    ]);
+    let settings = Settings::resolve(&flags, &env_of(&[])).unwrap();
+    assert_eq!(settings.seeds[0].allowlist, vec!["localhost", "bench.test"]);
+    assert_eq!(settings.seeds[1].ip, "10.0.0.9");
+    assert!(settings.seeds[1].allowlist.is_empty());
+    for bad in ["127.0.0.1", "127.0.0.1=dev", "host=dev:a.test", "127.0.0.1=dev:*"] {
+        let err = Settings::resolve(&args(&["--register", bad]), &env_of(&[])).unwrap_err();
+        assert!(err.to_string().starts_with("flag --register"), "{err}");
+    }
+}
+
+#[test]
+fn engine_args_reproduce_the_engine_config() {
+    let flags = args(&[
+        "--listen",
+        "127.0.0.1:1",
+        "--transparent-listen",
+        "",
+        "--dns-listen",
+        "127.0.0.1:53",
+        "--threads",
+        "3",
+        "--allow-private-destinations",
+        "--tunnel-idle-timeout",
+        "0",
+        "--max-connections-total",
+        "7",
+    ]);
+    let settings = Settings::resolve(&flags, &env_of(&[])).unwrap();
+    let socket = std::path::Path::new("/tmp/x.sock");
+    let engine_argv = settings.engine_args(socket);
+    assert_eq!(engine_argv[..2], ["proxy", "engine"].map(OsString::from));
+    let reparsed = Cli::try_parse_from(std::iter::once(OsString::from("crackbox")).chain(engine_argv[2..].to_vec()))
+        .unwrap()
+        .args;
+    let again = Settings::resolve(&reparsed, &env_of(&[])).unwrap();
+    assert_eq!(
+        again.engine_config(socket.into()),
+        settings.engine_config(socket.into())
+    );
+    let config = again.engine_config(socket.into());
+    assert_eq!(config.other_own_addresses, vec![settings.admin_listen]);
+    assert_eq!(config.limits.tunnel_idle_timeout, None);
+    assert_eq!(config.transparent_listen, None);
+}

@@ -1,0 +1,104 @@
+//! `proxy serve` and `proxy control`: settings, runtime, listeners, shutdown.
+
+use crate::api::{self, AppState, Secret};
+use crate::config::{ProxyArgs, Settings, DEFAULT_CONTROL_SOCKET};
+use crate::publisher::{self, EngineLink};
+use crate::registry::Registry;
+use crate::store::Store;
+use crate::supervisor::Supervisor;
+use anyhow::Context;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Which daemon runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Control plus a supervised engine child.
+    Serve,
+    /// Control alone; the engine is a separate service.
+    Control,
+}
+
+/// Control plane worker threads: it is light, the cores belong to the engine.
+const CONTROL_THREADS: usize = 2;
+
+/// Runs the daemon until SIGTERM or SIGINT.
+pub fn run(args: ProxyArgs, mode: Mode) -> anyhow::Result<()> {
+    let settings = Settings::from_process(&args)?;
+    settings.check_admin_exposure()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(CONTROL_THREADS)
+        .thread_name("crackbox-control")
+        .enable_all()
+        .build()
+        .context("cannot start the control runtime")?;
+    runtime.block_on(run_async(settings, mode))
+}
+
+async fn run_async(settings: Settings, mode: Mode) -> anyhow::Result<()> {
+    let (socket, _socket_dir) = match (&settings.control_socket, mode) {
+        (Some(path), _) => (path.clone(), None),
+        (None, Mode::Control) => (PathBuf::from(DEFAULT_CONTROL_SOCKET), None),
+        (None, Mode::Serve) => {
+            let dir = tempfile::Builder::new()
+                .prefix("crackbox-")
+                .tempdir()
+                .context("cannot create a private directory for the control socket")?;
+            (dir.path().join("control.sock"), Some(dir))
+        }
+    };
+    let registry = Arc::new(Registry::load(
+        settings.state_path.clone().map(Store::new),
+        settings.seeds.clone(),
+    ));
+    let link = Arc::new(EngineLink::default());
+    let engine_listener = publisher::bind(&socket).with_context(|| format!("control socket {}", socket.display()))?;
+    let admin_listener = tokio::net::TcpListener::bind(settings.admin_listen)
+        .await
+        .with_context(|| format!("admin API listener {}", settings.admin_listen))?;
+    tracing::info!(
+        admin = %settings.admin_listen,
+        socket = %socket.display(),
+        registrations = registry.current().registrations.len(),
+        state = ?settings.state_path,
+        config = ?settings.config_file,
+        auth = settings.admin_secret.is_some(),
+        "control plane listening"
+    );
+    let accept = tokio::spawn(publisher::accept(engine_listener, registry.clone(), link.clone()));
+    let supervisor = match mode {
+        Mode::Serve => {
+            let program = std::env::current_exe().context("cannot find the crackbox executable")?;
+            Some(Supervisor::start(program, settings.engine_args(&socket)).context("cannot start the engine")?)
+        }
+        Mode::Control => None,
+    };
+    let state = AppState {
+        registry,
+        link,
+        secret: settings.admin_secret.as_deref().map(|s| Arc::new(Secret::new(s))),
+        forward: settings.listen,
+    };
+    let served = api::serve(admin_listener, state, shutdown_signal()).await;
+    accept.abort();
+    if let Some(supervisor) = supervisor {
+        tokio::task::spawn_blocking(move || supervisor.stop()).await?;
+    }
+    let _ = std::fs::remove_file(&socket);
+    served.context("admin API failed")?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Completes on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        tracing::error!("cannot install signal handlers; stop with SIGKILL");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM, shutting down"),
+        _ = int.recv() => tracing::info!("SIGINT, shutting down"),
+    }
+}

@@ -1,0 +1,138 @@
+//! Prometheus text for `/metrics`, built from one engine counter report.
+//!
+//! The engine owns the counters (since engine start); control renders them
+//! fresh on every scrape, so a restarted engine shows as a counter reset.
+
+use crackbox_engine::policy::Generation;
+use crackbox_engine::wire::StatsReport;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+
+/// Content type of the rendered text (OpenMetrics).
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+type Labels = Vec<(&'static str, String)>;
+
+/// Renders the engine's `report` plus control's own `generation` and registry size.
+pub fn render(report: &StatsReport, generation: Generation, registrations: usize) -> String {
+    let mut registry = Registry::with_prefix("crackbox");
+    let allowed = Family::<Labels, Counter>::default();
+    let denied = Family::<Labels, Counter>::default();
+    for decision in &report.decisions {
+        match decision.reason {
+            None => allowed
+                .get_or_create(&vec![("id", decision.id.clone())])
+                .inc_by(decision.count),
+            Some(reason) => denied
+                .get_or_create(&vec![
+                    ("id", decision.id.clone()),
+                    ("reason", reason.as_str().to_string()),
+                ])
+                .inc_by(decision.count),
+        };
+    }
+    registry.register(
+        "allowed",
+        "Allowed connections and requests per registration id",
+        allowed,
+    );
+    registry.register(
+        "denied",
+        "Denied connections and requests per registration id and reason",
+        denied,
+    );
+    let bytes = Family::<Labels, Counter>::default();
+    bytes
+        .get_or_create(&vec![("direction", "up".into())])
+        .inc_by(report.bytes_up);
+    bytes
+        .get_or_create(&vec![("direction", "down".into())])
+        .inc_by(report.bytes_down);
+    registry.register(
+        "tunnel_bytes",
+        "Bytes moved through the proxy (up: client to upstream)",
+        bytes,
+    );
+    let gauge = |value: u64| {
+        let gauge = Gauge::<u64, AtomicU64>::default();
+        gauge.set(value);
+        gauge
+    };
+    registry.register(
+        "active_tunnels",
+        "Tunnels and forwarded connections open now",
+        gauge(report.active_tunnels),
+    );
+    registry.register(
+        "snapshot_generation",
+        "Registry generation published by control",
+        gauge(generation),
+    );
+    registry.register(
+        "engine_snapshot_generation",
+        "Registry generation the engine enforces",
+        gauge(report.generation),
+    );
+    registry.register(
+        "registrations",
+        "Registered source addresses",
+        gauge(registrations as u64),
+    );
+    let mut text = String::new();
+    encode(&mut text, &registry).expect("writing to a String cannot fail");
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crackbox_engine::reason::Reason;
+    use crackbox_engine::wire::DecisionCount;
+
+    #[test]
+    fn renders_every_family_with_its_labels() {
+        let report = StatsReport {
+            decisions: vec![
+                DecisionCount {
+                    id: "agent".into(),
+                    reason: None,
+                    count: 5,
+                },
+                DecisionCount {
+                    id: "agent".into(),
+                    reason: Some(Reason::NotAllowed),
+                    count: 2,
+                },
+                DecisionCount {
+                    id: String::new(),
+                    reason: Some(Reason::Unregistered),
+                    count: 1,
+                },
+            ],
+            active_tunnels: 4,
+            bytes_up: 100,
+            bytes_down: 2000,
+            denials: vec![],
+            generation: 6,
+        };
+        let text = render(&report, 7, 3);
+        for line in [
+            "crackbox_allowed_total{id=\"agent\"} 5",
+            "crackbox_denied_total{id=\"agent\",reason=\"not-allowed\"} 2",
+            "crackbox_denied_total{id=\"\",reason=\"unregistered\"} 1",
+            "crackbox_tunnel_bytes_total{direction=\"up\"} 100",
+            "crackbox_tunnel_bytes_total{direction=\"down\"} 2000",
+            "crackbox_active_tunnels 4",
+            "crackbox_snapshot_generation 7",
+            "crackbox_engine_snapshot_generation 6",
+            "crackbox_registrations 3",
+            "# EOF",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+        }
+    }
+}

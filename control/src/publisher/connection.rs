@@ -1,0 +1,143 @@
+//! One engine connection: handshake, snapshot pushes, acks and counter requests.
+
+use super::{frames, EngineLink};
+use crate::registry::{Published, Registry};
+use crackbox_engine::wire::{Message, Role, StatsReport, WireError, PROTOCOL};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::unix::OwnedWriteHalf;
+use tokio::net::UnixStream;
+use tokio::sync::{mpsc, oneshot};
+
+/// How long an engine may take to say hello.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one frame may take to write before the engine is considered stuck.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Why a connection ended before or instead of serving.
+#[derive(Debug, thiserror::Error)]
+enum LinkError {
+    #[error("{0}")]
+    Wire(#[from] WireError),
+    #[error("engine speaks protocol {0}, this control plane speaks {PROTOCOL}")]
+    Protocol(u32),
+    #[error("expected an engine hello, got {0}")]
+    Unexpected(&'static str),
+    #[error("timed out")]
+    Timeout,
+}
+
+/// Serves one engine connection until it closes or a newer engine takes over.
+pub(super) async fn run(stream: UnixStream, registry: Arc<Registry>, link: Arc<EngineLink>) {
+    let (mut reader, mut writer) = stream.into_split();
+    if let Err(err) = handshake(&mut reader, &mut writer).await {
+        tracing::error!(error = %err, "engine handshake failed, closing the connection");
+        return;
+    }
+    let (queries, mut query_rx) = mpsc::channel::<oneshot::Sender<StatsReport>>(64);
+    let epoch = link.take_over(queries);
+    tracing::info!(epoch, "engine connected");
+    let (frame_tx, mut frame_rx) = mpsc::channel(64);
+    let read_task = tokio::spawn(async move {
+        loop {
+            let frame = frames::read(&mut reader).await;
+            let failed = frame.is_err();
+            if frame_tx.send(frame).await.is_err() || failed {
+                break;
+            }
+        }
+    });
+    let mut snapshots = registry.subscribe();
+    let mut replaced = link.watch();
+    let mut pending: HashMap<u64, oneshot::Sender<StatsReport>> = HashMap::new();
+    let mut next_request = 0u64;
+    let first = snapshots.borrow_and_update().clone();
+    let mut outcome = send(&mut writer, snapshot_message(&first)).await;
+    while outcome.is_ok() {
+        tokio::select! {
+            changed = snapshots.changed() => {
+                if changed.is_err() {
+                    break;
+                }
+                let published = snapshots.borrow_and_update().clone();
+                outcome = send(&mut writer, snapshot_message(&published)).await;
+            }
+            Some(reply) = query_rx.recv() => {
+                next_request += 1;
+                pending.retain(|_, waiting| !waiting.is_closed());
+                pending.insert(next_request, reply);
+                outcome = send(&mut writer, Message::StatsRequest { request: next_request }).await;
+            }
+            frame = frame_rx.recv() => match frame {
+                Some(Ok(Message::Ack { generation })) => link.ack(epoch, generation),
+                Some(Ok(Message::Stats { request, report })) => {
+                    if let Some(waiting) = pending.remove(&request) {
+                        let _ = waiting.send(report);
+                    }
+                }
+                Some(Ok(other)) => tracing::warn!(message = ?other, "unexpected message from the engine, ignored"),
+                Some(Err(WireError::Io(err))) if err.kind() == std::io::ErrorKind::UnexpectedEof => {
+                    tracing::warn!(epoch, "engine disconnected");
+                    break;
+                }
+                Some(Err(err)) => outcome = Err(err.into()),
+                None => break,
+            },
+            newer = async { replaced.wait_for(|state| state.epoch != epoch).await.is_ok() } => {
+                if newer {
+                    tracing::info!(epoch, "a newer engine connection replaced this one");
+                }
+                break;
+            }
+        }
+    }
+    if let Err(err) = outcome {
+        tracing::warn!(epoch, error = %err, "engine connection failed");
+    }
+    read_task.abort();
+    link.disconnect(epoch);
+}
+
+/// Reads the engine's hello, then answers with control's; refuses another
+/// protocol version (after telling the engine which one control speaks).
+async fn handshake(reader: &mut tokio::net::unix::OwnedReadHalf, writer: &mut OwnedWriteHalf) -> Result<(), LinkError> {
+    let hello = tokio::time::timeout(HELLO_TIMEOUT, frames::read(reader))
+        .await
+        .map_err(|_| LinkError::Timeout)??;
+    let ours = Message::Hello {
+        protocol: PROTOCOL,
+        role: Role::Control,
+    };
+    match hello {
+        Message::Hello {
+            protocol: PROTOCOL,
+            role: Role::Engine,
+        } => send(writer, ours).await,
+        Message::Hello {
+            protocol,
+            role: Role::Engine,
+        } => {
+            let _ = send(writer, ours).await;
+            Err(LinkError::Protocol(protocol))
+        }
+        Message::Hello {
+            role: Role::Control, ..
+        } => Err(LinkError::Unexpected("a control hello")),
+        _ => Err(LinkError::Unexpected("another message")),
+    }
+}
+
+async fn send(writer: &mut OwnedWriteHalf, message: Message) -> Result<(), LinkError> {
+    tokio::time::timeout(WRITE_TIMEOUT, frames::write(writer, &message))
+        .await
+        .map_err(|_| LinkError::Timeout)?
+        .map_err(LinkError::from)
+}
+
+fn snapshot_message(published: &Published) -> Message {
+    Message::Snapshot {
+        generation: published.generation,
+        registrations: published.registrations.as_ref().clone(),
+    }
+}

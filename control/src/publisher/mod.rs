@@ -1,0 +1,154 @@
+//! The engine link: control listens on a Unix socket, the engine connects.
+//!
+//! After both hellos, control pushes the full registry as a
+//! `Message::Snapshot` and again after every change; the engine acks each
+//! generation. [`EngineLink`] is what the admin API sees: which generation the
+//! engine enforces and a way to ask it for counters. One engine is expected;
+//! a new connection replaces the old one. Never touches the data path.
+
+mod connection;
+mod frames;
+mod socket;
+
+pub use socket::bind;
+
+use crate::registry::Registry;
+use crackbox_engine::policy::Generation;
+use crackbox_engine::wire::StatsReport;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::UnixListener;
+use tokio::sync::{mpsc, oneshot, watch};
+
+/// What the admin API knows about the engine connection.
+#[derive(Debug, Clone, Default)]
+struct LinkState {
+    /// Bumped by every accepted engine; older connections stop when it moves.
+    epoch: u64,
+    /// Highest generation the current engine acked.
+    acked: Option<Generation>,
+    /// Counter requests for the current engine; `None` while none is connected.
+    queries: Option<mpsc::Sender<oneshot::Sender<StatsReport>>>,
+}
+
+/// Why counters could not be fetched from the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum StatsError {
+    /// No engine is connected.
+    #[error("the engine is not connected")]
+    NotConnected,
+    /// The engine did not answer in time or went away.
+    #[error("the engine did not answer")]
+    NoAnswer,
+}
+
+/// The control side's view of the engine connection.
+#[derive(Debug)]
+pub struct EngineLink {
+    state: watch::Sender<LinkState>,
+}
+
+impl Default for EngineLink {
+    fn default() -> Self {
+        EngineLink {
+            state: watch::Sender::new(LinkState::default()),
+        }
+    }
+}
+
+impl EngineLink {
+    /// True when an engine is connected and enforces `generation` or later.
+    pub fn enforces(&self, generation: Generation) -> bool {
+        let state = self.state.borrow();
+        state.queries.is_some() && state.acked.is_some_and(|acked| acked >= generation)
+    }
+
+    /// True when an engine is connected (acked or not).
+    pub fn connected(&self) -> bool {
+        self.state.borrow().queries.is_some()
+    }
+
+    /// Waits until an engine enforces `generation` or later; false after `timeout`.
+    pub async fn wait_enforced(&self, generation: Generation, timeout: Duration) -> bool {
+        let mut state = self.state.subscribe();
+        let enforced = async {
+            state
+                .wait_for(|s| s.queries.is_some() && s.acked.is_some_and(|a| a >= generation))
+                .await
+                .is_ok()
+        };
+        tokio::time::timeout(timeout, enforced).await.unwrap_or(false)
+    }
+
+    /// Asks the engine for its counters.
+    pub async fn stats(&self, timeout: Duration) -> Result<StatsReport, StatsError> {
+        let queries = self.state.borrow().queries.clone().ok_or(StatsError::NotConnected)?;
+        let (reply, answer) = oneshot::channel();
+        let asked = async {
+            queries.send(reply).await.map_err(|_| StatsError::NotConnected)?;
+            answer.await.map_err(|_| StatsError::NoAnswer)
+        };
+        tokio::time::timeout(timeout, asked)
+            .await
+            .map_err(|_| StatsError::NoAnswer)?
+    }
+
+    /// Makes a freshly handshaken connection the current one; returns its epoch.
+    fn take_over(&self, queries: mpsc::Sender<oneshot::Sender<StatsReport>>) -> u64 {
+        let mut epoch = 0;
+        self.state.send_modify(|state| {
+            state.epoch += 1;
+            state.acked = None;
+            state.queries = Some(queries);
+            epoch = state.epoch;
+        });
+        epoch
+    }
+
+    /// Records an ack from the connection with `epoch`.
+    fn ack(&self, epoch: u64, generation: Generation) {
+        self.state.send_if_modified(|state| {
+            if state.epoch != epoch {
+                return false;
+            }
+            state.acked = Some(state.acked.map_or(generation, |a| a.max(generation)));
+            true
+        });
+    }
+
+    /// Forgets the connection with `epoch` if it is still the current one.
+    fn disconnect(&self, epoch: u64) {
+        self.state.send_if_modified(|state| {
+            if state.epoch != epoch {
+                return false;
+            }
+            state.acked = None;
+            state.queries = None;
+            true
+        });
+    }
+
+    /// A receiver whose epoch moves when a newer engine takes over.
+    fn watch(&self) -> watch::Receiver<LinkState> {
+        self.state.subscribe()
+    }
+}
+
+/// Accepts engine connections forever; each one is handshaken and then
+/// replaces the current one.
+pub async fn accept(listener: UnixListener, registry: Arc<Registry>, link: Arc<EngineLink>) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                tokio::spawn(connection::run(stream, registry.clone(), link.clone()));
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "control socket accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,260 @@
+use super::*;
+use crackbox_engine::policy::RegistrationSpec;
+use crackbox_engine::reason::Reason;
+use crackbox_engine::wire::{Denial, Message, Role, PROTOCOL};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use tokio::net::UnixStream;
+
+const WAIT: Duration = Duration::from_secs(5);
+
+fn spec(ip: &str, allowlist: &[&str]) -> RegistrationSpec {
+    RegistrationSpec {
+        ip: ip.into(),
+        id: "t".into(),
+        allowlist: allowlist.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+/// A control plane listening on a real socket, with no admin API.
+struct Control {
+    _dir: tempfile::TempDir,
+    socket: std::path::PathBuf,
+    registry: Arc<Registry>,
+    link: Arc<EngineLink>,
+}
+
+async fn control(seeds: Vec<RegistrationSpec>) -> Control {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("run/control.sock");
+    let listener = bind(&socket).unwrap();
+    let registry = Arc::new(Registry::load(None, seeds));
+    let link = Arc::new(EngineLink::default());
+    tokio::spawn(accept(listener, registry.clone(), link.clone()));
+    Control {
+        _dir: dir,
+        socket,
+        registry,
+        link,
+    }
+}
+
+/// The engine side of the protocol, driven by hand.
+struct FakeEngine {
+    stream: UnixStream,
+}
+
+impl FakeEngine {
+    async fn connect(socket: &Path, protocol: u32) -> (FakeEngine, Message) {
+        let mut stream = UnixStream::connect(socket).await.unwrap();
+        let hello = Message::Hello {
+            protocol,
+            role: Role::Engine,
+        };
+        frames::write(&mut stream, &hello).await.unwrap();
+        let answer = tokio::time::timeout(WAIT, frames::read(&mut stream))
+            .await
+            .unwrap()
+            .unwrap();
+        (FakeEngine { stream }, answer)
+    }
+
+    async fn recv(&mut self) -> Message {
+        tokio::time::timeout(WAIT, frames::read(&mut self.stream))
+            .await
+            .expect("a frame in time")
+            .expect("a valid frame")
+    }
+
+    async fn send(&mut self, message: Message) {
+        frames::write(&mut self.stream, &message).await.unwrap();
+    }
+
+    async fn snapshot(&mut self) -> (u64, Vec<RegistrationSpec>) {
+        match self.recv().await {
+            Message::Snapshot {
+                generation,
+                registrations,
+            } => (generation, registrations),
+            other => panic!("expected a snapshot, got {other:?}"),
+        }
+    }
+
+    async fn closed(&mut self) -> bool {
+        matches!(
+            tokio::time::timeout(WAIT, frames::read(&mut self.stream)).await,
+            Ok(Err(_))
+        )
+    }
+}
+
+#[tokio::test]
+async fn engine_gets_hello_and_full_snapshot_then_acks_make_it_enforced() {
+    let control = control(vec![spec("127.0.0.1", &["localhost"])]).await;
+    assert!(!control.link.connected());
+    let (mut engine, hello) = FakeEngine::connect(&control.socket, PROTOCOL).await;
+    assert_eq!(
+        hello,
+        Message::Hello {
+            protocol: PROTOCOL,
+            role: Role::Control
+        }
+    );
+    let (generation, registrations) = engine.snapshot().await;
+    assert_eq!(generation, 1);
+    assert_eq!(registrations, vec![spec("127.0.0.1", &["localhost"])]);
+    assert!(control.link.connected());
+    assert!(!control.link.enforces(1), "not enforced before the ack");
+    engine.send(Message::Ack { generation: 1 }).await;
+    assert!(control.link.wait_enforced(1, WAIT).await);
+    assert!(control.link.enforces(1));
+}
+
+#[tokio::test]
+async fn every_change_is_pushed_with_the_next_generation_and_waits_for_its_ack() {
+    let control = control(vec![]).await;
+    let (mut engine, _) = FakeEngine::connect(&control.socket, PROTOCOL).await;
+    let (first, _) = engine.snapshot().await;
+    engine.send(Message::Ack { generation: first }).await;
+    let ip = "10.0.0.2".parse().unwrap();
+    let generation = control
+        .registry
+        .register(ip, spec("10.0.0.2", &["a.test"]))
+        .await
+        .unwrap();
+    assert_eq!(generation, 2);
+    let (pushed, registrations) = engine.snapshot().await;
+    assert_eq!((pushed, registrations), (2, vec![spec("10.0.0.2", &["a.test"])]));
+    assert!(
+        !control.link.wait_enforced(2, Duration::from_millis(200)).await,
+        "unacked generation must not count as enforced"
+    );
+    engine.send(Message::Ack { generation: 2 }).await;
+    assert!(control.link.wait_enforced(2, WAIT).await);
+    let (_, generation) = control.registry.unregister(ip).await.unwrap();
+    assert_eq!(engine.snapshot().await, (3, vec![]));
+    engine.send(Message::Ack { generation }).await;
+    assert!(control.link.wait_enforced(3, WAIT).await);
+}
+
+#[tokio::test]
+async fn other_protocol_versions_are_refused_and_closed() {
+    let control = control(vec![]).await;
+    let (mut engine, hello) = FakeEngine::connect(&control.socket, PROTOCOL + 1).await;
+    assert!(matches!(hello, Message::Hello { protocol: PROTOCOL, .. }));
+    assert!(engine.closed().await, "control must close after a version mismatch");
+    assert!(!control.link.connected());
+}
+
+#[tokio::test]
+async fn a_control_hello_from_the_peer_is_refused() {
+    let control = control(vec![]).await;
+    let mut stream = UnixStream::connect(&control.socket).await.unwrap();
+    let hello = Message::Hello {
+        protocol: PROTOCOL,
+        role: Role::Control,
+    };
+    frames::write(&mut stream, &hello).await.unwrap();
+    let read = tokio::time::timeout(WAIT, frames::read(&mut stream)).await.unwrap();
+    assert!(read.is_err(), "expected the connection closed, got {read:?}");
+    assert!(!control.link.connected());
+}
+
+#[tokio::test]
+async fn a_new_engine_replaces_the_old_one_and_reconnects_get_a_newer_generation() {
+    let control = control(vec![]).await;
+    let (mut old, _) = FakeEngine::connect(&control.socket, PROTOCOL).await;
+    old.snapshot().await;
+    old.send(Message::Ack { generation: 1 }).await;
+    assert!(control.link.wait_enforced(1, WAIT).await);
+    control
+        .registry
+        .register("10.0.0.3".parse().unwrap(), spec("10.0.0.3", &[]))
+        .await
+        .unwrap();
+    assert_eq!(old.snapshot().await.0, 2);
+    let (mut new, _) = FakeEngine::connect(&control.socket, PROTOCOL).await;
+    let (generation, registrations) = new.snapshot().await;
+    assert_eq!(generation, 2);
+    assert_eq!(registrations.len(), 1);
+    assert!(old.closed().await, "the replaced engine's connection is closed");
+    assert!(
+        !control.link.enforces(1),
+        "acks of the old engine do not count for the new one"
+    );
+    new.send(Message::Ack { generation: 2 }).await;
+    assert!(control.link.wait_enforced(2, WAIT).await);
+}
+
+#[tokio::test]
+async fn an_engine_that_goes_away_is_no_longer_connected() {
+    let control = control(vec![]).await;
+    let (mut engine, _) = FakeEngine::connect(&control.socket, PROTOCOL).await;
+    engine.snapshot().await;
+    engine.send(Message::Ack { generation: 1 }).await;
+    assert!(control.link.wait_enforced(1, WAIT).await);
+    drop(engine);
+    let mut state = control.link.watch();
+    let gone = tokio::time::timeout(WAIT, state.wait_for(|s| s.queries.is_none())).await;
+    assert!(gone.is_ok());
+    assert!(!control.link.enforces(1));
+    assert_eq!(control.link.stats(WAIT).await, Err(StatsError::NotConnected));
+}
+
+#[tokio::test]
+async fn counters_are_requested_and_routed_back_by_request_number() {
+    let control = control(vec![]).await;
+    let (mut engine, _) = FakeEngine::connect(&control.socket, PROTOCOL).await;
+    engine.snapshot().await;
+    let report = StatsReport {
+        active_tunnels: 3,
+        bytes_up: 10,
+        denials: vec![Denial {
+            time_ms: 1,
+            ip: "10.0.0.2".into(),
+            id: "t".into(),
+            host: "evil.test".into(),
+            port: 443,
+            reason: Reason::NotAllowed,
+        }],
+        ..StatsReport::default()
+    };
+    let link = control.link.clone();
+    let asked = tokio::spawn(async move { link.stats(WAIT).await });
+    let request = match engine.recv().await {
+        Message::StatsRequest { request } => request,
+        other => panic!("expected a stats request, got {other:?}"),
+    };
+    engine
+        .send(Message::Stats {
+            request: request + 100,
+            report: StatsReport::default(),
+        })
+        .await;
+    engine
+        .send(Message::Stats {
+            request,
+            report: report.clone(),
+        })
+        .await;
+    assert_eq!(asked.await.unwrap(), Ok(report));
+    let silent = control.link.stats(Duration::from_millis(200)).await;
+    assert_eq!(silent, Err(StatsError::NoAnswer));
+}
+
+#[tokio::test]
+async fn socket_is_private_and_stale_files_are_replaced_but_live_ones_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("control.sock");
+    drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+    let listener = bind(&path).expect("a stale socket is replaced");
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let err = bind(&path).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::AddrInUse);
+    drop(listener);
+    let plain = dir.path().join("plain");
+    std::fs::write(&plain, b"x").unwrap();
+    assert!(bind(&plain).is_err(), "a regular file is never removed");
+    assert_eq!(std::fs::read(&plain).unwrap(), b"x");
+}

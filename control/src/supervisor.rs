@@ -1,0 +1,211 @@
+//! The engine child of `proxy serve`: started, restarted with backoff, stopped.
+//!
+//! The child is started from one long-lived thread that also waits for it,
+//! because PR_SET_PDEATHSIG fires when the *thread* that forked exits: the
+//! child gets SIGKILL if `serve` dies in any way, so it never outlives it.
+
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// First restart delay; doubles up to [`MAX_BACKOFF`].
+const MIN_BACKOFF: Duration = Duration::from_millis(100);
+/// Longest restart delay.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// A child that ran this long resets the backoff.
+const HEALTHY_RUN: Duration = Duration::from_secs(10);
+/// How long a stopping child gets after SIGTERM before SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(3);
+
+/// Environment variables the child must not inherit: every setting reaches
+/// it as an explicit flag, and it never needs the admin secret.
+const SCRUBBED_ENV: [&str; 6] = [
+    "CRACKBOX_PROXY_ADDR",
+    "CRACKBOX_ADMIN_ADDR",
+    "CRACKBOX_TRANSPARENT_ADDR",
+    "CRACKBOX_ADMIN_SECRET",
+    "CRACKBOX_STATE_PATH",
+    "CRACKBOX_ALLOW_PRIVATE_DESTINATIONS",
+];
+
+#[derive(Debug, Default)]
+struct Shared {
+    stopping: bool,
+    pid: Option<libc::pid_t>,
+}
+
+/// A supervised engine child process.
+#[derive(Debug)]
+pub struct Supervisor {
+    shared: Arc<(Mutex<Shared>, Condvar)>,
+    thread: JoinHandle<()>,
+}
+
+impl Supervisor {
+    /// Starts `program args...` and keeps it running until [`Supervisor::stop`].
+    pub fn start(program: PathBuf, args: Vec<OsString>) -> std::io::Result<Self> {
+        let shared = Arc::new((Mutex::new(Shared::default()), Condvar::new()));
+        let thread_shared = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("engine-supervisor".into())
+            .spawn(move || supervise(&program, &args, &thread_shared))?;
+        Ok(Supervisor { shared, thread })
+    }
+
+    /// The running child's pid, if one is running.
+    pub fn pid(&self) -> Option<u32> {
+        let pid = lock(&self.shared.0).pid;
+        pid.and_then(|p| u32::try_from(p).ok())
+    }
+
+    /// Stops the child (SIGTERM, SIGKILL after a grace period) and the
+    /// restart loop; blocks until both are gone.
+    pub fn stop(self) {
+        let (state, wake) = &*self.shared;
+        {
+            let mut state = lock(state);
+            state.stopping = true;
+            if let Some(pid) = state.pid {
+                // SAFETY: kill(2) with a pid this thread's child still holds (not yet reaped).
+                unsafe { libc::kill(pid, libc::SIGTERM) };
+            }
+        }
+        wake.notify_all();
+        let deadline = Instant::now() + STOP_GRACE;
+        while !self.thread.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if !self.thread.is_finished() {
+            if let Some(pid) = lock(state).pid {
+                // SAFETY: as above; the child ignored SIGTERM.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+        let _ = self.thread.join();
+    }
+}
+
+fn lock(state: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
+    state.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn supervise(program: &PathBuf, args: &[OsString], shared: &(Mutex<Shared>, Condvar)) {
+    let (state, wake) = shared;
+    let mut backoff = MIN_BACKOFF;
+    loop {
+        let spawned = {
+            let mut guard = lock(state);
+            if guard.stopping {
+                return;
+            }
+            let spawned = spawn(program, args);
+            if let Ok(child) = &spawned {
+                guard.pid = libc::pid_t::try_from(child.id()).ok();
+            }
+            spawned
+        };
+        let started = Instant::now();
+        match spawned {
+            Ok(mut child) => {
+                tracing::info!(pid = child.id(), "engine started");
+                wait_exited(&child);
+                lock(state).pid = None;
+                let status = child.wait();
+                if lock(state).stopping {
+                    tracing::info!(status = ?status, "engine stopped");
+                    return;
+                }
+                tracing::warn!(status = ?status, "engine exited; restarting it");
+            }
+            Err(err) => tracing::error!(error = %err, program = %program.display(), "cannot start the engine"),
+        }
+        backoff = if started.elapsed() >= HEALTHY_RUN {
+            MIN_BACKOFF
+        } else {
+            (backoff * 2).min(MAX_BACKOFF)
+        };
+        let guard = lock(state);
+        let _ = wake
+            .wait_timeout_while(guard, backoff, |s| !s.stopping)
+            .unwrap_or_else(PoisonError::into_inner);
+    }
+}
+
+fn spawn(program: &PathBuf, args: &[OsString]) -> std::io::Result<Child> {
+    let mut command = Command::new(program);
+    command.args(args);
+    for name in SCRUBBED_ENV {
+        command.env_remove(name);
+    }
+    let parent = std::process::id();
+    // SAFETY: only async-signal-safe calls (prctl, getppid) run between fork and exec.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if u32::try_from(libc::getppid()).ok() != Some(parent) {
+                return Err(std::io::Error::other("parent exited before the engine started"));
+            }
+            Ok(())
+        });
+    }
+    command.spawn()
+}
+
+/// Blocks until the child has exited without reaping it, so its pid stays
+/// valid for [`Supervisor::stop`] until it is forgotten.
+fn wait_exited(child: &Child) {
+    let pid = libc::id_t::from(child.id());
+    loop {
+        // SAFETY: a zeroed siginfo_t is a valid out-parameter for waitid.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: waits on our own child; WNOWAIT leaves it to be reaped by Child::wait.
+        let rc = unsafe { libc::waitid(libc::P_PID, pid, &mut info, libc::WEXITED | libc::WNOWAIT) };
+        if rc == 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn alive(pid: u32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|stat| !stat.contains(") Z "))
+            .unwrap_or(false)
+    }
+
+    fn wait_for(mut condition: impl FnMut() -> bool) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if condition() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    #[test]
+    fn a_child_that_dies_is_restarted_and_stop_ends_it() {
+        let supervisor = Supervisor::start("sleep".into(), vec!["30".into()]).unwrap();
+        assert!(wait_for(|| supervisor.pid().is_some()));
+        let first = supervisor.pid().unwrap();
+        // SAFETY: kill(2) on the test's own grandchild.
+        unsafe { libc::kill(first as libc::pid_t, libc::SIGKILL) };
+        assert!(
+            wait_for(|| supervisor.pid().is_some_and(|pid| pid != first)),
+            "restarted"
+        );
+        let second = supervisor.pid().unwrap();
+        supervisor.stop();
+        assert!(!alive(second), "stop ends the child");
+    }
+}
