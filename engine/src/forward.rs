@@ -17,6 +17,7 @@ use crate::revocation::LiveEntry;
 use crate::runtime::worker::Worker;
 use crate::stats::Direction;
 use crate::tunnel::{self, Activity};
+use std::cell::Cell;
 use std::future::Future;
 use std::io;
 use std::net::IpAddr;
@@ -99,8 +100,25 @@ enum ExchangeError {
     NoResponse,
     /// The upstream's response head was unusable; the client gets a 502.
     BadResponse,
+    /// The request body's chunked framing was malformed before the client
+    /// got any response bytes; the client gets a 400.
+    MalformedBody,
     /// Failed after the client got part of a response; just close.
     Broken,
+}
+
+/// Why streaming a request body stopped.
+enum BodyError {
+    /// Malformed chunked framing.
+    Malformed,
+    /// The client went away or a socket failed.
+    Io,
+}
+
+impl From<io::Error> for BodyError {
+    fn from(_: io::Error) -> Self {
+        BodyError::Io
+    }
 }
 
 /// What the head reader found.
@@ -365,6 +383,11 @@ impl Session<'_> {
                     .await;
                 false
             }
+            Err(ExchangeError::MalformedBody) => {
+                self.reply(&responses::error(400, "malformed chunked request body"))
+                    .await;
+                false
+            }
             Err(ExchangeError::Broken) => false,
         }
     }
@@ -397,6 +420,7 @@ impl Session<'_> {
             .add_bytes(Direction::Up, request.upstream_head.len() as u64);
         let client = &self.client;
         let activity = Activity::new();
+        let responded = Cell::new(false);
         let body = pin!(send_body(
             worker,
             client,
@@ -405,19 +429,20 @@ impl Session<'_> {
             request.framing,
             &activity
         ));
-        let response = pin!(relay_response(worker, client, upstream, request, &activity));
+        let response = pin!(relay_response(worker, client, upstream, request, &activity, &responded));
         let (mut body, mut response) = (body, response);
-        let mut body_result: Option<io::Result<()>> = None;
+        let mut body_result: Option<Result<(), BodyError>> = None;
         let outcome = std::future::poll_fn(|cx| {
             if body_result.is_none() {
                 if let Poll::Ready(result) = body.as_mut().poll(cx) {
                     body_result = Some(result);
                 }
             }
-            if matches!(body_result, Some(Err(_))) {
-                return Poll::Ready(Err(ExchangeError::Broken));
+            match body_result {
+                Some(Err(BodyError::Malformed)) if !responded.get() => Poll::Ready(Err(ExchangeError::MalformedBody)),
+                Some(Err(_)) => Poll::Ready(Err(ExchangeError::Broken)),
+                _ => response.as_mut().poll(cx),
             }
-            response.as_mut().poll(cx)
         })
         .await;
         let body_complete = matches!(body_result, Some(Ok(())));
@@ -442,7 +467,7 @@ async fn send_body(
     inbox: &mut Vec<u8>,
     framing: Framing,
     activity: &Activity,
-) -> io::Result<()> {
+) -> Result<(), BodyError> {
     match framing {
         Framing::Empty | Framing::UntilClose => Ok(()),
         Framing::Length(length) => {
@@ -452,7 +477,7 @@ async fn send_body(
             worker.stats.add_bytes(Direction::Up, buffered as u64);
             let rest = length - buffered as u64;
             if rest > 0 && tunnel::pump(worker, client, upstream, Some(rest), Direction::Up, activity).await? < rest {
-                return Err(io::ErrorKind::UnexpectedEof.into());
+                return Err(BodyError::Io);
             }
             Ok(())
         }
@@ -460,7 +485,7 @@ async fn send_body(
             let mut chunked = ChunkedBody::new();
             loop {
                 if !inbox.is_empty() {
-                    let used = chunked.feed(inbox).map_err(io::Error::other)?;
+                    let used = chunked.feed(inbox).map_err(|_| BodyError::Malformed)?;
                     upstream.write_all(&inbox[..used]).await?;
                     inbox.drain(..used);
                     worker.stats.add_bytes(Direction::Up, used as u64);
@@ -469,7 +494,7 @@ async fn send_body(
                     return Ok(());
                 }
                 if client.read_into(inbox, READ_CHUNK).await? == 0 {
-                    return Err(io::ErrorKind::UnexpectedEof.into());
+                    return Err(BodyError::Io);
                 }
             }
         }
@@ -483,6 +508,7 @@ async fn relay_response(
     upstream: &Conn,
     request: &Prepared,
     activity: &Activity,
+    responded: &Cell<bool>,
 ) -> Result<Exchange, ExchangeError> {
     let wait = worker.limits.tunnel_idle_timeout.unwrap_or(RESPONSE_TIMEOUT_FALLBACK);
     let mut inbox = Vec::new();
@@ -513,6 +539,7 @@ async fn relay_response(
         http_head::write_client_response(&head, client_close && !interim && !upgraded, &mut out);
         drop(head);
         inbox.drain(..end);
+        responded.set(true);
         if interim {
             client.write_all(&out).await.map_err(|_| ExchangeError::Broken)?;
             continue;

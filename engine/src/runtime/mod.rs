@@ -43,7 +43,8 @@ struct ThreadListeners {
 
 /// Runs the engine; returns only if start-up fails or every core thread dies.
 pub fn run(mut config: EngineConfig) -> io::Result<()> {
-    raise_fd_limit();
+    let fd_limit = raise_fd_limit();
+    cap_connections_below_fd_limit(&mut config, fd_limit);
     let threads = config.threads.max(1);
     let (listeners, forward_addr, transparent_addr) = bind_all(&config, threads)?;
     config.listen = forward_addr;
@@ -214,14 +215,37 @@ fn pin_to_core(core: usize) {
     }
 }
 
-/// Raises the soft fd limit to the hard limit: tunnels are fds.
-fn raise_fd_limit() {
+/// Raises the soft fd limit to the hard limit (tunnels are fds); returns
+/// the limit in force.
+fn raise_fd_limit() -> u64 {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
-    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
-        if soft < hard {
-            if let Err(err) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
-                tracing::warn!(error = %err, "could not raise the open-file limit");
-            }
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return 1024;
+    };
+    if soft < hard {
+        if let Err(err) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+            tracing::warn!(error = %err, "could not raise the open-file limit");
+            return soft;
         }
+    }
+    hard
+}
+
+/// fds kept free for listeners, pipes, the resolver and the control link.
+const FD_RESERVE: u64 = 512;
+
+/// Each client connection may hold two sockets (client and upstream), so
+/// the total cap stays below half of what the fd limit leaves; new clients
+/// are refused before the engine runs out of fds.
+fn cap_connections_below_fd_limit(config: &mut EngineConfig, fd_limit: u64) {
+    let fits = (fd_limit.saturating_sub(FD_RESERVE) / 2).max(1) as usize;
+    if config.limits.max_connections_total > fits {
+        tracing::info!(
+            configured = config.limits.max_connections_total,
+            fd_limit,
+            cap = fits,
+            "total connection cap lowered to fit the open-file limit"
+        );
+        config.limits.max_connections_total = fits;
     }
 }
