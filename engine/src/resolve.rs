@@ -10,8 +10,11 @@ use crate::guard::Verdict;
 use crate::policy::{normalise_host, HostKind, MatchedBy};
 use crate::runtime::worker::Worker;
 use futures_channel::oneshot;
+use rustc_hash::FxHashMap;
+use std::cell::RefCell;
 use std::io;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::rc::Rc;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -20,6 +23,34 @@ use std::time::{Duration, Instant};
 pub(crate) const CONNECT_BUDGET: Duration = Duration::from_secs(10);
 /// Lookups waiting for a resolver thread before new ones are refused.
 const QUEUE_DEPTH: usize = 4096;
+/// How long one core thread reuses a resolved name.
+const CACHE_TTL: Duration = Duration::from_secs(5);
+/// Names one core thread remembers before it starts over.
+const CACHE_ENTRIES: usize = 4096;
+
+/// A core thread's short-lived memory of resolved names, so repeated
+/// connections to one host skip the resolver pool. Addresses are still
+/// judged by the destination guard on every dial.
+#[derive(Default)]
+pub(crate) struct NameCache {
+    entries: RefCell<FxHashMap<String, (Instant, Rc<[IpAddr]>)>>,
+}
+
+impl NameCache {
+    fn get(&self, name: &str) -> Option<Rc<[IpAddr]>> {
+        let entries = self.entries.borrow();
+        let (at, addrs) = entries.get(name)?;
+        (at.elapsed() < CACHE_TTL).then(|| Rc::clone(addrs))
+    }
+
+    fn put(&self, name: &str, addrs: Rc<[IpAddr]>) {
+        let mut entries = self.entries.borrow_mut();
+        if entries.len() >= CACHE_ENTRIES {
+            entries.clear();
+        }
+        entries.insert(name.to_owned(), (Instant::now(), addrs));
+    }
+}
 
 struct Lookup {
     host: String,
@@ -88,18 +119,32 @@ pub(crate) enum DialError {
     Timeout,
 }
 
+/// Resolves `name` through the thread's cache or the resolver pool.
+async fn resolve_name(worker: &Worker, name: &str) -> Result<Rc<[IpAddr]>, DialError> {
+    if let Some(addrs) = worker.names.get(name) {
+        return Ok(addrs);
+    }
+    match monoio::time::timeout(CONNECT_BUDGET, worker.shared.resolver.lookup(name, 0)).await {
+        Ok(Ok(addrs)) if !addrs.is_empty() => {
+            let ips: Rc<[IpAddr]> = addrs.iter().map(SocketAddr::ip).collect();
+            worker.names.put(name, Rc::clone(&ips));
+            Ok(ips)
+        }
+        Ok(_) => Err(DialError::Dns),
+        Err(_) => Err(DialError::Timeout),
+    }
+}
+
 /// Resolves (unless a literal), guards and connects to `host:port`.
 pub(crate) async fn dial(worker: &Worker, host: &str, port: u16, matched: MatchedBy) -> Result<Conn, DialError> {
     let deadline = Instant::now() + CONNECT_BUDGET;
     let candidates = match normalise_host(host) {
         Some(HostKind::Ip(ip)) => vec![SocketAddr::new(ip, port)],
-        Some(HostKind::Name(name)) => {
-            match monoio::time::timeout(CONNECT_BUDGET, worker.shared.resolver.lookup(&name, port)).await {
-                Ok(Ok(addrs)) if !addrs.is_empty() => addrs,
-                Ok(_) => return Err(DialError::Dns),
-                Err(_) => return Err(DialError::Timeout),
-            }
-        }
+        Some(HostKind::Name(name)) => resolve_name(worker, &name)
+            .await?
+            .iter()
+            .map(|ip| SocketAddr::new(*ip, port))
+            .collect(),
         None => return Err(DialError::Dns),
     };
     let literal = matched == MatchedBy::IpLiteral;

@@ -7,7 +7,7 @@ use crate::guard::DestinationGuard;
 use crate::local_addrs::LocalAddresses;
 use crate::policy::Snapshot;
 use crate::registry::{Registry, SnapshotCache};
-use crate::resolve::Resolver;
+use crate::resolve::{NameCache, Resolver};
 use crate::revocation::LiveSet;
 use crate::stats::Stats;
 use crate::tunnel::Pools;
@@ -32,6 +32,7 @@ pub(crate) struct Worker {
     pub(crate) limits: Limits,
     pub(crate) pools: Pools,
     pub(crate) live: LiveSet,
+    pub(crate) names: NameCache,
     cache: RefCell<SnapshotCache>,
 }
 
@@ -44,6 +45,7 @@ impl Worker {
             cache: RefCell::new(shared.registry.cache()),
             pools: Pools::default(),
             live: LiveSet::default(),
+            names: NameCache::default(),
             shared,
         }
     }
