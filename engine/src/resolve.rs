@@ -33,8 +33,11 @@ const CACHE_ENTRIES: usize = 4096;
 /// judged by the destination guard on every dial.
 #[derive(Default)]
 pub(crate) struct NameCache {
-    entries: RefCell<FxHashMap<String, (Instant, Rc<[IpAddr]>)>>,
+    entries: RefCell<FxHashMap<String, Resolved>>,
 }
+
+/// When a name was resolved, and to what.
+type Resolved = (Instant, Rc<[IpAddr]>);
 
 impl NameCache {
     fn get(&self, name: &str) -> Option<Rc<[IpAddr]>> {
