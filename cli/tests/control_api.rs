@@ -1,0 +1,178 @@
+//! The admin API of the real binary: registration is enforced by the time
+//! the answer arrives, malformed bodies and bad tokens change nothing, and
+//! `crackbox state` prints what is registered.
+
+mod control_support;
+mod harness;
+
+use control_support::{admin, run, Ports};
+use harness::Upstream;
+use serde_json::json;
+
+#[test]
+fn register_is_enforced_when_answered_and_unregister_or_replace_revokes() {
+    let upstream = Upstream::echo_request_line();
+    let ports = Ports::fresh();
+    let _serve = ports.serve(&[], &[]);
+    ports.wait_healthy();
+    let url = format!("http://localhost:{}/x", upstream.port());
+    let other = format!("http://bench.test:{}/x", upstream.port());
+    assert_eq!(ports.fetch("127.0.0.3", &url), 403, "unregistered before");
+    for round in 0..5 {
+        let (status, body) = ports.register("127.0.0.3", "agent", &["LocalHost."], &[]);
+        assert_eq!(status, 200, "{body}");
+        if round == 0 {
+            let stored: serde_json::Value = serde_json::from_str(&body).unwrap();
+            assert_eq!(
+                stored,
+                json!({"ip": "127.0.0.3", "id": "agent", "allowlist": ["localhost"]})
+            );
+        }
+        assert_eq!(
+            ports.fetch("127.0.0.3", &url),
+            200,
+            "allowed right after the answer (round {round})"
+        );
+        assert_eq!(ports.unregister("127.0.0.3", &[]), (200, r#"{"removed":true}"#.into()));
+        assert_eq!(
+            ports.fetch("127.0.0.3", &url),
+            403,
+            "denied right after unregister (round {round})"
+        );
+    }
+    ports.register("127.0.0.3", "agent", &["localhost"], &[]);
+    assert_eq!(ports.fetch("127.0.0.3", &url), 200);
+    let (status, _) = ports.register("127.0.0.3", "agent", &["other.test"], &[]);
+    assert_eq!(status, 200);
+    assert_eq!(
+        ports.fetch("127.0.0.3", &url),
+        403,
+        "the replaced list no longer allows localhost"
+    );
+    assert_eq!(
+        ports.fetch("127.0.0.3", &other),
+        403,
+        "bench.test is not on the new list either"
+    );
+    let tunnelled = control_support::proxied(ports.proxy, "127.0.0.3", &url, true);
+    assert_eq!(tunnelled, 403, "CONNECT is decided by the new list too");
+    assert_eq!(ports.unregister("127.0.0.9", &[]), (200, r#"{"removed":false}"#.into()));
+}
+
+#[test]
+fn malformed_bodies_are_4xx_and_leave_the_state_unchanged() {
+    let ports = Ports::fresh();
+    let _serve = ports.serve(&["--register", "127.0.0.1=keep:localhost"], &[]);
+    ports.wait_healthy();
+    let before = ports.state();
+    let huge = format!(
+        r#"{{"ip":"127.0.0.5","id":"x","allowlist":["{}"]}}"#,
+        "a".repeat(70 * 1024)
+    );
+    let bodies = [
+        r#"{"id":"x","allowlist":["a.test"]}"#.to_string(),
+        r#"{"ip":"127.0.0.5:80","id":"x","allowlist":["a.test"]}"#.into(),
+        r#"{"ip":"localhost","id":"x","allowlist":["a.test"]}"#.into(),
+        r#"{"ip":"127.0.0.999","id":"x","allowlist":["a.test"]}"#.into(),
+        r#"{"ip":"127.0.0.5","id":"x","allowlist":"a.test"}"#.into(),
+        r#"{"ip":"127.0.0.5","id":"x","allowlist":[7]}"#.into(),
+        r#"{"ip":"127.0.0.5","id":"x","allowlist":[null]}"#.into(),
+        r#"{"ip":"127.0.0.5","id":"x","allowlist":["a.test"],"role":"admin"}"#.into(),
+        r#"{"ip":"127.0.0.5","id":"x","allowlist":["a.test"]} trailing"#.into(),
+        r#"{"ip":"127.0.0.5","id":"x","allowlist":["*"]}"#.into(),
+        huge,
+    ];
+    for body in &bodies {
+        let (status, answer) = admin(ports.admin, "POST", "/v1/register", Some(body.as_bytes()), &[]);
+        assert!((400..500).contains(&status), "{body:.60}: {status} {answer}");
+        let error: serde_json::Value = serde_json::from_str(&answer).unwrap();
+        assert!(error["error"].is_string(), "{answer}");
+    }
+    let (status, _) = admin(ports.admin, "POST", "/v1/register", Some(bodies[10].as_bytes()), &[]);
+    assert_eq!(status, 413);
+    assert_eq!(ports.state(), before);
+}
+
+#[test]
+fn mutations_need_the_exact_bearer_secret_reads_stay_open() {
+    let ports = Ports::fresh();
+    let _serve = ports.serve(&[], &[("CRACKBOX_ADMIN_SECRET", "s3cret")]);
+    ports.wait_healthy();
+    let refused: [&[&str]; 6] = [
+        &[],
+        &["Authorization: Bearer wrong"],
+        &["Authorization: Bearer s3cre"],
+        &["Authorization: Bearer s3cret-and-more"],
+        &["Authorization: Basic czNjcmV0"],
+        &["Authorization: s3cret"],
+    ];
+    for headers in refused {
+        assert_eq!(
+            ports.register("127.0.0.4", "x", &["a.test"], headers).0,
+            401,
+            "{headers:?}"
+        );
+        assert_eq!(ports.unregister("127.0.0.4", headers).0, 401, "{headers:?}");
+    }
+    assert_eq!(ports.state(), json!([]));
+    let (status, body) = ports.register("127.0.0.4", "x", &["a.test"], &["Authorization: BEARER s3cret"]);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(ports.state()[0]["ip"], "127.0.0.4");
+    assert_eq!(admin(ports.admin, "GET", "/health", None, &[]).0, 200);
+}
+
+#[test]
+fn state_command_prints_a_table_or_json_and_fails_when_unreachable() {
+    let ports = Ports::fresh();
+    let _serve = ports.serve(
+        &[
+            "--register",
+            "127.0.0.1=dev:localhost,bench.test",
+            "--register",
+            "127.0.0.2=jail:",
+        ],
+        &[("CRACKBOX_ADMIN_SECRET", "tok")],
+    );
+    ports.wait_healthy();
+    let url = ports.admin_url();
+    let table = run(&["state", "--admin", &url], &[]);
+    assert!(table.status.success(), "{}", String::from_utf8_lossy(&table.stderr));
+    let text = String::from_utf8(table.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert!(lines[0].starts_with("IP") && lines[0].contains("ALLOWLIST"), "{text}");
+    assert!(
+        lines[1].contains("dev") && lines[1].contains("localhost, bench.test"),
+        "{text}"
+    );
+    assert!(lines[2].contains("jail") && lines[2].contains("(deny all)"), "{text}");
+    let json = run(
+        &["state", "--json"],
+        &[("CRACKBOX_ADMIN", &url), ("CRACKBOX_ADMIN_SECRET", "tok")],
+    );
+    assert!(json.status.success());
+    let value: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(value, ports.state());
+    let dead = control_support::free_addr();
+    let unreachable = run(&["state", "--admin", &format!("http://{dead}")], &[]);
+    assert!(!unreachable.status.success());
+    let stderr = String::from_utf8(unreachable.stderr).unwrap();
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("cannot reach") && stderr.contains(&dead.to_string()),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_non_loopback_admin_bind_without_a_secret_refuses_to_start() {
+    let port = control_support::free_addr().port();
+    let admin_listen = format!("0.0.0.0:{port}");
+    let output = run(&["proxy", "serve", "--admin-listen", &admin_listen], &[]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(
+        stderr.contains("CRACKBOX_ADMIN_SECRET") && stderr.contains("127.0.0.1"),
+        "{stderr}"
+    );
+}

@@ -1,0 +1,116 @@
+//! Configuration precedence (flags > env > config file > defaults), proven by
+//! which port the real binary listens on, and start-up errors that name the
+//! offending key or source.
+
+mod control_support;
+
+use control_support::{free_addr, run, Process, TempDir};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+fn listening(addr: SocketAddr) -> bool {
+    TcpStream::connect_timeout(&addr, Duration::from_millis(500)).is_ok()
+}
+
+fn wait_health(admin: SocketAddr) {
+    control_support::eventually("health ok", || {
+        control_support::admin(admin, "GET", "/health", None, &[]).0 == 200
+    });
+}
+
+/// Starts serve with `args`/`env`; returns which of `candidates` accept connections.
+fn forward_ports(args: &[&str], env: &[(&str, &str)], admin: SocketAddr, candidates: &[SocketAddr]) -> Vec<bool> {
+    let mut argv = vec!["proxy".to_string(), "serve".to_string()];
+    argv.extend(args.iter().map(|s| s.to_string()));
+    let _serve = Process::start(&argv, env);
+    wait_health(admin);
+    candidates.iter().map(|&addr| listening(addr)).collect()
+}
+
+#[test]
+fn flags_beat_env_beat_the_config_file() {
+    let dir = TempDir::new();
+    let (file_port, env_port, flag_port, admin) = (free_addr(), free_addr(), free_addr(), free_addr());
+    let config = dir.path().join("crackbox.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[proxy]\nlisten = \"{file_port}\"\nadmin_listen = \"{admin}\"\ntransparent_listen = \"\"\nthreads = 1\n"
+        ),
+    )
+    .unwrap();
+    let config = config.display().to_string();
+    let candidates = [file_port, env_port, flag_port];
+    let env_addr = env_port.to_string();
+    let env = [("CRACKBOX_PROXY_ADDR", env_addr.as_str())];
+
+    let from_file = forward_ports(&["--config", &config], &[], admin, &candidates);
+    assert_eq!(from_file, [true, false, false], "config file");
+    let from_env = forward_ports(&["--config", &config], &env, admin, &candidates);
+    assert_eq!(from_env, [false, true, false], "env over config file");
+    let flag = flag_port.to_string();
+    let from_flag = forward_ports(&["--config", &config, "--listen", &flag], &env, admin, &candidates);
+    assert_eq!(from_flag, [false, false, true], "flag over env");
+}
+
+#[test]
+fn the_search_path_is_used_without_a_config_flag_and_env_sets_the_admin_port() {
+    let home = TempDir::new();
+    let (proxy, admin_file, admin_env) = (free_addr(), free_addr(), free_addr());
+    let xdg = home.path().join("crackbox");
+    std::fs::create_dir(&xdg).unwrap();
+    std::fs::write(
+        xdg.join("crackbox.toml"),
+        format!(
+            "[proxy]\nlisten = \"{proxy}\"\nadmin_listen = \"{admin_file}\"\ntransparent_listen = \"\"\nthreads = 1\n"
+        ),
+    )
+    .unwrap();
+    let xdg_home = home.path().display().to_string();
+    let env_admin = admin_env.to_string();
+    let env = [
+        ("XDG_CONFIG_HOME", xdg_home.as_str()),
+        ("CRACKBOX_ADMIN_ADDR", env_admin.as_str()),
+    ];
+    let listening_on = forward_ports(&[], &env, admin_env, &[proxy, admin_file]);
+    assert_eq!(listening_on, [true, false]);
+}
+
+#[test]
+fn bad_settings_stop_start_up_with_a_message_naming_their_source() {
+    let dir = TempDir::new();
+    let config = dir.path().join("crackbox.toml");
+    std::fs::write(&config, "[proxy]\nlisten = \"127.0.0.1:1\"\nlistne = \"typo\"\n").unwrap();
+    let config = config.display().to_string();
+    let bad_address = dir.path().join("bad.toml");
+    std::fs::write(&bad_address, "[proxy]\nadmin_listen = \"localhost:99999\"\n").unwrap();
+    let bad_address = bad_address.display().to_string();
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a [&'a str]);
+    let cases: [Case; 5] = [
+        (&["proxy", "serve", "--config", &config], &[], &["listne", &config]),
+        (
+            &["proxy", "serve", "--config", &bad_address],
+            &[],
+            &["proxy.admin_listen", &bad_address],
+        ),
+        (
+            &["proxy", "serve", "--config", "/nonexistent/c.toml"],
+            &[],
+            &["/nonexistent/c.toml"],
+        ),
+        (
+            &["proxy", "serve"],
+            &[("CRACKBOX_PROXY_ADDR", "nowhere")],
+            &["env CRACKBOX_PROXY_ADDR"],
+        ),
+        (&["proxy", "control", "--listen", "1.2.3.4"], &[], &["flag --listen"]),
+    ];
+    for (args, env, needles) in cases {
+        let output = run(args, env);
+        assert!(!output.status.success(), "{args:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        for needle in needles {
+            assert!(stderr.contains(needle), "{args:?}: {stderr:?} should name {needle}");
+        }
+    }
+}

@@ -1,0 +1,124 @@
+//! `proxy serve` as a process: the state file survives kill -9, bad state
+//! files start empty, a failed write is refused, the engine child is
+//! supervised and never outlives `serve`.
+
+mod control_support;
+mod harness;
+
+use control_support::{alive, eventually, Ports, TempDir};
+use harness::Upstream;
+use serde_json::json;
+
+fn state_flag(dir: &std::path::Path) -> String {
+    dir.join("state.json").display().to_string()
+}
+
+#[test]
+fn registry_survives_kill_9_of_serve_and_the_engine_dies_with_it() {
+    let upstream = Upstream::echo_request_line();
+    let dir = TempDir::new();
+    let state = state_flag(dir.path());
+    let url = format!("http://localhost:{}/", upstream.port());
+    let ports = Ports::fresh();
+    let mut serve = ports.serve(&["--state", &state], &[]);
+    ports.wait_healthy();
+    assert_eq!(ports.register("127.0.0.6", "kept", &["localhost"], &[]).0, 200);
+    assert_eq!(ports.register("127.0.0.7", "gone", &["localhost"], &[]).0, 200);
+    assert_eq!(ports.unregister("127.0.0.7", &[]).0, 200);
+    let engine = serve.children();
+    assert_eq!(engine.len(), 1, "serve runs exactly one engine child");
+    serve.kill9();
+    eventually("the engine child dies with serve", || !alive(engine[0]));
+    let _again = ports.serve(&["--state", &state], &[]);
+    ports.wait_healthy();
+    assert_eq!(
+        ports.state(),
+        json!([{"ip": "127.0.0.6", "id": "kept", "allowlist": ["localhost"]}])
+    );
+    assert_eq!(ports.fetch("127.0.0.6", &url), 200);
+    assert_eq!(ports.fetch("127.0.0.7", &url), 403);
+}
+
+#[test]
+fn corrupt_or_unreadable_state_files_start_empty() {
+    let variants: [&[u8]; 6] = [
+        b"",
+        b"{\"version\":1,\"entries\":[",
+        b"\x00\xff\xfe binary",
+        b"{\"version\":99,\"entries\":[]}",
+        b"[{\"ip\":\"127.0.0.1\",\"id\":\"a\",\"allowlist\":[]}]",
+        b"{\"version\":1,\"entries\":[{\"ip\":\"nope\",\"id\":\"a\",\"allowlist\":[]}]}",
+    ];
+    for bytes in variants {
+        let dir = TempDir::new();
+        let state = state_flag(dir.path());
+        std::fs::write(&state, bytes).unwrap();
+        let ports = Ports::fresh();
+        let _serve = ports.serve(&["--state", &state], &[]);
+        ports.wait_healthy();
+        assert_eq!(ports.state(), json!([]), "{:?}", String::from_utf8_lossy(bytes));
+        assert_eq!(ports.register("127.0.0.1", "new", &[], &[]).0, 200);
+        let saved: serde_json::Value = serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
+        assert_eq!(saved["version"], 1);
+        assert_eq!(saved["entries"][0]["id"], "new");
+    }
+    let dir = TempDir::new();
+    let state = state_flag(dir.path());
+    std::fs::create_dir(&state).unwrap();
+    let ports = Ports::fresh();
+    let _serve = ports.serve(&["--state", &state], &[]);
+    ports.wait_healthy();
+    assert_eq!(ports.state(), json!([]), "a directory where the file should be");
+}
+
+#[test]
+fn an_unwritable_state_directory_refuses_the_change_with_500() {
+    let dir = TempDir::new();
+    let state_dir = dir.path().join("state");
+    std::fs::create_dir(&state_dir).unwrap();
+    let state = state_flag(&state_dir);
+    let ports = Ports::fresh();
+    let _serve = ports.serve(&["--state", &state], &[]);
+    ports.wait_healthy();
+    assert_eq!(ports.register("127.0.0.1", "a", &["localhost"], &[]).0, 200);
+    let before = ports.state();
+    let saved = std::fs::read(&state).unwrap();
+    let moved = dir.path().join("moved");
+    std::fs::rename(&state_dir, &moved).unwrap();
+    std::fs::write(&state_dir, b"a file: nothing can be created under it").unwrap();
+    let (status, body) = ports.register("127.0.0.2", "b", &[], &[]);
+    assert_eq!(status, 500, "{body}");
+    assert!(body.contains("not applied"), "{body}");
+    assert_eq!(ports.unregister("127.0.0.1", &[]).0, 500);
+    assert_eq!(ports.state(), before);
+    assert_eq!(std::fs::read(moved.join("state.json")).unwrap(), saved);
+}
+
+#[test]
+fn serve_restarts_a_dead_engine_and_stops_it_on_sigterm() {
+    let upstream = Upstream::echo_request_line();
+    let url = format!("http://localhost:{}/", upstream.port());
+    let ports = Ports::fresh();
+    let mut serve = ports.serve(
+        &["--register", "127.0.0.1=dev:localhost"],
+        &[("CRACKBOX_ADMIN_SECRET", "hidden")],
+    );
+    ports.wait_healthy();
+    let first = serve.children()[0];
+    let environ = std::fs::read(format!("/proc/{first}/environ")).unwrap();
+    assert!(
+        !String::from_utf8_lossy(&environ).contains("hidden"),
+        "the engine never sees the admin secret"
+    );
+    // SAFETY: kill(2) on the engine this test's serve started.
+    unsafe { libc::kill(first as i32, libc::SIGKILL) };
+    eventually("a new engine child", || {
+        serve.children().iter().any(|&pid| pid != first)
+    });
+    ports.wait_healthy();
+    assert_eq!(ports.fetch("127.0.0.1", &url), 200, "the new engine got the registry");
+    let second = serve.children()[0];
+    let status = serve.terminate();
+    assert!(status.success(), "{status:?}");
+    assert!(!alive(second), "the engine stops with serve");
+}

@@ -1,0 +1,67 @@
+//! `proxy control` and `proxy engine` as two processes: killing control
+//! never touches traffic, and a restarted control restores the registry.
+
+mod control_support;
+mod harness;
+
+use control_support::{alive, Ports, TempDir};
+use harness::{connect_from, read_head, Echo, Upstream};
+use serde_json::json;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+
+fn echo_round(tunnel: &mut TcpStream, text: &str) {
+    tunnel.write_all(text.as_bytes()).unwrap();
+    let mut got = vec![0u8; text.len()];
+    tunnel.read_exact(&mut got).unwrap();
+    assert_eq!(String::from_utf8(got).unwrap(), text);
+}
+
+#[test]
+fn kill_9_of_control_keeps_tunnels_and_decisions_and_a_restart_restores_the_registry() {
+    let echo = Echo::start();
+    let upstream = Upstream::echo_request_line();
+    let dir = TempDir::new();
+    let socket = dir.path().join("run/control.sock");
+    let state = dir.path().join("state.json").display().to_string();
+    let ports = Ports::fresh();
+    let mut control = ports.control(&socket, &["--state", &state]);
+    let engine = ports.engine(&socket);
+    ports.wait_healthy();
+    assert_eq!(ports.register("127.0.0.8", "split", &["localhost"], &[]).0, 200);
+
+    let mut tunnel = connect_from("127.0.0.8", ports.proxy);
+    let port = echo.addr.port();
+    write!(
+        tunnel,
+        "CONNECT localhost:{port} HTTP/1.1\r\nHost: localhost:{port}\r\n\r\n"
+    )
+    .unwrap();
+    let head = read_head(&mut tunnel);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    echo_round(&mut tunnel, "before the crash");
+
+    control.kill9();
+    assert!(socket.exists(), "kill -9 leaves the socket file behind");
+    echo_round(&mut tunnel, "while control is dead");
+    let allowed = format!("http://localhost:{}/", upstream.port());
+    let not_listed = format!("http://bench.test:{}/", upstream.port());
+    assert_eq!(ports.fetch("127.0.0.8", &allowed), 200, "last snapshot still allows");
+    assert_eq!(ports.fetch("127.0.0.8", &not_listed), 403, "last snapshot still denies");
+    assert_eq!(ports.fetch("127.0.0.9", &allowed), 403, "unregistered stays denied");
+
+    let _control = ports.control(&socket, &["--state", &state]);
+    ports.wait_healthy();
+    assert_eq!(
+        ports.state(),
+        json!([{"ip": "127.0.0.8", "id": "split", "allowlist": ["localhost"]}])
+    );
+    assert!(alive(engine.pid()), "the engine was never restarted");
+    echo_round(&mut tunnel, "after control came back");
+    assert_eq!(ports.unregister("127.0.0.8", &[]).0, 200);
+    assert_eq!(
+        ports.fetch("127.0.0.8", &allowed),
+        403,
+        "the new control's changes are enforced"
+    );
+}
