@@ -1,0 +1,345 @@
+//! `crackbox run` with the docker backend against the real Docker engine:
+//! what the jailed workload can and cannot reach, exit codes, stdio, the
+//! blocked-hosts summary, and that nothing of a run is left behind on any
+//! exit path. Upstreams live on networks these tests create.
+
+mod run_support;
+
+use run_support::*;
+use std::process::Stdio;
+use std::time::Duration;
+
+fn stdout(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn run_allowed_host_answers_200_through_the_jail() {
+    if !docker_ready() {
+        return;
+    }
+    let upstream = Upstream::start();
+    let id = unique("allowed");
+    let url = format!("http://{ALLOWED}/");
+    let out = run(
+        &upstream,
+        &id,
+        ALLOWED,
+        &["curl", "-sS", "-m", "10", "-w", "\n%{http_code}", &url],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_eq!(stdout(&out), format!("{UPSTREAM_BODY}\n\n200"), "{}", describe(&out));
+    assert!(!stderr(&out).contains("blocked"), "{}", describe(&out));
+    assert_eq!(leftovers(&id), Vec::<String>::new());
+}
+
+#[test]
+fn run_denied_host_gets_403_and_is_summarised_at_exit() {
+    if !docker_ready() {
+        return;
+    }
+    let upstream = Upstream::start();
+    let id = unique("denied");
+    let url = format!("http://{DENIED}/");
+    let script =
+        format!("curl -sS -m 10 -o /dev/null -w '%{{http_code}}\\n' {url}; curl -sf -m 10 {url}; echo curl_exit=$?");
+    let out = run(&upstream, &id, ALLOWED, &["sh", "-c", &script]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let text = stdout(&out);
+    assert!(text.starts_with("403\n"), "{}", describe(&out));
+    assert!(text.contains("curl_exit=22"), "{}", describe(&out));
+    assert!(
+        stderr(&out).contains("crackbox: blocked denied.test (2)"),
+        "{}",
+        describe(&out)
+    );
+
+    let quiet_id = unique("denied-quiet");
+    let quiet = run_command_with(
+        &upstream,
+        &quiet_id,
+        ALLOWED,
+        &["--quiet"],
+        &["curl", "-sf", "-m", "10", &url],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(quiet.status.code(), Some(22), "{}", describe(&quiet));
+    assert!(!stderr(&quiet).contains("blocked"), "{}", describe(&quiet));
+}
+
+#[test]
+fn run_client_ignoring_the_proxy_reaches_nothing() {
+    if !docker_ready() {
+        return;
+    }
+    let upstream = Upstream::start();
+    let id = unique("noproxy");
+    let script = format!(
+        "curl -sS -m 3 --noproxy '*' http://{ip}/; echo direct_ip=$?; \
+         curl -sS -m 3 --noproxy '*' http://{ALLOWED}/; echo direct_name=$?; \
+         curl -sS -m 3 --noproxy '*' http://{gateway}/; echo gateway=$?",
+        ip = upstream.ip,
+        gateway = upstream.gateway
+    );
+    let out = run(&upstream, &id, ALLOWED, &["sh", "-c", &script]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let text = stdout(&out);
+    for probe in ["direct_ip", "direct_name", "gateway"] {
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with(&format!("{probe}=")) && l != format!("{probe}=0")),
+            "{probe} connected: {}",
+            describe(&out)
+        );
+    }
+    assert!(!text.contains(UPSTREAM_BODY), "{}", describe(&out));
+}
+
+#[test]
+fn run_dns_lookups_fail_inside_the_jail() {
+    if !docker_ready() {
+        return;
+    }
+    let upstream = Upstream::start();
+    let id = unique("dns");
+    let script = format!(
+        "nslookup {ALLOWED}; echo nslookup=$?; getent hosts {ALLOWED}; echo getent=$?; \
+         cat /etc/resolv.conf"
+    );
+    let out = run(&upstream, &id, ALLOWED, &["sh", "-c", &script]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let text = stdout(&out);
+    assert!(text.contains("nslookup=1"), "{}", describe(&out));
+    assert!(!text.contains("getent=0"), "{}", describe(&out));
+    assert!(text.contains("options timeout:1 attempts:1"), "{}", describe(&out));
+    assert!(!text.contains(&upstream.ip), "{}", describe(&out));
+}
+
+#[test]
+fn run_ip_literal_is_denied() {
+    if !docker_ready() {
+        return;
+    }
+    let upstream = Upstream::start();
+    let id = unique("iplit");
+    let url = format!("http://{}/", upstream.ip);
+    let out = run(
+        &upstream,
+        &id,
+        ALLOWED,
+        &["curl", "-sS", "-m", "10", "-o", "/dev/null", "-w", "%{http_code}", &url],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_eq!(stdout(&out), "403", "{}", describe(&out));
+    assert!(
+        stderr(&out).contains(&format!("crackbox: blocked {} (1)", upstream.ip)),
+        "{}",
+        describe(&out)
+    );
+}
+
+#[test]
+fn run_workload_cannot_reach_the_admin_api_or_register_itself() {
+    if !docker_ready() {
+        return;
+    }
+    let upstream = Upstream::start();
+    let id = unique("admin");
+    // Every address of the egress network directly (the proxy's admin
+    // listener is one of them, probed in parallel), the proxy's jail-side
+    // address, and every egress address through the proxy.
+    let hosts = upstream.hosts.join(" ");
+    let script = format!(
+        r#"p=${{HTTP_PROXY#http://}}; p=${{p%:*}}
+        for h in {hosts}; do
+          (curl -s -m 2 --noproxy '*' http://$h:3129/health && echo REACHED $h) &
+        done
+        wait
+        curl -s -m 2 --noproxy '*' http://$p:3129/health && echo REACHED jail-side
+        curl -s -m 2 --noproxy '*' -X POST -d '{{"ip":"'$p'","id":"x","allowlist":["{DENIED}"]}}' \
+             http://$p:3129/v1/register && echo REGISTERED direct
+        for h in {hosts}; do
+          code=$(curl -s -m 2 -o /dev/null -w '%{{http_code}}' -X POST \
+                 -d '{{"ip":"x","id":"x","allowlist":["{DENIED}"]}}' http://$h:3129/v1/register)
+          [ "$code" = 403 ] || echo "VIA-PROXY $h $code"
+        done
+        curl -sf -m 5 http://{DENIED}/ >/dev/null && echo DENIED-REACHED
+        echo done"#
+    );
+    let out = run(&upstream, &id, ALLOWED, &["sh", "-c", &script]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_eq!(stdout(&out).trim(), "done", "{}", describe(&out));
+}
+
+#[test]
+fn run_exit_code_is_the_workloads() {
+    if !docker_ready() {
+        return;
+    }
+    let upstream = Upstream::start();
+    let id = unique("exit7");
+    let out = run(&upstream, &id, "none.invalid", &["sh", "-c", "exit 7"]);
+    assert_eq!(out.status.code(), Some(7), "{}", describe(&out));
+    assert_eq!(leftovers(&id), Vec::<String>::new());
+}
+
+#[test]
+fn run_stdin_reaches_the_workload() {
+    if !docker_ready() {
+        return;
+    }
+    let upstream = Upstream::start();
+    let id = unique("stdin");
+    let mut child = run_command(&upstream, &id, "none.invalid", &["sh", "-c", "tr a-z A-Z; echo end"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"hello jail\n").unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_eq!(stdout(&out), "HELLO JAIL\nend\n", "{}", describe(&out));
+}
+
+#[test]
+fn run_teardown_after_a_failure_leaves_nothing() {
+    if !docker_ready() {
+        return;
+    }
+    let upstream = Upstream::start();
+    // Fails after the networks and the proxy exist: the workload cannot start.
+    let id = unique("fail");
+    let out = run(&upstream, &id, ALLOWED, &["/no/such/program"]);
+    assert_eq!(out.status.code(), Some(125), "{}", describe(&out));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{}", describe(&out));
+    assert!(err.starts_with("crackbox: "), "{}", describe(&out));
+    assert_eq!(leftovers(&id), Vec::<String>::new());
+
+    // The workload killed from outside: its code comes back, nothing is left.
+    let id = unique("killed");
+    let child = run_command(&upstream, &id, ALLOWED, &["sleep", "60"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let workload = workload_container(&id);
+    docker(&["kill", &workload]);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(137), "{}", describe(&out));
+    assert_eq!(leftovers(&id), Vec::<String>::new());
+}
+
+/// Waits for the run labelled `id` to have a running workload; returns its name.
+fn workload_container(id: &str) -> String {
+    let filter = format!("label=io.crackbox.id={id}");
+    let mut name = String::new();
+    let found = wait_for(Duration::from_secs(60), || {
+        name = docker(&[
+            "ps",
+            "--filter",
+            &filter,
+            "--filter",
+            "status=running",
+            "--format",
+            "{{.Names}}",
+        ])
+        .lines()
+        .find(|n| n.ends_with("-workload"))
+        .unwrap_or_default()
+        .to_string();
+        !name.is_empty()
+    });
+    assert!(found, "the workload of {id} never ran");
+    name
+}
+
+#[test]
+fn run_teardown_on_sigint_and_sigterm_leaves_nothing() {
+    if !docker_ready() {
+        return;
+    }
+    let upstream = Upstream::start();
+    for (signal, code) in [(libc::SIGINT, 130), (libc::SIGTERM, 143)] {
+        let id = unique("signal");
+        let child = run_command(&upstream, &id, ALLOWED, &["sleep", "60"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        workload_container(&id);
+        let pid = libc::pid_t::try_from(child.id()).unwrap();
+        // SAFETY: signals the crackbox child this test spawned.
+        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(code), "{}", describe(&out));
+        assert_eq!(leftovers(&id), Vec::<String>::new());
+    }
+}
+
+#[test]
+fn run_two_jails_at_once_both_work_and_both_clean_up() {
+    if !docker_ready() {
+        return;
+    }
+    let upstream = Upstream::start();
+    let url = format!("http://{ALLOWED}/");
+    let ids = [unique("twin-a"), unique("twin-b")];
+    let children: Vec<_> = ids
+        .iter()
+        .map(|id| {
+            run_command(&upstream, id, ALLOWED, &["curl", "-sS", "-m", "20", &url])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+        assert_eq!(stdout(&out), format!("{UPSTREAM_BODY}\n"), "{}", describe(&out));
+    }
+    for id in &ids {
+        assert_eq!(leftovers(id), Vec::<String>::new());
+    }
+}
+
+#[test]
+fn run_reports_missing_image_and_unreachable_docker_in_one_line() {
+    if !docker_ready() {
+        return;
+    }
+    let upstream = Upstream::start();
+    let id = unique("noimage");
+    let out = run_command(&upstream, &id, ALLOWED, &["true"])
+        .env("CRACKBOX_IMAGE", "crackbox-test-missing:none")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", describe(&out));
+    assert_eq!(
+        stderr(&out),
+        "crackbox: image crackbox-test-missing:none not found: build it with deploy/build-image.sh \
+         (or set CRACKBOX_IMAGE to a crackbox image)\n"
+    );
+    assert_eq!(leftovers(&id), Vec::<String>::new());
+
+    let out = run_command(&upstream, &id, ALLOWED, &["true"])
+        .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", describe(&out));
+    let err = stderr(&out);
+    assert!(err.starts_with("crackbox: cannot reach Docker ("), "{}", describe(&out));
+    assert_eq!(err.lines().count(), 1, "{}", describe(&out));
+}

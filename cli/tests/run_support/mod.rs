@@ -1,0 +1,288 @@
+//! Shared fixtures for the `crackbox run` tests: a Docker engine (started
+//! with deploy/ci-docker.sh when none answers), the crackbox image built
+//! from the binary under test, a workload image from this machine's busybox
+//! and curl, and an upstream web server on a network the test creates.
+//!
+//! Tests skip (saying so) only when not root or when Docker cannot be
+//! started; with `CRACKBOX_REQUIRE_DOCKER=1` (CI) they fail instead.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The crackbox binary under test.
+pub const CRACKBOX: &str = env!("CARGO_BIN_EXE_crackbox");
+/// Tag of the workload image (busybox + curl); rebuilt when missing.
+pub const WORKLOAD_IMAGE: &str = "crackbox-test-workload:1";
+/// Names the upstream answers to on the egress network.
+pub const ALLOWED: &str = "allowed.test";
+/// Another name of the same upstream, never on an allowlist.
+pub const DENIED: &str = "denied.test";
+/// The upstream's index page.
+pub const UPSTREAM_BODY: &str = "crackbox upstream ok";
+
+/// The repository root (deploy/ scripts live there).
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Whether the test may run: root and a working Docker engine.
+pub fn docker_ready() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return skip("not root");
+    }
+    if docker_ok() {
+        return true;
+    }
+    let started = Command::new("bash")
+        .arg(repo().join("deploy/ci-docker.sh"))
+        .status()
+        .is_ok_and(|s| s.success());
+    if started && docker_ok() {
+        true
+    } else {
+        skip("docker cannot be started (see deploy/ci-docker.sh)")
+    }
+}
+
+fn docker_ok() -> bool {
+    Command::new("docker")
+        .arg("info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn skip(why: &str) -> bool {
+    if std::env::var("CRACKBOX_REQUIRE_DOCKER").is_ok_and(|v| v == "1") {
+        panic!("CRACKBOX_REQUIRE_DOCKER=1 but {why}");
+    }
+    eprintln!("SKIPPED: crackbox run docker test: {why}");
+    false
+}
+
+/// Runs `docker ARGS`; panics with its stderr when it fails.
+pub fn docker(args: &[&str]) -> String {
+    let out = Command::new("docker").args(args).output().expect("docker CLI");
+    assert!(
+        out.status.success(),
+        "docker {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Runs `docker ARGS`, reporting only whether it worked.
+pub fn docker_try(args: &[&str]) -> bool {
+    Command::new("docker")
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// The crackbox image built from the binary under test (tagged by its size
+/// and mtime, so a rebuilt binary gets a fresh image).
+pub fn crackbox_image() -> String {
+    let meta = std::fs::metadata(CRACKBOX).expect("crackbox binary");
+    let mtime = meta
+        .modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos());
+    let tag = format!("crackbox-test:{:x}-{:x}", meta.len(), mtime);
+    if !docker_try(&["image", "inspect", &tag]) {
+        let status = Command::new("bash")
+            .arg(repo().join("deploy/build-image.sh"))
+            .args(["--binary", CRACKBOX, "--tag", &tag])
+            .status()
+            .expect("build-image.sh");
+        assert!(status.success(), "deploy/build-image.sh failed");
+    }
+    tag
+}
+
+/// The busybox + curl workload image.
+pub fn workload_image() -> String {
+    if !docker_try(&["image", "inspect", WORKLOAD_IMAGE]) {
+        let status = Command::new("bash")
+            .arg(repo().join("deploy/build-workload-image.sh"))
+            .args(["--tag", WORKLOAD_IMAGE])
+            .status()
+            .expect("build-workload-image.sh");
+        assert!(status.success(), "deploy/build-workload-image.sh failed");
+    }
+    WORKLOAD_IMAGE.to_string()
+}
+
+/// A unique name for this test's objects.
+pub fn unique(prefix: &str) -> String {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!("{prefix}-{}-{n}-{:x}", std::process::id(), nanos)
+}
+
+/// An internal network the test owns (the jail proxy's egress) with a busybox
+/// httpd answering as `allowed.test` and `denied.test`; removed on drop.
+pub struct Upstream {
+    /// The egress network's name.
+    pub network: String,
+    /// Its gateway (the host's address on it).
+    pub gateway: String,
+    /// Every usable address of its /27, gateway included.
+    pub hosts: Vec<String>,
+    /// The upstream container's name.
+    pub container: String,
+    /// The upstream's address.
+    pub ip: String,
+}
+
+impl Upstream {
+    /// Creates the network on a free /27 of 10.213.0.0/17 and starts the server.
+    pub fn start() -> Self {
+        let network = unique("crackbox-test-egress");
+        let mut base = None;
+        for attempt in 0..40u32 {
+            let seed = std::process::id().wrapping_add(attempt.wrapping_mul(7919));
+            let candidate = (10u32, 213u32, 1 + seed % 126, (seed / 126 % 8) * 32);
+            let subnet = format!("{}.{}.{}.{}/27", candidate.0, candidate.1, candidate.2, candidate.3);
+            let created = docker_try(&[
+                "network",
+                "create",
+                "--internal",
+                "--subnet",
+                &subnet,
+                "--label",
+                "io.crackbox.test=1",
+                &network,
+            ]);
+            if created {
+                base = Some(candidate);
+                break;
+            }
+        }
+        let (a, b, c, d) = base.expect("a free /27 for the test egress network");
+        let hosts: Vec<String> = (1..31).map(|i| format!("{a}.{b}.{c}.{}", d + i)).collect();
+        let container = format!("{network}-httpd");
+        let image = workload_image();
+        docker(&[
+            "run",
+            "-d",
+            "--name",
+            &container,
+            "--network",
+            &network,
+            "--network-alias",
+            ALLOWED,
+            "--network-alias",
+            DENIED,
+            &image,
+            "httpd",
+            "-f",
+            "-p",
+            "80",
+            "-h",
+            "/www",
+        ]);
+        let ip = docker(&[
+            "inspect",
+            "-f",
+            "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+            &container,
+        ]);
+        Upstream {
+            network,
+            gateway: hosts[0].clone(),
+            hosts,
+            container,
+            ip,
+        }
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        docker_try(&["rm", "-f", &self.container]);
+        docker_try(&["network", "rm", &self.network]);
+    }
+}
+
+/// A `crackbox run` command wired to the test's images and upstream network.
+pub fn run_command(upstream: &Upstream, id: &str, allow: &str, command: &[&str]) -> Command {
+    run_command_with(upstream, id, allow, &[], command)
+}
+
+/// [`run_command`] with extra `run` flags before the `--`.
+pub fn run_command_with(upstream: &Upstream, id: &str, allow: &str, flags: &[&str], command: &[&str]) -> Command {
+    let mut cmd = Command::new(CRACKBOX);
+    cmd.env("CRACKBOX_IMAGE", crackbox_image())
+        .env("CRACKBOX_ALLOW_PRIVATE_DESTINATIONS", "1")
+        .env_remove("CRACKBOX_EGRESS_NETWORK")
+        .args([
+            "run",
+            "--allow",
+            allow,
+            "--id",
+            id,
+            "--egress-network",
+            &upstream.network,
+        ])
+        .args(["--image", &workload_image()])
+        .args(flags)
+        .arg("--")
+        .args(command)
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// Runs `crackbox run` to completion.
+pub fn run(upstream: &Upstream, id: &str, allow: &str, command: &[&str]) -> Output {
+    run_command(upstream, id, allow, command)
+        .output()
+        .expect("crackbox run")
+}
+
+/// Containers and networks still carrying the run's `--id` label.
+pub fn leftovers(id: &str) -> Vec<String> {
+    let filter = format!("label=io.crackbox.id={id}");
+    let mut left: Vec<String> = docker(&["ps", "-a", "--filter", &filter, "--format", "{{.Names}}"])
+        .lines()
+        .map(|l| format!("container {l}"))
+        .collect();
+    left.extend(
+        docker(&["network", "ls", "--filter", &filter, "--format", "{{.Name}}"])
+            .lines()
+            .map(|l| format!("network {l}")),
+    );
+    left
+}
+
+/// Waits until `check` holds or `timeout` passes.
+pub fn wait_for(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if check() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    false
+}
+
+/// stdout and stderr of an output, for assertion messages.
+pub fn describe(out: &Output) -> String {
+    format!(
+        "status {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}

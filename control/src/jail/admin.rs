@@ -1,0 +1,142 @@
+//! A small client for the jail proxy's admin API: health, registration and
+//! recent denials. Every call has a deadline; none retries by itself.
+
+use super::error::one_line;
+use super::summary::Denial;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HOST};
+use hyper::{Method, Request, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// How long one admin call may take.
+const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The admin API of one jail's proxy, with that jail's secret.
+#[derive(Debug, Clone)]
+pub struct AdminClient {
+    addr: SocketAddr,
+    secret: String,
+}
+
+/// An admin call that failed: transport error or a non-success answer.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct AdminCallError(String);
+
+impl AdminClient {
+    /// A client for the admin API at `addr`, authenticating with `secret`.
+    pub fn new(addr: SocketAddr, secret: String) -> Self {
+        AdminClient { addr, secret }
+    }
+
+    /// Whether `GET /health` answers 200.
+    pub async fn healthy(&self) -> bool {
+        matches!(self.call(Method::GET, "/health", None).await, Ok((StatusCode::OK, _)))
+    }
+
+    /// Registers `ip` as `id` with `allowlist`; returns once the proxy enforces it.
+    pub async fn register(&self, ip: &str, id: &str, allowlist: &[String]) -> Result<(), AdminCallError> {
+        let body = serde_json::json!({ "ip": ip, "id": id, "allowlist": allowlist });
+        let (status, answer) = self
+            .call(Method::POST, "/v1/register", Some(body.to_string().into_bytes()))
+            .await?;
+        if status == StatusCode::OK {
+            Ok(())
+        } else {
+            Err(AdminCallError(format!("{status}: {}", error_text(&answer))))
+        }
+    }
+
+    /// Up to `limit` recent denials.
+    pub async fn denials(&self, limit: usize) -> Result<Vec<Denial>, AdminCallError> {
+        let (status, answer) = self
+            .call(Method::GET, &format!("/v1/denials?limit={limit}"), None)
+            .await?;
+        if status != StatusCode::OK {
+            return Err(AdminCallError(format!("{status}: {}", error_text(&answer))));
+        }
+        serde_json::from_slice::<DenialsBody>(&answer)
+            .map(DenialsBody::into_vec)
+            .map_err(|err| AdminCallError(format!("unreadable denials: {err}")))
+    }
+
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<(StatusCode, Bytes), AdminCallError> {
+        tokio::time::timeout(CALL_TIMEOUT, self.call_once(method, path, body))
+            .await
+            .map_err(|_| AdminCallError(format!("no answer from {} within {CALL_TIMEOUT:?}", self.addr)))?
+    }
+
+    async fn call_once(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<(StatusCode, Bytes), AdminCallError> {
+        let fail = |what: &str, err: &dyn std::fmt::Display| AdminCallError(format!("{what} {}: {err}", self.addr));
+        let stream = tokio::net::TcpStream::connect(self.addr)
+            .await
+            .map_err(|e| fail("connect", &e))?;
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| fail("handshake", &e))?;
+        tokio::spawn(connection);
+        let mut request = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(HOST, self.addr.to_string())
+            .header(AUTHORIZATION, format!("Bearer {}", self.secret));
+        if body.is_some() {
+            request = request.header(CONTENT_TYPE, "application/json");
+        }
+        let request = request
+            .body(Full::new(Bytes::from(body.unwrap_or_default())))
+            .map_err(|e| fail("build request for", &e))?;
+        let response = sender.send_request(request).await.map_err(|e| fail("request to", &e))?;
+        let status = response.status();
+        let answer = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| fail("read answer from", &e))?
+            .to_bytes();
+        Ok((status, answer))
+    }
+}
+
+/// `/v1/denials` as a bare array or wrapped in an object.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum DenialsBody {
+    List(Vec<Denial>),
+    Wrapped { denials: Vec<Denial> },
+}
+
+impl DenialsBody {
+    fn into_vec(self) -> Vec<Denial> {
+        match self {
+            DenialsBody::List(list) | DenialsBody::Wrapped { denials: list } => list,
+        }
+    }
+}
+
+/// The `error` field of a JSON error body, else the body itself (one line, short).
+fn error_text(body: &[u8]) -> String {
+    #[derive(Deserialize)]
+    struct ErrorBody {
+        error: String,
+    }
+    let text = match serde_json::from_slice::<ErrorBody>(body) {
+        Ok(parsed) => parsed.error,
+        Err(_) => String::from_utf8_lossy(body).into_owned(),
+    };
+    one_line(&text).chars().take(300).collect()
+}

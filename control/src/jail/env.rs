@@ -1,0 +1,49 @@
+//! The environment a jailed workload gets: every proxy variable common
+//! clients read, pointing at the jail's proxy, and no bypass list.
+
+/// `NAME=value` pairs for a workload whose proxy listens at `proxy` (`ip:port`).
+pub fn proxy_env(proxy: &str) -> Vec<(String, String)> {
+    let url = format!("http://{proxy}");
+    let mut vars: Vec<(String, String)> = [
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+    ]
+    .iter()
+    .map(|name| (name.to_string(), url.clone()))
+    .collect();
+    // An empty bypass list: an inherited NO_PROXY=* would otherwise send
+    // clients straight at a network that does not route anywhere.
+    vars.push(("NO_PROXY".into(), String::new()));
+    vars.push(("no_proxy".into(), String::new()));
+    // Node >= 22.14 only honours the proxy variables when told to.
+    vars.push(("NODE_USE_ENV_PROXY".into(), "1".into()));
+    vars
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_proxy_variable_points_at_the_proxy_and_no_proxy_is_empty() {
+        let vars = proxy_env("10.213.128.2:3128");
+        let get = |name: &str| vars.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
+        for name in [
+            "HTTP_PROXY",
+            "HTTPS_PROXY",
+            "ALL_PROXY",
+            "http_proxy",
+            "https_proxy",
+            "all_proxy",
+        ] {
+            assert_eq!(get(name), Some("http://10.213.128.2:3128"), "{name}");
+        }
+        assert_eq!(get("NO_PROXY"), Some(""));
+        assert_eq!(get("no_proxy"), Some(""));
+        assert_eq!(get("NODE_USE_ENV_PROXY"), Some("1"));
+    }
+}

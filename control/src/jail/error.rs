@@ -1,0 +1,109 @@
+//! Why a jail could not be set up or run. Every variant renders as one line
+//! that tells the user what to do; `run` prints it and exits 125.
+
+use crackbox_engine::policy::SpecError;
+
+/// A failure of crackbox itself (never of the workload).
+#[derive(Debug, thiserror::Error)]
+pub enum JailError {
+    /// An `--allow` entry or the `--id` failed validation.
+    #[error("{0}")]
+    InvalidRegistration(#[from] SpecError),
+    /// `--allow` was given but held no entry.
+    #[error("--allow needs at least one entry (use none.invalid to block everything)")]
+    EmptyAllow,
+    /// The Docker engine did not answer.
+    #[error("cannot reach Docker ({0}); is dockerd running? (deploy/ci-docker.sh starts one)")]
+    DockerUnreachable(String),
+    /// The crackbox proxy image is not present locally.
+    #[error("image {0} not found: build it with deploy/build-image.sh (or set CRACKBOX_IMAGE to a crackbox image)")]
+    ProxyImageMissing(String),
+    /// The workload image is missing and could not be pulled.
+    #[error("workload image {image} not found and could not be pulled: {detail}")]
+    WorkloadImageMissing {
+        /// The image reference given with `--image`.
+        image: String,
+        /// What the pull said.
+        detail: String,
+    },
+    /// A Docker API call failed.
+    #[error("docker: {step}: {detail}")]
+    Docker {
+        /// What crackbox was doing.
+        step: &'static str,
+        /// The engine's answer.
+        detail: String,
+    },
+    /// No free subnet was found for the jail's networks.
+    #[error("no free subnet for the jail in {0} (remove stale crackbox networks: docker network prune)")]
+    NoFreeSubnet(String),
+    /// The proxy did not become healthy.
+    #[error("the jail's proxy did not start: {0}")]
+    ProxyNotReady(String),
+    /// The proxy's admin API refused or failed a call.
+    #[error("admin API: {step}: {detail}")]
+    Admin {
+        /// What crackbox was doing.
+        step: &'static str,
+        /// The answer or the transport error.
+        detail: String,
+    },
+    /// The netns backend needs root.
+    #[error(
+        "the netns backend needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN); run it with sudo or use --backend docker"
+    )]
+    NotRoot,
+    /// Setting up or using the network namespace failed.
+    #[error("netns: {step}: {detail}")]
+    Netns {
+        /// What crackbox was doing.
+        step: &'static str,
+        /// The error.
+        detail: String,
+    },
+    /// Local I/O around the workload failed.
+    #[error("{step}: {source}")]
+    Io {
+        /// What crackbox was doing.
+        step: &'static str,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl JailError {
+    /// Wraps a Docker API error for `step`.
+    pub fn docker(step: &'static str, err: bollard::errors::Error) -> Self {
+        JailError::Docker {
+            step,
+            detail: one_line(&docker_message(&err)),
+        }
+    }
+
+    /// Wraps an I/O error for `step`.
+    pub fn io(step: &'static str, source: std::io::Error) -> Self {
+        JailError::Io { step, source }
+    }
+}
+
+/// The engine's own message for a server error, else the error's text.
+pub fn docker_message(err: &bollard::errors::Error) -> String {
+    match err {
+        bollard::errors::Error::DockerResponseServerError { message, .. } => message.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// The HTTP status of a Docker server error, if it was one.
+pub fn docker_status(err: &bollard::errors::Error) -> Option<u16> {
+    match err {
+        bollard::errors::Error::DockerResponseServerError { status_code, .. } => Some(*status_code),
+        _ => None,
+    }
+}
+
+/// Folds a multi-line message into one line.
+pub fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}

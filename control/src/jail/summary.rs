@@ -1,0 +1,59 @@
+//! The one-line exit summary of what the jail's proxy blocked, so the user
+//! sees what to add to `--allow`.
+
+use serde::Deserialize;
+use std::collections::HashMap;
+
+/// One entry of `GET /v1/denials`; only the host matters here.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Denial {
+    /// The host the workload asked for.
+    pub host: String,
+}
+
+/// `crackbox: blocked a.test (3), b.test (1)`, most-blocked first; `None`
+/// when nothing was blocked.
+pub fn blocked_line(denials: &[Denial]) -> Option<String> {
+    let mut counts: HashMap<&str, usize> = HashMap::new();
+    for denial in denials {
+        *counts.entry(denial.host.as_str()).or_default() += 1;
+    }
+    if counts.is_empty() {
+        return None;
+    }
+    let mut hosts: Vec<(&str, usize)> = counts.into_iter().collect();
+    hosts.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    let listed: Vec<String> = hosts.iter().map(|(host, n)| format!("{host} ({n})")).collect();
+    Some(format!("crackbox: blocked {}", listed.join(", ")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn denials(hosts: &[&str]) -> Vec<Denial> {
+        hosts.iter().map(|h| Denial { host: h.to_string() }).collect()
+    }
+
+    #[test]
+    fn counts_hosts_most_blocked_first_then_by_name() {
+        let cases: &[(&[&str], Option<&str>)] = &[
+            (&[], None),
+            (&["a.test"], Some("crackbox: blocked a.test (1)")),
+            (
+                &[
+                    "b.test",
+                    "example.com",
+                    "example.com",
+                    "a.test",
+                    "example.com",
+                    "b.test",
+                ],
+                Some("crackbox: blocked example.com (3), b.test (2), a.test (1)"),
+            ),
+        ];
+        for (hosts, want) in cases {
+            assert_eq!(blocked_line(&denials(hosts)).as_deref(), *want, "{hosts:?}");
+        }
+    }
+}

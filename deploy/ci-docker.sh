@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Makes a Docker engine available on a Debian machine, idempotently:
+# installs docker.io when dockerd is missing, starts dockerd in the background
+# when none answers, and waits until `docker info` works.
+#
+# A dockerd this script starts writes its PID to $CRACKBOX_DOCKERD_PIDFILE
+# (default /run/crackbox-ci-dockerd.pid) and logs to $CRACKBOX_DOCKERD_LOG
+# (default /tmp/crackbox-ci-dockerd.log); `deploy/ci-docker.sh stop` stops
+# that dockerd (and only that one). Exits non-zero when Docker cannot be
+# made to work, with the reason on stderr.
+set -euo pipefail
+
+pidfile="${CRACKBOX_DOCKERD_PIDFILE:-/run/crackbox-ci-dockerd.pid}"
+logfile="${CRACKBOX_DOCKERD_LOG:-/tmp/crackbox-ci-dockerd.log}"
+
+docker_ok() {
+    timeout 10 docker info >/dev/null 2>&1
+}
+
+wait_for_dpkg_lock() {
+    local i
+    for i in $(seq 1 300); do
+        if ! fuser /var/lib/dpkg/lock-frontend /var/lib/dpkg/lock >/dev/null 2>&1; then
+            return 0
+        fi
+        sleep 2
+    done
+    echo "ci-docker: dpkg lock still held after 10 minutes" >&2
+    return 1
+}
+
+install_docker() {
+    if command -v dockerd >/dev/null 2>&1 && command -v docker >/dev/null 2>&1; then
+        return 0
+    fi
+    wait_for_dpkg_lock
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q >/dev/null
+    wait_for_dpkg_lock
+    apt-get install -y -q docker.io >/dev/null
+}
+
+start_dockerd() {
+    if docker_ok; then
+        return 0
+    fi
+    if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+        echo "ci-docker: dockerd $(cat "$pidfile") is starting; waiting" >&2
+    else
+        # A socket left by a dockerd that died would make the new one refuse to start.
+        if [ -S /var/run/docker.sock ] && ! docker_ok; then
+            rm -f /var/run/docker.sock
+        fi
+        nohup dockerd >"$logfile" 2>&1 &
+        echo $! >"$pidfile"
+    fi
+    local i
+    for i in $(seq 1 60); do
+        if docker_ok; then
+            return 0
+        fi
+        if ! kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+            echo "ci-docker: dockerd exited; last log lines:" >&2
+            tail -n 20 "$logfile" >&2 || true
+            return 1
+        fi
+        sleep 1
+    done
+    echo "ci-docker: dockerd did not answer within 60 s (log: $logfile)" >&2
+    return 1
+}
+
+stop_dockerd() {
+    if [ ! -f "$pidfile" ]; then
+        return 0
+    fi
+    local pid
+    pid="$(cat "$pidfile")"
+    if kill -0 "$pid" 2>/dev/null; then
+        kill -TERM "$pid"
+        local i
+        for i in $(seq 1 30); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 1
+        done
+    fi
+    rm -f "$pidfile"
+}
+
+case "${1:-start}" in
+start)
+    install_docker
+    start_dockerd
+    ;;
+stop)
+    stop_dockerd
+    ;;
+*)
+    echo "usage: $0 [start|stop]" >&2
+    exit 2
+    ;;
+esac
