@@ -6,21 +6,21 @@ mod transparent_lab;
 
 use rustls::pki_types::ServerName;
 use std::io::Write;
-use std::net::{IpAddr, SocketAddrV4};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-use transparent_lab::{can_run, closed_silently, read_response, tls_roundtrip, Hello, Lab, DECOY, PROXY, REAL};
+use transparent_lab::{can_run, closed_silently, read_response, tls_roundtrip, Hello, Lab, DECOY, DECOY6, PROXY, REAL};
 
 fn name(host: &str) -> ServerName<'static> {
     ServerName::try_from(host.to_owned()).unwrap()
 }
 
-fn https(ip: std::net::Ipv4Addr) -> SocketAddrV4 {
-    SocketAddrV4::new(ip, 443)
+fn https(ip: impl Into<IpAddr>) -> SocketAddr {
+    SocketAddr::new(ip.into(), 443)
 }
 
-fn http(ip: std::net::Ipv4Addr) -> SocketAddrV4 {
-    SocketAddrV4::new(ip, 80)
+fn http(ip: impl Into<IpAddr>) -> SocketAddr {
+    SocketAddr::new(ip.into(), 80)
 }
 
 #[test]
@@ -181,7 +181,7 @@ fn connection_to_crackbox_itself_is_closed() {
         return;
     }
     let lab = Lab::start();
-    let mut direct = lab.workload_connect(SocketAddrV4::new(PROXY, transparent_lab::TRANSPARENT_PORT));
+    let mut direct = lab.workload_connect(SocketAddr::new(PROXY.into(), transparent_lab::TRANSPARENT_PORT));
     direct
         .write_all(b"GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n")
         .unwrap();
@@ -190,4 +190,34 @@ fn connection_to_crackbox_itself_is_closed() {
         "a connection whose original destination is crackbox is closed"
     );
     assert!(lab.seen.http_requests.lock().unwrap().is_empty());
+}
+
+#[test]
+fn ipv6_workload_is_decided_by_name_too() {
+    if !can_run() {
+        return;
+    }
+    let lab = Lab::start();
+    let stream = lab.workload_connect(https(DECOY6));
+    let reply = tls_roundtrip(stream, lab.tls_config(None, 0), name("allowed.test"), Hello::Whole).unwrap();
+    assert_eq!(
+        reply, "real allowed.test ping\n",
+        "IP6T_SO_ORIGINAL_DST; the checked name was dialled"
+    );
+    let denied = tls_roundtrip(
+        lab.workload_connect(https(DECOY6)),
+        lab.tls_config(None, 0),
+        name("decoy.test"),
+        Hello::Whole,
+    );
+    assert!(denied.is_err(), "an unlisted name over IPv6 got through");
+    let mut plain = lab.workload_connect(http(DECOY6));
+    plain
+        .write_all(b"GET /v6 HTTP/1.1\r\nHost: allowed.test\r\n\r\n")
+        .unwrap();
+    assert_eq!(
+        read_response(&mut plain),
+        Some((200, "real allowed.test /v6".to_owned()))
+    );
+    assert_eq!(lab.seen.decoy_tls_accepted.load(Ordering::SeqCst), 0);
 }

@@ -4,11 +4,13 @@
 //! ```text
 //!  workload ns            proxy ns (crackbox)             upstream ns
 //!  10.200.1.2/30 --veth-- 10.200.1.1/30   10.201.1.1/29 --veth-- 10.201.1.2/29 (real servers)
-//!  default via .1                                                10.201.1.3/29 (decoy servers)
+//!  fd00:200::2/126        fd00:200::1/126                        10.201.1.3/29 (decoy servers)
+//!  default via .1 / ::1                                          fd00:201::3/64 (IPv6 decoy)
 //! ```
 //!
-//! The proxy namespace redirects the workload's TCP 80/443 to crackbox's
-//! transparent port (nat PREROUTING on the workload veth) and, for a
+//! crackbox listens dual-stack (`[::]:3127`). The proxy namespace redirects
+//! the workload's TCP 80/443 to it (nat PREROUTING on the workload veth,
+//! iptables and ip6tables) and, for a
 //! workload living in the proxy namespace itself, nat OUTPUT excluding
 //! crackbox's own traffic by group (`-m owner ! --gid-owner`). It does not
 //! forward packets, so nothing reaches the upstream namespace except through
@@ -25,7 +27,7 @@ use hickory_proto::rr::{Name, RData, Record, RecordType};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream, UdpSocket};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::process::{Child, Command, Stdio};
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -42,6 +44,10 @@ pub const PROXY_UPLINK: Ipv4Addr = Ipv4Addr::new(10, 201, 1, 1);
 pub const REAL: Ipv4Addr = Ipv4Addr::new(10, 201, 1, 2);
 /// Another server in the upstream namespace that no allowed name points at.
 pub const DECOY: Ipv4Addr = Ipv4Addr::new(10, 201, 1, 3);
+/// The workload's IPv6 address (registered as `agent6`).
+pub const WORKLOAD6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x200, 0, 0, 0, 0, 0, 2);
+/// An IPv6 decoy server in the upstream namespace.
+pub const DECOY6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x201, 0, 0, 0, 0, 0, 3);
 /// crackbox's transparent port inside the proxy namespace.
 pub const TRANSPARENT_PORT: u16 = 3127;
 /// The group crackbox runs under, excluded from the OUTPUT redirect.
@@ -160,21 +166,28 @@ impl Lab {
         run(&["ip", "-n", p, "addr", "add", "10.201.1.1/29", "dev", &ub]);
         run(&["ip", "-n", u, "addr", "add", "10.201.1.2/29", "dev", &ua]);
         run(&["ip", "-n", u, "addr", "add", "10.201.1.3/29", "dev", &ua]);
+        run(&["ip", "-n", w, "addr", "add", "fd00:200::2/126", "dev", &wa, "nodad"]);
+        run(&["ip", "-n", p, "addr", "add", "fd00:200::1/126", "dev", &wb, "nodad"]);
+        run(&["ip", "-n", p, "addr", "add", "fd00:201::1/64", "dev", &ub, "nodad"]);
+        run(&["ip", "-n", u, "addr", "add", "fd00:201::3/64", "dev", &ua, "nodad"]);
         for (ns, dev) in [(w, &wa), (p, &wb), (p, &ub), (u, &ua)] {
             run(&["ip", "-n", ns, "link", "set", dev, "up"]);
         }
         run(&["ip", "-n", w, "route", "add", "default", "via", "10.200.1.1"]);
+        run(&["ip", "-n", w, "-6", "route", "add", "default", "via", "fd00:200::1"]);
         let to_ports = TRANSPARENT_PORT.to_string();
-        let redirect = |chain: &str, extra: &[&str]| {
-            let mut args = vec!["ip", "netns", "exec", p, "iptables", "-w", "-t", "nat", "-A", chain];
+        let redirect = |tables: &str, chain: &str, extra: &[&str]| {
+            let mut args = vec!["ip", "netns", "exec", p, tables, "-w", "-t", "nat", "-A", chain];
             args.extend_from_slice(extra);
             args.extend_from_slice(&["-p", "tcp", "-m", "multiport", "--dports", "80,443"]);
             args.extend_from_slice(&["-j", "REDIRECT", "--to-ports", &to_ports]);
             run(&args);
         };
-        redirect("PREROUTING", &["-i", &wb]);
         let gid = CRACKBOX_GID.to_string();
-        redirect("OUTPUT", &["-m", "owner", "!", "--gid-owner", &gid]);
+        for tables in ["iptables", "ip6tables"] {
+            redirect(tables, "PREROUTING", &["-i", &wb]);
+            redirect(tables, "OUTPUT", &["-m", "owner", "!", "--gid-owner", &gid]);
+        }
         std::fs::create_dir_all(&self.etc_dir).unwrap();
         let hosts = format!("127.0.0.1 localhost\n{REAL} allowed.test www.allowed.test\n{DECOY} decoy.test\n");
         std::fs::write(format!("{}/hosts", self.etc_dir), hosts).unwrap();
@@ -194,7 +207,8 @@ impl Lab {
             .with_single_cert(vec![self.cert.clone()], key)
             .unwrap();
         let server = Arc::new(server);
-        for (ip, real) in [(REAL, true), (DECOY, false)] {
+        for (ip, real) in [(REAL.into(), true), (DECOY.into(), false), (DECOY6.into(), false)] {
+            let ip: std::net::IpAddr = ip;
             let tls = in_ns(&self.upstream_ns, move || TcpListener::bind((ip, 443)).unwrap());
             let (seen, config) = (Arc::clone(&self.seen), Arc::clone(&server));
             std::thread::spawn(move || serve_tls(tls, config, seen, real));
@@ -211,9 +225,10 @@ impl Lab {
     fn start_crackbox(&mut self) {
         let register = format!("{WORKLOAD}=agent:{ALLOWLIST}");
         let register_local = format!("{PROXY}=local:{ALLOWLIST}");
+        let register6 = format!("{WORKLOAD6}=agent6:{ALLOWLIST}");
         let dns_listen = format!("{PROXY}:53");
         let dns_upstream = format!("{REAL}:53");
-        let transparent = format!("0.0.0.0:{TRANSPARENT_PORT}");
+        let transparent = format!("[::]:{TRANSPARENT_PORT}");
         let gid = CRACKBOX_GID.to_string();
         let child = Command::new("ip")
             .args([
@@ -243,7 +258,14 @@ impl Lab {
                 "2",
                 "--allow-private-destinations",
             ])
-            .args(["--register", &register, "--register", &register_local])
+            .args([
+                "--register",
+                &register,
+                "--register",
+                &register_local,
+                "--register",
+                &register6,
+            ])
             .env_remove("CRACKBOX_ADMIN_SECRET")
             .env("XDG_CONFIG_HOME", "/nonexistent-crackbox-test")
             .env("HOME", "/nonexistent-crackbox-test")
@@ -277,8 +299,9 @@ impl Lab {
     }
 
     /// A TCP connection from the workload to `to` (redirected by iptables).
-    pub fn workload_connect(&self, to: SocketAddrV4) -> TcpStream {
-        let stream = in_ns(&self.workload_ns, move || TcpStream::connect_timeout(&to.into(), WAIT)).unwrap();
+    pub fn workload_connect(&self, to: impl Into<SocketAddr>) -> TcpStream {
+        let to = to.into();
+        let stream = in_ns(&self.workload_ns, move || TcpStream::connect_timeout(&to, WAIT)).unwrap();
         stream.set_read_timeout(Some(WAIT)).unwrap();
         stream.set_write_timeout(Some(WAIT)).unwrap();
         stream.set_nodelay(true).unwrap();
@@ -287,11 +310,11 @@ impl Lab {
 
     /// A TCP connection from a process in the proxy namespace itself
     /// (source [`PROXY`]), redirected by the OUTPUT rule.
-    pub fn local_connect(&self, to: SocketAddrV4) -> TcpStream {
+    pub fn local_connect(&self, to: SocketAddr) -> TcpStream {
         let stream = in_ns(&self.proxy_ns, move || {
             let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
             socket.bind(&SocketAddr::from((PROXY, 0)).into())?;
-            socket.connect_timeout(&SocketAddr::from(to).into(), WAIT)?;
+            socket.connect_timeout(&to.into(), WAIT)?;
             Ok::<TcpStream, std::io::Error>(socket.into())
         })
         .unwrap();
