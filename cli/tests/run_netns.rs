@@ -1,0 +1,209 @@
+//! `crackbox run --backend netns` (root): the command runs in a fresh
+//! network namespace whose only way out is the proxy `run` starts on the
+//! host end of a veth. The upstream is an HTTP server this test runs on
+//! 127.0.0.1, reached through the proxy as `localhost:PORT` (private
+//! destinations allowed, as documented for tests).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+const CRACKBOX: &str = env!("CARGO_BIN_EXE_crackbox");
+const BODY: &str = "netns upstream ok";
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        eprintln!("SKIPPED: crackbox run netns test: not root");
+    }
+    root
+}
+
+/// An HTTP server on `addr` answering every request with [`BODY`]; returns its port.
+fn serve(addr: &str) -> u16 {
+    let listener = TcpListener::bind(addr).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || answer(stream));
+        }
+    });
+    port
+}
+
+fn answer(mut stream: TcpStream) {
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") && head.len() < 16 * 1024 {
+        match stream.read(&mut byte) {
+            Ok(1) => head.push(byte[0]),
+            _ => return,
+        }
+    }
+    let _ = write!(
+        stream,
+        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{BODY}",
+        BODY.len()
+    );
+}
+
+fn netns_run(allow: &str, script: &str) -> Command {
+    let mut cmd = Command::new(CRACKBOX);
+    cmd.env("CRACKBOX_ALLOW_PRIVATE_DESTINATIONS", "1")
+        .args(["run", "--backend", "netns", "--allow", allow, "--", "sh", "-c", script])
+        .stdin(Stdio::null());
+    cmd
+}
+
+fn describe(out: &Output) -> String {
+    format!(
+        "status {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// What is left of a run whose namespace-side veth is `jail_if` (`cbx<id>j`).
+fn leftovers(jail_if: &str) -> Vec<String> {
+    let run_id = jail_if.trim_start_matches("cbx").trim_end_matches('j');
+    let host_if = format!("cbx{run_id}h");
+    let mut left = Vec::new();
+    let namespaces = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    if String::from_utf8_lossy(&namespaces.stdout).contains(&format!("crackbox-{run_id}")) {
+        left.push(format!("namespace crackbox-{run_id}"));
+    }
+    if Command::new("ip")
+        .args(["link", "show", &host_if])
+        .stderr(Stdio::null())
+        .stdout(Stdio::null())
+        .status()
+        .unwrap()
+        .success()
+    {
+        left.push(format!("link {host_if}"));
+    }
+    for chain in ["INPUT", "FORWARD"] {
+        let rules = Command::new("iptables").args(["-w", "-S", chain]).output().unwrap();
+        if String::from_utf8_lossy(&rules.stdout).contains(&host_if) {
+            left.push(format!("iptables {chain} rule for {host_if}"));
+        }
+    }
+    left
+}
+
+#[test]
+fn run_netns_allows_denies_and_passes_the_exit_code() {
+    if !is_root() {
+        return;
+    }
+    let port = serve("127.0.0.1:0");
+    let script = format!(
+        "ip -o link | grep -o 'cbx[0-9a-f]*j' | head -1; \
+         curl -sS -m 10 http://localhost:{port}/; echo; \
+         curl -sS -m 10 -o /dev/null -w '%{{http_code}}\\n' http://denied.test/; \
+         exit 5"
+    );
+    let out = netns_run(&format!("localhost:{port}"), &script).output().unwrap();
+    assert_eq!(out.status.code(), Some(5), "{}", describe(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut lines = text.lines();
+    let jail_if = lines.next().unwrap_or_default().to_string();
+    assert!(jail_if.starts_with("cbx"), "{}", describe(&out));
+    assert_eq!(lines.next(), Some(BODY), "{}", describe(&out));
+    assert_eq!(lines.next(), Some("403"), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("crackbox: blocked denied.test (1)"),
+        "{}",
+        describe(&out)
+    );
+    assert_eq!(leftovers(&jail_if), Vec::<String>::new());
+}
+
+#[test]
+fn run_netns_has_no_route_around_the_proxy() {
+    if !is_root() {
+        return;
+    }
+    let loopback_port = serve("127.0.0.1:0");
+    // A host service on every address: the veth's host end must not expose it.
+    let wildcard_port = serve("0.0.0.0:0");
+    let script = format!(
+        r#"p=${{HTTP_PROXY#http://}}; p=${{p%:*}}
+        curl -s -m 2 --noproxy '*' http://127.0.0.1:{loopback_port}/ && echo REACHED loopback
+        curl -s -m 2 --noproxy '*' http://$p:{wildcard_port}/ && echo REACHED host-service
+        curl -s -m 2 --noproxy '*' http://$p:3129/health && echo REACHED admin
+        code=$(curl -s -m 5 -o /dev/null -w '%{{http_code}}' http://$p:{wildcard_port}/)
+        [ "$code" = 403 ] || echo "IP literal answered $code"
+        getent hosts denied.test && echo RESOLVED
+        ip route | grep -q default && echo DEFAULT-ROUTE
+        echo done"#
+    );
+    let out = netns_run(&format!("localhost:{loopback_port}"), &script)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "done",
+        "{}",
+        describe(&out)
+    );
+}
+
+#[test]
+fn run_netns_teardown_on_sigint_leaves_nothing() {
+    if !is_root() {
+        return;
+    }
+    let mut child = netns_run(
+        "none.invalid",
+        "ip -o link | grep -o 'cbx[0-9a-f]*j' | head -1; sleep 60",
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let jail_if = first.trim().to_string();
+    assert!(jail_if.starts_with("cbx"), "first line: {first:?}");
+    assert!(
+        !leftovers(&jail_if).is_empty(),
+        "the jail should exist while the command runs"
+    );
+    let pid = libc::pid_t::try_from(child.id()).unwrap();
+    // SAFETY: signals the crackbox child this test spawned.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", describe(&out));
+    assert_eq!(leftovers(&jail_if), Vec::<String>::new());
+}
+
+#[test]
+fn run_netns_refuses_without_root() {
+    if !is_root() {
+        return;
+    }
+    let out = Command::new(CRACKBOX)
+        .args(["run", "--backend", "netns", "--allow", "none.invalid", "--", "true"])
+        .uid(65534)
+        .gid(65534)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", describe(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("crackbox: the netns backend needs root"),
+        "{}",
+        describe(&out)
+    );
+    assert_eq!(err.lines().count(), 1, "{}", describe(&out));
+}
