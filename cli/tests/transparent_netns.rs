@@ -88,7 +88,7 @@ fn tls_allowed_name_to_another_ip_reaches_the_named_server() {
     if !can_run() {
         return;
     }
-    let lab = Lab::start();
+    let lab = Lab::start_ipv4_only();
     let stream = lab.workload_connect(https(DECOY));
     let reply = tls_roundtrip(stream, lab.tls_config(None, 0), name("allowed.test"), Hello::Whole).unwrap();
     assert_eq!(

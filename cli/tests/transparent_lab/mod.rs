@@ -8,7 +8,8 @@
 //!  default via .1 / ::1                                          fd00:201::3/64 (IPv6 decoy)
 //! ```
 //!
-//! crackbox listens dual-stack (`[::]:3127`). The proxy namespace redirects
+//! crackbox listens dual-stack (`[::]:3127`, or `0.0.0.0:3127`, the default,
+//! with [`Lab::start_ipv4_only`]). The proxy namespace redirects
 //! the workload's TCP 80/443 to it (nat PREROUTING on the workload veth,
 //! iptables and ip6tables) and, for a
 //! workload living in the proxy namespace itself, nat OUTPUT excluding
@@ -124,9 +125,19 @@ pub struct Lab {
 }
 
 impl Lab {
-    /// Builds the namespaces, starts the upstream servers and crackbox, and
-    /// waits until crackbox enforces the registrations.
+    /// Builds the namespaces, starts the upstream servers and crackbox
+    /// (transparent listener dual-stack on `[::]`), and waits until crackbox
+    /// enforces the registrations.
     pub fn start() -> Lab {
+        Lab::start_listening("[::]")
+    }
+
+    /// As [`Lab::start`] with the default IPv4-only transparent listener.
+    pub fn start_ipv4_only() -> Lab {
+        Lab::start_listening("0.0.0.0")
+    }
+
+    fn start_listening(transparent_ip: &str) -> Lab {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let tag = format!(
             "{}{}",
@@ -144,7 +155,7 @@ impl Lab {
         };
         lab.build_network();
         lab.start_upstreams();
-        lab.start_crackbox();
+        lab.start_crackbox(transparent_ip);
         lab
     }
 
@@ -222,13 +233,13 @@ impl Lab {
         std::thread::spawn(move || serve_dns(dns, seen));
     }
 
-    fn start_crackbox(&mut self) {
+    fn start_crackbox(&mut self, transparent_ip: &str) {
         let register = format!("{WORKLOAD}=agent:{ALLOWLIST}");
         let register_local = format!("{PROXY}=local:{ALLOWLIST}");
         let register6 = format!("{WORKLOAD6}=agent6:{ALLOWLIST}");
         let dns_listen = format!("{PROXY}:53");
         let dns_upstream = format!("{REAL}:53");
-        let transparent = format!("[::]:{TRANSPARENT_PORT}");
+        let transparent = format!("{transparent_ip}:{TRANSPARENT_PORT}");
         let gid = CRACKBOX_GID.to_string();
         let child = Command::new("ip")
             .args([
