@@ -16,6 +16,8 @@ mod upstream;
 
 pub use resolv_conf::{first_nameserver, system_upstream};
 
+use crate::local_addrs::LocalAddresses;
+use crate::policy::canonical_ip;
 use crate::reason::Reason;
 use crate::registry::Registry;
 use decide::{decide, error_reply, Verdict};
@@ -119,37 +121,22 @@ fn encode(reply: Message, request: &Message, over_tcp: bool) -> Option<Vec<u8>> 
 /// crackbox's own listening address, to refuse packets sent from it.
 struct OwnAddresses {
     local: SocketAddr,
-    interface_ips: Vec<IpAddr>,
+    interfaces: LocalAddresses,
 }
 
 impl OwnAddresses {
-    fn new(local: SocketAddr) -> Self {
-        let interface_ips = if local.ip().is_unspecified() {
-            nix::ifaddrs::getifaddrs()
-                .map(|addrs| {
-                    addrs
-                        .filter_map(|a| a.address)
-                        .filter_map(|a| {
-                            a.as_sockaddr_in()
-                                .map(|v4| IpAddr::V4(v4.ip()))
-                                .or_else(|| a.as_sockaddr_in6().map(|v6| IpAddr::V6(v6.ip())))
-                        })
-                        .collect()
-                })
-                .unwrap_or_default()
-        } else {
-            Vec::new()
-        };
-        OwnAddresses { local, interface_ips }
+    fn new(local: SocketAddr) -> io::Result<Self> {
+        let interfaces = LocalAddresses::start(local.ip().is_unspecified())?;
+        Ok(OwnAddresses { local, interfaces })
     }
 
     fn is_own(&self, source: SocketAddr) -> bool {
         if source.port() != self.local.port() {
             return false;
         }
-        let ip = crate::policy::canonical_ip(source.ip());
-        ip == crate::policy::canonical_ip(self.local.ip())
-            || (self.local.ip().is_unspecified() && (ip.is_loopback() || self.interface_ips.contains(&ip)))
+        let ip = canonical_ip(source.ip());
+        ip == canonical_ip(self.local.ip())
+            || (self.local.ip().is_unspecified() && (ip.is_loopback() || self.interfaces.contains(ip)))
     }
 }
 
@@ -189,7 +176,7 @@ pub fn spawn(
             timeout: UPSTREAM_TIMEOUT,
         },
         on_denial,
-        own: OwnAddresses::new(local),
+        own: OwnAddresses::new(local)?,
     });
     udp::serve(udp, Arc::clone(&filter), UDP_WORKERS, UDP_QUEUE)?;
     tcp::serve(tcp, filter, MAX_TCP_CONNECTIONS)?;
@@ -218,11 +205,11 @@ mod tests {
 
     #[test]
     fn own_address_is_recognised() {
-        let own = OwnAddresses::new("127.0.0.5:5353".parse().unwrap());
+        let own = OwnAddresses::new("127.0.0.5:5353".parse().unwrap()).unwrap();
         assert!(own.is_own("127.0.0.5:5353".parse().unwrap()));
         assert!(!own.is_own("127.0.0.5:5354".parse().unwrap()));
         assert!(!own.is_own("127.0.0.6:5353".parse().unwrap()));
-        let wildcard = OwnAddresses::new("0.0.0.0:5353".parse().unwrap());
+        let wildcard = OwnAddresses::new("0.0.0.0:5353".parse().unwrap()).unwrap();
         assert!(wildcard.is_own("127.0.0.1:5353".parse().unwrap()));
         assert!(wildcard.is_own("127.0.0.9:5353".parse().unwrap()));
         assert!(!wildcard.is_own("127.0.0.1:40000".parse().unwrap()));
