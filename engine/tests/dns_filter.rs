@@ -2,6 +2,8 @@
 //! here with hickory-proto, the real filter, and clients on distinct
 //! 127.0.0.x source addresses (registered and not).
 
+#![cfg(feature = "runtime")]
+
 use crackbox_engine::dns::{self, DenialHook, DnsDenial};
 use crackbox_engine::policy::{RegistrationSpec, Snapshot};
 use crackbox_engine::reason::Reason;
