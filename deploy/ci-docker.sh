@@ -17,6 +17,16 @@ docker_ok() {
     timeout 10 docker info >/dev/null 2>&1
 }
 
+# The PID in the pid file, if that process is still a dockerd (a stale file
+# from an earlier boot may name an unrelated process by now).
+our_dockerd() {
+    local pid
+    [ -f "$pidfile" ] || return 1
+    pid="$(cat "$pidfile")"
+    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = dockerd ] || return 1
+    echo "$pid"
+}
+
 wait_for_dpkg_lock() {
     local i
     for i in $(seq 1 300); do
@@ -44,22 +54,22 @@ start_dockerd() {
     if docker_ok; then
         return 0
     fi
-    if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
-        echo "ci-docker: dockerd $(cat "$pidfile") is starting; waiting" >&2
+    local pid
+    if pid="$(our_dockerd)"; then
+        echo "ci-docker: dockerd $pid is starting; waiting" >&2
     else
         # A socket left by a dockerd that died would make the new one refuse to start.
-        if [ -S /var/run/docker.sock ] && ! docker_ok; then
-            rm -f /var/run/docker.sock
-        fi
+        rm -f /var/run/docker.sock
         nohup dockerd >"$logfile" 2>&1 &
-        echo $! >"$pidfile"
+        pid=$!
+        echo "$pid" >"$pidfile"
     fi
     local i
     for i in $(seq 1 60); do
         if docker_ok; then
             return 0
         fi
-        if ! kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+        if ! kill -0 "$pid" 2>/dev/null; then
             echo "ci-docker: dockerd exited; last log lines:" >&2
             tail -n 20 "$logfile" >&2 || true
             return 1
@@ -71,12 +81,8 @@ start_dockerd() {
 }
 
 stop_dockerd() {
-    if [ ! -f "$pidfile" ]; then
-        return 0
-    fi
     local pid
-    pid="$(cat "$pidfile")"
-    if kill -0 "$pid" 2>/dev/null; then
+    if pid="$(our_dockerd)"; then
         kill -TERM "$pid"
         local i
         for i in $(seq 1 30); do
