@@ -1,3 +1,5 @@
+#![cfg(feature = "runtime")]
+
 //! Engine-level forward-mode tests: a real engine on loopback, real sockets.
 
 mod support;

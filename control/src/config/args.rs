@@ -27,7 +27,7 @@ pub struct ProxyArgs {
     pub transparent_listen: Option<String>,
 
     /// DNS filter listener, UDP and TCP [[proxy] dns_listen; default off].
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, visible_alias = "dns", value_name = "ADDR")]
     pub dns_listen: Option<String>,
 
     /// Upstream resolver for the DNS filter [[proxy] dns_upstream; default: first
