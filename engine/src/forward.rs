@@ -212,11 +212,18 @@ impl Session<'_> {
     /// Reads until the inbox holds a complete head, within the timeouts.
     async fn read_head(&mut self, first: bool) -> HeadRead {
         if self.inbox.is_empty() && !first {
-            // Idle keep-alive: hold no buffer while waiting.
+            // Idle keep-alive: hold no buffer while waiting; a revocation
+            // of the last destination closes the connection (DESIGN 2.4).
             self.inbox = Vec::new();
-            match monoio::time::timeout(KEEPALIVE_IDLE, self.client.readable()).await {
-                Ok(Ok(())) => {}
-                _ => return HeadRead::Closed,
+            let revoked = self.live.as_ref().map(LiveEntry::revocation).unwrap_or_default();
+            let readable = monoio::time::timeout(KEEPALIVE_IDLE, self.client.readable());
+            monoio::select! {
+                ready = readable => {
+                    if !matches!(ready, Ok(Ok(()))) {
+                        return HeadRead::Closed;
+                    }
+                }
+                _ = revoked.wait() => return HeadRead::Closed,
             }
         }
         let deadline = Instant::now() + HEAD_TIMEOUT;

@@ -29,6 +29,12 @@ impl Daemon {
     /// Starts `crackbox proxy serve` on fresh loopback ports with `extra`
     /// arguments and waits until `/health` says ok.
     pub fn start(extra: &[&str]) -> Daemon {
+        Daemon::start_with(extra, &[("CRACKBOX_LOG", "warn")], Stdio::inherit())
+    }
+
+    /// Like [`Daemon::start`], with extra environment variables and the
+    /// daemon's stderr (logs) sent to `stderr`.
+    pub fn start_with(extra: &[&str], env: &[(&str, &str)], stderr: Stdio) -> Daemon {
         let proxy: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let mut args = vec![
@@ -49,9 +55,10 @@ impl Daemon {
             .env_remove("CRACKBOX_ADMIN_SECRET")
             .env("XDG_CONFIG_HOME", "/nonexistent-crackbox-test")
             .env("CRACKBOX_LOG", "warn")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .expect("start crackbox");
         let daemon = Daemon { child, proxy, admin };
@@ -257,7 +264,7 @@ pub fn read_request(stream: &mut TcpStream) -> Option<Seen> {
         stream.read_exact(&mut body).ok()?;
     } else if lower.contains("transfer-encoding: chunked") {
         let mut byte = [0u8; 1];
-        while !body.ends_with(b"\r\n0\r\n\r\n") && !(body == b"0\r\n\r\n") {
+        while !body.ends_with(b"\r\n0\r\n\r\n") && body != b"0\r\n\r\n" {
             stream.read_exact(&mut byte).ok()?;
             body.push(byte[0]);
         }
@@ -345,4 +352,203 @@ impl Echo {
         });
         Echo { addr, accepts }
     }
+}
+
+impl Daemon {
+    /// `GET /health` -> `(status, body)`; connection errors are status 0.
+    pub fn health(&self) -> (u16, String) {
+        try_http(self.admin, "GET", "/health", None, &[]).unwrap_or((0, String::new()))
+    }
+
+    /// The Prometheus text of `GET /metrics`.
+    pub fn metrics(&self) -> String {
+        let (status, text) = http(self.admin, "GET", "/metrics", None, &[]);
+        assert_eq!(status, 200, "metrics: {text}");
+        text
+    }
+
+    /// A CONNECT tunnel from `source` to `target` (`host:port`); panics unless 200.
+    pub fn tunnel(&self, source: &str, target: &str) -> TcpStream {
+        open_tunnel(self.proxy, source, target)
+    }
+}
+
+/// A CONNECT tunnel through `proxy` from `source` to `target`; panics unless 200.
+pub fn open_tunnel(proxy: SocketAddr, source: &str, target: &str) -> TcpStream {
+    let mut stream = connect_from(source, proxy);
+    write!(stream, "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").unwrap();
+    let head = read_head(&mut stream);
+    assert!(
+        head.starts_with("HTTP/1.1 200"),
+        "CONNECT {target} from {source}: {head:?}"
+    );
+    stream
+}
+
+/// Sends `text` through an echoing tunnel and checks it comes back.
+pub fn echo_round(stream: &mut TcpStream, text: &str) {
+    stream.write_all(text.as_bytes()).unwrap();
+    let mut got = vec![0u8; text.len()];
+    stream.read_exact(&mut got).unwrap();
+    assert_eq!(String::from_utf8_lossy(&got), text);
+}
+
+/// Waits up to `limit` for the peer to close `stream` (EOF or reset),
+/// discarding any bytes; returns how long that took, `None` if still open.
+pub fn closed_within(stream: &mut TcpStream, limit: Duration) -> Option<Duration> {
+    let started = Instant::now();
+    let mut buf = [0u8; 4096];
+    loop {
+        let left = limit.checked_sub(started.elapsed())?;
+        stream
+            .set_read_timeout(Some(left.max(Duration::from_millis(1))))
+            .unwrap();
+        match stream.read(&mut buf) {
+            Ok(0) => return Some(started.elapsed()),
+            Ok(_) => {}
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(_) => return Some(started.elapsed()),
+        }
+    }
+}
+
+/// The value of the sample `name{labels}` in Prometheus text (labels in
+/// the order rendered), if present.
+pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let rendered: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
+    let key = if labels.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{name}{{{}}}", rendered.join(","))
+    };
+    text.lines()
+        .find_map(|line| line.strip_prefix(&key)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// CPU time (user + system, clock ticks) used so far by process `pid`.
+pub fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the parenthesised command name; utime and stime are 14 and 15.
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+/// Clock ticks per second for [`cpu_ticks`].
+pub fn ticks_per_second() -> u64 {
+    (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).max(1) as u64
+}
+
+/// True when `pid` exists and is not a zombie.
+pub fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|stat| !stat[stat.rfind(')').unwrap_or(0)..].starts_with(") Z"))
+        .unwrap_or(false)
+}
+
+/// Polls `condition` every 10 ms until it holds or `limit` passes.
+pub fn wait_until(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if condition() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Raises this process's soft fd limit to the hard limit.
+pub fn raise_fd_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
+}
+
+/// One more `crackbox` process (e.g. `proxy control` or `proxy engine`),
+/// stopped with SIGTERM (then SIGKILL) on drop.
+pub struct Proc {
+    child: Child,
+}
+
+impl Proc {
+    /// Starts `crackbox args...` with no config file and warn-level logs.
+    pub fn spawn(args: &[String]) -> Proc {
+        let child = Command::new(env!("CARGO_BIN_EXE_crackbox"))
+            .args(args)
+            .env_remove("CRACKBOX_ADMIN_SECRET")
+            .env("XDG_CONFIG_HOME", "/nonexistent-crackbox-test")
+            .env("CRACKBOX_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start crackbox");
+        Proc { child }
+    }
+
+    /// Its pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// `kill -9` and reap.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Ok(Some(_)) = self.child.try_wait() {
+            return;
+        }
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Daemon {
+    /// The engine child's pid when one is running (none while it restarts).
+    pub fn try_engine_pid(&self) -> Option<u32> {
+        let tasks = std::fs::read_dir(format!("/proc/{}/task", self.pid())).ok()?;
+        tasks.flatten().find_map(|task| {
+            let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            children
+                .split_whitespace()
+                .filter_map(|p| p.parse::<u32>().ok())
+                .find(|&pid| alive(pid))
+        })
+    }
+}
+
+/// Like [`connect_from`], but returns connection errors.
+pub fn try_connect_from(source: &str, to: SocketAddr) -> std::io::Result<TcpStream> {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+    let local: SocketAddr = format!("{source}:0")
+        .parse()
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    socket.bind(&local.into())?;
+    socket.connect_timeout(&to.into(), Duration::from_secs(5))?;
+    let stream: TcpStream = socket.into();
+    stream.set_read_timeout(Some(Duration::from_secs(20)))?;
+    Ok(stream)
 }

@@ -1,0 +1,825 @@
+//! Fault tests with real processes: engine and control killed with SIGKILL,
+//! a full disk under the state file, 2,000 concurrent clients, slowloris,
+//! and a flood of denied requests next to another source's allowed traffic.
+//!
+//! Timing figures (p99, slowdown ratios) are measured and printed, never
+//! asserted beyond generous sanity bounds: the machine is shared and noisy.
+//! Run with `--nocapture` to see them.
+
+mod harness;
+
+use harness::{
+    alive, closed_within, connect_from, echo_round, http, open_tunnel, raise_fd_limit, try_connect_from, wait_until,
+    Daemon, Echo, Proc,
+};
+use serde_json::json;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// Measuring tests run one at a time so they do not load each other.
+static MEASURING: Mutex<()> = Mutex::new(());
+
+fn measuring() -> MutexGuard<'static, ()> {
+    MEASURING.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn daemon(extra: &[&str], registrations: &[&str]) -> Daemon {
+    let mut args = vec!["--allow-private-destinations"];
+    args.extend_from_slice(extra);
+    for registration in registrations {
+        args.extend(["--register", registration]);
+    }
+    Daemon::start(&args)
+}
+
+/// A small, fast upstream on its own thread: answers every request head
+/// with `200 ok` on keep-alive connections (one tokio task per connection).
+fn fast_upstream() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    listener.set_nonblocking(true).unwrap();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            loop {
+                let Ok((mut stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 8192];
+                    let mut filled = 0;
+                    loop {
+                        match stream.read(&mut buf[filled..]).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => filled += n,
+                        }
+                        while let Some(end) = buf[..filled].windows(4).position(|w| w == b"\r\n\r\n") {
+                            if stream
+                                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                                .await
+                                .is_err()
+                            {
+                                return;
+                            }
+                            buf.copy_within(end + 4..filled, 0);
+                            filled -= end + 4;
+                        }
+                        if filled == buf.len() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+    });
+    addr
+}
+
+/// Reads one response with a Content-Length body; returns its status.
+fn read_response(stream: &mut TcpStream) -> std::io::Result<u16> {
+    let mut buf = Vec::with_capacity(512);
+    let mut chunk = [0u8; 4096];
+    let (end, length) = loop {
+        let n = stream.read(&mut chunk)?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            let length: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            break (end + 4, length);
+        }
+    };
+    while buf.len() < end + length {
+        let n = stream.read(&mut chunk)?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    Ok(String::from_utf8_lossy(&buf[9..12]).parse().unwrap_or(0))
+}
+
+/// One request on a fresh connection from `source`; its status (0 on error).
+fn fetch(proxy: SocketAddr, source: &str, url: &str) -> u16 {
+    let Ok(mut stream) = try_connect_from(source, proxy) else {
+        return 0;
+    };
+    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let request = format!("GET {url} HTTP/1.1\r\nConnection: close\r\n\r\n");
+    if stream.write_all(request.as_bytes()).is_err() {
+        return 0;
+    }
+    read_response(&mut stream).unwrap_or(0)
+}
+
+/// Latencies of a client's answered requests.
+struct Latencies(Vec<Duration>);
+
+impl Latencies {
+    fn percentile(&self, p: f64) -> Duration {
+        let mut sorted = self.0.clone();
+        sorted.sort();
+        if sorted.is_empty() {
+            return Duration::ZERO;
+        }
+        sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+    }
+
+    fn rate(&self, over: Duration) -> f64 {
+        self.0.len() as f64 / over.as_secs_f64()
+    }
+
+    fn summary(&self) -> String {
+        format!(
+            "{} answers, p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+            self.0.len(),
+            self.percentile(0.5).as_secs_f64() * 1e3,
+            self.percentile(0.99).as_secs_f64() * 1e3,
+            self.percentile(1.0).as_secs_f64() * 1e3
+        )
+    }
+}
+
+/// A client that sends keep-alive GETs one after another for `duration`,
+/// waiting `gap` between them; returns the latencies of 200 answers and
+/// how many requests failed (reconnecting after each failure).
+fn well_behaved(proxy: SocketAddr, source: &str, url: &str, duration: Duration, gap: Duration) -> (Latencies, usize) {
+    let request = format!("GET {url} HTTP/1.1\r\n\r\n");
+    let mut latencies = Vec::new();
+    let mut failures = 0;
+    let mut stream: Option<TcpStream> = None;
+    let started = Instant::now();
+    while started.elapsed() < duration {
+        let conn = stream.get_or_insert_with(|| {
+            let s = connect_from(source, proxy);
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            s.set_nodelay(true).unwrap();
+            s
+        });
+        let sent = Instant::now();
+        let answered = conn.write_all(request.as_bytes()).is_ok() && read_response(conn).is_ok_and(|s| s == 200);
+        if answered {
+            latencies.push(sent.elapsed());
+        } else {
+            failures += 1;
+            stream = None;
+        }
+        std::thread::sleep(gap);
+    }
+    (Latencies(latencies), failures)
+}
+
+#[test]
+fn kill_9_of_the_engine_under_load_then_the_restarted_engine_enforces_the_snapshot() {
+    let _serial = measuring();
+    let upstream = fast_upstream();
+    let proxy = daemon(&[], &["127.0.0.2=seed:localhost"]);
+    proxy.register("127.0.0.3", "api", &["localhost"]);
+    let allowed = format!("http://localhost:{}/", upstream.port());
+    let denied = format!("http://denied.test:{}/", upstream.port());
+    let engine = proxy.engine_pid();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let answered = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicU64::new(0));
+    let load: Vec<_> = (0..4)
+        .map(|_| {
+            let (stop, answered, failed) = (stop.clone(), answered.clone(), failed.clone());
+            let (addr, url) = (proxy.proxy, allowed.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    if fetch(addr, "127.0.0.2", &url) == 200 {
+                        answered.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                }
+            })
+        })
+        .collect();
+    assert!(wait_until(Duration::from_secs(5), || answered.load(Ordering::Relaxed) > 50));
+
+    let killed = Instant::now();
+    let before = answered.load(Ordering::Relaxed);
+    unsafe { libc::kill(engine as i32, libc::SIGKILL) };
+    let down = wait_until(Duration::from_secs(5), || {
+        let (status, body) = proxy.health();
+        status == 503 && body.contains(r#""status":"proxy_down""#)
+    });
+    let reported_after = killed.elapsed();
+    assert!(down, "/health reports 503 proxy_down while the engine is dead");
+    assert!(
+        wait_until(Duration::from_secs(20), || proxy.health().0 == 200),
+        "the supervisor restarted the engine"
+    );
+    let healthy_after = killed.elapsed();
+    let restarted = proxy.try_engine_pid().expect("an engine runs");
+    assert_ne!(restarted, engine, "a new engine process");
+    let resumed = wait_until(Duration::from_secs(10), || {
+        answered.load(Ordering::Relaxed) > before + 50
+    });
+    let served_after = killed.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    for thread in load {
+        thread.join().unwrap();
+    }
+    eprintln!(
+        "engine kill -9 under load: 503 after {reported_after:?}, healthy after {healthy_after:?}, \
+         load served again after {served_after:?}; {} answered, {} failed in all",
+        answered.load(Ordering::Relaxed),
+        failed.load(Ordering::Relaxed)
+    );
+    assert!(resumed, "the load is served again");
+
+    let addr = proxy.proxy;
+    assert_eq!(fetch(addr, "127.0.0.2", &allowed), 200, "seed still allowed");
+    assert_eq!(
+        fetch(addr, "127.0.0.3", &allowed),
+        200,
+        "API registration still allowed"
+    );
+    assert_eq!(fetch(addr, "127.0.0.2", &denied), 403, "not listed still denied");
+    assert_eq!(fetch(addr, "127.0.0.9", &allowed), 403, "unregistered still denied");
+    proxy.unregister("127.0.0.3");
+    assert_eq!(
+        fetch(addr, "127.0.0.3", &allowed),
+        403,
+        "the new engine takes new snapshots"
+    );
+}
+
+/// A private directory removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let path = std::env::temp_dir().join(format!("crackbox-{tag}-{}-{nanos}", std::process::id()));
+        std::fs::create_dir(&path).unwrap();
+        TempDir(path)
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn loopback_addr() -> String {
+    format!("127.0.0.1:{}", harness::free_port())
+}
+
+/// `proxy control` and `proxy engine` as two processes sharing a socket.
+struct Split {
+    proxy: SocketAddr,
+    admin: SocketAddr,
+    args: Vec<String>,
+}
+
+impl Split {
+    fn new(socket: &Path, state: &Path) -> Split {
+        let (proxy, admin) = (loopback_addr(), loopback_addr());
+        let args = [
+            "--listen",
+            &proxy,
+            "--admin-listen",
+            &admin,
+            "--transparent-listen",
+            "",
+            "--control-socket",
+            &socket.display().to_string(),
+            "--state",
+            &state.display().to_string(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        Split {
+            proxy: proxy.parse().unwrap(),
+            admin: admin.parse().unwrap(),
+            args,
+        }
+    }
+
+    fn control(&self) -> Proc {
+        let mut args = vec!["proxy".to_owned(), "control".to_owned()];
+        args.extend(self.args.iter().cloned());
+        Proc::spawn(&args)
+    }
+
+    fn engine(&self) -> Proc {
+        let mut args = vec!["proxy".to_owned(), "engine".to_owned()];
+        args.extend(self.args.iter().cloned());
+        args.extend(["--threads", "2", "--allow-private-destinations"].map(String::from));
+        Proc::spawn(&args)
+    }
+
+    fn healthy(&self) -> bool {
+        harness::try_http(self.admin, "GET", "/health", None, &[]).is_ok_and(|(status, _)| status == 200)
+    }
+
+    fn register(&self, ip: &str, hosts: &[&str]) -> u16 {
+        let body = json!({"ip": ip, "id": "split", "allowlist": hosts}).to_string();
+        http(self.admin, "POST", "/v1/register", Some(&body), &[]).0
+    }
+}
+
+/// Streams numbered blocks through an echoing tunnel until stopped; counts
+/// bytes echoed back intact, the longest wait for one block, and errors.
+struct Stream {
+    stop: Arc<AtomicBool>,
+    echoed: Arc<AtomicU64>,
+    thread: std::thread::JoinHandle<Result<Duration, String>>,
+}
+
+impl Stream {
+    fn start(mut tunnel: TcpStream) -> Stream {
+        let stop = Arc::new(AtomicBool::new(false));
+        let echoed = Arc::new(AtomicU64::new(0));
+        let (stop2, echoed2) = (stop.clone(), echoed.clone());
+        let thread = std::thread::spawn(move || {
+            tunnel.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let mut longest = Duration::ZERO;
+            let mut block = 0u64;
+            while !stop2.load(Ordering::Relaxed) {
+                let sent: Vec<u8> = (0..1024).map(|i| (block as usize * 7 + i) as u8).collect();
+                let at = Instant::now();
+                tunnel
+                    .write_all(&sent)
+                    .map_err(|e| format!("write block {block}: {e}"))?;
+                let mut got = vec![0u8; sent.len()];
+                tunnel
+                    .read_exact(&mut got)
+                    .map_err(|e| format!("read block {block}: {e}"))?;
+                if got != sent {
+                    return Err(format!("block {block} came back altered"));
+                }
+                longest = longest.max(at.elapsed());
+                echoed2.fetch_add(got.len() as u64, Ordering::Relaxed);
+                block += 1;
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Ok(longest)
+        });
+        Stream { stop, echoed, thread }
+    }
+
+    fn echoed(&self) -> u64 {
+        self.echoed.load(Ordering::Relaxed)
+    }
+
+    /// Waits until at least `more` bytes beyond now came back.
+    fn advances(&self, more: u64) -> bool {
+        let from = self.echoed();
+        wait_until(Duration::from_secs(5), || self.echoed() >= from + more)
+    }
+
+    fn finish(self) -> Result<Duration, String> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap()
+    }
+}
+
+#[test]
+fn kill_9_of_control_keeps_streaming_tunnels_and_the_last_snapshot() {
+    let echo = Echo::start();
+    let upstream = fast_upstream();
+    let dir = TempDir::new("split");
+    let split = Split::new(&dir.path().join("control.sock"), &dir.path().join("state.json"));
+    let mut control = split.control();
+    let engine = split.engine();
+    assert!(
+        wait_until(Duration::from_secs(20), || split.healthy()),
+        "split daemons healthy"
+    );
+    assert_eq!(split.register("127.0.0.2", &["localhost"]), 200);
+
+    let tunnel = open_tunnel(split.proxy, "127.0.0.2", &format!("localhost:{}", echo.addr.port()));
+    let stream = Stream::start(tunnel);
+    assert!(stream.advances(64 * 1024), "the tunnel streams");
+
+    control.kill9();
+    assert!(
+        stream.advances(64 * 1024),
+        "the tunnel streams on while control is dead"
+    );
+    let allowed = format!("http://localhost:{}/", upstream.port());
+    let denied = format!("http://denied.test:{}/", upstream.port());
+    assert_eq!(fetch(split.proxy, "127.0.0.2", &allowed), 200, "last snapshot allows");
+    assert_eq!(fetch(split.proxy, "127.0.0.2", &denied), 403, "last snapshot denies");
+    assert_eq!(
+        fetch(split.proxy, "127.0.0.3", &allowed),
+        403,
+        "unregistered stays denied"
+    );
+    let mut fresh = open_tunnel(split.proxy, "127.0.0.2", &format!("localhost:{}", echo.addr.port()));
+    echo_round(&mut fresh, "new tunnel while control is dead");
+
+    let _control = split.control();
+    assert!(
+        wait_until(Duration::from_secs(20), || split.healthy()),
+        "the engine reconnected to the new control"
+    );
+    let (status, state) = http(split.admin, "GET", "/v1/state", None, &[]);
+    assert_eq!(status, 200);
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&state).unwrap(),
+        json!([{"ip": "127.0.0.2", "id": "split", "allowlist": ["localhost"]}]),
+        "the registry is back from the state file"
+    );
+    assert!(stream.advances(64 * 1024), "the tunnel streams after control is back");
+    assert!(alive(engine.pid()), "the engine ran throughout");
+    assert_eq!(
+        split.register("127.0.0.3", &["localhost"]),
+        200,
+        "changes are acked again"
+    );
+    assert_eq!(fetch(split.proxy, "127.0.0.3", &allowed), 200);
+    let echoed = stream.echoed();
+    let longest = stream.finish().expect("the tunnel never broke");
+    eprintln!("control kill -9: tunnel echoed {echoed} bytes, longest block round trip {longest:?}");
+    echo_round(&mut fresh, "still open");
+}
+
+/// A small tmpfs mounted for one test, unmounted on drop.
+struct Tmpfs(TempDir);
+
+impl Tmpfs {
+    fn mount(size: &str) -> Tmpfs {
+        let dir = TempDir::new("tmpfs");
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0700"), "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .expect("mount runs");
+        assert!(status.success(), "mounting a tmpfs needs root");
+        Tmpfs(dir)
+    }
+
+    fn path(&self) -> &Path {
+        self.0.path()
+    }
+
+    /// Fills the file system; returns the filler file.
+    fn fill(&self) -> PathBuf {
+        let path = self.path().join("filler");
+        let mut file = std::fs::File::create(&path).unwrap();
+        let block = [0u8; 4096];
+        for _ in 0..4096 {
+            if file.write_all(&block).is_err() {
+                return path;
+            }
+        }
+        panic!("the tmpfs never filled up");
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(self.path()).status();
+    }
+}
+
+#[test]
+fn a_full_disk_refuses_changes_with_500_and_changes_nothing() {
+    let upstream = fast_upstream();
+    let disk = Tmpfs::mount("64k");
+    let state = disk.path().join("state.json");
+    let proxy = daemon(&["--state", &state.display().to_string()], &[]);
+    proxy.register("127.0.0.2", "kept", &["localhost"]);
+    let saved = std::fs::read_to_string(&state).unwrap();
+    let allowed = format!("http://localhost:{}/", upstream.port());
+    let registry = || http(proxy.admin, "GET", "/v1/state", None, &[]);
+    let before = registry();
+
+    let filler = disk.fill();
+    let body = json!({"ip": "127.0.0.3", "id": "new", "allowlist": ["localhost"]}).to_string();
+    let (status, error) = http(proxy.admin, "POST", "/v1/register", Some(&body), &[]);
+    assert_eq!(status, 500, "{error}");
+    assert!(error.contains("\"error\""), "{error}");
+    let body = json!({"ip": "127.0.0.2"}).to_string();
+    let (status, error) = http(proxy.admin, "POST", "/v1/unregister", Some(&body), &[]);
+    assert_eq!(status, 500, "{error}");
+
+    assert_eq!(registry(), before, "the registry did not change");
+    assert_eq!(
+        std::fs::read_to_string(&state).unwrap(),
+        saved,
+        "the state file did not change"
+    );
+    let mut names: Vec<_> = std::fs::read_dir(disk.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["filler", "state.json"], "no temporary file left behind");
+    assert_eq!(fetch(proxy.proxy, "127.0.0.2", &allowed), 200, "still enforced");
+    assert_eq!(fetch(proxy.proxy, "127.0.0.3", &allowed), 403, "never enforced");
+
+    std::fs::remove_file(filler).unwrap();
+    proxy.register("127.0.0.3", "new", &["localhost"]);
+    assert_eq!(
+        fetch(proxy.proxy, "127.0.0.3", &allowed),
+        200,
+        "space again: changes apply"
+    );
+    drop(proxy);
+}
+
+/// What the background load did.
+#[derive(Default)]
+struct LoadCounts {
+    connected: AtomicUsize,
+    answered: AtomicU64,
+    failed: AtomicU64,
+}
+
+/// `clients` keep-alive clients spread over `sources`, each sending a GET
+/// every `pause` (random phase) until `stop`; runs on its own thread.
+fn start_load(
+    proxy: SocketAddr,
+    sources: Vec<String>,
+    clients: usize,
+    url: String,
+    pause: Duration,
+    stop: Arc<AtomicBool>,
+    counts: Arc<LoadCounts>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let request: Arc<[u8]> = format!("GET {url} HTTP/1.1\r\n\r\n").into_bytes().into();
+            let mut tasks = Vec::with_capacity(clients);
+            for i in 0..clients {
+                let source: std::net::IpAddr = sources[i % sources.len()].parse().unwrap();
+                let (request, stop, counts) = (request.clone(), stop.clone(), counts.clone());
+                let phase = pause.mul_f64((i as f64 * 0.618_034) % 1.0);
+                tasks.push(tokio::spawn(async move {
+                    load_client(proxy, source, request, phase, pause, stop, counts).await;
+                }));
+            }
+            for task in tasks {
+                let _ = task.await;
+            }
+        });
+    })
+}
+
+async fn load_client(
+    proxy: SocketAddr,
+    source: std::net::IpAddr,
+    request: Arc<[u8]>,
+    phase: Duration,
+    pause: Duration,
+    stop: Arc<AtomicBool>,
+    counts: Arc<LoadCounts>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(SocketAddr::new(source, 0)).unwrap();
+    let Ok(mut stream) = socket.connect(proxy).await else {
+        counts.failed.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    counts.connected.fetch_add(1, Ordering::Relaxed);
+    tokio::time::sleep(phase).await;
+    let mut buf = [0u8; 1024];
+    while !stop.load(Ordering::Relaxed) {
+        if stream.write_all(&request).await.is_err() {
+            counts.failed.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let mut got = Vec::new();
+        let complete = loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break false,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+            // The upstream's answer is exactly `...\r\n\r\nok`.
+            if got.ends_with(b"\r\n\r\nok") {
+                break true;
+            }
+        };
+        if !complete || !got.starts_with(b"HTTP/1.1 200") {
+            counts.failed.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        counts.answered.fetch_add(1, Ordering::Relaxed);
+        tokio::time::sleep(pause).await;
+    }
+}
+
+const CLIENTS: usize = 2000;
+
+#[test]
+fn two_thousand_concurrent_clients_and_a_well_behaved_one() {
+    let _serial = measuring();
+    raise_fd_limit();
+    let upstream = fast_upstream();
+    let sources: Vec<String> = (1..=4).map(|i| format!("127.0.1.{i}")).collect();
+    let mut registrations: Vec<String> = sources.iter().map(|s| format!("{s}=crowd:localhost")).collect();
+    registrations.push("127.0.0.2=calm:localhost".into());
+    let registrations: Vec<&str> = registrations.iter().map(String::as_str).collect();
+    let proxy = daemon(&[], &registrations);
+    let url = format!("http://localhost:{}/", upstream.port());
+    let gap = Duration::from_millis(10);
+
+    let (baseline, baseline_failed) = well_behaved(proxy.proxy, "127.0.0.2", &url, Duration::from_secs(2), gap);
+    let stop = Arc::new(AtomicBool::new(false));
+    let counts = Arc::new(LoadCounts::default());
+    let load = start_load(
+        proxy.proxy,
+        sources,
+        CLIENTS,
+        url.clone(),
+        Duration::from_secs(1),
+        stop.clone(),
+        counts.clone(),
+    );
+    let all_connected = wait_until(Duration::from_secs(30), || {
+        counts.connected.load(Ordering::Relaxed) + counts.failed.load(Ordering::Relaxed) as usize >= CLIENTS
+    });
+    let answered_before = counts.answered.load(Ordering::Relaxed);
+    let window = Duration::from_secs(5);
+    let (loaded, loaded_failed) = well_behaved(proxy.proxy, "127.0.0.2", &url, window, gap);
+    let crowd_rate = (counts.answered.load(Ordering::Relaxed) - answered_before) as f64 / window.as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    load.join().unwrap();
+    eprintln!(
+        "well-behaved client alone: {} ({baseline_failed} failed)",
+        baseline.summary()
+    );
+    eprintln!(
+        "with {} of {CLIENTS} clients connected ({:.0} crowd req/s, {} crowd failures): {} ({loaded_failed} failed)",
+        counts.connected.load(Ordering::Relaxed),
+        crowd_rate,
+        counts.failed.load(Ordering::Relaxed),
+        loaded.summary()
+    );
+    assert!(all_connected, "the crowd connected");
+    assert_eq!(
+        counts.connected.load(Ordering::Relaxed),
+        CLIENTS,
+        "every crowd client connected"
+    );
+    assert_eq!(loaded_failed, 0, "the well-behaved client got every answer");
+    assert!(loaded.0.len() >= 50, "the well-behaved client kept getting answers");
+    assert!(
+        loaded.percentile(0.99) < Duration::from_secs(2),
+        "sanity bound on the well-behaved client's p99"
+    );
+    assert_eq!(counts.failed.load(Ordering::Relaxed), 0, "no crowd client failed");
+}
+
+#[test]
+fn slowloris_on_500_connections_does_not_stop_new_clients() {
+    let _serial = measuring();
+    raise_fd_limit();
+    let upstream = fast_upstream();
+    let proxy = daemon(&[], &["127.0.0.2=fresh:localhost", "127.0.0.3=slow:localhost"]);
+    let url = format!("http://localhost:{}/", upstream.port());
+    let started = Instant::now();
+    let mut slow: Vec<TcpStream> = (0..500)
+        .map(|_| {
+            let mut s = proxy.client("127.0.0.3");
+            s.write_all(format!("GET {url} HTTP/1.1\r\n").as_bytes()).unwrap();
+            s
+        })
+        .collect();
+    let opened = started.elapsed();
+
+    let mut latencies = Vec::new();
+    let mut round = 0;
+    // Well inside the 10 s head timeout, so every slow connection is still held.
+    while started.elapsed() < Duration::from_secs(3) {
+        round += 1;
+        for s in &mut slow {
+            let _ = s.write_all(format!("X-Slow-{round}: 1\r\n").as_bytes());
+        }
+        for _ in 0..5 {
+            let sent = Instant::now();
+            assert_eq!(fetch(proxy.proxy, "127.0.0.2", &url), 200, "new client served");
+            latencies.push(sent.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let mut still_open = 0;
+    for s in &mut slow {
+        s.set_nonblocking(true).unwrap();
+        let mut byte = [0u8; 1];
+        if matches!(s.read(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock) {
+            still_open += 1;
+        }
+        s.set_nonblocking(false).unwrap();
+    }
+    let served_by = started.elapsed();
+    let latencies = Latencies(latencies);
+    eprintln!(
+        "slowloris: 500 opened in {opened:?}; {still_open} still open at {served_by:?} while new clients got {}",
+        latencies.summary()
+    );
+    assert_eq!(
+        still_open, 500,
+        "the slow connections were all still held while new clients were served"
+    );
+
+    let mut cut = 0;
+    for s in &mut slow {
+        let left = Duration::from_secs(20).saturating_sub(started.elapsed());
+        if closed_within(s, left).is_some() {
+            cut += 1;
+        }
+    }
+    eprintln!("slowloris: {cut} of 500 cut off by {:?}", started.elapsed());
+    assert_eq!(cut, 500, "the head timeout cuts every slow connection");
+    assert_eq!(fetch(proxy.proxy, "127.0.0.2", &url), 200);
+}
+
+#[test]
+fn a_flood_of_denied_requests_next_to_another_sources_allowed_traffic() {
+    let _serial = measuring();
+    let upstream = fast_upstream();
+    let proxy = daemon(&[], &["127.0.0.2=flood:localhost", "127.0.0.3=good:localhost"]);
+    let url = format!("http://localhost:{}/", upstream.port());
+    let window = Duration::from_secs(3);
+    let (alone, alone_failed) = well_behaved(proxy.proxy, "127.0.0.3", &url, window, Duration::ZERO);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let denials = Arc::new(AtomicU64::new(0));
+    let flood: Vec<_> = (0..2)
+        .map(|_| {
+            let (stop, denials, addr) = (stop.clone(), denials.clone(), proxy.proxy);
+            std::thread::spawn(move || {
+                let mut other = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    match fetch(addr, "127.0.0.2", "http://denied.test/") {
+                        403 => {
+                            denials.fetch_add(1, Ordering::Relaxed);
+                        }
+                        _ => other += 1,
+                    }
+                }
+                other
+            })
+        })
+        .collect();
+    assert!(wait_until(Duration::from_secs(5), || denials.load(Ordering::Relaxed) > 100));
+    let from = denials.load(Ordering::Relaxed);
+    let (flooded, flooded_failed) = well_behaved(proxy.proxy, "127.0.0.3", &url, window, Duration::ZERO);
+    let denial_rate = (denials.load(Ordering::Relaxed) - from) as f64 / window.as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    let not_403: u64 = flood.into_iter().map(|t| t.join().unwrap()).sum();
+    let ratio = alone.rate(window) / flooded.rate(window).max(f64::MIN_POSITIVE);
+    eprintln!(
+        "allowed traffic alone: {:.0} req/s, {}",
+        alone.rate(window),
+        alone.summary()
+    );
+    eprintln!(
+        "next to {denial_rate:.0} denials/s from another source: {:.0} req/s, {}",
+        flooded.rate(window),
+        flooded.summary()
+    );
+    eprintln!("slowdown ratio (alone / flooded requests per second): {ratio:.2}");
+    assert_eq!(
+        (alone_failed, flooded_failed),
+        (0, 0),
+        "every allowed request was answered"
+    );
+    assert_eq!(not_403, 0, "every flood request was denied with 403");
+    assert!(flooded.0.len() >= 50, "allowed traffic kept flowing during the flood");
+    let metrics = proxy.metrics();
+    let counted = harness::metric(
+        &metrics,
+        "crackbox_denied_total",
+        &[("id", "flood"), ("reason", "not-allowed")],
+    );
+    assert!(counted.is_some_and(|c| c >= (from as f64)), "{metrics}");
+}

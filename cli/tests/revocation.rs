@@ -1,0 +1,128 @@
+//! Revocation (DESIGN 2.4) through the real binary: a snapshot that removes
+//! a source or shrinks its allowlist closes the live tunnels and keep-alive
+//! connections it would now deny within 1 s, leaves everyone else's alone,
+//! and counts each as reason `revoked`.
+
+mod harness;
+
+use harness::{closed_within, echo_round, metric, read_head, Daemon, Echo, Upstream};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+/// DESIGN 2.4: revoked connections close within this long.
+const REVOKE_WITHIN: Duration = Duration::from_secs(1);
+/// How long a connection that must stay open is watched.
+const STAYS_OPEN: Duration = Duration::from_millis(1500);
+
+fn daemon(registrations: &[&str]) -> Daemon {
+    let mut args = vec!["--allow-private-destinations"];
+    for registration in registrations {
+        args.extend(["--register", registration]);
+    }
+    Daemon::start(&args)
+}
+
+fn revoked(proxy: &Daemon, id: &str) -> f64 {
+    metric(
+        &proxy.metrics(),
+        "crackbox_denied_total",
+        &[("id", id), ("reason", "revoked")],
+    )
+    .unwrap_or(0.0)
+}
+
+/// Asserts the peer closes `stream` within [`REVOKE_WITHIN`] of now.
+fn assert_cut(stream: &mut TcpStream, what: &str) {
+    let took = closed_within(stream, Duration::from_secs(5));
+    eprintln!("{what}: closed after {took:?}");
+    let took = took.unwrap_or_else(|| panic!("{what}: still open 5 s after revocation"));
+    assert!(took < REVOKE_WITHIN, "{what}: closed only after {took:?}");
+}
+
+/// Asserts `stream` is not closed for [`STAYS_OPEN`] and still echoes.
+fn assert_untouched(stream: &mut TcpStream, what: &str) {
+    assert_eq!(closed_within(stream, STAYS_OPEN), None, "{what} was closed");
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    echo_round(stream, "still here");
+}
+
+#[test]
+fn unregister_cuts_the_sources_tunnel_and_no_other() {
+    let echo = Echo::start();
+    let proxy = daemon(&["127.0.0.2=victim:localhost", "127.0.0.3=bystander:localhost"]);
+    let target = format!("localhost:{}", echo.addr.port());
+    let mut victim = proxy.tunnel("127.0.0.2", &target);
+    let mut bystander = proxy.tunnel("127.0.0.3", &target);
+    echo_round(&mut victim, "before");
+    echo_round(&mut bystander, "before");
+
+    proxy.unregister("127.0.0.2");
+    assert_cut(&mut victim, "tunnel of the unregistered source");
+    assert_untouched(&mut bystander, "the other client's tunnel");
+    assert_eq!(revoked(&proxy, ""), 1.0, "{}", proxy.metrics());
+    assert_eq!(revoked(&proxy, "bystander"), 0.0);
+}
+
+#[test]
+fn removing_a_host_cuts_only_tunnels_to_that_host() {
+    let echo = Echo::start();
+    let proxy = daemon(&["127.0.0.4=shrink:localhost,127.0.0.1", "127.0.0.5=bystander:localhost"]);
+    let port = echo.addr.port();
+    let mut by_name = proxy.tunnel("127.0.0.4", &format!("localhost:{port}"));
+    let mut by_address = proxy.tunnel("127.0.0.4", &format!("127.0.0.1:{port}"));
+    let mut bystander = proxy.tunnel("127.0.0.5", &format!("localhost:{port}"));
+    for tunnel in [&mut by_name, &mut by_address, &mut bystander] {
+        echo_round(tunnel, "before");
+    }
+
+    proxy.register("127.0.0.4", "shrink", &["127.0.0.1"]);
+    assert_cut(&mut by_name, "tunnel to the removed host");
+    assert_untouched(&mut by_address, "the same source's tunnel to a host still listed");
+    assert_untouched(&mut bystander, "another client's tunnel to the removed host");
+    assert_eq!(revoked(&proxy, "shrink"), 1.0, "{}", proxy.metrics());
+    let (status, denials) = harness::http(proxy.admin, "GET", "/v1/denials", None, &[]);
+    assert_eq!(status, 200);
+    assert!(
+        denials.contains(r#""reason":"revoked""#) && denials.contains(r#""host":"localhost""#),
+        "{denials}"
+    );
+}
+
+fn keep_alive_get(client: &mut TcpStream, port: u16, path: &str) {
+    write!(
+        client,
+        "GET http://localhost:{port}{path} HTTP/1.1\r\nHost: localhost:{port}\r\n\r\n"
+    )
+    .unwrap();
+    let head = read_head(client);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(!head.to_ascii_lowercase().contains("connection: close"), "{head}");
+    let expected = format!("GET {path} HTTP/1.1");
+    let mut body = vec![0u8; expected.len()];
+    client.read_exact(&mut body).unwrap();
+    assert_eq!(String::from_utf8_lossy(&body), expected);
+}
+
+#[test]
+fn idle_keep_alive_connection_of_a_revoked_source_is_closed() {
+    let upstream = Upstream::echo_request_line();
+    let proxy = daemon(&["127.0.0.6=idle:localhost", "127.0.0.7=bystander:localhost"]);
+    let port = upstream.port();
+    let mut idle = proxy.client("127.0.0.6");
+    let mut bystander = proxy.client("127.0.0.7");
+    keep_alive_get(&mut idle, port, "/first");
+    keep_alive_get(&mut bystander, port, "/first");
+
+    proxy.unregister("127.0.0.6");
+    assert_cut(&mut idle, "idle keep-alive connection of the unregistered source");
+    assert_eq!(
+        closed_within(&mut bystander, STAYS_OPEN),
+        None,
+        "the other client's keep-alive connection was closed"
+    );
+    bystander.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    keep_alive_get(&mut bystander, port, "/second");
+    assert_eq!(revoked(&proxy, ""), 1.0, "{}", proxy.metrics());
+    assert_eq!(upstream.requests().len(), 3, "two firsts and the bystander's second");
+}
