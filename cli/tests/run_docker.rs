@@ -288,6 +288,31 @@ fn run_teardown_on_sigint_and_sigterm_leaves_nothing() {
 }
 
 #[test]
+fn run_signal_during_setup_leaves_nothing() {
+    if !docker_ready() {
+        return;
+    }
+    let upstream = Upstream::start();
+    // Signals land in different set-up steps (networks, proxy start, health
+    // wait, registration); whatever existed by then is removed.
+    for delay_ms in [150u64, 400, 700, 1000, 1500] {
+        let id = unique("setup-signal");
+        let child = run_command(&upstream, &id, ALLOWED, &["sleep", "60"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        let pid = libc::pid_t::try_from(child.id()).unwrap();
+        // SAFETY: signals the crackbox child this test spawned.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(130), "after {delay_ms} ms: {}", describe(&out));
+        assert_eq!(leftovers(&id), Vec::<String>::new(), "after {delay_ms} ms");
+    }
+}
+
+#[test]
 fn run_two_jails_at_once_both_work_and_both_clean_up() {
     if !docker_ready() {
         return;

@@ -14,6 +14,8 @@ use std::time::Duration;
 
 /// How long one admin call may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one health probe may take (they are repeated while waiting).
+const HEALTH_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The admin API of one jail's proxy, with that jail's secret.
 #[derive(Debug, Clone)]
@@ -35,7 +37,8 @@ impl AdminClient {
 
     /// Whether `GET /health` answers 200.
     pub async fn healthy(&self) -> bool {
-        matches!(self.call(Method::GET, "/health", None).await, Ok((StatusCode::OK, _)))
+        let probe = tokio::time::timeout(HEALTH_TIMEOUT, self.call_once(Method::GET, "/health", None)).await;
+        matches!(probe, Ok(Ok((StatusCode::OK, _))))
     }
 
     /// Registers `ip` as `id` with `allowlist`; returns once the proxy enforces it.

@@ -32,9 +32,11 @@ use bollard::query_parameters::{
     RemoveContainerOptionsBuilder, ResizeContainerTTYOptionsBuilder, WaitContainerOptionsBuilder,
 };
 use bollard::Docker;
+use futures_util::future::join_all;
 use futures_util::StreamExt;
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
@@ -103,9 +105,29 @@ pub async fn run(plan: Plan) -> Result<i32, JailError> {
     let mut signals = Signals::new()?;
     let docker = connect().await?;
     let jail = Jail::new(docker, plan);
-    let outcome = tokio::select! {
-        outcome = jail.run() => outcome,
-        code = signals.next() => Ok(code),
+    // A signal during set-up stops it at the next step boundary rather than
+    // dropping it mid-request: an object whose create call is in flight is
+    // then known and removed, never left behind.
+    let setup = jail.setup();
+    tokio::pin!(setup);
+    let mut interrupted = None;
+    let prepared = loop {
+        tokio::select! {
+            prepared = &mut setup => break prepared,
+            code = signals.next(), if interrupted.is_none() => {
+                interrupted = Some(code);
+                jail.interrupted.store(true, Ordering::SeqCst);
+            }
+        }
+    };
+    let outcome = match (interrupted, prepared) {
+        (Some(code), _) => Ok(code),
+        (None, Err(err)) => Err(err),
+        // Attach, start and wait create nothing, so dropping them is safe.
+        (None, Ok(workload)) => tokio::select! {
+            outcome = jail.run_workload(&workload) => outcome,
+            code = signals.next() => Ok(code),
+        },
     };
     if !jail.plan.quiet {
         jail.print_blocked().await;
@@ -152,6 +174,8 @@ struct Jail {
     containers: Mutex<Vec<String>>,
     /// The proxy's admin API, once the proxy is up.
     admin: OnceLock<AdminClient>,
+    /// Set by a signal during set-up; checked between steps.
+    interrupted: AtomicBool,
 }
 
 /// Addresses of the proxy and workload inside one jail.
@@ -159,7 +183,6 @@ struct Addresses {
     internal_net: String,
     egress_net: String,
     proxy_internal: Ipv4Addr,
-    proxy_egress: Ipv4Addr,
     workload: Ipv4Addr,
 }
 
@@ -171,6 +194,16 @@ impl Jail {
             networks: Mutex::new(Vec::new()),
             containers: Mutex::new(Vec::new()),
             admin: OnceLock::new(),
+            interrupted: AtomicBool::new(false),
+        }
+    }
+
+    /// Fails once a signal arrived, so set-up stops between two steps.
+    fn checkpoint(&self) -> Result<(), JailError> {
+        if self.interrupted.load(Ordering::SeqCst) {
+            Err(JailError::Interrupted)
+        } else {
+            Ok(())
         }
     }
 
@@ -189,26 +222,38 @@ impl Jail {
         ])
     }
 
-    async fn run(&self) -> Result<i32, JailError> {
+    /// Creates everything and registers the workload; returns the
+    /// workload container's name. Concurrent steps are joined, never
+    /// dropped half-way, so every object created is known to teardown.
+    async fn setup(&self) -> Result<String, JailError> {
         self.check_images().await?;
-        let internal = self.create_network(&self.name(""), true).await?;
-        let (egress_net, egress) = match &self.plan.egress_network {
-            Some(name) => (name.clone(), None),
+        self.checkpoint()?;
+        let internal_net = self.name("");
+        let (internal, egress_net, own_egress) = match &self.plan.egress_network {
+            Some(name) => (self.create_network(&internal_net, true).await?, name.clone(), None),
             None => {
                 let name = self.name("egress");
-                let subnet = self.create_network(&name, false).await?;
-                (name, Some(subnet))
+                let (internal, egress) = tokio::join!(
+                    self.create_network(&internal_net, true),
+                    self.create_network(&name, false)
+                );
+                (internal?, name, Some(egress?))
             }
         };
-        let mut addresses = Addresses {
-            internal_net: self.name(""),
+        let addresses = Addresses {
+            internal_net,
             egress_net,
             proxy_internal: host(&internal, 2)?,
-            proxy_egress: Ipv4Addr::UNSPECIFIED,
             workload: host(&internal, 3)?,
         };
-        let admin = self.start_proxy(&mut addresses, egress).await?;
-        let workload = self.create_workload(&addresses).await?;
+        // The workload is created while the proxy starts; it starts only
+        // once its address is registered.
+        let (admin, workload) = tokio::join!(
+            self.start_proxy(&addresses, own_egress),
+            self.create_workload(&addresses)
+        );
+        let (admin, workload) = (admin?, workload?);
+        self.checkpoint()?;
         admin
             .register(&addresses.workload.to_string(), &self.plan.id, &self.plan.allow)
             .await
@@ -216,7 +261,7 @@ impl Jail {
                 step: "registering the workload",
                 detail: e.to_string(),
             })?;
-        self.run_workload(&workload).await
+        Ok(workload)
     }
 
     /// Fails early, with the fix in the message, when an image is missing.
@@ -262,6 +307,7 @@ impl Jail {
             .push(name.to_string());
         let mut last_error = None;
         for _ in 0..16 {
+            self.checkpoint()?;
             let taken = self.taken_subnets().await?;
             let start = token::random_u32().map_err(|e| JailError::io("reading /dev/urandom", e))?;
             let subnet =
@@ -318,11 +364,7 @@ impl Jail {
     /// Starts the proxy on the egress and internal networks and waits until
     /// its admin API is healthy. On a shared egress network the proxy takes
     /// a random free address there, and another one if it loses a race.
-    async fn start_proxy(
-        &self,
-        addresses: &mut Addresses,
-        own_egress: Option<Ipv4Net>,
-    ) -> Result<AdminClient, JailError> {
+    async fn start_proxy(&self, addresses: &Addresses, own_egress: Option<Ipv4Net>) -> Result<AdminClient, JailError> {
         let secret = token::random_hex(32).map_err(|e| JailError::io("reading /dev/urandom", e))?;
         let name = self.name("proxy");
         self.containers
@@ -330,28 +372,35 @@ impl Jail {
             .unwrap_or_else(|p| p.into_inner())
             .push(name.clone());
         let mut attempts = 0;
-        loop {
+        let egress_ip = loop {
+            self.checkpoint()?;
             attempts += 1;
-            addresses.proxy_egress = match own_egress {
+            let egress_ip = match own_egress {
                 Some(subnet) => host(&subnet, 2)?,
                 None => self.free_address(&addresses.egress_net).await?,
             };
-            self.create_proxy(&name, addresses, &secret).await?;
+            self.create_proxy(&name, addresses, egress_ip, &secret).await?;
             match self.docker.start_container(&name, None).await {
-                Ok(()) => break,
+                Ok(()) => break egress_ip,
                 Err(e) if attempts < 5 && docker_message(&e).contains("already in use") => {
                     self.remove_container(&name).await;
                 }
                 Err(e) => return Err(JailError::docker("starting the proxy", e)),
             }
-        }
-        let admin = AdminClient::new(SocketAddr::from((addresses.proxy_egress, ADMIN_PORT)), secret);
+        };
+        let admin = AdminClient::new(SocketAddr::from((egress_ip, ADMIN_PORT)), secret);
         let _ = self.admin.set(admin.clone());
         self.wait_healthy(&name, &admin).await?;
         Ok(admin)
     }
 
-    async fn create_proxy(&self, name: &str, addresses: &Addresses, secret: &str) -> Result<(), JailError> {
+    async fn create_proxy(
+        &self,
+        name: &str,
+        addresses: &Addresses,
+        egress_ip: Ipv4Addr,
+        secret: &str,
+    ) -> Result<(), JailError> {
         // No state file: a jail's registry lives and dies with the run.
         let mut env = vec![format!("CRACKBOX_ADMIN_SECRET={secret}")];
         if self.plan.allow_private {
@@ -366,7 +415,7 @@ impl Jail {
                 "--listen".into(),
                 format!("{}:{PROXY_PORT}", addresses.proxy_internal),
                 "--admin-listen".into(),
-                format!("{}:{ADMIN_PORT}", addresses.proxy_egress),
+                format!("{egress_ip}:{ADMIN_PORT}"),
                 "--transparent-listen".into(),
                 String::new(),
             ]),
@@ -383,7 +432,7 @@ impl Jail {
                 security_opt: Some(vec!["no-new-privileges".into()]),
                 ..Default::default()
             }),
-            networking_config: Some(endpoint(&addresses.egress_net, addresses.proxy_egress)),
+            networking_config: Some(endpoint(&addresses.egress_net, egress_ip)),
             ..Default::default()
         };
         let options = CreateContainerOptionsBuilder::default().name(name).build();
@@ -427,18 +476,15 @@ impl Jail {
             .filter_map(|c| c.ipv4_address.as_deref()?.split('/').next()?.parse().ok())
             .collect();
         used.extend(gateway.and_then(|g| g.parse::<Ipv4Addr>().ok()));
-        let hosts = (1u32 << (32 - u32::from(subnet.prefix()))).saturating_sub(2);
         let start = token::random_u32().map_err(|e| JailError::io("reading /dev/urandom", e))?;
-        (0..hosts)
-            .filter_map(|i| subnet.host(1 + (start.wrapping_add(i) % hosts.max(1))))
-            .find(|addr| !used.contains(addr))
-            .ok_or_else(|| JailError::NoFreeSubnet(format!("network {network}")))
+        subnet::free_host(subnet, &used, start).ok_or_else(|| JailError::NoFreeSubnet(format!("network {network}")))
     }
 
     /// Polls `/health` until it answers 200; fails fast if the proxy exits.
     async fn wait_healthy(&self, name: &str, admin: &AdminClient) -> Result<(), JailError> {
         let deadline = tokio::time::Instant::now() + PROXY_START_TIMEOUT;
         loop {
+            self.checkpoint()?;
             if admin.healthy().await {
                 return Ok(());
             }
@@ -483,6 +529,7 @@ impl Jail {
     }
 
     async fn create_workload(&self, addresses: &Addresses) -> Result<String, JailError> {
+        self.checkpoint()?;
         let name = self.name("workload");
         self.containers
             .lock()
@@ -597,18 +644,14 @@ impl Jail {
             .unwrap_or_else(|p| p.into_inner())
             .drain(..)
             .collect();
-        for name in containers.iter().rev() {
-            self.remove_container(name).await;
-        }
+        join_all(containers.iter().map(|name| self.remove_container(name))).await;
         let networks: Vec<String> = self
             .networks
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .drain(..)
             .collect();
-        for name in networks.iter().rev() {
-            self.remove_network(name).await;
-        }
+        join_all(networks.iter().map(|name| self.remove_network(name))).await;
     }
 
     async fn remove_container(&self, name: &str) {

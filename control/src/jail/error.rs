@@ -48,6 +48,9 @@ pub enum JailError {
         /// The answer or the transport error.
         detail: String,
     },
+    /// A signal stopped set-up (the caller exits 128 + signal instead).
+    #[error("interrupted")]
+    Interrupted,
     /// The netns backend needs root.
     #[error(
         "the netns backend needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN); run it with sudo or use --backend docker"

@@ -27,6 +27,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 use tokio::process::{Child, Command};
@@ -75,11 +76,34 @@ pub async fn run(plan: Plan) -> Result<i32, JailError> {
         catch(SignalKind::hangup())?,
     );
     let jail = Jail::new(plan)?;
-    let outcome = tokio::select! {
-        outcome = jail.run() => outcome,
-        _ = interrupt.recv() => Ok(128 + libc::SIGINT),
-        _ = terminate.recv() => Ok(128 + libc::SIGTERM),
-        _ = hangup.recv() => Ok(128 + libc::SIGHUP),
+    let mut next_signal = async || {
+        tokio::select! {
+            _ = interrupt.recv() => 128 + libc::SIGINT,
+            _ = terminate.recv() => 128 + libc::SIGTERM,
+            _ = hangup.recv() => 128 + libc::SIGHUP,
+        }
+    };
+    // A signal during set-up stops it between two steps, never in the middle
+    // of one, so whatever a step created is recorded and undone.
+    let setup = jail.setup();
+    tokio::pin!(setup);
+    let mut interrupted = None;
+    let prepared = loop {
+        tokio::select! {
+            prepared = &mut setup => break prepared,
+            code = next_signal(), if interrupted.is_none() => {
+                interrupted = Some(code);
+                jail.interrupted.store(true, Ordering::SeqCst);
+            }
+        }
+    };
+    let outcome = match (interrupted, prepared) {
+        (Some(code), _) => Ok(code),
+        (None, Err(err)) => Err(err),
+        (None, Ok(host_end)) => tokio::select! {
+            outcome = jail.run_workload(host_end) => outcome,
+            code = next_signal() => Ok(code),
+        },
     };
     jail.kill_workload().await;
     if !jail.plan.quiet {
@@ -108,6 +132,8 @@ struct Jail {
     steps: Mutex<Vec<Step>>,
     workload: Mutex<Option<Child>>,
     admin: Mutex<Option<AdminClient>>,
+    /// Set by a signal during set-up; checked between steps.
+    interrupted: AtomicBool,
 }
 
 impl Jail {
@@ -125,14 +151,22 @@ impl Jail {
             steps: Mutex::new(Vec::new()),
             workload: Mutex::new(None),
             admin: Mutex::new(None),
+            interrupted: AtomicBool::new(false),
         })
     }
 
-    fn record(&self, step: Step) {
+    /// Records a step before it runs, after checking no signal arrived.
+    fn record(&self, step: Step) -> Result<(), JailError> {
+        if self.interrupted.load(Ordering::SeqCst) {
+            return Err(JailError::Interrupted);
+        }
         self.steps.lock().unwrap_or_else(|p| p.into_inner()).push(step);
+        Ok(())
     }
 
-    async fn run(&self) -> Result<i32, JailError> {
+    /// Builds the namespace, link, firewall and proxy and registers the
+    /// namespace's address; returns the host end (where the proxy listens).
+    async fn setup(&self) -> Result<Ipv4Addr, JailError> {
         let net = self.pick_subnet()?;
         let host_end = net.host(1).ok_or_else(|| JailError::NoFreeSubnet(POOL.into()))?;
         let jail_end = net.host(2).ok_or_else(|| JailError::NoFreeSubnet(POOL.into()))?;
@@ -146,7 +180,7 @@ impl Jail {
                 step: "registering the namespace",
                 detail: e.to_string(),
             })?;
-        self.run_workload(host_end).await
+        Ok(host_end)
     }
 
     fn pick_subnet(&self) -> Result<Ipv4Net, JailError> {
@@ -159,9 +193,9 @@ impl Jail {
         let ns = self.namespace.as_str();
         let (host_if, jail_if) = (self.veth_host.as_str(), self.veth_jail.as_str());
         let prefix = net.prefix();
-        self.record(Step::Namespace(ns.to_string()));
+        self.record(Step::Namespace(ns.to_string()))?;
         ip(&["netns", "add", ns]).await?;
-        self.record(Step::Veth(host_if.to_string()));
+        self.record(Step::Veth(host_if.to_string()))?;
         ip(&[
             "link", "add", host_if, "type", "veth", "peer", "name", jail_if, "netns", ns,
         ])
@@ -197,7 +231,7 @@ impl Jail {
         for (chain, rule) in rules {
             let mut spec = vec![chain.to_string()];
             spec.extend(rule.iter().map(|s| s.to_string()));
-            self.record(Step::Firewall(spec.clone()));
+            self.record(Step::Firewall(spec.clone()))?;
             let mut args = vec!["-w".to_string(), "-I".to_string(), chain.to_string(), "1".to_string()];
             args.extend(rule.iter().map(|s| s.to_string()));
             tool("iptables", &args).await?;
@@ -230,14 +264,23 @@ impl Jail {
         if self.plan.allow_private {
             command.env("CRACKBOX_ALLOW_PRIVATE_DESTINATIONS", "1");
         }
+        if self.interrupted.load(Ordering::SeqCst) {
+            return Err(JailError::Interrupted);
+        }
         let mut child = command.spawn().map_err(|e| JailError::io("starting the proxy", e))?;
         if let Some(pid) = child.id() {
-            self.record(Step::Proxy(pid));
+            self.steps
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(Step::Proxy(pid));
         }
         let admin = AdminClient::new(SocketAddr::from((host_end, ADMIN_PORT)), secret);
         *self.admin.lock().unwrap_or_else(|p| p.into_inner()) = Some(admin.clone());
         let deadline = tokio::time::Instant::now() + PROXY_START_TIMEOUT;
         loop {
+            if self.interrupted.load(Ordering::SeqCst) {
+                return Err(JailError::Interrupted);
+            }
             if admin.healthy().await {
                 return Ok(admin);
             }

@@ -84,6 +84,15 @@ pub fn pick(pool: Ipv4Net, prefix: u8, taken: &[Ipv4Net], start: u32) -> Option<
         .find(|candidate| !taken.iter().any(|t| t.overlaps(candidate)))
 }
 
+/// A host address of `net` (not the network or broadcast address) outside
+/// `used`, scanning from a random `start`.
+pub fn free_host(net: Ipv4Net, used: &[Ipv4Addr], start: u32) -> Option<Ipv4Addr> {
+    let hosts = u32::try_from(net.size().saturating_sub(2)).ok()?;
+    (0..hosts)
+        .filter_map(|i| net.host(1 + start.wrapping_add(i) % hosts))
+        .find(|addr| !used.contains(addr))
+}
+
 /// The host's IPv4 routes other than default routes, from `/proc/net/route`
 /// (empty when it cannot be read, e.g. off Linux).
 pub fn host_routes() -> Vec<Ipv4Net> {
@@ -158,6 +167,17 @@ mod tests {
         assert_eq!(pick(pool, 29, &[net("10.0.0.0/8")], 0), None);
         assert_eq!(pick(pool, 31, &[], 0), None);
         assert_eq!(pick(pool, 27, &[], 0), None);
+    }
+
+    #[test]
+    fn free_host_skips_used_network_and_broadcast_addresses() {
+        let n = net("10.213.1.0/29");
+        let a = |last: u8| Ipv4Addr::new(10, 213, 1, last);
+        assert_eq!(free_host(n, &[a(1)], 0), Some(a(2)));
+        assert_eq!(free_host(n, &[a(1)], 5), Some(a(6)));
+        assert_eq!(free_host(n, &[a(6)], 5), Some(a(1)));
+        assert_eq!(free_host(n, &[a(1), a(2), a(3), a(4), a(5), a(6)], 3), None);
+        assert_eq!(free_host(net("10.213.1.0/31"), &[], 0), None);
     }
 
     #[test]
