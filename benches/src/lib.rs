@@ -1,1 +1,18 @@
+//! Load generation and measurement for crackbox and its peers.
+//!
+//! The `crackbox-load` binary and the criterion benches share this library:
+//! a built-in loopback upstream ([`upstream`]), a client that opens tunnels
+//! and sends requests directly or through a forward proxy ([`dial`]), the
+//! load modes ([`modes`]), `/proc` sampling of the proxy under test
+//! ([`proctree`]) and the comparison table ([`report`]). Every run is bounded
+//! in count and time, and traffic goes only to the addresses it is given.
 
+pub mod dial;
+pub mod latency;
+pub mod limits;
+pub mod modes;
+pub mod pattern;
+pub mod proctree;
+pub mod protocol;
+pub mod report;
+pub mod upstream;

@@ -1,0 +1,92 @@
+//! A 10,000-registration registry: `Snapshot::build`, wire encode and decode
+//! of the snapshot frame, and `Registry::swap` (DESIGN 6: all together
+//! ≤ 50 ms), plus the whole path in one measurement.
+
+use crackbox_engine::policy::{RegistrationSpec, Snapshot};
+use crackbox_engine::registry::Registry;
+use crackbox_engine::wire::{decode_frame, encode, Message};
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
+use std::hint::black_box;
+
+const REGISTRATIONS: u32 = 10_000;
+
+/// Registrations from distinct 10.x.y.z sources, five entries each.
+fn specs() -> Vec<RegistrationSpec> {
+    (0..REGISTRATIONS)
+        .map(|i| RegistrationSpec {
+            ip: format!("10.{}.{}.{}", i >> 16, (i >> 8) & 0xff, i & 0xff),
+            id: format!("sandbox-{i}"),
+            allowlist: vec![
+                "github.com".into(),
+                "*.githubusercontent.com".into(),
+                "pypi.org:443".into(),
+                format!("tenant{i}.example.com"),
+                "203.0.113.7".into(),
+            ],
+        })
+        .collect()
+}
+
+fn message(registrations: Vec<RegistrationSpec>) -> Message {
+    Message::Snapshot {
+        generation: 2,
+        registrations,
+    }
+}
+
+fn bench_snapshot(c: &mut Criterion) {
+    let specs = specs();
+    let frame = encode(&message(specs.clone()));
+    let registry = Registry::deny_all();
+    let mut group = c.benchmark_group("snapshot-10k");
+    group.sample_size(20);
+    group.bench_function("build", |b| {
+        b.iter(|| Snapshot::build(2, black_box(&specs)).expect("valid specs"))
+    });
+    group.bench_function("encode", |b| {
+        b.iter_batched(
+            || message(specs.clone()),
+            |m| encode(black_box(&m)),
+            BatchSize::LargeInput,
+        )
+    });
+    group.bench_function("decode", |b| {
+        b.iter(|| {
+            decode_frame(black_box(&frame))
+                .expect("valid frame")
+                .expect("whole frame")
+        })
+    });
+    group.bench_function("swap", |b| {
+        b.iter_batched(
+            || Snapshot::build(2, &specs).expect("valid specs"),
+            |snapshot| registry.swap(snapshot),
+            BatchSize::LargeInput,
+        )
+    });
+    group.bench_function("encode-decode-build-swap", |b| {
+        b.iter_batched(
+            || message(specs.clone()),
+            |m| {
+                let frame = encode(&m);
+                let Some((
+                    Message::Snapshot {
+                        generation,
+                        registrations,
+                    },
+                    _,
+                )) = decode_frame(&frame).expect("valid frame")
+                else {
+                    panic!("not a snapshot frame");
+                };
+                registry.swap(Snapshot::build(generation, &registrations).expect("valid specs"));
+            },
+            BatchSize::LargeInput,
+        )
+    });
+    group.finish();
+    assert_eq!(registry.load().len(), REGISTRATIONS as usize);
+}
+
+criterion_group!(benches, bench_snapshot);
+criterion_main!(benches);

@@ -1,0 +1,278 @@
+#!/usr/bin/env bash
+# Side-by-side: direct path, crackbox, squid and tinyproxy, every load mode,
+# one run, one table. See benches/README.md for how to read it.
+#
+#   benches/compare.sh            full run (several minutes)
+#   QUICK=1 benches/compare.sh    short run (under 3 minutes)
+#
+# Knobs (env): QUICK, TARGETS ("direct crackbox squid tinyproxy"),
+# PROXY_CORE (0), LOAD_CORE (1), BASE_PORT (18000), OUT (results dir),
+# CRACKBOX_BIN, CRACKBOX_LOAD (prebuilt binaries), NO_INSTALL=1 (no apt-get).
+#
+# Only loopback traffic. Every step is bounded by `timeout`. Only processes
+# this script started are stopped, by PID.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
+QUICK=${QUICK:-0}
+TARGETS=${TARGETS:-direct crackbox squid tinyproxy}
+PROXY_CORE=${PROXY_CORE:-0}
+LOAD_CORE=${LOAD_CORE:-1}
+BASE_PORT=${BASE_PORT:-18000}
+OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/crackbox-compare.XXXXXX")}
+LOAD=${CRACKBOX_LOAD:-$TARGET_DIR/release/crackbox-load}
+CRACKBOX=${CRACKBOX_BIN:-$TARGET_DIR/release/crackbox}
+
+ECHO_PORT=$((BASE_PORT + 1))
+HTTP_PORT=$((BASE_PORT + 3))
+CRACKBOX_PORT=$((BASE_PORT + 128))
+ADMIN_PORT=$((BASE_PORT + 129))
+SQUID_PORT=$((BASE_PORT + 130))
+TINYPROXY_PORT=$((BASE_PORT + 131))
+ALLOWED=localhost
+DENIED=denied.invalid:$ECHO_PORT
+# Sources for the idle mode: crackbox caps connections per source address.
+IDLE_SOURCES=127.0.0.1,127.0.0.2,127.0.0.3,127.0.0.4,127.0.0.5,127.0.0.6,127.0.0.7,127.0.0.8,127.0.0.9,127.0.0.10
+
+if [[ $QUICK == 1 ]]; then
+    DURATION=3 BULK_MIB=128 ECHO_COUNT=5000 IDLE_TUNNELS=1000
+else
+    DURATION=10 BULK_MIB=1024 ECHO_COUNT=20000 IDLE_TUNNELS=9000
+fi
+WORKERS=8
+
+mkdir -p "$OUT"
+chmod 755 "$OUT"
+RESULTS=$OUT/results.jsonl
+: >"$RESULTS"
+declare -A PID_OF=()
+STARTED=()
+
+log() { printf '%s %s\n' "$(date +%T)" "$*" >&2; }
+
+stop_pid() {
+    local pid=$1
+    kill -TERM "$pid" 2>/dev/null || return 0
+    for _ in $(seq 50); do
+        kill -0 "$pid" 2>/dev/null || return 0
+        sleep 0.1
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+}
+
+cleanup() {
+    local pid
+    for pid in "${STARTED[@]}"; do stop_pid "$pid"; done
+    wait 2>/dev/null || true
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Waits until `cmd...` succeeds, for at most $1 seconds.
+wait_for() {
+    local limit=$1
+    shift
+    local deadline=$((SECONDS + limit))
+    until "$@" >/dev/null 2>&1; do
+        ((SECONDS < deadline)) || return 1
+        sleep 0.2
+    done
+}
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+port_free() { ! port_open "$1"; }
+
+install_peers() {
+    [[ ${NO_INSTALL:-0} == 1 ]] && return 0
+    local missing=()
+    [[ $TARGETS == *squid* ]] && ! command -v squid >/dev/null && missing+=(squid)
+    [[ $TARGETS == *tinyproxy* ]] && ! command -v tinyproxy >/dev/null && missing+=(tinyproxy)
+    ((${#missing[@]} == 0)) && return 0
+    log "installing ${missing[*]}"
+    timeout 300 apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y -qq -o DPkg::Lock::Timeout=300 "${missing[@]}"
+}
+
+build() {
+    if [[ ! -x $LOAD ]]; then
+        log "building crackbox-load"
+        (cd "$ROOT" && timeout 1200 cargo build --release -q -p crackbox-benches --bin crackbox-load)
+    fi
+    if [[ $TARGETS == *crackbox* && ! -x $CRACKBOX ]]; then
+        log "building crackbox"
+        (cd "$ROOT" && timeout 1200 cargo build --release -q -p crackbox)
+    fi
+}
+
+# Starts `cmd...` pinned to core $2, logging to $OUT/$1.log; sets LAST_PID.
+start() {
+    local name=$1 core=$2
+    shift 2
+    taskset -c "$core" "$@" >"$OUT/$name.log" 2>&1 &
+    LAST_PID=$!
+    STARTED+=("$LAST_PID")
+}
+
+start_upstream() {
+    start upstream "$LOAD_CORE" "$LOAD" upstream --echo "127.0.0.1:$ECHO_PORT" --http "127.0.0.1:$HTTP_PORT" --for 3600
+    wait_for 10 port_open "$HTTP_PORT" || { log "upstream did not start"; exit 2; }
+}
+
+# A tunnel through the proxy works end to end.
+proxy_ready() {
+    timeout 10 "$LOAD" idle --proxy "127.0.0.1:$1" --target "$ALLOWED:$ECHO_PORT" --tunnels 1 --hold 0 --timeout 2
+}
+
+start_crackbox() {
+    [[ -x $CRACKBOX ]] || { log "no crackbox binary at $CRACKBOX"; return 1; }
+    local register=() source
+    for source in ${IDLE_SOURCES//,/ }; do
+        register+=(--register "$source=bench-$source:$ALLOWED")
+    done
+    local threads=()
+    "$CRACKBOX" proxy serve --help 2>/dev/null | grep -q -- '--threads' && threads=(--threads 1)
+    mkdir -p "$OUT/crackbox"
+    CRACKBOX_STATE_PATH=$OUT/crackbox/state.json start crackbox "$PROXY_CORE" \
+        "$CRACKBOX" proxy serve --listen "127.0.0.1:$CRACKBOX_PORT" --admin-listen "127.0.0.1:$ADMIN_PORT" \
+        --transparent-listen '' --allow-private-destinations --control-socket "$OUT/crackbox/control.sock" \
+        "${threads[@]}" "${register[@]}"
+    PID_OF[crackbox]=$LAST_PID
+    wait_for 20 proxy_ready "$CRACKBOX_PORT"
+}
+
+start_squid() {
+    command -v squid >/dev/null || { log "squid is not installed"; return 1; }
+    local dir=$OUT/squid
+    mkdir -p "$dir"
+    cat >"$dir/squid.conf" <<EOF
+http_port 127.0.0.1:$SQUID_PORT
+workers 1
+acl allowed_dst dstdomain .$ALLOWED
+acl test_ports port $ECHO_PORT $HTTP_PORT
+acl CONNECT method CONNECT
+acl local_src src 127.0.0.0/8
+http_access deny CONNECT !test_ports
+http_access allow local_src allowed_dst
+http_access deny all
+cache deny all
+cache_mem 0 MB
+access_log none
+cache_store_log none
+cache_log $dir/cache.log
+pid_filename none
+coredump_dir $dir
+max_filedescriptors 20000
+shutdown_lifetime 0 seconds
+dns_nameservers 127.0.0.1
+via off
+forwarded_for delete
+EOF
+    chown -R proxy "$dir" 2>/dev/null || chmod 777 "$dir"
+    start squid "$PROXY_CORE" squid -N -f "$dir/squid.conf"
+    PID_OF[squid]=$LAST_PID
+    wait_for 20 proxy_ready "$SQUID_PORT"
+}
+
+start_tinyproxy() {
+    command -v tinyproxy >/dev/null || { log "tinyproxy is not installed"; return 1; }
+    local dir=$OUT/tinyproxy
+    mkdir -p "$dir"
+    printf '^%s$\n' "${ALLOWED//./\\.}" >"$dir/filter"
+    cat >"$dir/tinyproxy.conf" <<EOF
+Port $TINYPROXY_PORT
+Listen 127.0.0.1
+Timeout 600
+MaxClients 20000
+Allow 127.0.0.0/8
+ConnectPort $ECHO_PORT
+ConnectPort $HTTP_PORT
+Filter "$dir/filter"
+FilterType ere
+FilterDefaultDeny Yes
+LogLevel Critical
+LogFile "$dir/tinyproxy.log"
+DisableViaHeader Yes
+EOF
+    chmod 755 "$dir"
+    chmod 644 "$dir"/*
+    start tinyproxy "$PROXY_CORE" tinyproxy -d -c "$dir/tinyproxy.conf"
+    PID_OF[tinyproxy]=$LAST_PID
+    wait_for 20 proxy_ready "$TINYPROXY_PORT"
+}
+
+proxy_port() {
+    case $1 in
+        crackbox) echo "$CRACKBOX_PORT" ;;
+        squid) echo "$SQUID_PORT" ;;
+        tinyproxy) echo "$TINYPROXY_PORT" ;;
+    esac
+}
+
+# Runs one mode against one target, appending its JSON line to $RESULTS.
+measure() {
+    local target=$1 limit=$2
+    shift 2
+    local args=(--label "$target" --json)
+    if [[ $target != direct ]]; then
+        args+=(--proxy "127.0.0.1:$(proxy_port "$target")" --proxy-pid "${PID_OF[$target]}")
+    fi
+    log "$target $1"
+    timeout --kill-after=5 "$limit" taskset -c "$LOAD_CORE" "$LOAD" "$@" "${args[@]}" \
+        >>"$RESULTS" 2>>"$OUT/load.log" || log "$target $1: failed (exit $?), see $OUT/load.log"
+    tail -n 1 "$OUT/load.log" >&2
+}
+
+run_modes() {
+    local t mode
+    local modes=(connect-bulk connect-rate http-keepalive http-newconn echo-latency idle denied)
+    for mode in "${modes[@]}"; do
+        for t in "${RUNNING[@]}"; do
+            case $mode in
+                connect-bulk) measure "$t" 300 connect-bulk --target "$ALLOWED:$ECHO_PORT" --mib "$BULK_MIB" ;;
+                connect-rate) measure "$t" $((DURATION + 60)) connect-rate --target "$ALLOWED:$ECHO_PORT" \
+                    --workers "$WORKERS" --duration "$DURATION" ;;
+                http-keepalive) measure "$t" $((DURATION + 60)) http-rate --target "$ALLOWED:$HTTP_PORT" \
+                    --workers "$WORKERS" --duration "$DURATION" ;;
+                http-newconn) measure "$t" $((DURATION + 60)) http-rate --target "$ALLOWED:$HTTP_PORT" \
+                    --workers "$WORKERS" --duration "$DURATION" --new-connection ;;
+                echo-latency) measure "$t" 120 echo-latency --target "$ALLOWED:$ECHO_PORT" --count "$ECHO_COUNT" ;;
+                idle) measure "$t" 300 idle --target "$ALLOWED:$ECHO_PORT" --tunnels "$IDLE_TUNNELS" \
+                    --bind "$IDLE_SOURCES" --hold 2 --open-limit 180 ;;
+                denied) [[ $t == direct ]] || measure "$t" $((DURATION + 60)) denied --target "$DENIED" \
+                    --workers "$WORKERS" --duration "$DURATION" ;;
+            esac
+        done
+    done
+}
+
+main() {
+    ulimit -n "$(ulimit -Hn)"
+    install_peers
+    build
+    local port
+    for port in "$ECHO_PORT" "$HTTP_PORT" "$CRACKBOX_PORT" "$ADMIN_PORT" "$SQUID_PORT" "$TINYPROXY_PORT"; do
+        port_free "$port" || { log "port $port is in use; set BASE_PORT"; exit 2; }
+    done
+    start_upstream
+    RUNNING=()
+    local t
+    for t in $TARGETS; do
+        if [[ $t == direct ]] || "start_$t"; then
+            RUNNING+=("$t")
+        else
+            log "$t did not start; see $OUT/$t.log"
+        fi
+    done
+    run_modes
+    {
+        echo "crackbox compare: $(date -u '+%Y-%m-%d %H:%M UTC'), QUICK=$QUICK"
+        echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(uname -sr)"
+        echo "proxy on core $PROXY_CORE, load + upstream on core $LOAD_CORE; results in $RESULTS"
+        echo
+        "$LOAD" report "$RESULTS"
+    } | tee "$OUT/table.txt"
+}
+
+main "$@"

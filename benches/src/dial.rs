@@ -1,0 +1,315 @@
+//! Opening connections: direct, or through a forward proxy with CONNECT or
+//! absolute-form requests, from a chosen source address.
+//!
+//! Every socket gets read and write timeouts, so no operation waits forever,
+//! and every proxy reply is parsed and checked before it counts.
+
+use crate::upstream::find_head_end;
+use socket2::{Domain, Socket, Type};
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+/// What a connection closed before any reply byte is reported as.
+const CLOSED_WITHOUT_REPLY: &str = "closed without a reply";
+
+/// Largest response head accepted from a proxy or upstream.
+const MAX_HEAD: usize = 64 * 1024;
+
+/// Why an operation failed; the text is what the run reports.
+#[derive(Debug, thiserror::Error)]
+pub enum Failure {
+    /// A socket call failed.
+    #[error("{0}: {1}")]
+    Io(String, io::Error),
+    /// A reply was well-formed but not what was expected.
+    #[error("{0}")]
+    Unexpected(String),
+}
+
+impl Failure {
+    /// Wraps an io error with what was being done; a socket timeout (which
+    /// std reports as `WouldBlock`) is named as one.
+    pub fn io(what: &str) -> impl FnOnce(io::Error) -> Failure + '_ {
+        move |err| {
+            let err = match err.kind() {
+                io::ErrorKind::WouldBlock => io::Error::new(io::ErrorKind::TimedOut, "timed out"),
+                _ => err,
+            };
+            Failure::Io(what.to_owned(), err)
+        }
+    }
+
+    /// The peer closed or reset the connection before answering: on a reused
+    /// keep-alive connection that is a race with its idle close, not an error.
+    pub fn is_closed_before_reply(&self) -> bool {
+        match self {
+            Failure::Io(_, err) => matches!(
+                err.kind(),
+                io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionAborted
+            ),
+            Failure::Unexpected(what) => what == CLOSED_WITHOUT_REPLY,
+        }
+    }
+}
+
+/// Where traffic goes and how it gets there.
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    /// The forward proxy; `None` connects to the target directly.
+    pub proxy: Option<SocketAddr>,
+    /// `host:port` as written in CONNECT lines and absolute URLs.
+    pub target: String,
+    /// The target resolved once; only for direct connections (a proxied
+    /// target is never resolved here, so denied names stay unresolved).
+    pub target_addr: Option<SocketAddr>,
+    /// Source addresses to bind, used round-robin; empty lets the kernel pick.
+    pub bind: Vec<IpAddr>,
+    /// Connect, read and write timeout of every socket.
+    pub timeout: Duration,
+}
+
+impl Endpoint {
+    /// An endpoint; `target` is resolved only when there is no proxy.
+    pub fn new(proxy: Option<SocketAddr>, target: &str, bind: Vec<IpAddr>, timeout: Duration) -> io::Result<Self> {
+        let endpoint = Endpoint {
+            proxy: None,
+            target: target.to_owned(),
+            target_addr: None,
+            bind,
+            timeout,
+        };
+        match proxy {
+            Some(proxy) => Ok(Endpoint {
+                proxy: Some(proxy),
+                ..endpoint
+            }),
+            None => endpoint.direct(),
+        }
+    }
+
+    /// The same target without the proxy (resolving it now).
+    pub fn direct(&self) -> io::Result<Endpoint> {
+        let addr =
+            self.target.to_socket_addrs()?.next().ok_or_else(|| {
+                io::Error::new(io::ErrorKind::NotFound, format!("{} resolves to nothing", self.target))
+            })?;
+        Ok(Endpoint {
+            proxy: None,
+            target_addr: Some(addr),
+            ..self.clone()
+        })
+    }
+
+    /// The address a new connection goes to: the proxy, or the target.
+    pub fn first_hop(&self) -> Result<SocketAddr, Failure> {
+        self.proxy
+            .or(self.target_addr)
+            .ok_or_else(|| Failure::Unexpected("no proxy and no resolved target".into()))
+    }
+
+    /// The source address for connection number `n`.
+    pub fn source(&self, n: u64) -> Option<IpAddr> {
+        if self.bind.is_empty() {
+            return None;
+        }
+        let i = usize::try_from(n % self.bind.len() as u64).unwrap_or(0);
+        Some(self.bind[i])
+    }
+
+    /// A TCP connection to the first hop, from source `n`.
+    pub fn connect(&self, n: u64) -> Result<TcpStream, Failure> {
+        connect_from(self.first_hop()?, self.source(n), self.timeout).map_err(Failure::io("connect"))
+    }
+
+    /// A byte stream to the target: a CONNECT tunnel through the proxy, or a
+    /// direct connection.
+    pub fn open_tunnel(&self, n: u64) -> Result<TcpStream, Failure> {
+        let mut stream = self.connect(n)?;
+        if self.proxy.is_some() {
+            let target = &self.target;
+            let request = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n");
+            stream
+                .write_all(request.as_bytes())
+                .map_err(Failure::io("send CONNECT"))?;
+            let mut buf = Vec::with_capacity(512);
+            let head = read_response_head(&mut stream, &mut buf)?;
+            if head.status != 200 {
+                return Err(Failure::Unexpected(format!("CONNECT answered {}", head.status)));
+            }
+            if buf.len() > head.len {
+                return Err(Failure::Unexpected("bytes after the CONNECT reply".into()));
+            }
+        }
+        Ok(stream)
+    }
+
+    /// The request line target for `path`: absolute-form through a proxy,
+    /// origin-form directly.
+    pub fn request_target(&self, path: &str) -> String {
+        match self.proxy {
+            Some(_) => format!("http://{}{path}", self.target),
+            None => path.to_owned(),
+        }
+    }
+}
+
+/// Connects with a timeout, binding `source` first when given (without
+/// reserving a port at bind time, so the 4-tuple decides as for `connect`).
+pub fn connect_from(addr: SocketAddr, source: Option<IpAddr>, timeout: Duration) -> io::Result<TcpStream> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    if let Some(ip) = source {
+        if ip.is_ipv4() {
+            set_bind_no_port(&socket)?;
+        }
+        socket.bind(&SocketAddr::new(ip, 0).into())?;
+    }
+    socket.connect_timeout(&addr.into(), timeout)?;
+    socket.set_tcp_nodelay(true)?;
+    socket.set_read_timeout(Some(timeout))?;
+    socket.set_write_timeout(Some(timeout))?;
+    Ok(socket.into())
+}
+
+fn set_bind_no_port(socket: &Socket) -> io::Result<()> {
+    let one: libc::c_int = 1;
+    // SAFETY: a valid fd and a pointer to a c_int of the size given.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::IPPROTO_IP,
+            libc::IP_BIND_ADDRESS_NO_PORT,
+            (&one as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// A parsed response head.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResponseHead {
+    /// Length of the head in the buffer, including the blank line.
+    pub len: usize,
+    /// Status code.
+    pub status: u16,
+    /// `Content-Length`, when given.
+    pub content_length: Option<u64>,
+    /// The response says the connection closes after it.
+    pub close: bool,
+}
+
+/// Reads until a whole response head is in `buf` (which may then hold body
+/// bytes after it) and parses it.
+pub fn read_response_head(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Result<ResponseHead, Failure> {
+    let mut scanned = 0usize;
+    loop {
+        let from = scanned.saturating_sub(3);
+        if let Some(end) = find_head_end(&buf[from..]) {
+            return parse_response_head(&buf[..from + end]);
+        }
+        scanned = buf.len();
+        if scanned > MAX_HEAD {
+            return Err(Failure::Unexpected("response head too long".into()));
+        }
+        let start = buf.len();
+        buf.resize(start + 4096, 0);
+        let n = read_some(stream, &mut buf[start..]);
+        buf.truncate(start + n.as_ref().copied().unwrap_or(0));
+        match n {
+            Ok(0) if start == 0 => return Err(Failure::Unexpected(CLOSED_WITHOUT_REPLY.into())),
+            Ok(0) => return Err(Failure::Unexpected("closed inside the reply head".into())),
+            Ok(_) => {}
+            Err(err) => return Err(Failure::io("read reply")(err)),
+        }
+    }
+}
+
+fn parse_response_head(head: &[u8]) -> Result<ResponseHead, Failure> {
+    let mut headers = [httparse::EMPTY_HEADER; 128];
+    let mut resp = httparse::Response::new(&mut headers);
+    match resp.parse(head) {
+        Ok(httparse::Status::Complete(len)) => {
+            let mut content_length = None;
+            let mut close = resp.version == Some(0);
+            for header in resp.headers.iter() {
+                if header.name.eq_ignore_ascii_case("content-length") {
+                    content_length = std::str::from_utf8(header.value)
+                        .ok()
+                        .and_then(|v| v.trim().parse().ok());
+                } else if header.name.eq_ignore_ascii_case("connection")
+                    || header.name.eq_ignore_ascii_case("proxy-connection")
+                {
+                    let value = String::from_utf8_lossy(header.value).to_ascii_lowercase();
+                    if value.contains("close") {
+                        close = true;
+                    } else if value.contains("keep-alive") {
+                        close = false;
+                    }
+                }
+            }
+            Ok(ResponseHead {
+                len,
+                status: resp.code.unwrap_or(0),
+                content_length,
+                close,
+            })
+        }
+        Ok(httparse::Status::Partial) => Err(Failure::Unexpected("partial response head".into())),
+        Err(err) => Err(Failure::Unexpected(format!("malformed response head: {err}"))),
+    }
+}
+
+/// One `read`, retrying on EINTR.
+pub fn read_some(stream: &mut TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        match stream.read(buf) {
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
+}
+
+/// Reads exactly `buf.len()` bytes, naming a short read as such.
+pub fn read_exact(stream: &mut TcpStream, buf: &mut [u8], what: &str) -> Result<(), Failure> {
+    stream.read_exact(buf).map_err(Failure::io(what))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn response_heads_parse_status_length_and_close() {
+        let cases: &[(&[u8], u16, Option<u64>, bool)] = &[
+            (b"HTTP/1.1 200 Connection established\r\n\r\n", 200, None, false),
+            (
+                b"HTTP/1.0 200 Connection established\r\nProxy-agent: x\r\n\r\n",
+                200,
+                None,
+                true,
+            ),
+            (
+                b"HTTP/1.1 403 Forbidden\r\nContent-Length: 12\r\nConnection: close\r\n\r\n",
+                403,
+                Some(12),
+                true,
+            ),
+            (b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\n\r\n", 200, None, false),
+        ];
+        for &(head, status, length, close) in cases {
+            let got = parse_response_head(head).unwrap();
+            assert_eq!(
+                (got.len, got.status, got.content_length, got.close),
+                (head.len(), status, length, close)
+            );
+        }
+        assert!(parse_response_head(b"HTTP/1.1 200").is_err());
+        assert!(parse_response_head(b"garbage\r\n\r\n").is_err());
+    }
+}

@@ -1,0 +1,283 @@
+//! `crackbox-load`: load modes against a forward proxy (or the direct path),
+//! a built-in loopback upstream, and the comparison table.
+//!
+//! Exit status: 0 when every reply was verified, 1 when any operation
+//! failed, 2 when the run could not start.
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use crackbox_benches::dial::Endpoint;
+use crackbox_benches::limits;
+use crackbox_benches::modes::{self, Run};
+use crackbox_benches::report::{self, Outcome};
+use crackbox_benches::upstream::{Role, Upstream};
+use std::io::BufRead;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// Load generator for crackbox and its peers (loopback only).
+#[derive(Parser)]
+#[command(name = "crackbox-load", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve echo, sink and HTTP upstreams until killed or `--for` elapses.
+    Upstream(UpstreamArgs),
+    /// N tunnels to the echo upstream, M MiB each way; MiB/s.
+    ConnectBulk {
+        #[command(flatten)]
+        common: Common,
+        /// Tunnels in parallel.
+        #[arg(long, default_value_t = 1)]
+        tunnels: usize,
+        /// MiB sent (and echoed back) per tunnel.
+        #[arg(long, default_value_t = 256)]
+        mib: u64,
+    },
+    /// New tunnel + 64-byte echo + close, repeatedly; tunnels/s and latency.
+    ConnectRate {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        timed: Timed,
+    },
+    /// GETs to the HTTP upstream; req/s and latency.
+    HttpRate {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        timed: Timed,
+        /// One connection per request instead of keep-alive.
+        #[arg(long)]
+        new_connection: bool,
+    },
+    /// 64-byte ping-pong on one open tunnel, against the direct path.
+    EchoLatency {
+        #[command(flatten)]
+        common: Common,
+        /// Measured pings (after 1,000 warm-up pings).
+        #[arg(long, default_value_t = 20_000)]
+        count: u64,
+    },
+    /// Hold K tunnels open and report the proxy's RSS, fds and threads each.
+    Idle {
+        #[command(flatten)]
+        common: Common,
+        /// Tunnels to hold.
+        #[arg(long, default_value_t = 1000)]
+        tunnels: usize,
+        /// Seconds to hold them before sampling.
+        #[arg(long, default_value_t = 2.0)]
+        hold: f64,
+        /// Give up opening after this many seconds.
+        #[arg(long, default_value_t = 120.0)]
+        open_limit: f64,
+    },
+    /// CONNECT to a host outside the allowlist; rate of 403s.
+    Denied {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        timed: Timed,
+    },
+    /// Print the comparison table from JSON lines written with `--json`.
+    Report {
+        /// Files of JSON lines (`-` for stdin).
+        files: Vec<PathBuf>,
+    },
+}
+
+#[derive(Args)]
+struct UpstreamArgs {
+    /// Echo listener.
+    #[arg(long)]
+    echo: Option<SocketAddr>,
+    /// Sink listener (length-prefixed frames, acked).
+    #[arg(long)]
+    sink: Option<SocketAddr>,
+    /// HTTP responder listener.
+    #[arg(long)]
+    http: Option<SocketAddr>,
+    /// Stop after this many seconds.
+    #[arg(long = "for", default_value_t = 3600)]
+    for_secs: u64,
+}
+
+#[derive(Args)]
+struct Common {
+    /// Forward proxy; absent means the direct path.
+    #[arg(long)]
+    proxy: Option<SocketAddr>,
+    /// `host:port` of the upstream (for `denied`: the denied host:port).
+    #[arg(long)]
+    target: String,
+    /// Source addresses to bind, comma-separated, used round-robin.
+    #[arg(long, value_delimiter = ',')]
+    bind: Vec<IpAddr>,
+    /// Root PID of the proxy; its process tree's CPU and memory are reported.
+    #[arg(long)]
+    proxy_pid: Option<i32>,
+    /// Name of this path in the report.
+    #[arg(long)]
+    label: Option<String>,
+    /// Per-socket connect/read/write timeout, seconds.
+    #[arg(long, default_value_t = 10.0)]
+    timeout: f64,
+    /// Print the outcome as one JSON line on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct Timed {
+    /// Concurrent workers.
+    #[arg(long, default_value_t = 8)]
+    workers: usize,
+    /// Seconds to run.
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("crackbox-load: {err:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    limits::raise_nofile().context("raising RLIMIT_NOFILE")?;
+    let (common, outcome) = match cli.command {
+        Command::Upstream(args) => return serve(&args),
+        Command::Report { files } => return print_report(&files),
+        Command::ConnectBulk { common, tunnels, mib } => {
+            let run = prepare(&common, "connect-bulk")?;
+            (common, modes::connect_bulk(&run, tunnels, mib))
+        }
+        Command::ConnectRate { common, timed } => {
+            let run = prepare(&common, "connect-rate")?;
+            (
+                common,
+                modes::connect_rate(&run, timed.workers, seconds(timed.duration)?),
+            )
+        }
+        Command::HttpRate {
+            common,
+            timed,
+            new_connection,
+        } => {
+            let run = prepare(&common, "http-rate")?;
+            let outcome = modes::http_rate(&run, timed.workers, seconds(timed.duration)?, new_connection);
+            (common, outcome)
+        }
+        Command::EchoLatency { common, count } => {
+            let run = prepare(&common, "echo-latency")?;
+            (common, modes::echo_latency(&run, count))
+        }
+        Command::Idle {
+            common,
+            tunnels,
+            hold,
+            open_limit,
+        } => {
+            let run = prepare(&common, "idle")?;
+            (common, modes::idle(&run, tunnels, seconds(hold)?, seconds(open_limit)?))
+        }
+        Command::Denied { common, timed } => {
+            anyhow::ensure!(common.proxy.is_some(), "denied needs --proxy");
+            let run = prepare(&common, "denied")?;
+            (common, modes::denied(&run, timed.workers, seconds(timed.duration)?))
+        }
+    };
+    eprintln!("{}", outcome.summary());
+    if common.json {
+        println!("{}", serde_json::to_string(&outcome)?);
+    }
+    Ok(if outcome.errors == 0 && outcome.ops > 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn prepare(common: &Common, mode: &str) -> anyhow::Result<Run> {
+    let endpoint = Endpoint::new(
+        common.proxy,
+        &common.target,
+        common.bind.clone(),
+        seconds(common.timeout)?,
+    )
+    .with_context(|| format!("{mode}: target {}", common.target))?;
+    let label = common.label.clone().unwrap_or_else(|| match common.proxy {
+        Some(proxy) => proxy.to_string(),
+        None => "direct".into(),
+    });
+    Ok(Run {
+        endpoint,
+        proxy_pid: common.proxy_pid,
+        label,
+    })
+}
+
+fn seconds(value: f64) -> anyhow::Result<Duration> {
+    Duration::try_from_secs_f64(value).map_err(|_| anyhow::anyhow!("{value} is not a duration in seconds"))
+}
+
+fn serve(args: &UpstreamArgs) -> anyhow::Result<ExitCode> {
+    let binds: Vec<(Role, SocketAddr)> = [
+        (Role::Echo, args.echo),
+        (Role::Sink, args.sink),
+        (Role::Http, args.http),
+    ]
+    .into_iter()
+    .filter_map(|(role, addr)| addr.map(|a| (role, a)))
+    .collect();
+    anyhow::ensure!(!binds.is_empty(), "give at least one of --echo, --sink, --http");
+    let upstream = Upstream::start(&binds).context("binding upstream listeners")?;
+    for (role, addr) in &binds {
+        let bound = upstream.addr(*role).unwrap_or(*addr);
+        eprintln!("crackbox-load upstream: {role:?} on {bound}");
+    }
+    let limit = Duration::from_secs(args.for_secs);
+    let waiter = std::thread::spawn(move || upstream.wait());
+    let start = std::time::Instant::now();
+    while start.elapsed() < limit {
+        if waiter.is_finished() {
+            let result = waiter.join().map_err(|_| anyhow::anyhow!("upstream panicked"))?;
+            result.context("upstream loop")?;
+            return Ok(ExitCode::FAILURE);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_report(files: &[PathBuf]) -> anyhow::Result<ExitCode> {
+    let mut outcomes: Vec<Outcome> = Vec::new();
+    for file in files {
+        let reader: Box<dyn BufRead> = if file.as_os_str() == "-" {
+            Box::new(std::io::stdin().lock())
+        } else {
+            let f = std::fs::File::open(file).with_context(|| format!("opening {}", file.display()))?;
+            Box::new(std::io::BufReader::new(f))
+        };
+        for line in reader.lines() {
+            let line = line?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            outcomes.push(serde_json::from_str(&line).with_context(|| format!("bad line in {}", file.display()))?);
+        }
+    }
+    print!("{}", report::table(&outcomes));
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,286 @@
+//! Results of one run, and the side-by-side table of many.
+//!
+//! Each run prints one [`Outcome`] as a JSON line; `crackbox-load report`
+//! reads those lines back and prints one table with ratios to the direct
+//! path and to the best peer (every label other than `direct` and
+//! `crackbox`), plus the proxy's CPU per unit of work.
+
+use crate::latency::Latency;
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+
+/// Memory, fds and threads a proxy spends per idle tunnel.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct IdleFigures {
+    /// Tunnels held open when sampled.
+    pub tunnels: u64,
+    /// Resident memory growth per tunnel, KiB.
+    pub rss_kib_per_tunnel: f64,
+    /// File descriptor growth per tunnel.
+    pub fds_per_tunnel: f64,
+    /// Thread growth per tunnel.
+    pub threads_per_tunnel: f64,
+    /// Resident memory of the proxy tree with every tunnel open, KiB.
+    pub rss_kib: u64,
+}
+
+/// The result of one mode against one target.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Outcome {
+    /// Which path was measured: `direct`, `crackbox`, `squid`, ...
+    pub label: String,
+    /// The mode (`http-rate` is reported as `http-keepalive` or `http-newconn`).
+    pub mode: String,
+    /// Operations that completed and were verified.
+    pub ops: u64,
+    /// Operations that failed or returned something unexpected.
+    pub errors: u64,
+    /// The first failure, for the log.
+    pub first_error: Option<String>,
+    /// Wall-clock seconds of the measured phase.
+    pub seconds: f64,
+    /// Work done, in `unit`s (MiB for bulk, else equal to `ops`).
+    pub work: f64,
+    /// What one unit of work is: `MiB`, `tunnel`, `request`, `ping`, `denial`.
+    pub unit: String,
+    /// Client connections opened during the measured phase.
+    pub connections: u64,
+    /// Latency of one operation.
+    pub latency_us: Option<Latency>,
+    /// echo-latency through a proxy: the direct path, measured interleaved.
+    pub direct_latency_us: Option<Latency>,
+    /// CPU the proxy's process tree used in the measured phase, µs.
+    pub proxy_cpu_us: Option<u64>,
+    /// idle: what the held tunnels cost the proxy.
+    pub idle: Option<IdleFigures>,
+}
+
+impl Outcome {
+    /// Units of work per second.
+    pub fn rate(&self) -> f64 {
+        if self.seconds > 0.0 {
+            self.work / self.seconds
+        } else {
+            0.0
+        }
+    }
+
+    /// Proxy CPU per unit of work, µs.
+    pub fn cpu_per_unit(&self) -> Option<f64> {
+        let cpu = self.proxy_cpu_us?;
+        (self.work > 0.0).then(|| cpu as f64 / self.work)
+    }
+
+    /// The figure the table compares, and whether higher is better.
+    pub fn primary(&self) -> Option<(f64, bool)> {
+        match self.mode.as_str() {
+            "echo-latency" => self.latency_us.map(|l| (l.p99, false)),
+            "idle" => self.idle.map(|i| (i.rss_kib_per_tunnel, false)),
+            _ => (self.ops > 0).then(|| (self.rate(), true)),
+        }
+    }
+
+    /// One human-readable line (stderr of a run).
+    pub fn summary(&self) -> String {
+        let mut line = format!("{} {}: {}", self.label, self.mode, self.result_text());
+        let _ = write!(
+            line,
+            ", {} ok, {} errors in {:.2} s",
+            self.ops, self.errors, self.seconds
+        );
+        if let Some(l) = self.latency_us {
+            let _ = write!(line, ", p50/p99/p999 {:.1}/{:.1}/{:.1} µs", l.p50, l.p99, l.p999);
+        }
+        if let Some(cpu) = self.cpu_per_unit() {
+            let _ = write!(line, ", proxy {cpu:.1} µs/{}", self.unit);
+        }
+        if let Some(err) = &self.first_error {
+            let _ = write!(line, " (first error: {err})");
+        }
+        line
+    }
+
+    fn result_text(&self) -> String {
+        match self.mode.as_str() {
+            "connect-bulk" => format!("{:.0} MiB/s", self.rate()),
+            "echo-latency" => match (self.latency_us, self.direct_latency_us) {
+                (Some(l), Some(d)) => format!("p99 {:.1} µs (+{:.1} vs direct)", l.p99, l.p99 - d.p99),
+                (Some(l), None) => format!("p99 {:.1} µs", l.p99),
+                _ => "-".into(),
+            },
+            "idle" => match self.idle {
+                Some(i) => format!(
+                    "{:.1} KiB {:.2} fd {:.3} thr /tunnel",
+                    i.rss_kib_per_tunnel, i.fds_per_tunnel, i.threads_per_tunnel
+                ),
+                None => format!("{} tunnels", self.ops),
+            },
+            _ => format!("{:.0} {}s/s", self.rate(), self.unit),
+        }
+    }
+}
+
+/// Labels that are not peers.
+const OURS: [&str; 2] = ["direct", "crackbox"];
+
+/// Renders the comparison table for every outcome, grouped by mode.
+pub fn table(outcomes: &[Outcome]) -> String {
+    let mut modes: Vec<&str> = Vec::new();
+    for o in outcomes {
+        if !modes.contains(&o.mode.as_str()) {
+            modes.push(&o.mode);
+        }
+    }
+    let header = [
+        "mode",
+        "target",
+        "result",
+        "x direct",
+        "x best peer",
+        "proxy µs/unit",
+        "p50 µs",
+        "p99 µs",
+        "errors",
+    ];
+    let mut rows: Vec<[String; 9]> = Vec::new();
+    for mode in modes {
+        let group: Vec<&Outcome> = outcomes.iter().filter(|o| o.mode == mode).collect();
+        let direct = group.iter().find(|o| o.label == "direct").and_then(|o| o.primary());
+        let best_peer = best_peer(&group);
+        for o in &group {
+            let primary = o.primary();
+            let ratio = |reference: Option<(f64, bool)>| match (primary, reference) {
+                (Some((v, _)), Some((r, _))) if r > 0.0 => format_ratio(v / r),
+                _ => "-".into(),
+            };
+            let (p50, p99) = o.latency_us.map_or(("-".into(), "-".into()), |l| {
+                (format!("{:.1}", l.p50), format!("{:.1}", l.p99))
+            });
+            let direction = match primary {
+                Some((_, false)) => " (lower better)",
+                _ => "",
+            };
+            rows.push([
+                format!("{mode}{direction}"),
+                o.label.clone(),
+                o.result_text(),
+                ratio(direct),
+                ratio(best_peer),
+                o.cpu_per_unit().map_or("-".into(), |c| format!("{c:.1}/{}", o.unit)),
+                p50,
+                p99,
+                o.errors.to_string(),
+            ]);
+        }
+    }
+    render(&header, &rows)
+}
+
+/// Two decimals, or three significant digits for small ratios.
+fn format_ratio(ratio: f64) -> String {
+    if ratio >= 0.1 {
+        format!("{ratio:.2}")
+    } else {
+        format!("{ratio:.3}")
+    }
+}
+
+fn best_peer(group: &[&Outcome]) -> Option<(f64, bool)> {
+    group
+        .iter()
+        .filter(|o| !OURS.contains(&o.label.as_str()) && o.errors == 0)
+        .filter_map(|o| o.primary())
+        .reduce(|best, (v, higher)| {
+            let better = if higher { v > best.0 } else { v < best.0 };
+            if better {
+                (v, higher)
+            } else {
+                best
+            }
+        })
+}
+
+fn render(header: &[&str; 9], rows: &[[String; 9]]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: &mut dyn Iterator<Item = &str>| {
+        let mut text = String::from("|");
+        for (cell, w) in cells.zip(&widths) {
+            let pad = w - cell.chars().count();
+            let _ = write!(text, " {cell}{} |", " ".repeat(pad));
+        }
+        out.push_str(&text);
+        out.push('\n');
+    };
+    line(&mut header.iter().copied());
+    let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
+    line(&mut rule.iter().map(String::as_str));
+    for row in rows {
+        line(&mut row.iter().map(String::as_str));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(label: &str, mode: &str, work: f64, errors: u64, cpu: Option<u64>) -> Outcome {
+        Outcome {
+            label: label.into(),
+            mode: mode.into(),
+            ops: work as u64,
+            errors,
+            first_error: None,
+            seconds: 1.0,
+            work,
+            unit: "tunnel".into(),
+            connections: 0,
+            latency_us: None,
+            direct_latency_us: None,
+            proxy_cpu_us: cpu,
+            idle: None,
+        }
+    }
+
+    #[test]
+    fn ratios_use_direct_and_the_best_error_free_peer() {
+        let rows = [
+            outcome("direct", "connect-rate", 1000.0, 0, None),
+            outcome("crackbox", "connect-rate", 800.0, 0, Some(80_000)),
+            outcome("squid", "connect-rate", 400.0, 0, Some(120_000)),
+            outcome("tinyproxy", "connect-rate", 900.0, 3, Some(100_000)),
+        ];
+        let text = table(&rows);
+        let crackbox = text.lines().find(|l| l.contains("crackbox")).unwrap();
+        let cells: Vec<&str> = crackbox.split('|').map(str::trim).collect();
+        assert_eq!(&cells[3..7], ["800 tunnels/s", "0.80", "2.00", "100.0/tunnel"]);
+        let squid = text.lines().find(|l| l.contains("squid")).unwrap();
+        assert!(squid.contains("| 0.40 ") && squid.contains("300.0/tunnel"), "{squid}");
+    }
+
+    #[test]
+    fn lower_is_better_modes_say_so() {
+        let mut echo = outcome("crackbox", "echo-latency", 100.0, 0, None);
+        echo.latency_us = Some(Latency {
+            p50: 10.0,
+            p99: 20.0,
+            p999: 30.0,
+            max: 40.0,
+        });
+        let text = table(&[echo]);
+        assert!(text.contains("echo-latency (lower better)"), "{text}");
+    }
+
+    #[test]
+    fn outcomes_round_trip_as_json_lines() {
+        let o = outcome("squid", "denied", 10.0, 0, Some(5));
+        let line = serde_json::to_string(&o).unwrap();
+        assert_eq!(serde_json::from_str::<Outcome>(&line).unwrap(), o);
+    }
+}
