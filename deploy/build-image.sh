@@ -40,7 +40,7 @@ fi
 rootfs="$(mktemp -d)"
 trap 'rm -rf "$rootfs"' EXIT
 mkdir -p "$rootfs/usr/local/bin" "$rootfs/etc" "$rootfs/tmp" "$rootfs/run" "$rootfs/var/lib/crackbox"
-chmod 1777 "$rootfs/tmp"
+chmod 1777 "$rootfs/tmp" "$rootfs/run"
 chown 65534:65534 "$rootfs/var/lib/crackbox"
 cp "$binary" "$rootfs/usr/local/bin/crackbox"
 if command -v strip >/dev/null 2>&1; then
@@ -51,12 +51,10 @@ printf 'root:x:0:0:root:/:/sbin/nologin\nnobody:x:65534:65534:nobody:/:/sbin/nol
 printf 'root:x:0:\nnogroup:x:65534:\n' >"$rootfs/etc/group"
 
 # A dynamically linked binary brings its loader and libraries along.
-if ldd "$binary" >/dev/null 2>&1; then
-    ldd "$binary" | grep -o '/[^ ]*' | sort -u | while read -r lib; do
-        mkdir -p "$rootfs$(dirname "$lib")"
-        cp -L "$lib" "$rootfs$lib"
-    done
-fi
+for lib in $(ldd "$binary" 2>/dev/null | grep -o '/[^ ]*' || true); do
+    mkdir -p "$rootfs$(dirname "$lib")"
+    cp -L "$lib" "$rootfs$lib"
+done
 
 tar -C "$rootfs" --numeric-owner -c . | docker import \
     --change 'ENTRYPOINT ["/usr/local/bin/crackbox"]' \

@@ -17,7 +17,7 @@ while [ $# -gt 0 ]; do
 done
 
 busybox="$(command -v busybox || true)"
-if [ -z "$busybox" ] || ldd "$busybox" >/dev/null 2>&1 || ! command -v curl >/dev/null 2>&1; then
+if [ -z "$busybox" ] || ldd "$busybox" 2>/dev/null | grep -q '=>' || ! command -v curl >/dev/null 2>&1; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q busybox-static curl >/dev/null
     busybox="$(command -v busybox)"
 fi

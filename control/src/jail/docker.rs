@@ -129,10 +129,12 @@ pub async fn run(plan: Plan) -> Result<i32, JailError> {
             code = signals.next() => Ok(code),
         },
     };
+    tracing::debug!("workload done");
     if !jail.plan.quiet {
         jail.print_blocked().await;
     }
     jail.teardown().await;
+    tracing::debug!("jail removed");
     outcome
 }
 
@@ -240,6 +242,7 @@ impl Jail {
                 (internal?, name, Some(egress?))
             }
         };
+        tracing::debug!(%internal, "jail networks created");
         let addresses = Addresses {
             internal_net,
             egress_net,
@@ -253,6 +256,7 @@ impl Jail {
             self.create_workload(&addresses)
         );
         let (admin, workload) = (admin?, workload?);
+        tracing::debug!("proxy healthy, workload created");
         self.checkpoint()?;
         admin
             .register(&addresses.workload.to_string(), &self.plan.id, &self.plan.allow)
@@ -261,6 +265,7 @@ impl Jail {
                 step: "registering the workload",
                 detail: e.to_string(),
             })?;
+        tracing::debug!(workload = %addresses.workload, "workload registered");
         Ok(workload)
     }
 
@@ -598,6 +603,7 @@ impl Jail {
             .plan
             .tty
             .then(|| tokio::spawn(follow_terminal_size(self.docker.clone(), name.to_string())));
+        tracing::debug!("workload started");
         let code = self.wait_exit(name).await;
         // The attach stream ends when the container does; a short grace keeps
         // its last output without hanging on a stream that never closes.
