@@ -103,8 +103,18 @@ pub fn crackbox_image() -> String {
             .status()
             .expect("build-image.sh");
         assert!(status.success(), "deploy/build-image.sh failed");
+        remove_stale_test_images(&tag);
     }
     tag
+}
+
+/// Removes crackbox test images of earlier binaries (failures are fine: an
+/// image still in use stays).
+fn remove_stale_test_images(current: &str) {
+    let tags = docker(&["images", "crackbox-test", "--format", "{{.Repository}}:{{.Tag}}"]);
+    for tag in tags.lines().filter(|t| *t != current) {
+        docker_try(&["rmi", tag]);
+    }
 }
 
 /// The busybox + curl workload image.
