@@ -217,13 +217,27 @@ fn run_teardown_after_a_failure_leaves_nothing() {
         return;
     }
     let upstream = Upstream::start();
-    // Fails after the networks and the proxy exist: the workload cannot start.
+    // The proxy image is not a crackbox: fails after the networks exist.
     let id = unique("fail");
-    let out = run(&upstream, &id, ALLOWED, &["/no/such/program"]);
+    let out = run_command(&upstream, &id, ALLOWED, &["true"])
+        .env("CRACKBOX_IMAGE", workload_image())
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(125), "{}", describe(&out));
     let err = stderr(&out);
     assert_eq!(err.lines().count(), 1, "{}", describe(&out));
     assert!(err.starts_with("crackbox: "), "{}", describe(&out));
+    assert_eq!(leftovers(&id), Vec::<String>::new());
+
+    // The command does not exist: 127 as from a shell, after the whole jail existed.
+    let id = unique("notfound");
+    let out = run(&upstream, &id, ALLOWED, &["/no/such/program"]);
+    assert_eq!(out.status.code(), Some(127), "{}", describe(&out));
+    assert!(
+        stderr(&out).starts_with("crackbox: cannot run the command: "),
+        "{}",
+        describe(&out)
+    );
     assert_eq!(leftovers(&id), Vec::<String>::new());
 
     // The workload killed from outside: its code comes back, nothing is left.

@@ -71,7 +71,7 @@ pub fn run(args: RunArgs) -> i32 {
         Ok(code) => code,
         Err(err) => {
             eprintln!("crackbox: {err}");
-            EXIT_CRACKBOX_ERROR
+            err.exit_code()
         }
     }
 }

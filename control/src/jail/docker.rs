@@ -595,10 +595,7 @@ impl Jail {
         };
         let output = tokio::spawn(pump_output(attached.output));
         let input = tokio::spawn(pump_input(attached.input));
-        self.docker
-            .start_container(name, None)
-            .await
-            .map_err(|e| JailError::docker("starting the workload", e))?;
+        self.docker.start_container(name, None).await.map_err(start_error)?;
         let resize = self
             .plan
             .tty
@@ -709,6 +706,23 @@ fn ipv4_endpoint(addr: Ipv4Addr) -> EndpointSettings {
 fn endpoint(network: &str, addr: Ipv4Addr) -> NetworkingConfig {
     NetworkingConfig {
         endpoints_config: Some(HashMap::from([(network.to_string(), ipv4_endpoint(addr))])),
+    }
+}
+
+/// A failed workload start: the command missing or not executable is the
+/// user's 127/126 (as with `docker run`), anything else crackbox's 125.
+fn start_error(err: bollard::errors::Error) -> JailError {
+    let detail = one_line(&docker_message(&err));
+    let not_found = ["executable file not found", "no such file or directory"];
+    if not_found.iter().any(|s| detail.contains(s)) {
+        JailError::CommandNotRunnable { code: 127, detail }
+    } else if detail.contains("permission denied") {
+        JailError::CommandNotRunnable { code: 126, detail }
+    } else {
+        JailError::Docker {
+            step: "starting the workload",
+            detail,
+        }
     }
 }
 

@@ -48,6 +48,14 @@ pub enum JailError {
         /// The answer or the transport error.
         detail: String,
     },
+    /// The workload's command could not be started (not found, not executable).
+    #[error("cannot run the command: {detail}")]
+    CommandNotRunnable {
+        /// 127 for not found, 126 otherwise (as a shell and `docker run` say).
+        code: i32,
+        /// The engine's reason.
+        detail: String,
+    },
     /// A signal stopped set-up (the caller exits 128 + signal instead).
     #[error("interrupted")]
     Interrupted,
@@ -76,6 +84,15 @@ pub enum JailError {
 }
 
 impl JailError {
+    /// The process exit code for this failure: 125 for crackbox's own
+    /// failures, 126/127 when the command itself could not be started.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            JailError::CommandNotRunnable { code, .. } => *code,
+            _ => super::EXIT_CRACKBOX_ERROR,
+        }
+    }
+
     /// Wraps a Docker API error for `step`.
     pub fn docker(step: &'static str, err: bollard::errors::Error) -> Self {
         JailError::Docker {
