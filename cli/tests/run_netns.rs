@@ -187,6 +187,46 @@ fn run_netns_teardown_on_sigint_leaves_nothing() {
 }
 
 #[test]
+fn run_netns_missing_command_exits_127_and_cleans_up() {
+    if !is_root() {
+        return;
+    }
+    let namespaces = || {
+        let out = Command::new("ip").args(["netns", "list"]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.starts_with("crackbox-"))
+            .count()
+    };
+    let out = Command::new(CRACKBOX)
+        .args([
+            "run",
+            "--backend",
+            "netns",
+            "--allow",
+            "none.invalid",
+            "--",
+            "/no/such/program",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(127), "{}", describe(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("crackbox: cannot run the command: "),
+        "{}",
+        describe(&out)
+    );
+    // Other tests' jails may exist right now; wait for ours to be gone.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while namespaces() > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(namespaces(), 0, "a crackbox namespace was left");
+}
+
+#[test]
 fn run_netns_refuses_without_root() {
     if !is_root() {
         return;

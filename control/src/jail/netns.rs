@@ -317,7 +317,17 @@ impl Jail {
         unsafe {
             command.pre_exec(move || enter_jail(ns_fd, ids));
         }
-        let child = command.spawn().map_err(|e| netns_error("starting the command", &e))?;
+        let child = command.spawn().map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => JailError::CommandNotRunnable {
+                code: 127,
+                detail: format!("{program}: {e}"),
+            },
+            std::io::ErrorKind::PermissionDenied => JailError::CommandNotRunnable {
+                code: 126,
+                detail: format!("{program}: {e}"),
+            },
+            _ => netns_error("starting the command", &e),
+        })?;
         drop(ns);
         *self.workload.lock().unwrap_or_else(|p| p.into_inner()) = Some(child);
         let status = loop {
