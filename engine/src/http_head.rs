@@ -211,6 +211,11 @@ pub fn parse_response<'a>(buf: &'a [u8], request_method: &str) -> Result<Respons
     let (Some(status), Some(minor_version)) = (res.code, res.version) else {
         return Err(HeadError::Malformed("malformed status line"));
     };
+    // httparse takes any three digits; below 100 the client would be sent an
+    // unparsable status line ("HTTP/1.1 0 OK").
+    if status < 100 {
+        return Err(HeadError::Malformed("invalid status code"));
+    }
     let reason = res.reason.unwrap_or("");
     let fields: Vec<Field<'_>> = res
         .headers
@@ -251,7 +256,9 @@ fn parse_connect_target(target: &str) -> Result<Target<'_>, HeadError> {
 }
 
 fn parse_target(target: &str) -> Result<Target<'_>, HeadError> {
-    let Some(scheme_end) = target.find("://") else {
+    // A "://" after a non-scheme (`/login?next=http://b`) is part of an
+    // origin-form path or query, not the start of an absolute URL.
+    let Some(scheme_end) = target.find("://").filter(|&end| is_scheme(&target[..end])) else {
         return Ok(Target::Origin { path: target });
     };
     let scheme = &target[..scheme_end];
@@ -278,6 +285,14 @@ fn parse_target(target: &str) -> Result<Target<'_>, HeadError> {
         authority,
         path,
     })
+}
+
+/// RFC 3986 3.1: `ALPHA *( ALPHA / DIGIT / "+" / "-" / "." )`.
+fn is_scheme(scheme: &str) -> bool {
+    scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+        && scheme
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'))
 }
 
 /// Splits `host[:port]` / `[v6][:port]`; `None` when malformed.
@@ -437,12 +452,23 @@ fn push_field(out: &mut Vec<u8>, name: &str, value: &[u8]) {
 /// form, `Host` replaced by the URL's authority (RFC 9112 3.2.2, so the
 /// upstream serves the host that was checked), hop-by-hop fields removed.
 pub fn write_upstream_request(head: &RequestHead<'_>, out: &mut Vec<u8>) {
-    let (authority, path) = match head.target {
-        Target::Absolute { authority, path, .. } => (authority, path),
-        Target::Connect { host, .. } => (host, "/"),
-        Target::Origin { path } => (std::str::from_utf8(head.host_field.unwrap_or(b"")).unwrap_or(""), path),
+    let (authority, slash, path) = match head.target {
+        // RFC 9112 3.2.1: an empty path is sent as "/", also before a query.
+        Target::Absolute { authority, path, .. } if path.starts_with('?') => (authority, "/", path),
+        Target::Absolute { authority, path, .. } => (authority, "", path),
+        Target::Connect { host, .. } => (host, "", "/"),
+        Target::Origin { path } => (
+            std::str::from_utf8(head.host_field.unwrap_or(b"")).unwrap_or(""),
+            "",
+            path,
+        ),
     };
-    let _ = write!(Bytes(out), "{} {} HTTP/1.{}\r\n", head.method, path, head.minor_version);
+    let _ = write!(
+        Bytes(out),
+        "{} {slash}{path} HTTP/1.{}\r\n",
+        head.method,
+        head.minor_version
+    );
     push_field(out, "Host", authority.as_bytes());
     for field in &head.fields {
         if field.name.eq_ignore_ascii_case("host") || is_hop_field(field, &head.fields, true) {
@@ -557,6 +583,18 @@ mod tests {
                 },
             ),
             ("GET / HTTP/1.1\r\nHost: a\r\n\r\n", Target::Origin { path: "/" }),
+            (
+                "GET /login?next=http://b.test/ HTTP/1.1\r\nHost: a\r\n\r\n",
+                Target::Origin {
+                    path: "/login?next=http://b.test/",
+                },
+            ),
+            (
+                "GET ?u=https://b.test HTTP/1.1\r\nHost: a\r\n\r\n",
+                Target::Origin {
+                    path: "?u=https://b.test",
+                },
+            ),
         ];
         for (head, want) in cases {
             assert_eq!(req(head).unwrap().target, want, "{head:?}");
@@ -663,6 +701,28 @@ mod tests {
         );
     }
 
+    /// Found by fuzz/http_head: a "://" in the path or query made the
+    /// rewritten request look like an absolute URL with a bogus scheme, and
+    /// a path-less URL with a query was sent as `GET ?q`.
+    #[test]
+    fn upstream_request_reparses_to_the_same_path() {
+        let cases = [
+            (
+                "GET http://a.test/r?to=http://b.test/ HTTP/1.1\r\n\r\n",
+                "/r?to=http://b.test/",
+            ),
+            ("GET http://a.test/p://x HTTP/1.1\r\n\r\n", "/p://x"),
+            ("GET http://a.test?q=ftp://x HTTP/1.1\r\n\r\n", "/?q=ftp://x"),
+            ("GET http://[::1]:81?q HTTP/1.1\r\n\r\n", "/?q"),
+        ];
+        for (head, path) in cases {
+            let mut out = Vec::new();
+            write_upstream_request(&req(head).unwrap(), &mut out);
+            let again = parse_request(&out).unwrap();
+            assert_eq!(again.target, Target::Origin { path }, "{head:?}");
+        }
+    }
+
     #[test]
     fn upgrade_request_keeps_upgrade() {
         let head = "GET http://a.test/ws HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n";
@@ -733,6 +793,26 @@ mod tests {
             "GET"
         )
         .is_err());
+    }
+
+    /// Found by fuzz/http_head: a status below 100 was rewritten as
+    /// `HTTP/1.1 0 OK`, which no client can parse.
+    #[test]
+    fn status_below_100_is_refused() {
+        for head in [
+            "HTTP/1.1 000 OK\r\n\r\n",
+            "HTTP/1.1 099 Early\r\nContent-Length: 0\r\n\r\n",
+        ] {
+            assert_eq!(
+                parse_response(head.as_bytes(), "GET").unwrap_err(),
+                HeadError::Malformed("invalid status code"),
+                "{head:?}"
+            );
+        }
+        assert_eq!(
+            parse_response(b"HTTP/1.1 100 Continue\r\n\r\n", "GET").unwrap().status,
+            100
+        );
     }
 
     #[test]
