@@ -96,16 +96,29 @@ pub fn crackbox_image() -> String {
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .map_or(0, |d| d.as_nanos());
     let tag = format!("crackbox-test:{:x}-{:x}", meta.len(), mtime);
-    if !docker_try(&["image", "inspect", &tag]) {
-        let status = Command::new("bash")
-            .arg(repo().join("deploy/build-image.sh"))
-            .args(["--binary", CRACKBOX, "--tag", &tag])
-            .status()
-            .expect("build-image.sh");
-        assert!(status.success(), "deploy/build-image.sh failed");
-        remove_stale_test_images(&tag);
-    }
+    with_build_lock(|| {
+        if !docker_try(&["image", "inspect", &tag]) {
+            let status = Command::new("bash")
+                .arg(repo().join("deploy/build-image.sh"))
+                .args(["--binary", CRACKBOX, "--tag", &tag])
+                .status()
+                .expect("build-image.sh");
+            assert!(status.success(), "deploy/build-image.sh failed");
+            remove_stale_test_images(&tag);
+        }
+    });
     tag
+}
+
+/// Runs `build` while holding a machine-wide lock, so test processes running
+/// in parallel build each image once instead of racing to import it.
+fn with_build_lock(build: impl FnOnce()) {
+    use std::os::fd::AsRawFd;
+    let path = std::env::temp_dir().join("crackbox-run-tests.lock");
+    let lock = std::fs::File::create(path).expect("lock file");
+    // SAFETY: flock on a descriptor we own; released when `lock` is dropped.
+    assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
+    build();
 }
 
 /// Removes crackbox test images of earlier binaries (failures are fine: an
@@ -119,14 +132,16 @@ fn remove_stale_test_images(current: &str) {
 
 /// The busybox + curl workload image.
 pub fn workload_image() -> String {
-    if !docker_try(&["image", "inspect", WORKLOAD_IMAGE]) {
-        let status = Command::new("bash")
-            .arg(repo().join("deploy/build-workload-image.sh"))
-            .args(["--tag", WORKLOAD_IMAGE])
-            .status()
-            .expect("build-workload-image.sh");
-        assert!(status.success(), "deploy/build-workload-image.sh failed");
-    }
+    with_build_lock(|| {
+        if !docker_try(&["image", "inspect", WORKLOAD_IMAGE]) {
+            let status = Command::new("bash")
+                .arg(repo().join("deploy/build-workload-image.sh"))
+                .args(["--tag", WORKLOAD_IMAGE])
+                .status()
+                .expect("build-workload-image.sh");
+            assert!(status.success(), "deploy/build-workload-image.sh failed");
+        }
+    });
     WORKLOAD_IMAGE.to_string()
 }
 
