@@ -4,9 +4,9 @@
 //! and the exit-code contract: the workload's own code is passed through,
 //! crackbox's own failures exit 125 with one line on stderr, and whatever a
 //! run set up is torn down on every exit path.
-//! - `docker` (default): networks and containers via bollard ([`docker`]).
+//! - `docker` (default): networks and containers via bollard (`jail/docker.rs`).
 //! - `netns` (Linux, root): a network namespace whose only link is a veth to
-//!   a proxy `run` starts on the host ([`netns`]).
+//!   a proxy `run` starts on the host (`jail/netns.rs`).
 
 mod admin;
 mod docker;
@@ -41,7 +41,7 @@ pub struct RunArgs {
     /// `*.example.com`, `example.com:443`, IP literals.
     #[arg(long, value_delimiter = ',', required = true)]
     pub allow: Vec<String>,
-    /// Registration id shown in denials and metrics [default: run-<random>].
+    /// Registration id shown in denials and metrics [default: run-XXXXXXXX, random hex].
     #[arg(long)]
     pub id: Option<String>,
     /// Image of the workload container (docker backend).

@@ -286,6 +286,7 @@ impl Jail {
     }
 
     async fn pull_workload_image(&self) -> Result<(), JailError> {
+        eprintln!("crackbox: pulling {}", self.plan.image);
         let options = CreateImageOptionsBuilder::default()
             .from_image(&self.plan.image)
             .build();
