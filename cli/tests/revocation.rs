@@ -126,3 +126,77 @@ fn idle_keep_alive_connection_of_a_revoked_source_is_closed() {
     assert_eq!(revoked(&proxy, ""), 1.0, "{}", proxy.metrics());
     assert_eq!(upstream.requests().len(), 3, "two firsts and the bystander's second");
 }
+
+/// An upstream whose accept queue is full: a dial to it hangs (its SYN is
+/// dropped) until [`Stalled::release`] makes room; the kernel retries the
+/// SYN about a second later and the dial completes.
+struct Stalled {
+    listener: std::net::TcpListener,
+    filler: Option<TcpStream>,
+}
+
+impl Stalled {
+    fn start() -> Stalled {
+        let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        let addr: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+        socket.bind(&addr.into()).unwrap();
+        socket.listen(0).unwrap();
+        let listener: std::net::TcpListener = socket.into();
+        let filler = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        Stalled {
+            listener,
+            filler: Some(filler),
+        }
+    }
+
+    fn port(&self) -> u16 {
+        self.listener.local_addr().unwrap().port()
+    }
+
+    /// Accepts the queued filler; the stalled dial gets through on its next SYN.
+    fn release(&mut self) -> std::thread::JoinHandle<()> {
+        let listener = self.listener.try_clone().unwrap();
+        drop(self.filler.take());
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for stream in listener.incoming().take(2).flatten() {
+                held.push(stream);
+            }
+            std::thread::sleep(Duration::from_secs(5));
+        })
+    }
+}
+
+#[test]
+fn a_tunnel_dialled_across_a_revocation_is_still_cut() {
+    let mut upstream = Stalled::start();
+    let proxy = daemon(&["127.0.0.8=racing:localhost"]);
+    let mut client = proxy.client("127.0.0.8");
+    write!(
+        client,
+        "CONNECT localhost:{0} HTTP/1.1\r\nHost: localhost:{0}\r\n\r\n",
+        upstream.port()
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    client.set_nonblocking(true).unwrap();
+    let mut byte = [0u8; 1];
+    assert!(
+        matches!(client.read(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "no answer yet: the dial hangs"
+    );
+    client.set_nonblocking(false).unwrap();
+    proxy.unregister("127.0.0.8");
+    // Let every core thread's revocation check pass while the dial hangs.
+    std::thread::sleep(Duration::from_millis(500));
+    let _accepting = upstream.release();
+    client.set_read_timeout(Some(Duration::from_secs(8))).unwrap();
+    let head = read_head(&mut client);
+    if head.starts_with("HTTP/1.1 200") {
+        assert_cut(&mut client, "tunnel established after its source was unregistered");
+    } else {
+        assert!(head.starts_with("HTTP/1.1 403"), "{head:?}");
+        assert!(head.contains("X-Crackbox-Reason: revoked"), "{head:?}");
+    }
+    assert_eq!(revoked(&proxy, ""), 1.0, "{}", proxy.metrics());
+}

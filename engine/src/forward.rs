@@ -11,6 +11,7 @@ use crate::conn::Conn;
 use crate::decision::{reach, Reach};
 use crate::http_head::{self, Framing, HeadError, Target, MAX_HEAD};
 use crate::policy::normalise_host;
+use crate::reason::Reason;
 use crate::resolve::DialError;
 use crate::responses;
 use crate::revocation::LiveEntry;
@@ -285,10 +286,19 @@ impl Session<'_> {
         if Self::refuse_invalid_host(&host) {
             return self.reply(&responses::error(400, "invalid host in CONNECT")).await;
         }
+        // In the live set before the decision, so a snapshot that arrives
+        // while the dial is in flight still revokes the tunnel.
+        let live = LiveEntry::register(self.worker, self.source, &host, port);
         let upstream = match reach(self.worker, self.source, &host, port).await {
             Reach::Connected(conn) => conn,
-            other => return self.reply_unreachable(&host, port, other).await,
+            other => {
+                drop(live);
+                return self.reply_unreachable(&host, port, other).await;
+            }
         };
+        if live.signal().is_fired() {
+            return self.reply(&responses::denial(Reason::Revoked, &host, port)).await;
+        }
         if self
             .client
             .write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")
@@ -304,7 +314,6 @@ impl Session<'_> {
             }
             self.worker.stats.add_bytes(Direction::Up, early.len() as u64);
         }
-        let live = LiveEntry::register(self.worker, self.source, &host, port);
         let _active = self.worker.stats.open_tunnel();
         tunnel::run(self.worker, &self.client, &upstream, live.signal()).await;
     }
@@ -315,6 +324,19 @@ impl Session<'_> {
         if Self::refuse_invalid_host(&request.host) {
             self.reply(&responses::error(400, "invalid host in URL")).await;
             return false;
+        }
+        // In the live set before the decision, so a snapshot that arrives
+        // while the dial is in flight still revokes this request.
+        match &self.live {
+            Some(live) => live.retarget(&request.host, request.port),
+            None => {
+                self.live = Some(LiveEntry::register(
+                    self.worker,
+                    self.source,
+                    &request.host,
+                    request.port,
+                ))
+            }
         }
         let reused = self
             .upstream
@@ -340,16 +362,10 @@ impl Session<'_> {
                 }
             },
         };
-        match &self.live {
-            Some(live) => live.retarget(&request.host, request.port),
-            None => {
-                self.live = Some(LiveEntry::register(
-                    self.worker,
-                    self.source,
-                    &request.host,
-                    request.port,
-                ))
-            }
+        if self.live.as_ref().is_some_and(|live| live.signal().is_fired()) {
+            self.reply(&responses::denial(Reason::Revoked, &request.host, request.port))
+                .await;
+            return false;
         }
         let mut conn = conn;
         let mut outcome = self.exchange_watched(&conn, &request).await;

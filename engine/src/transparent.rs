@@ -55,6 +55,9 @@ async fn serve_tls(worker: &Rc<Worker>, client: Conn, source: IpAddr, port: u16)
     let Some((name, peeked)) = read_client_hello(&client, source).await else {
         return;
     };
+    // In the live set before the decision, so a snapshot that arrives while
+    // the dial is in flight still revokes the tunnel.
+    let live = LiveEntry::register(worker, source, &name, port);
     let upstream = match reach(worker, source, &name, port).await {
         Reach::Connected(upstream) => upstream,
         Reach::Denied(reason) => {
@@ -62,12 +65,11 @@ async fn serve_tls(worker: &Rc<Worker>, client: Conn, source: IpAddr, port: u16)
         }
         Reach::Failed(error) => return tracing::debug!(%source, name, ?error, "transparent: dial failed, closed"),
     };
-    if upstream.write_all(&peeked).await.is_err() {
+    if live.signal().is_fired() || upstream.write_all(&peeked).await.is_err() {
         return;
     }
     worker.stats.add_bytes(Direction::Up, peeked.len() as u64);
     drop(peeked);
-    let live = LiveEntry::register(worker, source, &name, port);
     let _active = worker.stats.open_tunnel();
     tunnel::run(worker, &client, &upstream, live.signal()).await;
 }
