@@ -134,7 +134,7 @@ start_crackbox() {
     local threads=()
     "$CRACKBOX" proxy serve --help 2>/dev/null | grep -q -- '--threads' && threads=(--threads 1)
     mkdir -p "$OUT/crackbox"
-    CRACKBOX_STATE_PATH=$OUT/crackbox/state.json start crackbox "$PROXY_CORE" \
+    CRACKBOX_LOG=${CRACKBOX_LOG:-warn} start crackbox "$PROXY_CORE" \
         "$CRACKBOX" proxy serve --listen "127.0.0.1:$CRACKBOX_PORT" --admin-listen "127.0.0.1:$ADMIN_PORT" \
         --transparent-listen '' --allow-private-destinations --control-socket "$OUT/crackbox/control.sock" \
         "${threads[@]}" "${register[@]}"
@@ -255,6 +255,7 @@ main() {
     for port in "$ECHO_PORT" "$HTTP_PORT" "$CRACKBOX_PORT" "$ADMIN_PORT" "$SQUID_PORT" "$TINYPROXY_PORT"; do
         port_free "$port" || { log "port $port is in use; set BASE_PORT"; exit 2; }
     done
+    LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
     start_upstream
     RUNNING=()
     local t
@@ -269,6 +270,7 @@ main() {
     {
         echo "crackbox compare: $(date -u '+%Y-%m-%d %H:%M UTC'), QUICK=$QUICK"
         echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(uname -sr)"
+        echo "load average before / after: $LOAD_BEFORE / $(cut -d' ' -f1-3 /proc/loadavg)"
         echo "proxy on core $PROXY_CORE, load + upstream on core $LOAD_CORE; results in $RESULTS"
         echo
         "$LOAD" report "$RESULTS"

@@ -44,7 +44,7 @@ impl Drop for Crackbox {
     }
 }
 
-/// A private directory for the state file and control socket.
+/// A private directory for the control socket.
 struct TempDir(PathBuf);
 
 impl Drop for TempDir {
@@ -84,7 +84,7 @@ fn start_crackbox() -> Result<Crackbox, String> {
         .args(["--register", "127.0.0.1=bench:localhost,127.0.0.1"])
         .arg("--control-socket")
         .arg(dir.0.join("control.sock"))
-        .env("CRACKBOX_STATE_PATH", dir.0.join("state.json"))
+        .env("CRACKBOX_LOG", std::env::var("CRACKBOX_LOG").unwrap_or_else(|_| "warn".into()))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .spawn()

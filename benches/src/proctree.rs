@@ -20,6 +20,10 @@ pub struct Usage {
     pub fds: u64,
     /// Processes in the tree.
     pub processes: u64,
+    /// Time the tree's live threads spent runnable but waiting for a CPU,
+    /// µs (`/proc/PID/task/TID/schedstat`): high means the proxy was
+    /// starved by other load, not slow.
+    pub runq_wait_us: u64,
 }
 
 /// One process's line of `/proc/PID/stat`, the fields used here.
@@ -81,8 +85,21 @@ pub fn sample(root: i32) -> io::Result<Usage> {
         usage.threads += stat.threads;
         usage.fds += fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count() as u64);
         usage.processes += 1;
+        usage.runq_wait_us += runq_wait_ns(pid) / 1000;
     }
     Ok(usage)
+}
+
+/// Run-queue wait of every thread of `pid`, ns (second schedstat field).
+fn runq_wait_ns(pid: i32) -> u64 {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|task| fs::read_to_string(task.path().join("schedstat")).ok())
+        .filter_map(|text| text.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .sum()
 }
 
 fn ticks_per_second() -> u64 {

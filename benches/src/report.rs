@@ -51,6 +51,9 @@ pub struct Outcome {
     pub direct_latency_us: Option<Latency>,
     /// CPU the proxy's process tree used in the measured phase, µs.
     pub proxy_cpu_us: Option<u64>,
+    /// Time the proxy's threads waited for a CPU in the measured phase, µs.
+    #[serde(default)]
+    pub proxy_runq_wait_us: Option<u64>,
     /// idle: what the held tunnels cost the proxy.
     pub idle: Option<IdleFigures>,
 }
@@ -69,6 +72,14 @@ impl Outcome {
     pub fn cpu_per_unit(&self) -> Option<f64> {
         let cpu = self.proxy_cpu_us?;
         (self.work > 0.0).then(|| cpu as f64 / self.work)
+    }
+
+    /// Run-queue wait of the proxy's threads as a share of wall time, %:
+    /// a starved proxy's wall-clock figures say little, its CPU per unit
+    /// still holds.
+    pub fn runq_wait_percent(&self) -> Option<f64> {
+        let wait = self.proxy_runq_wait_us?;
+        (self.seconds > 0.0).then(|| wait as f64 / (self.seconds * 1e6) * 100.0)
     }
 
     /// The figure the table compares, and whether higher is better.
@@ -93,6 +104,9 @@ impl Outcome {
         }
         if let Some(cpu) = self.cpu_per_unit() {
             let _ = write!(line, ", proxy {cpu:.1} µs/{}", self.unit);
+        }
+        if let Some(wait) = self.runq_wait_percent() {
+            let _ = write!(line, ", proxy run-queue wait {wait:.0}%");
         }
         if let Some(err) = &self.first_error {
             let _ = write!(line, " (first error: {err})");
@@ -138,11 +152,12 @@ pub fn table(outcomes: &[Outcome]) -> String {
         "x direct",
         "x best peer",
         "proxy µs/unit",
+        "runq wait",
         "p50 µs",
         "p99 µs",
         "errors",
     ];
-    let mut rows: Vec<[String; 9]> = Vec::new();
+    let mut rows: Vec<[String; 10]> = Vec::new();
     for mode in modes {
         let group: Vec<&Outcome> = outcomes.iter().filter(|o| o.mode == mode).collect();
         let direct = group.iter().find(|o| o.label == "direct").and_then(|o| o.primary());
@@ -167,6 +182,7 @@ pub fn table(outcomes: &[Outcome]) -> String {
                 ratio(direct),
                 ratio(best_peer),
                 o.cpu_per_unit().map_or("-".into(), |c| format!("{c:.1}/{}", o.unit)),
+                o.runq_wait_percent().map_or("-".into(), |w| format!("{w:.0}%")),
                 p50,
                 p99,
                 o.errors.to_string(),
@@ -200,7 +216,7 @@ fn best_peer(group: &[&Outcome]) -> Option<(f64, bool)> {
         })
 }
 
-fn render(header: &[&str; 9], rows: &[[String; 9]]) -> String {
+fn render(header: &[&str; 10], rows: &[[String; 10]]) -> String {
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -244,6 +260,7 @@ mod tests {
             latency_us: None,
             direct_latency_us: None,
             proxy_cpu_us: cpu,
+            proxy_runq_wait_us: cpu.map(|c| c / 2),
             idle: None,
         }
     }
@@ -259,7 +276,7 @@ mod tests {
         let text = table(&rows);
         let crackbox = text.lines().find(|l| l.contains("crackbox")).unwrap();
         let cells: Vec<&str> = crackbox.split('|').map(str::trim).collect();
-        assert_eq!(&cells[3..7], ["800 tunnels/s", "0.80", "2.00", "100.0/tunnel"]);
+        assert_eq!(&cells[3..8], ["800 tunnels/s", "0.80", "2.00", "100.0/tunnel", "4%"]);
         let squid = text.lines().find(|l| l.contains("squid")).unwrap();
         assert!(squid.contains("| 0.40 ") && squid.contains("300.0/tunnel"), "{squid}");
     }

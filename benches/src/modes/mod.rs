@@ -48,6 +48,7 @@ impl Run {
             latency_us: None,
             direct_latency_us: None,
             proxy_cpu_us: None,
+            proxy_runq_wait_us: None,
             idle: None,
         }
     }
@@ -91,27 +92,27 @@ impl Tally {
 struct Meter {
     start: Instant,
     pid: Option<i32>,
-    cpu_us: Option<u64>,
+    usage: Option<proctree::Usage>,
 }
 
 impl Meter {
     fn start(pid: Option<i32>) -> Self {
-        let cpu_us = pid.and_then(|p| proctree::sample(p).ok()).map(|u| u.cpu_us);
+        let usage = pid.and_then(|p| proctree::sample(p).ok());
         Meter {
             start: Instant::now(),
             pid,
-            cpu_us,
+            usage,
         }
     }
 
-    /// Fills in seconds and the proxy's CPU delta.
+    /// Fills in seconds and the proxy's CPU and run-queue wait deltas.
     fn stop(self, outcome: &mut Outcome) {
         outcome.seconds = self.start.elapsed().as_secs_f64();
-        let end = self.pid.and_then(|p| proctree::sample(p).ok()).map(|u| u.cpu_us);
-        outcome.proxy_cpu_us = match (self.cpu_us, end) {
-            (Some(before), Some(after)) => Some(after.saturating_sub(before)),
-            _ => None,
-        };
+        let end = self.pid.and_then(|p| proctree::sample(p).ok());
+        if let (Some(before), Some(after)) = (self.usage, end) {
+            outcome.proxy_cpu_us = Some(after.cpu_us.saturating_sub(before.cpu_us));
+            outcome.proxy_runq_wait_us = Some(after.runq_wait_us.saturating_sub(before.runq_wait_us));
+        }
     }
 }
 
