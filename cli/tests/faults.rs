@@ -9,8 +9,8 @@
 mod harness;
 
 use harness::{
-    alive, closed_within, connect_from, echo_round, http, open_tunnel, raise_fd_limit, try_connect_from, wait_until,
-    Daemon, Echo, Proc,
+    alive, closed_within, cpu_ticks, echo_round, http, open_tunnel, raise_fd_limit, ticks_per_second, try_connect_from,
+    wait_until, Daemon, Echo, Proc,
 };
 use serde_json::json;
 use std::io::{Read, Write};
@@ -124,7 +124,12 @@ fn fetch(proxy: SocketAddr, source: &str, url: &str) -> u16 {
     if stream.write_all(request.as_bytes()).is_err() {
         return 0;
     }
-    read_response(&mut stream).unwrap_or(0)
+    let status = read_response(&mut stream).unwrap_or(0);
+    // Let the proxy close first: TIME_WAIT then stays on its side, and a
+    // busy source address does not run out of ephemeral ports.
+    let mut rest = [0u8; 256];
+    while matches!(stream.read(&mut rest), Ok(n) if n > 0) {}
+    status
 }
 
 /// Latencies of a client's answered requests.
@@ -166,7 +171,7 @@ fn well_behaved(proxy: SocketAddr, source: &str, url: &str, duration: Duration, 
     let started = Instant::now();
     while started.elapsed() < duration {
         let conn = stream.get_or_insert_with(|| {
-            let s = connect_from(source, proxy);
+            let s = try_connect_from(source, proxy).expect("connect to the proxy");
             s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
             s.set_nodelay(true).unwrap();
             s
@@ -786,23 +791,31 @@ fn slowloris_on_500_connections_does_not_stop_new_clients() {
     assert_eq!(fetch(proxy.proxy, "127.0.0.2", &url), 200);
 }
 
+/// Alternating windows with and without the flood, so the machine's own
+/// noise (it is shared) hits both sides alike.
+const FLOOD_ROUNDS: usize = 4;
+
 #[test]
 fn a_flood_of_denied_requests_next_to_another_sources_allowed_traffic() {
     let _serial = measuring();
     let upstream = fast_upstream();
     let proxy = daemon(&[], &["127.0.0.2=flood:localhost", "127.0.0.3=good:localhost"]);
     let url = format!("http://localhost:{}/", upstream.port());
-    let window = Duration::from_secs(3);
-    let (alone, alone_failed) = well_behaved(proxy.proxy, "127.0.0.3", &url, window, Duration::ZERO);
+    let window = Duration::from_secs(1);
 
     let stop = Arc::new(AtomicBool::new(false));
+    let flooding = Arc::new(AtomicBool::new(false));
     let denials = Arc::new(AtomicU64::new(0));
     let flood: Vec<_> = (0..2)
         .map(|_| {
-            let (stop, denials, addr) = (stop.clone(), denials.clone(), proxy.proxy);
+            let (stop, flooding, denials, addr) = (stop.clone(), flooding.clone(), denials.clone(), proxy.proxy);
             std::thread::spawn(move || {
                 let mut other = 0;
                 while !stop.load(Ordering::Relaxed) {
+                    if !flooding.load(Ordering::Relaxed) {
+                        std::thread::sleep(Duration::from_millis(1));
+                        continue;
+                    }
                     match fetch(addr, "127.0.0.2", "http://denied.test/") {
                         403 => {
                             denials.fetch_add(1, Ordering::Relaxed);
@@ -814,30 +827,59 @@ fn a_flood_of_denied_requests_next_to_another_sources_allowed_traffic() {
             })
         })
         .collect();
-    assert!(wait_until(Duration::from_secs(5), || denials.load(Ordering::Relaxed) > 100));
-    let from = denials.load(Ordering::Relaxed);
-    let (flooded, flooded_failed) = well_behaved(proxy.proxy, "127.0.0.3", &url, window, Duration::ZERO);
-    let denial_rate = (denials.load(Ordering::Relaxed) - from) as f64 / window.as_secs_f64();
+    let (mut alone, mut flooded) = (Vec::new(), Vec::new());
+    let mut ratios = Vec::new();
+    let mut failed = 0;
+    let mut flood_denials = 0;
+    let engine = proxy.engine_pid();
+    let (mut quiet_ticks, mut busy_ticks) = (0, 0);
+    for _ in 0..FLOOD_ROUNDS {
+        flooding.store(false, Ordering::Relaxed);
+        let ticks = cpu_ticks(engine);
+        let (quiet, quiet_failed) = well_behaved(proxy.proxy, "127.0.0.3", &url, window, Duration::ZERO);
+        quiet_ticks += cpu_ticks(engine) - ticks;
+        flooding.store(true, Ordering::Relaxed);
+        let from = denials.load(Ordering::Relaxed);
+        let ticks = cpu_ticks(engine);
+        let (busy, busy_failed) = well_behaved(proxy.proxy, "127.0.0.3", &url, window, Duration::ZERO);
+        busy_ticks += cpu_ticks(engine) - ticks;
+        flood_denials += denials.load(Ordering::Relaxed) - from;
+        ratios.push(quiet.0.len() as f64 / busy.0.len().max(1) as f64);
+        failed += quiet_failed + busy_failed;
+        alone.extend(quiet.0);
+        flooded.extend(busy.0);
+    }
     stop.store(true, Ordering::Relaxed);
     let not_403: u64 = flood.into_iter().map(|t| t.join().unwrap()).sum();
-    let ratio = alone.rate(window) / flooded.rate(window).max(f64::MIN_POSITIVE);
+    let (alone, flooded) = (Latencies(alone), Latencies(flooded));
+    let measured = window * FLOOD_ROUNDS as u32;
+    ratios.sort_by(f64::total_cmp);
     eprintln!(
         "allowed traffic alone: {:.0} req/s, {}",
-        alone.rate(window),
+        alone.rate(measured),
         alone.summary()
     );
     eprintln!(
-        "next to {denial_rate:.0} denials/s from another source: {:.0} req/s, {}",
-        flooded.rate(window),
+        "next to {:.0} denials/s from another source: {:.0} req/s, {}",
+        flood_denials as f64 / measured.as_secs_f64(),
+        flooded.rate(measured),
         flooded.summary()
     );
-    eprintln!("slowdown ratio (alone / flooded requests per second): {ratio:.2}");
-    assert_eq!(
-        (alone_failed, flooded_failed),
-        (0, 0),
-        "every allowed request was answered"
+    eprintln!(
+        "slowdown ratio (alone / flooded requests per second): {:.2} overall, per round {:.2?}",
+        alone.rate(measured) / flooded.rate(measured).max(f64::MIN_POSITIVE),
+        ratios
     );
+    // Engine CPU per allowed request from the quiet windows; what the busy
+    // windows used beyond their allowed requests went to the denials.
+    let tick_us = 1e6 / ticks_per_second() as f64;
+    let per_allowed = quiet_ticks as f64 * tick_us / alone.0.len().max(1) as f64;
+    let per_denial =
+        (busy_ticks as f64 * tick_us - per_allowed * flooded.0.len() as f64).max(0.0) / flood_denials.max(1) as f64;
+    eprintln!("engine CPU: {per_allowed:.1} µs per allowed request, about {per_denial:.1} µs per denial");
+    assert_eq!(failed, 0, "every allowed request was answered");
     assert_eq!(not_403, 0, "every flood request was denied with 403");
+    assert!(flood_denials > 0, "the flood ran");
     assert!(flooded.0.len() >= 50, "allowed traffic kept flowing during the flood");
     let metrics = proxy.metrics();
     let counted = harness::metric(
@@ -845,5 +887,5 @@ fn a_flood_of_denied_requests_next_to_another_sources_allowed_traffic() {
         "crackbox_denied_total",
         &[("id", "flood"), ("reason", "not-allowed")],
     );
-    assert!(counted.is_some_and(|c| c >= (from as f64)), "{metrics}");
+    assert_eq!(counted, Some(denials.load(Ordering::Relaxed) as f64), "{metrics}");
 }

@@ -540,12 +540,28 @@ impl Daemon {
     }
 }
 
-/// Like [`connect_from`], but returns connection errors.
+/// Like [`connect_from`], but returns connection errors, and the local
+/// port is picked at connect time (IP_BIND_ADDRESS_NO_PORT), so a busy
+/// source address shares ports across destinations instead of running out.
 pub fn try_connect_from(source: &str, to: SocketAddr) -> std::io::Result<TcpStream> {
+    use std::os::fd::AsRawFd;
     let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
     let local: SocketAddr = format!("{source}:0")
         .parse()
         .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    let on: libc::c_int = 1;
+    let set = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::IPPROTO_IP,
+            libc::IP_BIND_ADDRESS_NO_PORT,
+            (&on as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if set != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
     socket.bind(&local.into())?;
     socket.connect_timeout(&to.into(), Duration::from_secs(5))?;
     let stream: TcpStream = socket.into();
