@@ -432,13 +432,20 @@ const HOP_BY_HOP: [&str; 7] = [
     "proxy-authorization",
 ];
 
+/// Fields that frame the body crackbox forwards as received. `Connection`
+/// naming them never removes them: the body would reach the next hop
+/// unframed and be read there as further, undecided requests (smuggling).
+const FRAMING_FIELDS: [&str; 2] = ["content-length", "transfer-encoding"];
+
 /// True when `field` must not be forwarded: hop-by-hop, named in
-/// `Connection`, or (towards upstream) any `Proxy-*` field.
+/// `Connection` (framing fields excepted), or (towards upstream) any
+/// `Proxy-*` field.
 fn is_hop_field(field: &Field<'_>, fields: &[Field<'_>], to_upstream: bool) -> bool {
     let name = field.name;
     HOP_BY_HOP.iter().any(|h| name.eq_ignore_ascii_case(h))
         || (to_upstream && name.len() >= 6 && name[..6].eq_ignore_ascii_case("proxy-"))
-        || connection_tokens(fields).any(|t| t.eq_ignore_ascii_case(name.as_bytes()))
+        || (!FRAMING_FIELDS.iter().any(|f| name.eq_ignore_ascii_case(f))
+            && connection_tokens(fields).any(|t| t.eq_ignore_ascii_case(name.as_bytes())))
 }
 
 fn push_field(out: &mut Vec<u8>, name: &str, value: &[u8]) {
@@ -698,6 +705,34 @@ mod tests {
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "POST /p?q HTTP/1.1\r\nHost: a.test:8080\r\nContent-Length: 3\r\nX-Keep: yes\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn connection_never_removes_framing_fields() {
+        let cases = [
+            (
+                "POST http://a.test/ HTTP/1.1\r\nConnection: Content-Length\r\nContent-Length: 3\r\n\r\n",
+                "POST / HTTP/1.1\r\nHost: a.test\r\nContent-Length: 3\r\n\r\n",
+            ),
+            (
+                "POST http://a.test/ HTTP/1.1\r\nConnection: transfer-encoding\r\nTransfer-Encoding: chunked\r\n\r\n",
+                "POST / HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\n\r\n",
+            ),
+        ];
+        for (head, upstream) in cases {
+            let parsed = req(head).unwrap();
+            let mut out = Vec::new();
+            write_upstream_request(&parsed, &mut out);
+            assert_eq!(String::from_utf8(out).unwrap(), upstream, "{head:?}");
+        }
+        let response = b"HTTP/1.1 200 OK\r\nConnection: Transfer-Encoding\r\nTransfer-Encoding: chunked\r\n\r\n";
+        let parsed = parse_response(response, "GET").unwrap();
+        let mut out = Vec::new();
+        write_client_response(&parsed, false, &mut out);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
         );
     }
 
