@@ -144,11 +144,7 @@ impl Drop for Daemon {
 
 /// Connects to `to` from the local address `source`.
 pub fn connect_from(source: &str, to: SocketAddr) -> TcpStream {
-    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    let local: SocketAddr = format!("{source}:0").parse().unwrap();
-    socket.bind(&local.into()).unwrap();
-    socket.connect(&to.into()).unwrap();
-    let stream: TcpStream = socket.into();
+    let stream = try_connect_from(source, to).expect("connect to crackbox");
     stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     stream
 }
