@@ -84,7 +84,10 @@ fn start_crackbox() -> Result<Crackbox, String> {
         .args(["--register", "127.0.0.1=bench:localhost,127.0.0.1"])
         .arg("--control-socket")
         .arg(dir.0.join("control.sock"))
-        .env("CRACKBOX_LOG", std::env::var("CRACKBOX_LOG").unwrap_or_else(|_| "warn".into()))
+        .env(
+            "CRACKBOX_LOG",
+            std::env::var("CRACKBOX_LOG").unwrap_or_else(|_| "warn".into()),
+        )
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .spawn()
