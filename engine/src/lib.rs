@@ -5,6 +5,7 @@
 //! share exactly the code the proxy runs. The `runtime` feature adds the
 //! monoio data plane, started with [`run`].
 
+pub mod admin_body;
 pub mod chunked;
 pub mod config;
 pub mod guard;

@@ -1,5 +1,5 @@
 //! The admin API's register and unregister bodies, parsed and validated as
-//! the control plane does (`crackbox_fuzz::admin` mirrors it).
+//! the control plane does (`crackbox_fuzz::admin` calls the same decoder).
 //!
 //! Input: a request body. Checks: nothing panics; a registration that is
 //! accepted is stored in a normalised form that is itself accepted and
@@ -9,7 +9,7 @@
 
 #![no_main]
 
-use crackbox_engine::policy::{parse_source_ip, RegistrationSpec, MAX_ENTRIES};
+use crackbox_engine::policy::{parse_source_ip, MAX_ENTRIES};
 use crackbox_fuzz::admin;
 use libfuzzer_sys::fuzz_target;
 
@@ -25,7 +25,7 @@ fuzz_target!(|data: &[u8]| {
         let json = serde_json::to_vec(&stored).expect("a spec serialises");
         let (ip_again, again) = admin::register(&json).unwrap_or_else(|e| panic!("stored form is refused: {e}"));
         assert_eq!((ip_again, &again), (ip, &stored), "stored form changes on a round trip");
-        let original: RegistrationSpec = admin::parse(data).expect("parsed once already");
+        let original = admin::parse_registration(data).expect("parsed once already");
         assert_eq!(original.id, stored.id, "id is stored as given");
     }
     if let Ok(ip) = admin::unregister(data) {

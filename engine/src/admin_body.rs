@@ -1,0 +1,85 @@
+//! Admin API request bodies: strict JSON decoding.
+//!
+//! Unknown fields, wrong types, missing fields and trailing bytes are errors
+//! whose message names the field. Pure, so the admin API and the fuzz
+//! targets run exactly the same code.
+
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+
+/// `POST /v1/unregister` body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UnregisterBody {
+    /// The source address to remove.
+    pub ip: String,
+}
+
+/// A body that is not the expected JSON; the message is for the client.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BodyError(pub String);
+
+/// Decodes a whole body as `T`.
+pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, BodyError> {
+    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+    let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|err| {
+        let path = err.path().to_string();
+        let inner = err.into_inner();
+        if path == "." || inner.is_syntax() || inner.is_eof() {
+            BodyError(format!("invalid JSON body: {inner}"))
+        } else {
+            BodyError(format!("{path}: {inner}"))
+        }
+    })?;
+    deserializer
+        .end()
+        .map_err(|err| BodyError(format!("invalid JSON body: {err}")))?;
+    Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::RegistrationSpec;
+
+    fn parse_spec(text: &str) -> Result<RegistrationSpec, String> {
+        decode::<RegistrationSpec>(text.as_bytes()).map_err(|e| e.0)
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let cases = [
+            (r#"{"id":"a","allowlist":[]}"#, "`ip`"),
+            (r#"{"ip":"10.0.0.1","id":"a","allowlist":"github.com"}"#, "allowlist"),
+            (r#"{"ip":"10.0.0.1","id":"a","allowlist":["a.test",1]}"#, "allowlist[1]"),
+            (r#"{"ip":"10.0.0.1","id":"a","allowlist":[null]}"#, "allowlist[0]"),
+            (r#"{"ip":"10.0.0.1","id":"a","allowlist":[],"extra":1}"#, "`extra`"),
+            (r#"{"ip":10,"id":"a","allowlist":[]}"#, "ip"),
+            (r#"{"ip":"10.0.0.1","id":null,"allowlist":[]}"#, "id"),
+            (r#"{"ip":"10.0.0.1","ip":"10.0.0.2","id":"a","allowlist":[]}"#, "`ip`"),
+        ];
+        for (text, field) in cases {
+            let err = parse_spec(text).unwrap_err();
+            assert!(err.contains(field), "{text}: {err:?} should name {field}");
+        }
+    }
+
+    #[test]
+    fn syntax_errors_and_trailing_bytes_are_rejected() {
+        for text in [
+            "",
+            "{",
+            "[]",
+            "null",
+            r#"{"ip":"10.0.0.1","id":"a","allowlist":[]} x"#,
+            "{}{}",
+        ] {
+            assert!(parse_spec(text).is_err(), "{text:?}");
+        }
+        let ok = parse_spec(" {\"ip\":\"10.0.0.1\",\"id\":\"a\",\"allowlist\":[]}\n").unwrap();
+        assert_eq!(ok.ip, "10.0.0.1");
+        let unregister: UnregisterBody = decode(br#"{"ip":"::1"}"#).unwrap();
+        assert_eq!(unregister.ip, "::1");
+    }
+}
