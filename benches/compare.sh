@@ -8,6 +8,7 @@
 # Knobs (env): QUICK, TARGETS ("direct crackbox squid tinyproxy"),
 # PROXY_CORE (0), LOAD_CORE (1), BASE_PORT (18000), OUT (results dir),
 # CRACKBOX_BIN, CRACKBOX_LOAD (prebuilt binaries), NO_INSTALL=1 (no apt-get).
+# Other CRACKBOX_* variables (e.g. CRACKBOX_IO_DRIVER=epoll) reach crackbox.
 #
 # Only loopback traffic. Every step is bounded by `timeout`. Only processes
 # this script started are stopped, by PID.
