@@ -11,20 +11,25 @@ use crate::stats::Stats;
 use crate::wire::{self, Message, Role, WireError, PROTOCOL};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::{channel, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::time::Duration;
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
-/// Starts the link thread.
+/// How often retired snapshots are checked for their last reader.
+const REAP_EVERY: Duration = Duration::from_millis(100);
+
+/// Starts the link thread (and the thread that frees retired snapshots).
 pub(crate) fn spawn(path: PathBuf, registry: Arc<Registry>, stats: Arc<Stats>) -> std::io::Result<()> {
+    let retired = spawn_reaper()?;
     std::thread::Builder::new().name("crackbox-control-link".into()).spawn(move || {
         let mut backoff = FIRST_BACKOFF;
         let mut warned = false;
         loop {
             let mut connected = false;
-            if let Err(err) = session(&path, &registry, &stats, &mut connected) {
+            if let Err(err) = session(&path, &registry, &stats, &retired, &mut connected) {
                 if connected || !warned {
                     tracing::warn!(socket = %path.display(), error = %err, "control link down; keeping the last snapshot");
                     warned = true;
@@ -41,7 +46,35 @@ pub(crate) fn spawn(path: PathBuf, registry: Arc<Registry>, stats: Arc<Stats>) -
     Ok(())
 }
 
-fn session(path: &Path, registry: &Registry, stats: &Stats, connected: &mut bool) -> Result<(), WireError> {
+/// Core threads' registry caches hold the previous snapshot until their
+/// next decision; freeing a large snapshot takes milliseconds, so this
+/// thread keeps retired snapshots and drops each once it is the last holder,
+/// never on a core thread.
+fn spawn_reaper() -> std::io::Result<Sender<Arc<Snapshot>>> {
+    let (retired, incoming) = channel::<Arc<Snapshot>>();
+    std::thread::Builder::new()
+        .name("crackbox-snapshot-reaper".into())
+        .spawn(move || {
+            let mut held: Vec<Arc<Snapshot>> = Vec::new();
+            loop {
+                match incoming.recv_timeout(REAP_EVERY) {
+                    Ok(snapshot) => held.push(snapshot),
+                    Err(RecvTimeoutError::Timeout) => {}
+                    Err(RecvTimeoutError::Disconnected) => return,
+                }
+                held.retain(|snapshot| Arc::strong_count(snapshot) > 1);
+            }
+        })?;
+    Ok(retired)
+}
+
+fn session(
+    path: &Path,
+    registry: &Registry,
+    stats: &Stats,
+    retired: &Sender<Arc<Snapshot>>,
+    connected: &mut bool,
+) -> Result<(), WireError> {
     let mut stream = UnixStream::connect(path)?;
     wire::write_message(
         &mut stream,
@@ -72,7 +105,7 @@ fn session(path: &Path, registry: &Registry, stats: &Stats, connected: &mut bool
             } => match Snapshot::build(generation, &registrations) {
                 Ok(snapshot) => {
                     let sources = snapshot.len();
-                    registry.swap(snapshot);
+                    let _ = retired.send(registry.swap(snapshot));
                     stats.set_generation(generation);
                     tracing::debug!(generation, sources, "snapshot in force");
                     wire::write_message(&mut stream, &Message::Ack { generation })?;

@@ -70,7 +70,8 @@ pub(crate) async fn reach(worker: &Worker, source: IpAddr, host: &str, port: u16
         Decision::Allow { matched, id } => (matched, id),
         Decision::Deny { reason, .. } => return Reach::Denied(reason),
     };
-    match crate::resolve::dial(worker, host, port, matched).await {
+    // Boxed: dialling state is large and only needed until connected.
+    match Box::pin(crate::resolve::dial(worker, host, port, matched)).await {
         Ok(conn) => {
             worker.stats.record_allowed(&id);
             Reach::Connected(conn)

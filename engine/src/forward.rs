@@ -17,7 +17,7 @@ use crate::responses;
 use crate::revocation::LiveEntry;
 use crate::runtime::worker::Worker;
 use crate::stats::Direction;
-use crate::tunnel::{self, Activity};
+use crate::tunnel::{self, CloseSignal};
 use std::cell::Cell;
 use std::future::Future;
 use std::io;
@@ -29,6 +29,9 @@ use std::time::{Duration, Instant};
 
 /// Bytes read from a socket at a time while reading heads and chunked bodies.
 const READ_CHUNK: usize = 16 * 1024;
+/// The first read of a request head: enough for almost every head, small
+/// enough that many connections opening at once do not bloat the heap.
+const FIRST_READ: usize = 1024;
 /// A request head must arrive within this long of its first byte.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// An idle keep-alive connection is closed after this long.
@@ -148,7 +151,7 @@ impl Session<'_> {
     async fn run(&mut self) {
         let mut first = true;
         loop {
-            let head_len = match self.read_head(first).await {
+            let head_len = match Box::pin(self.read_head(first)).await {
                 HeadRead::Complete(len) => len,
                 HeadRead::Closed => return,
                 HeadRead::Refuse(status, message) => return self.reply(&responses::error(status, message)).await,
@@ -204,7 +207,9 @@ impl Session<'_> {
                 },
             };
             self.inbox.drain(..head_len);
-            if !self.forward(prepared).await {
+            // Boxed: the HTTP exchange state is large and would otherwise be
+            // paid for by every connection, idle CONNECT tunnels included.
+            if !Box::pin(self.forward(prepared)).await {
                 return;
             }
         }
@@ -238,7 +243,9 @@ impl Session<'_> {
             }
             scanned = self.inbox.len();
             let left = deadline.saturating_duration_since(Instant::now());
-            let want = READ_CHUNK.min(MAX_HEAD + 4 - self.inbox.len());
+            // Most heads fit in the first small read; grow only for big ones.
+            let chunk = if self.inbox.is_empty() { FIRST_READ } else { READ_CHUNK };
+            let want = chunk.min(MAX_HEAD + 4 - self.inbox.len());
             match monoio::time::timeout(left, self.client.read_into(&mut self.inbox, want)).await {
                 Ok(Ok(0)) | Ok(Err(_)) => return HeadRead::Closed,
                 Ok(Ok(_)) => {}
@@ -442,7 +449,9 @@ impl Session<'_> {
             .stats
             .add_bytes(Direction::Up, request.upstream_head.len() as u64);
         let client = &self.client;
-        let activity = Activity::new();
+        let fallback = CloseSignal::default();
+        let activity = self.live.as_ref().map_or(&fallback, LiveEntry::signal);
+        activity.touch();
         let responded = Cell::new(false);
         let body = pin!(send_body(
             worker,
@@ -450,9 +459,9 @@ impl Session<'_> {
             upstream,
             &mut self.inbox,
             request.framing,
-            &activity
+            activity
         ));
-        let response = pin!(relay_response(worker, client, upstream, request, &activity, &responded));
+        let response = pin!(relay_response(worker, client, upstream, request, activity, &responded));
         let (mut body, mut response) = (body, response);
         let mut body_result: Option<Result<(), BodyError>> = None;
         let outcome = std::future::poll_fn(|cx| {
@@ -489,7 +498,7 @@ async fn send_body(
     upstream: &Conn,
     inbox: &mut Vec<u8>,
     framing: Framing,
-    activity: &Activity,
+    activity: &CloseSignal,
 ) -> Result<(), BodyError> {
     match framing {
         Framing::Empty | Framing::UntilClose => Ok(()),
@@ -512,6 +521,7 @@ async fn send_body(
                     upstream.write_all(&inbox[..used]).await?;
                     inbox.drain(..used);
                     worker.stats.add_bytes(Direction::Up, used as u64);
+                    activity.touch();
                 }
                 if chunked.is_done() {
                     return Ok(());
@@ -530,7 +540,7 @@ async fn relay_response(
     client: &Conn,
     upstream: &Conn,
     request: &Prepared,
-    activity: &Activity,
+    activity: &CloseSignal,
     responded: &Cell<bool>,
 ) -> Result<Exchange, ExchangeError> {
     let wait = worker.limits.tunnel_idle_timeout.unwrap_or(RESPONSE_TIMEOUT_FALLBACK);
@@ -563,6 +573,7 @@ async fn relay_response(
         drop(head);
         inbox.drain(..end);
         responded.set(true);
+        activity.touch();
         if interim {
             client.write_all(&out).await.map_err(|_| ExchangeError::Broken)?;
             continue;
@@ -599,7 +610,7 @@ async fn relay_body(
     upstream: &Conn,
     inbox: &mut Vec<u8>,
     framing: Framing,
-    activity: &Activity,
+    activity: &CloseSignal,
 ) -> Result<(), ExchangeError> {
     let broken = |_| ExchangeError::Broken;
     match framing {
@@ -628,6 +639,7 @@ async fn relay_body(
                     client.write_all(&inbox[..used]).await.map_err(broken)?;
                     inbox.drain(..used);
                     worker.stats.add_bytes(Direction::Down, used as u64);
+                    activity.touch();
                 }
                 if chunked.is_done() {
                     return Ok(());

@@ -27,9 +27,10 @@ impl Registry {
         self.current.load_full()
     }
 
-    /// Replaces the snapshot in force.
-    pub fn swap(&self, snapshot: Snapshot) {
-        self.current.store(Arc::new(snapshot));
+    /// Replaces the snapshot in force; returns the one it replaced, which
+    /// readers' caches may still hold for a moment.
+    pub fn swap(&self, snapshot: Snapshot) -> Arc<Snapshot> {
+        self.current.swap(Arc::new(snapshot))
     }
 
     /// A per-thread reader that costs about a nanosecond per load.

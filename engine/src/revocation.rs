@@ -2,13 +2,13 @@
 //!
 //! Each core thread keeps the connections it serves in a [`LiveSet`]. A
 //! per-thread task notices a new snapshot generation and fires the
-//! [`RevokeSignal`](crate::tunnel::RevokeSignal) of every connection the new
+//! [`CloseSignal`](crate::tunnel::CloseSignal) of every connection the new
 //! snapshot would deny, well within a second. Single-threaded by design.
 
 use crate::policy::Snapshot;
 use crate::reason::Reason;
 use crate::runtime::worker::Worker;
-use crate::tunnel::{Revocation, RevokeSignal};
+use crate::tunnel::{CloseSignal, Revocation};
 use std::cell::RefCell;
 use std::net::IpAddr;
 use std::rc::Rc;
@@ -16,6 +16,8 @@ use std::time::Duration;
 
 /// How often a thread looks for a new snapshot generation.
 const CHECK_EVERY: Duration = Duration::from_millis(200);
+/// Idle connections are looked for every this many checks (once a second).
+const IDLE_SWEEP_TICKS: u32 = 5;
 
 struct Live {
     source: IpAddr,
@@ -41,7 +43,7 @@ pub(crate) struct LiveEntry {
 impl LiveEntry {
     /// Registers a connection from `source` allowed to reach `host:port`.
     pub(crate) fn register(worker: &Rc<Worker>, source: IpAddr, host: &str, port: u16) -> LiveEntry {
-        let signal = Rc::new(RevokeSignal::default());
+        let signal = Rc::new(CloseSignal::default());
         let live = Live {
             source,
             host: host.into(),
@@ -76,7 +78,7 @@ impl LiveEntry {
     }
 
     /// The signal fired when this connection is revoked.
-    pub(crate) fn signal(&self) -> &RevokeSignal {
+    pub(crate) fn signal(&self) -> &CloseSignal {
         &self.signal
     }
 
@@ -94,6 +96,20 @@ impl Drop for LiveEntry {
 }
 
 impl LiveSet {
+    /// Fires the signal of every live connection quiet for at least `limit`;
+    /// returns how many.
+    fn close_idle(&self, limit: Duration) -> usize {
+        let slots = self.slots.borrow();
+        let mut closed = 0;
+        for live in slots.iter().flatten().filter(|live| !live.signal.is_fired()) {
+            if live.signal.quiet_for() >= limit {
+                live.signal.fire();
+                closed += 1;
+            }
+        }
+        closed
+    }
+
     /// Fires the signal of every live connection `snapshot` denies; returns
     /// how many were revoked.
     fn revoke_denied(&self, snapshot: &Snapshot, worker: &Worker) -> usize {
@@ -118,11 +134,21 @@ impl LiveSet {
     }
 }
 
-/// Runs forever on each core thread: revokes what each new snapshot denies.
+/// Runs forever on each core thread: revokes what each new snapshot denies
+/// and closes connections idle past the tunnel idle timeout (one timer per
+/// thread instead of one per tunnel).
 pub(crate) async fn watch(worker: Rc<Worker>) {
     let mut seen = worker.with_snapshot(|s| s.generation());
+    let mut ticks: u32 = 0;
     loop {
         monoio::time::sleep(CHECK_EVERY).await;
+        ticks = ticks.wrapping_add(1);
+        if let (Some(limit), 0) = (worker.limits.tunnel_idle_timeout, ticks % IDLE_SWEEP_TICKS) {
+            let idle = worker.live.close_idle(limit);
+            if idle > 0 {
+                tracing::debug!(idle, "closed idle connections");
+            }
+        }
         let snapshot = worker.snapshot();
         if snapshot.generation() == seen {
             continue;

@@ -87,23 +87,6 @@ fn splice(from: RawFd, to: RawFd, len: usize) -> io::Result<usize> {
     nix_result(unsafe { libc::splice(from, std::ptr::null_mut(), to, std::ptr::null_mut(), len, flags) })
 }
 
-/// Shared between a tunnel's pumps and its watchdog.
-pub(crate) struct Activity {
-    last: Cell<Instant>,
-}
-
-impl Activity {
-    pub(crate) fn new() -> Self {
-        Activity {
-            last: Cell::new(Instant::now()),
-        }
-    }
-
-    fn touch(&self) {
-        self.last.set(Instant::now());
-    }
-}
-
 /// Moves bytes `src` -> `dst` until `limit` bytes are moved or, when
 /// `None`, until EOF. Returns the bytes moved (fewer than `limit` on EOF).
 pub(crate) async fn pump(
@@ -112,7 +95,7 @@ pub(crate) async fn pump(
     dst: &Conn,
     limit: Option<u64>,
     direction: Direction,
-    activity: &Activity,
+    activity: &CloseSignal,
 ) -> io::Result<u64> {
     let mut moved = 0u64;
     let mut pipe: Option<Pipe> = None;
@@ -122,7 +105,8 @@ pub(crate) async fn pump(
             break Ok(moved);
         }
         let Some(p) = pipe.take().or_else(|| worker.pools.take_pipe()) else {
-            match copy_once(worker, src, dst, want).await {
+            // Boxed: the rare fallback should not enlarge every idle tunnel.
+            match Box::pin(copy_once(worker, src, dst, want)).await {
                 Ok(0) => break Ok(moved),
                 Ok(n) => {
                     moved += n as u64;
@@ -190,31 +174,26 @@ async fn copy_once(worker: &Worker, src: &Conn, dst: &Conn, want: usize) -> io::
     result
 }
 
-/// Runs a full-duplex tunnel until both directions end, one fails, the
-/// idle timeout passes or `revoked` fires. Half-close is honoured: EOF one
-/// way shuts down writing the other way, and the other way runs on.
-pub(crate) async fn run(worker: &Worker, client: &Conn, upstream: &Conn, revoked: &RevokeSignal) {
-    let activity = Activity::new();
+/// Runs a full-duplex tunnel until both directions end, one fails, or
+/// `close` fires (revoked, or idle past the limit: see `revocation`).
+/// Half-close is honoured: EOF one way shuts down writing the other way, and
+/// the other way runs on. Holds no timer: an idle tunnel costs its sockets
+/// and this future only.
+pub(crate) async fn run(worker: &Worker, client: &Conn, upstream: &Conn, close: &CloseSignal) {
     let both = async {
         let up = async {
-            let result = pump(worker, client, upstream, None, Direction::Up, &activity).await;
+            let result = pump(worker, client, upstream, None, Direction::Up, close).await;
             end_direction(result, client, upstream);
         };
         let down = async {
-            let result = pump(worker, upstream, client, None, Direction::Down, &activity).await;
+            let result = pump(worker, upstream, client, None, Direction::Down, close).await;
             end_direction(result, upstream, client);
         };
         monoio::join!(up, down);
     };
-    let watchdog = async {
-        monoio::select! {
-            _ = idle_timeout(worker.limits.tunnel_idle_timeout, &activity) => {},
-            _ = revoked.wait() => {},
-        }
-    };
     monoio::select! {
         _ = both => {},
-        _ = watchdog => {},
+        _ = close.wait() => {},
     }
 }
 
@@ -229,29 +208,36 @@ fn end_direction(result: io::Result<u64>, src: &Conn, dst: &Conn) {
     }
 }
 
-/// Completes once `activity` has been quiet for `limit` (never when `None`).
-pub(crate) async fn idle_timeout(limit: Option<Duration>, activity: &Activity) {
-    let Some(limit) = limit else {
-        return std::future::pending().await;
-    };
-    loop {
-        let quiet = activity.last.get().elapsed();
-        if quiet >= limit {
-            return;
+/// A live connection's shared state: when bytes last moved, and a one-shot,
+/// single-thread signal that it must close (revoked, or idle too long).
+pub(crate) struct CloseSignal {
+    fired: Cell<bool>,
+    waker: RefCell<Option<Waker>>,
+    last_active: Cell<Instant>,
+}
+
+impl Default for CloseSignal {
+    fn default() -> Self {
+        CloseSignal {
+            fired: Cell::new(false),
+            waker: RefCell::new(None),
+            last_active: Cell::new(Instant::now()),
         }
-        monoio::time::sleep(limit - quiet).await;
     }
 }
 
-/// A one-shot, single-thread signal that a live connection must close.
-#[derive(Default)]
-pub(crate) struct RevokeSignal {
-    fired: Cell<bool>,
-    waker: RefCell<Option<Waker>>,
-}
+impl CloseSignal {
+    /// Records that bytes moved now.
+    pub(crate) fn touch(&self) {
+        self.last_active.set(Instant::now());
+    }
 
-impl RevokeSignal {
-    /// Marks the connection revoked and wakes its watchdog.
+    /// How long since bytes last moved.
+    pub(crate) fn quiet_for(&self) -> Duration {
+        self.last_active.get().elapsed()
+    }
+
+    /// Marks the connection for closing and wakes its owner.
     pub(crate) fn fire(&self) {
         self.fired.set(true);
         if let Some(waker) = self.waker.borrow_mut().take() {
@@ -279,4 +265,4 @@ impl RevokeSignal {
 }
 
 /// Shared handle type for a revoke signal.
-pub(crate) type Revocation = Rc<RevokeSignal>;
+pub(crate) type Revocation = Rc<CloseSignal>;

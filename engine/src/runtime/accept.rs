@@ -65,7 +65,8 @@ async fn serve_connection(worker: Rc<Worker>, stream: TcpStream, peer: SocketAdd
     };
     match plane {
         Plane::Forward => crate::forward::serve(&worker, conn, source).await,
-        Plane::Transparent => crate::transparent::serve(&worker, conn, source).await,
+        // Boxed so forward connections do not pay for transparent-mode state.
+        Plane::Transparent => Box::pin(crate::transparent::serve(&worker, conn, source)).await,
     }
     drop(ticket);
 }
