@@ -79,6 +79,22 @@ struct Prepared {
     keep_alive: bool,
 }
 
+impl Prepared {
+    /// The request to send `host:port`, rewritten for the upstream.
+    fn new(head: &http_head::RequestHead<'_>, host: &str, port: u16) -> Self {
+        let mut upstream_head = Vec::with_capacity(head.head_len + 32);
+        http_head::write_upstream_request(head, &mut upstream_head);
+        Prepared {
+            method: head.method.to_owned(),
+            host: host.to_owned(),
+            port,
+            upstream_head,
+            framing: head.framing,
+            keep_alive: head.keep_alive,
+        }
+    }
+}
+
 /// An upstream connection kept for the next request to the same place.
 struct Upstream {
     host: String,
@@ -167,16 +183,7 @@ impl Session<'_> {
                         ) else {
                             return;
                         };
-                        let mut upstream_head = Vec::with_capacity(head_len + 32);
-                        http_head::write_upstream_request(&head, &mut upstream_head);
-                        Prepared {
-                            method: head.method.to_owned(),
-                            host: host.to_owned(),
-                            port,
-                            upstream_head,
-                            framing: head.framing,
-                            keep_alive: head.keep_alive,
-                        }
+                        Prepared::new(&head, host, port)
                     }
                     _ if self.origin_port.is_some() => {
                         return self
@@ -192,18 +199,7 @@ impl Session<'_> {
                         self.inbox.drain(..head_len);
                         return self.tunnel(host, port).await;
                     }
-                    Target::Absolute { host, port, .. } => {
-                        let mut upstream_head = Vec::with_capacity(head_len + 32);
-                        http_head::write_upstream_request(&head, &mut upstream_head);
-                        Prepared {
-                            method: head.method.to_owned(),
-                            host: host.to_owned(),
-                            port,
-                            upstream_head,
-                            framing: head.framing,
-                            keep_alive: head.keep_alive,
-                        }
-                    }
+                    Target::Absolute { host, port, .. } => Prepared::new(&head, host, port),
                 },
             };
             self.inbox.drain(..head_len);
