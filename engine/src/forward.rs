@@ -41,32 +41,13 @@ const RESPONSE_TIMEOUT_FALLBACK: Duration = Duration::from_secs(3600);
 
 /// Serves one client connection of the forward listener to the end.
 pub(crate) async fn serve(worker: &Rc<Worker>, client: Conn, source: IpAddr) {
-    let mut session = Session {
-        worker,
-        client,
-        source,
-        inbox: Vec::new(),
-        upstream: None,
-        live: None,
-        origin_port: None,
-    };
-    session.run().await;
+    Session::new(worker, client, source, None).run().await;
 }
 
 /// Serves a transparently redirected port-80 connection: origin-form
 /// requests, each decided by its `Host` (without port) on `port`.
 pub(crate) async fn serve_origin(worker: &Rc<Worker>, client: Conn, source: IpAddr, port: u16) {
-    let origin_port = Some(port);
-    let mut session = Session {
-        worker,
-        client,
-        source,
-        inbox: Vec::new(),
-        upstream: None,
-        live: None,
-        origin_port,
-    };
-    session.run().await;
+    Session::new(worker, client, source, Some(port)).run().await;
 }
 
 /// A request ready to send upstream; owns everything it needs.
@@ -163,7 +144,19 @@ struct Session<'w> {
     origin_port: Option<u16>,
 }
 
-impl Session<'_> {
+impl<'w> Session<'w> {
+    fn new(worker: &'w Rc<Worker>, client: Conn, source: IpAddr, origin_port: Option<u16>) -> Self {
+        Session {
+            worker,
+            client,
+            source,
+            inbox: Vec::new(),
+            upstream: None,
+            live: None,
+            origin_port,
+        }
+    }
+
     async fn run(&mut self) {
         let mut first = true;
         loop {
