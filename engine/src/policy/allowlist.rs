@@ -6,7 +6,7 @@
 
 use super::entry::{AllowEntry, EntryError, Target};
 use super::host::{normalise_into, HostRef, MAX_NAME_LEN};
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::net::IpAddr;
 
 /// How a host was allowed; the destination guard treats the two differently.
@@ -53,6 +53,10 @@ pub struct Allowlist {
     domains: FxHashMap<Box<str>, PortRule>,
     subdomains: FxHashMap<Box<str>, PortRule>,
     ips: FxHashMap<IpAddr, PortRule>,
+    /// Fewest and most labels of any name entry: suffixes outside that
+    /// range cannot match, so lookups skip them.
+    min_labels: usize,
+    max_labels: usize,
 }
 
 impl Allowlist {
@@ -66,10 +70,19 @@ impl Allowlist {
 
     /// Compiles validated entries, dropping exact duplicates.
     pub fn from_entries(entries: Vec<AllowEntry>) -> Self {
-        let mut list = Allowlist::default();
+        let mut list = Allowlist {
+            min_labels: usize::MAX,
+            ..Allowlist::default()
+        };
+        let mut seen = FxHashSet::default();
         for entry in entries {
-            if list.entries.contains(&entry) {
+            if !seen.insert(entry.clone()) {
                 continue;
+            }
+            if let Target::Domain(name) | Target::Subdomains(name) = &entry.target {
+                let labels = label_count(name);
+                list.min_labels = list.min_labels.min(labels);
+                list.max_labels = list.max_labels.max(labels);
             }
             let map_entry = |rule: Option<&mut PortRule>| rule.map(|r| r.widen(entry.port)).is_some();
             match &entry.target {
@@ -123,21 +136,37 @@ impl Allowlist {
     }
 
     fn matches_name(&self, name: &str, allows: &impl Fn(&PortRule) -> bool) -> bool {
-        if self.domains.get(name).is_some_and(allows) {
-            return true;
-        }
+        let mut labels = label_count(name);
         let mut rest = name;
-        while let Some(dot) = rest.find('.') {
+        let mut proper = false;
+        while labels > self.max_labels {
+            let Some(dot) = rest.find('.') else {
+                return false;
+            };
             rest = &rest[dot + 1..];
+            labels -= 1;
+            proper = true;
+        }
+        while labels >= self.min_labels {
             if self.domains.get(rest).is_some_and(allows) {
                 return true;
             }
-            if !self.subdomains.is_empty() && self.subdomains.get(rest).is_some_and(allows) {
+            if proper && !self.subdomains.is_empty() && self.subdomains.get(rest).is_some_and(allows) {
                 return true;
             }
+            let Some(dot) = rest.find('.') else {
+                return false;
+            };
+            rest = &rest[dot + 1..];
+            labels -= 1;
+            proper = true;
         }
         false
     }
+}
+
+fn label_count(name: &str) -> usize {
+    name.bytes().filter(|&b| b == b'.').count() + 1
 }
 
 /// The policy decision: may a client with `allowlist` reach `host:port`?
