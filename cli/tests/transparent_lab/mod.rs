@@ -5,7 +5,8 @@
 //!  workload ns            proxy ns (crackbox)             upstream ns
 //!  10.200.1.2/30 --veth-- 10.200.1.1/30   10.201.1.1/29 --veth-- 10.201.1.2/29 (real servers)
 //!  fd00:200::2/126        fd00:200::1/126                        10.201.1.3/29 (decoy servers)
-//!  default via .1 / ::1                                          fd00:201::3/64 (IPv6 decoy)
+//!  default via .1 / ::1                                          10.201.1.4/29 (echo servers)
+//!                                                                fd00:201::3/64 (IPv6 decoy)
 //! ```
 //!
 //! crackbox listens dual-stack (`[::]:3127`, or `0.0.0.0:3127`, the default,
@@ -45,18 +46,24 @@ pub const PROXY_UPLINK: Ipv4Addr = Ipv4Addr::new(10, 201, 1, 1);
 pub const REAL: Ipv4Addr = Ipv4Addr::new(10, 201, 1, 2);
 /// Another server in the upstream namespace that no allowed name points at.
 pub const DECOY: Ipv4Addr = Ipv4Addr::new(10, 201, 1, 3);
+/// Where `echo.test` and `keep.test` are: servers that hold connections open.
+pub const ECHO: Ipv4Addr = Ipv4Addr::new(10, 201, 1, 4);
 /// The workload's IPv6 address (registered as `agent6`).
 pub const WORKLOAD6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x200, 0, 0, 0, 0, 0, 2);
 /// An IPv6 decoy server in the upstream namespace.
 pub const DECOY6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x201, 0, 0, 0, 0, 0, 3);
 /// crackbox's transparent port inside the proxy namespace.
 pub const TRANSPARENT_PORT: u16 = 3127;
+/// crackbox's admin API inside the proxy namespace (no secret).
+pub const ADMIN: &str = "127.0.0.1:3129";
 /// The group crackbox runs under, excluded from the OUTPUT redirect.
 const CRACKBOX_GID: u32 = 4242;
-/// Names the workload may reach; `allowed.test` covers its subdomains.
-pub const ALLOWLIST: &str = "allowed.test";
+/// Names every lab source may reach; `allowed.test` covers its subdomains.
+pub const ALLOWLIST: &str = "allowed.test,echo.test,keep.test";
 /// How long any single network step may take before the test fails.
 pub const WAIT: Duration = Duration::from_secs(15);
+/// How long the keep-alive and echo upstreams keep a silent connection.
+const HOLD: Duration = Duration::from_secs(120);
 
 /// True when the tests can build namespaces; prints why not otherwise.
 pub fn can_run() -> bool {
@@ -101,7 +108,9 @@ pub struct Seen {
     pub decoy_tls_accepted: AtomicUsize,
     /// SNI of each completed handshake on the real server.
     pub real_sni: Mutex<Vec<String>>,
-    /// HTTP connections accepted on port 80 (real and decoy).
+    /// TLS connections accepted by the echo server.
+    pub echo_tls_accepted: AtomicUsize,
+    /// HTTP connections accepted on port 80 (real, decoy and echo).
     pub http_accepted: AtomicUsize,
     /// `Host` and path of every HTTP request, in order.
     pub http_requests: Mutex<Vec<(String, String)>>,
@@ -129,15 +138,20 @@ impl Lab {
     /// (transparent listener dual-stack on `[::]`), and waits until crackbox
     /// enforces the registrations.
     pub fn start() -> Lab {
-        Lab::start_listening("[::]")
+        Lab::start_with(&[])
+    }
+
+    /// As [`Lab::start`], with extra `crackbox proxy serve` flags.
+    pub fn start_with(flags: &[&str]) -> Lab {
+        Lab::start_listening("[::]", flags)
     }
 
     /// As [`Lab::start`] with the default IPv4-only transparent listener.
     pub fn start_ipv4_only() -> Lab {
-        Lab::start_listening("0.0.0.0")
+        Lab::start_listening("0.0.0.0", &[])
     }
 
-    fn start_listening(transparent_ip: &str) -> Lab {
+    fn start_listening(transparent_ip: &str, flags: &[&str]) -> Lab {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let tag = format!(
             "{}{}",
@@ -155,7 +169,7 @@ impl Lab {
         };
         lab.build_network();
         lab.start_upstreams();
-        lab.start_crackbox(transparent_ip);
+        lab.start_crackbox(transparent_ip, flags);
         lab
     }
 
@@ -177,6 +191,7 @@ impl Lab {
         run(&["ip", "-n", p, "addr", "add", "10.201.1.1/29", "dev", &ub]);
         run(&["ip", "-n", u, "addr", "add", "10.201.1.2/29", "dev", &ua]);
         run(&["ip", "-n", u, "addr", "add", "10.201.1.3/29", "dev", &ua]);
+        run(&["ip", "-n", u, "addr", "add", "10.201.1.4/29", "dev", &ua]);
         run(&["ip", "-n", w, "addr", "add", "fd00:200::2/126", "dev", &wa, "nodad"]);
         run(&["ip", "-n", p, "addr", "add", "fd00:200::1/126", "dev", &wb, "nodad"]);
         run(&["ip", "-n", p, "addr", "add", "fd00:201::1/64", "dev", &ub, "nodad"]);
@@ -200,13 +215,17 @@ impl Lab {
             redirect(tables, "OUTPUT", &["-m", "owner", "!", "--gid-owner", &gid]);
         }
         std::fs::create_dir_all(&self.etc_dir).unwrap();
-        let hosts = format!("127.0.0.1 localhost\n{REAL} allowed.test www.allowed.test\n{DECOY} decoy.test\n");
+        let hosts = format!(
+            "127.0.0.1 localhost\n{REAL} allowed.test www.allowed.test\n{DECOY} decoy.test\n{ECHO} echo.test keep.test\n"
+        );
         std::fs::write(format!("{}/hosts", self.etc_dir), hosts).unwrap();
         std::fs::write(format!("{}/resolv.conf", self.etc_dir), "nameserver 127.0.0.1\n").unwrap();
     }
 
     fn start_upstreams(&mut self) {
-        let names = vec!["allowed.test".to_owned(), "*.allowed.test".to_owned()];
+        let names = ["allowed.test", "*.allowed.test", "echo.test", "keep.test"]
+            .map(str::to_owned)
+            .to_vec();
         let certified = rcgen::generate_simple_self_signed(names).unwrap();
         self.cert = certified.cert.der().clone();
         let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(certified.key_pair.serialize_der()));
@@ -228,12 +247,18 @@ impl Lab {
             let label = if real { "real" } else { "decoy" };
             std::thread::spawn(move || serve_http(http, seen, label));
         }
+        let tls = in_ns(&self.upstream_ns, || TcpListener::bind((ECHO, 443)).unwrap());
+        let (seen, config) = (Arc::clone(&self.seen), Arc::clone(&server));
+        std::thread::spawn(move || serve_tls_echo(tls, config, seen));
+        let http = in_ns(&self.upstream_ns, || TcpListener::bind((ECHO, 80)).unwrap());
+        let seen = Arc::clone(&self.seen);
+        std::thread::spawn(move || serve_http(http, seen, "echo"));
         let dns = in_ns(&self.upstream_ns, || UdpSocket::bind((REAL, 53)).unwrap());
         let seen = Arc::clone(&self.seen);
         std::thread::spawn(move || serve_dns(dns, seen));
     }
 
-    fn start_crackbox(&mut self, transparent_ip: &str) {
+    fn start_crackbox(&mut self, transparent_ip: &str, flags: &[&str]) {
         let register = format!("{WORKLOAD}=agent:{ALLOWLIST}");
         let register_local = format!("{PROXY}=local:{ALLOWLIST}");
         let register6 = format!("{WORKLOAD6}=agent6:{ALLOWLIST}");
@@ -253,14 +278,7 @@ impl Lab {
                 "--",
             ])
             .arg(env!("CARGO_BIN_EXE_crackbox"))
-            .args([
-                "proxy",
-                "serve",
-                "--listen",
-                "10.200.1.1:3128",
-                "--admin-listen",
-                "127.0.0.1:3129",
-            ])
+            .args(["proxy", "serve", "--listen", "10.200.1.1:3128", "--admin-listen", ADMIN])
             .args(["--transparent-listen", &transparent, "--dns-listen", &dns_listen])
             .args([
                 "--dns-upstream",
@@ -277,6 +295,7 @@ impl Lab {
                 "--register",
                 &register6,
             ])
+            .args(flags)
             .env_remove("CRACKBOX_ADMIN_SECRET")
             .env("XDG_CONFIG_HOME", "/nonexistent-crackbox-test")
             .env("HOME", "/nonexistent-crackbox-test")
@@ -428,13 +447,40 @@ fn serve_tls(listener: TcpListener, config: Arc<rustls::ServerConfig>, seen: Arc
     }
 }
 
+/// The echo upstream: completes the handshake, then answers every line
+/// with the SNI and the line until the client closes; counts accepts.
+fn serve_tls_echo(listener: TcpListener, config: Arc<rustls::ServerConfig>, seen: Arc<Seen>) {
+    for stream in listener.incoming().map_while(Result::ok) {
+        seen.echo_tls_accepted.fetch_add(1, Ordering::SeqCst);
+        let config = Arc::clone(&config);
+        std::thread::spawn(move || {
+            let _ = stream.set_read_timeout(Some(HOLD));
+            let Ok(conn) = rustls::ServerConnection::new(config) else {
+                return;
+            };
+            let mut tls = BufReader::new(rustls::StreamOwned::new(conn, stream));
+            loop {
+                let mut line = String::new();
+                if tls.read_line(&mut line).unwrap_or(0) == 0 {
+                    return;
+                }
+                let sni = tls.get_ref().conn.server_name().unwrap_or("").to_owned();
+                let tls = tls.get_mut();
+                if tls.write_all(format!("{sni} {line}").as_bytes()).is_err() || tls.flush().is_err() {
+                    return;
+                }
+            }
+        });
+    }
+}
+
 /// The HTTP upstream: keep-alive, answers each request with its Host and path.
 fn serve_http(listener: TcpListener, seen: Arc<Seen>, label: &'static str) {
     for stream in listener.incoming().map_while(Result::ok) {
         seen.http_accepted.fetch_add(1, Ordering::SeqCst);
         let seen = Arc::clone(&seen);
         std::thread::spawn(move || {
-            let _ = stream.set_read_timeout(Some(WAIT));
+            let _ = stream.set_read_timeout(Some(HOLD));
             let mut reader = BufReader::new(stream);
             loop {
                 let mut request_line = String::new();
@@ -538,6 +584,41 @@ pub fn tls_roundtrip(
     tls.read_to_string(&mut reply)
         .or_else(|e| if reply.is_empty() { Err(e) } else { Ok(reply.len()) })?;
     Ok(reply)
+}
+
+/// A TLS session through crackbox, kept open.
+pub type TlsSession = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
+
+/// Completes a TLS handshake over `stream` for `server`; the session stays
+/// open. Errors when crackbox closes the connection.
+pub fn tls_open(
+    stream: TcpStream,
+    config: Arc<rustls::ClientConfig>,
+    server: ServerName<'static>,
+) -> std::io::Result<TlsSession> {
+    let mut conn = rustls::ClientConnection::new(config, server).map_err(std::io::Error::other)?;
+    let mut stream = stream;
+    while conn.is_handshaking() {
+        conn.complete_io(&mut stream)?;
+    }
+    Ok(rustls::StreamOwned::new(conn, stream))
+}
+
+/// Sends `text` as one line over a session with the echo server and
+/// returns its answer (`"{sni} {text}"`).
+pub fn tls_echo(session: &mut TlsSession, text: &str) -> std::io::Result<String> {
+    session.write_all(format!("{text}\n").as_bytes())?;
+    session.flush()?;
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    while !line.ends_with(b"\n") {
+        match session.read(&mut byte)? {
+            0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            _ => line.push(byte[0]),
+        }
+    }
+    line.pop();
+    Ok(String::from_utf8_lossy(&line).into_owned())
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
