@@ -1,11 +1,11 @@
 //! Compiled allowlists and `match_host`, the one decision every plane uses.
 //!
 //! An allowlist is compiled into hash maps once, when a snapshot is built, so
-//! a lookup costs one hash probe per label of the host (O(labels), never
-//! O(entries)) and allocates nothing.
+//! a lookup costs at most one hash probe per label of the host (O(labels),
+//! never O(entries)) and allocates nothing.
 
 use super::entry::{AllowEntry, EntryError, Target};
-use super::host::{normalise_into, HostRef, MAX_NAME_LEN};
+use super::host::{normalise_into, HostRef, NameBuf};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::net::IpAddr;
 
@@ -46,12 +46,29 @@ impl PortRule {
     }
 }
 
+/// Adds `port` to an optional rule, creating the rule on first use.
+fn add_port(rule: &mut Option<PortRule>, port: Option<u16>) {
+    match rule {
+        Some(rule) => rule.widen(port),
+        None => *rule = Some(PortRule::new(port)),
+    }
+}
+
+/// What the entries on one name allow: the name itself, and names below it.
+///
+/// `example.com` adds its port to both, `*.example.com` only to `below`, so
+/// one probe per suffix of a host answers for both kinds of entry.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct NameRule {
+    apex: Option<PortRule>,
+    below: Option<PortRule>,
+}
+
 /// A compiled allowlist; an empty one denies everything.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Allowlist {
     entries: Vec<AllowEntry>,
-    domains: FxHashMap<Box<str>, PortRule>,
-    subdomains: FxHashMap<Box<str>, PortRule>,
+    names: FxHashMap<Box<[u8]>, NameRule>,
     ips: FxHashMap<IpAddr, PortRule>,
     /// Fewest and most labels of any name entry: suffixes outside that
     /// range cannot match, so lookups skip them.
@@ -79,32 +96,31 @@ impl Allowlist {
             if !seen.insert(entry.clone()) {
                 continue;
             }
-            if let Target::Domain(name) | Target::Subdomains(name) = &entry.target {
-                let labels = label_count(name);
-                list.min_labels = list.min_labels.min(labels);
-                list.max_labels = list.max_labels.max(labels);
-            }
-            let map_entry = |rule: Option<&mut PortRule>| rule.map(|r| r.widen(entry.port)).is_some();
             match &entry.target {
                 Target::Domain(name) => {
-                    if !map_entry(list.domains.get_mut(name.as_str())) {
-                        list.domains.insert(name.as_str().into(), PortRule::new(entry.port));
-                    }
+                    let rule = list.name_rule(name);
+                    add_port(&mut rule.apex, entry.port);
+                    add_port(&mut rule.below, entry.port);
                 }
-                Target::Subdomains(name) => {
-                    if !map_entry(list.subdomains.get_mut(name.as_str())) {
-                        list.subdomains.insert(name.as_str().into(), PortRule::new(entry.port));
-                    }
-                }
-                Target::Ip(ip) => {
-                    if !map_entry(list.ips.get_mut(ip)) {
+                Target::Subdomains(name) => add_port(&mut list.name_rule(name).below, entry.port),
+                Target::Ip(ip) => match list.ips.get_mut(ip) {
+                    Some(rule) => rule.widen(entry.port),
+                    None => {
                         list.ips.insert(*ip, PortRule::new(entry.port));
                     }
-                }
+                },
             }
             list.entries.push(entry);
         }
         list
+    }
+
+    /// The rule for a name entry, counting its labels into the skip range.
+    fn name_rule(&mut self, name: &str) -> &mut NameRule {
+        let labels = name.bytes().filter(|&b| b == b'.').count() + 1;
+        self.min_labels = self.min_labels.min(labels);
+        self.max_labels = self.max_labels.max(labels);
+        self.names.entry(name.as_bytes().into()).or_default()
     }
 
     /// The normalised entries, in the order given, without duplicates.
@@ -128,45 +144,26 @@ impl Allowlist {
     }
 
     fn decide(&self, host: &str, allows: impl Fn(&PortRule) -> bool) -> Option<MatchedBy> {
-        let mut buf = [0u8; MAX_NAME_LEN];
+        let mut buf = NameBuf::new();
         match normalise_into(host, &mut buf)? {
             HostRef::Ip(ip) => self.ips.get(&ip).filter(|r| allows(r)).map(|_| MatchedBy::IpLiteral),
             HostRef::Name(name) => self.matches_name(name, &allows).then_some(MatchedBy::Name),
         }
     }
 
-    fn matches_name(&self, name: &str, allows: &impl Fn(&PortRule) -> bool) -> bool {
-        let mut labels = label_count(name);
-        let mut rest = name;
-        let mut proper = false;
-        while labels > self.max_labels {
-            let Some(dot) = rest.find('.') else {
-                return false;
-            };
-            rest = &rest[dot + 1..];
-            labels -= 1;
-            proper = true;
-        }
-        while labels >= self.min_labels {
-            if self.domains.get(rest).is_some_and(allows) {
-                return true;
-            }
-            if proper && !self.subdomains.is_empty() && self.subdomains.get(rest).is_some_and(allows) {
-                return true;
-            }
-            let Some(dot) = rest.find('.') else {
-                return false;
-            };
-            rest = &rest[dot + 1..];
-            labels -= 1;
-            proper = true;
-        }
-        false
+    /// Probes the suffixes of `name` whose label count an entry has.
+    fn matches_name(&self, name: &NameBuf, allows: &impl Fn(&PortRule) -> bool) -> bool {
+        let labels = name.labels();
+        let Some(last) = labels.checked_sub(self.min_labels) else {
+            return false;
+        };
+        (labels.saturating_sub(self.max_labels)..=last).any(|first| {
+            self.names.get(name.suffix(first)).is_some_and(|rule| {
+                let rule = if first == 0 { &rule.apex } else { &rule.below };
+                rule.as_ref().is_some_and(allows)
+            })
+        })
     }
-}
-
-fn label_count(name: &str) -> usize {
-    name.bytes().filter(|&b| b == b'.').count() + 1
 }
 
 /// The policy decision: may a client with `allowlist` reach `host:port`?
@@ -189,6 +186,8 @@ mod tests {
 
     #[test]
     fn match_table() {
+        let most_labels = format!("{}a", "a.".repeat(126));
+        let too_many_labels = format!("a.{most_labels}");
         let cases: &[(&[&str], &str, u16, bool)] = &[
             (&["github.com"], "github.com", 443, true),
             (&["github.com"], "api.github.com", 443, true),
@@ -210,6 +209,17 @@ mod tests {
             (&["github.com:443", "github.com:80"], "github.com", 80, true),
             (&["github.com:443", "github.com"], "github.com", 22, true),
             (&["*.github.com:443"], "api.github.com", 8443, false),
+            (&["*.example.com:443", "example.com:80"], "example.com", 443, false),
+            (&["*.example.com:443", "example.com:80"], "example.com", 80, true),
+            (&["*.example.com:443", "example.com:80"], "a.example.com", 443, true),
+            (&["*.example.com:443", "example.com:80"], "a.example.com", 80, true),
+            (&["*.example.com:443", "example.com:80"], "a.example.com", 22, false),
+            (&["deep.a.example.com", "org"], "x.example.org", 80, true),
+            (&["deep.a.example.com", "org"], "a.example.com", 80, false),
+            (&["deep.a.example.com", "org"], "X.Deep.A.example.com.", 80, true),
+            (&["deep.a.example.com", "org"], "org", 80, true),
+            (&["a.a"], &most_labels, 80, true),
+            (&["a.a"], &too_many_labels, 80, false),
             (&["_acme.example.com"], "_acme.example.com", 80, true),
             (&["xn--bcher-kva.example"], "XN--BCHER-KVA.example", 80, true),
             (&["xn--bcher-kva.example"], "bücher.example", 80, false),

@@ -5,12 +5,31 @@
 //! ASCII, 1–253 bytes, with labels of 1–63 `[a-z0-9_-]` that neither start nor
 //! end with `-`, and a last label that is not all digits (so `127.1` or
 //! `2130706433`, which some resolvers read as addresses, are never names).
+//!
+//! Lookups run this on every decision, so names are lowered, validated and
+//! split into labels in one pass into a stack buffer: never allocate here.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// Longest host name accepted, in bytes, without the trailing dot.
 pub const MAX_NAME_LEN: usize = 253;
 const MAX_LABEL_LEN: usize = 63;
+/// Most labels a valid name has: one-byte labels and a dot between each.
+const MAX_LABELS: usize = MAX_NAME_LEN.div_ceil(2);
+
+/// Each byte lowered when it may appear in a name, 0 when it may not.
+const NAME_BYTE: [u8; 256] = {
+    let mut table = [0u8; 256];
+    let mut b = 0;
+    while b < table.len() {
+        let c = (b as u8).to_ascii_lowercase();
+        if c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-' || c == b'_' || c == b'.' {
+            table[b] = c;
+        }
+        b += 1;
+    }
+    table
+};
 
 /// A normalised host: a validated lower-case name or a canonical address.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -22,73 +41,125 @@ pub enum HostKind {
 }
 
 /// A normalised host borrowed from a caller-provided buffer (no allocation).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) enum HostRef<'a> {
-    Name(&'a str),
+    Name(&'a NameBuf),
     Ip(IpAddr),
+}
+
+/// A validated lower-case name on the stack, with where each label starts.
+#[derive(Debug)]
+pub(crate) struct NameBuf {
+    bytes: [u8; MAX_NAME_LEN],
+    len: usize,
+    /// Offset of each label; offsets are below [`MAX_NAME_LEN`], so fit a byte.
+    starts: [u8; MAX_LABELS],
+    labels: usize,
+}
+
+impl NameBuf {
+    /// An empty buffer for [`normalise_into`] to fill.
+    pub(crate) fn new() -> Self {
+        NameBuf {
+            bytes: [0; MAX_NAME_LEN],
+            len: 0,
+            starts: [0; MAX_LABELS],
+            labels: 0,
+        }
+    }
+
+    /// How many labels the name has.
+    pub(crate) fn labels(&self) -> usize {
+        self.labels
+    }
+
+    /// The name from label `first` on: 0 is the whole name, 1 its parent.
+    pub(crate) fn suffix(&self, first: usize) -> &[u8] {
+        &self.bytes[usize::from(self.starts[first])..self.len]
+    }
+}
+
+/// What one pass over a would-be name found.
+enum Scan {
+    /// A valid name, now in the buffer.
+    Name,
+    /// Valid labels but the last is all digits: an IPv4 literal or nothing.
+    Numeric,
+    /// Not a name.
+    Invalid,
 }
 
 /// Normalises `host`, or returns `None` when it is not a valid host.
 pub fn normalise_host(host: &str) -> Option<HostKind> {
-    let mut buf = [0u8; MAX_NAME_LEN];
+    let mut buf = NameBuf::new();
     Some(match normalise_into(host, &mut buf)? {
-        HostRef::Name(name) => HostKind::Name(name.to_owned()),
+        // The buffer holds only the ASCII bytes the scan let through.
+        HostRef::Name(name) => HostKind::Name(String::from_utf8(name.suffix(0).to_vec()).ok()?),
         HostRef::Ip(ip) => HostKind::Ip(ip),
     })
 }
 
 /// Normalises `host` into `buf`; the hot-path form used by `match_host`.
-pub(crate) fn normalise_into<'a>(host: &str, buf: &'a mut [u8; MAX_NAME_LEN]) -> Option<HostRef<'a>> {
+pub(crate) fn normalise_into<'a>(host: &str, buf: &'a mut NameBuf) -> Option<HostRef<'a>> {
     if let Some(inner) = host.strip_prefix('[') {
-        let inner = inner.strip_suffix(']')?;
-        return inner
-            .parse::<Ipv6Addr>()
-            .ok()
-            .map(|ip| HostRef::Ip(canonical(IpAddr::V6(ip))));
+        return parse_ipv6(inner.strip_suffix(']')?);
     }
     let host = host.strip_suffix('.').unwrap_or(host);
-    if let Ok(ip) = host.parse::<Ipv4Addr>() {
-        return Some(HostRef::Ip(IpAddr::V4(ip)));
+    match scan_name(host.as_bytes(), buf) {
+        Scan::Name => Some(HostRef::Name(buf)),
+        // A name never ends in an all-digit label: an IPv4 literal or nothing.
+        Scan::Numeric => host.parse::<Ipv4Addr>().ok().map(|ip| HostRef::Ip(IpAddr::V4(ip))),
+        Scan::Invalid if host.contains(':') => parse_ipv6(host),
+        Scan::Invalid => None,
     }
-    if host.contains(':') {
-        return host
-            .parse::<Ipv6Addr>()
-            .ok()
-            .map(|ip| HostRef::Ip(canonical(IpAddr::V6(ip))));
-    }
-    let bytes = host.as_bytes();
-    if bytes.is_empty() || bytes.len() > MAX_NAME_LEN {
-        return None;
-    }
-    let out = &mut buf[..bytes.len()];
-    for (dst, &src) in out.iter_mut().zip(bytes) {
-        *dst = src.to_ascii_lowercase();
-    }
-    if !valid_name(out) {
-        return None;
-    }
-    // Only ASCII bytes passed validation, so this cannot fail.
-    std::str::from_utf8(out).ok().map(HostRef::Name)
 }
 
-fn valid_name(name: &[u8]) -> bool {
-    let mut last_all_digits = false;
-    for label in name.split(|&b| b == b'.') {
-        if label.is_empty() || label.len() > MAX_LABEL_LEN {
-            return false;
-        }
-        if label[0] == b'-' || label[label.len() - 1] == b'-' {
-            return false;
-        }
-        if !label
-            .iter()
-            .all(|&b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
-        {
-            return false;
-        }
-        last_all_digits = label.iter().all(u8::is_ascii_digit);
+fn parse_ipv6(text: &str) -> Option<HostRef<'static>> {
+    text.parse::<Ipv6Addr>()
+        .ok()
+        .map(|ip| HostRef::Ip(canonical(IpAddr::V6(ip))))
+}
+
+/// Lowers `host` into `buf`, validating bytes and labels on the way.
+fn scan_name(host: &[u8], buf: &mut NameBuf) -> Scan {
+    if host.is_empty() || host.len() > MAX_NAME_LEN {
+        return Scan::Invalid;
     }
-    !last_all_digits
+    let mut start = 0;
+    let mut labels = 0;
+    for (i, (&b, out)) in host.iter().zip(buf.bytes.iter_mut()).enumerate() {
+        let c = NAME_BYTE[usize::from(b)];
+        *out = c;
+        if c == b'.' {
+            if !valid_label(&host[start..i]) {
+                return Scan::Invalid;
+            }
+            // Labels are non-empty, so at most MAX_LABELS of them fit.
+            buf.starts[labels] = start as u8;
+            labels += 1;
+            start = i + 1;
+        } else if c == 0 {
+            return Scan::Invalid;
+        }
+    }
+    let last = &host[start..];
+    if !valid_label(last) {
+        return Scan::Invalid;
+    }
+    buf.starts[labels] = start as u8;
+    buf.labels = labels + 1;
+    buf.len = host.len();
+    if last.iter().all(u8::is_ascii_digit) {
+        Scan::Numeric
+    } else {
+        Scan::Name
+    }
+}
+
+/// Length and hyphen rules; the bytes themselves were checked already.
+fn valid_label(label: &[u8]) -> bool {
+    matches!((label.first(), label.last()), (Some(&first), Some(&last))
+        if label.len() <= MAX_LABEL_LEN && first != b'-' && last != b'-')
 }
 
 fn canonical(ip: IpAddr) -> IpAddr {
@@ -116,6 +187,9 @@ mod tests {
         let too_long_label = "a".repeat(64);
         let name_253 = format!("{0}.{0}.{0}.{1}", "a".repeat(63), "b".repeat(61));
         let name_254 = format!("{name_253}c");
+        let most_labels = format!("{}a", "a.".repeat(126));
+        let most_labels_dot = format!("{most_labels}.");
+        let too_many_labels = format!("a.{most_labels}");
         let cases: Vec<(&str, Option<HostKind>)> = vec![
             ("GitHub.COM", name("github.com")),
             ("github.com.", name("github.com")),
@@ -150,6 +224,14 @@ mod tests {
             ("[fe80::1%eth0]", None),
             ("[::1", None),
             ("host:80", None),
+            ("FE80::1", ip("fe80::1")),
+            ("1.2.3.4..", None),
+            ("01.2.3.4", None),
+            ("1.2.3.a", name("1.2.3.a")),
+            ("a.123", None),
+            (&most_labels, name(&most_labels)),
+            (&most_labels_dot, name(&most_labels)),
+            (&too_many_labels, None),
         ];
         for (input, want) in cases {
             assert_eq!(normalise_host(input), want, "input {input:?}");
