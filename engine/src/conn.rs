@@ -5,13 +5,17 @@
 //! splices. Nothing here ever posts a read with a buffer attached to a socket
 //! that may stay idle, and nothing blocks the thread.
 
+use crate::fair::SourceTurns;
 use monoio::net::TcpStream;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
+use std::rc::Rc;
 
 /// A non-blocking TCP connection.
 pub(crate) struct Conn {
     stream: TcpStream,
+    /// The turns of the source this connection works for (see `fair`).
+    turns: Option<Rc<SourceTurns>>,
 }
 
 impl Conn {
@@ -19,7 +23,12 @@ impl Conn {
     pub(crate) fn new(stream: TcpStream) -> io::Result<Self> {
         set_nonblocking(stream.as_raw_fd())?;
         stream.set_nodelay(true)?;
-        Ok(Conn { stream })
+        Ok(Conn { stream, turns: None })
+    }
+
+    /// From now on, each wake-up to read costs `turns` one turn.
+    pub(crate) fn take_turns_of(&mut self, turns: Rc<SourceTurns>) {
+        self.turns = Some(turns);
     }
 
     /// The raw fd, for splice.
@@ -27,9 +36,14 @@ impl Conn {
         self.stream.as_raw_fd()
     }
 
-    /// Waits until a read would not block (data, EOF or error).
+    /// Waits until a read would not block (data, EOF or error), then for
+    /// the source's turn.
     pub(crate) async fn readable(&self) -> io::Result<()> {
-        self.stream.readable(false).await
+        self.stream.readable(false).await?;
+        if let Some(turns) = &self.turns {
+            turns.take().await;
+        }
+        Ok(())
     }
 
     /// Waits until a write would not block.

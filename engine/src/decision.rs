@@ -72,8 +72,9 @@ pub(crate) async fn reach(worker: &Worker, source: IpAddr, host: &str, port: u16
     };
     // Boxed: dialling state is large and only needed until connected.
     match Box::pin(crate::resolve::dial(worker, host, port, matched)).await {
-        Ok(conn) => {
+        Ok(mut conn) => {
             worker.stats.record_allowed(&id);
+            conn.take_turns_of(worker.turns.of(source));
             Reach::Connected(conn)
         }
         Err(crate::resolve::DialError::Private) => {

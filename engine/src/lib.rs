@@ -28,6 +28,8 @@ mod decision;
 #[cfg(feature = "runtime")]
 pub mod dns;
 #[cfg(feature = "runtime")]
+mod fair;
+#[cfg(feature = "runtime")]
 mod forward;
 #[cfg(feature = "runtime")]
 mod local_addrs;

@@ -46,7 +46,7 @@ pub(crate) async fn accept_loop(listener: TcpListener, worker: Rc<Worker>, plane
 
 async fn serve_connection(worker: Rc<Worker>, stream: TcpStream, peer: SocketAddr, plane: Plane) {
     let source = canonical_ip(peer.ip());
-    let Ok(conn) = Conn::new(stream) else {
+    let Ok(mut conn) = Conn::new(stream) else {
         return;
     };
     let ticket = match worker.shared.admission.admit(source) {
@@ -63,6 +63,7 @@ async fn serve_connection(worker: Rc<Worker>, stream: TcpStream, peer: SocketAdd
             return;
         }
     };
+    conn.take_turns_of(worker.turns.of(source));
     match plane {
         Plane::Forward => crate::forward::serve(&worker, conn, source).await,
         // Boxed so forward connections do not pay for transparent-mode state.

@@ -178,6 +178,10 @@ fn core_thread(
             .transpose()?;
         let _ = started.send(Ok(()));
         monoio::spawn(crate::revocation::watch(std::rc::Rc::clone(&worker)));
+        let tick = crate::fair::PollTick::new()
+            .inspect_err(|err| tracing::warn!(error = %err, "no poll tick for fair turns; rounds follow the run queue"))
+            .ok();
+        monoio::spawn(crate::fair::dispatch(std::rc::Rc::clone(&worker.turns), tick));
         if let Some(transparent) = transparent {
             monoio::spawn(accept::accept_loop(
                 transparent,

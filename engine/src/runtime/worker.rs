@@ -3,6 +3,7 @@
 
 use crate::admission::Admission;
 use crate::config::{EngineConfig, Limits};
+use crate::fair::Turns;
 use crate::guard::DestinationGuard;
 use crate::local_addrs::LocalAddresses;
 use crate::policy::Snapshot;
@@ -12,6 +13,7 @@ use crate::revocation::LiveSet;
 use crate::stats::Stats;
 use crate::tunnel::Pools;
 use std::cell::RefCell;
+use std::rc::Rc;
 use std::sync::Arc;
 
 /// State shared by every core thread.
@@ -33,6 +35,8 @@ pub(crate) struct Worker {
     pub(crate) pools: Pools,
     pub(crate) live: LiveSet,
     pub(crate) names: NameCache,
+    /// Sources' turns at work on this thread.
+    pub(crate) turns: Rc<Turns>,
     cache: RefCell<SnapshotCache>,
 }
 
@@ -46,6 +50,7 @@ impl Worker {
             pools: Pools::default(),
             live: LiveSet::default(),
             names: NameCache::default(),
+            turns: Rc::default(),
             shared,
         }
     }
