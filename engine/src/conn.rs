@@ -19,11 +19,19 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    /// Wraps a connected stream: non-blocking, `TCP_NODELAY` on.
-    pub(crate) fn new(stream: TcpStream) -> io::Result<Self> {
-        set_nonblocking(stream.as_raw_fd())?;
-        stream.set_nodelay(true)?;
+    /// Wraps an accepted stream, made non-blocking unless the driver made
+    /// it so already; `TCP_NODELAY` is inherited from the listener.
+    pub(crate) fn accepted(stream: TcpStream, already_nonblocking: bool) -> io::Result<Self> {
+        if !already_nonblocking {
+            set_nonblocking(stream.as_raw_fd())?;
+        }
         Ok(Conn { stream, turns: None })
+    }
+
+    /// Wraps a dialled stream: non-blocking (see [`Conn::accepted`]), `TCP_NODELAY` on.
+    pub(crate) fn dialled(stream: TcpStream, already_nonblocking: bool) -> io::Result<Self> {
+        stream.set_nodelay(true)?;
+        Self::accepted(stream, already_nonblocking)
     }
 
     /// From now on, each wake-up to read costs `turns` one turn.

@@ -17,7 +17,7 @@ use crate::responses;
 use crate::revocation::LiveEntry;
 use crate::runtime::worker::Worker;
 use crate::stats::Direction;
-use crate::tunnel::{self, CloseSignal};
+use crate::tunnel::{self, CloseSignal, Start};
 use std::cell::Cell;
 use std::future::Future;
 use std::io;
@@ -497,7 +497,19 @@ async fn send_body(
             inbox.drain(..buffered);
             worker.stats.add_bytes(Direction::Up, buffered as u64);
             let rest = length - buffered as u64;
-            if rest > 0 && tunnel::pump(worker, client, upstream, Some(rest), Direction::Up, activity).await? < rest {
+            if rest > 0
+                && tunnel::pump(
+                    worker,
+                    client,
+                    upstream,
+                    Some(rest),
+                    Direction::Up,
+                    activity,
+                    Start::Now,
+                )
+                .await?
+                    < rest
+            {
                 return Err(BodyError::Io);
             }
             Ok(())
@@ -605,7 +617,16 @@ async fn relay_body(
     match framing {
         Framing::Empty | Framing::Length(0) => Ok(()),
         Framing::Length(rest) => {
-            let moved = tunnel::pump(worker, upstream, client, Some(rest), Direction::Down, activity).await;
+            let moved = tunnel::pump(
+                worker,
+                upstream,
+                client,
+                Some(rest),
+                Direction::Down,
+                activity,
+                Start::Now,
+            )
+            .await;
             match moved {
                 Ok(n) if n == rest => Ok(()),
                 _ => Err(ExchangeError::Broken),
@@ -615,7 +636,7 @@ async fn relay_body(
             client.write_all(inbox).await.map_err(broken)?;
             worker.stats.add_bytes(Direction::Down, inbox.len() as u64);
             inbox.clear();
-            tunnel::pump(worker, upstream, client, None, Direction::Down, activity)
+            tunnel::pump(worker, upstream, client, None, Direction::Down, activity, Start::Now)
                 .await
                 .map_err(broken)?;
             Ok(())

@@ -169,7 +169,7 @@ pub(crate) async fn dial(worker: &Worker, host: &str, port: u16, matched: Matche
             break;
         }
         match monoio::time::timeout(left, monoio::net::TcpStream::connect_addr(addr)).await {
-            Ok(Ok(stream)) => match Conn::new(stream) {
+            Ok(Ok(stream)) => match Conn::dialled(stream, worker.nonblocking_sockets) {
                 Ok(conn) => return Ok(conn),
                 Err(_) => continue,
             },

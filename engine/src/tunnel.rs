@@ -26,6 +26,18 @@ const POOLED_PIPES: usize = 64;
 pub(crate) const COPY_BUF: usize = 16 * 1024;
 /// Buffers kept for reuse per thread.
 const POOLED_BUFFERS: usize = 64;
+/// A splice that moved less than this (and less than asked for) found the
+/// socket drained: the next step is to wait for readiness, not to try again.
+const SHORT_READ: usize = 16 * 1024;
+
+/// How [`pump`] starts.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Start {
+    /// Bytes may be waiting already (a body right after its head): try at once.
+    Now,
+    /// A fresh tunnel: bytes come later, so wait for readiness first.
+    WhenReadable,
+}
 
 /// A pipe pair; empty whenever it is in the pool.
 struct Pipe {
@@ -96,13 +108,25 @@ pub(crate) async fn pump(
     limit: Option<u64>,
     direction: Direction,
     activity: &CloseSignal,
+    start: Start,
 ) -> io::Result<u64> {
     let mut moved = 0u64;
     let mut pipe: Option<Pipe> = None;
+    let mut await_readable = start == Start::WhenReadable;
     let result = loop {
         let want = limit.map_or(PIPE_SIZE, |l| (l - moved).min(PIPE_SIZE as u64) as usize);
         if want == 0 {
             break Ok(moved);
+        }
+        if await_readable {
+            // The (empty) pipe goes back to the pool while the tunnel waits.
+            if let Some(p) = pipe.take() {
+                worker.pools.give_pipe(p);
+            }
+            if let Err(e) = src.readable().await {
+                break Err(e);
+            }
+            await_readable = false;
         }
         let Some(p) = pipe.take().or_else(|| worker.pools.take_pipe()) else {
             // Boxed: the rare fallback should not enlarge every idle tunnel.
@@ -130,12 +154,11 @@ pub(crate) async fn pump(
                 worker.stats.add_bytes(direction, n as u64);
                 activity.touch();
                 pipe = Some(p);
+                await_readable = n < want && n < SHORT_READ;
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                worker.pools.give_pipe(p);
-                if let Err(e) = src.readable().await {
-                    break Err(e);
-                }
+                pipe = Some(p);
+                await_readable = true;
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => pipe = Some(p),
             Err(e) => break Err(e),
@@ -182,11 +205,29 @@ async fn copy_once(worker: &Worker, src: &Conn, dst: &Conn, want: usize) -> io::
 pub(crate) async fn run(worker: &Worker, client: &Conn, upstream: &Conn, close: &CloseSignal) {
     let both = async {
         let up = async {
-            let result = pump(worker, client, upstream, None, Direction::Up, close).await;
+            let result = pump(
+                worker,
+                client,
+                upstream,
+                None,
+                Direction::Up,
+                close,
+                Start::WhenReadable,
+            )
+            .await;
             end_direction(result, client, upstream);
         };
         let down = async {
-            let result = pump(worker, upstream, client, None, Direction::Down, close).await;
+            let result = pump(
+                worker,
+                upstream,
+                client,
+                None,
+                Direction::Down,
+                close,
+                Start::WhenReadable,
+            )
+            .await;
             end_direction(result, upstream, client);
         };
         monoio::join!(up, down);

@@ -46,7 +46,7 @@ pub(crate) async fn accept_loop(listener: TcpListener, worker: Rc<Worker>, plane
 
 async fn serve_connection(worker: Rc<Worker>, stream: TcpStream, peer: SocketAddr, plane: Plane) {
     let source = canonical_ip(peer.ip());
-    let Ok(mut conn) = Conn::new(stream) else {
+    let Ok(mut conn) = Conn::accepted(stream, worker.nonblocking_sockets) else {
         return;
     };
     let ticket = match worker.shared.admission.admit(source) {

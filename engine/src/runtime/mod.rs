@@ -139,6 +139,8 @@ fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     socket.set_reuse_address(true)?;
     socket.set_reuse_port(true)?;
+    // Accepted sockets inherit it: no setsockopt per connection.
+    socket.set_tcp_nodelay(true)?;
     if addr.is_ipv6() {
         socket.set_only_v6(false)?;
     }
@@ -170,7 +172,7 @@ fn core_thread(
         transparent.set_nonblocking(!use_uring)?;
     }
     let serve = move || async move {
-        let worker = std::rc::Rc::new(Worker::new(shared));
+        let worker = std::rc::Rc::new(Worker::new(shared, !use_uring));
         let forward = monoio::net::TcpListener::from_std(listeners.forward)?;
         let transparent = listeners
             .transparent

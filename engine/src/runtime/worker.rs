@@ -37,12 +37,14 @@ pub(crate) struct Worker {
     pub(crate) names: NameCache,
     /// Sources' turns at work on this thread.
     pub(crate) turns: Rc<Turns>,
+    /// The driver hands out non-blocking sockets (epoll does, io_uring not).
+    pub(crate) nonblocking_sockets: bool,
     cache: RefCell<SnapshotCache>,
 }
 
 impl Worker {
-    /// The state of one core thread.
-    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+    /// The state of one core thread; `nonblocking_sockets` as the driver makes them.
+    pub(crate) fn new(shared: Arc<Shared>, nonblocking_sockets: bool) -> Self {
         Worker {
             stats: Arc::clone(&shared.stats),
             limits: shared.config.limits,
@@ -51,6 +53,7 @@ impl Worker {
             live: LiveSet::default(),
             names: NameCache::default(),
             turns: Rc::default(),
+            nonblocking_sockets,
             shared,
         }
     }
