@@ -3,6 +3,7 @@
 //! offending key or source.
 
 mod control_support;
+mod harness;
 
 use control_support::{free_addr, run, Process, TempDir};
 use std::net::{SocketAddr, TcpStream};

@@ -2,6 +2,7 @@
 //! namespace, forwarding to a resolver in the upstream namespace (see
 //! `transparent_lab` for the topology). Root only.
 
+mod harness;
 #[path = "transparent_lab/mod.rs"]
 mod transparent_lab;
 

@@ -19,20 +19,7 @@ pub fn free_addr() -> SocketAddr {
 /// CRACKBOX_* settings from the caller, `env` added.
 pub fn crackbox(args: &[String], env: &[(&str, &str)]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_crackbox"));
-    command.args(args);
-    for (name, _) in std::env::vars() {
-        if name.starts_with("CRACKBOX_") {
-            command.env_remove(name);
-        }
-    }
-    command
-        .env("XDG_CONFIG_HOME", "/nonexistent-crackbox-test")
-        .env("HOME", "/nonexistent-crackbox-test")
-        .env("CRACKBOX_LOG", "warn");
-    for (name, value) in env {
-        command.env(name, value);
-    }
-    command.stdin(Stdio::null());
+    crate::harness::isolated(command.args(args)).envs(env.iter().copied());
     command
 }
 

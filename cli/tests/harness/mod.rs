@@ -11,6 +11,23 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// Cuts a `crackbox` command off from this machine's configuration: no
+/// inherited `CRACKBOX_*` settings (the io driver choice passes through, so
+/// the suite can run on either driver), no config file, warn-level logs, no
+/// stdin.
+pub fn isolated(command: &mut Command) -> &mut Command {
+    for (name, _) in std::env::vars() {
+        if name.starts_with("CRACKBOX_") && name != "CRACKBOX_IO_DRIVER" {
+            command.env_remove(name);
+        }
+    }
+    command
+        .env("XDG_CONFIG_HOME", "/nonexistent-crackbox-test")
+        .env("HOME", "/nonexistent-crackbox-test")
+        .env("CRACKBOX_LOG", "warn")
+        .stdin(Stdio::null())
+}
+
 /// A free loopback port (bound, then released).
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
@@ -50,13 +67,8 @@ impl Daemon {
             "2".to_owned(),
         ];
         args.extend(extra.iter().map(|s| s.to_string()));
-        let child = Command::new(env!("CARGO_BIN_EXE_crackbox"))
-            .args(&args)
-            .env_remove("CRACKBOX_ADMIN_SECRET")
-            .env("XDG_CONFIG_HOME", "/nonexistent-crackbox-test")
-            .env("CRACKBOX_LOG", "warn")
+        let child = isolated(Command::new(env!("CARGO_BIN_EXE_crackbox")).args(&args))
             .envs(env.iter().copied())
-            .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr)
             .spawn()
@@ -470,12 +482,7 @@ pub struct Proc {
 impl Proc {
     /// Starts `crackbox args...` with no config file and warn-level logs.
     pub fn spawn(args: &[String]) -> Proc {
-        let child = Command::new(env!("CARGO_BIN_EXE_crackbox"))
-            .args(args)
-            .env_remove("CRACKBOX_ADMIN_SECRET")
-            .env("XDG_CONFIG_HOME", "/nonexistent-crackbox-test")
-            .env("CRACKBOX_LOG", "warn")
-            .stdin(Stdio::null())
+        let child = isolated(Command::new(env!("CARGO_BIN_EXE_crackbox")).args(args))
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()

@@ -266,7 +266,8 @@ impl Lab {
         let dns_upstream = format!("{REAL}:53");
         let transparent = format!("{transparent_ip}:{TRANSPARENT_PORT}");
         let gid = CRACKBOX_GID.to_string();
-        let child = Command::new("ip")
+        let mut command = Command::new("ip");
+        command
             .args([
                 "netns",
                 "exec",
@@ -295,12 +296,8 @@ impl Lab {
                 "--register",
                 &register6,
             ])
-            .args(flags)
-            .env_remove("CRACKBOX_ADMIN_SECRET")
-            .env("XDG_CONFIG_HOME", "/nonexistent-crackbox-test")
-            .env("HOME", "/nonexistent-crackbox-test")
-            .env("CRACKBOX_LOG", "warn")
-            .stdin(Stdio::null())
+            .args(flags);
+        let child = crate::harness::isolated(&mut command)
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
