@@ -136,8 +136,8 @@ start_crackbox() {
     "$CRACKBOX" proxy serve --help 2>/dev/null | grep -q -- '--threads' && threads=(--threads 1)
     mkdir -p "$OUT/crackbox"
     CRACKBOX_LOG=${CRACKBOX_LOG:-warn} start crackbox "$PROXY_CORE" \
-        "$CRACKBOX" proxy serve --listen "127.0.0.1:$CRACKBOX_PORT" --admin-listen "127.0.0.1:$ADMIN_PORT" \
-        --transparent-listen '' --allow-private-destinations --control-socket "$OUT/crackbox/control.sock" \
+        "$CRACKBOX" proxy serve --listen "127.0.0.1:$CRACKBOX_PORT" --admin "127.0.0.1:$ADMIN_PORT" \
+        --transparent '' --allow-private-destinations --control-socket "$OUT/crackbox/control.sock" \
         "${threads[@]}" "${register[@]}"
     PID_OF[crackbox]=$LAST_PID
     wait_for 20 proxy_ready "$CRACKBOX_PORT"

@@ -79,8 +79,8 @@ fn start_crackbox() -> Result<Crackbox, String> {
     let proxy: SocketAddr = ([127, 0, 0, 1], proxy_port).into();
     let child = Command::new(&bin)
         .args(["proxy", "serve", "--listen", &proxy.to_string()])
-        .args(["--admin-listen", &format!("127.0.0.1:{admin_port}")])
-        .args(["--transparent-listen", "", "--allow-private-destinations"])
+        .args(["--admin", &format!("127.0.0.1:{admin_port}")])
+        .args(["--transparent", "", "--allow-private-destinations"])
         .args(["--register", "127.0.0.1=bench:localhost,127.0.0.1"])
         .arg("--control-socket")
         .arg(dir.0.join("control.sock"))

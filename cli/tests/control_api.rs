@@ -168,7 +168,7 @@ fn state_command_prints_a_table_or_json_and_fails_when_unreachable() {
 fn a_non_loopback_admin_bind_without_a_secret_refuses_to_start() {
     let port = control_support::free_addr().port();
     let admin_listen = format!("0.0.0.0:{port}");
-    let output = run(&["proxy", "serve", "--admin-listen", &admin_listen], &[]);
+    let output = run(&["proxy", "serve", "--admin", &admin_listen], &[]);
     assert!(!output.status.success());
     let stderr = String::from_utf8(output.stderr).unwrap();
     assert!(

@@ -311,9 +311,9 @@ impl Split {
         let args = [
             "--listen",
             &proxy,
-            "--admin-listen",
+            "--admin",
             &admin,
-            "--transparent-listen",
+            "--transparent",
             "",
             "--control-socket",
             &socket.display().to_string(),

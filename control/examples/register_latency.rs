@@ -67,9 +67,9 @@ async fn spawn(path: &str, with_state: bool) -> anyhow::Result<(Daemon, String)>
     let (proxy, admin) = (free_port()?, free_port()?);
     let state_dir = if with_state { Some(tempfile::tempdir()?) } else { None };
     let mut command = Command::new(path);
-    command.args(["proxy", "serve", "--transparent-listen", ""]);
+    command.args(["proxy", "serve", "--transparent", ""]);
     command.args(["--listen", &format!("127.0.0.1:{proxy}")]);
-    command.args(["--admin-listen", &format!("127.0.0.1:{admin}")]);
+    command.args(["--admin", &format!("127.0.0.1:{admin}")]);
     if let Some(dir) = &state_dir {
         command.arg("--state").arg(dir.path().join("state.json"));
     }

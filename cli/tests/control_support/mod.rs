@@ -129,9 +129,9 @@ impl Ports {
         [
             "--listen",
             &self.proxy.to_string(),
-            "--admin-listen",
+            "--admin",
             &self.admin.to_string(),
-            "--transparent-listen",
+            "--transparent",
             "",
             "--threads",
             "1",

@@ -279,8 +279,8 @@ impl Lab {
                 "--",
             ])
             .arg(env!("CARGO_BIN_EXE_crackbox"))
-            .args(["proxy", "serve", "--listen", "10.200.1.1:3128", "--admin-listen", ADMIN])
-            .args(["--transparent-listen", &transparent, "--dns-listen", &dns_listen])
+            .args(["proxy", "serve", "--listen", "10.200.1.1:3128", "--admin", ADMIN])
+            .args(["--transparent", &transparent, "--dns-listen", &dns_listen])
             .args([
                 "--dns-upstream",
                 &dns_upstream,

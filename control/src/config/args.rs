@@ -18,12 +18,12 @@ pub struct ProxyArgs {
     pub listen: Option<String>,
 
     /// Admin API listener [env CRACKBOX_ADMIN_ADDR, [proxy] admin_listen; default 127.0.0.1:3129].
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long = "admin", visible_alias = "admin-listen", value_name = "ADDR")]
     pub admin_listen: Option<String>,
 
     /// Transparent listener, "" disables [env CRACKBOX_TRANSPARENT_ADDR, [proxy]
     /// transparent_listen; default 0.0.0.0:3127].
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long = "transparent", visible_alias = "transparent-listen", value_name = "ADDR")]
     pub transparent_listen: Option<String>,
 
     /// DNS filter listener, UDP and TCP [[proxy] dns_listen; default off].

@@ -47,7 +47,7 @@ pub enum ConfigError {
     #[error(
         "refusing to serve the admin API on {addr} without a secret: set CRACKBOX_ADMIN_SECRET \
          (or `secret` under [admin] in the config file), or bind it to loopback with \
-         --admin-listen 127.0.0.1:3129"
+         --admin 127.0.0.1:3129"
     )]
     AdminWithoutSecret {
         /// The non-loopback admin address.

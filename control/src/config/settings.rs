@@ -76,7 +76,7 @@ impl Settings {
             .required(DEFAULT_LISTEN)?;
         let admin_listen = layers
             .address(
-                "--admin-listen",
+                "--admin",
                 &args.admin_listen,
                 Some("CRACKBOX_ADMIN_ADDR"),
                 "proxy.admin_listen",
@@ -85,7 +85,7 @@ impl Settings {
             .required(DEFAULT_ADMIN)?;
         let transparent_listen = layers
             .address(
-                "--transparent-listen",
+                "--transparent",
                 &args.transparent_listen,
                 Some("CRACKBOX_TRANSPARENT_ADDR"),
                 "proxy.transparent_listen",
@@ -178,8 +178,8 @@ impl Settings {
         };
         let optional = |addr: Option<SocketAddr>| addr.map(|a| a.to_string()).unwrap_or_default();
         flag("--listen", self.listen.to_string());
-        flag("--admin-listen", self.admin_listen.to_string());
-        flag("--transparent-listen", optional(self.transparent_listen));
+        flag("--admin", self.admin_listen.to_string());
+        flag("--transparent", optional(self.transparent_listen));
         flag("--dns-listen", optional(self.dns_listen));
         flag("--dns-upstream", optional(self.dns_upstream));
         flag("--threads", self.threads.to_string());

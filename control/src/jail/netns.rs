@@ -251,9 +251,9 @@ impl Jail {
         command
             .args(["proxy", "serve", "--listen"])
             .arg(format!("{host_end}:{PROXY_PORT}"))
-            .arg("--admin-listen")
+            .arg("--admin")
             .arg(format!("{host_end}:{ADMIN_PORT}"))
-            .args(["--transparent-listen", ""])
+            .args(["--transparent", ""])
             .env("CRACKBOX_ADMIN_SECRET", &secret)
             .stdin(Stdio::null())
             .stdout(log)

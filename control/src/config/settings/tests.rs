@@ -62,7 +62,7 @@ fn empty_transparent_listen_disables_it_from_every_source() {
     assert_eq!(from_file.transparent_listen, None);
     let env = env_of(&[("CRACKBOX_TRANSPARENT_ADDR", "")]);
     assert_eq!(Settings::resolve(&args(&[]), &env).unwrap().transparent_listen, None);
-    let flag = args(&["--transparent-listen", ""]);
+    let flag = args(&["--transparent", ""]);
     assert_eq!(Settings::resolve(&flag, &env_of(&[])).unwrap().transparent_listen, None);
 }
 
@@ -149,17 +149,31 @@ fn secret_state_and_private_switch_layers() {
 }
 
 #[test]
+fn listen_suffixed_flag_names_stay_aliases() {
+    let primary = args(&["--admin", "127.0.0.1:1", "--transparent", "[::1]:2"]);
+    let alias = args(&["--admin-listen", "127.0.0.1:1", "--transparent-listen", "[::1]:2"]);
+    let primary = Settings::resolve(&primary, &env_of(&[])).unwrap();
+    let alias = Settings::resolve(&alias, &env_of(&[])).unwrap();
+    assert_eq!(primary.admin_listen, "127.0.0.1:1".parse().unwrap());
+    assert_eq!(primary.transparent_listen, Some("[::1]:2".parse().unwrap()));
+    assert_eq!(
+        (alias.admin_listen, alias.transparent_listen),
+        (primary.admin_listen, primary.transparent_listen)
+    );
+}
+
+#[test]
 fn non_loopback_admin_needs_a_secret() {
-    let open = Settings::resolve(&args(&["--admin-listen", "0.0.0.0:3129"]), &env_of(&[])).unwrap();
+    let open = Settings::resolve(&args(&["--admin", "0.0.0.0:3129"]), &env_of(&[])).unwrap();
     let err = open.check_admin_exposure().unwrap_err().to_string();
     assert!(
-        err.contains("CRACKBOX_ADMIN_SECRET") && err.contains("--admin-listen 127.0.0.1"),
+        err.contains("CRACKBOX_ADMIN_SECRET") && err.contains("--admin 127.0.0.1"),
         "{err}"
     );
     let env = env_of(&[("CRACKBOX_ADMIN_SECRET", "s")]);
-    let guarded = Settings::resolve(&args(&["--admin-listen", "0.0.0.0:3129"]), &env).unwrap();
+    let guarded = Settings::resolve(&args(&["--admin", "0.0.0.0:3129"]), &env).unwrap();
     assert!(guarded.check_admin_exposure().is_ok());
-    let local = Settings::resolve(&args(&["--admin-listen", "[::1]:3129"]), &env_of(&[])).unwrap();
+    let local = Settings::resolve(&args(&["--admin", "[::1]:3129"]), &env_of(&[])).unwrap();
     assert!(local.check_admin_exposure().is_ok());
 }
 
@@ -186,7 +200,7 @@ fn engine_args_reproduce_the_engine_config() {
     let flags = args(&[
         "--listen",
         "127.0.0.1:1",
-        "--transparent-listen",
+        "--transparent",
         "",
         "--dns-listen",
         "127.0.0.1:53",
