@@ -1,50 +1,28 @@
 //! crackbox engine: the data plane and the pure policy core it enforces.
 //!
-//! The pure modules (`policy`, `reason`, `wire`, `http_head`, `tls_peek`)
-//! build without the monoio runtime, so control, benches and fuzz targets
-//! share exactly the code the proxy runs. The `runtime` feature adds the
-//! monoio data plane, started with [`run`].
+//! - [`policy`] (pure): allowlist entries, `match_host`, snapshots and the
+//!   registry that holds the one in force, the destination guard and the
+//!   denial reasons.
+//! - [`protocol`] (pure): HTTP heads and chunked framing, the TLS
+//!   ClientHello's server name, the control <-> engine wire protocol, admin
+//!   API bodies and canned responses.
+//! - `plane` (feature `runtime`, the only gated module): the monoio data
+//!   plane, started with `run`.
+//!
+//! Everything outside `plane` builds without the runtime, so control, benches
+//! and fuzz targets share exactly the code the proxy runs. The short paths
+//! below (`crackbox_engine::wire`, `::reason`, ...) re-export the folders'
+//! modules.
 
-pub mod admin_body;
-pub mod chunked;
 pub mod config;
-pub mod guard;
-pub mod http_head;
 pub mod policy;
-pub mod reason;
-pub mod registry;
-pub mod responses;
-pub mod tls_peek;
-pub mod wire;
+pub mod protocol;
 
 #[cfg(feature = "runtime")]
-mod admission;
-#[cfg(feature = "runtime")]
-mod conn;
-#[cfg(feature = "runtime")]
-mod control_link;
-#[cfg(feature = "runtime")]
-mod decision;
-#[cfg(feature = "runtime")]
-pub mod dns;
-#[cfg(feature = "runtime")]
-mod fair;
-#[cfg(feature = "runtime")]
-mod forward;
-#[cfg(feature = "runtime")]
-mod local_addrs;
-#[cfg(feature = "runtime")]
-mod resolve;
-#[cfg(feature = "runtime")]
-mod revocation;
-#[cfg(feature = "runtime")]
-mod runtime;
-#[cfg(feature = "runtime")]
-mod stats;
-#[cfg(feature = "runtime")]
-mod transparent;
-#[cfg(feature = "runtime")]
-mod tunnel;
+mod plane;
+
+pub use policy::{guard, reason, registry};
+pub use protocol::{admin_body, chunked, http_head, responses, tls_peek, wire};
 
 #[cfg(feature = "runtime")]
-pub use runtime::run;
+pub use plane::{dns, run};

@@ -1,12 +1,18 @@
-//! Policy core: allowlist entries, `match_host`, source keys and snapshots.
+//! Policy core: who may reach what. Allowlist entries, `match_host`, source
+//! keys, snapshots and the registry holding the one in force, the
+//! destination guard and the one vocabulary of denial reasons.
 //!
 //! Pure code with no runtime dependency. Every data plane, the DNS filter,
 //! the control plane's validation, the benches and the fuzz targets use these
-//! functions, so there is exactly one definition of "allowed".
+//! functions, so there is exactly one definition of "allowed". Never does
+//! I/O and never imports `protocol` or `plane`.
 
 mod allowlist;
 mod entry;
+pub mod guard;
 mod host;
+pub mod reason;
+pub mod registry;
 mod snapshot;
 mod source;
 

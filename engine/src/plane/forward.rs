@@ -6,18 +6,18 @@
 //! the client, never followed. An upstream connection is reused only for
 //! the same host and port on the same client connection.
 
-use crate::chunked::ChunkedBody;
-use crate::conn::Conn;
-use crate::decision::{reach, Reach};
-use crate::http_head::{self, Framing, HeadError, Target, MAX_HEAD};
+use crate::plane::conn::Conn;
+use crate::plane::decision::{reach, Reach};
+use crate::plane::resolve::DialError;
+use crate::plane::revocation::LiveEntry;
+use crate::plane::stats::Direction;
+use crate::plane::tunnel::{self, CloseSignal, Start};
+use crate::plane::worker::Worker;
 use crate::policy::normalise_host;
-use crate::reason::Reason;
-use crate::resolve::DialError;
-use crate::responses;
-use crate::revocation::LiveEntry;
-use crate::runtime::worker::Worker;
-use crate::stats::Direction;
-use crate::tunnel::{self, CloseSignal, Start};
+use crate::policy::reason::Reason;
+use crate::protocol::chunked::ChunkedBody;
+use crate::protocol::http_head::{self, Framing, HeadError, Target, MAX_HEAD};
+use crate::protocol::responses;
 use std::cell::Cell;
 use std::future::Future;
 use std::io;
@@ -172,7 +172,7 @@ impl<'w> Session<'w> {
                     Target::Origin { .. } if self.origin_port.is_some() => {
                         let (Some(port), Some(host)) = (
                             self.origin_port,
-                            head.host_field.and_then(crate::transparent::host_without_port),
+                            head.host_field.and_then(crate::plane::transparent::host_without_port),
                         ) else {
                             return;
                         };
@@ -339,17 +339,19 @@ impl<'w> Session<'w> {
             .take()
             .filter(|u| u.port == request.port && u.host == request.host);
         let (conn, was_reused) = match reused {
-            Some(upstream) => match crate::decision::decide(self.worker, self.source, &request.host, request.port) {
-                crate::decision::Decision::Allow { id, .. } => {
-                    self.worker.stats.record_allowed(&id);
-                    (upstream.conn, true)
+            Some(upstream) => {
+                match crate::plane::decision::decide(self.worker, self.source, &request.host, request.port) {
+                    crate::plane::decision::Decision::Allow { id, .. } => {
+                        self.worker.stats.record_allowed(&id);
+                        (upstream.conn, true)
+                    }
+                    crate::plane::decision::Decision::Deny { reason, .. } => {
+                        self.reply(&responses::denial(reason, &request.host, request.port))
+                            .await;
+                        return false;
+                    }
                 }
-                crate::decision::Decision::Deny { reason, .. } => {
-                    self.reply(&responses::denial(reason, &request.host, request.port))
-                        .await;
-                    return false;
-                }
-            },
+            }
             None => match reach(self.worker, self.source, &request.host, request.port).await {
                 Reach::Connected(conn) => (conn, false),
                 other => {

@@ -5,10 +5,10 @@
 //! channel. Dialling then filters every address through the destination
 //! guard and tries the rest in turn within one connect budget.
 
-use crate::conn::Conn;
-use crate::guard::Verdict;
+use crate::plane::conn::Conn;
+use crate::plane::worker::Worker;
+use crate::policy::guard::Verdict;
 use crate::policy::{normalise_host, HostKind, MatchedBy};
-use crate::runtime::worker::Worker;
 use futures_channel::oneshot;
 use rustc_hash::FxHashMap;
 use std::cell::RefCell;

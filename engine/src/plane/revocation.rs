@@ -2,13 +2,13 @@
 //!
 //! Each core thread keeps the connections it serves in a [`LiveSet`]. A
 //! per-thread task notices a new snapshot generation and fires the
-//! [`CloseSignal`](crate::tunnel::CloseSignal) of every connection the new
+//! [`CloseSignal`](crate::plane::tunnel::CloseSignal) of every connection the new
 //! snapshot would deny, well within a second. Single-threaded by design.
 
+use crate::plane::tunnel::{CloseSignal, Revocation};
+use crate::plane::worker::Worker;
+use crate::policy::reason::Reason;
 use crate::policy::Snapshot;
-use crate::reason::Reason;
-use crate::runtime::worker::Worker;
-use crate::tunnel::{CloseSignal, Revocation};
 use std::cell::RefCell;
 use std::net::IpAddr;
 use std::rc::Rc;

@@ -3,8 +3,8 @@
 //! control link. Denial logging is rate-limited per source; counters are
 //! always exact.
 
-use crate::reason::Reason;
-use crate::wire::{DecisionCount, Denial, StatsReport};
+use crate::policy::reason::Reason;
+use crate::protocol::wire::{DecisionCount, Denial, StatsReport};
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
 use std::net::IpAddr;

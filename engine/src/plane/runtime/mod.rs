@@ -5,21 +5,20 @@
 //! connection it accepts to the end; no connection moves between threads.
 
 mod accept;
-pub(crate) mod worker;
 
-use crate::admission::Admission;
 use crate::config::EngineConfig;
-use crate::guard::DestinationGuard;
-use crate::local_addrs::LocalAddresses;
-use crate::registry::Registry;
-use crate::resolve::Resolver;
-use crate::stats::Stats;
+use crate::plane::admission::Admission;
+use crate::plane::local_addrs::LocalAddresses;
+use crate::plane::resolve::Resolver;
+use crate::plane::stats::Stats;
+use crate::plane::worker::{Shared, Worker};
+use crate::policy::guard::DestinationGuard;
+use crate::policy::registry::Registry;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::mpsc;
 use std::sync::Arc;
-use worker::{Shared, Worker};
 
 /// Threads in the blocking resolver pool.
 const RESOLVER_THREADS: usize = 8;
@@ -65,8 +64,8 @@ pub fn run(mut config: EngineConfig) -> io::Result<()> {
         stats: Arc::clone(&stats),
         config: config.clone(),
     });
-    crate::dns::start(&config, Arc::clone(&registry), Arc::clone(&stats))?;
-    crate::control_link::spawn(config.control_socket.clone(), registry, stats)?;
+    crate::plane::dns::start(&config, Arc::clone(&registry), Arc::clone(&stats))?;
+    crate::plane::control_link::spawn(config.control_socket.clone(), registry, stats)?;
     tracing::info!(
         forward = %forward_addr,
         transparent = ?transparent_addr,
@@ -179,11 +178,11 @@ fn core_thread(
             .map(monoio::net::TcpListener::from_std)
             .transpose()?;
         let _ = started.send(Ok(()));
-        monoio::spawn(crate::revocation::watch(std::rc::Rc::clone(&worker)));
-        let tick = crate::fair::PollTick::new()
+        monoio::spawn(crate::plane::revocation::watch(std::rc::Rc::clone(&worker)));
+        let tick = crate::plane::fair::PollTick::new()
             .inspect_err(|err| tracing::warn!(error = %err, "no poll tick for fair turns; rounds follow the run queue"))
             .ok();
-        monoio::spawn(crate::fair::dispatch(std::rc::Rc::clone(&worker.turns), tick));
+        monoio::spawn(crate::plane::fair::dispatch(std::rc::Rc::clone(&worker.turns), tick));
         if let Some(transparent) = transparent {
             monoio::spawn(accept::accept_loop(
                 transparent,

@@ -16,10 +16,10 @@ mod upstream;
 
 pub use resolv_conf::{first_nameserver, system_upstream};
 
-use crate::local_addrs::LocalAddresses;
+use crate::plane::local_addrs::LocalAddresses;
 use crate::policy::canonical_ip;
-use crate::reason::Reason;
-use crate::registry::Registry;
+use crate::policy::reason::Reason;
+use crate::policy::registry::Registry;
 use decide::{decide, error_reply, Verdict};
 use hickory_proto::op::{Message, ResponseCode};
 use std::io;
@@ -146,7 +146,7 @@ impl OwnAddresses {
 pub(crate) fn start(
     config: &crate::config::EngineConfig,
     registry: Arc<Registry>,
-    stats: Arc<crate::stats::Stats>,
+    stats: Arc<crate::plane::stats::Stats>,
 ) -> io::Result<Option<DnsFilter>> {
     let Some(listen) = config.dns_listen else {
         return Ok(None);

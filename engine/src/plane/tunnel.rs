@@ -8,9 +8,9 @@
 //! When no pipe can be had (fd exhaustion) a direction falls back to a
 //! buffered copy through the thread's small buffer pool.
 
-use crate::conn::{nix_result, Conn};
-use crate::runtime::worker::Worker;
-use crate::stats::Direction;
+use crate::plane::conn::{nix_result, Conn};
+use crate::plane::stats::Direction;
+use crate::plane::worker::Worker;
 use std::cell::{Cell, RefCell};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};

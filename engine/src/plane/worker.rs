@@ -1,17 +1,17 @@
 //! One core thread's state: shared engine state plus thread-local pools,
 //! live connections and the cached registry view.
 
-use crate::admission::Admission;
 use crate::config::{EngineConfig, Limits};
-use crate::fair::Turns;
-use crate::guard::DestinationGuard;
-use crate::local_addrs::LocalAddresses;
+use crate::plane::admission::Admission;
+use crate::plane::fair::Turns;
+use crate::plane::local_addrs::LocalAddresses;
+use crate::plane::resolve::{NameCache, Resolver};
+use crate::plane::revocation::LiveSet;
+use crate::plane::stats::Stats;
+use crate::plane::tunnel::Pools;
+use crate::policy::guard::DestinationGuard;
+use crate::policy::registry::{Registry, SnapshotCache};
 use crate::policy::Snapshot;
-use crate::registry::{Registry, SnapshotCache};
-use crate::resolve::{NameCache, Resolver};
-use crate::revocation::LiveSet;
-use crate::stats::Stats;
-use crate::tunnel::Pools;
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;

@@ -3,12 +3,12 @@
 //! Accept errors never kill a listener: on fd exhaustion (EMFILE/ENFILE)
 //! the loop logs, pauses briefly and goes on; existing tunnels keep running.
 
-use super::worker::Worker;
 use super::Plane;
-use crate::conn::Conn;
+use crate::plane::conn::Conn;
+use crate::plane::worker::Worker;
 use crate::policy::canonical_ip;
-use crate::reason::Reason;
-use crate::responses;
+use crate::policy::reason::Reason;
+use crate::protocol::responses;
 use monoio::net::{TcpListener, TcpStream};
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -65,9 +65,9 @@ async fn serve_connection(worker: Rc<Worker>, stream: TcpStream, peer: SocketAdd
     };
     conn.take_turns_of(worker.turns.of(source));
     match plane {
-        Plane::Forward => crate::forward::serve(&worker, conn, source).await,
+        Plane::Forward => crate::plane::forward::serve(&worker, conn, source).await,
         // Boxed so forward connections do not pay for transparent-mode state.
-        Plane::Transparent => Box::pin(crate::transparent::serve(&worker, conn, source)).await,
+        Plane::Transparent => Box::pin(crate::plane::transparent::serve(&worker, conn, source)).await,
     }
     drop(ticket);
 }

@@ -5,7 +5,7 @@
 //! splices. Nothing here ever posts a read with a buffer attached to a socket
 //! that may stay idle, and nothing blocks the thread.
 
-use crate::fair::SourceTurns;
+use crate::plane::fair::SourceTurns;
 use monoio::net::TcpStream;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};

@@ -4,7 +4,7 @@
 //! crackbox policy decision, and never include resolved addresses or
 //! internal error text.
 
-use crate::reason::Reason;
+use crate::policy::reason::Reason;
 
 fn reason_phrase(status: u16) -> &'static str {
     match status {

@@ -5,10 +5,10 @@
 //! stats requests. When control goes away the last snapshot stays in force
 //! and the link reconnects with backoff.
 
+use crate::plane::stats::Stats;
+use crate::policy::registry::Registry;
 use crate::policy::Snapshot;
-use crate::registry::Registry;
-use crate::stats::Stats;
-use crate::wire::{self, Message, Role, WireError, PROTOCOL};
+use crate::protocol::wire::{self, Message, Role, WireError, PROTOCOL};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{channel, RecvTimeoutError, Sender};

@@ -5,8 +5,8 @@
 //! Denied names are answered locally and never reach the upstream resolver.
 
 use super::{DenialHook, DnsDenial};
+use crate::policy::reason::Reason;
 use crate::policy::Snapshot;
-use crate::reason::Reason;
 use hickory_proto::op::{Edns, Header, Message, MessageType, OpCode, ResponseCode};
 use hickory_proto::rr::{DNSClass, RecordType};
 use hickory_proto::serialize::binary::BinDecodable;

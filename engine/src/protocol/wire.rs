@@ -7,8 +7,8 @@
 //! with [`Message::Ack`]. Control polls counters with
 //! [`Message::StatsRequest`]. Pure code: it is fuzzed as it runs.
 
+use crate::policy::reason::Reason;
 use crate::policy::{Generation, RegistrationSpec};
-use crate::reason::Reason;
 use serde::{Deserialize, Serialize};
 use std::io::{self, Read, Write};
 

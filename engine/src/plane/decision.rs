@@ -3,9 +3,9 @@
 //! Loads the snapshot once, looks up the source, applies `match_host`, and
 //! records the outcome in the counters. Used by every data plane.
 
+use crate::plane::worker::Worker;
+use crate::policy::reason::Reason;
 use crate::policy::MatchedBy;
-use crate::reason::Reason;
-use crate::runtime::worker::Worker;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -56,11 +56,11 @@ pub(crate) fn decide(worker: &Worker, source: IpAddr, host: &str, port: u16) -> 
 /// The outcome of deciding on a destination and dialling it.
 pub(crate) enum Reach {
     /// Allowed and connected.
-    Connected(crate::conn::Conn),
+    Connected(crate::plane::conn::Conn),
     /// Denied by policy or by the destination guard.
     Denied(Reason),
     /// Allowed, but the destination could not be reached.
-    Failed(crate::resolve::DialError),
+    Failed(crate::plane::resolve::DialError),
 }
 
 /// Decides on `host:port` for `source`, then resolves, guards and connects;
@@ -71,13 +71,13 @@ pub(crate) async fn reach(worker: &Worker, source: IpAddr, host: &str, port: u16
         Decision::Deny { reason, .. } => return Reach::Denied(reason),
     };
     // Boxed: dialling state is large and only needed until connected.
-    match Box::pin(crate::resolve::dial(worker, host, port, matched)).await {
+    match Box::pin(crate::plane::resolve::dial(worker, host, port, matched)).await {
         Ok(mut conn) => {
             worker.stats.record_allowed(&id);
             conn.take_turns_of(worker.turns.of(source));
             Reach::Connected(conn)
         }
-        Err(crate::resolve::DialError::Private) => {
+        Err(crate::plane::resolve::DialError::Private) => {
             worker
                 .stats
                 .record_denied(source, Some(&id), host, port, Reason::PrivateAddress);

@@ -10,13 +10,13 @@
 //! byte sent: other ports, no SNI, not TLS, no Host, and connections whose
 //! original destination is crackbox itself.
 
-use crate::conn::Conn;
-use crate::decision::{reach, Reach};
-use crate::guard::Verdict;
-use crate::runtime::worker::Worker;
-use crate::stats::Direction;
-use crate::tls_peek::{peek_sni, Peek, MAX_PEEK_LEN};
-use crate::{revocation::LiveEntry, tunnel};
+use crate::plane::conn::Conn;
+use crate::plane::decision::{reach, Reach};
+use crate::plane::stats::Direction;
+use crate::plane::worker::Worker;
+use crate::plane::{revocation::LiveEntry, tunnel};
+use crate::policy::guard::Verdict;
+use crate::protocol::tls_peek::{peek_sni, Peek, MAX_PEEK_LEN};
 use nix::sys::socket::{getsockopt, sockopt};
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
@@ -45,7 +45,7 @@ pub(crate) async fn serve(worker: &Rc<Worker>, client: Conn, source: IpAddr) {
     }
     match original.port() {
         HTTPS_PORT => serve_tls(worker, client, source, HTTPS_PORT).await,
-        HTTP_PORT => crate::forward::serve_origin(worker, client, source, HTTP_PORT).await,
+        HTTP_PORT => crate::plane::forward::serve_origin(worker, client, source, HTTP_PORT).await,
         port => tracing::debug!(%source, port, "transparent: only ports 80 and 443 are served, closed"),
     }
 }

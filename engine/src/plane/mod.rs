@@ -1,0 +1,33 @@
+//! The monoio data plane (feature `runtime`): sockets, tunnels and the
+//! engine process.
+//!
+//! Front ends take connections: `forward` (absolute-form HTTP and CONNECT),
+//! `transparent` (redirected TLS and port 80) and `dns`. They decide with
+//! `decision` against the `policy` core and parse with `protocol`; `resolve`
+//! dials through the destination guard, `tunnel` moves bytes, `revocation`
+//! closes what a new snapshot denies, `stats` counts and `control_link`
+//! receives snapshots. `worker` is one core thread's state. `runtime` sits on
+//! top: it starts the threads and listeners and composes the rest; nothing
+//! here imports it.
+//!
+//! Never blocks a core thread (name resolution runs on a small thread pool).
+//! Parsing and policy decisions that need no socket belong in `protocol` and
+//! `policy`, never here.
+
+pub(crate) mod admission;
+pub(crate) mod conn;
+pub(crate) mod control_link;
+pub(crate) mod decision;
+pub mod dns;
+pub(crate) mod fair;
+pub(crate) mod forward;
+pub(crate) mod local_addrs;
+pub(crate) mod resolve;
+pub(crate) mod revocation;
+pub(crate) mod runtime;
+pub(crate) mod stats;
+pub(crate) mod transparent;
+pub(crate) mod tunnel;
+pub(crate) mod worker;
+
+pub use runtime::run;
