@@ -71,7 +71,7 @@ pub(crate) async fn reach(worker: &Worker, source: IpAddr, host: &str, port: u16
         Decision::Deny { reason, .. } => return Reach::Denied(reason),
     };
     // Boxed: dialling state is large and only needed until connected.
-    match Box::pin(crate::plane::resolve::dial(worker, host, port, matched)).await {
+    match Box::pin(crate::plane::resolve::dial(&worker.dialer(), host, port, matched)).await {
         Ok(mut conn) => {
             worker.stats.record_allowed(&id);
             conn.take_turns_of(worker.turns.of(source));

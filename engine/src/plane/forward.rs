@@ -172,7 +172,7 @@ impl<'w> Session<'w> {
                     Target::Origin { .. } if self.origin_port.is_some() => {
                         let (Some(port), Some(host)) = (
                             self.origin_port,
-                            head.host_field.and_then(crate::plane::transparent::host_without_port),
+                            head.host_field.and_then(crate::protocol::http_head::host_without_port),
                         ) else {
                             return;
                         };
@@ -284,7 +284,7 @@ impl<'w> Session<'w> {
         }
         // In the live set before the decision, so a snapshot that arrives
         // while the dial is in flight still revokes the tunnel.
-        let live = LiveEntry::register(self.worker, self.source, &host, port);
+        let live = LiveEntry::register(&self.worker.live, self.source, &host, port);
         let upstream = match reach(self.worker, self.source, &host, port).await {
             Reach::Connected(conn) => conn,
             other => {
@@ -311,7 +311,7 @@ impl<'w> Session<'w> {
             self.worker.stats.add_bytes(Direction::Up, early.len() as u64);
         }
         let _active = self.worker.stats.open_tunnel();
-        tunnel::run(self.worker, &self.client, &upstream, live.signal()).await;
+        tunnel::run(self.worker.plumbing(), &self.client, &upstream, live.signal()).await;
     }
 
     /// One absolute-form request; returns whether the client connection
@@ -327,7 +327,7 @@ impl<'w> Session<'w> {
             Some(live) => live.retarget(&request.host, request.port),
             None => {
                 self.live = Some(LiveEntry::register(
-                    self.worker,
+                    &self.worker.live,
                     self.source,
                     &request.host,
                     request.port,
@@ -395,7 +395,7 @@ impl<'w> Session<'w> {
                 let early = std::mem::take(&mut self.inbox);
                 if conn.write_all(&early).await.is_ok() {
                     let signal = self.live.as_ref().map(LiveEntry::revocation).unwrap_or_default();
-                    tunnel::run(self.worker, &self.client, &conn, &signal).await;
+                    tunnel::run(self.worker.plumbing(), &self.client, &conn, &signal).await;
                 }
                 false
             }
@@ -501,7 +501,7 @@ async fn send_body(
             let rest = length - buffered as u64;
             if rest > 0
                 && tunnel::pump(
-                    worker,
+                    worker.plumbing(),
                     client,
                     upstream,
                     Some(rest),
@@ -620,7 +620,7 @@ async fn relay_body(
         Framing::Empty | Framing::Length(0) => Ok(()),
         Framing::Length(rest) => {
             let moved = tunnel::pump(
-                worker,
+                worker.plumbing(),
                 upstream,
                 client,
                 Some(rest),
@@ -638,9 +638,17 @@ async fn relay_body(
             client.write_all(inbox).await.map_err(broken)?;
             worker.stats.add_bytes(Direction::Down, inbox.len() as u64);
             inbox.clear();
-            tunnel::pump(worker, upstream, client, None, Direction::Down, activity, Start::Now)
-                .await
-                .map_err(broken)?;
+            tunnel::pump(
+                worker.plumbing(),
+                upstream,
+                client,
+                None,
+                Direction::Down,
+                activity,
+                Start::Now,
+            )
+            .await
+            .map_err(broken)?;
             Ok(())
         }
         Framing::Chunked => {

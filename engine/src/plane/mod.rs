@@ -2,7 +2,8 @@
 //! engine process.
 //!
 //! Front ends take connections: `forward` (absolute-form HTTP and CONNECT),
-//! `transparent` (redirected TLS and port 80) and `dns`. They decide with
+//! `transparent` (redirected TLS, and port 80 handed to forward's HTTP
+//! session; forward imports nothing of transparent) and `dns`. They decide with
 //! `decision` against the `policy` core and parse with `protocol`; `resolve`
 //! dials through the destination guard, `tunnel` moves bytes, `revocation`
 //! closes what a new snapshot denies, `stats` counts and `control_link`

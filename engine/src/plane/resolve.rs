@@ -6,8 +6,8 @@
 //! guard and tries the rest in turn within one connect budget.
 
 use crate::plane::conn::Conn;
-use crate::plane::worker::Worker;
-use crate::policy::guard::Verdict;
+use crate::plane::local_addrs::LocalAddresses;
+use crate::policy::guard::{DestinationGuard, Verdict};
 use crate::policy::{normalise_host, HostKind, MatchedBy};
 use futures_channel::oneshot;
 use rustc_hash::FxHashMap;
@@ -122,15 +122,27 @@ pub(crate) enum DialError {
     Timeout,
 }
 
+/// What dialling draws on: the resolver pool and this thread's name cache,
+/// the destination guard and the host's own addresses, and how the driver
+/// makes sockets.
+pub(crate) struct Dialer<'a> {
+    pub(crate) resolver: &'a Resolver,
+    pub(crate) names: &'a NameCache,
+    pub(crate) guard: &'a DestinationGuard,
+    pub(crate) local_addresses: &'a LocalAddresses,
+    /// The driver hands out non-blocking sockets (epoll does, io_uring not).
+    pub(crate) nonblocking_sockets: bool,
+}
+
 /// Resolves `name` through the thread's cache or the resolver pool.
-async fn resolve_name(worker: &Worker, name: &str) -> Result<Rc<[IpAddr]>, DialError> {
-    if let Some(addrs) = worker.names.get(name) {
+async fn resolve_name(dialer: &Dialer<'_>, name: &str) -> Result<Rc<[IpAddr]>, DialError> {
+    if let Some(addrs) = dialer.names.get(name) {
         return Ok(addrs);
     }
-    match monoio::time::timeout(CONNECT_BUDGET, worker.shared.resolver.lookup(name, 0)).await {
+    match monoio::time::timeout(CONNECT_BUDGET, dialer.resolver.lookup(name, 0)).await {
         Ok(Ok(addrs)) if !addrs.is_empty() => {
             let ips: Rc<[IpAddr]> = addrs.iter().map(SocketAddr::ip).collect();
-            worker.names.put(name, Rc::clone(&ips));
+            dialer.names.put(name, Rc::clone(&ips));
             Ok(ips)
         }
         Ok(_) => Err(DialError::Dns),
@@ -139,11 +151,11 @@ async fn resolve_name(worker: &Worker, name: &str) -> Result<Rc<[IpAddr]>, DialE
 }
 
 /// Resolves (unless a literal), guards and connects to `host:port`.
-pub(crate) async fn dial(worker: &Worker, host: &str, port: u16, matched: MatchedBy) -> Result<Conn, DialError> {
+pub(crate) async fn dial(dialer: &Dialer<'_>, host: &str, port: u16, matched: MatchedBy) -> Result<Conn, DialError> {
     let deadline = Instant::now() + CONNECT_BUDGET;
     let candidates = match normalise_host(host) {
         Some(HostKind::Ip(ip)) => vec![SocketAddr::new(ip, port)],
-        Some(HostKind::Name(name)) => resolve_name(worker, &name)
+        Some(HostKind::Name(name)) => resolve_name(dialer, &name)
             .await?
             .iter()
             .map(|ip| SocketAddr::new(*ip, port))
@@ -154,8 +166,8 @@ pub(crate) async fn dial(worker: &Worker, host: &str, port: u16, matched: Matche
     let allowed: Vec<SocketAddr> = candidates
         .into_iter()
         .filter(|addr| {
-            let is_local = |ip: IpAddr| worker.shared.local_addresses.contains(ip);
-            worker.shared.guard.judge(*addr, literal, is_local) == Verdict::Dial
+            let is_local = |ip: IpAddr| dialer.local_addresses.contains(ip);
+            dialer.guard.judge(*addr, literal, is_local) == Verdict::Dial
         })
         .collect();
     if allowed.is_empty() {
@@ -169,7 +181,7 @@ pub(crate) async fn dial(worker: &Worker, host: &str, port: u16, matched: Matche
             break;
         }
         match monoio::time::timeout(left, monoio::net::TcpStream::connect_addr(addr)).await {
-            Ok(Ok(stream)) => match Conn::dialled(stream, worker.nonblocking_sockets) {
+            Ok(Ok(stream)) => match Conn::dialled(stream, dialer.nonblocking_sockets) {
                 Ok(conn) => return Ok(conn),
                 Err(_) => continue,
             },

@@ -2,16 +2,18 @@
 //!
 //! Each core thread keeps the connections it serves in a [`LiveSet`]. A
 //! per-thread task notices a new snapshot generation and fires the
-//! [`CloseSignal`](crate::plane::tunnel::CloseSignal) of every connection the new
-//! snapshot would deny, well within a second. Single-threaded by design.
+//! [`CloseSignal`] of every connection the new snapshot would deny, well
+//! within a second. Single-threaded by design.
 
+use crate::plane::stats::Stats;
 use crate::plane::tunnel::{CloseSignal, Revocation};
-use crate::plane::worker::Worker;
 use crate::policy::reason::Reason;
+use crate::policy::registry::SnapshotCache;
 use crate::policy::Snapshot;
 use std::cell::RefCell;
 use std::net::IpAddr;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How often a thread looks for a new snapshot generation.
@@ -35,14 +37,14 @@ pub(crate) struct LiveSet {
 
 /// Keeps a connection in the live set; leaves it on drop.
 pub(crate) struct LiveEntry {
-    worker: Rc<Worker>,
+    set: Rc<LiveSet>,
     index: usize,
     signal: Revocation,
 }
 
 impl LiveEntry {
     /// Registers a connection from `source` allowed to reach `host:port`.
-    pub(crate) fn register(worker: &Rc<Worker>, source: IpAddr, host: &str, port: u16) -> LiveEntry {
+    pub(crate) fn register(set: &Rc<LiveSet>, source: IpAddr, host: &str, port: u16) -> LiveEntry {
         let signal = Rc::new(CloseSignal::default());
         let live = Live {
             source,
@@ -50,7 +52,6 @@ impl LiveEntry {
             port,
             signal: Rc::clone(&signal),
         };
-        let set = &worker.live;
         let index = match set.free.borrow_mut().pop() {
             Some(index) => {
                 set.slots.borrow_mut()[index] = Some(live);
@@ -63,7 +64,7 @@ impl LiveEntry {
             }
         };
         LiveEntry {
-            worker: Rc::clone(worker),
+            set: Rc::clone(set),
             index,
             signal,
         }
@@ -71,7 +72,7 @@ impl LiveEntry {
 
     /// Re-points the entry at a new destination (next keep-alive request).
     pub(crate) fn retarget(&self, host: &str, port: u16) {
-        if let Some(live) = self.worker.live.slots.borrow_mut()[self.index].as_mut() {
+        if let Some(live) = self.set.slots.borrow_mut()[self.index].as_mut() {
             live.host = host.into();
             live.port = port;
         }
@@ -90,8 +91,8 @@ impl LiveEntry {
 
 impl Drop for LiveEntry {
     fn drop(&mut self) {
-        self.worker.live.slots.borrow_mut()[self.index] = None;
-        self.worker.live.free.borrow_mut().push(self.index);
+        self.set.slots.borrow_mut()[self.index] = None;
+        self.set.free.borrow_mut().push(self.index);
     }
 }
 
@@ -112,14 +113,14 @@ impl LiveSet {
 
     /// Fires the signal of every live connection `snapshot` denies; returns
     /// how many were revoked.
-    fn revoke_denied(&self, snapshot: &Snapshot, worker: &Worker) -> usize {
+    fn revoke_denied(&self, snapshot: &Snapshot, stats: &Stats) -> usize {
         let slots = self.slots.borrow();
         let mut revoked = 0;
         for live in slots.iter().flatten().filter(|live| !live.signal.is_fired()) {
             let registration = snapshot.lookup(live.source);
             let allowed = registration.is_some_and(|r| r.allowlist.matching(&live.host, live.port).is_some());
             if !allowed {
-                worker.stats.record_denied(
+                stats.record_denied(
                     live.source,
                     registration.map(|r| &r.id),
                     &live.host,
@@ -136,25 +137,31 @@ impl LiveSet {
 
 /// Runs forever on each core thread: revokes what each new snapshot denies
 /// and closes connections idle past the tunnel idle timeout (one timer per
-/// thread instead of one per tunnel).
-pub(crate) async fn watch(worker: Rc<Worker>) {
-    let mut seen = worker.with_snapshot(|s| s.generation());
+/// thread instead of one per tunnel). `idle_limit` is the tunnel idle
+/// timeout; `snapshots` is this task's own view of the registry.
+pub(crate) async fn watch(
+    live: Rc<LiveSet>,
+    stats: Arc<Stats>,
+    idle_limit: Option<Duration>,
+    mut snapshots: SnapshotCache,
+) {
+    let mut seen = snapshots.load().generation();
     let mut ticks: u32 = 0;
     loop {
         monoio::time::sleep(CHECK_EVERY).await;
         ticks = ticks.wrapping_add(1);
-        if let (Some(limit), 0) = (worker.limits.tunnel_idle_timeout, ticks % IDLE_SWEEP_TICKS) {
-            let idle = worker.live.close_idle(limit);
+        if let (Some(limit), 0) = (idle_limit, ticks % IDLE_SWEEP_TICKS) {
+            let idle = live.close_idle(limit);
             if idle > 0 {
                 tracing::debug!(idle, "closed idle connections");
             }
         }
-        let snapshot = worker.snapshot();
+        let snapshot = snapshots.load();
         if snapshot.generation() == seen {
             continue;
         }
         seen = snapshot.generation();
-        let revoked = worker.live.revoke_denied(&snapshot, &worker);
+        let revoked = live.revoke_denied(snapshot, &stats);
         if revoked > 0 {
             tracing::info!(revoked, generation = seen, "closed connections the new snapshot denies");
         }

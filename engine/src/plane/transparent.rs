@@ -57,7 +57,7 @@ async fn serve_tls(worker: &Rc<Worker>, client: Conn, source: IpAddr, port: u16)
     };
     // In the live set before the decision, so a snapshot that arrives while
     // the dial is in flight still revokes the tunnel.
-    let live = LiveEntry::register(worker, source, &name, port);
+    let live = LiveEntry::register(&worker.live, source, &name, port);
     let upstream = match reach(worker, source, &name, port).await {
         Reach::Connected(upstream) => upstream,
         Reach::Denied(reason) => {
@@ -71,7 +71,7 @@ async fn serve_tls(worker: &Rc<Worker>, client: Conn, source: IpAddr, port: u16)
     worker.stats.add_bytes(Direction::Up, peeked.len() as u64);
     drop(peeked);
     let _active = worker.stats.open_tunnel();
-    tunnel::run(worker, &client, &upstream, live.signal()).await;
+    tunnel::run(worker.plumbing(), &client, &upstream, live.signal()).await;
 }
 
 /// Reads until the ClientHello is complete; returns the server name and
@@ -119,47 +119,5 @@ fn original_destination(client: &Conn) -> io::Result<SocketAddr> {
             ))),
             Err(_) => Err(v4_error.into()),
         },
-    }
-}
-
-/// The host of a `Host` field without its port (`name:8080` -> `name`,
-/// `[::1]:80` -> `[::1]`); `None` when empty or not text.
-pub(crate) fn host_without_port(field: &[u8]) -> Option<&str> {
-    let field = std::str::from_utf8(field).ok()?.trim();
-    let host = if field.starts_with('[') {
-        &field[..=field.find(']')?]
-    } else {
-        match field.rsplit_once(':') {
-            Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
-            _ => field,
-        }
-    };
-    (!host.is_empty()).then_some(host)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::host_without_port;
-
-    #[test]
-    fn host_field_without_port() {
-        let cases: &[(&[u8], Option<&str>)] = &[
-            (b"allowed.test", Some("allowed.test")),
-            (b"allowed.test:8080", Some("allowed.test")),
-            (b"Allowed.Test.:80", Some("Allowed.Test.")),
-            (b" allowed.test ", Some("allowed.test")),
-            (b"allowed.test:", Some("allowed.test")),
-            (b"[::1]:80", Some("[::1]")),
-            (b"[::1]", Some("[::1]")),
-            (b"[::1", None),
-            (b"203.0.113.7:443", Some("203.0.113.7")),
-            (b"a:b:c", Some("a:b:c")),
-            (b":80", None),
-            (b"", None),
-            (b"\xff\xfe", None),
-        ];
-        for (field, want) in cases {
-            assert_eq!(host_without_port(field), *want, "{field:?}");
-        }
     }
 }

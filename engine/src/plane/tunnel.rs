@@ -9,8 +9,7 @@
 //! buffered copy through the thread's small buffer pool.
 
 use crate::plane::conn::{nix_result, Conn};
-use crate::plane::stats::Direction;
-use crate::plane::worker::Worker;
+use crate::plane::stats::{Direction, Stats};
 use std::cell::{Cell, RefCell};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -37,6 +36,14 @@ pub(crate) enum Start {
     Now,
     /// A fresh tunnel: bytes come later, so wait for readiness first.
     WhenReadable,
+}
+
+/// What a thread's pumps draw on: its pools, and the counters the bytes
+/// they move go to.
+#[derive(Clone, Copy)]
+pub(crate) struct Plumbing<'a> {
+    pub(crate) pools: &'a Pools,
+    pub(crate) stats: &'a Stats,
 }
 
 /// A pipe pair; empty whenever it is in the pool.
@@ -102,7 +109,7 @@ fn splice(from: RawFd, to: RawFd, len: usize) -> io::Result<usize> {
 /// Moves bytes `src` -> `dst` until `limit` bytes are moved or, when
 /// `None`, until EOF. Returns the bytes moved (fewer than `limit` on EOF).
 pub(crate) async fn pump(
-    worker: &Worker,
+    plumbing: Plumbing<'_>,
     src: &Conn,
     dst: &Conn,
     limit: Option<u64>,
@@ -121,20 +128,20 @@ pub(crate) async fn pump(
         if await_readable {
             // The (empty) pipe goes back to the pool while the tunnel waits.
             if let Some(p) = pipe.take() {
-                worker.pools.give_pipe(p);
+                plumbing.pools.give_pipe(p);
             }
             if let Err(e) = src.readable().await {
                 break Err(e);
             }
             await_readable = false;
         }
-        let Some(p) = pipe.take().or_else(|| worker.pools.take_pipe()) else {
+        let Some(p) = pipe.take().or_else(|| plumbing.pools.take_pipe()) else {
             // Boxed: the rare fallback should not enlarge every idle tunnel.
-            match Box::pin(copy_once(worker, src, dst, want)).await {
+            match Box::pin(copy_once(plumbing.pools, src, dst, want)).await {
                 Ok(0) => break Ok(moved),
                 Ok(n) => {
                     moved += n as u64;
-                    worker.stats.add_bytes(direction, n as u64);
+                    plumbing.stats.add_bytes(direction, n as u64);
                     activity.touch();
                     continue;
                 }
@@ -143,7 +150,7 @@ pub(crate) async fn pump(
         };
         match splice(src.fd(), p.write.as_raw_fd(), want) {
             Ok(0) => {
-                worker.pools.give_pipe(p);
+                plumbing.pools.give_pipe(p);
                 break Ok(moved);
             }
             Ok(n) => {
@@ -151,7 +158,7 @@ pub(crate) async fn pump(
                     break Err(e);
                 }
                 moved += n as u64;
-                worker.stats.add_bytes(direction, n as u64);
+                plumbing.stats.add_bytes(direction, n as u64);
                 activity.touch();
                 pipe = Some(p);
                 await_readable = n < want && n < SHORT_READ;
@@ -165,7 +172,7 @@ pub(crate) async fn pump(
         }
     };
     if let Some(p) = pipe {
-        worker.pools.give_pipe(p);
+        plumbing.pools.give_pipe(p);
     }
     result
 }
@@ -185,15 +192,15 @@ async fn drain(pipe: &Pipe, dst: &Conn, mut n: usize) -> io::Result<()> {
 }
 
 /// The buffered fallback: one read and its write; 0 means EOF.
-async fn copy_once(worker: &Worker, src: &Conn, dst: &Conn, want: usize) -> io::Result<usize> {
+async fn copy_once(pools: &Pools, src: &Conn, dst: &Conn, want: usize) -> io::Result<usize> {
     src.readable().await?;
-    let mut buf = worker.pools.take_buffer();
+    let mut buf = pools.take_buffer();
     let want = want.min(buf.len());
     let result = match src.read(&mut buf[..want]).await {
         Ok(n) => dst.write_all(&buf[..n]).await.map(|()| n),
         Err(e) => Err(e),
     };
-    worker.pools.give_buffer(buf);
+    pools.give_buffer(buf);
     result
 }
 
@@ -202,11 +209,11 @@ async fn copy_once(worker: &Worker, src: &Conn, dst: &Conn, want: usize) -> io::
 /// Half-close is honoured: EOF one way shuts down writing the other way, and
 /// the other way runs on. Holds no timer: an idle tunnel costs its sockets
 /// and this future only.
-pub(crate) async fn run(worker: &Worker, client: &Conn, upstream: &Conn, close: &CloseSignal) {
+pub(crate) async fn run(plumbing: Plumbing<'_>, client: &Conn, upstream: &Conn, close: &CloseSignal) {
     let both = async {
         let up = async {
             let result = pump(
-                worker,
+                plumbing,
                 client,
                 upstream,
                 None,
@@ -219,7 +226,7 @@ pub(crate) async fn run(worker: &Worker, client: &Conn, upstream: &Conn, close: 
         };
         let down = async {
             let result = pump(
-                worker,
+                plumbing,
                 upstream,
                 client,
                 None,

@@ -1,14 +1,19 @@
 //! One core thread's state: shared engine state plus thread-local pools,
 //! live connections and the cached registry view.
+//!
+//! The front ends and `decision` take it whole; the leaves take only what
+//! they use (`tunnel` the [`Plumbing`], `resolve` a [`Dialer`], `revocation`
+//! the live set), so they never import this module, and `runtime`, which
+//! builds it, sits above it.
 
 use crate::config::{EngineConfig, Limits};
 use crate::plane::admission::Admission;
 use crate::plane::fair::Turns;
 use crate::plane::local_addrs::LocalAddresses;
-use crate::plane::resolve::{NameCache, Resolver};
+use crate::plane::resolve::{Dialer, NameCache, Resolver};
 use crate::plane::revocation::LiveSet;
 use crate::plane::stats::Stats;
-use crate::plane::tunnel::Pools;
+use crate::plane::tunnel::{Plumbing, Pools};
 use crate::policy::guard::DestinationGuard;
 use crate::policy::registry::{Registry, SnapshotCache};
 use crate::policy::Snapshot;
@@ -33,7 +38,7 @@ pub(crate) struct Worker {
     pub(crate) stats: Arc<Stats>,
     pub(crate) limits: Limits,
     pub(crate) pools: Pools,
-    pub(crate) live: LiveSet,
+    pub(crate) live: Rc<LiveSet>,
     pub(crate) names: NameCache,
     /// Sources' turns at work on this thread.
     pub(crate) turns: Rc<Turns>,
@@ -50,7 +55,7 @@ impl Worker {
             limits: shared.config.limits,
             cache: RefCell::new(shared.registry.cache()),
             pools: Pools::default(),
-            live: LiveSet::default(),
+            live: Rc::default(),
             names: NameCache::default(),
             turns: Rc::default(),
             nonblocking_sockets,
@@ -63,8 +68,22 @@ impl Worker {
         decide(self.cache.borrow_mut().load())
     }
 
-    /// The snapshot in force, to keep beyond one decision.
-    pub(crate) fn snapshot(&self) -> Arc<Snapshot> {
-        Arc::clone(self.cache.borrow_mut().load())
+    /// What this thread's tunnels draw on.
+    pub(crate) fn plumbing(&self) -> Plumbing<'_> {
+        Plumbing {
+            pools: &self.pools,
+            stats: &self.stats,
+        }
+    }
+
+    /// What this thread dials with.
+    pub(crate) fn dialer(&self) -> Dialer<'_> {
+        Dialer {
+            resolver: &self.shared.resolver,
+            names: &self.names,
+            guard: &self.shared.guard,
+            local_addresses: &self.shared.local_addresses,
+            nonblocking_sockets: self.nonblocking_sockets,
+        }
     }
 }

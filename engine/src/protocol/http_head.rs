@@ -332,6 +332,21 @@ fn single_host<'a>(fields: &[Field<'a>]) -> Result<Option<&'a [u8]>, HeadError> 
     Ok(first)
 }
 
+/// The host of a `Host` field without its port (`name:8080` -> `name`,
+/// `[::1]:80` -> `[::1]`); `None` when empty or not text.
+pub fn host_without_port(field: &[u8]) -> Option<&str> {
+    let field = std::str::from_utf8(field).ok()?.trim();
+    let host = if field.starts_with('[') {
+        &field[..=field.find(']')?]
+    } else {
+        match field.rsplit_once(':') {
+            Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
+            _ => field,
+        }
+    };
+    (!host.is_empty()).then_some(host)
+}
+
 fn request_framing(fields: &[Field<'_>], minor_version: u8, method: &str) -> Result<Framing, HeadError> {
     let length = content_length(fields)?;
     let chunked = transfer_encoding(fields)?;
@@ -861,5 +876,27 @@ mod tests {
             String::from_utf8(out).unwrap(),
             "HTTP/1.1 302 Found\r\nLocation: http://b.test/\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
         );
+    }
+
+    #[test]
+    fn host_field_without_port() {
+        let cases: &[(&[u8], Option<&str>)] = &[
+            (b"allowed.test", Some("allowed.test")),
+            (b"allowed.test:8080", Some("allowed.test")),
+            (b"Allowed.Test.:80", Some("Allowed.Test.")),
+            (b" allowed.test ", Some("allowed.test")),
+            (b"allowed.test:", Some("allowed.test")),
+            (b"[::1]:80", Some("[::1]")),
+            (b"[::1]", Some("[::1]")),
+            (b"[::1", None),
+            (b"203.0.113.7:443", Some("203.0.113.7")),
+            (b"a:b:c", Some("a:b:c")),
+            (b":80", None),
+            (b"", None),
+            (b"\xff\xfe", None),
+        ];
+        for (field, want) in cases {
+            assert_eq!(host_without_port(field), *want, "{field:?}");
+        }
     }
 }

@@ -178,7 +178,12 @@ fn core_thread(
             .map(monoio::net::TcpListener::from_std)
             .transpose()?;
         let _ = started.send(Ok(()));
-        monoio::spawn(crate::plane::revocation::watch(std::rc::Rc::clone(&worker)));
+        monoio::spawn(crate::plane::revocation::watch(
+            std::rc::Rc::clone(&worker.live),
+            std::sync::Arc::clone(&worker.stats),
+            worker.limits.tunnel_idle_timeout,
+            worker.shared.registry.cache(),
+        ));
         let tick = crate::plane::fair::PollTick::new()
             .inspect_err(|err| tracing::warn!(error = %err, "no poll tick for fair turns; rounds follow the run queue"))
             .ok();
