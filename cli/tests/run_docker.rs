@@ -254,30 +254,6 @@ fn run_teardown_after_a_failure_leaves_nothing() {
     assert_eq!(leftovers(&id), Vec::<String>::new());
 }
 
-/// Waits for the run labelled `id` to have a running workload; returns its name.
-fn workload_container(id: &str) -> String {
-    let filter = format!("label=io.crackbox.id={id}");
-    let mut name = String::new();
-    let found = wait_for(Duration::from_secs(60), || {
-        name = docker(&[
-            "ps",
-            "--filter",
-            &filter,
-            "--filter",
-            "status=running",
-            "--format",
-            "{{.Names}}",
-        ])
-        .lines()
-        .find(|n| n.ends_with("-workload"))
-        .unwrap_or_default()
-        .to_string();
-        !name.is_empty()
-    });
-    assert!(found, "the workload of {id} never ran");
-    name
-}
-
 #[test]
 fn run_teardown_on_sigint_and_sigterm_leaves_nothing() {
     if !docker_ready() {

@@ -9,6 +9,7 @@
 //!   a proxy `run` starts on the host (`jail/netns.rs`).
 
 mod admin;
+mod daemon_config;
 mod docker;
 mod env;
 mod error;
@@ -60,6 +61,12 @@ pub struct RunArgs {
     /// network (it needs an IPv4 subnet; the host must be able to reach it).
     #[arg(long, env = "CRACKBOX_EGRESS_NETWORK")]
     pub egress_network: Option<String>,
+    /// Run behind the long-lived crackbox container NAME instead of a per-run
+    /// proxy (docker backend): NAME is connected to the run's network and
+    /// the workload registered through NAME's admin API (its secret from
+    /// CRACKBOX_ADMIN_SECRET, else from NAME's environment).
+    #[arg(long, env = "CRACKBOX_DAEMON", value_name = "NAME")]
+    pub daemon: Option<String>,
     /// The command to run in the jail.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
@@ -86,6 +93,9 @@ fn execute(args: RunArgs) -> Result<i32, JailError> {
         .enable_all()
         .build()
         .map_err(|e| JailError::io("starting the runtime", e))?;
+    if args.daemon.is_some() && args.backend != Backend::Docker {
+        return Err(JailError::DaemonNeedsDocker);
+    }
     let outcome = match args.backend {
         Backend::Docker => runtime.block_on(docker::run(docker::Plan {
             run_id,
@@ -99,6 +109,7 @@ fn execute(args: RunArgs) -> Result<i32, JailError> {
             command: args.command,
             tty: stdio::stdin_is_tty(),
             quiet: args.quiet,
+            daemon: args.daemon,
         })),
         Backend::Netns => runtime.block_on(netns::run(netns::Plan {
             run_id,

@@ -8,6 +8,10 @@
 
 #![allow(dead_code)]
 
+mod daemon;
+#[allow(unused_imports)]
+pub use daemon::*;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -247,21 +251,22 @@ pub fn run_command(upstream: &Upstream, id: &str, allow: &str, command: &[&str])
 
 /// [`run_command`] with extra `run` flags before the `--`.
 pub fn run_command_with(upstream: &Upstream, id: &str, allow: &str, flags: &[&str], command: &[&str]) -> Command {
-    let mut cmd = Command::new(CRACKBOX);
+    let mut all_flags = vec!["--egress-network", upstream.network.as_str()];
+    all_flags.extend_from_slice(flags);
+    let mut cmd = crackbox_run(id, allow, &all_flags, command);
     cmd.env("CRACKBOX_IMAGE", crackbox_image())
         .env("CRACKBOX_ALLOW_PRIVATE_DESTINATIONS", "1")
-        .env_remove("CRACKBOX_EGRESS_NETWORK")
-        .args([
-            "run",
-            "--allow",
-            allow,
-            "--id",
-            id,
-            "--egress-network",
-            &upstream.network,
-        ])
-        .args(["--image", &workload_image()])
+        .env_remove("CRACKBOX_EGRESS_NETWORK");
+    cmd
+}
+
+/// `crackbox run --allow ALLOW --id ID FLAGS --image <workload image> -- COMMAND`
+/// with stdin closed.
+pub fn crackbox_run(id: &str, allow: &str, flags: &[&str], command: &[&str]) -> Command {
+    let mut cmd = Command::new(CRACKBOX);
+    cmd.args(["run", "--allow", allow, "--id", id])
         .args(flags)
+        .args(["--image", &workload_image()])
         .arg("--")
         .args(command)
         .stdin(Stdio::null());
@@ -288,6 +293,30 @@ pub fn leftovers(id: &str) -> Vec<String> {
             .map(|l| format!("network {l}")),
     );
     left
+}
+
+/// Waits for the run labelled `id` to have a running workload; returns its name.
+pub fn workload_container(id: &str) -> String {
+    let filter = format!("label=io.crackbox.id={id}");
+    let mut name = String::new();
+    let found = wait_for(Duration::from_secs(60), || {
+        name = docker(&[
+            "ps",
+            "--filter",
+            &filter,
+            "--filter",
+            "status=running",
+            "--format",
+            "{{.Names}}",
+        ])
+        .lines()
+        .find(|n| n.ends_with("-workload"))
+        .unwrap_or_default()
+        .to_string();
+        !name.is_empty()
+    });
+    assert!(found, "the workload of {id} never ran");
+    name
 }
 
 /// Waits until `check` holds or `timeout` passes.

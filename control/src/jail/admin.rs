@@ -26,8 +26,30 @@ pub struct AdminClient {
 
 /// An admin call that failed: transport error or a non-success answer.
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct AdminCallError(String);
+#[error("{message}")]
+pub struct AdminCallError {
+    message: String,
+    /// The answer's status, when there was one.
+    status: Option<StatusCode>,
+}
+
+impl AdminCallError {
+    fn transport(message: String) -> Self {
+        AdminCallError { message, status: None }
+    }
+
+    fn answer(status: StatusCode, body: &[u8]) -> Self {
+        AdminCallError {
+            message: format!("{status}: {}", error_text(body)),
+            status: Some(status),
+        }
+    }
+
+    /// Whether the API refused the request (4xx), so it changed nothing.
+    pub fn refused(&self) -> bool {
+        self.status.is_some_and(|s| s.is_client_error())
+    }
+}
 
 impl AdminClient {
     /// A client for the admin API at `addr`, authenticating with `secret`.
@@ -43,14 +65,27 @@ impl AdminClient {
 
     /// Registers `ip` as `id` with `allowlist`; returns once the proxy enforces it.
     pub async fn register(&self, ip: &str, id: &str, allowlist: &[String]) -> Result<(), AdminCallError> {
-        let body = serde_json::json!({ "ip": ip, "id": id, "allowlist": allowlist });
+        self.mutate(
+            "/v1/register",
+            serde_json::json!({ "ip": ip, "id": id, "allowlist": allowlist }),
+        )
+        .await
+    }
+
+    /// Removes the registration of `ip`; returns once the proxy enforces that.
+    pub async fn unregister(&self, ip: &str) -> Result<(), AdminCallError> {
+        self.mutate("/v1/unregister", serde_json::json!({ "ip": ip })).await
+    }
+
+    /// POSTs `body` to `path`; any answer but 200 is an error.
+    async fn mutate(&self, path: &str, body: serde_json::Value) -> Result<(), AdminCallError> {
         let (status, answer) = self
-            .call(Method::POST, "/v1/register", Some(body.to_string().into_bytes()))
+            .call(Method::POST, path, Some(body.to_string().into_bytes()))
             .await?;
         if status == StatusCode::OK {
             Ok(())
         } else {
-            Err(AdminCallError(format!("{status}: {}", error_text(&answer))))
+            Err(AdminCallError::answer(status, &answer))
         }
     }
 
@@ -60,11 +95,11 @@ impl AdminClient {
             .call(Method::GET, &format!("/v1/denials?limit={limit}"), None)
             .await?;
         if status != StatusCode::OK {
-            return Err(AdminCallError(format!("{status}: {}", error_text(&answer))));
+            return Err(AdminCallError::answer(status, &answer));
         }
         serde_json::from_slice::<DenialsBody>(&answer)
             .map(DenialsBody::into_vec)
-            .map_err(|err| AdminCallError(format!("unreadable denials: {err}")))
+            .map_err(|err| AdminCallError::transport(format!("unreadable denials: {err}")))
     }
 
     async fn call(
@@ -75,7 +110,7 @@ impl AdminClient {
     ) -> Result<(StatusCode, Bytes), AdminCallError> {
         tokio::time::timeout(CALL_TIMEOUT, self.call_once(method, path, body))
             .await
-            .map_err(|_| AdminCallError(format!("no answer from {} within {CALL_TIMEOUT:?}", self.addr)))?
+            .map_err(|_| AdminCallError::transport(format!("no answer from {} within {CALL_TIMEOUT:?}", self.addr)))?
     }
 
     async fn call_once(
@@ -84,7 +119,8 @@ impl AdminClient {
         path: &str,
         body: Option<Vec<u8>>,
     ) -> Result<(StatusCode, Bytes), AdminCallError> {
-        let fail = |what: &str, err: &dyn std::fmt::Display| AdminCallError(format!("{what} {}: {err}", self.addr));
+        let fail =
+            |what: &str, err: &dyn std::fmt::Display| AdminCallError::transport(format!("{what} {}: {err}", self.addr));
         let stream = tokio::net::TcpStream::connect(self.addr)
             .await
             .map_err(|e| fail("connect", &e))?;

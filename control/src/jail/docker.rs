@@ -12,8 +12,15 @@
 //! - `crackbox-R-workload`: the command, on the internal network only, with
 //!   the proxy variables and a resolver (127.0.0.1) that answers nothing.
 //!
+//! With `--daemon NAME` (`docker/on_daemon.rs`) there is no proxy or egress
+//! network of the run's own: the long-lived crackbox container NAME is
+//! connected to `crackbox-R` as `.2` and the workload registered through
+//! NAME's admin API; teardown unregisters it and disconnects NAME.
+//!
 //! Every object is recorded before it is created, so teardown removes it on
 //! every exit path, including a signal in the middle of set-up.
+
+mod on_daemon;
 
 use super::admin::AdminClient;
 use super::env::proxy_env;
@@ -84,6 +91,8 @@ pub struct Plan {
     pub tty: bool,
     /// Whether to skip the exit summary.
     pub quiet: bool,
+    /// Long-lived crackbox container to run behind instead of a per-run proxy.
+    pub daemon: Option<String>,
 }
 
 /// Connects to the engine named by `DOCKER_HOST` (or the local socket) and
@@ -178,6 +187,10 @@ struct Jail {
     admin: OnceLock<AdminClient>,
     /// Set by a signal during set-up; checked between steps.
     interrupted: AtomicBool,
+    /// The workload's address, once chosen (the exit summary reads its denials).
+    workload_ip: OnceLock<Ipv4Addr>,
+    /// What this run changed on a shared daemon, undone at teardown.
+    lease: Mutex<on_daemon::Lease>,
 }
 
 /// Addresses of the proxy and workload inside one jail.
@@ -197,6 +210,8 @@ impl Jail {
             containers: Mutex::new(Vec::new()),
             admin: OnceLock::new(),
             interrupted: AtomicBool::new(false),
+            workload_ip: OnceLock::new(),
+            lease: Mutex::new(on_daemon::Lease::default()),
         }
     }
 
@@ -228,7 +243,12 @@ impl Jail {
     /// workload container's name. Concurrent steps are joined, never
     /// dropped half-way, so every object created is known to teardown.
     async fn setup(&self) -> Result<String, JailError> {
-        self.check_images().await?;
+        if let Some(daemon) = &self.plan.daemon {
+            return self.setup_on_daemon(daemon).await;
+        }
+        let (proxy_image, workload_image) = tokio::join!(self.check_proxy_image(), self.check_workload_image());
+        proxy_image?;
+        workload_image?;
         self.checkpoint()?;
         let internal_net = self.name("");
         let (internal, egress_net, own_egress) = match &self.plan.egress_network {
@@ -253,7 +273,11 @@ impl Jail {
         // once its address is registered.
         let (admin, workload) = tokio::join!(
             self.start_proxy(&addresses, own_egress),
-            self.create_workload(&addresses)
+            self.create_workload(
+                &addresses.internal_net,
+                SocketAddr::from((addresses.proxy_internal, PROXY_PORT)),
+                addresses.workload
+            )
         );
         let (admin, workload) = (admin?, workload?);
         tracing::debug!("proxy healthy, workload created");
@@ -269,15 +293,19 @@ impl Jail {
         Ok(workload)
     }
 
-    /// Fails early, with the fix in the message, when an image is missing.
-    async fn check_images(&self) -> Result<(), JailError> {
+    /// Fails early, with the fix in the message, when the proxy image is missing.
+    async fn check_proxy_image(&self) -> Result<(), JailError> {
         match self.docker.inspect_image(&self.plan.proxy_image).await {
-            Ok(_) => {}
+            Ok(_) => Ok(()),
             Err(e) if docker_status(&e) == Some(404) => {
-                return Err(JailError::ProxyImageMissing(self.plan.proxy_image.clone()))
+                Err(JailError::ProxyImageMissing(self.plan.proxy_image.clone()))
             }
-            Err(e) => return Err(JailError::docker("inspecting the proxy image", e)),
+            Err(e) => Err(JailError::docker("inspecting the proxy image", e)),
         }
+    }
+
+    /// Pulls the workload image when it is not present.
+    async fn check_workload_image(&self) -> Result<(), JailError> {
         match self.docker.inspect_image(&self.plan.image).await {
             Ok(_) => Ok(()),
             Err(e) if docker_status(&e) == Some(404) => self.pull_workload_image().await,
@@ -534,15 +562,17 @@ impl Jail {
         last
     }
 
-    async fn create_workload(&self, addresses: &Addresses) -> Result<String, JailError> {
+    /// Creates (not starts) the workload at `address` on `network`, its
+    /// proxy variables pointing at `proxy`.
+    async fn create_workload(&self, network: &str, proxy: SocketAddr, address: Ipv4Addr) -> Result<String, JailError> {
         self.checkpoint()?;
         let name = self.name("workload");
         self.containers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(name.clone());
-        let proxy = format!("{}:{PROXY_PORT}", addresses.proxy_internal);
-        let env = proxy_env(&proxy)
+        let _ = self.workload_ip.set(address);
+        let env = proxy_env(&proxy.to_string())
             .into_iter()
             .map(|(key, value)| format!("{key}={value}"))
             .collect();
@@ -558,14 +588,14 @@ impl Jail {
             attach_stderr: Some(true),
             labels: Some(self.labels()),
             host_config: Some(HostConfig {
-                network_mode: Some(addresses.internal_net.clone()),
+                network_mode: Some(network.to_string()),
                 // Nothing listens there: no name ever reaches Docker's
                 // embedded resolver or the host's upstream DNS.
                 dns: Some(vec!["127.0.0.1".into()]),
                 dns_options: Some(vec!["timeout:1".into(), "attempts:1".into()]),
                 ..Default::default()
             }),
-            networking_config: Some(endpoint(&addresses.internal_net, addresses.workload)),
+            networking_config: Some(endpoint(network, address)),
             ..Default::default()
         };
         let options = CreateContainerOptionsBuilder::default().name(&name).build();
@@ -627,11 +657,16 @@ impl Jail {
         }
     }
 
-    /// Prints the blocked hosts, if the proxy got far enough to have any.
+    /// Prints the hosts the workload was denied, if the proxy got far enough
+    /// to have any (a shared daemon also holds other sandboxes' denials).
     async fn print_blocked(&self) {
-        let Some(admin) = self.admin.get() else { return };
+        let (Some(admin), Some(workload)) = (self.admin.get(), self.workload_ip.get()) else {
+            return;
+        };
         match admin.denials(DENIALS_LIMIT).await {
-            Ok(denials) => {
+            Ok(mut denials) => {
+                let workload = workload.to_string();
+                denials.retain(|denial| denial.ip == workload);
                 if let Some(line) = summary::blocked_line(&denials) {
                     eprintln!("{line}");
                 }
@@ -640,7 +675,8 @@ impl Jail {
         }
     }
 
-    /// Removes every container, then every network, this run created.
+    /// Removes every container this run created and undoes what it changed
+    /// on a shared daemon, then removes every network it created.
     async fn teardown(&self) {
         let containers: Vec<String> = self
             .containers
@@ -648,7 +684,10 @@ impl Jail {
             .unwrap_or_else(|p| p.into_inner())
             .drain(..)
             .collect();
-        join_all(containers.iter().map(|name| self.remove_container(name))).await;
+        tokio::join!(
+            join_all(containers.iter().map(|name| self.remove_container(name))),
+            self.leave_daemon()
+        );
         let networks: Vec<String> = self
             .networks
             .lock()

@@ -40,6 +40,17 @@ pub enum JailError {
     /// The proxy did not become healthy.
     #[error("the jail's proxy did not start: {0}")]
     ProxyNotReady(String),
+    /// The `--daemon` container cannot serve as the jail's proxy.
+    #[error("--daemon {name}: {problem}")]
+    Daemon {
+        /// The container name given.
+        name: String,
+        /// Why it cannot be used, and what to do.
+        problem: String,
+    },
+    /// `--daemon` was given for a backend other than docker.
+    #[error("--daemon needs the docker backend (drop --backend netns or --daemon)")]
+    DaemonNeedsDocker,
     /// The proxy's admin API refused or failed a call.
     #[error("admin API: {step}: {detail}")]
     Admin {

@@ -4,9 +4,11 @@
 use serde::Deserialize;
 use std::collections::HashMap;
 
-/// One entry of `GET /v1/denials`; only the host matters here.
+/// One entry of `GET /v1/denials`: who was denied which host.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Denial {
+    /// The source address that was denied.
+    pub ip: String,
     /// The host the workload asked for.
     pub host: String,
 }
@@ -32,7 +34,13 @@ mod tests {
     use super::*;
 
     fn denials(hosts: &[&str]) -> Vec<Denial> {
-        hosts.iter().map(|h| Denial { host: h.to_string() }).collect()
+        hosts
+            .iter()
+            .map(|h| Denial {
+                ip: "10.0.0.3".into(),
+                host: h.to_string(),
+            })
+            .collect()
     }
 
     #[test]

@@ -1,0 +1,275 @@
+//! `crackbox run --daemon NAME` against the real Docker engine: workloads run
+//! behind one long-lived crackbox container, each on its own network, and
+//! every exit path leaves the daemon as it was (no registration, no extra
+//! network) and nothing of the run behind.
+
+mod run_support;
+
+use run_support::*;
+use std::process::{Output, Stdio};
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The daemon holds no registration and no network but its own, and the
+/// run left no object.
+fn assert_daemon_restored(daemon: &Daemon, upstream: &Upstream, id: &str) {
+    assert_eq!(daemon.get("/v1/state"), "[]", "registrations left on the daemon");
+    assert_eq!(
+        daemon.networks(),
+        vec![upstream.network.clone()],
+        "daemon still attached"
+    );
+    assert_eq!(leftovers(id), Vec::<String>::new());
+}
+
+/// Waits for the run labelled `id` to have a running workload; returns its
+/// name and address.
+fn running_workload(id: &str) -> (String, String) {
+    let name = workload_container(id);
+    let ip = docker(&[
+        "inspect",
+        "-f",
+        "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+        &name,
+    ]);
+    (name, ip)
+}
+
+#[test]
+fn daemon_run_allows_denies_summarises_and_cleans_up() {
+    if !docker_ready() {
+        return;
+    }
+    let upstream = Upstream::start();
+    let daemon = Daemon::start(&upstream);
+    let id = unique("d-allowed");
+    let script = format!(
+        "curl -sS -m 10 http://{ALLOWED}/; \
+         curl -sS -m 10 -o /dev/null -w '%{{http_code}}\\n' http://{DENIED}/; exit 3"
+    );
+    let out = daemon.run(&id, ALLOWED, &["sh", "-c", &script]);
+    assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
+    assert_eq!(stdout(&out), format!("{UPSTREAM_BODY}\n403\n"), "{}", describe(&out));
+    assert_eq!(
+        stderr(&out),
+        "crackbox: blocked denied.test (1)\n",
+        "{}",
+        describe(&out)
+    );
+    assert_daemon_restored(&daemon, &upstream, &id);
+    let denials = daemon.get("/v1/denials");
+    assert!(denials.contains(&format!("\"id\":\"{id}\"")), "{denials}");
+}
+
+#[test]
+fn daemon_run_failures_exit_125_in_one_line_and_leave_nothing() {
+    if !docker_ready() {
+        return;
+    }
+    let upstream = Upstream::start();
+    let daemon = Daemon::start(&upstream);
+    let stopped = unique("crackbox-test-stopped");
+    docker(&[
+        "create",
+        "--name",
+        &stopped,
+        "--label",
+        "io.crackbox.test=1",
+        &workload_image(),
+        "true",
+    ]);
+    let id = unique("d-fail");
+    let refused = |name: &str, want: &str| {
+        let out = daemon_run_command(name, &id, ALLOWED, &[], &["true"]).output().unwrap();
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(125), "{name}: {}", describe(&out));
+        assert_eq!(err.lines().count(), 1, "{name}: {}", describe(&out));
+        assert!(
+            err.starts_with(&format!("crackbox: --daemon {name}: {want}")),
+            "{name}: {}",
+            describe(&out)
+        );
+        assert_eq!(leftovers(&id), Vec::<String>::new());
+    };
+    refused("crackbox-test-no-such-daemon", "no such container");
+    refused(&stopped, "the container is not running");
+    refused(&upstream.container, "it does not run `crackbox proxy serve`");
+    // Paused: running, but its admin API does not answer.
+    docker(&["pause", &daemon.name]);
+    refused(&daemon.name, "its admin API at");
+    docker(&["unpause", &daemon.name]);
+    docker_try(&["rm", "-f", &stopped]);
+    assert_daemon_restored(&daemon, &upstream, &id);
+
+    // A wrong secret fails at registration, after the network existed.
+    let out = daemon
+        .run_command(&id, ALLOWED, &["true"])
+        .env("CRACKBOX_ADMIN_SECRET", "wrong")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", describe(&out));
+    assert!(
+        stderr(&out).starts_with("crackbox: admin API: registering the workload with the daemon: 401"),
+        "{}",
+        describe(&out)
+    );
+    assert_daemon_restored(&daemon, &upstream, &id);
+
+    // The command does not exist: 127, after the whole jail existed.
+    let out = daemon.run(&id, ALLOWED, &["/no/such/program"]);
+    assert_eq!(out.status.code(), Some(127), "{}", describe(&out));
+    assert_daemon_restored(&daemon, &upstream, &id);
+
+    let out = daemon_run_command(&daemon.name, &id, ALLOWED, &["--backend", "netns"], &["true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", describe(&out));
+    assert!(
+        stderr(&out).contains("--daemon needs the docker backend"),
+        "{}",
+        describe(&out)
+    );
+}
+
+#[test]
+fn daemon_run_teardown_on_sigint_and_sigterm() {
+    if !docker_ready() {
+        return;
+    }
+    let upstream = Upstream::start();
+    let daemon = Daemon::start(&upstream);
+    for (signal, code) in [(libc::SIGINT, 130), (libc::SIGTERM, 143)] {
+        let id = unique("d-signal");
+        let child = daemon
+            .run_command(&id, ALLOWED, &["sleep", "60"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        running_workload(&id);
+        assert!(daemon.get("/v1/state").contains(&id), "not registered while running");
+        let pid = libc::pid_t::try_from(child.id()).unwrap();
+        // SAFETY: signals the crackbox child this test spawned.
+        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(code), "{}", describe(&out));
+        assert_daemon_restored(&daemon, &upstream, &id);
+    }
+}
+
+#[test]
+fn daemon_runs_cannot_reach_each_other_or_the_admin_api() {
+    if !docker_ready() {
+        return;
+    }
+    let upstream = Upstream::start();
+    let daemon = Daemon::start(&upstream);
+    let server_id = unique("d-server");
+    let server = daemon
+        .run_command(&server_id, ALLOWED, &["httpd", "-f", "-p", "8080", "-h", "/www"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (_, server_ip) = running_workload(&server_id);
+    let server_daemon_side = {
+        let mut octets: Vec<u8> = server_ip.split('.').map(|o| o.parse().unwrap()).collect();
+        octets[3] -= 1;
+        octets.iter().map(u8::to_string).collect::<Vec<_>>().join(".")
+    };
+    let admin_ip = daemon.admin.split(':').next().unwrap().to_string();
+    // The admin address is on the allowlist as an IP literal: crackbox's own
+    // listeners are refused even then.
+    let allow = format!("{ALLOWED},{admin_ip}");
+    let script = format!(
+        r#"p=${{HTTP_PROXY#http://}}; p=${{p%:*}}
+        curl -s -m 2 --noproxy '*' http://{server_ip}:8080/ && echo REACHED server
+        code=$(curl -s -m 5 -o /dev/null -w '%{{http_code}}' http://{server_ip}:8080/)
+        [ "$code" = 403 ] || echo "VIA-PROXY server $code"
+        for h in {admin_ip} $p {server_daemon_side}; do
+          curl -s -m 2 --noproxy '*' http://$h:3129/health && echo REACHED admin $h
+        done
+        code=$(curl -s -m 5 -o /dev/null -w '%{{http_code}}' http://{admin}/v1/state)
+        [ "$code" = 403 ] || echo "VIA-PROXY admin $code"
+        curl -sS -m 10 http://{ALLOWED}/"#,
+        admin = daemon.admin
+    );
+    let client_id = unique("d-client");
+    let out = daemon.run(&client_id, &allow, &["sh", "-c", &script]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_eq!(stdout(&out), format!("{UPSTREAM_BODY}\n"), "{}", describe(&out));
+    assert!(
+        stderr(&out).starts_with(&format!("crackbox: blocked {server_ip} (1), {admin_ip} (1)"))
+            || stderr(&out).starts_with(&format!("crackbox: blocked {admin_ip} (1), {server_ip} (1)")),
+        "{}",
+        describe(&out)
+    );
+    let pid = libc::pid_t::try_from(server.id()).unwrap();
+    // SAFETY: signals the crackbox child this test spawned.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let out = server.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(143), "{}", describe(&out));
+    // The server's summary holds none of the client's denials.
+    assert!(!stderr(&out).contains("blocked"), "{}", describe(&out));
+    assert_daemon_restored(&daemon, &upstream, &server_id);
+    assert_eq!(leftovers(&client_id), Vec::<String>::new());
+}
+
+/// Runs at once on one daemon (CRACKBOX_DAEMON_RUNS, default 8; the issue's
+/// figure used 50).
+fn concurrent_runs() -> usize {
+    std::env::var("CRACKBOX_DAEMON_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(8)
+}
+
+#[test]
+fn daemon_many_concurrent_runs_all_work_and_all_clean_up() {
+    if !docker_ready() {
+        return;
+    }
+    let upstream = Upstream::start();
+    let daemon = Daemon::start(&upstream);
+    let runs: Vec<(String, std::process::Child)> = (0..concurrent_runs())
+        .map(|i| {
+            let id = unique(&format!("d-many-{i}"));
+            let script = format!(
+                "curl -sS -m 30 http://{ALLOWED}/; \
+                 curl -sS -m 30 -o /dev/null -w '%{{http_code}}\\n' http://deny-{i}.test/"
+            );
+            let child = daemon
+                .run_command(&id, ALLOWED, &["sh", "-c", &script])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            (id, child)
+        })
+        .collect();
+    for (i, (id, child)) in runs.into_iter().enumerate() {
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "run {i}: {}", describe(&out));
+        assert_eq!(
+            stdout(&out),
+            format!("{UPSTREAM_BODY}\n403\n"),
+            "run {i}: {}",
+            describe(&out)
+        );
+        assert_eq!(
+            stderr(&out),
+            format!("crackbox: blocked deny-{i}.test (1)\n"),
+            "run {i}: {}",
+            describe(&out)
+        );
+        assert_eq!(leftovers(&id), Vec::<String>::new(), "run {i}");
+    }
+    assert_eq!(daemon.get("/v1/state"), "[]");
+    assert_eq!(daemon.networks(), vec![upstream.network.clone()]);
+}

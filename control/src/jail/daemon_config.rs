@@ -1,0 +1,185 @@
+//! Where a long-lived crackbox container (`run --daemon NAME`) listens, read
+//! from the command line and environment Docker reports for it. Pure: no
+//! Docker calls here.
+//!
+//! `run` reaches the daemon's admin API at the one address it is bound to
+//! (the daemon's address on a network the host reaches and jails never
+//! join), and hands workloads the forward listener's port on whatever
+//! address the daemon gets on each jail network, so that listener must be
+//! bound to every address. A config file inside the container is not read:
+//! both listeners must be given as flags or environment variables.
+
+use crate::config::parse_addr;
+use crate::config::ProxyArgs;
+use clap::Parser;
+use std::net::SocketAddr;
+
+/// What `run` needs from a daemon container's configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DaemonEndpoints {
+    /// The admin API's address (a specific, non-loopback IP).
+    pub admin: SocketAddr,
+    /// The forward listener's port (bound to every address).
+    pub proxy_port: u16,
+    /// `CRACKBOX_ADMIN_SECRET` from the container's environment, if set there.
+    pub secret: Option<String>,
+}
+
+/// `proxy serve` flags as the daemon container was started with them.
+#[derive(Parser)]
+#[command(no_binary_name = true)]
+struct ServeArgv {
+    #[command(flatten)]
+    args: ProxyArgs,
+}
+
+/// Reads the endpoints from a container's arguments (after the entrypoint
+/// executable) and `NAME=value` environment; the error says why the
+/// container cannot serve as a daemon for `run`.
+pub fn endpoints(args: &[String], env: &[String]) -> Result<DaemonEndpoints, String> {
+    let rest = match args {
+        [proxy, serve, rest @ ..] if proxy == "proxy" && serve == "serve" => rest,
+        _ => {
+            return Err(format!(
+                "it does not run `crackbox proxy serve` (its arguments: {})",
+                args.join(" ")
+            ))
+        }
+    };
+    let parsed = ServeArgv::try_parse_from(rest)
+        .map_err(|e| {
+            format!(
+                "its `proxy serve` arguments do not parse: {}",
+                first_line(&e.to_string())
+            )
+        })?
+        .args;
+    let var = |name: &str| {
+        env.iter()
+            .filter_map(|pair| pair.split_once('='))
+            .find(|(key, _)| *key == name)
+            .map(|(_, value)| value.to_string())
+    };
+    let admin_text = parsed
+        .admin_listen
+        .or_else(|| var("CRACKBOX_ADMIN_ADDR"))
+        .ok_or("its admin API listens on loopback only (the default): start it with --admin-listen IP:PORT on its address on a network this host reaches and jails never join")?;
+    let admin = parse_addr(&admin_text).map_err(|e| format!("admin listener: {e}"))?;
+    if admin.ip().is_loopback() || admin.ip().is_unspecified() {
+        return Err(format!(
+            "its admin API listens on {admin}: give it its own address on a network this host reaches \
+             and jails never join (--admin-listen IP:PORT), so workloads cannot reach it"
+        ));
+    }
+    let listen_text = parsed
+        .listen
+        .or_else(|| var("CRACKBOX_PROXY_ADDR"))
+        .unwrap_or_else(|| ":3128".to_string());
+    let listen = parse_addr(&listen_text).map_err(|e| format!("forward listener: {e}"))?;
+    if !listen.ip().is_unspecified() {
+        return Err(format!(
+            "its forward proxy listens on {listen} only: jails reach it on the address it gets on \
+             their own network, so it must listen on every address (--listen :PORT)"
+        ));
+    }
+    Ok(DaemonEndpoints {
+        admin,
+        proxy_port: listen.port(),
+        secret: var("CRACKBOX_ADMIN_SECRET").filter(|s| !s.is_empty()),
+    })
+}
+
+fn first_line(text: &str) -> &str {
+    text.lines().next().unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(items: &[&str]) -> Vec<String> {
+        items.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// Arguments, environment, then the admin address, proxy port and secret read from them.
+    type Case<'a> = (&'a [&'a str], &'a [&'a str], &'a str, u16, Option<&'a str>);
+
+    #[test]
+    fn endpoints_come_from_flags_then_environment() {
+        let cases: &[Case] = &[
+            (
+                &["proxy", "serve", "--admin-listen", "10.9.0.2:3129"],
+                &["CRACKBOX_ADMIN_SECRET=s3"],
+                "10.9.0.2:3129",
+                3128,
+                Some("s3"),
+            ),
+            (
+                &[
+                    "proxy",
+                    "serve",
+                    "--admin-listen=10.9.0.2:4000",
+                    "--listen=:8080",
+                    "--transparent-listen=",
+                ],
+                &["CRACKBOX_ADMIN_ADDR=10.1.1.1:1"],
+                "10.9.0.2:4000",
+                8080,
+                None,
+            ),
+            (
+                &["proxy", "serve"],
+                &[
+                    "CRACKBOX_ADMIN_ADDR=10.1.1.1:3129",
+                    "CRACKBOX_PROXY_ADDR=0.0.0.0:3000",
+                    "CRACKBOX_ADMIN_SECRET=",
+                ],
+                "10.1.1.1:3129",
+                3000,
+                None,
+            ),
+        ];
+        for (args, env, admin, port, secret) in cases {
+            let got = endpoints(&strings(args), &strings(env)).unwrap();
+            assert_eq!(got.admin, admin.parse().unwrap(), "{args:?}");
+            assert_eq!(got.proxy_port, *port, "{args:?}");
+            assert_eq!(got.secret.as_deref(), *secret, "{args:?}");
+        }
+    }
+
+    #[test]
+    fn containers_run_cannot_use_are_refused_with_the_reason() {
+        let cases: &[(&[&str], &[&str], &str)] = &[
+            (&["httpd", "-f"], &[], "does not run `crackbox proxy serve`"),
+            (&["proxy", "serve", "--no-such-flag"], &[], "do not parse"),
+            (&["proxy", "serve"], &[], "loopback only"),
+            (
+                &["proxy", "serve", "--admin-listen", "127.0.0.1:3129"],
+                &[],
+                "listens on 127.0.0.1:3129",
+            ),
+            (
+                &["proxy", "serve", "--admin-listen", ":3129"],
+                &[],
+                "listens on 0.0.0.0:3129",
+            ),
+            (&["proxy", "serve", "--admin-listen", "nonsense"], &[], "admin listener"),
+            (
+                &[
+                    "proxy",
+                    "serve",
+                    "--admin-listen",
+                    "10.0.0.2:3129",
+                    "--listen",
+                    "10.0.0.2:3128",
+                ],
+                &[],
+                "must listen on every address",
+            ),
+        ];
+        for (args, env, want) in cases {
+            let err = endpoints(&strings(args), &strings(env)).unwrap_err();
+            assert!(err.contains(want), "{args:?}: {err}");
+        }
+    }
+}
