@@ -4,7 +4,9 @@
 Every client talks to a capture listener on 127.0.0.1 (a port the kernel
 picks); names such as `allowed.test` are only ever written into requests and
 ClientHellos, never resolved. Clients that are not installed are skipped.
-Run from anywhere: `python3 fuzz/seeds/capture.py`.
+Run from anywhere: `python3 fuzz/seeds/capture.py [CORPUS...]` (default: all;
+e.g. `tls_peek` alone). The ClientHellos are also written, as captured, to
+the engine's tls_peek test fixtures.
 
 Seed layouts follow the fuzz targets' control bytes (see fuzz/README.md):
 http_head `[flags][0]` + bytes, tls_peek `[0][0]` + bytes, match_host
@@ -19,11 +21,13 @@ import socket
 import ssl
 import struct
 import subprocess
+import sys
 import tempfile
 import threading
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+TLS_FIXTURES = os.path.join(HERE, "..", "..", "engine", "src", "protocol", "tls_peek", "fixtures")
 IDLE = 1.2  # seconds of silence that end a capture
 
 
@@ -319,25 +323,43 @@ def match_hosts():
     }
 
 
-def write(target, seeds, prefix=b""):
-    folder = os.path.join(HERE, target)
+def write(target, seeds, prefix=b"", folder=None, suffix=""):
+    folder = folder or os.path.join(HERE, target)
     os.makedirs(folder, exist_ok=True)
     for name, data in seeds.items():
         if not data:
             print(f"  {target}/{name}: nothing captured, skipped")
             continue
-        with open(os.path.join(folder, name), "wb") as f:
+        with open(os.path.join(folder, name + suffix), "wb") as f:
             f.write(prefix + data)
 
 
+def tls_peek():
+    hellos = client_hellos()
+    write("tls_peek", hellos, prefix=b"\x00\x00")
+    write("tls_peek", hellos, folder=TLS_FIXTURES, suffix=".bin")
+
+
+CORPORA = {
+    "http_head": lambda: (
+        write("http_head", http_requests(), prefix=b"\x00\x00"),
+        write("http_head", http_responses(), prefix=b"\x00\x00"),
+    ),
+    "tls_peek": tls_peek,
+    "wire": lambda: write("wire", wire_frames()),
+    "admin_body": lambda: write("admin_body", admin_bodies()),
+    "allowlist": lambda: write("allowlist", allowlists()),
+    "match_host": lambda: write("match_host", match_hosts()),
+}
+
+
 def main():
-    write("http_head", http_requests(), prefix=b"\x00\x00")
-    write("http_head", http_responses(), prefix=b"\x00\x00")
-    write("tls_peek", client_hellos(), prefix=b"\x00\x00")
-    write("wire", wire_frames())
-    write("admin_body", admin_bodies())
-    write("allowlist", allowlists())
-    write("match_host", match_hosts())
+    wanted = sys.argv[1:] or list(CORPORA)
+    unknown = [name for name in wanted if name not in CORPORA]
+    if unknown:
+        sys.exit(f"unknown corpus {', '.join(unknown)}; known: {', '.join(CORPORA)}")
+    for name in wanted:
+        CORPORA[name]()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,150 @@
+//! DNS filter decisions on built queries: allowed, denied, refused and
+//! dropped messages.
+
+use super::*;
+use crate::policy::RegistrationSpec;
+use hickory_proto::op::Query;
+use hickory_proto::rr::Name;
+use std::str::FromStr;
+use std::sync::Mutex;
+
+fn snapshot() -> Snapshot {
+    let spec = |ip: &str, allow: &[&str]| RegistrationSpec {
+        ip: ip.into(),
+        id: format!("box-{ip}"),
+        allowlist: allow.iter().map(|s| s.to_string()).collect(),
+    };
+    Snapshot::build(
+        1,
+        &[
+            spec("10.0.0.2", &["allowed.test", "*.wild.test", "port.test:443"]),
+            spec("10.0.0.3", &[]),
+        ],
+    )
+    .unwrap()
+}
+
+fn query(name: &str, kind: RecordType) -> Message {
+    let mut message = Message::query();
+    message.metadata.recursion_desired = true;
+    message.add_query(Query::query(Name::from_str(name).unwrap(), kind));
+    message
+}
+
+/// The reply code and whether the query went upstream; `None` when dropped.
+type Outcome = Option<(ResponseCode, bool)>;
+
+fn outcome(packet: &[u8], source: &str) -> Outcome {
+    match decide(packet, source.parse().unwrap(), &snapshot(), None) {
+        Verdict::Drop => None,
+        Verdict::Reply(reply) => Some((reply.metadata.response_code, false)),
+        Verdict::Forward(_) => Some((ResponseCode::NoError, true)),
+    }
+}
+
+#[test]
+fn decision_table() {
+    let bytes = |m: Message| m.to_vec().unwrap();
+    let mut response = query("allowed.test.", RecordType::A);
+    response.metadata.message_type = MessageType::Response;
+    let mut notify = query("allowed.test.", RecordType::A);
+    notify.metadata.op_code = OpCode::Notify;
+    let mut chaos = query("allowed.test.", RecordType::A);
+    chaos.queries[0].set_query_class(DNSClass::CH);
+    let mut two = query("allowed.test.", RecordType::A);
+    two.add_query(Query::query(Name::from_str("allowed.test.").unwrap(), RecordType::AAAA));
+    let refused = Some((ResponseCode::Refused, false));
+    let nxdomain = Some((ResponseCode::NXDomain, false));
+    let forward = Some((ResponseCode::NoError, true));
+    let cases: Vec<(Vec<u8>, &str, Outcome)> = vec![
+        (bytes(query("allowed.test.", RecordType::A)), "10.0.0.2", forward),
+        (bytes(query("API.Allowed.Test.", RecordType::AAAA)), "10.0.0.2", forward),
+        (bytes(query("allowed.test.", RecordType::CNAME)), "10.0.0.2", forward),
+        (bytes(query("allowed.test.", RecordType::HTTPS)), "10.0.0.2", forward),
+        (bytes(query("x.wild.test.", RecordType::SVCB)), "10.0.0.2", forward),
+        (bytes(query("port.test.", RecordType::A)), "10.0.0.2", forward),
+        (bytes(query("wild.test.", RecordType::A)), "10.0.0.2", nxdomain),
+        (bytes(query("evil.test.", RecordType::A)), "10.0.0.2", nxdomain),
+        (bytes(query("allowed.test.evil.", RecordType::A)), "10.0.0.2", nxdomain),
+        (bytes(query(".", RecordType::A)), "10.0.0.2", nxdomain),
+        (bytes(query("allowed.test.", RecordType::A)), "10.0.0.3", nxdomain),
+        (bytes(query("allowed.test.", RecordType::A)), "10.0.0.9", refused),
+        (bytes(query("allowed.test.", RecordType::ANY)), "10.0.0.2", refused),
+        (bytes(query("allowed.test.", RecordType::TXT)), "10.0.0.2", refused),
+        (bytes(query("allowed.test.", RecordType::MX)), "10.0.0.2", refused),
+        (bytes(notify), "10.0.0.2", refused),
+        (bytes(chaos), "10.0.0.2", refused),
+        (bytes(two), "10.0.0.2", Some((ResponseCode::FormErr, false))),
+        (bytes(response), "10.0.0.2", None),
+        (
+            vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0, 9],
+            "10.0.0.2",
+            Some((ResponseCode::FormErr, false)),
+        ),
+        (vec![0x12, 0x34, 0x81], "10.0.0.2", None),
+        (vec![], "10.0.0.2", None),
+    ];
+    for (packet, source, want) in cases {
+        assert_eq!(outcome(&packet, source), want, "{packet:?} from {source}");
+    }
+}
+
+#[test]
+fn replies_keep_id_question_and_edns() {
+    let mut request = query("evil.test.", RecordType::A);
+    let mut edns = Edns::new();
+    edns.set_max_payload(4096);
+    request.set_edns(edns);
+    let Verdict::Reply(reply) = decide(
+        &request.to_vec().unwrap(),
+        "10.0.0.2".parse().unwrap(),
+        &snapshot(),
+        None,
+    ) else {
+        panic!("a denied name is answered locally");
+    };
+    assert_eq!(reply.metadata.id, request.metadata.id);
+    assert_eq!(reply.metadata.message_type, MessageType::Response);
+    assert!(reply.metadata.recursion_desired);
+    assert_eq!(reply.queries, request.queries);
+    assert_eq!(reply.edns.map(|e| e.max_payload()), Some(OWN_EDNS_PAYLOAD));
+    assert!(reply.answers.is_empty());
+}
+
+#[test]
+fn denials_reach_the_hook_with_reason() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&seen);
+    let hook: DenialHook = Arc::new(move |d: &DnsDenial<'_>| {
+        sink.lock()
+            .unwrap()
+            .push((d.source, d.id.map(|id| id.to_string()), d.name.to_owned(), d.reason));
+    });
+    let snap = snapshot();
+    for (name, source) in [
+        ("evil.test.", "10.0.0.2"),
+        ("allowed.test.", "10.0.0.9"),
+        ("allowed.test.", "10.0.0.2"),
+    ] {
+        let packet = query(name, RecordType::A).to_vec().unwrap();
+        decide(&packet, source.parse().unwrap(), &snap, Some(&hook));
+    }
+    let seen = seen.lock().unwrap();
+    assert_eq!(
+        *seen,
+        vec![
+            (
+                "10.0.0.2".parse().unwrap(),
+                Some("box-10.0.0.2".into()),
+                "evil.test.".into(),
+                Reason::NotAllowed
+            ),
+            (
+                "10.0.0.9".parse().unwrap(),
+                None,
+                "allowed.test.".into(),
+                Reason::Unregistered
+            ),
+        ]
+    );
+}
