@@ -6,7 +6,7 @@
 mod run_support;
 
 use run_support::*;
-use std::process::Stdio;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 fn stdout(out: &std::process::Output) -> String {
@@ -357,4 +357,43 @@ fn run_reports_missing_image_and_unreachable_docker_in_one_line() {
     let err = stderr(&out);
     assert!(err.starts_with("crackbox: cannot reach Docker ("), "{}", describe(&out));
     assert_eq!(err.lines().count(), 1, "{}", describe(&out));
+}
+
+#[test]
+fn run_egress_network_without_a_configured_subnet_is_a_crackbox_error() {
+    if !docker_ready() {
+        return;
+    }
+    let network = unique("crackbox-test-nosubnet");
+    // No --subnet: Docker picks one, but will not hand out fixed addresses on it.
+    docker(&[
+        "network",
+        "create",
+        "--internal",
+        "--label",
+        "io.crackbox.test=1",
+        &network,
+    ]);
+    let id = unique("nosubnet");
+    let out = Command::new(CRACKBOX)
+        .env("CRACKBOX_IMAGE", crackbox_image())
+        .env_remove("CRACKBOX_EGRESS_NETWORK")
+        .args(["run", "--allow", ALLOWED, "--id", &id, "--egress-network", &network])
+        .args(["--image", &workload_image(), "--", "true"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("crackbox run");
+    docker_try(&["network", "rm", &network]);
+    assert_eq!(out.status.code(), Some(125), "{}", describe(&out));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "crackbox: --egress-network {network} has no user-configured IPv4 subnet, so the proxy cannot take an \
+             address on it: recreate it with one (docker network create --subnet CIDR {network}) or leave \
+             --egress-network out\n"
+        ),
+        "{}",
+        describe(&out)
+    );
+    assert_eq!(leftovers(&id), Vec::<String>::new());
 }

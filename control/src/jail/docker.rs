@@ -419,6 +419,11 @@ impl Jail {
                 Err(e) if attempts < 5 && docker_message(&e).contains("already in use") => {
                     self.remove_container(&name).await;
                 }
+                // Docker's inspect shows an auto-allocated subnet like a configured
+                // one; only the refusal to start tells them apart.
+                Err(e) if own_egress.is_none() && docker_message(&e).contains("user configured subnets") => {
+                    return Err(JailError::EgressNetworkWithoutSubnet(addresses.egress_net.clone()));
+                }
                 Err(e) => return Err(JailError::docker("starting the proxy", e)),
             }
         };
@@ -498,10 +503,7 @@ impl Jail {
             .into_iter()
             .find_map(|c| Some((Ipv4Net::parse(c.subnet.as_deref()?)?, c.gateway)));
         let Some((subnet, gateway)) = config else {
-            return Err(JailError::Docker {
-                step: "choosing the proxy's egress address",
-                detail: format!("network {network} has no IPv4 subnet configured"),
-            });
+            return Err(JailError::EgressNetworkWithoutSubnet(network.to_owned()));
         };
         let mut used: Vec<Ipv4Addr> = inspect
             .containers

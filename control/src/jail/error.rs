@@ -34,6 +34,14 @@ pub enum JailError {
         /// The engine's answer.
         detail: String,
     },
+    /// `--egress-network` names a network the proxy cannot take a fixed
+    /// IPv4 address on: Docker assigns those only on networks created with
+    /// an explicit IPv4 subnet.
+    #[error(
+        "--egress-network {0} has no user-configured IPv4 subnet, so the proxy cannot take an address on it: \
+         recreate it with one (docker network create --subnet CIDR {0}) or leave --egress-network out"
+    )]
+    EgressNetworkWithoutSubnet(String),
     /// No free subnet was found for the jail's networks.
     #[error("no free subnet for the jail in {0} (remove stale crackbox networks: docker network prune)")]
     NoFreeSubnet(String),
