@@ -1,23 +1,18 @@
 //! Test support: a real engine on loopback driven by a minimal control peer
-//! speaking the wire protocol over a real Unix socket, plus small upstreams.
+//! speaking the wire protocol over a real Unix socket. Sockets and small
+//! upstreams come from `crackbox-test-support`, re-exported here.
 
 #![allow(dead_code)]
 
 use crackbox_engine::config::{EngineConfig, Limits};
 use crackbox_engine::policy::RegistrationSpec;
 use crackbox_engine::wire::{self, Message, Role, PROTOCOL};
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+pub use crackbox_test_support::*;
+use std::net::{SocketAddr, TcpStream};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
-
-/// A free loopback port (bound then released).
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
+use std::sync::Mutex;
 
 /// A running engine and the control peer feeding it snapshots.
 pub struct Engine {
@@ -120,72 +115,4 @@ impl Engine {
     pub fn client(&self, source: &str) -> TcpStream {
         connect_from(source, self.addr)
     }
-}
-
-/// Connects to `to` with the local address bound to `source`.
-pub fn connect_from(source: &str, to: SocketAddr) -> TcpStream {
-    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    let local: SocketAddr = format!("{source}:0").parse().unwrap();
-    socket.bind(&local.into()).unwrap();
-    socket.connect(&to.into()).unwrap();
-    let stream: TcpStream = socket.into();
-    stream.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
-    stream
-}
-
-/// An echo server on loopback that counts accepted connections.
-pub struct Echo {
-    pub addr: SocketAddr,
-    pub accepts: Arc<AtomicUsize>,
-}
-
-impl Echo {
-    /// Starts it; each connection echoes until EOF, then closes.
-    pub fn start() -> Echo {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        let accepts = Arc::new(AtomicUsize::new(0));
-        let counter = Arc::clone(&accepts);
-        std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                let Ok(mut stream) = stream else { continue };
-                counter.fetch_add(1, Ordering::SeqCst);
-                std::thread::spawn(move || {
-                    let mut buf = [0u8; 65536];
-                    loop {
-                        match stream.read(&mut buf) {
-                            Ok(0) | Err(_) => break,
-                            Ok(n) => {
-                                if stream.write_all(&buf[..n]).is_err() {
-                                    break;
-                                }
-                            }
-                        }
-                    }
-                    let _ = stream.shutdown(std::net::Shutdown::Write);
-                });
-            }
-        });
-        Echo { addr, accepts }
-    }
-}
-
-/// Reads an HTTP response head (up to the blank line) from `stream`.
-pub fn read_head(stream: &mut TcpStream) -> String {
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        match stream.read(&mut byte) {
-            Ok(1) => head.push(byte[0]),
-            _ => break,
-        }
-    }
-    String::from_utf8_lossy(&head).into_owned()
-}
-
-/// Reads until EOF.
-pub fn read_to_end(stream: &mut TcpStream) -> String {
-    let mut out = Vec::new();
-    let _ = stream.read_to_end(&mut out);
-    String::from_utf8_lossy(&out).into_owned()
 }
