@@ -6,18 +6,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-packages=(curl iptables iproute2 openssl procps psmisc busybox-static squid tinyproxy docker.io)
-missing=()
-for package in "${packages[@]}"; do
-    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -q
-    apt-get install -y -q --no-install-recommends "${missing[@]}"
-fi
-command -v cargo-nextest >/dev/null 2>&1 || cargo install --locked cargo-nextest
-
+.ci/packages.sh
 deploy/ci-docker.sh
 trap 'deploy/ci-docker.sh stop' EXIT
 # Docker is set up above, so a Docker test that would skip must fail instead.

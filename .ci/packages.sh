@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs the system packages the tests use (as root on Debian) and
+# cargo-nextest, when missing. Idempotent: a second run installs nothing.
+set -euo pipefail
+
+packages=(curl iptables iproute2 openssl procps psmisc busybox-static squid tinyproxy docker.io)
+missing=()
+for package in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q
+    apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+command -v cargo-nextest >/dev/null 2>&1 || cargo install --locked cargo-nextest
