@@ -1,6 +1,6 @@
 //! What the engine process is told at start: listeners, threads and limits.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -15,6 +15,10 @@ pub struct EngineConfig {
     pub dns_listen: Option<SocketAddr>,
     /// Upstream resolver for the DNS filter; `None` reads /etc/resolv.conf.
     pub dns_upstream: Option<SocketAddr>,
+    /// Steered interception (DESIGN 2.5): listeners on ports 80 and 443 of
+    /// each address (at most one IPv4 and one IPv6), and the DNS filter
+    /// answers allowed names with them instead of asking an upstream.
+    pub steer: Vec<IpAddr>,
     /// Core threads; each runs one pinned monoio runtime.
     pub threads: usize,
     /// Let allowed names resolve to private and loopback addresses.

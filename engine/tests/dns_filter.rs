@@ -4,7 +4,7 @@
 
 #![cfg(feature = "runtime")]
 
-use crackbox_engine::dns::{self, DenialHook, DnsDenial};
+use crackbox_engine::dns::{self, Answers, DenialHook, DnsDenial, SteerTo};
 use crackbox_engine::policy::{RegistrationSpec, Snapshot};
 use crackbox_engine::reason::Reason;
 use crackbox_engine::registry::Registry;
@@ -12,7 +12,7 @@ use hickory_proto::op::{Edns, Message, MessageType, Query, ResponseCode};
 use hickory_proto::rr::rdata::{A, AAAA};
 use hickory_proto::rr::{Name, RData, Record, RecordType};
 use std::io::{Read, Write};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -62,7 +62,7 @@ fn answer(packet: &[u8], asked: &Asked) -> Option<Vec<u8>> {
     reply.add_query(query.clone());
     let rdata: Vec<RData> = match (name.as_str(), query.query_type()) {
         ("allowed.test.", RecordType::A) => vec![RData::A(A(ALLOWED_ADDR))],
-        ("allowed.test.", RecordType::AAAA) => vec![RData::AAAA(AAAA::from(std::net::Ipv6Addr::LOCALHOST))],
+        ("allowed.test.", RecordType::AAAA) => vec![RData::AAAA(AAAA::from(Ipv6Addr::LOCALHOST))],
         ("big.test.", RecordType::A) => (0..120).map(|n| RData::A(A::new(127, 1, 0, n))).collect(),
         _ => {
             reply.metadata.response_code = ResponseCode::NXDomain;
@@ -371,4 +371,62 @@ fn concurrent_queries_are_all_answered() {
         thread.join().unwrap();
     }
     assert_eq!(s.asked.lock().unwrap().len(), 80);
+}
+
+/// Steered (DESIGN 2.5): allowed names resolve to crackbox's own address
+/// with a short TTL, over UDP and TCP, with no upstream resolver at all;
+/// every other rule is the filter's usual one.
+#[test]
+fn steered_answers_need_no_upstream() {
+    let steer_v4 = Ipv4Addr::new(127, 0, 0, 90);
+    let steer_v6: Ipv6Addr = "fd00:15::1".parse().unwrap();
+    let spawn = |ip: &str, v6: Option<Ipv6Addr>| {
+        let answers = Answers::Steered(SteerTo { v4: Some(steer_v4), v6 });
+        dns::spawn_answering(ip.parse().unwrap(), answers, registry(), None)
+            .unwrap()
+            .local_addr()
+    };
+    let dual = spawn("127.0.0.36:0", Some(steer_v6));
+    let v4_only = spawn("127.0.0.37:0", None);
+    let agent = [127, 0, 0, 21];
+    for over_tcp in [false, true] {
+        let ask = |filter, source, name, kind| {
+            let request = query(name, kind, None);
+            let reply = if over_tcp {
+                ask_tcp(filter, source, &request)
+            } else {
+                ask_udp(filter, source, &request)
+            }
+            .unwrap();
+            assert_eq!(reply.metadata.id, request.metadata.id);
+            reply
+        };
+        let a = ask(dual, agent, "www.allowed.test.", RecordType::A);
+        assert_eq!(a.metadata.response_code, ResponseCode::NoError);
+        assert_eq!(a_records(&a), vec![IpAddr::V4(steer_v4)], "over tcp: {over_tcp}");
+        assert!(a.answers.iter().all(|r| r.ttl <= 10), "short TTL");
+        let port_bound = ask(dual, agent, "big.test.", RecordType::A);
+        assert_eq!(a_records(&port_bound), vec![IpAddr::V4(steer_v4)]);
+        let aaaa = ask(dual, agent, "allowed.test.", RecordType::AAAA);
+        let v6: Vec<RData> = aaaa.answers.into_iter().map(|r| r.data).collect();
+        assert_eq!(v6, vec![RData::AAAA(AAAA(steer_v6))]);
+        let no_v6 = ask(v4_only, agent, "allowed.test.", RecordType::AAAA);
+        assert_eq!(no_v6.metadata.response_code, ResponseCode::NoError);
+        assert!(no_v6.answers.is_empty(), "no IPv6 address: empty NOERROR");
+        let https = ask(dual, agent, "allowed.test.", RecordType::HTTPS);
+        assert_eq!(https.metadata.response_code, ResponseCode::NoError);
+        assert!(https.answers.is_empty(), "never where the name really is");
+        let cases: &[([u8; 4], &str, RecordType, ResponseCode)] = &[
+            (agent, "denied.test.", RecordType::A, ResponseCode::NXDomain),
+            (agent, "allowed.test.", RecordType::ANY, ResponseCode::Refused),
+            (agent, "allowed.test.", RecordType::TXT, ResponseCode::Refused),
+            ([127, 0, 0, 22], "allowed.test.", RecordType::A, ResponseCode::NXDomain),
+            ([127, 0, 0, 23], "allowed.test.", RecordType::A, ResponseCode::Refused),
+        ];
+        for &(source, name, kind, code) in cases {
+            let reply = ask(dual, source, name, kind);
+            assert_eq!(reply.metadata.response_code, code, "{name} {kind} from {source:?}");
+            assert!(reply.answers.is_empty());
+        }
+    }
 }

@@ -35,6 +35,12 @@ pub struct ProxyArgs {
     #[arg(long, value_name = "ADDR")]
     pub dns_upstream: Option<String>,
 
+    /// Steered interception: listen on ports 80 and 443 of IP, and with the DNS
+    /// filter answer allowed names with IP (no upstream asked). Repeatable: one
+    /// IPv4 and one IPv6 address [[proxy] steer; default off].
+    #[arg(long = "steer", value_name = "IP")]
+    pub steer: Vec<String>,
+
     /// Engine core threads [[proxy] threads; default: available cores].
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,

@@ -34,6 +34,8 @@ pub struct ProxySection {
     pub dns_listen: Option<String>,
     /// DNS filter upstream resolver.
     pub dns_upstream: Option<String>,
+    /// Steered interception addresses (ports 80 and 443 of each).
+    pub steer: Option<Vec<String>>,
     /// Engine core threads.
     pub threads: Option<usize>,
 }
@@ -167,6 +169,7 @@ mod tests {
             transparent_listen = ""
             dns_listen = "127.0.0.1:5353"
             dns_upstream = "127.0.0.1:53"
+            steer = ["10.213.0.1", "fd00::1"]
             threads = 2
             [admin]
             secret = "s"
@@ -183,6 +186,7 @@ mod tests {
         let config = parse(text).unwrap();
         assert_eq!(config.proxy.transparent_listen.as_deref(), Some(""));
         assert_eq!(config.proxy.threads, Some(2));
+        assert_eq!(config.proxy.steer.map(|s| s.len()), Some(2));
         assert_eq!(config.limits.tunnel_idle_timeout, Some(0));
         assert_eq!(config.policy.allow_private_destinations, Some(true));
     }

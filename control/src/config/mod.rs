@@ -8,6 +8,7 @@ mod args;
 mod file;
 mod origin;
 mod settings;
+mod steer;
 
 pub use args::ProxyArgs;
 pub use file::{search_path, FileConfig};

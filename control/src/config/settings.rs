@@ -5,7 +5,7 @@ use super::{ConfigError, Origin, ProxyArgs};
 use crackbox_engine::config::{EngineConfig, Limits};
 use crackbox_engine::policy::RegistrationSpec;
 use std::ffi::OsString;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -29,6 +29,8 @@ pub struct Settings {
     pub dns_listen: Option<SocketAddr>,
     /// DNS filter upstream; `None` reads /etc/resolv.conf.
     pub dns_upstream: Option<SocketAddr>,
+    /// Steered interception addresses (ports 80 and 443 of each).
+    pub steer: Vec<IpAddr>,
     /// Engine core threads.
     pub threads: usize,
     /// Let allowed names resolve to private addresses.
@@ -110,6 +112,7 @@ impl Settings {
                 &p.dns_upstream,
             )
             .optional(None)?;
+        let steer = super::steer::resolve(&args.steer, p.steer.as_deref(), path.as_ref())?;
         let threads = resolve_threads(args, &config, path.as_ref())?;
         let allow_private_destinations = resolve_allow_private(args, &config, env)?;
         let admin_secret = env("CRACKBOX_ADMIN_SECRET")
@@ -132,6 +135,7 @@ impl Settings {
             transparent_listen,
             dns_listen,
             dns_upstream,
+            steer,
             threads,
             allow_private_destinations,
             admin_secret,
@@ -160,6 +164,7 @@ impl Settings {
             transparent_listen: self.transparent_listen,
             dns_listen: self.dns_listen,
             dns_upstream: self.dns_upstream,
+            steer: self.steer.clone(),
             threads: self.threads,
             allow_private_destinations: self.allow_private_destinations,
             other_own_addresses: vec![self.admin_listen],
@@ -182,6 +187,9 @@ impl Settings {
         flag("--transparent", optional(self.transparent_listen));
         flag("--dns-listen", optional(self.dns_listen));
         flag("--dns-upstream", optional(self.dns_upstream));
+        for ip in &self.steer {
+            flag("--steer", ip.to_string());
+        }
         flag("--threads", self.threads.to_string());
         let limits = self.limits;
         flag(

@@ -44,10 +44,19 @@ pub(crate) async fn serve(worker: &Rc<Worker>, client: Conn, source: IpAddr) {
     Session::new(worker, client, source, None).run().await;
 }
 
-/// Serves a transparently redirected port-80 connection: origin-form
-/// requests, each decided by its `Host` (without port) on `port`.
-pub(crate) async fn serve_origin(worker: &Rc<Worker>, client: Conn, source: IpAddr, port: u16) {
-    Session::new(worker, client, source, Some(port)).run().await;
+/// Where an origin-form connection (transparent or steered port 80) goes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Origin {
+    /// The port every request is decided (and dialled) on.
+    pub(crate) port: u16,
+    /// Steered: a request without `Host` is answered as denied, not closed.
+    pub(crate) steered: bool,
+}
+
+/// Serves a transparently redirected or steered port-80 connection:
+/// origin-form requests, each decided by its `Host` (without port).
+pub(crate) async fn serve_origin(worker: &Rc<Worker>, client: Conn, source: IpAddr, origin: Origin) {
+    Session::new(worker, client, source, Some(origin)).run().await;
 }
 
 /// A request ready to send upstream; owns everything it needs.
@@ -140,12 +149,12 @@ struct Session<'w> {
     inbox: Vec<u8>,
     upstream: Option<Upstream>,
     live: Option<LiveEntry>,
-    /// Transparent port 80: the original port; requests are origin-form.
-    origin_port: Option<u16>,
+    /// Transparent or steered port 80: requests are origin-form.
+    origin: Option<Origin>,
 }
 
 impl<'w> Session<'w> {
-    fn new(worker: &'w Rc<Worker>, client: Conn, source: IpAddr, origin_port: Option<u16>) -> Self {
+    fn new(worker: &'w Rc<Worker>, client: Conn, source: IpAddr, origin: Option<Origin>) -> Self {
         Session {
             worker,
             client,
@@ -153,7 +162,7 @@ impl<'w> Session<'w> {
             inbox: Vec::new(),
             upstream: None,
             live: None,
-            origin_port,
+            origin,
         }
     }
 
@@ -169,16 +178,16 @@ impl<'w> Session<'w> {
             let prepared = match http_head::parse_request(&self.inbox[..head_len]) {
                 Err(err) => return self.refuse_head(err).await,
                 Ok(head) => match head.target {
-                    Target::Origin { .. } if self.origin_port.is_some() => {
-                        let (Some(port), Some(host)) = (
-                            self.origin_port,
+                    Target::Origin { .. } if self.origin.is_some() => {
+                        let (Some(origin), Some(host)) = (
+                            self.origin,
                             head.host_field.and_then(crate::protocol::http_head::host_without_port),
                         ) else {
-                            return;
+                            return self.refuse_unnamed().await;
                         };
-                        Prepared::new(&head, host, port)
+                        Prepared::new(&head, host, origin.port)
                     }
-                    _ if self.origin_port.is_some() => {
+                    _ if self.origin.is_some() => {
                         return self
                             .reply(&responses::error(400, "only origin-form requests here"))
                             .await;
@@ -251,6 +260,19 @@ impl<'w> Session<'w> {
             HeadError::Malformed(why) => why,
         };
         self.reply(&responses::error(err.status(), message)).await;
+    }
+
+    /// An origin-form request without `Host`: closed when redirected;
+    /// steered, denied as a name that is on no allowlist (counted).
+    async fn refuse_unnamed(&self) {
+        let Some(Origin { port, steered: true }) = self.origin else {
+            return;
+        };
+        if let crate::plane::decision::Decision::Deny { reason, .. } =
+            crate::plane::decision::decide(self.worker, self.source, "", port)
+        {
+            self.reply(&responses::denial(reason, "", port)).await;
+        }
     }
 
     async fn reply(&self, response: &[u8]) {

@@ -1,5 +1,8 @@
 //! Transparent mode (DESIGN 2.2): connections redirected here by iptables
-//! `REDIRECT`, decided by the name the client itself sends.
+//! `REDIRECT`, decided by the name the client itself sends; and steered
+//! interception (DESIGN 2.5), the same plane for connections a steered DNS
+//! answer sent to crackbox's own address, where the listener's port says
+//! HTTP or TLS.
 //!
 //! The original destination comes from conntrack (`SO_ORIGINAL_DST` /
 //! `IP6T_SO_ORIGINAL_DST`) and only its port is trusted: port 443 is decided
@@ -8,10 +11,12 @@
 //! checked, through the resolver and the destination guard, never the
 //! original IP on the client's word. Everything else is closed without a
 //! byte sent: other ports, no SNI, not TLS, no Host, and connections whose
-//! original destination is crackbox itself.
+//! original destination is crackbox itself. A steered port-80 request
+//! without a Host gets the 403 of a denied one instead.
 
 use crate::plane::conn::Conn;
 use crate::plane::decision::{reach, Reach};
+use crate::plane::forward::Origin;
 use crate::plane::stats::Direction;
 use crate::plane::worker::Worker;
 use crate::plane::{revocation::LiveEntry, tunnel};
@@ -43,9 +48,20 @@ pub(crate) async fn serve(worker: &Rc<Worker>, client: Conn, source: IpAddr) {
         tracing::debug!(%source, %original, "transparent: original destination is crackbox itself, closed");
         return;
     }
-    match original.port() {
+    serve_port(worker, client, source, original.port(), false).await;
+}
+
+/// Serves one connection that a steered DNS answer sent to this listener's
+/// `port`.
+pub(crate) async fn serve_steered(worker: &Rc<Worker>, client: Conn, source: IpAddr, port: u16) {
+    serve_port(worker, client, source, port, true).await;
+}
+
+/// Port 443 by SNI, port 80 by every request's `Host`; other ports closed.
+async fn serve_port(worker: &Rc<Worker>, client: Conn, source: IpAddr, port: u16, steered: bool) {
+    match port {
         HTTPS_PORT => serve_tls(worker, client, source, HTTPS_PORT).await,
-        HTTP_PORT => crate::plane::forward::serve_origin(worker, client, source, HTTP_PORT).await,
+        HTTP_PORT => crate::plane::forward::serve_origin(worker, client, source, Origin { port, steered }).await,
         port => tracing::debug!(%source, port, "transparent: only ports 80 and 443 are served, closed"),
     }
 }

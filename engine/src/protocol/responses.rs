@@ -38,6 +38,7 @@ fn response(status: u16, reason: Option<Reason>, body: &str) -> Vec<u8> {
 /// The 403 (or 429) for a policy decision against `host:port`.
 pub fn denial(reason: Reason, host: &str, port: u16) -> Vec<u8> {
     let what = match reason {
+        Reason::NotAllowed if host.is_empty() => "a request that names no host is never allowed".to_owned(),
         Reason::NotAllowed => format!("{host}:{port} is not on this sandbox's allowlist"),
         Reason::Unregistered => "this client address is not registered with crackbox".to_owned(),
         Reason::PrivateAddress => format!("{host}:{port} resolves to a private or crackbox-internal address"),

@@ -48,6 +48,7 @@ impl Engine {
             transparent_listen: None,
             dns_listen: None,
             dns_upstream: None,
+            steer: vec![],
             threads: 2,
             allow_private_destinations: allow_private,
             other_own_addresses: vec![],

@@ -204,6 +204,10 @@ fn engine_args_reproduce_the_engine_config() {
         "",
         "--dns-listen",
         "127.0.0.1:53",
+        "--steer",
+        "127.0.0.2",
+        "--steer",
+        "::1",
         "--threads",
         "3",
         "--allow-private-destinations",
@@ -228,4 +232,5 @@ fn engine_args_reproduce_the_engine_config() {
     assert_eq!(config.other_own_addresses, vec![settings.admin_listen]);
     assert_eq!(config.limits.tunnel_idle_timeout, None);
     assert_eq!(config.transparent_listen, None);
+    assert_eq!(config.steer.len(), 2);
 }

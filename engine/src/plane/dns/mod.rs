@@ -1,5 +1,6 @@
 //! The DNS filter (DESIGN 2.3): answers registered sources over UDP and TCP,
-//! forwarding only allowed names to the upstream resolver.
+//! forwarding only allowed names to the upstream resolver, or, steered
+//! (DESIGN 2.5), answering them itself with crackbox's own address.
 //!
 //! It runs on its own std threads with blocking sockets and never touches
 //! the monoio core threads. In-flight work is bounded: one UDP receiver
@@ -10,11 +11,13 @@
 
 mod decide;
 mod resolv_conf;
+mod steer;
 mod tcp;
 mod udp;
 mod upstream;
 
 pub use resolv_conf::{first_nameserver, system_upstream};
+pub use steer::SteerTo;
 
 use crate::plane::local_addrs::LocalAddresses;
 use crate::policy::canonical_ip;
@@ -68,10 +71,25 @@ impl DnsFilter {
     }
 }
 
+/// Where the answers to allowed questions come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answers {
+    /// Forwarded to this upstream resolver.
+    Upstream(SocketAddr),
+    /// Built locally: allowed names resolve to crackbox's steered listeners.
+    Steered(SteerTo),
+}
+
+/// [`Answers`] as the serving threads use them.
+enum Resolution {
+    Upstream(Upstream),
+    Steered(SteerTo),
+}
+
 /// What every serving thread shares.
 struct Filter {
     registry: Arc<Registry>,
-    upstream: Upstream,
+    resolution: Resolution,
     on_denial: Option<DenialHook>,
     own: OwnAddresses,
 }
@@ -89,10 +107,14 @@ impl Filter {
             Verdict::Forward(request) => request,
         };
         drop(snapshot);
+        let upstream = match &self.resolution {
+            Resolution::Steered(steer) => return encode(steer.reply(&request), &request, over_tcp),
+            Resolution::Upstream(upstream) => upstream,
+        };
         let response = if over_tcp {
-            self.upstream.exchange_tcp(&request)
+            upstream.exchange_tcp(&request)
         } else {
-            self.upstream.exchange_udp(&request)
+            upstream.exchange_udp(&request)
         };
         let reply = match response {
             Ok(mut response) => {
@@ -100,7 +122,7 @@ impl Filter {
                 response
             }
             Err(error) => {
-                tracing::debug!(%error, upstream = %self.upstream.addr, "dns upstream failed");
+                tracing::debug!(%error, upstream = %upstream.addr, "dns upstream failed");
                 error_reply(&request, ResponseCode::ServFail)
             }
         };
@@ -141,8 +163,9 @@ impl OwnAddresses {
 }
 
 /// Starts the filter when `config.dns_listen` is set, counting denials in
-/// `stats` (port 53 in the denials ring). Without `dns_upstream` the first
-/// nameserver of /etc/resolv.conf is used.
+/// `stats` (port 53 in the denials ring). With `steer` addresses allowed
+/// names resolve to them; otherwise they are forwarded to `dns_upstream`,
+/// or without it to the first nameserver of /etc/resolv.conf.
 pub(crate) fn start(
     config: &crate::config::EngineConfig,
     registry: Arc<Registry>,
@@ -151,12 +174,13 @@ pub(crate) fn start(
     let Some(listen) = config.dns_listen else {
         return Ok(None);
     };
-    let upstream = match config.dns_upstream {
-        Some(upstream) => upstream,
-        None => system_upstream()?,
+    let answers = match config.dns_upstream {
+        _ if !config.steer.is_empty() => Answers::Steered(SteerTo::from_addresses(&config.steer)),
+        Some(upstream) => Answers::Upstream(upstream),
+        None => Answers::Upstream(system_upstream()?),
     };
     let hook: DenialHook = Arc::new(move |d: &DnsDenial<'_>| stats.record_denied(d.source, d.id, d.name, 53, d.reason));
-    spawn(listen, upstream, registry, Some(hook)).map(Some)
+    spawn_answering(listen, answers, registry, Some(hook)).map(Some)
 }
 
 /// Starts the filter on `listen` (UDP and TCP on the same port; port 0
@@ -167,20 +191,35 @@ pub fn spawn(
     registry: Arc<Registry>,
     on_denial: Option<DenialHook>,
 ) -> io::Result<DnsFilter> {
+    spawn_answering(listen, Answers::Upstream(upstream), registry, on_denial)
+}
+
+/// Starts the filter on `listen` (as [`spawn`]), answering allowed
+/// questions as `answers` says.
+pub fn spawn_answering(
+    listen: SocketAddr,
+    answers: Answers,
+    registry: Arc<Registry>,
+    on_denial: Option<DenialHook>,
+) -> io::Result<DnsFilter> {
     let (udp, tcp) = bind_pair(listen)?;
     let local = udp.local_addr()?;
+    let resolution = match answers {
+        Answers::Upstream(addr) => Resolution::Upstream(Upstream {
+            addr,
+            timeout: UPSTREAM_TIMEOUT,
+        }),
+        Answers::Steered(steer) => Resolution::Steered(steer),
+    };
     let filter = Arc::new(Filter {
         registry,
-        upstream: Upstream {
-            addr: upstream,
-            timeout: UPSTREAM_TIMEOUT,
-        },
+        resolution,
         on_denial,
         own: OwnAddresses::new(local)?,
     });
     udp::serve(udp, Arc::clone(&filter), UDP_WORKERS, UDP_QUEUE)?;
     tcp::serve(tcp, filter, MAX_TCP_CONNECTIONS)?;
-    tracing::info!(%local, %upstream, "dns filter listening (udp and tcp)");
+    tracing::info!(%local, ?answers, "dns filter listening (udp and tcp)");
     Ok(DnsFilter { local })
 }
 

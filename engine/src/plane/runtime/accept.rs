@@ -55,7 +55,7 @@ async fn serve_connection(worker: Rc<Worker>, stream: TcpStream, peer: SocketAdd
             worker
                 .stats
                 .record_denied(source, None, "", 0, Reason::TooManyConnections);
-            if plane == Plane::Forward {
+            if plane.answers_http() {
                 let _ = conn
                     .write_all(&responses::denial(Reason::TooManyConnections, "", 0))
                     .await;
@@ -68,6 +68,7 @@ async fn serve_connection(worker: Rc<Worker>, stream: TcpStream, peer: SocketAdd
         Plane::Forward => crate::plane::forward::serve(&worker, conn, source).await,
         // Boxed so forward connections do not pay for transparent-mode state.
         Plane::Transparent => Box::pin(crate::plane::transparent::serve(&worker, conn, source)).await,
+        Plane::Steered(port) => Box::pin(crate::plane::transparent::serve_steered(&worker, conn, source, port)).await,
     }
     drop(ticket);
 }

@@ -32,12 +32,29 @@ pub(crate) enum Plane {
     Forward,
     /// The transparent listener (iptables REDIRECT).
     Transparent,
+    /// A steered listener (DESIGN 2.5) on this port, 80 or 443.
+    Steered(u16),
 }
 
-/// The listeners one core thread serves.
-struct ThreadListeners {
-    forward: TcpListener,
-    transparent: Option<TcpListener>,
+impl Plane {
+    /// Whether the client speaks HTTP first, so a refusal can be answered.
+    pub(crate) fn answers_http(self) -> bool {
+        matches!(self, Plane::Forward | Plane::Steered(80))
+    }
+}
+
+/// Ports a steered address listens on: HTTP and TLS.
+const STEERED_PORTS: [u16; 2] = [80, 443];
+
+/// The listeners one core thread serves; the forward listener first.
+type ThreadListeners = Vec<(Plane, TcpListener)>;
+
+/// The bound listeners and the addresses they got.
+struct Bound {
+    threads: Vec<ThreadListeners>,
+    forward: SocketAddr,
+    transparent: Option<SocketAddr>,
+    steered: Vec<SocketAddr>,
 }
 
 /// Runs the engine; returns only if start-up fails or every core thread dies.
@@ -45,11 +62,12 @@ pub fn run(mut config: EngineConfig) -> io::Result<()> {
     let fd_limit = raise_fd_limit();
     cap_connections_below_fd_limit(&mut config, fd_limit);
     let threads = config.threads.max(1);
-    let (listeners, forward_addr, transparent_addr) = bind_all(&config, threads)?;
-    config.listen = forward_addr;
-    config.transparent_listen = transparent_addr;
-    let mut own = vec![forward_addr];
-    own.extend(transparent_addr);
+    let bound = bind_all(&config, threads)?;
+    config.listen = bound.forward;
+    config.transparent_listen = bound.transparent;
+    let mut own = vec![bound.forward];
+    own.extend(bound.transparent);
+    own.extend(bound.steered.iter().copied());
     own.extend(config.dns_listen);
     own.extend(config.other_own_addresses.iter().copied());
     let guard = DestinationGuard::new(config.allow_private_destinations, own);
@@ -67,8 +85,9 @@ pub fn run(mut config: EngineConfig) -> io::Result<()> {
     crate::plane::dns::start(&config, Arc::clone(&registry), Arc::clone(&stats))?;
     crate::plane::control_link::spawn(config.control_socket.clone(), registry, stats)?;
     tracing::info!(
-        forward = %forward_addr,
-        transparent = ?transparent_addr,
+        forward = %bound.forward,
+        transparent = ?bound.transparent,
+        steered = ?bound.steered,
         threads,
         allow_private_destinations = config.allow_private_destinations,
         "engine listening (deny-all until the first snapshot)"
@@ -76,7 +95,7 @@ pub fn run(mut config: EngineConfig) -> io::Result<()> {
     let (started, startup) = mpsc::channel();
     let cpus = allowed_cpus();
     let mut handles = Vec::new();
-    for (index, thread_listeners) in listeners.into_iter().enumerate() {
+    for (index, thread_listeners) in bound.threads.into_iter().enumerate() {
         let shared = Arc::clone(&shared);
         let started = started.clone();
         let cpu = cpus[index % cpus.len()];
@@ -101,33 +120,49 @@ pub fn run(mut config: EngineConfig) -> io::Result<()> {
     Err(io::Error::other("every engine core thread stopped"))
 }
 
-/// Binds one forward (and transparent) listener per thread on the same port.
-fn bind_all(
-    config: &EngineConfig,
-    threads: usize,
-) -> io::Result<(Vec<ThreadListeners>, SocketAddr, Option<SocketAddr>)> {
-    let first = bind(config.listen).map_err(|e| with_addr(e, "forward", config.listen))?;
-    let forward_addr = first.local_addr()?;
-    let mut forward = vec![first];
-    let mut transparent = Vec::new();
-    let mut transparent_addr = None;
-    if let Some(addr) = config.transparent_listen {
-        let first = bind(addr).map_err(|e| with_addr(e, "transparent", addr))?;
-        transparent_addr = Some(first.local_addr()?);
-        transparent.push(first);
-    }
-    for _ in 1..threads {
-        forward.push(bind(forward_addr)?);
-        if let Some(addr) = transparent_addr {
-            transparent.push(bind(addr)?);
+/// Binds one listener per thread for every plane, each plane's on one port.
+fn bind_all(config: &EngineConfig, threads: usize) -> io::Result<Bound> {
+    let mut wanted = vec![(Plane::Forward, config.listen, "forward")];
+    wanted.extend(
+        config
+            .transparent_listen
+            .map(|addr| (Plane::Transparent, addr, "transparent")),
+    );
+    for ip in &config.steer {
+        for port in STEERED_PORTS {
+            wanted.push((Plane::Steered(port), SocketAddr::new(*ip, port), "steered"));
         }
     }
-    let mut transparent = transparent.into_iter();
-    let listeners = forward.into_iter().map(|forward| ThreadListeners {
-        forward,
-        transparent: transparent.next(),
-    });
-    Ok((listeners.collect(), forward_addr, transparent_addr))
+    let mut first = Vec::new();
+    for (plane, addr, what) in wanted {
+        let listener = bind(addr).map_err(|e| with_addr(e, what, addr))?;
+        first.push((plane, listener.local_addr()?, listener));
+    }
+    let planes: Vec<(Plane, SocketAddr)> = first.iter().map(|(plane, addr, _)| (*plane, *addr)).collect();
+    let mut all = vec![first
+        .into_iter()
+        .map(|(plane, _, listener)| (plane, listener))
+        .collect()];
+    for _ in 1..threads {
+        let thread = planes
+            .iter()
+            .map(|(plane, addr)| bind(*addr).map(|listener| (*plane, listener)))
+            .collect::<io::Result<_>>()?;
+        all.push(thread);
+    }
+    let of = |want: fn(&Plane) -> bool| {
+        planes
+            .iter()
+            .filter(move |(plane, _)| want(plane))
+            .map(|(_, addr)| *addr)
+    };
+    Ok(Bound {
+        threads: all,
+        // The forward plane is always the first one wanted.
+        forward: planes[0].1,
+        transparent: of(|plane| *plane == Plane::Transparent).next(),
+        steered: of(|plane| matches!(plane, Plane::Steered(_))).collect(),
+    })
 }
 
 fn with_addr(err: io::Error, what: &str, addr: SocketAddr) -> io::Error {
@@ -166,17 +201,15 @@ fn core_thread(
 ) -> io::Result<()> {
     let use_uring = want_uring() && monoio::utils::detect_uring();
     // epoll readiness needs non-blocking listeners; io_uring accepts on blocking ones.
-    listeners.forward.set_nonblocking(!use_uring)?;
-    if let Some(transparent) = &listeners.transparent {
-        transparent.set_nonblocking(!use_uring)?;
+    for (_, listener) in &listeners {
+        listener.set_nonblocking(!use_uring)?;
     }
     let serve = move || async move {
         let worker = std::rc::Rc::new(Worker::new(shared, !use_uring));
-        let forward = monoio::net::TcpListener::from_std(listeners.forward)?;
-        let transparent = listeners
-            .transparent
-            .map(monoio::net::TcpListener::from_std)
-            .transpose()?;
+        let mut accepting = Vec::with_capacity(listeners.len());
+        for (plane, listener) in listeners {
+            accepting.push((plane, monoio::net::TcpListener::from_std(listener)?));
+        }
         let _ = started.send(Ok(()));
         monoio::spawn(crate::plane::revocation::watch(
             std::rc::Rc::clone(&worker.live),
@@ -188,14 +221,14 @@ fn core_thread(
             .inspect_err(|err| tracing::warn!(error = %err, "no poll tick for fair turns; rounds follow the run queue"))
             .ok();
         monoio::spawn(crate::plane::fair::dispatch(std::rc::Rc::clone(&worker.turns), tick));
-        if let Some(transparent) = transparent {
-            monoio::spawn(accept::accept_loop(
-                transparent,
-                std::rc::Rc::clone(&worker),
-                Plane::Transparent,
-            ));
+        let mut accepting = accepting.into_iter();
+        let (forward_plane, forward) = accepting
+            .next()
+            .ok_or_else(|| io::Error::other("no forward listener"))?;
+        for (plane, listener) in accepting {
+            monoio::spawn(accept::accept_loop(listener, std::rc::Rc::clone(&worker), plane));
         }
-        accept::accept_loop(forward, worker, Plane::Forward).await;
+        accept::accept_loop(forward, worker, forward_plane).await;
         Ok::<(), io::Error>(())
     };
     if index == 0 {

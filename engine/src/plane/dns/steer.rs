@@ -1,0 +1,118 @@
+//! Steered answers (DESIGN 2.5): an allowed name resolves to crackbox's own
+//! address on the jail network, where the steered listeners take the
+//! connection and decide it by SNI or `Host`.
+//!
+//! Built locally; nothing here ever asks an upstream resolver. Only A and
+//! AAAA get an address; the other forwarded types (CNAME, HTTPS, SVCB) and
+//! a family crackbox has no address in get an empty NOERROR answer, so a
+//! client never learns where an allowed name really is.
+
+use super::decide::error_reply;
+use hickory_proto::op::{Message, ResponseCode};
+use hickory_proto::rr::rdata::{A, AAAA};
+use hickory_proto::rr::{RData, Record, RecordType};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// Time to live of a steered answer: short, so a jail whose steering
+/// address changes (or whose allowlist shrinks) does not keep it long.
+pub(crate) const STEERED_TTL: u32 = 5;
+
+/// The addresses allowed names resolve to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SteerTo {
+    /// Answer for A questions; none: empty NOERROR.
+    pub v4: Option<Ipv4Addr>,
+    /// Answer for AAAA questions; none: empty NOERROR.
+    pub v6: Option<Ipv6Addr>,
+}
+
+impl SteerTo {
+    /// The first IPv4 and the first IPv6 address of `addresses`.
+    pub fn from_addresses(addresses: &[IpAddr]) -> Self {
+        SteerTo {
+            v4: addresses.iter().find_map(|ip| match ip {
+                IpAddr::V4(v4) => Some(*v4),
+                IpAddr::V6(_) => None,
+            }),
+            v6: addresses.iter().find_map(|ip| match ip {
+                IpAddr::V6(v6) => Some(*v6),
+                IpAddr::V4(_) => None,
+            }),
+        }
+    }
+
+    /// The answer to an allowed question (`request` holds exactly one).
+    pub(crate) fn reply(&self, request: &Message) -> Message {
+        let mut reply = error_reply(request, ResponseCode::NoError);
+        reply.metadata.authoritative = true;
+        let Some(query) = request.queries.first() else {
+            return reply;
+        };
+        let data = match query.query_type() {
+            RecordType::A => self.v4.map(|v4| RData::A(A(v4))),
+            RecordType::AAAA => self.v6.map(|v6| RData::AAAA(AAAA(v6))),
+            _ => None,
+        };
+        if let Some(data) = data {
+            reply.add_answer(Record::from_rdata(query.name().clone(), STEERED_TTL, data));
+        }
+        reply
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hickory_proto::op::Query;
+    use hickory_proto::rr::Name;
+    use std::str::FromStr;
+
+    fn ask(steer: SteerTo, kind: RecordType) -> Vec<RData> {
+        let mut request = Message::query();
+        request.add_query(Query::query(Name::from_str("Allowed.Test.").unwrap(), kind));
+        let reply = steer.reply(&request);
+        assert_eq!(reply.metadata.response_code, ResponseCode::NoError);
+        assert_eq!(reply.metadata.id, request.metadata.id);
+        assert_eq!(reply.queries, request.queries);
+        for answer in &reply.answers {
+            assert_eq!(&answer.name, request.queries[0].name());
+            assert_eq!(answer.ttl, STEERED_TTL);
+        }
+        reply.answers.into_iter().map(|r| r.data).collect()
+    }
+
+    #[test]
+    fn answers_by_type_and_family() {
+        let v4 = Ipv4Addr::new(10, 213, 0, 1);
+        let v6: Ipv6Addr = "fd00::1".parse().unwrap();
+        let both = SteerTo {
+            v4: Some(v4),
+            v6: Some(v6),
+        };
+        let only_v4 = SteerTo { v4: Some(v4), v6: None };
+        let cases = [
+            (both, RecordType::A, vec![RData::A(A(v4))]),
+            (both, RecordType::AAAA, vec![RData::AAAA(AAAA(v6))]),
+            (only_v4, RecordType::A, vec![RData::A(A(v4))]),
+            (only_v4, RecordType::AAAA, vec![]),
+            (both, RecordType::CNAME, vec![]),
+            (both, RecordType::HTTPS, vec![]),
+            (both, RecordType::SVCB, vec![]),
+        ];
+        for (steer, kind, want) in cases {
+            assert_eq!(ask(steer, kind), want, "{steer:?} {kind:?}");
+        }
+    }
+
+    #[test]
+    fn first_address_of_each_family() {
+        let addresses: Vec<IpAddr> = ["10.0.0.1", "fd00::1", "10.0.0.2"]
+            .iter()
+            .map(|a| a.parse().unwrap())
+            .collect();
+        let steer = SteerTo::from_addresses(&addresses);
+        assert_eq!(steer.v4, Some(Ipv4Addr::new(10, 0, 0, 1)));
+        assert_eq!(steer.v6, Some("fd00::1".parse().unwrap()));
+        assert_eq!(SteerTo::from_addresses(&[]), SteerTo::default());
+    }
+}
