@@ -6,6 +6,7 @@
 //!  10.200.1.2/30 --veth-- 10.200.1.1/30   10.201.1.1/29 --veth-- 10.201.1.2/29 (real servers)
 //!  fd00:200::2/126        fd00:200::1/126                        10.201.1.3/29 (decoy servers)
 //!  default via .1 / ::1                                          10.201.1.4/29 (echo servers)
+//!                                                                10.201.1.5/29 (web servers)
 //!                                                                fd00:201::3/64 (IPv6 decoy)
 //! ```
 //!
@@ -18,7 +19,9 @@
 //! forward packets, so nothing reaches the upstream namespace except through
 //! crackbox. crackbox resolves names from a hosts file that only exists in
 //! its namespace (`ip netns exec` mounts /etc/netns/NAME/hosts), and its
-//! resolv.conf points at nothing. No address outside these namespaces is
+//! resolv.conf points at nothing. [`Lab::start_steered`] leaves the
+//! redirects out and steers instead (DESIGN 2.5); [`Lab::without_crackbox`]
+//! leaves crackbox out too, for `crackbox run` started in the proxy namespace. No address outside these namespaces is
 //! ever used; everything is removed on drop, also when a test fails.
 
 #![allow(dead_code)]
@@ -48,6 +51,9 @@ pub const REAL: Ipv4Addr = Ipv4Addr::new(10, 201, 1, 2);
 pub const DECOY: Ipv4Addr = Ipv4Addr::new(10, 201, 1, 3);
 /// Where `echo.test` and `keep.test` are: servers that hold connections open.
 pub const ECHO: Ipv4Addr = Ipv4Addr::new(10, 201, 1, 4);
+/// Where `web.test` is: HTTP/1.1 servers on 80 and 443 (and 8080, for
+/// "other ports reach nothing") answering `web {sni} {host} {path}`.
+pub const WEB: Ipv4Addr = Ipv4Addr::new(10, 201, 1, 5);
 /// The workload's IPv6 address (registered as `agent6`).
 pub const WORKLOAD6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x200, 0, 0, 0, 0, 0, 2);
 /// An IPv6 decoy server in the upstream namespace.
@@ -110,14 +116,25 @@ pub struct Seen {
     pub real_sni: Mutex<Vec<String>>,
     /// TLS connections accepted by the echo server.
     pub echo_tls_accepted: AtomicUsize,
-    /// HTTP connections accepted on port 80 (real, decoy and echo).
+    /// HTTP connections accepted on port 80 (real, decoy, echo and web).
     pub http_accepted: AtomicUsize,
+    /// TLS connections accepted by the web server.
+    pub web_tls_accepted: AtomicUsize,
     /// `Host` and path of every HTTP request, in order.
     pub http_requests: Mutex<Vec<(String, String)>>,
     /// Names the upstream DNS server was asked about.
     pub dns_asked: Mutex<Vec<String>>,
     /// When set, the upstream DNS server stops and its port is closed.
     pub dns_down: AtomicBool,
+}
+
+/// How the workload's traffic gets to crackbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Routing {
+    /// iptables REDIRECT of TCP 80/443 to the transparent listener.
+    Redirected,
+    /// No redirects: only what the workload addresses to crackbox reaches it.
+    Direct,
 }
 
 /// One private network with crackbox running in it.
@@ -151,7 +168,27 @@ impl Lab {
         Lab::start_listening("0.0.0.0", &[])
     }
 
+    /// No redirects: crackbox steers the workload instead (`--steer` on
+    /// [`PROXY`], whose DNS filter answers allowed names with [`PROXY`]).
+    pub fn start_steered() -> Lab {
+        let mut lab = Lab::network(Routing::Direct);
+        let steer = PROXY.to_string();
+        lab.start_crackbox("[::]", &["--steer", &steer]);
+        lab
+    }
+
+    /// The namespaces and upstream servers without redirects or crackbox.
+    pub fn without_crackbox() -> Lab {
+        Lab::network(Routing::Direct)
+    }
+
     fn start_listening(transparent_ip: &str, flags: &[&str]) -> Lab {
+        let mut lab = Lab::network(Routing::Redirected);
+        lab.start_crackbox(transparent_ip, flags);
+        lab
+    }
+
+    fn network(routing: Routing) -> Lab {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let tag = format!(
             "{}{}",
@@ -167,13 +204,12 @@ impl Lab {
             seen: Arc::default(),
             cert: CertificateDer::from(Vec::new()),
         };
-        lab.build_network();
+        lab.build_network(routing);
         lab.start_upstreams();
-        lab.start_crackbox(transparent_ip, flags);
         lab
     }
 
-    fn build_network(&self) {
+    fn build_network(&self, routing: Routing) {
         let (w, p, u) = (&self.workload_ns, &self.proxy_ns, &self.upstream_ns);
         for ns in [w, p, u] {
             run(&["ip", "netns", "add", ns]);
@@ -192,6 +228,7 @@ impl Lab {
         run(&["ip", "-n", u, "addr", "add", "10.201.1.2/29", "dev", &ua]);
         run(&["ip", "-n", u, "addr", "add", "10.201.1.3/29", "dev", &ua]);
         run(&["ip", "-n", u, "addr", "add", "10.201.1.4/29", "dev", &ua]);
+        run(&["ip", "-n", u, "addr", "add", "10.201.1.5/29", "dev", &ua]);
         run(&["ip", "-n", w, "addr", "add", "fd00:200::2/126", "dev", &wa, "nodad"]);
         run(&["ip", "-n", p, "addr", "add", "fd00:200::1/126", "dev", &wb, "nodad"]);
         run(&["ip", "-n", p, "addr", "add", "fd00:201::1/64", "dev", &ub, "nodad"]);
@@ -211,19 +248,21 @@ impl Lab {
         };
         let gid = CRACKBOX_GID.to_string();
         for tables in ["iptables", "ip6tables"] {
-            redirect(tables, "PREROUTING", &["-i", &wb]);
-            redirect(tables, "OUTPUT", &["-m", "owner", "!", "--gid-owner", &gid]);
+            if routing == Routing::Redirected {
+                redirect(tables, "PREROUTING", &["-i", &wb]);
+                redirect(tables, "OUTPUT", &["-m", "owner", "!", "--gid-owner", &gid]);
+            }
         }
         std::fs::create_dir_all(&self.etc_dir).unwrap();
         let hosts = format!(
-            "127.0.0.1 localhost\n{REAL} allowed.test www.allowed.test\n{DECOY} decoy.test\n{ECHO} echo.test keep.test\n"
+            "127.0.0.1 localhost\n{REAL} allowed.test www.allowed.test\n{DECOY} decoy.test\n{ECHO} echo.test keep.test\n{WEB} web.test\n"
         );
         std::fs::write(format!("{}/hosts", self.etc_dir), hosts).unwrap();
         std::fs::write(format!("{}/resolv.conf", self.etc_dir), "nameserver 127.0.0.1\n").unwrap();
     }
 
     fn start_upstreams(&mut self) {
-        let names = ["allowed.test", "*.allowed.test", "echo.test", "keep.test"]
+        let names = ["allowed.test", "*.allowed.test", "echo.test", "keep.test", "web.test"]
             .map(str::to_owned)
             .to_vec();
         let certified = rcgen::generate_simple_self_signed(names).unwrap();
@@ -253,6 +292,14 @@ impl Lab {
         let http = in_ns(&self.upstream_ns, || TcpListener::bind((ECHO, 80)).unwrap());
         let seen = Arc::clone(&self.seen);
         std::thread::spawn(move || serve_http(http, seen, "echo"));
+        let tls = in_ns(&self.upstream_ns, || TcpListener::bind((WEB, 443)).unwrap());
+        let (seen, config) = (Arc::clone(&self.seen), Arc::clone(&server));
+        std::thread::spawn(move || serve_https(tls, config, seen));
+        for port in [80, 8080] {
+            let http = in_ns(&self.upstream_ns, move || TcpListener::bind((WEB, port)).unwrap());
+            let seen = Arc::clone(&self.seen);
+            std::thread::spawn(move || serve_http(http, seen, "web"));
+        }
         let dns = in_ns(&self.upstream_ns, || UdpSocket::bind((REAL, 53)).unwrap());
         let seen = Arc::clone(&self.seen);
         std::thread::spawn(move || serve_dns(dns, seen));
@@ -478,36 +525,65 @@ fn serve_http(listener: TcpListener, seen: Arc<Seen>, label: &'static str) {
         let seen = Arc::clone(&seen);
         std::thread::spawn(move || {
             let _ = stream.set_read_timeout(Some(HOLD));
-            let mut reader = BufReader::new(stream);
-            loop {
-                let mut request_line = String::new();
-                if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
-                    return;
-                }
-                let path = request_line.split_whitespace().nth(1).unwrap_or("").to_owned();
-                let mut host = String::new();
-                loop {
-                    let mut line = String::new();
-                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                        return;
-                    }
-                    if line == "\r\n" {
-                        break;
-                    }
-                    if let Some((name, value)) = line.split_once(':') {
-                        if name.eq_ignore_ascii_case("host") {
-                            host = value.trim().to_owned();
-                        }
-                    }
-                }
-                seen.http_requests.lock().unwrap().push((host.clone(), path.clone()));
-                let body = format!("{label} {host} {path}");
-                let response = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len());
-                if reader.get_mut().write_all(response.as_bytes()).is_err() {
+            answer_http(BufReader::new(stream), &seen, label);
+        });
+    }
+}
+
+/// The HTTPS upstream: HTTP/1.1 over TLS, answers each request with the
+/// SNI, its Host and path (`web {sni} {host} {path}`).
+fn serve_https(listener: TcpListener, config: Arc<rustls::ServerConfig>, seen: Arc<Seen>) {
+    for stream in listener.incoming().map_while(Result::ok) {
+        seen.web_tls_accepted.fetch_add(1, Ordering::SeqCst);
+        let (config, seen) = (Arc::clone(&config), Arc::clone(&seen));
+        std::thread::spawn(move || {
+            let _ = stream.set_read_timeout(Some(HOLD));
+            let Ok(conn) = rustls::ServerConnection::new(config) else {
+                return;
+            };
+            let mut tls = rustls::StreamOwned::new(conn, stream);
+            while tls.conn.is_handshaking() {
+                if tls.conn.complete_io(&mut tls.sock).is_err() {
                     return;
                 }
             }
+            let label = format!("web {}", tls.conn.server_name().unwrap_or(""));
+            answer_http(BufReader::new(tls), &seen, &label);
         });
+    }
+}
+
+/// Answers the HTTP/1.1 requests of one connection with
+/// `{label} {host} {path}` until the client closes.
+fn answer_http<S: Read + Write>(mut reader: BufReader<S>, seen: &Seen, label: &str) {
+    loop {
+        let mut request_line = String::new();
+        if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
+            return;
+        }
+        let path = request_line.split_whitespace().nth(1).unwrap_or("").to_owned();
+        let mut host = String::new();
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                return;
+            }
+            if line == "\r\n" {
+                break;
+            }
+            if let Some((name, value)) = line.split_once(':') {
+                if name.eq_ignore_ascii_case("host") {
+                    host = value.trim().to_owned();
+                }
+            }
+        }
+        seen.http_requests.lock().unwrap().push((host.clone(), path.clone()));
+        let body = format!("{label} {host} {path}");
+        let response = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+        let out = reader.get_mut();
+        if out.write_all(response.as_bytes()).is_err() || out.flush().is_err() {
+            return;
+        }
     }
 }
 
