@@ -87,6 +87,9 @@ fn leftovers(jail_if: &str) -> Vec<String> {
     {
         left.push(format!("link {host_if}"));
     }
+    if std::path::Path::new(&format!("/etc/netns/crackbox-{run_id}")).exists() {
+        left.push(format!("/etc/netns/crackbox-{run_id}"));
+    }
     for chain in ["INPUT", "FORWARD"] {
         let rules = Command::new("iptables").args(["-w", "-S", chain]).output().unwrap();
         if String::from_utf8_lossy(&rules.stdout).contains(&host_if) {

@@ -14,6 +14,7 @@ mod docker;
 mod env;
 mod error;
 mod netns;
+mod netns_etc;
 mod stdio;
 mod subnet;
 mod summary;
@@ -54,6 +55,10 @@ pub struct RunArgs {
     /// Do not print the blocked hosts at exit.
     #[arg(long)]
     pub quiet: bool,
+    /// No steered interception: the jail's names resolve nowhere and only
+    /// clients that use the proxy variables get out (netns backend).
+    #[arg(long)]
+    pub no_steer: bool,
     /// crackbox image for the jail's proxy (docker backend); build it with deploy/build-image.sh.
     #[arg(long, env = "CRACKBOX_IMAGE", default_value = "crackbox:latest")]
     pub proxy_image: String,
@@ -116,6 +121,7 @@ fn execute(args: RunArgs) -> Result<i32, JailError> {
             id,
             allow,
             allow_private,
+            steer: !args.no_steer,
             command: args.command,
             quiet: args.quiet,
         })),

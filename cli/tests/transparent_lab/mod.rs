@@ -148,6 +148,8 @@ pub struct Lab {
     pub seen: Arc<Seen>,
     /// The upstream TLS certificate, trusted by [`Lab::tls_config`].
     pub cert: CertificateDer<'static>,
+    /// The same certificate in PEM, for curl and node.
+    pub cert_pem: String,
 }
 
 impl Lab {
@@ -203,6 +205,7 @@ impl Lab {
             crackbox: None,
             seen: Arc::default(),
             cert: CertificateDer::from(Vec::new()),
+            cert_pem: String::new(),
         };
         lab.build_network(routing);
         lab.start_upstreams();
@@ -267,6 +270,7 @@ impl Lab {
             .to_vec();
         let certified = rcgen::generate_simple_self_signed(names).unwrap();
         self.cert = certified.cert.der().clone();
+        self.cert_pem = certified.cert.pem();
         let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(certified.key_pair.serialize_der()));
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let server = rustls::ServerConfig::builder_with_provider(provider)

@@ -5,10 +5,14 @@
 //! interface (besides `lo`) is a veth to the host, on a /30 from
 //! `10.213.0.0/17` that no host route uses: the host end (`.1`) is where
 //! `run` starts `crackbox proxy serve` (this same executable), the namespace
-//! end (`.2`) is registered and the command runs there. No default route,
-//! no DNS server reachable. iptables lets the namespace reach the proxy port
-//! on the host end and nothing else on the host (services bound to 0.0.0.0
-//! would otherwise answer on the veth address), IPv6 is off on the host end.
+//! end (`.2`) is registered and the command runs there. No default route.
+//! Steered (the default, DESIGN 2.5), the proxy's DNS filter and steered
+//! listeners (80, 443) sit on the host end too, and the command sees the
+//! jail's own resolv.conf and hosts (`netns_etc`), so any client reaches
+//! allowed names on 80 and 443; with `--no-steer` no DNS server is
+//! reachable. iptables lets the namespace reach those ports on the host end
+//! and nothing else on the host (services bound to 0.0.0.0 would otherwise
+//! answer on the veth address), IPv6 is off on the host end.
 //! The command runs as the sudo caller when there is one; otherwise as root
 //! with CAP_SYS_ADMIN, CAP_NET_ADMIN, CAP_NET_RAW, CAP_SYS_PTRACE and
 //! CAP_SYS_MODULE removed from its bounding set (so it cannot re-enter the
@@ -20,6 +24,7 @@
 use super::admin::AdminClient;
 use super::env::proxy_env;
 use super::error::{one_line, JailError};
+use super::netns_etc::{self, BindMounts};
 use super::subnet::{self, Ipv4Net};
 use super::summary;
 use super::token;
@@ -37,6 +42,9 @@ use tokio::signal::unix::{signal, SignalKind};
 const PROXY_PORT: u16 = 3128;
 /// Port of the proxy's admin API on the host end (firewalled from the namespace).
 const ADMIN_PORT: u16 = 3129;
+/// Ports the namespace may reach on the host end when steered: DNS and the
+/// steered HTTP and TLS listeners.
+const STEERED_PORTS: &str = "53,80,443";
 /// Subnets for namespaces come from here (the docker backend uses the upper half).
 const POOL: &str = "10.213.0.0/17";
 /// How long the proxy may take to answer `/health`.
@@ -56,6 +64,9 @@ pub struct Plan {
     pub allow: Vec<String>,
     /// Whether the proxy may dial private addresses.
     pub allow_private: bool,
+    /// Steered interception (DESIGN 2.5): the jail's names resolve to the
+    /// proxy, which serves any client on 80 and 443.
+    pub steer: bool,
     /// The command and its arguments.
     pub command: Vec<String>,
     /// Whether to skip the exit summary.
@@ -119,6 +130,7 @@ enum Step {
     Namespace(String),
     Veth(String),
     Firewall(Vec<String>),
+    EtcDir(PathBuf),
     Proxy(u32),
 }
 
@@ -172,6 +184,12 @@ impl Jail {
         let jail_end = net.host(2).ok_or_else(|| JailError::NoFreeSubnet(POOL.into()))?;
         self.create_link(net, host_end, jail_end).await?;
         self.firewall(host_end).await?;
+        if self.plan.steer {
+            let dir = netns_etc::dir(&self.namespace);
+            self.record(Step::EtcDir(dir.clone()))?;
+            netns_etc::write(&dir, host_end)
+                .map_err(|e| netns_error("writing the jail's resolv.conf and hosts", &e))?;
+        }
         let admin = self.start_proxy(host_end).await?;
         admin
             .register(&jail_end.to_string(), &self.plan.id, &self.plan.allow)
@@ -218,22 +236,42 @@ impl Jail {
         let host_if = self.veth_host.as_str();
         let port = PROXY_PORT.to_string();
         let host = host_end.to_string();
-        let rules: [(&str, Vec<&str>); 3] = [
-            ("INPUT", vec!["-i", host_if, "-j", "DROP"]),
-            (
-                "INPUT",
-                vec![
-                    "-i", host_if, "-d", &host, "-p", "tcp", "--dport", &port, "-j", "ACCEPT",
-                ],
-            ),
-            ("FORWARD", vec!["-i", host_if, "-j", "DROP"]),
+        let tcp_ports = if self.plan.steer {
+            format!("{port},{STEERED_PORTS}")
+        } else {
+            port
+        };
+        let accept = |protocol: &'static str, ports: &str| {
+            let ports = ports.to_string();
+            let head = [
+                "-i",
+                host_if,
+                "-d",
+                &host,
+                "-p",
+                protocol,
+                "-m",
+                "multiport",
+                "--dports",
+            ];
+            let mut rule: Vec<String> = head.iter().map(|s| s.to_string()).collect();
+            rule.extend([ports, "-j".into(), "ACCEPT".into()]);
+            ("INPUT", rule)
+        };
+        let mut rules = vec![
+            ("INPUT", strings(&["-i", host_if, "-j", "DROP"])),
+            accept("tcp", &tcp_ports),
+            ("FORWARD", strings(&["-i", host_if, "-j", "DROP"])),
         ];
+        if self.plan.steer {
+            rules.push(accept("udp", "53"));
+        }
         for (chain, rule) in rules {
             let mut spec = vec![chain.to_string()];
-            spec.extend(rule.iter().map(|s| s.to_string()));
+            spec.extend(rule.iter().cloned());
             self.record(Step::Firewall(spec.clone()))?;
-            let mut args = vec!["-w".to_string(), "-I".to_string(), chain.to_string(), "1".to_string()];
-            args.extend(rule.iter().map(|s| s.to_string()));
+            let mut args = strings(&["-w", "-I", chain, "1"]);
+            args.extend(rule);
             tool("iptables", &args).await?;
         }
         Ok(())
@@ -261,6 +299,13 @@ impl Jail {
             // Its own process group: a Ctrl-C meant for the workload must not
             // stop the proxy before the summary is read.
             .process_group(0);
+        if self.plan.steer {
+            command
+                .arg("--dns-listen")
+                .arg(format!("{host_end}:53"))
+                .arg("--steer")
+                .arg(host_end.to_string());
+        }
         if self.plan.allow_private {
             command.env("CRACKBOX_ALLOW_PRIVATE_DESTINATIONS", "1");
         }
@@ -308,6 +353,13 @@ impl Jail {
         let Some((program, args)) = self.plan.command.split_first() else {
             return Err(netns_error("starting the command", &"empty command"));
         };
+        let mounts = match self.plan.steer {
+            true => Some(
+                BindMounts::of(&netns_etc::dir(&self.namespace))
+                    .map_err(|e| netns_error("preparing the jail's resolv.conf and hosts", &e))?,
+            ),
+            false => None,
+        };
         let mut command = Command::new(program);
         command.args(args);
         for (key, value) in proxy_env(&format!("{host_end}:{PROXY_PORT}")) {
@@ -315,7 +367,7 @@ impl Jail {
         }
         // SAFETY: the closure only makes async-signal-safe system calls.
         unsafe {
-            command.pre_exec(move || enter_jail(ns_fd, ids));
+            command.pre_exec(move || enter_jail(ns_fd, mounts.as_ref(), ids));
         }
         let child = command.spawn().map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => JailError::CommandNotRunnable {
@@ -384,6 +436,12 @@ impl Jail {
                     tool("iptables", &args).await
                 }
                 Step::Veth(name) => ip(&["link", "del", name]).await,
+                Step::EtcDir(dir) => match std::fs::remove_dir_all(dir) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        Err(netns_error("removing the jail's resolv.conf and hosts", &e))
+                    }
+                    _ => Ok(()),
+                },
                 Step::Namespace(name) => {
                     kill_namespace_processes(name).await;
                     ip(&["netns", "del", name]).await
@@ -398,9 +456,14 @@ impl Jail {
     }
 }
 
-/// Runs in the child between fork and exec: join the namespace, then give
-/// up what would let the command leave it.
-fn enter_jail(ns_fd: libc::c_int, ids: Option<(libc::uid_t, libc::gid_t)>) -> std::io::Result<()> {
+/// Runs in the child between fork and exec: join the namespace (and see the
+/// jail's own resolv.conf and hosts when steered), then give up what would
+/// let the command leave it.
+fn enter_jail(
+    ns_fd: libc::c_int,
+    mounts: Option<&BindMounts>,
+    ids: Option<(libc::uid_t, libc::gid_t)>,
+) -> std::io::Result<()> {
     let check = |rc: libc::c_int| {
         if rc == 0 {
             Ok(())
@@ -411,6 +474,9 @@ fn enter_jail(ns_fd: libc::c_int, ids: Option<(libc::uid_t, libc::gid_t)>) -> st
     // SAFETY: plain system calls on values owned by this process.
     unsafe {
         check(libc::setns(ns_fd, libc::CLONE_NEWNET))?;
+        if let Some(mounts) = mounts {
+            mounts.enter()?;
+        }
         match ids {
             Some((uid, gid)) => {
                 check(libc::setgroups(0, std::ptr::null()))?;
@@ -472,8 +538,11 @@ async fn kill_namespace_processes(name: &str) {
 }
 
 async fn ip(args: &[&str]) -> Result<(), JailError> {
-    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    tool("ip", &args).await
+    tool("ip", &strings(args)).await
+}
+
+fn strings(args: &[&str]) -> Vec<String> {
+    args.iter().map(|s| s.to_string()).collect()
 }
 
 /// Runs a set-up tool; a non-zero exit is an error carrying its stderr.

@@ -14,11 +14,14 @@ pub struct Denial {
 }
 
 /// `crackbox: blocked a.test (3), b.test (1)`, most-blocked first; `None`
-/// when nothing was blocked.
+/// when nothing was blocked. A DNS question's name (`a.test.`) counts as
+/// the host it names.
 pub fn blocked_line(denials: &[Denial]) -> Option<String> {
     let mut counts: HashMap<&str, usize> = HashMap::new();
     for denial in denials {
-        *counts.entry(denial.host.as_str()).or_default() += 1;
+        let host = denial.host.strip_suffix('.').unwrap_or(&denial.host);
+        let host = if host.is_empty() { "(no host name)" } else { host };
+        *counts.entry(host).or_default() += 1;
     }
     if counts.is_empty() {
         return None;
@@ -58,6 +61,10 @@ mod tests {
                     "b.test",
                 ],
                 Some("crackbox: blocked example.com (3), b.test (2), a.test (1)"),
+            ),
+            (
+                &["a.test.", "a.test", ""],
+                Some("crackbox: blocked a.test (2), (no host name) (1)"),
             ),
         ];
         for (hosts, want) in cases {
