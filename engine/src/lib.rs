@@ -11,8 +11,8 @@
 //!
 //! Everything outside `plane` builds without the runtime, so control, benches
 //! and fuzz targets share exactly the code the proxy runs. The short paths
-//! below (`crackbox_engine::wire`, `::reason`, ...) re-export the folders'
-//! modules.
+//! (`crackbox_engine::wire`, `::reason`, `::dns`, ...) re-export the folders'
+//! modules, so callers need not follow the layout.
 
 pub mod config;
 pub mod policy;

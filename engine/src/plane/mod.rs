@@ -1,9 +1,10 @@
 //! The monoio data plane (feature `runtime`): sockets, tunnels and the
 //! engine process.
 //!
-//! Front ends take connections: `forward` (absolute-form HTTP and CONNECT),
-//! `transparent` (redirected TLS, and port 80 handed to forward's HTTP
-//! session; forward imports nothing of transparent) and `dns`. They decide with
+//! Front ends take connections: `forward` (absolute-form HTTP and CONNECT,
+//! and origin-form for redirected or steered port 80), `transparent`
+//! (redirected and steered connections: where they go, and TLS by its SNI)
+//! and `dns`. Front ends never import each other. They decide with
 //! `decision` against the `policy` core and parse with `protocol`; `resolve`
 //! dials through the destination guard, `tunnel` moves bytes, `revocation`
 //! closes what a new snapshot denies, `stats` counts and `control_link`

@@ -7,16 +7,16 @@
 //! The original destination comes from conntrack (`SO_ORIGINAL_DST` /
 //! `IP6T_SO_ORIGINAL_DST`) and only its port is trusted: port 443 is decided
 //! by the SNI of the ClientHello, port 80 by the `Host` of every request
-//! (served like forward mode). On allow, the engine dials the name it
-//! checked, through the resolver and the destination guard, never the
-//! original IP on the client's word. Everything else is closed without a
+//! (served like forward mode: `runtime` hands those connections to forward's
+//! origin-form session, so neither front end imports the other). On allow,
+//! the engine dials the name it checked, through the resolver and the
+//! destination guard, never the original IP on the client's word. Everything else is closed without a
 //! byte sent: other ports, no SNI, not TLS, no Host, and connections whose
 //! original destination is crackbox itself. A steered port-80 request
 //! without a Host gets the 403 of a denied one instead.
 
 use crate::plane::conn::Conn;
 use crate::plane::decision::{reach, Reach};
-use crate::plane::forward::Origin;
 use crate::plane::stats::Direction;
 use crate::plane::worker::Worker;
 use crate::plane::{revocation::LiveEntry, tunnel};
@@ -34,40 +34,50 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 const HTTPS_PORT: u16 = 443;
 const HTTP_PORT: u16 = 80;
 
-/// Serves one redirected connection.
-pub(crate) async fn serve(worker: &Rc<Worker>, client: Conn, source: IpAddr) {
-    let original = match original_destination(&client) {
+/// What an intercepted connection (redirected or steered) carries, told by
+/// its port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Intercepted {
+    /// TLS to this port: served here by its SNI ([`serve_tls`]).
+    Tls(u16),
+    /// Plain HTTP to this port: every request decided by its `Host`, as
+    /// forward mode serves origin-form requests.
+    Http(u16),
+}
+
+/// Where a redirected connection was going; `None` (logged) when it must
+/// close: not redirected, aimed at crackbox itself, or another port.
+pub(crate) fn route_redirected(worker: &Worker, client: &Conn, source: IpAddr) -> Option<Intercepted> {
+    let original = match original_destination(client) {
         Ok(original) => original,
         Err(error) => {
             tracing::debug!(%source, %error, "transparent: no original destination (not redirected?), closed");
-            return;
+            return None;
         }
     };
     let is_local = |ip: IpAddr| worker.shared.local_addresses.contains(ip);
     if worker.shared.guard.judge(original, true, is_local) == Verdict::OwnListener {
         tracing::debug!(%source, %original, "transparent: original destination is crackbox itself, closed");
-        return;
+        return None;
     }
-    serve_port(worker, client, source, original.port(), false).await;
+    route_port(source, original.port())
 }
 
-/// Serves one connection that a steered DNS answer sent to this listener's
-/// `port`.
-pub(crate) async fn serve_steered(worker: &Rc<Worker>, client: Conn, source: IpAddr, port: u16) {
-    serve_port(worker, client, source, port, true).await;
-}
-
-/// Port 443 by SNI, port 80 by every request's `Host`; other ports closed.
-async fn serve_port(worker: &Rc<Worker>, client: Conn, source: IpAddr, port: u16, steered: bool) {
+/// Port 443 is TLS (decided by SNI), port 80 HTTP (by every request's
+/// `Host`); `None` (logged) for any other port.
+pub(crate) fn route_port(source: IpAddr, port: u16) -> Option<Intercepted> {
     match port {
-        HTTPS_PORT => serve_tls(worker, client, source, HTTPS_PORT).await,
-        HTTP_PORT => crate::plane::forward::serve_origin(worker, client, source, Origin { port, steered }).await,
-        port => tracing::debug!(%source, port, "transparent: only ports 80 and 443 are served, closed"),
+        HTTPS_PORT => Some(Intercepted::Tls(port)),
+        HTTP_PORT => Some(Intercepted::Http(port)),
+        port => {
+            tracing::debug!(%source, port, "transparent: only ports 80 and 443 are served, closed");
+            None
+        }
     }
 }
 
-/// Port 443: peek the SNI, decide, dial the name, replay, tunnel.
-async fn serve_tls(worker: &Rc<Worker>, client: Conn, source: IpAddr, port: u16) {
+/// TLS: peek the SNI, decide, dial the name, replay, tunnel.
+pub(crate) async fn serve_tls(worker: &Rc<Worker>, client: Conn, source: IpAddr, port: u16) {
     let Some((name, peeked)) = read_client_hello(&client, source).await else {
         return;
     };

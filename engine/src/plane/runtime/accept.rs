@@ -5,12 +5,14 @@
 
 use super::Plane;
 use crate::plane::conn::Conn;
+use crate::plane::forward::{self, Origin};
+use crate::plane::transparent::{self, Intercepted};
 use crate::plane::worker::Worker;
 use crate::policy::canonical_ip;
 use crate::policy::reason::Reason;
 use crate::protocol::responses;
 use monoio::net::{TcpListener, TcpStream};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -65,10 +67,26 @@ async fn serve_connection(worker: Rc<Worker>, stream: TcpStream, peer: SocketAdd
     };
     conn.take_turns_of(worker.turns.of(source));
     match plane {
-        Plane::Forward => crate::plane::forward::serve(&worker, conn, source).await,
-        // Boxed so forward connections do not pay for transparent-mode state.
-        Plane::Transparent => Box::pin(crate::plane::transparent::serve(&worker, conn, source)).await,
-        Plane::Steered(port) => Box::pin(crate::plane::transparent::serve_steered(&worker, conn, source, port)).await,
+        Plane::Forward => forward::serve(&worker, conn, source).await,
+        Plane::Transparent => {
+            let route = transparent::route_redirected(&worker, &conn, source);
+            serve_intercepted(&worker, conn, source, route, false).await;
+        }
+        Plane::Steered(port) => {
+            let route = transparent::route_port(source, port);
+            serve_intercepted(&worker, conn, source, route, true).await;
+        }
     }
     drop(ticket);
+}
+
+/// A redirected or steered connection: TLS by its SNI, HTTP by forward's
+/// origin-form session; `None` closes it.
+async fn serve_intercepted(worker: &Rc<Worker>, conn: Conn, source: IpAddr, route: Option<Intercepted>, steered: bool) {
+    match route {
+        // Boxed so forward connections do not pay for transparent-mode state.
+        Some(Intercepted::Tls(port)) => Box::pin(transparent::serve_tls(worker, conn, source, port)).await,
+        Some(Intercepted::Http(port)) => forward::serve_origin(worker, conn, source, Origin { port, steered }).await,
+        None => {}
+    }
 }
