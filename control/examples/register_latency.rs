@@ -9,8 +9,7 @@
 //! Registers 10.77.x.y sources (never used as destinations) and removes them afterwards.
 
 use anyhow::{bail, Context};
-use crackbox_control::client::AdminClient;
-use serde_json::json;
+use crackbox_client::{Client, Health, RegistrationSpec};
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -85,10 +84,10 @@ async fn spawn(path: &str, with_state: bool) -> anyhow::Result<(Daemon, String)>
         _state_dir: state_dir,
     };
     let url = format!("http://127.0.0.1:{admin}");
-    let client = AdminClient::new(&url, None)?;
+    let client = Client::new(&url)?;
     let deadline = Instant::now() + Duration::from_secs(20);
     while Instant::now() < deadline {
-        if matches!(client.get("/health").await, Ok(r) if r.status == 200) {
+        if matches!(client.health().await, Ok(Health::Ok)) {
             return Ok((daemon, url));
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -111,22 +110,19 @@ async fn main() -> anyhow::Result<()> {
         }
         None => (None, options.admin.clone()),
     };
-    let client = AdminClient::new(&url, std::env::var("CRACKBOX_ADMIN_SECRET").ok())?;
+    let client = Client::new(&url)?.with_secret(std::env::var("CRACKBOX_ADMIN_SECRET").unwrap_or_default());
     let ips: Vec<String> = (0..options.count)
         .map(|i| format!("10.77.{}.{}", i / 250, i % 250 + 1))
         .collect();
     let mut latencies = Vec::with_capacity(ips.len());
     for (i, ip) in ips.iter().enumerate() {
-        let body = json!({"ip": ip, "id": format!("bench-{i}"), "allowlist": ["bench.test", "*.bench.test:443"]});
+        let spec = RegistrationSpec::new(ip.as_str(), format!("bench-{i}"), ["bench.test", "*.bench.test:443"]);
         let started = Instant::now();
-        let response = client.post_json("/v1/register", &body).await?;
+        client.register(&spec).await.with_context(|| format!("register {ip}"))?;
         latencies.push(started.elapsed());
-        if response.status != 200 {
-            bail!("register {ip}: {} {}", response.status, response.error_message());
-        }
     }
     for ip in &ips {
-        client.post_json("/v1/unregister", &json!({ "ip": ip })).await?;
+        client.unregister(ip).await?;
     }
     latencies.sort();
     let micros = |d: Duration| d.as_secs_f64() * 1e6;

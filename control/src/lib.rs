@@ -3,7 +3,6 @@
 //! core threads.
 
 pub mod api;
-pub mod client;
 pub mod config;
 mod daemon;
 pub mod jail;

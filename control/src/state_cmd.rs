@@ -1,8 +1,7 @@
 //! `crackbox state`: print the registry of a running daemon.
 
-use crate::client::AdminClient;
 use anyhow::Context;
-use crackbox_engine::policy::RegistrationSpec;
+use crackbox_client::{Client, RegistrationSpec};
 use std::io::Write;
 
 /// Admin API used when neither `--admin` nor `CRACKBOX_ADMIN` is given.
@@ -27,21 +26,10 @@ pub fn state(args: StateArgs) -> anyhow::Result<()> {
         .admin
         .or_else(|| std::env::var("CRACKBOX_ADMIN").ok().filter(|v| !v.is_empty()))
         .unwrap_or_else(|| DEFAULT_ADMIN_URL.to_string());
-    let client = AdminClient::new(&url, std::env::var("CRACKBOX_ADMIN_SECRET").ok())?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start a runtime")?;
-    let response = runtime.block_on(client.get("/v1/state"))?;
-    if response.status != 200 {
-        anyhow::bail!(
-            "admin API at {url} answered {}: {}",
-            response.status,
-            response.error_message()
-        );
-    }
-    let entries: Vec<RegistrationSpec> = serde_json::from_slice(&response.body)
-        .with_context(|| format!("admin API at {url} sent an unexpected state document"))?;
+    let admin = Client::new(&url)?
+        .with_secret(std::env::var("CRACKBOX_ADMIN_SECRET").unwrap_or_default())
+        .blocking()?;
+    let entries = admin.state()?;
     let text = if args.json {
         let mut text = serde_json::to_string_pretty(&entries)?;
         text.push('\n');

@@ -3,6 +3,7 @@
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use crackbox_engine::admin_body::ErrorAnswer;
 
 /// An error answer: a status and a one-line message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,7 +31,7 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = Json(serde_json::json!({ "error": self.message }));
+        let body = Json(ErrorAnswer { error: self.message });
         let mut response = (self.status, body).into_response();
         if self.status == StatusCode::UNAUTHORIZED {
             response

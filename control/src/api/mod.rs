@@ -70,4 +70,6 @@ pub async fn serve(
 }
 
 #[cfg(test)]
+mod raw_http;
+#[cfg(test)]
 mod tests;

@@ -7,9 +7,9 @@ use axum::extract::{Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use crackbox_engine::admin_body::{Health, HealthAnswer};
 use crackbox_engine::wire::{Denial, StatsReport};
 use serde::Deserialize;
-use serde_json::json;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
@@ -27,9 +27,12 @@ pub async fn health(State(state): State<AppState>) -> Response {
     let engine_ok = state.link.enforces(generation);
     let listener_ok = engine_ok && forward_accepts(state.forward).await;
     if engine_ok && listener_ok {
-        (StatusCode::OK, Json(json!({ "status": "ok" }))).into_response()
+        (StatusCode::OK, Json(HealthAnswer { status: Health::Ok })).into_response()
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, Json(json!({ "status": "proxy_down" }))).into_response()
+        let down = HealthAnswer {
+            status: Health::ProxyDown,
+        };
+        (StatusCode::SERVICE_UNAVAILABLE, Json(down)).into_response()
     }
 }
 

@@ -7,8 +7,8 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
+use crackbox_engine::admin_body::UnregisterAnswer;
 use crackbox_engine::policy::{parse_source_ip, Generation, RegistrationSpec};
-use serde_json::{json, Value};
 
 /// `POST /v1/register {"ip","id","allowlist"}` -> the stored (normalised) entry.
 pub async fn register(
@@ -35,14 +35,14 @@ pub async fn unregister(
     State(state): State<AppState>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<UnregisterAnswer>, ApiError> {
     authorise(&state, &headers)?;
     let request: UnregisterBody = body::parse(body)?;
     let ip = parse_source_ip(&request.ip).map_err(|err| ApiError::bad_request(format!("ip: {err}")))?;
     let (removed, generation) = state.registry.unregister(ip).await.map_err(store_failed)?;
     enforced(&state, generation).await?;
     tracing::info!(%ip, removed, generation, "unregistered");
-    Ok(Json(json!({ "removed": removed })))
+    Ok(Json(UnregisterAnswer { removed }))
 }
 
 /// `GET /v1/state` -> every registration, sorted by address.

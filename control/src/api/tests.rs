@@ -1,8 +1,8 @@
 //! The admin API over real HTTP on loopback, with a fake engine speaking the
 //! wire protocol on a real Unix socket.
 
+use super::raw_http::{parse_response, RawClient, Response};
 use super::*;
-use crate::client::{parse_response, AdminClient, Response};
 use crate::publisher::{self, EngineLink};
 use crate::store::Store;
 use crackbox_engine::policy::RegistrationSpec;
@@ -17,7 +17,7 @@ struct Admin {
     dir: tempfile::TempDir,
     socket: std::path::PathBuf,
     addr: SocketAddr,
-    client: AdminClient,
+    client: RawClient,
     forward: Option<TcpListener>,
 }
 
@@ -61,7 +61,7 @@ async fn admin(secret: Option<&str>, engine: Engine, state_file: bool) -> Admin 
         }
         assert!(link.connected());
     }
-    let client = AdminClient::new(&format!("http://{addr}"), secret.map(str::to_string)).unwrap();
+    let client = RawClient::new(addr, secret);
     Admin {
         dir,
         socket,

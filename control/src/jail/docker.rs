@@ -22,7 +22,7 @@
 
 mod on_daemon;
 
-use super::admin::AdminClient;
+use super::admin::{healthy, jail_client, register};
 use super::env::proxy_env;
 use super::error::{docker_message, docker_status, one_line, JailError};
 use super::stdio::{self, RawMode};
@@ -39,6 +39,7 @@ use bollard::query_parameters::{
     RemoveContainerOptionsBuilder, ResizeContainerTTYOptionsBuilder, WaitContainerOptionsBuilder,
 };
 use bollard::Docker;
+use crackbox_client::Client as AdminClient;
 use futures_util::future::join_all;
 use futures_util::StreamExt;
 use std::collections::HashMap;
@@ -282,13 +283,14 @@ impl Jail {
         let (admin, workload) = (admin?, workload?);
         tracing::debug!("proxy healthy, workload created");
         self.checkpoint()?;
-        admin
-            .register(&addresses.workload.to_string(), &self.plan.id, &self.plan.allow)
-            .await
-            .map_err(|e| JailError::Admin {
-                step: "registering the workload",
-                detail: e.to_string(),
-            })?;
+        register(
+            &admin,
+            addresses.workload.into(),
+            &self.plan.id,
+            &self.plan.allow,
+            "registering the workload",
+        )
+        .await?;
         tracing::debug!(workload = %addresses.workload, "workload registered");
         Ok(workload)
     }
@@ -427,7 +429,7 @@ impl Jail {
                 Err(e) => return Err(JailError::docker("starting the proxy", e)),
             }
         };
-        let admin = AdminClient::new(SocketAddr::from((egress_ip, ADMIN_PORT)), secret);
+        let admin = jail_client(SocketAddr::from((egress_ip, ADMIN_PORT)), secret);
         let _ = self.admin.set(admin.clone());
         self.wait_healthy(&name, &admin).await?;
         Ok(admin)
@@ -521,7 +523,7 @@ impl Jail {
         let deadline = tokio::time::Instant::now() + PROXY_START_TIMEOUT;
         loop {
             self.checkpoint()?;
-            if admin.healthy().await {
+            if healthy(admin).await {
                 return Ok(());
             }
             let state = self

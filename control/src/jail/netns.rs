@@ -21,13 +21,14 @@
 //! Set-up shells out to iproute2 (`ip`) and `iptables`; every step is
 //! recorded first so teardown undoes it on every exit path.
 
-use super::admin::AdminClient;
+use super::admin::{healthy, jail_client, register};
 use super::env::proxy_env;
 use super::error::{one_line, JailError};
 use super::netns_etc::{self, BindMounts};
 use super::subnet::{self, Ipv4Net};
 use super::summary;
 use super::token;
+use crackbox_client::Client as AdminClient;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -191,13 +192,14 @@ impl Jail {
                 .map_err(|e| netns_error("writing the jail's resolv.conf and hosts", &e))?;
         }
         let admin = self.start_proxy(host_end).await?;
-        admin
-            .register(&jail_end.to_string(), &self.plan.id, &self.plan.allow)
-            .await
-            .map_err(|e| JailError::Admin {
-                step: "registering the namespace",
-                detail: e.to_string(),
-            })?;
+        register(
+            &admin,
+            jail_end.into(),
+            &self.plan.id,
+            &self.plan.allow,
+            "registering the namespace",
+        )
+        .await?;
         Ok(host_end)
     }
 
@@ -319,14 +321,14 @@ impl Jail {
                 .unwrap_or_else(|p| p.into_inner())
                 .push(Step::Proxy(pid));
         }
-        let admin = AdminClient::new(SocketAddr::from((host_end, ADMIN_PORT)), secret);
+        let admin = jail_client(SocketAddr::from((host_end, ADMIN_PORT)), secret);
         *self.admin.lock().unwrap_or_else(|p| p.into_inner()) = Some(admin.clone());
         let deadline = tokio::time::Instant::now() + PROXY_START_TIMEOUT;
         loop {
             if self.interrupted.load(Ordering::SeqCst) {
                 return Err(JailError::Interrupted);
             }
-            if admin.healthy().await {
+            if healthy(&admin).await {
                 return Ok(admin);
             }
             if let Ok(Some(status)) = child.try_wait() {

@@ -1,17 +1,8 @@
 //! The one-line exit summary of what the jail's proxy blocked, so the user
 //! sees what to add to `--allow`.
 
-use serde::Deserialize;
+use crackbox_client::Denial;
 use std::collections::HashMap;
-
-/// One entry of `GET /v1/denials`: who was denied which host.
-#[derive(Debug, Clone, Deserialize)]
-pub struct Denial {
-    /// The source address that was denied.
-    pub ip: String,
-    /// The host the workload asked for.
-    pub host: String,
-}
 
 /// `crackbox: blocked a.test (3), b.test (1)`, most-blocked first; `None`
 /// when nothing was blocked. A DNS question's name (`a.test.`) counts as
@@ -35,13 +26,18 @@ pub fn blocked_line(denials: &[Denial]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crackbox_client::Reason;
 
     fn denials(hosts: &[&str]) -> Vec<Denial> {
         hosts
             .iter()
             .map(|h| Denial {
+                time_ms: 1,
                 ip: "10.0.0.3".into(),
+                id: "run".into(),
                 host: h.to_string(),
+                port: 443,
+                reason: Reason::NotAllowed,
             })
             .collect()
     }

@@ -56,6 +56,25 @@ pub struct Registration {
 }
 
 impl RegistrationSpec {
+    /// `ip` registered as `id` with `allowlist`, as given (validated by
+    /// [`compile`](Self::compile) and by the admin API).
+    ///
+    /// ```
+    /// let spec = crackbox_engine::policy::RegistrationSpec::new("10.0.0.2", "agent", ["PyPI.org"]);
+    /// assert_eq!(spec.normalised().unwrap().allowlist, ["pypi.org"]);
+    /// ```
+    pub fn new<S: Into<String>>(
+        ip: impl Into<String>,
+        id: impl Into<String>,
+        allowlist: impl IntoIterator<Item = S>,
+    ) -> Self {
+        RegistrationSpec {
+            ip: ip.into(),
+            id: id.into(),
+            allowlist: allowlist.into_iter().map(Into::into).collect(),
+        }
+    }
+
     /// Validates every field and compiles the allowlist.
     pub fn compile(&self) -> Result<(IpAddr, Registration), SpecError> {
         let ip = parse_source_ip(&self.ip)?;
@@ -157,11 +176,7 @@ mod tests {
     use super::*;
 
     fn spec(ip: &str, id: &str, allowlist: &[&str]) -> RegistrationSpec {
-        RegistrationSpec {
-            ip: ip.into(),
-            id: id.into(),
-            allowlist: allowlist.iter().map(|s| s.to_string()).collect(),
-        }
+        RegistrationSpec::new(ip, id, allowlist.iter().copied())
     }
 
     #[test]

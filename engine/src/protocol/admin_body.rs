@@ -1,18 +1,50 @@
-//! Admin API request bodies: strict JSON decoding.
+//! Admin API bodies: the request documents with their strict JSON decoding,
+//! and the answer documents.
 //!
 //! Unknown fields, wrong types, missing fields and trailing bytes are errors
-//! whose message names the field. Pure, so the admin API and the fuzz
-//! targets run exactly the same code.
+//! whose message names the field. Pure, so the admin API, its client and the
+//! fuzz targets share exactly these definitions.
 
 use serde::de::DeserializeOwned;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// `POST /v1/unregister` body.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UnregisterBody {
     /// The source address to remove.
     pub ip: String,
+}
+
+/// `POST /v1/unregister` answer: `{"removed": bool}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnregisterAnswer {
+    /// Whether the address was registered.
+    pub removed: bool,
+}
+
+/// `GET /health` answer: `{"status": "ok"}` (200) or `{"status": "proxy_down"}` (503).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HealthAnswer {
+    /// The daemon's health.
+    pub status: Health,
+}
+
+/// Whether the daemon enforces its registry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Health {
+    /// The forward listener accepts and a connected engine enforces the latest registry.
+    Ok,
+    /// The forward listener does not accept, or no engine enforces the latest registry.
+    ProxyDown,
+}
+
+/// Every error answer: `{"error": "..."}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorAnswer {
+    /// What went wrong, one line for the client.
+    pub error: String,
 }
 
 /// A body that is not the expected JSON; the message is for the client.

@@ -9,10 +9,11 @@
 //! never stopped, restarted or reconfigured.
 
 use super::{host, ipv4_endpoint, Jail};
-use crate::jail::admin::AdminClient;
+use crate::jail::admin::{failed, healthy, jail_client};
 use crate::jail::daemon_config;
 use crate::jail::error::{docker_message, docker_status, JailError};
 use bollard::models::{NetworkConnectRequest, NetworkDisconnectRequest};
+use crackbox_client::{Client as AdminClient, RegistrationSpec};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::MutexGuard;
 use std::time::Duration;
@@ -51,17 +52,12 @@ impl Jail {
         self.checkpoint()?;
         // Recorded first: a registration that timed out may still be kept.
         self.lease().registered = Some(workload);
-        if let Err(e) = admin
-            .register(&workload.to_string(), &self.plan.id, &self.plan.allow)
-            .await
-        {
+        let spec = RegistrationSpec::new(workload.to_string(), &self.plan.id, &self.plan.allow);
+        if let Err(e) = admin.register(&spec).await {
             if e.refused() {
                 self.lease().registered = None;
             }
-            return Err(JailError::Admin {
-                step: "registering the workload with the daemon",
-                detail: e.to_string(),
-            });
+            return Err(failed("registering the workload with the daemon", &e));
         }
         tracing::debug!(%workload, daemon, "workload registered with the daemon");
         Ok(name)
@@ -89,7 +85,7 @@ impl Jail {
             .filter(|s| !s.is_empty())
             .or(endpoints.secret)
             .ok_or_else(|| refused("set CRACKBOX_ADMIN_SECRET to its admin secret".into()))?;
-        let admin = AdminClient::new(endpoints.admin, secret);
+        let admin = jail_client(endpoints.admin, secret);
         if !self.answers_health(&admin).await {
             return Err(refused(format!(
                 "its admin API at {} does not answer /health with 200 (unreachable from this host, or its engine is down)",
@@ -106,7 +102,7 @@ impl Jail {
     async fn answers_health(&self, admin: &AdminClient) -> bool {
         let deadline = tokio::time::Instant::now() + DAEMON_HEALTH_TIMEOUT;
         loop {
-            if admin.healthy().await {
+            if healthy(admin).await {
                 return true;
             }
             if tokio::time::Instant::now() >= deadline || self.checkpoint().is_err() {

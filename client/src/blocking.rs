@@ -1,0 +1,59 @@
+//! The same calls for programs without an async runtime: each call runs to
+//! completion on the client's own current-thread tokio runtime.
+//!
+//! Do not use it from inside an async runtime (blocking there panics in
+//! tokio); use [`crate::Client`] there.
+
+use crate::{Denial, Error, Health, RegistrationSpec};
+use tokio::runtime::Runtime;
+
+/// A blocking client of one admin API, made by [`crate::Client::blocking`].
+///
+/// ```no_run
+/// let admin = crackbox_client::Client::new("http://127.0.0.1:3129")?.blocking()?;
+/// for entry in admin.state()? {
+///     println!("{} {}", entry.ip, entry.id);
+/// }
+/// # Ok::<(), crackbox_client::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct Client {
+    client: crate::Client,
+    runtime: Runtime,
+}
+
+impl Client {
+    /// Wraps `client` with a private runtime.
+    pub(crate) fn new(client: crate::Client) -> Result<Self, Error> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(Error::Runtime)?;
+        Ok(Client { client, runtime })
+    }
+
+    /// See [`crate::Client::register`].
+    pub fn register(&self, spec: &RegistrationSpec) -> Result<RegistrationSpec, Error> {
+        self.runtime.block_on(self.client.register(spec))
+    }
+
+    /// See [`crate::Client::unregister`].
+    pub fn unregister(&self, ip: &str) -> Result<bool, Error> {
+        self.runtime.block_on(self.client.unregister(ip))
+    }
+
+    /// See [`crate::Client::state`].
+    pub fn state(&self) -> Result<Vec<RegistrationSpec>, Error> {
+        self.runtime.block_on(self.client.state())
+    }
+
+    /// See [`crate::Client::health`].
+    pub fn health(&self) -> Result<Health, Error> {
+        self.runtime.block_on(self.client.health())
+    }
+
+    /// See [`crate::Client::denials`].
+    pub fn denials(&self, limit: usize) -> Result<Vec<Denial>, Error> {
+        self.runtime.block_on(self.client.denials(limit))
+    }
+}

@@ -1,0 +1,200 @@
+//! The async client: one typed method per admin API endpoint.
+
+use crate::transport::{self, Answer, Call};
+use crate::url::AdminUrl;
+use crate::{Denial, Error, Health, RegistrationSpec};
+use crackbox_engine::admin_body::{ErrorAnswer, HealthAnswer, UnregisterAnswer, UnregisterBody};
+use hyper::Method;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// Client of one crackbox admin API.
+///
+/// Cheap to clone; every call opens its own connection, so one client can
+/// be shared by many tasks. Mutations are answered once the engine enforces
+/// them, so `Ok` from [`register`](Client::register) means "enforced".
+#[derive(Debug, Clone)]
+pub struct Client {
+    url: AdminUrl,
+    secret: Option<String>,
+    timeout: Duration,
+}
+
+impl Client {
+    /// How long a call may take (connect, request and answer) unless
+    /// [`with_timeout`](Client::with_timeout) says otherwise.
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+    /// A client of the admin API at `url`: `http://HOST[:PORT][/PREFIX]` or
+    /// `HOST:PORT` (port 80 when none is given).
+    ///
+    /// ```
+    /// let admin = crackbox_client::Client::new("http://127.0.0.1:3129")?;
+    /// assert_eq!(admin.url(), "http://127.0.0.1:3129");
+    /// assert!(crackbox_client::Client::new("https://127.0.0.1:3129").is_err());
+    /// # Ok::<(), crackbox_client::Error>(())
+    /// ```
+    pub fn new(url: &str) -> Result<Self, Error> {
+        Ok(Client {
+            url: AdminUrl::parse(url)?,
+            secret: None,
+            timeout: Self::DEFAULT_TIMEOUT,
+        })
+    }
+
+    /// A client of the admin API listening at `addr` (`http://ADDR`).
+    pub fn from_addr(addr: SocketAddr) -> Self {
+        Client {
+            url: AdminUrl::from_addr(addr),
+            secret: None,
+            timeout: Self::DEFAULT_TIMEOUT,
+        }
+    }
+
+    /// Sends `Authorization: Bearer <secret>` on every call (the daemon's
+    /// `CRACKBOX_ADMIN_SECRET`); an empty secret sends none.
+    pub fn with_secret(mut self, secret: impl Into<String>) -> Self {
+        self.secret = Some(secret.into()).filter(|s| !s.is_empty());
+        self
+    }
+
+    /// Bounds each call, connect to last byte, by `timeout`.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The same calls without an async runtime (see [`crate::blocking`]).
+    pub fn blocking(self) -> Result<crate::blocking::Client, Error> {
+        crate::blocking::Client::new(self)
+    }
+
+    /// The admin URL as given.
+    pub fn url(&self) -> &str {
+        &self.url.text
+    }
+
+    /// `POST /v1/register`: registers (or replaces) `spec.ip` and returns the
+    /// stored, normalised entry once the engine enforces it.
+    ///
+    /// ```no_run
+    /// # async fn demo(admin: crackbox_client::Client) -> Result<(), crackbox_client::Error> {
+    /// use crackbox_client::RegistrationSpec;
+    /// let spec = RegistrationSpec::new("10.0.0.2", "agent-7", ["PyPI.org", "*.github.com:443"]);
+    /// let stored = admin.register(&spec).await?;
+    /// assert_eq!(stored.allowlist, ["pypi.org", "*.github.com:443"]);
+    /// # Ok(()) }
+    /// ```
+    pub async fn register(&self, spec: &RegistrationSpec) -> Result<RegistrationSpec, Error> {
+        self.post("/v1/register", spec).await
+    }
+
+    /// `POST /v1/unregister`: removes `ip`; `true` if it was registered.
+    ///
+    /// ```no_run
+    /// # async fn demo(admin: crackbox_client::Client) -> Result<(), crackbox_client::Error> {
+    /// let removed = admin.unregister("10.0.0.2").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn unregister(&self, ip: &str) -> Result<bool, Error> {
+        let body = UnregisterBody { ip: ip.to_string() };
+        let answer: UnregisterAnswer = self.post("/v1/unregister", &body).await?;
+        Ok(answer.removed)
+    }
+
+    /// `GET /v1/state`: every registration, sorted by address.
+    ///
+    /// ```no_run
+    /// # async fn demo(admin: crackbox_client::Client) -> Result<(), crackbox_client::Error> {
+    /// for entry in admin.state().await? {
+    ///     println!("{} {} {}", entry.ip, entry.id, entry.allowlist.join(","));
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn state(&self) -> Result<Vec<RegistrationSpec>, Error> {
+        self.get("/v1/state").await
+    }
+
+    /// `GET /health`: [`Health::Ok`] when the proxy listener accepts and the
+    /// engine enforces the latest registry, [`Health::ProxyDown`] otherwise.
+    ///
+    /// ```no_run
+    /// # async fn demo(admin: crackbox_client::Client) -> Result<(), crackbox_client::Error> {
+    /// use crackbox_client::Health;
+    /// while admin.health().await.ok() != Some(Health::Ok) {
+    ///     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn health(&self) -> Result<Health, Error> {
+        let answer = self.send(Method::GET, "/health", None).await?;
+        if answer.status != 200 && answer.status != 503 {
+            return Err(self.refused(&answer));
+        }
+        let health: HealthAnswer = self.decode(&answer)?;
+        Ok(health.status)
+    }
+
+    /// `GET /v1/denials?limit=N`: the newest `limit` denials (at most 1000),
+    /// oldest first.
+    ///
+    /// ```no_run
+    /// # async fn demo(admin: crackbox_client::Client) -> Result<(), crackbox_client::Error> {
+    /// for denial in admin.denials(10).await? {
+    ///     println!("{} asked for {}:{} ({})", denial.id, denial.host, denial.port, denial.reason);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn denials(&self, limit: usize) -> Result<Vec<Denial>, Error> {
+        self.get(&format!("/v1/denials?limit={limit}")).await
+    }
+
+    async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, Error> {
+        let answer = self.send(Method::GET, path, None).await?;
+        self.success(&answer)
+    }
+
+    async fn post<T: DeserializeOwned>(&self, path: &str, body: &impl Serialize) -> Result<T, Error> {
+        let body = serde_json::to_vec(body).map_err(|err| Error::Request {
+            url: self.url.text.clone(),
+            detail: err.to_string(),
+        })?;
+        let answer = self.send(Method::POST, path, Some(body)).await?;
+        self.success(&answer)
+    }
+
+    async fn send(&self, method: Method, path: &str, body: Option<Vec<u8>>) -> Result<Answer, Error> {
+        let call = Call { method, path, body };
+        transport::exchange(&self.url, self.secret.as_deref(), self.timeout, call).await
+    }
+
+    /// The body of a 200 answer as `T`; any other status is the server's error.
+    fn success<T: DeserializeOwned>(&self, answer: &Answer) -> Result<T, Error> {
+        if answer.status != 200 {
+            return Err(self.refused(answer));
+        }
+        self.decode(answer)
+    }
+
+    fn decode<T: DeserializeOwned>(&self, answer: &Answer) -> Result<T, Error> {
+        serde_json::from_slice(&answer.body).map_err(|err| Error::Malformed {
+            url: self.url.text.clone(),
+            detail: format!("status {}: {err}", answer.status),
+        })
+    }
+
+    /// The server's refusal: its status and `{"error": ...}` text.
+    fn refused(&self, answer: &Answer) -> Error {
+        let message = match serde_json::from_slice::<ErrorAnswer>(&answer.body) {
+            Ok(body) => body.error,
+            Err(_) => String::from_utf8_lossy(&answer.body).trim().to_string(),
+        };
+        Error::Api {
+            url: self.url.text.clone(),
+            status: answer.status,
+            message,
+        }
+    }
+}

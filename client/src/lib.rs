@@ -1,0 +1,37 @@
+//! Client of the crackbox admin API (register, unregister, state, health,
+//! denials), for orchestrators that start and stop sandboxes.
+//!
+//! Async on tokio (only its `net`, `rt` and `time` parts), with a
+//! [`blocking`] variant. Every call has a timeout and opens its own
+//! connection; none retries by itself. A refusal keeps the server's status
+//! and `{"error": ...}` text ([`Error::Api`]). The documents are the ones the
+//! daemon itself uses ([`RegistrationSpec`], [`Denial`], [`Reason`],
+//! [`Health`]), re-exported from `crackbox-engine`'s pure modules.
+//!
+//! ```no_run
+//! use crackbox_client::{Client, RegistrationSpec};
+//!
+//! # async fn demo() -> Result<(), crackbox_client::Error> {
+//! let admin = Client::new("http://127.0.0.1:3129")?.with_secret(std::env::var("CRACKBOX_ADMIN_SECRET").unwrap_or_default());
+//! let sandbox = RegistrationSpec::new("10.0.0.2", "agent-7", ["pypi.org", "files.pythonhosted.org"]);
+//! admin.register(&sandbox).await?; // enforced once this returns
+//! // ... run the sandbox ...
+//! for denial in admin.denials(100).await? {
+//!     eprintln!("blocked {} ({})", denial.host, denial.reason);
+//! }
+//! admin.unregister(&sandbox.ip).await?;
+//! # Ok(()) }
+//! ```
+
+pub mod blocking;
+mod client;
+mod error;
+mod transport;
+mod url;
+
+pub use client::Client;
+pub use crackbox_engine::admin_body::Health;
+pub use crackbox_engine::policy::RegistrationSpec;
+pub use crackbox_engine::reason::Reason;
+pub use crackbox_engine::wire::Denial;
+pub use error::Error;

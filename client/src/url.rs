@@ -1,0 +1,122 @@
+//! The admin URL: where to connect, what to send as `Host`, and the path
+//! prefix every endpoint is appended to.
+
+use crate::Error;
+use hyper::Uri;
+use std::net::SocketAddr;
+
+/// A parsed `http://HOST[:PORT][/PREFIX]` (or bare `HOST:PORT`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct AdminUrl {
+    /// The URL as given, for error messages.
+    pub text: String,
+    /// Host name or address to connect to (IPv6 without brackets).
+    pub host: String,
+    /// TCP port (80 when the URL names none).
+    pub port: u16,
+    /// The `Host` header: the URL's authority.
+    pub authority: String,
+    /// Path prefix without a trailing slash ("" for none).
+    pub prefix: String,
+}
+
+impl AdminUrl {
+    /// `http://ADDR`.
+    pub fn from_addr(addr: SocketAddr) -> Self {
+        AdminUrl {
+            text: format!("http://{addr}"),
+            host: addr.ip().to_string(),
+            port: addr.port(),
+            authority: addr.to_string(),
+            prefix: String::new(),
+        }
+    }
+
+    /// Parses `text`; only plain `http` is spoken.
+    pub fn parse(text: &str) -> Result<Self, Error> {
+        let bad = |reason| Error::Url {
+            url: text.to_string(),
+            reason,
+        };
+        let uri: Uri = text.parse().map_err(|_| bad("not a URL"))?;
+        match uri.scheme_str() {
+            None | Some("http") => {}
+            Some(_) => return Err(bad("only http:// is supported")),
+        }
+        let authority = uri.authority().ok_or_else(|| bad("no host"))?;
+        let host = authority.host().trim_start_matches('[').trim_end_matches(']');
+        if host.is_empty() {
+            return Err(bad("no host"));
+        }
+        if authority.as_str().contains('@') {
+            return Err(bad("credentials in the URL are not supported (use a secret)"));
+        }
+        let port = match authority.as_str().strip_prefix(authority.host()) {
+            Some("") => 80,
+            Some(port) => match port.strip_prefix(':').and_then(|p| p.parse::<u16>().ok()) {
+                Some(0) => return Err(bad("port 0")),
+                Some(port) => port,
+                None => return Err(bad("the port is not a number")),
+            },
+            None => return Err(bad("no host")),
+        };
+        if uri.query().is_some() {
+            return Err(bad("a query string is not allowed"));
+        }
+        Ok(AdminUrl {
+            text: text.to_string(),
+            host: host.to_string(),
+            port,
+            authority: authority.as_str().to_string(),
+            prefix: uri.path().trim_end_matches('/').to_string(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        let cases = [
+            ("http://127.0.0.1:3129", Some(("127.0.0.1", 3129, "127.0.0.1:3129", ""))),
+            (
+                "http://localhost:3129/",
+                Some(("localhost", 3129, "localhost:3129", "")),
+            ),
+            ("127.0.0.1:9", Some(("127.0.0.1", 9, "127.0.0.1:9", ""))),
+            ("http://[::1]:3129/admin/", Some(("::1", 3129, "[::1]:3129", "/admin"))),
+            ("http://box", Some(("box", 80, "box", ""))),
+            ("https://127.0.0.1:3129", None),
+            ("http://:3129", None),
+            ("http://h:port", None),
+            ("http://h:0", None),
+            ("http://h:", None),
+            ("http://u:p@h:1", None),
+            ("http://h:1/?x=1", None),
+            ("", None),
+            ("not a url", None),
+        ];
+        for (text, want) in cases {
+            let got = AdminUrl::parse(text).ok();
+            let got = got
+                .as_ref()
+                .map(|u| (u.host.as_str(), u.port, u.authority.as_str(), u.prefix.as_str()));
+            assert_eq!(got, want, "{text}");
+        }
+    }
+
+    #[test]
+    fn socket_addresses_read_as_their_urls() {
+        for addr in ["127.0.0.1:3129", "[::1]:80", "[fe80::1%2]:9"] {
+            let addr: SocketAddr = addr.parse().unwrap();
+            let from_addr = AdminUrl::from_addr(addr);
+            assert_eq!((from_addr.host.parse(), from_addr.port), (Ok(addr.ip()), addr.port()));
+            if addr.to_string().contains('%') {
+                continue;
+            }
+            assert_eq!(AdminUrl::parse(&from_addr.text).unwrap(), from_addr, "{addr}");
+        }
+    }
+}
