@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # Builds a small workload image for tests and demos with no base-image pull:
 # busybox (static, with its applets linked into /bin) plus curl and the
-# shared libraries it needs, all copied from this machine.
+# shared libraries it needs, all copied from this machine; --add PROGRAM
+# (repeatable) copies another installed program the same way (e.g. node).
 #
-#   deploy/build-workload-image.sh [--tag NAME:TAG]   # default crackbox-workload:latest
+#   deploy/build-workload-image.sh [--tag NAME:TAG] [--add PROGRAM]...   # default crackbox-workload:latest
 #
 # Needs Debian's busybox-static and curl packages (installed when missing).
 set -euo pipefail
 
 tag="crackbox-workload:latest"
+programs=()
 while [ $# -gt 0 ]; do
     case "$1" in
     --tag) tag="$2"; shift 2 ;;
+    --add) programs+=("$2"); shift 2 ;;
     *) echo "build-workload-image: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -22,6 +25,15 @@ if [ -z "$busybox" ] || ldd "$busybox" 2>/dev/null | grep -q '=>' || ! command -
     busybox="$(command -v busybox)"
 fi
 curl_bin="$(command -v curl)"
+binaries=("$curl_bin")
+for program in "${programs[@]}"; do
+    path="$(command -v "$program" || true)"
+    if [ -z "$path" ]; then
+        echo "build-workload-image: $program is not installed" >&2
+        exit 1
+    fi
+    binaries+=("$path")
+done
 
 rootfs="$(mktemp -d)"
 trap 'rm -rf "$rootfs"' EXIT
@@ -31,10 +43,12 @@ cp "$busybox" "$rootfs/bin/busybox"
 for applet in $("$busybox" --list); do
     [ -e "$rootfs/bin/$applet" ] || ln -s busybox "$rootfs/bin/$applet"
 done
-cp "$curl_bin" "$rootfs/usr/bin/curl"
-ldd "$curl_bin" | grep -o '/[^ ]*' | sort -u | while read -r lib; do
-    mkdir -p "$rootfs$(dirname "$lib")"
-    cp -L "$lib" "$rootfs$lib"
+for binary in "${binaries[@]}"; do
+    cp -L "$binary" "$rootfs/usr/bin/$(basename "$binary")"
+    ldd "$binary" | grep -o '/[^ ]*' | sort -u | while read -r lib; do
+        mkdir -p "$rootfs$(dirname "$lib")"
+        cp -L "$lib" "$rootfs$lib"
+    done
 done
 printf 'hosts: files dns\n' >"$rootfs/etc/nsswitch.conf"
 printf 'root:x:0:0:root:/:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/sh\n' >"$rootfs/etc/passwd"

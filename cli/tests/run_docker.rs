@@ -72,6 +72,7 @@ fn run_denied_host_gets_403_and_is_summarised_at_exit() {
     assert!(!stderr(&quiet).contains("blocked"), "{}", describe(&quiet));
 }
 
+/// `--no-steer` (steered runs: `run_docker_steered`).
 #[test]
 fn run_client_ignoring_the_proxy_reaches_nothing() {
     if !docker_ready() {
@@ -86,7 +87,9 @@ fn run_client_ignoring_the_proxy_reaches_nothing() {
         ip = upstream.ip,
         gateway = upstream.gateway
     );
-    let out = run(&upstream, &id, ALLOWED, &["sh", "-c", &script]);
+    let out = run_command_with(&upstream, &id, ALLOWED, &["--no-steer"], &["sh", "-c", &script])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     let text = stdout(&out);
     for probe in ["direct_ip", "direct_name", "gateway"] {
@@ -100,6 +103,7 @@ fn run_client_ignoring_the_proxy_reaches_nothing() {
     assert!(!text.contains(UPSTREAM_BODY), "{}", describe(&out));
 }
 
+/// `--no-steer` (steered runs: `run_docker_steered`).
 #[test]
 fn run_dns_lookups_fail_inside_the_jail() {
     if !docker_ready() {
@@ -111,7 +115,9 @@ fn run_dns_lookups_fail_inside_the_jail() {
         "nslookup {ALLOWED}; echo nslookup=$?; getent hosts {ALLOWED}; echo getent=$?; \
          cat /etc/resolv.conf"
     );
-    let out = run(&upstream, &id, ALLOWED, &["sh", "-c", &script]);
+    let out = run_command_with(&upstream, &id, ALLOWED, &["--no-steer"], &["sh", "-c", &script])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     let text = stdout(&out);
     assert!(text.contains("nslookup=1"), "{}", describe(&out));

@@ -198,9 +198,12 @@ fn run_netns_missing_command_exits_127_and_cleans_up() {
         let out = Command::new("ip").args(["netns", "list"]).output().unwrap();
         String::from_utf8_lossy(&out.stdout)
             .lines()
-            .filter(|l| l.starts_with("crackbox-"))
-            .count()
+            .filter_map(|l| l.split_whitespace().next())
+            .filter(|name| name.starts_with("crackbox-"))
+            .map(str::to_owned)
+            .collect::<Vec<String>>()
     };
+    let before = namespaces();
     let out = Command::new(CRACKBOX)
         .args([
             "run",
@@ -221,12 +224,18 @@ fn run_netns_missing_command_exits_127_and_cleans_up() {
         "{}",
         describe(&out)
     );
-    // Other tests' jails may exist right now; wait for ours to be gone.
+    // Other tests' jails may come and go meanwhile: every namespace that
+    // appeared during this run must be gone soon (a leaked one never goes).
+    let appeared: Vec<String> = namespaces().into_iter().filter(|n| !before.contains(n)).collect();
+    let left = || -> Vec<String> {
+        let now = namespaces();
+        appeared.iter().filter(|n| now.contains(n)).cloned().collect()
+    };
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while namespaces() > 0 && std::time::Instant::now() < deadline {
+    while !left().is_empty() && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(200));
     }
-    assert_eq!(namespaces(), 0, "a crackbox namespace was left");
+    assert_eq!(left(), Vec::<String>::new(), "a crackbox namespace was left");
 }
 
 #[test]

@@ -56,7 +56,8 @@ pub struct RunArgs {
     #[arg(long)]
     pub quiet: bool,
     /// No steered interception: the jail's names resolve nowhere and only
-    /// clients that use the proxy variables get out (netns backend).
+    /// clients that use the proxy variables get out (`--daemon` runs are
+    /// never steered).
     #[arg(long)]
     pub no_steer: bool,
     /// crackbox image for the jail's proxy (docker backend); build it with deploy/build-image.sh.
@@ -115,6 +116,7 @@ fn execute(args: RunArgs) -> Result<i32, JailError> {
             tty: stdio::stdin_is_tty(),
             quiet: args.quiet,
             daemon: args.daemon,
+            steer: !args.no_steer,
         })),
         Backend::Netns => runtime.block_on(netns::run(netns::Plan {
             run_id,

@@ -5,6 +5,8 @@
 
 #![allow(dead_code)]
 
+pub mod steer_probe;
+
 pub use crackbox_test_support::*;
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};

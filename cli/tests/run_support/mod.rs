@@ -20,6 +20,8 @@ use std::time::{Duration, Instant};
 pub const CRACKBOX: &str = env!("CARGO_BIN_EXE_crackbox");
 /// Tag of the workload image (busybox + curl); rebuilt when missing.
 pub const WORKLOAD_IMAGE: &str = "crackbox-test-workload:1";
+/// Tag of the workload image with node added; rebuilt when missing.
+pub const NODE_IMAGE: &str = "crackbox-test-node:1";
 /// Names the upstream answers to on the egress network.
 pub const ALLOWED: &str = "allowed.test";
 /// Another name of the same upstream, never on an allowlist.
@@ -136,17 +138,27 @@ fn remove_stale_test_images(current: &str) {
 
 /// The busybox + curl workload image.
 pub fn workload_image() -> String {
+    build_workload_image(WORKLOAD_IMAGE, &[])
+}
+
+/// The workload image with this machine's node added.
+pub fn node_image() -> String {
+    build_workload_image(NODE_IMAGE, &["--add", "node"])
+}
+
+fn build_workload_image(tag: &str, extra: &[&str]) -> String {
     with_build_lock(|| {
-        if !docker_try(&["image", "inspect", WORKLOAD_IMAGE]) {
+        if !docker_try(&["image", "inspect", tag]) {
             let status = Command::new("bash")
                 .arg(repo().join("deploy/build-workload-image.sh"))
-                .args(["--tag", WORKLOAD_IMAGE])
+                .args(["--tag", tag])
+                .args(extra)
                 .status()
                 .expect("build-workload-image.sh");
             assert!(status.success(), "deploy/build-workload-image.sh failed");
         }
     });
-    WORKLOAD_IMAGE.to_string()
+    tag.to_string()
 }
 
 /// A unique name for this test's objects.
@@ -177,6 +189,13 @@ pub struct Upstream {
 impl Upstream {
     /// Creates the network on a free /27 of 10.213.0.0/17 and starts the server.
     pub fn start() -> Self {
+        let httpd = ["httpd", "-f", "-p", "80", "-h", "/www"];
+        Upstream::start_serving(&[ALLOWED, DENIED], &workload_image(), &httpd, &[])
+    }
+
+    /// As [`Upstream::start`], the server being `command` in `image`, known as
+    /// `aliases` on the network, with `env` (`NAME=value`).
+    pub fn start_serving(aliases: &[&str], image: &str, command: &[&str], env: &[String]) -> Self {
         let network = unique("crackbox-test-egress");
         let mut base = None;
         for attempt in 0..40u32 {
@@ -201,26 +220,16 @@ impl Upstream {
         let (a, b, c, d) = base.expect("a free /27 for the test egress network");
         let hosts: Vec<String> = (1..31).map(|i| format!("{a}.{b}.{c}.{}", d + i)).collect();
         let container = format!("{network}-httpd");
-        let image = workload_image();
-        docker(&[
-            "run",
-            "-d",
-            "--name",
-            &container,
-            "--network",
-            &network,
-            "--network-alias",
-            ALLOWED,
-            "--network-alias",
-            DENIED,
-            &image,
-            "httpd",
-            "-f",
-            "-p",
-            "80",
-            "-h",
-            "/www",
-        ]);
+        let mut args = vec!["run", "-d", "--name", &container, "--network", &network];
+        for alias in aliases {
+            args.extend(["--network-alias", alias]);
+        }
+        for var in env {
+            args.extend(["-e", var]);
+        }
+        args.push(image);
+        args.extend_from_slice(command);
+        docker(&args);
         let ip = docker(&[
             "inspect",
             "-f",
@@ -261,15 +270,14 @@ pub fn run_command_with(upstream: &Upstream, id: &str, allow: &str, flags: &[&st
 }
 
 /// `crackbox run --allow ALLOW --id ID FLAGS --image <workload image> -- COMMAND`
-/// with stdin closed.
+/// with stdin closed (FLAGS may name another `--image`).
 pub fn crackbox_run(id: &str, allow: &str, flags: &[&str], command: &[&str]) -> Command {
     let mut cmd = Command::new(CRACKBOX);
-    cmd.args(["run", "--allow", allow, "--id", id])
-        .args(flags)
-        .args(["--image", &workload_image()])
-        .arg("--")
-        .args(command)
-        .stdin(Stdio::null());
+    cmd.args(["run", "--allow", allow, "--id", id]).args(flags);
+    if !flags.contains(&"--image") {
+        cmd.args(["--image", &workload_image()]);
+    }
+    cmd.arg("--").args(command).stdin(Stdio::null());
     cmd
 }
 

@@ -10,7 +10,11 @@
 //!   reaches from the host and the workload cannot reach at all.
 //! - `crackbox-R-proxy`: `crackbox proxy serve` with a random admin secret.
 //! - `crackbox-R-workload`: the command, on the internal network only, with
-//!   the proxy variables and a resolver (127.0.0.1) that answers nothing.
+//!   the proxy variables. Steered (the default, DESIGN 2.5), its
+//!   resolv.conf is bind-mounted from a file of the run's own and names the
+//!   proxy's DNS filter only (so Docker's embedded resolver is never asked),
+//!   and the proxy's steered listeners take ports 80 and 443; otherwise its
+//!   resolver (127.0.0.1) answers nothing.
 //!
 //! With `--daemon NAME` (`docker/on_daemon.rs`) there is no proxy or egress
 //! network of the run's own: the long-lived crackbox container NAME is
@@ -94,6 +98,8 @@ pub struct Plan {
     pub quiet: bool,
     /// Long-lived crackbox container to run behind instead of a per-run proxy.
     pub daemon: Option<String>,
+    /// Steered interception (not with `daemon`, whose listeners are fixed).
+    pub steer: bool,
 }
 
 /// Connects to the engine named by `DOCKER_HOST` (or the local socket) and
@@ -192,6 +198,8 @@ struct Jail {
     workload_ip: OnceLock<Ipv4Addr>,
     /// What this run changed on a shared daemon, undone at teardown.
     lease: Mutex<on_daemon::Lease>,
+    /// Holds the workload's resolv.conf when steered; removed on drop.
+    resolver_dir: OnceLock<tempfile::TempDir>,
 }
 
 /// Addresses of the proxy and workload inside one jail.
@@ -213,7 +221,13 @@ impl Jail {
             interrupted: AtomicBool::new(false),
             workload_ip: OnceLock::new(),
             lease: Mutex::new(on_daemon::Lease::default()),
+            resolver_dir: OnceLock::new(),
         }
+    }
+
+    /// Whether this run steers (a per-run proxy and no `--no-steer`).
+    fn steered(&self) -> bool {
+        self.plan.steer && self.plan.daemon.is_none()
     }
 
     /// Fails once a signal arrived, so set-up stops between two steps.
@@ -448,18 +462,28 @@ impl Jail {
             env.push("CRACKBOX_ALLOW_PRIVATE_DESTINATIONS=1".to_string());
         }
         env.extend(self.plan.proxy_env.iter().cloned());
+        let mut cmd: Vec<String> = vec![
+            "proxy".into(),
+            "serve".into(),
+            "--listen".into(),
+            format!("{}:{PROXY_PORT}", addresses.proxy_internal),
+            "--admin".into(),
+            format!("{egress_ip}:{ADMIN_PORT}"),
+            "--transparent".into(),
+            String::new(),
+        ];
+        if self.steered() {
+            let at = addresses.proxy_internal;
+            cmd.extend([
+                "--dns-listen".into(),
+                format!("{at}:53"),
+                "--steer".into(),
+                at.to_string(),
+            ]);
+        }
         let config = ContainerCreateBody {
             image: Some(self.plan.proxy_image.clone()),
-            cmd: Some(vec![
-                "proxy".into(),
-                "serve".into(),
-                "--listen".into(),
-                format!("{}:{PROXY_PORT}", addresses.proxy_internal),
-                "--admin".into(),
-                format!("{egress_ip}:{ADMIN_PORT}"),
-                "--transparent".into(),
-                String::new(),
-            ]),
+            cmd: Some(cmd),
             env: Some(env),
             labels: Some(self.labels()),
             host_config: Some(HostConfig {
@@ -471,6 +495,12 @@ impl Jail {
                 ])),
                 cap_drop: Some(vec!["ALL".into()]),
                 security_opt: Some(vec!["no-new-privileges".into()]),
+                // Ports 53, 80 and 443 in its own network namespace, with no
+                // capability at all.
+                sysctls: Some(HashMap::from([(
+                    "net.ipv4.ip_unprivileged_port_start".to_string(),
+                    "0".to_string(),
+                )])),
                 ..Default::default()
             }),
             networking_config: Some(endpoint(&addresses.egress_net, egress_ip)),
@@ -580,6 +610,16 @@ impl Jail {
             .into_iter()
             .map(|(key, value)| format!("{key}={value}"))
             .collect();
+        let resolver = match proxy.ip() {
+            std::net::IpAddr::V4(at) if self.steered() => self.steered_resolver(at)?,
+            // Nothing listens there: no name ever reaches Docker's
+            // embedded resolver or the host's upstream DNS.
+            _ => HostConfig {
+                dns: Some(vec!["127.0.0.1".into()]),
+                dns_options: Some(vec!["timeout:1".into(), "attempts:1".into()]),
+                ..Default::default()
+            },
+        };
         let config = ContainerCreateBody {
             image: Some(self.plan.image.clone()),
             cmd: Some(self.plan.command.clone()),
@@ -593,11 +633,7 @@ impl Jail {
             labels: Some(self.labels()),
             host_config: Some(HostConfig {
                 network_mode: Some(network.to_string()),
-                // Nothing listens there: no name ever reaches Docker's
-                // embedded resolver or the host's upstream DNS.
-                dns: Some(vec!["127.0.0.1".into()]),
-                dns_options: Some(vec!["timeout:1".into(), "attempts:1".into()]),
-                ..Default::default()
+                ..resolver
             }),
             networking_config: Some(endpoint(network, address)),
             ..Default::default()
@@ -608,6 +644,28 @@ impl Jail {
             .await
             .map_err(|e| JailError::docker("creating the workload", e))?;
         Ok(name)
+    }
+
+    /// The workload's resolver when steered: a resolv.conf of the run's own
+    /// naming only the proxy's DNS filter at `at`, bind-mounted read-only
+    /// over the one Docker would write (which would send every name to
+    /// Docker's embedded resolver first).
+    fn steered_resolver(&self, at: Ipv4Addr) -> Result<HostConfig, JailError> {
+        let dir = tempfile::Builder::new()
+            .prefix("crackbox-run-")
+            .tempdir()
+            .map_err(|e| JailError::io("creating the workload's resolv.conf", e))?;
+        let file = dir.path().join("resolv.conf");
+        let readable = std::os::unix::fs::PermissionsExt::from_mode(0o644);
+        std::fs::write(&file, super::env::resolv_conf(at))
+            .and_then(|()| std::fs::set_permissions(&file, readable))
+            .map_err(|e| JailError::io("writing the workload's resolv.conf", e))?;
+        let bind = format!("{}:/etc/resolv.conf:ro", file.display());
+        let _ = self.resolver_dir.set(dir);
+        Ok(HostConfig {
+            binds: Some(vec![bind]),
+            ..Default::default()
+        })
     }
 
     /// Attaches, starts and waits for the workload; returns its exit code.

@@ -1,5 +1,13 @@
 //! The environment a jailed workload gets: every proxy variable common
-//! clients read, pointing at the jail's proxy, and no bypass list.
+//! clients read, pointing at the jail's proxy, and no bypass list; and,
+//! steered, a resolv.conf naming the proxy's DNS filter only.
+
+use std::net::Ipv4Addr;
+
+/// A resolv.conf whose only resolver is crackbox's DNS filter at `nameserver`.
+pub fn resolv_conf(nameserver: Ipv4Addr) -> String {
+    format!("# crackbox: names are resolved by crackbox only\nnameserver {nameserver}\noptions timeout:2 attempts:2\n")
+}
 
 /// `NAME=value` pairs for a workload whose proxy listens at `proxy` (`ip:port`).
 pub fn proxy_env(proxy: &str) -> Vec<(String, String)> {
@@ -45,5 +53,13 @@ mod tests {
         assert_eq!(get("NO_PROXY"), Some(""));
         assert_eq!(get("no_proxy"), Some(""));
         assert_eq!(get("NODE_USE_ENV_PROXY"), Some("1"));
+    }
+
+    #[test]
+    fn resolver_is_crackbox_only() {
+        let text = resolv_conf(Ipv4Addr::new(10, 213, 0, 1));
+        let nameservers: Vec<&str> = text.lines().filter(|l| l.starts_with("nameserver")).collect();
+        assert_eq!(nameservers, vec!["nameserver 10.213.0.1"]);
+        assert!(!text.contains("search"), "{text}");
     }
 }

@@ -24,15 +24,11 @@ pub(super) fn dir(namespace: &str) -> PathBuf {
 /// `nameserver` is the only resolver, `hosts` names only localhost.
 pub(super) fn write(dir: &Path, nameserver: Ipv4Addr) -> io::Result<()> {
     std::fs::create_dir_all(dir)?;
-    std::fs::write(dir.join("resolv.conf"), resolv_conf(nameserver))?;
+    std::fs::write(dir.join("resolv.conf"), super::env::resolv_conf(nameserver))?;
     std::fs::write(
         dir.join("hosts"),
         "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n",
     )
-}
-
-fn resolv_conf(nameserver: Ipv4Addr) -> String {
-    format!("# crackbox: names are resolved by crackbox only\nnameserver {nameserver}\noptions timeout:2 attempts:2\n")
 }
 
 /// The bind mounts to make in the workload, prepared before it forks (the
@@ -100,14 +96,6 @@ fn c_path(path: &Path) -> io::Result<CString> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn resolver_is_crackbox_only() {
-        let text = resolv_conf(Ipv4Addr::new(10, 213, 0, 1));
-        let nameservers: Vec<&str> = text.lines().filter(|l| l.starts_with("nameserver")).collect();
-        assert_eq!(nameservers, vec!["nameserver 10.213.0.1"]);
-        assert!(!text.contains("search"), "{text}");
-    }
 
     #[test]
     fn files_are_written_and_mounts_prepared() {
