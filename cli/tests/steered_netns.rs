@@ -7,7 +7,7 @@
 mod harness;
 mod transparent_lab;
 
-use harness::closed_within;
+use harness::{closed_within, metric, wait_until};
 use hickory_proto::op::ResponseCode;
 use hickory_proto::rr::{RData, RecordType};
 use rustls::pki_types::ServerName;
@@ -16,8 +16,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use transparent_lab::{
-    can_run, closed_silently, in_ns, read_response, tls_echo, tls_open, tls_roundtrip, Hello, Lab, ADMIN, PROXY, WAIT,
-    WORKLOAD,
+    can_run, closed_silently, in_ns, read_response, tls_echo, tls_open, tls_roundtrip, Hello, Lab, TlsSession, ADMIN,
+    PROXY, WAIT, WORKLOAD,
 };
 
 fn name(host: &str) -> ServerName<'static> {
@@ -119,12 +119,8 @@ fn http_host_decides_every_request_and_no_host_is_denied() {
     assert!(denials.contains(r#""host":"","port":80"#), "{denials}");
 }
 
-#[test]
-fn unregistering_cuts_steered_tunnels() {
-    if !can_run() {
-        return;
-    }
-    let lab = Lab::start_steered();
+/// A steered TLS session with the echo server that answered `text`.
+fn echo_session(lab: &Lab, text: &str) -> TlsSession {
     let mut session = tls_open(
         lab.workload_connect(steered(443)),
         lab.tls_config(None, 0),
@@ -132,10 +128,64 @@ fn unregistering_cuts_steered_tunnels() {
     )
     .unwrap();
     session.sock.set_read_timeout(Some(WAIT)).unwrap();
-    assert_eq!(tls_echo(&mut session, "hi").unwrap(), "echo.test hi");
+    assert_eq!(tls_echo(&mut session, text).unwrap(), format!("echo.test {text}"));
+    session
+}
+
+#[test]
+fn unregistering_cuts_steered_tunnels() {
+    if !can_run() {
+        return;
+    }
+    let lab = Lab::start_steered();
+    let mut session = echo_session(&lab, "hi");
     let body = serde_json::json!({ "ip": WORKLOAD.to_string() }).to_string();
     let (status, text) = admin(&lab, "POST", "/v1/unregister", Some(body));
     assert_eq!(status, 200, "{text}");
     let cut = closed_within(&mut session.sock, Duration::from_secs(1) + Duration::from_millis(500));
     assert!(cut.is_some(), "the steered tunnel stayed open after unregister");
+}
+
+/// Waits until `crackbox_denied_total{id, reason}` is `want`.
+fn assert_denied_count(lab: &Lab, id: &str, reason: &str, want: f64) {
+    let count = || {
+        let (_, text) = admin(lab, "GET", "/metrics", None);
+        let value = metric(&text, "crackbox_denied_total", &[("id", id), ("reason", reason)]);
+        (value.unwrap_or(0.0), text)
+    };
+    wait_until(WAIT, || count().0 >= want);
+    let (value, text) = count();
+    assert_eq!(value, want, "denied{{id={id:?}, reason={reason}}}:\n{text}");
+}
+
+#[test]
+fn limits_and_metrics_hold_for_steered_connections() {
+    if !can_run() {
+        return;
+    }
+    let lab = Lab::start_steered_with(&["--max-connections-per-source", "2"]);
+    let mut held: Vec<_> = (0..2).map(|i| echo_session(&lab, &format!("held {i}"))).collect();
+    let mut over_tls = lab.workload_connect(steered(443));
+    assert!(
+        closed_silently(&mut over_tls),
+        "a TLS connection over the cap was served"
+    );
+    let mut over_http = lab.workload_connect(steered(80));
+    let (status, body) = read_response(&mut over_http).expect("an HTTP answer over the cap");
+    assert_eq!(status, 429, "{body}");
+    assert_denied_count(&lab, "", "too-many-connections", 2.0);
+    for (i, session) in held.iter_mut().enumerate() {
+        assert_eq!(tls_echo(session, "still").unwrap(), "echo.test still", "session {i}");
+    }
+    drop(held);
+    let denied_by_name = || {
+        let mut stream = lab.workload_connect(steered(80));
+        write!(stream, "GET / HTTP/1.1\r\nHost: decoy.test\r\n\r\n").unwrap();
+        read_response(&mut stream).map(|(status, _)| status)
+    };
+    assert!(
+        wait_until(WAIT, || denied_by_name() == Some(403)),
+        "freed slots admit again"
+    );
+    assert_denied_count(&lab, "agent", "not-allowed", 1.0);
 }

@@ -173,9 +173,16 @@ impl Lab {
     /// No redirects: crackbox steers the workload instead (`--steer` on
     /// [`PROXY`], whose DNS filter answers allowed names with [`PROXY`]).
     pub fn start_steered() -> Lab {
+        Lab::start_steered_with(&[])
+    }
+
+    /// As [`Lab::start_steered`], with extra `crackbox proxy serve` flags.
+    pub fn start_steered_with(flags: &[&str]) -> Lab {
         let mut lab = Lab::network(Routing::Direct);
         let steer = PROXY.to_string();
-        lab.start_crackbox("[::]", &["--steer", &steer]);
+        let mut all = vec!["--steer", steer.as_str()];
+        all.extend_from_slice(flags);
+        lab.start_crackbox("[::]", &all);
         lab
     }
 
