@@ -65,7 +65,16 @@ async fn run_async(settings: Settings, mode: Mode) -> anyhow::Result<()> {
         auth = settings.admin_secret.is_some(),
         "control plane listening"
     );
+    let watcher = match &settings.docker {
+        Some(docker) => Some(crate::docker_watch::Watcher::new(
+            docker,
+            registry.clone(),
+            link.clone(),
+        )?),
+        None => None,
+    };
     let accept = tokio::spawn(publisher::accept(engine_listener, registry.clone(), link.clone()));
+    let watching = watcher.map(|watcher| tokio::spawn(watcher.run()));
     let supervisor = match mode {
         Mode::Serve => {
             let program = std::env::current_exe().context("cannot find the crackbox executable")?;
@@ -81,6 +90,9 @@ async fn run_async(settings: Settings, mode: Mode) -> anyhow::Result<()> {
     };
     let served = api::serve(admin_listener, state, shutdown_signal()).await;
     accept.abort();
+    if let Some(watching) = watching {
+        watching.abort();
+    }
     if let Some(supervisor) = supervisor {
         tokio::task::spawn_blocking(move || supervisor.stop()).await?;
     }

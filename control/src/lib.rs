@@ -5,6 +5,7 @@
 pub mod api;
 pub mod config;
 mod daemon;
+pub mod docker_watch;
 pub mod jail;
 pub mod metrics;
 pub mod publisher;

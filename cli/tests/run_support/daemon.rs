@@ -22,18 +22,19 @@ pub struct Daemon {
 impl Daemon {
     /// Starts a daemon at the last address of the upstream's /27 and waits for `/health`.
     pub fn start(upstream: &Upstream) -> Self {
-        Daemon::start_with(upstream, &[])
+        Daemon::start_with(upstream, &[], &[], &[])
     }
 
-    /// [`Daemon::start`] with extra `proxy serve` flags.
-    pub fn start_with(upstream: &Upstream, flags: &[&str]) -> Self {
+    /// [`Daemon::start`] with extra `docker create` options, further
+    /// `(network, address)` attachments made before it starts, and extra
+    /// `proxy serve` flags.
+    pub fn start_with(upstream: &Upstream, docker_options: &[&str], networks: &[(&str, &str)], flags: &[&str]) -> Self {
         let name = unique("crackbox-test-daemon");
         let ip = upstream.hosts.last().expect("upstream addresses").clone();
         let secret = format!("secret-{name}");
         let admin = format!("{ip}:{DAEMON_ADMIN_PORT}");
         let mut args = vec![
-            "run".to_string(),
-            "-d".into(),
+            "create".to_string(),
             "--name".into(),
             name.clone(),
             "--label".into(),
@@ -46,6 +47,9 @@ impl Daemon {
             format!("CRACKBOX_ADMIN_SECRET={secret}"),
             "-e".into(),
             "CRACKBOX_ALLOW_PRIVATE_DESTINATIONS=1".into(),
+        ];
+        args.extend(docker_options.iter().map(|o| o.to_string()));
+        args.extend([
             crackbox_image(),
             "proxy".into(),
             "serve".into(),
@@ -53,10 +57,14 @@ impl Daemon {
             admin.clone(),
             "--transparent-listen".into(),
             String::new(),
-        ];
+        ]);
         args.extend(flags.iter().map(|f| f.to_string()));
         docker(&args.iter().map(String::as_str).collect::<Vec<_>>());
         let daemon = Daemon { name, admin, secret };
+        for (network, address) in networks {
+            docker(&["network", "connect", "--ip", address, network, &daemon.name]);
+        }
+        docker(&["start", &daemon.name]);
         let up = wait_for(Duration::from_secs(30), || daemon.get("/health").contains("\"ok\""));
         assert!(up, "daemon {} never became healthy: {}", daemon.name, daemon.logs());
         daemon
@@ -64,11 +72,12 @@ impl Daemon {
 
     /// The body of `GET path` on the admin API (empty when it does not answer).
     pub fn get(&self, path: &str) -> String {
-        let out = Command::new("curl")
-            .args(["-s", "-m", "5", &format!("http://{}{path}", self.admin)])
-            .output()
-            .expect("curl");
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        admin_call(&self.admin, &self.secret, path, None)
+    }
+
+    /// The body of `POST path` with the JSON `body` and the secret.
+    pub fn post(&self, path: &str, body: &str) -> String {
+        admin_call(&self.admin, &self.secret, path, Some(body))
     }
 
     /// The networks the daemon container is attached to, sorted.
@@ -87,10 +96,10 @@ impl Daemon {
         nets
     }
 
-    /// The daemon's last log lines, for assertion messages.
+    /// The daemon's last 200 log lines.
     pub fn logs(&self) -> String {
         let out = Command::new("docker")
-            .args(["logs", "--tail", "20", &self.name])
+            .args(["logs", "--tail", "200", &self.name])
             .output()
             .expect("docker logs");
         String::from_utf8_lossy(&out.stderr).into_owned()
@@ -106,6 +115,18 @@ impl Daemon {
     pub fn run(&self, id: &str, allow: &str, command: &[&str]) -> Output {
         self.run_command(id, allow, command).output().expect("crackbox run")
     }
+}
+
+/// Calls the admin API at `admin` with curl (POST when there is a body);
+/// returns the answer's body, empty when there was none.
+pub fn admin_call(admin: &str, secret: &str, path: &str, body: Option<&str>) -> String {
+    let mut cmd = Command::new("curl");
+    cmd.args(["-s", "-m", "5", "-H", &format!("Authorization: Bearer {secret}")]);
+    if let Some(body) = body {
+        cmd.args(["-H", "Content-Type: application/json", "-d", body]);
+    }
+    let out = cmd.arg(format!("http://{admin}{path}")).output().expect("curl");
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// `crackbox run --daemon NAME` with extra `run` flags before the `--`.

@@ -171,6 +171,35 @@ pub fn unique(prefix: &str) -> String {
     format!("{prefix}-{}-{n}-{:x}", std::process::id(), nanos)
 }
 
+/// Creates the bridge network `name` (labelled as a test's) on a free
+/// `/prefix` (24 to 30) of 10.213.0.0/17 with `extra` `docker network create`
+/// flags; returns the subnet's first address as octets.
+pub fn create_network(name: &str, prefix: u32, extra: &[&str]) -> (u32, u32, u32, u32) {
+    let size = 1u32 << (32 - prefix);
+    for attempt in 0..40u32 {
+        let seed = std::process::id().wrapping_add(attempt.wrapping_mul(7919));
+        let candidate = (10u32, 213u32, 1 + seed % 126, (seed / 126 % (256 / size)) * size);
+        let subnet = format!(
+            "{}.{}.{}.{}/{prefix}",
+            candidate.0, candidate.1, candidate.2, candidate.3
+        );
+        let mut args = vec![
+            "network",
+            "create",
+            "--subnet",
+            &subnet,
+            "--label",
+            "io.crackbox.test=1",
+        ];
+        args.extend_from_slice(extra);
+        args.push(name);
+        if docker_try(&args) {
+            return candidate;
+        }
+    }
+    panic!("no free /{prefix} for the test network {name}");
+}
+
 /// An internal network the test owns (the jail proxy's egress) with a busybox
 /// httpd answering as `allowed.test` and `denied.test`; removed on drop.
 pub struct Upstream {
@@ -197,27 +226,7 @@ impl Upstream {
     /// `aliases` on the network, with `env` (`NAME=value`).
     pub fn start_serving(aliases: &[&str], image: &str, command: &[&str], env: &[String]) -> Self {
         let network = unique("crackbox-test-egress");
-        let mut base = None;
-        for attempt in 0..40u32 {
-            let seed = std::process::id().wrapping_add(attempt.wrapping_mul(7919));
-            let candidate = (10u32, 213u32, 1 + seed % 126, (seed / 126 % 8) * 32);
-            let subnet = format!("{}.{}.{}.{}/27", candidate.0, candidate.1, candidate.2, candidate.3);
-            let created = docker_try(&[
-                "network",
-                "create",
-                "--internal",
-                "--subnet",
-                &subnet,
-                "--label",
-                "io.crackbox.test=1",
-                &network,
-            ]);
-            if created {
-                base = Some(candidate);
-                break;
-            }
-        }
-        let (a, b, c, d) = base.expect("a free /27 for the test egress network");
+        let (a, b, c, d) = create_network(&network, 27, &["--internal"]);
         let hosts: Vec<String> = (1..31).map(|i| format!("{a}.{b}.{c}.{}", d + i)).collect();
         let container = format!("{network}-httpd");
         let mut args = vec!["run", "-d", "--name", &container, "--network", &network];

@@ -60,6 +60,17 @@ pub struct ProxyArgs {
     #[arg(long = "register", value_name = "IP=ID:HOSTS")]
     pub register: Vec<String>,
 
+    /// Register Docker containers by their io.crackbox.allow / io.crackbox.id labels
+    /// (Docker from DOCKER_HOST or the default socket) [[docker] enabled].
+    #[arg(long)]
+    pub docker: bool,
+
+    /// With --docker on the host: a network whose containers are watched (repeatable;
+    /// in a container crackbox watches the networks of its own container)
+    /// [[docker] networks].
+    #[arg(long = "docker-network", value_name = "NET")]
+    pub docker_networks: Vec<String>,
+
     /// Unix socket between control and engine [default: a private temporary path for
     /// `serve`, /run/crackbox/control.sock for `control` and `engine`].
     #[arg(long, value_name = "PATH")]

@@ -18,6 +18,8 @@ pub struct FileConfig {
     pub policy: PolicySection,
     /// `[limits]`: resource limits.
     pub limits: LimitsSection,
+    /// `[docker]`: the Docker label watcher.
+    pub docker: DockerSection,
 }
 
 /// `[proxy]` keys.
@@ -62,6 +64,16 @@ pub struct StateSection {
 pub struct PolicySection {
     /// Let allowed names resolve to private addresses.
     pub allow_private_destinations: Option<bool>,
+}
+
+/// `[docker]` keys.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DockerSection {
+    /// Register containers by their `io.crackbox.*` labels.
+    pub enabled: Option<bool>,
+    /// Networks to watch when crackbox runs on the host (not in a container).
+    pub networks: Option<Vec<String>>,
 }
 
 /// `[limits]` keys, as in `crackbox_engine::config::Limits`.

@@ -14,7 +14,7 @@ pub use args::ProxyArgs;
 pub use file::{search_path, FileConfig};
 pub use origin::Origin;
 pub(crate) use settings::parse_addr;
-pub use settings::{Settings, DEFAULT_CONTROL_SOCKET};
+pub use settings::{DockerWatch, Settings, DEFAULT_CONTROL_SOCKET};
 
 use crackbox_engine::config::EngineConfig;
 

@@ -45,8 +45,17 @@ pub struct Settings {
     pub control_socket: Option<PathBuf>,
     /// Engine resource limits.
     pub limits: Limits,
+    /// The Docker label watcher; `None` when off.
+    pub docker: Option<DockerWatch>,
     /// The config file that was read, if any.
     pub config_file: Option<PathBuf>,
+}
+
+/// Settings of the Docker label watcher.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DockerWatch {
+    /// Networks to watch by name; empty: the networks of crackbox's own container.
+    pub networks: Vec<String>,
 }
 
 impl Settings {
@@ -143,6 +152,7 @@ impl Settings {
             seeds,
             control_socket: args.control_socket.clone(),
             limits,
+            docker: resolve_docker(args, &config),
             config_file: path,
         })
     }
@@ -278,6 +288,16 @@ pub(crate) fn parse_addr(value: &str) -> Result<SocketAddr, String> {
         return Err(format!("{value:?}: port 0 is not allowed, give a fixed port"));
     }
     Ok(addr)
+}
+
+fn resolve_docker(args: &ProxyArgs, config: &FileConfig) -> Option<DockerWatch> {
+    let networks = if args.docker_networks.is_empty() {
+        config.docker.networks.clone().unwrap_or_default()
+    } else {
+        args.docker_networks.clone()
+    };
+    let enabled = args.docker || !args.docker_networks.is_empty() || config.docker.enabled.unwrap_or(false);
+    enabled.then_some(DockerWatch { networks })
 }
 
 fn resolve_threads(args: &ProxyArgs, config: &FileConfig, path: Option<&PathBuf>) -> Result<usize, ConfigError> {

@@ -2,7 +2,7 @@
 
 use super::{frames, EngineLink};
 use crate::registry::{Published, Registry};
-use crackbox_engine::wire::{Message, Role, StatsReport, WireError, PROTOCOL};
+use crackbox_engine::wire::{Message, Role, StatsReport, WatchList, WireError, PROTOCOL};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,10 +52,23 @@ pub(super) async fn run(stream: UnixStream, registry: Arc<Registry>, link: Arc<E
     let mut replaced = link.watch();
     let mut pending: HashMap<u64, oneshot::Sender<StatsReport>> = HashMap::new();
     let mut next_request = 0u64;
+    let mut watch_lists = link.watch_list.subscribe();
     let first = snapshots.borrow_and_update().clone();
     let mut outcome = send(&mut writer, snapshot_message(&first)).await;
+    let first_list = watch_lists.borrow_and_update().clone();
+    if let (Ok(()), Some(list)) = (&outcome, first_list) {
+        outcome = send(&mut writer, watch_message(&list)).await;
+    }
     while outcome.is_ok() {
         tokio::select! {
+            changed = watch_lists.changed() => {
+                let list = watch_lists.borrow_and_update().clone();
+                match (changed, list) {
+                    (Err(_), _) => break,
+                    (Ok(()), Some(list)) => outcome = send(&mut writer, watch_message(&list)).await,
+                    (Ok(()), None) => {}
+                }
+            }
             changed = snapshots.changed() => {
                 if changed.is_err() {
                     break;
@@ -133,6 +146,10 @@ async fn send(writer: &mut OwnedWriteHalf, message: Message) -> Result<(), LinkE
         .await
         .map_err(|_| LinkError::Timeout)?
         .map_err(LinkError::from)
+}
+
+fn watch_message(list: &WatchList) -> Message {
+    Message::Watch { list: list.clone() }
 }
 
 fn snapshot_message(published: &Published) -> Message {

@@ -14,7 +14,7 @@ pub use socket::bind;
 
 use crate::registry::Registry;
 use crackbox_engine::policy::Generation;
-use crackbox_engine::wire::StatsReport;
+use crackbox_engine::wire::{StatsReport, WatchList};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::UnixListener;
@@ -46,12 +46,15 @@ pub enum StatsError {
 #[derive(Debug)]
 pub struct EngineLink {
     state: watch::Sender<LinkState>,
+    /// The Docker label watcher's list for the engine; `None` while no watcher runs.
+    watch_list: watch::Sender<Option<Arc<WatchList>>>,
 }
 
 impl Default for EngineLink {
     fn default() -> Self {
         EngineLink {
             state: watch::Sender::new(LinkState::default()),
+            watch_list: watch::Sender::new(None),
         }
     }
 }
@@ -91,6 +94,17 @@ impl EngineLink {
         tokio::time::timeout(timeout, asked)
             .await
             .map_err(|_| StatsError::NoAnswer)?
+    }
+
+    /// Hands the engine a new watch list (sent now, and to every engine that connects).
+    pub fn set_watch_list(&self, list: WatchList) {
+        self.watch_list.send_if_modified(|current| {
+            let changed = current.as_deref() != Some(&list);
+            if changed {
+                *current = Some(Arc::new(list));
+            }
+            changed
+        });
     }
 
     /// Makes a freshly handshaken connection the current one; returns its epoch.

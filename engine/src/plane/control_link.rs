@@ -7,6 +7,7 @@
 
 use crate::plane::stats::Stats;
 use crate::policy::registry::Registry;
+use crate::policy::watch::{Watch, Watched};
 use crate::policy::Snapshot;
 use crate::protocol::wire::{self, Message, Role, WireError, PROTOCOL};
 use std::os::unix::net::UnixStream;
@@ -22,14 +23,19 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 const REAP_EVERY: Duration = Duration::from_millis(100);
 
 /// Starts the link thread (and the thread that frees retired snapshots).
-pub(crate) fn spawn(path: PathBuf, registry: Arc<Registry>, stats: Arc<Stats>) -> std::io::Result<()> {
+pub(crate) fn spawn(
+    path: PathBuf,
+    registry: Arc<Registry>,
+    watched: Arc<Watched>,
+    stats: Arc<Stats>,
+) -> std::io::Result<()> {
     let retired = spawn_reaper()?;
     std::thread::Builder::new().name("crackbox-control-link".into()).spawn(move || {
         let mut backoff = FIRST_BACKOFF;
         let mut warned = false;
         loop {
             let mut connected = false;
-            if let Err(err) = session(&path, &registry, &stats, &retired, &mut connected) {
+            if let Err(err) = session(&path, &registry, &watched, &stats, &retired, &mut connected) {
                 if connected || !warned {
                     tracing::warn!(socket = %path.display(), error = %err, "control link down; keeping the last snapshot");
                     warned = true;
@@ -71,6 +77,7 @@ fn spawn_reaper() -> std::io::Result<Sender<Arc<Snapshot>>> {
 fn session(
     path: &Path,
     registry: &Registry,
+    watched: &Watched,
     stats: &Stats,
     retired: &Sender<Arc<Snapshot>>,
     connected: &mut bool,
@@ -114,6 +121,15 @@ fn session(
                     tracing::error!(generation, error = %err, "rejected an invalid snapshot; keeping the last one")
                 }
             },
+            Message::Watch { list } => {
+                let invalid = list.invalid.iter().map(|s| (s.ip.as_str(), s.id.as_str()));
+                watched.swap(Watch::build(list.subnets.iter().map(String::as_str), invalid));
+                tracing::debug!(
+                    subnets = list.subnets.len(),
+                    invalid = list.invalid.len(),
+                    "watch list in force"
+                );
+            }
             Message::StatsRequest { request } => {
                 wire::write_message(
                     &mut stream,

@@ -32,10 +32,7 @@ pub(crate) enum Decision {
 /// has passed the dialled address (it may still deny as private-address).
 pub(crate) fn decide(worker: &Worker, source: IpAddr, host: &str, port: u16) -> Decision {
     let decision = worker.with_snapshot(|snapshot| match snapshot.lookup(source) {
-        None => Decision::Deny {
-            reason: Reason::Unregistered,
-            id: None,
-        },
+        None => unregistered(worker, source),
         Some(registration) => match registration.allowlist.matching(host, port) {
             Some(matched) => Decision::Allow {
                 matched,
@@ -51,6 +48,21 @@ pub(crate) fn decide(worker: &Worker, source: IpAddr, host: &str, port: u16) -> 
         worker.stats.record_denied(source, id.as_ref(), host, port, *reason);
     }
     decision
+}
+
+/// The denial of an unregistered source: `invalid-label` for a container
+/// the label watcher refused, else `unregistered`.
+fn unregistered(worker: &Worker, source: IpAddr) -> Decision {
+    match worker.shared.watched.load().invalid(source) {
+        Some(id) => Decision::Deny {
+            reason: Reason::InvalidLabel,
+            id: Some(Arc::clone(id)),
+        },
+        None => Decision::Deny {
+            reason: Reason::Unregistered,
+            id: None,
+        },
+    }
 }
 
 /// The outcome of deciding on a destination and dialling it.

@@ -8,7 +8,8 @@
 //! `decision` against the `policy` core and parse with `protocol`; `resolve`
 //! dials through the destination guard, `tunnel` moves bytes, `revocation`
 //! closes what a new snapshot denies, `stats` counts and `control_link`
-//! receives snapshots. `worker` is one core thread's state. `runtime` sits on
+//! receives snapshots; `hold` lets a new connection wait for a registration
+//! the Docker label watcher has in flight. `worker` is one core thread's state. `runtime` sits on
 //! top: it starts the threads and listeners and composes the rest; nothing
 //! here imports it.
 //!
@@ -23,6 +24,7 @@ pub(crate) mod decision;
 pub mod dns;
 pub(crate) mod fair;
 pub(crate) mod forward;
+pub(crate) mod hold;
 pub(crate) mod local_addrs;
 pub(crate) mod resolve;
 pub(crate) mod revocation;

@@ -16,6 +16,7 @@ use crate::plane::stats::Stats;
 use crate::plane::tunnel::{Plumbing, Pools};
 use crate::policy::guard::DestinationGuard;
 use crate::policy::registry::{Registry, SnapshotCache};
+use crate::policy::watch::Watched;
 use crate::policy::Snapshot;
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -25,6 +26,8 @@ use std::sync::Arc;
 pub(crate) struct Shared {
     pub(crate) config: EngineConfig,
     pub(crate) registry: Arc<Registry>,
+    /// What the Docker label watcher answers for (unregistered sources only).
+    pub(crate) watched: Arc<Watched>,
     pub(crate) stats: Arc<Stats>,
     pub(crate) admission: Arc<Admission>,
     pub(crate) resolver: Arc<Resolver>,

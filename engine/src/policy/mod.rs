@@ -15,6 +15,7 @@ pub mod reason;
 pub mod registry;
 mod snapshot;
 mod source;
+pub mod watch;
 
 pub use allowlist::{match_host, Allowlist, MatchedBy};
 pub use entry::{AllowEntry, EntryError, Target, MAX_ENTRIES};

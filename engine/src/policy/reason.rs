@@ -19,6 +19,8 @@ pub enum Reason {
     Revoked,
     /// The source exceeded its concurrent-connection cap.
     TooManyConnections,
+    /// The source is a Docker container whose crackbox labels are invalid.
+    InvalidLabel,
 }
 
 impl Reason {
@@ -30,6 +32,7 @@ impl Reason {
             Reason::PrivateAddress => "private-address",
             Reason::Revoked => "revoked",
             Reason::TooManyConnections => "too-many-connections",
+            Reason::InvalidLabel => "invalid-label",
         }
     }
 }
@@ -52,6 +55,7 @@ mod tests {
             Reason::PrivateAddress,
             Reason::Revoked,
             Reason::TooManyConnections,
+            Reason::InvalidLabel,
         ] {
             let json = serde_json::to_string(&reason).unwrap();
             assert_eq!(json, format!("\"{}\"", reason.as_str()));

@@ -44,6 +44,7 @@ pub fn denial(reason: Reason, host: &str, port: u16) -> Vec<u8> {
         Reason::PrivateAddress => format!("{host}:{port} resolves to a private or crackbox-internal address"),
         Reason::Revoked => format!("access to {host}:{port} was revoked"),
         Reason::TooManyConnections => "this client has too many open connections".to_owned(),
+        Reason::InvalidLabel => "this container's io.crackbox labels are invalid (see crackbox's log)".to_owned(),
     };
     let status = if reason == Reason::TooManyConnections { 429 } else { 403 };
     let body = format!(

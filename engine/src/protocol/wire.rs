@@ -51,6 +51,12 @@ pub enum Message {
         /// The generation swapped in.
         generation: Generation,
     },
+    /// What the Docker label watcher answers for (control -> engine), sent
+    /// on connect when the watcher runs and after every change; no ack.
+    Watch {
+        /// The list, replacing the previous one whole.
+        list: WatchList,
+    },
     /// Ask the engine for its counters (control -> engine).
     StatsRequest {
         /// Echoed in the reply.
@@ -63,6 +69,27 @@ pub enum Message {
         /// The figures.
         report: StatsReport,
     },
+}
+
+/// Sources the Docker label watcher answers for.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WatchList {
+    /// `ADDR/PREFIX` subnets of the watched networks: a new connection from
+    /// an unregistered source there waits briefly for its registration.
+    pub subnets: Vec<String>,
+    /// Labelled containers whose labels are invalid: denied as `invalid-label`.
+    pub invalid: Vec<InvalidSource>,
+}
+
+/// One address of a container whose crackbox labels are invalid.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InvalidSource {
+    /// The container's address.
+    pub ip: String,
+    /// The id the container would have had (shown in denials).
+    pub id: String,
 }
 
 /// Counters the engine keeps since it started.
@@ -198,6 +225,15 @@ mod tests {
                 }],
             },
             Message::Ack { generation: 3 },
+            Message::Watch {
+                list: WatchList {
+                    subnets: vec!["10.5.0.0/16".into()],
+                    invalid: vec![InvalidSource {
+                        ip: "10.5.0.9".into(),
+                        id: "agent-7".into(),
+                    }],
+                },
+            },
             Message::StatsRequest { request: 9 },
             Message::Stats {
                 request: 9,

@@ -1,4 +1,5 @@
-//! Accept loops: admission, then hand-off to the plane's connection handler.
+//! Accept loops: admission, a wait for a registration in flight (`hold`),
+//! then hand-off to the plane's connection handler.
 //!
 //! Accept errors never kill a listener: on fd exhaustion (EMFILE/ENFILE)
 //! the loop logs, pauses briefly and goes on; existing tunnels keep running.
@@ -65,6 +66,9 @@ async fn serve_connection(worker: Rc<Worker>, stream: TcpStream, peer: SocketAdd
             return;
         }
     };
+    // Before anything of the connection is read or tracked: a source the
+    // label watcher is about to register waits for it here.
+    crate::plane::hold::until_registered(&worker, source).await;
     conn.take_turns_of(worker.turns.of(source));
     match plane {
         Plane::Forward => forward::serve(&worker, conn, source).await,

@@ -14,6 +14,7 @@ use crate::plane::stats::Stats;
 use crate::plane::worker::{Shared, Worker};
 use crate::policy::guard::DestinationGuard;
 use crate::policy::registry::Registry;
+use crate::policy::watch::Watched;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io;
 use std::net::{SocketAddr, TcpListener};
@@ -72,6 +73,7 @@ pub fn run(mut config: EngineConfig) -> io::Result<()> {
     own.extend(config.other_own_addresses.iter().copied());
     let guard = DestinationGuard::new(config.allow_private_destinations, own);
     let registry = Arc::new(Registry::deny_all());
+    let watched = Arc::new(Watched::default());
     let stats = Arc::new(Stats::new(config.limits.denial_logs_per_second));
     let shared = Arc::new(Shared {
         admission: Arc::new(Admission::new(&config.limits)),
@@ -79,11 +81,12 @@ pub fn run(mut config: EngineConfig) -> io::Result<()> {
         local_addresses: LocalAddresses::start(guard.needs_local_addresses())?,
         guard,
         registry: Arc::clone(&registry),
+        watched: Arc::clone(&watched),
         stats: Arc::clone(&stats),
         config: config.clone(),
     });
     crate::plane::dns::start(&config, Arc::clone(&registry), Arc::clone(&stats))?;
-    crate::plane::control_link::spawn(config.control_socket.clone(), registry, stats)?;
+    crate::plane::control_link::spawn(config.control_socket.clone(), registry, watched, stats)?;
     tracing::info!(
         forward = %bound.forward,
         transparent = ?bound.transparent,

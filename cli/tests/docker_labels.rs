@@ -1,0 +1,441 @@
+//! Docker label registration (`proxy serve --docker`) against the real Docker
+//! engine: containers labelled `io.crackbox.allow` are registered under their
+//! addresses on the networks crackbox shares with them and unregistered when
+//! they stop; reconciliation after a crackbox restart and after the
+//! connection to Docker is lost; a labelled container's first request is
+//! never denied for a registration still in flight. Upstreams live on
+//! networks these tests create.
+
+mod harness;
+mod run_support;
+
+use run_support::*;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The Docker socket crackbox's container gets mounted.
+const DOCKER_SOCKET: &str = "/var/run/docker.sock";
+
+/// crackbox in a container with the Docker socket and `--docker`, on the
+/// upstream network (egress, admin API) and an internal `inhibit_ipv4`
+/// agents network, so it watches both of its own networks.
+struct Lab {
+    /// Kept for its network and server (removed on drop).
+    _upstream: Upstream,
+    agents: String,
+    proxy: String,
+    daemon: Daemon,
+}
+
+impl Lab {
+    fn start(flags: &[&str]) -> Lab {
+        let upstream = Upstream::start();
+        let agents = unique("crackbox-test-agents");
+        let (a, b, c, d) = create_network(
+            &agents,
+            26,
+            &["--internal", "-o", "com.docker.network.bridge.inhibit_ipv4=true"],
+        );
+        // The top address: Docker hands out dynamic ones from the bottom, so
+        // no agent takes it while crackbox is stopped.
+        let proxy = format!("{a}.{b}.{c}.{}", d + 62);
+        let socket = format!("{DOCKER_SOCKET}:{DOCKER_SOCKET}");
+        let mut all_flags = vec!["--docker"];
+        all_flags.extend_from_slice(flags);
+        let daemon = Daemon::start_with(
+            &upstream,
+            &["-v", &socket, "--user", "0"],
+            &[(&agents, &proxy)],
+            &all_flags,
+        );
+        Lab {
+            _upstream: upstream,
+            agents,
+            proxy,
+            daemon,
+        }
+    }
+
+    /// `docker run` of `command` on the agents network with `labels`
+    /// (`key=value`), the proxy variables and no resolver.
+    fn agent(&self, name: &str, detached: bool, labels: &[&str], command: &[&str]) -> Command {
+        let proxy = format!("http://{}:3128", self.proxy);
+        let mut cmd = Command::new("docker");
+        cmd.arg("run").arg(if detached { "-d" } else { "--rm" });
+        cmd.args([
+            "--name",
+            name,
+            "--network",
+            &self.agents,
+            "--label",
+            &format!("io.crackbox.lab={}", self.agents),
+        ]);
+        cmd.args([
+            "--dns",
+            "127.0.0.1",
+            "--dns-opt",
+            "timeout:1",
+            "--dns-opt",
+            "attempts:1",
+        ]);
+        for var in ["HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy"] {
+            cmd.args(["-e", &format!("{var}={proxy}")]);
+        }
+        for label in labels {
+            cmd.args(["--label", label]);
+        }
+        cmd.arg(workload_image()).args(command).stdin(Stdio::null());
+        cmd
+    }
+
+    /// Runs `command` in a fresh agent to the end; returns its stdout.
+    fn run_agent(&self, name: &str, labels: &[&str], command: &[&str]) -> String {
+        let out = self.agent(name, false, labels, command).output().unwrap();
+        assert!(out.status.success(), "agent {name}: {}", describe(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Starts a long-running agent; returns its address on the agents network.
+    fn start_agent(&self, name: &str, labels: &[&str]) -> String {
+        let out = self.agent(name, true, labels, &["sleep", "120"]).output().unwrap();
+        assert!(out.status.success(), "agent {name}: {}", describe(&out));
+        address_on(name, &self.agents)
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        let filter = format!("label=io.crackbox.lab={}", self.agents);
+        for id in docker(&["ps", "-aq", "--filter", &filter]).lines() {
+            docker_try(&["rm", "-f", id]);
+        }
+        docker_try(&["rm", "-f", &self.daemon.name]);
+        docker_try(&["network", "rm", &self.agents]);
+    }
+}
+
+/// A container's address on `network`.
+fn address_on(container: &str, network: &str) -> String {
+    let template = format!("{{{{(index .NetworkSettings.Networks \"{network}\").IPAddress}}}}");
+    docker(&["inspect", "-f", &template, container])
+}
+
+/// A shell script printing `<code>:<reason header> ` for each URL fetched.
+fn probe(urls: &[&str]) -> String {
+    let mut script = String::new();
+    for url in urls {
+        script.push_str(&format!(
+            "r=$(curl -s -m 20 -D - -o /dev/null {url} | tr -d '\\r' | awk 'NR==1{{c=$2}} tolower($1)==\"x-crackbox-reason:\"{{r=$2}} END{{print c \":\" r}}'); printf '%s ' \"$r\"; "
+        ));
+    }
+    script
+}
+
+#[test]
+fn labelled_containers_get_their_allowlist_others_are_denied_with_the_reason() {
+    if !docker_ready() {
+        return;
+    }
+    let lab = Lab::start(&[]);
+    let allowed = format!("http://{ALLOWED}/");
+    let denied = format!("http://{DENIED}/");
+    let script = probe(&[&allowed, &denied]);
+    let alpha = unique("agent-alpha");
+    let out = lab.run_agent(
+        &alpha,
+        &[&format!("io.crackbox.allow={ALLOWED}"), "io.crackbox.id=alpha"],
+        &["sh", "-c", &script],
+    );
+    assert_eq!(out, "200: 403:not-allowed ");
+
+    let plain = unique("agent-plain");
+    let out = lab.run_agent(&plain, &[], &["sh", "-c", &probe(&[&allowed])]);
+    assert_eq!(out, "403:unregistered ");
+
+    // Invalid labels: not registered, one warning naming container and entry,
+    // and the reason in the denials when it connects.
+    let bad = unique("agent-bad");
+    let bad_ip = lab.start_agent(&bad, &[&format!("io.crackbox.allow={ALLOWED},bad host")]);
+    let other = unique("agent-other");
+    lab.run_agent(&other, &[&format!("io.crackbox.allow={ALLOWED}")], &["true"]);
+    let out = docker(&["exec", &bad, "sh", "-c", &probe(&[&allowed])]);
+    assert_eq!(out, "403:invalid-label");
+    let state = lab.daemon.get("/v1/state");
+    assert!(!state.contains(&bad_ip), "{state}");
+    let denials = lab.daemon.get("/v1/denials");
+    assert!(
+        denials.contains(&format!("\"ip\":\"{bad_ip}\",\"id\":\"docker:{bad}\",\"host\":\"{ALLOWED}\",\"port\":80,\"reason\":\"invalid-label\"")),
+        "{denials}"
+    );
+    assert!(
+        denials.contains("\"id\":\"docker:alpha\",\"host\":\"denied.test\""),
+        "{denials}"
+    );
+    let logs = lab.daemon.logs();
+    let warnings: Vec<&str> = logs
+        .lines()
+        .filter(|l| l.contains("invalid crackbox labels") && l.contains(&bad))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{logs}");
+    assert!(warnings[0].contains("bad host"), "{}", warnings[0]);
+}
+
+#[test]
+fn stopped_container_is_unregistered_within_a_second() {
+    if !docker_ready() {
+        return;
+    }
+    let lab = Lab::start(&[]);
+    let name = unique("agent-stop");
+    let ip = lab.start_agent(&name, &[&format!("io.crackbox.allow={ALLOWED}")]);
+    let quoted = format!("\"ip\":\"{ip}\"");
+    assert!(wait_for(Duration::from_secs(10), || lab
+        .daemon
+        .get("/v1/state")
+        .contains(&quoted)));
+    docker(&["stop", "-t", "0", &name]);
+    assert!(
+        wait_for(Duration::from_secs(1), || !lab
+            .daemon
+            .get("/v1/state")
+            .contains(&quoted)),
+        "still registered a second after the stop: {}",
+        lab.daemon.get("/v1/state")
+    );
+}
+
+#[test]
+fn twenty_labelled_containers_started_at_once_are_allowed_on_their_first_request() {
+    if !docker_ready() {
+        return;
+    }
+    let lab = Lab::start(&[]);
+    let script = probe(&[&format!("http://{ALLOWED}/")]);
+    let agents: Vec<_> = (0..20)
+        .map(|i| {
+            lab.agent(
+                &unique(&format!("agent-burst-{i}")),
+                false,
+                &[&format!("io.crackbox.allow={ALLOWED}")],
+                &["sh", "-c", &script],
+            )
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+        })
+        .collect();
+    for (i, agent) in agents.into_iter().enumerate() {
+        let out = agent.wait_with_output().unwrap();
+        assert!(out.status.success(), "agent {i}: {}", describe(&out));
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "200: ", "agent {i}");
+    }
+    let denials = lab.daemon.get("/v1/denials");
+    assert!(!denials.contains("unregistered"), "{denials}");
+}
+
+#[test]
+fn crackbox_restart_reconciles_labels_and_keeps_admin_registrations() {
+    if !docker_ready() {
+        return;
+    }
+    let lab = Lab::start(&["--state", "/tmp/state.json"]);
+    let label = format!("io.crackbox.allow={ALLOWED}");
+    let stale = unique("agent-stale");
+    let stale_ip = lab.start_agent(&stale, &[&label]);
+    let admin_entry = r#"{"ip":"10.213.255.250","id":"by-hand","allowlist":["hand.test"]}"#;
+    assert!(lab.daemon.post("/v1/register", admin_entry).contains("by-hand"));
+    assert!(wait_for(Duration::from_secs(10), || lab
+        .daemon
+        .get("/v1/state")
+        .contains(&stale_ip)));
+
+    docker(&["stop", &lab.daemon.name]);
+    docker(&["rm", "-f", &stale]);
+    let fresh = unique("agent-fresh");
+    let fresh_ip = lab.start_agent(&fresh, &[&label]);
+    docker(&["start", &lab.daemon.name]);
+    let reconciled = wait_for(Duration::from_secs(30), || {
+        let state = lab.daemon.get("/v1/state");
+        state.contains(&format!("\"ip\":\"{fresh_ip}\",\"id\":\"docker:{fresh}\"")) && !state.contains(&stale)
+    });
+    assert!(reconciled, "{} / {}", lab.daemon.get("/v1/state"), lab.daemon.logs());
+    assert!(lab.daemon.get("/v1/state").contains("\"id\":\"by-hand\""));
+    let out = docker(&["exec", &fresh, "sh", "-c", &probe(&[&format!("http://{ALLOWED}/")])]);
+    assert_eq!(out, "200:");
+}
+
+/// A Unix-socket relay to the Docker socket that the test can cut (every
+/// connection closed, new ones refused) and restore: to crackbox, Docker
+/// going away and coming back.
+struct Relay {
+    path: std::path::PathBuf,
+    open: Arc<AtomicBool>,
+    streams: Arc<Mutex<Vec<UnixStream>>>,
+}
+
+impl Relay {
+    fn start() -> Relay {
+        let path = std::env::temp_dir().join(format!("{}.sock", unique("crackbox-docker-relay")));
+        let listener = UnixListener::bind(&path).unwrap();
+        let open = Arc::new(AtomicBool::new(true));
+        let streams: Arc<Mutex<Vec<UnixStream>>> = Arc::default();
+        let (is_open, tracked) = (open.clone(), streams.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                if !is_open.load(Ordering::SeqCst) {
+                    continue;
+                }
+                let Ok(docker) = UnixStream::connect(DOCKER_SOCKET) else {
+                    continue;
+                };
+                let mut list = tracked.lock().unwrap();
+                list.extend([client.try_clone().unwrap(), docker.try_clone().unwrap()]);
+                drop(list);
+                pipe(client.try_clone().unwrap(), docker.try_clone().unwrap());
+                pipe(docker, client);
+            }
+        });
+        Relay { path, open, streams }
+    }
+
+    fn docker_host(&self) -> String {
+        format!("unix://{}", self.path.display())
+    }
+
+    fn cut(&self) {
+        self.open.store(false, Ordering::SeqCst);
+        for stream in self.streams.lock().unwrap().drain(..) {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    fn restore(&self) {
+        self.open.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.cut();
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn pipe(mut from: UnixStream, mut to: UnixStream) {
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut from, &mut to);
+        let _ = to.shutdown(std::net::Shutdown::Write);
+    });
+}
+
+#[test]
+fn lost_docker_connection_is_reconciled_on_reconnect() {
+    if !docker_ready() {
+        return;
+    }
+    let upstream = Upstream::start();
+    let relay = Relay::start();
+    // crackbox on the host, watching the upstream network by name; its
+    // containers reach the proxy on the network's gateway address.
+    let port = harness::free_port();
+    let admin = format!("127.0.0.1:{}", harness::free_port());
+    let proxy = format!("{}:{port}", upstream.gateway);
+    let crackbox = Spawned(
+        harness::isolated(&mut Command::new(CRACKBOX))
+            .args([
+                "proxy",
+                "serve",
+                "--listen",
+                &proxy,
+                "--admin-listen",
+                &admin,
+                "--transparent-listen",
+                "",
+            ])
+            .args(["--docker-network", &upstream.network, "--allow-private-destinations"])
+            .env("DOCKER_HOST", relay.docker_host())
+            .env("CRACKBOX_LOG", "info")
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start crackbox"),
+    );
+    assert!(wait_for(Duration::from_secs(20), || admin_call(
+        &admin, "", "/health", None
+    )
+    .contains("ok")));
+    let label = format!("io.crackbox.allow={ALLOWED}");
+    let container = |name: &str| {
+        let proxy_url = format!("http_proxy=http://{proxy}");
+        docker(&[
+            "run",
+            "-d",
+            "--name",
+            name,
+            "--network",
+            &upstream.network,
+            "--label",
+            &label,
+            "--label",
+            "io.crackbox.test=1",
+            "-e",
+            &proxy_url,
+            &workload_image(),
+            "sleep",
+            "120",
+        ]);
+        address_on(name, &upstream.network)
+    };
+    let stale = unique("agent-stale");
+    let stale_ip = container(&stale);
+    assert!(!stale_ip.is_empty());
+    admin_call(
+        &admin,
+        "",
+        "/v1/register",
+        Some(r#"{"ip":"10.213.255.251","id":"by-hand","allowlist":[]}"#),
+    );
+    assert!(wait_for(Duration::from_secs(10), || admin_call(
+        &admin,
+        "",
+        "/v1/state",
+        None
+    )
+    .contains(&stale_ip)));
+
+    relay.cut();
+    docker(&["rm", "-f", &stale]);
+    let fresh = unique("agent-fresh");
+    let fresh_ip = container(&fresh);
+    std::thread::sleep(Duration::from_millis(500));
+    let fresh_id = format!("\"ip\":\"{fresh_ip}\",\"id\":\"docker:{fresh}\"");
+    let stale_id = format!("\"id\":\"docker:{stale}\"");
+    let state = admin_call(&admin, "", "/v1/state", None);
+    assert!(!state.contains(&fresh_id), "registered without Docker: {state}");
+    relay.restore();
+    let reconciled = wait_for(Duration::from_secs(20), || {
+        let state = admin_call(&admin, "", "/v1/state", None);
+        state.contains(&fresh_id) && !state.contains(&stale_id) && state.contains("by-hand")
+    });
+    let state = admin_call(&admin, "", "/v1/state", None);
+    docker_try(&["rm", "-f", &fresh]);
+    drop(crackbox);
+    assert!(reconciled, "{state}");
+}
+
+/// A crackbox this test spawned: SIGTERM and reaped on drop.
+struct Spawned(std::process::Child);
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        if let Ok(pid) = libc::pid_t::try_from(self.0.id()) {
+            // SAFETY: signals the child this test spawned.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+        }
+        let _ = self.0.wait();
+    }
+}

@@ -1,0 +1,172 @@
+//! One reconciliation, decided: from the labelled containers Docker reports
+//! and the networks in scope, which registrations to add, replace and
+//! remove, and which containers' labels are refused. Pure.
+
+use super::labels::{self, Labelled};
+use super::registrations::Holdings;
+use crackbox_engine::policy::RegistrationSpec;
+use crackbox_engine::wire::InvalidSource;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::IpAddr;
+
+/// A running container as the watcher sees it.
+#[derive(Debug, Clone, Default)]
+pub struct Seen {
+    /// Docker's container id.
+    pub id: String,
+    /// Its name (without the leading `/`).
+    pub name: String,
+    /// Its labels.
+    pub labels: HashMap<String, String>,
+    /// Its addresses, each with the id of the network it is on.
+    pub addresses: Vec<(String, IpAddr)>,
+}
+
+/// The networks the watcher answers for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Scope {
+    /// Network ids.
+    pub networks: BTreeSet<String>,
+    /// Their subnets, `ADDR/PREFIX`.
+    pub subnets: Vec<String>,
+}
+
+/// What one reconciliation does.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Registrations to add or replace.
+    pub register: Vec<(IpAddr, RegistrationSpec)>,
+    /// Watcher-made registrations whose container is gone or left.
+    pub unregister: Vec<IpAddr>,
+    /// Addresses of containers with invalid labels.
+    pub invalid: Vec<InvalidSource>,
+    /// `(container id, container name, problem)` for each refused label set.
+    pub problems: Vec<(String, String, String)>,
+    /// `(container name, address)` already registered through the admin API.
+    pub conflicts: Vec<(String, IpAddr)>,
+}
+
+/// Decides the changes that make the watcher's registrations match `seen`.
+pub fn plan(seen: &[Seen], scope: &Scope, holdings: &Holdings) -> Plan {
+    let mut plan = Plan::default();
+    let mut wanted: BTreeMap<IpAddr, RegistrationSpec> = BTreeMap::new();
+    for container in seen {
+        let Some(labelled) = labels::read(&container.name, &container.labels) else {
+            continue;
+        };
+        let addresses = container
+            .addresses
+            .iter()
+            .filter(|(network, _)| scope.networks.contains(network))
+            .map(|(_, ip)| *ip);
+        match labelled {
+            Labelled::Valid { id, allowlist } => {
+                for ip in addresses {
+                    if holdings.others.contains(&ip) {
+                        plan.conflicts.push((container.name.clone(), ip));
+                        continue;
+                    }
+                    let spec = RegistrationSpec {
+                        ip: ip.to_string(),
+                        id: id.clone(),
+                        allowlist: allowlist.clone(),
+                    };
+                    wanted.insert(ip, spec);
+                }
+            }
+            Labelled::Invalid { id, problem } => {
+                plan.invalid.extend(addresses.map(|ip| InvalidSource {
+                    ip: ip.to_string(),
+                    id: id.clone(),
+                }));
+                plan.problems
+                    .push((container.id.clone(), container.name.clone(), problem));
+            }
+        }
+    }
+    plan.unregister = holdings
+        .owned
+        .keys()
+        .filter(|ip| !wanted.contains_key(ip))
+        .copied()
+        .collect();
+    plan.register = wanted
+        .into_iter()
+        .filter(|(ip, spec)| holdings.owned.get(ip) != Some(spec))
+        .collect();
+    plan
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::docker_watch::labels::{ALLOW_LABEL, ID_LABEL};
+
+    fn seen(name: &str, labels: &[(&str, &str)], addresses: &[(&str, &str)]) -> Seen {
+        Seen {
+            id: format!("id-{name}"),
+            name: name.into(),
+            labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            addresses: addresses
+                .iter()
+                .map(|(n, ip)| (n.to_string(), ip.parse().unwrap()))
+                .collect(),
+        }
+    }
+
+    fn spec(ip: &str, id: &str, allow: &[&str]) -> RegistrationSpec {
+        RegistrationSpec {
+            ip: ip.into(),
+            id: id.into(),
+            allowlist: allow.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn registers_labelled_addresses_in_scope_and_removes_only_its_own_stale_ones() {
+        let scope = Scope {
+            networks: ["net-a".to_string(), "net-b".to_string()].into(),
+            subnets: vec![],
+        };
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let holdings = Holdings {
+            owned: [
+                (ip("10.0.0.5"), spec("10.0.0.5", "docker:gone", &["x.test"])),
+                (ip("10.0.0.2"), spec("10.0.0.2", "docker:web", &["a.test"])),
+            ]
+            .into(),
+            others: [ip("10.0.0.9")].into(),
+        };
+        let containers = [
+            seen(
+                "web",
+                &[(ALLOW_LABEL, "a.test")],
+                &[("net-a", "10.0.0.2"), ("other", "10.9.0.2")],
+            ),
+            seen(
+                "db",
+                &[(ALLOW_LABEL, "b.test"), (ID_LABEL, "store")],
+                &[("net-b", "10.1.0.3")],
+            ),
+            seen("plain", &[], &[("net-a", "10.0.0.4")]),
+            seen("bad", &[(ALLOW_LABEL, "ok.test,no way")], &[("net-a", "10.0.0.6")]),
+            seen("clash", &[(ALLOW_LABEL, "c.test")], &[("net-a", "10.0.0.9")]),
+        ];
+        let plan = plan(&containers, &scope, &holdings);
+        assert_eq!(
+            plan.register,
+            vec![(ip("10.1.0.3"), spec("10.1.0.3", "docker:store", &["b.test"]))]
+        );
+        assert_eq!(plan.unregister, vec![ip("10.0.0.5")]);
+        assert_eq!(
+            plan.invalid,
+            vec![InvalidSource {
+                ip: "10.0.0.6".into(),
+                id: "docker:bad".into()
+            }]
+        );
+        assert_eq!(plan.problems.len(), 1);
+        assert!(plan.problems[0].2.contains("\"no way\""), "{:?}", plan.problems);
+        assert_eq!(plan.conflicts, vec![("clash".to_string(), ip("10.0.0.9"))]);
+    }
+}

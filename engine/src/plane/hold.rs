@@ -1,0 +1,31 @@
+//! Holding a new connection whose source the Docker label watcher may be
+//! about to register.
+//!
+//! A labelled container can send its first request before control has
+//! processed its start event. Such a source is unregistered but inside a
+//! subnet the watcher answers for, so its new connection waits right after
+//! admission, before anything is read or tracked (a timer per held
+//! connection, nothing else) until a snapshot registers the source,
+//! the watcher stops answering for it, or [`HOLD_LIMIT`] passes; the
+//! decision is then made as usual. Registered sources and sources outside
+//! the watched subnets never wait.
+
+use crate::plane::worker::Worker;
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+/// Longest a new connection waits for its source's registration.
+pub(crate) const HOLD_LIMIT: Duration = Duration::from_millis(1500);
+/// How often a held connection looks at the snapshot again.
+const HOLD_POLL: Duration = Duration::from_millis(10);
+
+/// Returns once `source` needs no more waiting (see the module comment).
+pub(crate) async fn until_registered(worker: &Worker, source: IpAddr) {
+    let deadline = Instant::now() + HOLD_LIMIT;
+    while worker.with_snapshot(|snapshot| snapshot.lookup(source).is_none())
+        && worker.shared.watched.load().holds(source)
+        && Instant::now() < deadline
+    {
+        monoio::time::sleep(HOLD_POLL).await;
+    }
+}

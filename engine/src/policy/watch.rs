@@ -1,0 +1,144 @@
+//! Sources the control plane's Docker label watcher answers for: subnets of
+//! the networks it watches, and labelled containers whose labels are
+//! invalid.
+//!
+//! A new connection from an unregistered source inside a watched subnet may
+//! belong to a container whose start the watcher is still processing, so
+//! the data planes hold it briefly for its registration instead of denying
+//! it at once (no first-request race); a source listed as invalid is denied
+//! at once as `invalid-label`. Pure and immutable: control sends a whole new
+//! list on every change and the engine swaps it in.
+
+use super::source::parse_source_ip;
+use arc_swap::ArcSwap;
+use rustc_hash::FxHashMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+/// One IPv4 or IPv6 subnet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Subnet {
+    base: IpAddr,
+    prefix: u8,
+}
+
+impl Subnet {
+    /// Parses `ADDR/PREFIX`; `None` for anything else (or a prefix too long).
+    pub fn parse(text: &str) -> Option<Subnet> {
+        let (addr, prefix) = text.split_once('/')?;
+        let base = parse_source_ip(addr).ok()?;
+        let prefix: u8 = prefix.parse().ok()?;
+        let max = if base.is_ipv4() { 32 } else { 128 };
+        (prefix <= max).then_some(Subnet { base, prefix })
+    }
+
+    /// Whether `ip` lies inside the subnet.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        match (self.base, ip) {
+            (IpAddr::V4(base), IpAddr::V4(ip)) => same_prefix(
+                u128::from(u32::from(base)) << 96,
+                u128::from(u32::from(ip)) << 96,
+                self.prefix,
+            ),
+            (IpAddr::V6(base), IpAddr::V6(ip)) => same_prefix(u128::from(base), u128::from(ip), self.prefix),
+            _ => false,
+        }
+    }
+}
+
+fn same_prefix(a: u128, b: u128, prefix: u8) -> bool {
+    let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
+    a & mask == b & mask
+}
+
+/// The watcher's list as the data planes consult it.
+#[derive(Debug, Default)]
+pub struct Watch {
+    subnets: Vec<Subnet>,
+    invalid: FxHashMap<IpAddr, Arc<str>>,
+}
+
+impl Watch {
+    /// Builds the list from `ADDR/PREFIX` subnets and `(ip, container
+    /// name)` pairs; entries that do not parse are skipped (control only
+    /// sends what it parsed itself).
+    pub fn build<'a>(
+        subnets: impl IntoIterator<Item = &'a str>,
+        invalid: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Watch {
+        Watch {
+            subnets: subnets.into_iter().filter_map(Subnet::parse).collect(),
+            invalid: invalid
+                .into_iter()
+                .filter_map(|(ip, id)| Some((parse_source_ip(ip).ok()?, id.into())))
+                .collect(),
+        }
+    }
+
+    /// Whether an unregistered `source` may be waiting for its registration.
+    pub fn holds(&self, source: IpAddr) -> bool {
+        !self.invalid.contains_key(&source) && self.subnets.iter().any(|s| s.contains(source))
+    }
+
+    /// The container name of a source whose labels are invalid.
+    pub fn invalid(&self, source: IpAddr) -> Option<&Arc<str>> {
+        self.invalid.get(&source)
+    }
+}
+
+/// The list in force, swapped whole by the control link.
+#[derive(Debug, Default)]
+pub struct Watched {
+    current: ArcSwap<Watch>,
+}
+
+impl Watched {
+    /// The list in force now (only unregistered sources consult it).
+    pub fn load(&self) -> Arc<Watch> {
+        self.current.load_full()
+    }
+
+    /// Replaces the list in force.
+    pub fn swap(&self, watch: Watch) {
+        self.current.store(Arc::new(watch));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subnets_contain_their_addresses_only() {
+        let cases = [
+            ("10.1.2.0/24", "10.1.2.77", true),
+            ("10.1.2.0/24", "10.1.3.1", false),
+            ("10.1.2.8/29", "10.1.2.15", true),
+            ("10.1.2.8/29", "10.1.2.16", false),
+            ("0.0.0.0/0", "192.0.2.1", true),
+            ("10.1.2.3/32", "10.1.2.3", true),
+            ("10.1.2.0/24", "::ffff:10.1.2.5", true),
+            ("fd00:1::/64", "fd00:1::99", true),
+            ("fd00:1::/64", "fd00:2::1", false),
+            ("fd00:1::/64", "10.1.2.3", false),
+        ];
+        for (subnet, ip, inside) in cases {
+            let subnet = Subnet::parse(subnet).unwrap();
+            assert_eq!(subnet.contains(parse_source_ip(ip).unwrap()), inside, "{subnet:?} {ip}");
+        }
+        for bad in ["10.0.0.0", "10.0.0.0/33", "x/8", "fd00::/129", "10.0.0.0/-1"] {
+            assert_eq!(Subnet::parse(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn invalid_sources_are_not_held_but_named() {
+        let watch = Watch::build(["10.5.0.0/16", "junk"], [("10.5.0.9", "agent-7"), ("junk", "x")]);
+        let ip = |s: &str| s.parse().unwrap();
+        assert!(watch.holds(ip("10.5.0.8")));
+        assert!(!watch.holds(ip("10.6.0.8")));
+        assert!(!watch.holds(ip("10.5.0.9")));
+        assert_eq!(watch.invalid(ip("10.5.0.9")).map(|s| &**s), Some("agent-7"));
+        assert_eq!(watch.invalid(ip("10.5.0.8")), None);
+    }
+}
