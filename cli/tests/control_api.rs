@@ -59,11 +59,18 @@ fn register_is_enforced_when_answered_and_unregister_or_replace_revokes() {
     assert_eq!(ports.unregister("127.0.0.9", &[]), (200, r#"{"removed":false}"#.into()));
 }
 
+/// A healthy daemon with 127.0.0.1 registered, for tests that check that
+/// bad requests change nothing.
+fn daemon_with_one_registration() -> (Ports, control_support::Process) {
+    let ports = Ports::fresh();
+    let serve = ports.serve(&["--register", "127.0.0.1=keep:localhost"], &[]);
+    ports.wait_healthy();
+    (ports, serve)
+}
+
 #[test]
 fn malformed_bodies_are_4xx_and_leave_the_state_unchanged() {
-    let ports = Ports::fresh();
-    let _serve = ports.serve(&["--register", "127.0.0.1=keep:localhost"], &[]);
-    ports.wait_healthy();
+    let (ports, _serve) = daemon_with_one_registration();
     let before = ports.state();
     let huge = format!(
         r#"{{"ip":"127.0.0.5","id":"x","allowlist":["{}"]}}"#,
@@ -91,6 +98,92 @@ fn malformed_bodies_are_4xx_and_leave_the_state_unchanged() {
     let (status, _) = admin(ports.admin, "POST", "/v1/register", Some(bodies[10].as_bytes()), &[]);
     assert_eq!(status, 413);
     assert_eq!(ports.state(), before);
+}
+
+#[test]
+fn bodies_that_are_not_json_objects_are_400_and_change_nothing() {
+    let (ports, _serve) = daemon_with_one_registration();
+    let before = ports.state();
+    let shapes = [
+        ("/v1/register", r#"["10.0.0.2","x",["pypi.org"]]"#),
+        ("/v1/register", r#"[["10.0.0.2","x",["pypi.org"]]]"#),
+        ("/v1/register", r#""10.0.0.2""#),
+        ("/v1/register", "[]"),
+        ("/v1/register", "null"),
+        ("/v1/register", "7"),
+        ("/v1/unregister", r#"["127.0.0.1"]"#),
+        ("/v1/unregister", r#""127.0.0.1""#),
+        ("/v1/unregister", "true"),
+    ];
+    for (path, body) in shapes {
+        let (status, answer) = admin(ports.admin, "POST", path, Some(body.as_bytes()), &[]);
+        assert_eq!(status, 400, "{path} {body}: {answer}");
+        let error: serde_json::Value = serde_json::from_str(&answer).unwrap();
+        let message = error["error"].as_str().unwrap_or_default();
+        assert!(message.contains("expected a JSON object"), "{path} {body}: {message}");
+    }
+    assert_eq!(ports.state(), before);
+}
+
+/// Sends `head` (and `body`) on a fresh admin connection; returns the status
+/// line of the answer, read without sending anything more.
+fn answer_to(admin: std::net::SocketAddr, head: &str, body: &[u8]) -> String {
+    use std::io::{BufRead, BufReader, Write};
+    let mut stream = std::net::TcpStream::connect(admin).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(body).unwrap();
+    let mut status = String::new();
+    BufReader::new(stream).read_line(&mut status).unwrap();
+    status
+}
+
+#[test]
+fn over_limit_bodies_are_413_before_the_body_is_read_or_finished() {
+    let ports = Ports::fresh();
+    let _serve = ports.serve(&[], &[]);
+    ports.wait_healthy();
+    let before = ports.state();
+    let declared = format!(
+        "POST /v1/register HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+         Content-Length: 100000000000\r\n\r\n",
+        ports.admin
+    );
+    // Not one body byte is sent: the answer must come from the head alone.
+    assert_eq!(
+        answer_to(ports.admin, &declared, b""),
+        "HTTP/1.1 413 Payload Too Large\r\n"
+    );
+
+    // A chunked body crossing 64 KiB, never finished (no last chunk): the
+    // answer must come as it crosses, not when the body ends.
+    let chunked = format!(
+        "POST /v1/unregister HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+         Transfer-Encoding: chunked\r\n\r\n",
+        ports.admin
+    );
+    let chunk = format!("4000\r\n{}\r\n", " ".repeat(0x4000));
+    let crossing = chunk.repeat(4) + "1\r\n \r\n";
+    assert_eq!(
+        answer_to(ports.admin, &chunked, crossing.as_bytes()),
+        "HTTP/1.1 413 Payload Too Large\r\n"
+    );
+    // Under the limit, a chunked body is read to its end and decoded.
+    let small = r#"{"ip":"127.0.0.9","id":"chunked","allowlist":[]}"#;
+    let whole = format!("{:x}\r\n{small}\r\n0\r\n\r\n", small.len());
+    assert_eq!(
+        answer_to(
+            ports.admin,
+            &chunked.replace("unregister", "register"),
+            whole.as_bytes()
+        ),
+        "HTTP/1.1 200 OK\r\n"
+    );
+    let mut after = before.as_array().unwrap().clone();
+    after.push(json!({"ip": "127.0.0.9", "id": "chunked", "allowlist": []}));
+    assert_eq!(ports.state(), serde_json::Value::Array(after));
 }
 
 #[test]

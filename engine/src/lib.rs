@@ -6,6 +6,7 @@
 //! - [`protocol`] (pure): HTTP heads and chunked framing, the TLS
 //!   ClientHello's server name, the control <-> engine wire protocol, admin
 //!   API bodies and canned responses.
+//! - [`json_object`] (pure): struct bodies that decode from JSON objects only.
 //! - `plane` (feature `runtime`, the only gated module): the monoio data
 //!   plane, started with `run`.
 //!
@@ -15,6 +16,7 @@
 //! modules, so callers need not follow the layout.
 
 pub mod config;
+pub mod json_object;
 pub mod policy;
 pub mod protocol;
 

@@ -15,7 +15,6 @@ pub use error::ApiError;
 
 use crate::publisher::EngineLink;
 use crate::registry::Registry;
-use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use axum::Router;
 use std::future::Future;
@@ -23,7 +22,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Largest request body accepted.
+/// Largest request body accepted by the register and unregister routes.
 pub const MAX_BODY: usize = 64 * 1024;
 /// How long a mutation waits for the engine's ack before answering 503.
 pub const ENFORCE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -54,7 +53,6 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(observe::metrics))
         .fallback(error::not_found)
         .method_not_allowed_fallback(error::method_not_allowed)
-        .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(state)
 }
 

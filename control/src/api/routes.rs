@@ -1,9 +1,7 @@
 //! Registry endpoints: register, unregister and state.
 
-use super::body::{self, UnregisterBody};
+use super::body::{self, LimitedBody, UnregisterBody};
 use super::{ApiError, AppState, ENFORCE_TIMEOUT};
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
@@ -14,7 +12,7 @@ use crackbox_engine::policy::{parse_source_ip, Generation, RegistrationSpec};
 pub async fn register(
     State(state): State<AppState>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Result<LimitedBody, ApiError>,
 ) -> Result<Json<RegistrationSpec>, ApiError> {
     authorise(&state, &headers)?;
     let spec: RegistrationSpec = body::parse(body)?;
@@ -34,7 +32,7 @@ pub async fn register(
 pub async fn unregister(
     State(state): State<AppState>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Result<LimitedBody, ApiError>,
 ) -> Result<Json<UnregisterAnswer>, ApiError> {
     authorise(&state, &headers)?;
     let request: UnregisterBody = body::parse(body)?;

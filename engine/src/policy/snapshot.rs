@@ -17,9 +17,10 @@ pub type Generation = u64;
 /// Longest registration id accepted, in bytes.
 const MAX_ID_LEN: usize = 128;
 
-/// A registration as the admin API, the state file and the wire carry it.
+/// A registration as the admin API, the state file and the wire carry it;
+/// decoded from a JSON object only (never the array form).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(remote = "Self", deny_unknown_fields)]
 pub struct RegistrationSpec {
     /// Client source address, the registry key.
     pub ip: String,
@@ -28,6 +29,7 @@ pub struct RegistrationSpec {
     /// Allowlist entries; empty means deny everything.
     pub allowlist: Vec<String>,
 }
+crate::object_only!(RegistrationSpec, Serialize);
 
 /// Why a registration was rejected; the message names the field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -1,20 +1,22 @@
 //! Admin API bodies: the request documents with their strict JSON decoding,
 //! and the answer documents.
 //!
-//! Unknown fields, wrong types, missing fields and trailing bytes are errors
-//! whose message names the field. Pure, so the admin API, its client and the
-//! fuzz targets share exactly these definitions.
+//! Unknown fields, wrong types, missing fields, trailing bytes and a body that
+//! is not a JSON object (the array form serde would accept for a struct) are
+//! errors whose message names the field or the problem. Pure, so the admin
+//! API, its client and the fuzz targets share exactly these definitions.
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-/// `POST /v1/unregister` body.
+/// `POST /v1/unregister` body (a JSON object only).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(remote = "Self", deny_unknown_fields)]
 pub struct UnregisterBody {
     /// The source address to remove.
     pub ip: String,
 }
+crate::object_only!(UnregisterBody, Serialize);
 
 /// `POST /v1/unregister` answer: `{"removed": bool}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -113,5 +115,17 @@ mod tests {
         assert_eq!(ok.ip, "10.0.0.1");
         let unregister: UnregisterBody = decode(br#"{"ip":"::1"}"#).unwrap();
         assert_eq!(unregister.ip, "::1");
+    }
+
+    #[test]
+    fn bodies_other_than_objects_are_rejected_naming_the_problem() {
+        for text in [r#"["10.0.0.2","x",["pypi.org"]]"#, r#""10.0.0.2""#, "[]", "null", "7"] {
+            let err = parse_spec(text).unwrap_err();
+            assert!(err.contains("expected a JSON object"), "{text}: {err}");
+        }
+        for text in [r#"["10.0.0.2"]"#, "[]", "true"] {
+            let err = decode::<UnregisterBody>(text.as_bytes()).unwrap_err().0;
+            assert!(err.contains("expected a JSON object"), "{text}: {err}");
+        }
     }
 }
