@@ -23,6 +23,8 @@
 //! # Ok(()) }
 //! ```
 
+#![warn(missing_docs)]
+
 pub mod blocking;
 mod client;
 mod error;

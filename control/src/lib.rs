@@ -1,6 +1,45 @@
 //! crackbox control plane: admin API, registry, persistence, configuration,
 //! the engine link and the `run` jails. Runs on tokio; never on the engine's
 //! core threads.
+//!
+//! # Embedding the control plane
+//!
+//! A [`Registry`](registry::Registry) holds the registrations (optionally
+//! persisted by a [`Store`](store::Store)); [`publisher::accept`] serves it to
+//! engines connecting on a Unix socket and records in an
+//! [`EngineLink`](publisher::EngineLink) which generation they enforce;
+//! [`api::router`] is the admin API as an axum `Router` (mount it in your own
+//! server, or run it with [`api::serve`]). The engine is
+//! `crackbox_engine::run` with the same socket, in a thread of this program
+//! or in another process. A whole daemon in one program:
+//!
+//! ```no_run
+//! use crackbox_control::{api, publisher, registry::Registry};
+//! use crackbox_engine::policy::RegistrationSpec;
+//! use std::{path::Path, sync::Arc, time::Duration};
+//!
+//! # async fn demo(engine_config: crackbox_engine::config::EngineConfig) -> anyhow::Result<()> {
+//! let socket = Path::new("/run/my-orchestrator/crackbox.sock");
+//! let registry = Arc::new(Registry::load(None, vec![]));
+//! let link = Arc::new(publisher::EngineLink::default());
+//! tokio::spawn(publisher::accept(publisher::bind(socket)?, registry.clone(), link.clone()));
+//! // The data plane: engine_config.control_socket is `socket`.
+//! std::thread::spawn(move || crackbox_engine::run(engine_config));
+//!
+//! // Register without HTTP: validate and normalise, store, wait until enforced.
+//! let spec = RegistrationSpec::new("10.0.0.2", "agent-7", ["pypi.org"]).normalised()?;
+//! let (ip, _) = spec.compile()?;
+//! let generation = registry.register(ip, spec).await?;
+//! assert!(link.wait_enforced(generation, Duration::from_secs(2)).await);
+//!
+//! // Or serve the admin API (or nest `api::router(state)` in your own app).
+//! let state = api::AppState { registry, link, secret: None, forward: "127.0.0.1:3128".parse()? };
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:3129").await?;
+//! api::serve(listener, state, std::future::pending()).await?;
+//! # Ok(()) }
+//! ```
+
+#![warn(missing_docs)]
 
 pub mod api;
 pub mod config;

@@ -14,6 +14,54 @@
 //! and fuzz targets share exactly the code the proxy runs. The short paths
 //! (`crackbox_engine::wire`, `::reason`, `::dns`, ...) re-export the folders'
 //! modules, so callers need not follow the layout.
+//!
+//! # Embedding the engine
+//!
+//! `crackbox_engine::run` (feature `runtime`, on by default) starts the data
+//! plane an [`EngineConfig`](config::EngineConfig) describes and blocks while
+//! it serves: every listener is bound before it returns a start-up error, then
+//! one pinned monoio thread per core serves them. It starts deny-all and takes
+//! its registry from the controller listening on `control_socket`: it
+//! connects there (reconnecting with backoff), says [`wire::Message::Hello`],
+//! and swaps in each snapshot it is sent, acking its generation.
+//! crackbox-control's `publisher` is that controller (its crate docs show a
+//! whole daemon in one program); any program that speaks [`wire`] can be.
+//!
+//! ```no_run
+//! # #[cfg(feature = "runtime")] {
+//! use crackbox_engine::config::{EngineConfig, Limits};
+//!
+//! let config = EngineConfig {
+//!     listen: "127.0.0.1:3128".parse().unwrap(),
+//!     transparent_listen: None,
+//!     dns_listen: None,
+//!     dns_upstream: None,
+//!     steer: vec![],
+//!     threads: 2,
+//!     allow_private_destinations: false,
+//!     other_own_addresses: vec![],
+//!     control_socket: "/run/my-orchestrator/crackbox.sock".into(),
+//!     limits: Limits::default(),
+//! };
+//! let engine = std::thread::spawn(move || crackbox_engine::run(config));
+//! // ... the controller on /run/my-orchestrator/crackbox.sock feeds it snapshots ...
+//! # let _ = engine;
+//! # }
+//! ```
+//!
+//! The pure modules need no runtime: `crackbox-engine = { default-features =
+//! false }` gives [`policy::match_host`], the snapshot types and the parsers.
+//!
+//! ```
+//! use crackbox_engine::policy::{match_host, Allowlist};
+//!
+//! let allowlist = Allowlist::parse(&["github.com", "*.pypi.org:443"]).unwrap();
+//! assert!(match_host(&allowlist, "api.github.com", 443));
+//! assert!(!match_host(&allowlist, "evilgithub.com", 443));
+//! assert!(!match_host(&allowlist, "files.pypi.org", 80));
+//! ```
+
+#![warn(missing_docs)]
 
 pub mod config;
 pub mod json_object;

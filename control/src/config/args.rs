@@ -1,4 +1,8 @@
 //! The command-line flags shared by `proxy serve`, `proxy control` and `proxy engine`.
+//!
+//! The field docs are clap's `--help` text, where `[proxy] listen` names a
+//! config file key (section and key), not a rustdoc link.
+#![allow(rustdoc::broken_intra_doc_links)]
 
 use std::path::PathBuf;
 
