@@ -2,7 +2,7 @@
 //!
 //! serde's derive also accepts a struct as a sequence of its field values,
 //! so `["10.0.0.2","x",["pypi.org"]]` would decode as a registration. A type
-//! declared with `#[serde(remote = "Self")]` and [`object_only!`] decodes from
+//! declared with `#[serde(remote = "Self")]` and [`object_only!`](crate::object_only) decodes from
 //! a map and nothing else (an array, string or `null` is "invalid type: ...,
 //! expected a JSON object"), while keeping the derived field handling:
 //! unknown and duplicate fields, and the paths `serde_path_to_error` reports.
