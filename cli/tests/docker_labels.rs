@@ -108,12 +108,21 @@ impl Lab {
 
 impl Drop for Lab {
     fn drop(&mut self) {
-        let filter = format!("label=io.crackbox.lab={}", self.agents);
+        drop(LabelledContainers(format!("io.crackbox.lab={}", self.agents)));
+        docker_try(&["rm", "-f", &self.daemon.name]);
+        docker_try(&["network", "rm", &self.agents]);
+    }
+}
+
+/// Removes every container carrying the label `key=value` on drop.
+struct LabelledContainers(String);
+
+impl Drop for LabelledContainers {
+    fn drop(&mut self) {
+        let filter = format!("label={}", self.0);
         for id in docker(&["ps", "-aq", "--filter", &filter]).lines() {
             docker_try(&["rm", "-f", id]);
         }
-        docker_try(&["rm", "-f", &self.daemon.name]);
-        docker_try(&["network", "rm", &self.agents]);
     }
 }
 
@@ -228,9 +237,10 @@ fn twenty_labelled_containers_started_at_once_are_allowed_on_their_first_request
             .unwrap()
         })
         .collect();
-    for (i, agent) in agents.into_iter().enumerate() {
-        let out = agent.wait_with_output().unwrap();
-        assert!(out.status.success(), "agent {i}: {}", describe(&out));
+    // All finish before any assertion, so none is torn down half-started.
+    let outputs: Vec<_> = agents.into_iter().map(|a| a.wait_with_output().unwrap()).collect();
+    for (i, out) in outputs.iter().enumerate() {
+        assert!(out.status.success(), "agent {i}: {}", describe(out));
         assert_eq!(String::from_utf8_lossy(&out.stdout), "200: ", "agent {i}");
     }
     let denials = lab.daemon.get("/v1/denials");
@@ -369,6 +379,8 @@ fn lost_docker_connection_is_reconciled_on_reconnect() {
     )
     .contains("ok")));
     let label = format!("io.crackbox.allow={ALLOWED}");
+    let run_label = format!("io.crackbox.lab={}", upstream.network);
+    let _cleanup = LabelledContainers(run_label.clone());
     let container = |name: &str| {
         let proxy_url = format!("http_proxy=http://{proxy}");
         docker(&[
@@ -381,7 +393,7 @@ fn lost_docker_connection_is_reconciled_on_reconnect() {
             "--label",
             &label,
             "--label",
-            "io.crackbox.test=1",
+            &run_label,
             "-e",
             &proxy_url,
             &workload_image(),
@@ -422,7 +434,6 @@ fn lost_docker_connection_is_reconciled_on_reconnect() {
         state.contains(&fresh_id) && !state.contains(&stale_id) && state.contains("by-hand")
     });
     let state = admin_call(&admin, "", "/v1/state", None);
-    docker_try(&["rm", "-f", &fresh]);
     drop(crackbox);
     assert!(reconciled, "{state}");
 }
