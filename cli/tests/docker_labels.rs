@@ -42,12 +42,14 @@ impl Lab {
         // The top address: Docker hands out dynamic ones from the bottom, so
         // no agent takes it while crackbox is stopped.
         let proxy = format!("{a}.{b}.{c}.{}", d + 62);
-        let socket = format!("{DOCKER_SOCKET}:{DOCKER_SOCKET}");
+        // As deploy/compose.yaml: the image's unprivileged user, the socket's group added.
+        let socket = format!("{DOCKER_SOCKET}:{DOCKER_SOCKET}:ro");
+        let group = std::os::unix::fs::MetadataExt::gid(&std::fs::metadata(DOCKER_SOCKET).unwrap()).to_string();
         let mut all_flags = vec!["--docker"];
         all_flags.extend_from_slice(flags);
         let daemon = Daemon::start_with(
             &upstream,
-            &["-v", &socket, "--user", "0"],
+            &["-v", &socket, "--group-add", &group],
             &[(&agents, &proxy)],
             &all_flags,
         );
