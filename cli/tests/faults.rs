@@ -517,6 +517,8 @@ fn a_full_disk_refuses_changes_with_500_and_changes_nothing() {
     let proxy = daemon(&["--state", &state.display().to_string()], &[]);
     proxy.register("127.0.0.2", "kept", &["localhost"]);
     let saved = std::fs::read_to_string(&state).unwrap();
+    let journal = disk.path().join("state.json.journal");
+    let journaled = std::fs::read(&journal).unwrap();
     let allowed = format!("http://localhost:{}/", upstream.port());
     let registry = || http(proxy.admin, "GET", "/v1/state", None, &[]);
     let before = registry();
@@ -536,12 +538,17 @@ fn a_full_disk_refuses_changes_with_500_and_changes_nothing() {
         saved,
         "the state file did not change"
     );
+    assert_eq!(std::fs::read(&journal).unwrap(), journaled, "nor did its journal");
     let mut names: Vec<_> = std::fs::read_dir(disk.path())
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
     names.sort();
-    assert_eq!(names, ["filler", "state.json"], "no temporary file left behind");
+    assert_eq!(
+        names,
+        ["filler", "state.json", "state.json.journal"],
+        "no temporary file left behind"
+    );
     assert_eq!(fetch(proxy.proxy, "127.0.0.2", &allowed), 200, "still enforced");
     assert_eq!(fetch(proxy.proxy, "127.0.0.3", &allowed), 403, "never enforced");
 

@@ -4,7 +4,6 @@ use crate::api::{self, AppState, Secret};
 use crate::config::{ProxyArgs, Settings, DEFAULT_CONTROL_SOCKET};
 use crate::publisher::{self, EngineLink};
 use crate::registry::Registry;
-use crate::store::Store;
 use crate::supervisor::Supervisor;
 use anyhow::Context;
 use std::path::PathBuf;
@@ -47,10 +46,7 @@ async fn run_async(settings: Settings, mode: Mode) -> anyhow::Result<()> {
             (dir.path().join("control.sock"), Some(dir))
         }
     };
-    let registry = Arc::new(Registry::load(
-        settings.state_path.clone().map(Store::new),
-        settings.seeds.clone(),
-    ));
+    let registry = Arc::new(Registry::load(settings.state_path.clone(), settings.seeds.clone()));
     let link = Arc::new(EngineLink::default());
     let engine_listener = publisher::bind(&socket).with_context(|| format!("control socket {}", socket.display()))?;
     let admin_listener = tokio::net::TcpListener::bind(settings.admin_listen)
@@ -59,7 +55,7 @@ async fn run_async(settings: Settings, mode: Mode) -> anyhow::Result<()> {
     tracing::info!(
         admin = %settings.admin_listen,
         socket = %socket.display(),
-        registrations = registry.current().registrations.len(),
+        registrations = registry.current().entries.len(),
         state = ?settings.state_path,
         config = ?settings.config_file,
         auth = settings.admin_secret.is_some(),

@@ -4,16 +4,21 @@
 //! panics; every frame decoded from a stream re-encodes to a frame that
 //! decodes to the same message, and re-encoding that is byte-identical;
 //! `decode_frame` and the blocking `read_message` agree on every frame;
-//! a decoded payload does the same.
+//! a decoded payload does the same. A decoded snapshot or delta is applied
+//! as the engine applies it: building never panics, and a delta that applies
+//! leaves each source it touched present exactly when its last change is a
+//! put.
 
 #![no_main]
 
+use crackbox_engine::policy::{parse_source_ip, Snapshot, SourceChange};
 use crackbox_engine::wire::{decode_frame, decode_payload, encode, read_message, Message, WireError};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(message) = decode_payload(data) {
         check_round_trip(&message);
+        check_applies(&message);
     }
     let mut rest = data;
     loop {
@@ -52,5 +57,38 @@ fn check_round_trip(message: &Message) {
             assert_eq!(encode(&again), frame, "encoding is not stable");
         }
         other => panic!("re-encoded frame does not decode: {other:?}"),
+    }
+}
+
+fn check_applies(message: &Message) {
+    match message {
+        Message::Snapshot {
+            generation,
+            registrations,
+        } => {
+            if let Ok(snapshot) = Snapshot::build(*generation, registrations) {
+                assert_eq!(snapshot.generation(), *generation);
+                assert!(snapshot.len() <= registrations.len());
+            }
+        }
+        Message::Delta {
+            generation, changes, ..
+        } => {
+            let Ok(next) = Snapshot::empty().apply(*generation, changes) else {
+                return;
+            };
+            assert_eq!(next.generation(), *generation);
+            for (at, change) in changes.iter().enumerate() {
+                let ip = parse_source_ip(change.ip()).expect("an applied change has a valid address");
+                let later = changes[at + 1..]
+                    .iter()
+                    .any(|c| parse_source_ip(c.ip()).ok() == Some(ip));
+                if !later {
+                    let present = matches!(change, SourceChange::Put(_));
+                    assert_eq!(next.lookup(ip).is_some(), present, "{change:?} is not in force");
+                }
+            }
+        }
+        _ => {}
     }
 }

@@ -13,7 +13,7 @@ use axum::http::StatusCode;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde::de::DeserializeOwned;
 
-pub use crackbox_engine::admin_body::UnregisterBody;
+pub use crackbox_engine::admin_body::{BatchBody, ReplaceBody, UnregisterBody};
 
 /// A whole request body of at most `LIMIT` bytes; over it the rejection is
 /// a 413. Each route picks its limit (batch routes take a larger one).

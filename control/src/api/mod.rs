@@ -1,4 +1,5 @@
-//! The admin API (DESIGN 4): register, unregister, state, health, metrics, denials.
+//! The admin API (DESIGN 4): register, unregister, batch, state (read and
+//! replace), health, metrics, denials.
 //!
 //! Every error is JSON `{"error": "..."}`. Mutations need the bearer secret
 //! when one is configured and are answered only once the engine enforces
@@ -6,6 +7,7 @@
 
 mod auth;
 mod body;
+mod bulk;
 mod error;
 mod observe;
 mod routes;
@@ -24,6 +26,8 @@ use std::time::Duration;
 
 /// Largest request body accepted by the register and unregister routes.
 pub const MAX_BODY: usize = 64 * 1024;
+/// Largest body of `POST /v1/batch` and `PUT /v1/state` (10,000 entries fit).
+pub const MAX_BULK_BODY: usize = 8 * 1024 * 1024;
 /// How long a mutation waits for the engine's ack before answering 503.
 pub const ENFORCE_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long `/metrics` and `/v1/denials` wait for the engine's counters.
@@ -47,7 +51,8 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/register", post(routes::register))
         .route("/v1/unregister", post(routes::unregister))
-        .route("/v1/state", get(routes::state))
+        .route("/v1/state", get(routes::state).put(bulk::replace))
+        .route("/v1/batch", post(bulk::batch))
         .route("/v1/denials", get(observe::denials))
         .route("/health", get(observe::health))
         .route("/metrics", get(observe::metrics))

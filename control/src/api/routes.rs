@@ -45,10 +45,10 @@ pub async fn unregister(
 
 /// `GET /v1/state` -> every registration, sorted by address.
 pub async fn state(State(state): State<AppState>) -> Json<Vec<RegistrationSpec>> {
-    Json(state.registry.current().registrations.as_ref().clone())
+    Json(state.registry.current().registrations())
 }
 
-fn authorise(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+pub(super) fn authorise(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     match &state.secret {
         Some(secret) => secret.check(headers),
         None => Ok(()),
@@ -56,7 +56,7 @@ fn authorise(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
 }
 
 /// Waits until the engine enforces `generation`; the change is kept either way.
-async fn enforced(state: &AppState, generation: Generation) -> Result<(), ApiError> {
+pub(super) async fn enforced(state: &AppState, generation: Generation) -> Result<(), ApiError> {
     if state.link.wait_enforced(generation, ENFORCE_TIMEOUT).await {
         return Ok(());
     }
@@ -70,7 +70,7 @@ async fn enforced(state: &AppState, generation: Generation) -> Result<(), ApiErr
     ))
 }
 
-fn store_failed(err: crate::store::StoreError) -> ApiError {
+pub(super) fn store_failed(err: crate::store::StoreError) -> ApiError {
     tracing::error!(error = %err, "state file write failed, change not applied");
     ApiError::new(
         StatusCode::INTERNAL_SERVER_ERROR,

@@ -3,9 +3,9 @@
 //! only file here that knows the registry's API.
 
 use super::labels::ID_PREFIX;
-use crate::registry::Registry;
+use crate::registry::{Change, Registry};
 use crate::store::StoreError;
-use crackbox_engine::policy::{parse_source_ip, RegistrationSpec};
+use crackbox_engine::policy::RegistrationSpec;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
@@ -21,10 +21,9 @@ pub struct Holdings {
 /// What the registry holds now, split by owner.
 pub fn holdings(registry: &Registry) -> Holdings {
     let mut holdings = Holdings::default();
-    for spec in registry.current().registrations.iter() {
-        let Ok(ip) = parse_source_ip(&spec.ip) else { continue };
+    for (&ip, spec) in registry.current().entries.iter() {
         if spec.id.starts_with(ID_PREFIX) {
-            holdings.owned.insert(ip, spec.clone());
+            holdings.owned.insert(ip, spec.as_ref().clone());
         } else {
             holdings.others.insert(ip);
         }
@@ -32,17 +31,15 @@ pub fn holdings(registry: &Registry) -> Holdings {
     holdings
 }
 
-/// Registers and unregisters (each spec normalised, keyed by its address).
+/// Registers and unregisters (each spec normalised, keyed by its address)
+/// as one change; an address in both is registered.
 pub async fn apply(
     registry: &Registry,
     register: Vec<(IpAddr, RegistrationSpec)>,
-    unregister: Vec<IpAddr>,
+    mut unregister: Vec<IpAddr>,
 ) -> Result<(), StoreError> {
-    for ip in unregister {
-        registry.unregister(ip).await?;
-    }
-    for (ip, spec) in register {
-        registry.register(ip, spec).await?;
-    }
+    let registered: BTreeSet<IpAddr> = register.iter().map(|(ip, _)| *ip).collect();
+    unregister.retain(|ip| !registered.contains(ip));
+    registry.apply(Change::Edit { register, unregister }).await?;
     Ok(())
 }

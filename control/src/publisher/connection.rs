@@ -1,7 +1,9 @@
-//! One engine connection: handshake, snapshot pushes, acks and counter requests.
+//! One engine connection: handshake, the full snapshot, then deltas; acks,
+//! resync requests and counter requests.
 
 use super::{frames, EngineLink};
-use crate::registry::{Published, Registry};
+use crate::registry::{Published, Registry, Update};
+use crackbox_engine::policy::Generation;
 use crackbox_engine::wire::{Message, Role, StatsReport, WatchList, WireError, PROTOCOL};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -48,12 +50,14 @@ pub(super) async fn run(stream: UnixStream, registry: Arc<Registry>, link: Arc<E
             }
         }
     });
-    let mut snapshots = registry.subscribe();
+    let mut generations = registry.subscribe();
+    generations.borrow_and_update();
     let mut replaced = link.watch();
     let mut pending: HashMap<u64, oneshot::Sender<StatsReport>> = HashMap::new();
     let mut next_request = 0u64;
     let mut watch_lists = link.watch_list.subscribe();
-    let first = snapshots.borrow_and_update().clone();
+    let first = registry.current();
+    let mut sent = first.generation;
     let mut outcome = send(&mut writer, snapshot_message(&first)).await;
     let first_list = watch_lists.borrow_and_update().clone();
     if let (Ok(()), Some(list)) = (&outcome, first_list) {
@@ -69,12 +73,12 @@ pub(super) async fn run(stream: UnixStream, registry: Arc<Registry>, link: Arc<E
                     (Ok(()), None) => {}
                 }
             }
-            changed = snapshots.changed() => {
+            changed = generations.changed() => {
                 if changed.is_err() {
                     break;
                 }
-                let published = snapshots.borrow_and_update().clone();
-                outcome = send(&mut writer, snapshot_message(&published)).await;
+                generations.borrow_and_update();
+                outcome = push(&mut writer, &registry, &mut sent).await;
             }
             Some(reply) = query_rx.recv() => {
                 next_request += 1;
@@ -84,6 +88,12 @@ pub(super) async fn run(stream: UnixStream, registry: Arc<Registry>, link: Arc<E
             }
             frame = frame_rx.recv() => match frame {
                 Some(Ok(Message::Ack { generation })) => link.ack(epoch, generation),
+                Some(Ok(Message::Resync { generation })) => {
+                    tracing::info!(epoch, generation, "the engine asked for a full snapshot");
+                    let full = registry.current();
+                    sent = full.generation;
+                    outcome = send(&mut writer, snapshot_message(&full)).await;
+                }
                 Some(Ok(Message::Stats { request, report })) => {
                     if let Some(waiting) = pending.remove(&request) {
                         let _ = waiting.send(report);
@@ -152,9 +162,32 @@ fn watch_message(list: &WatchList) -> Message {
     Message::Watch { list: list.clone() }
 }
 
+/// Sends what takes the engine from `sent` to the current generation: one
+/// delta frame merging the deltas since, or the full registry when they are
+/// gone from the log.
+async fn push(writer: &mut OwnedWriteHalf, registry: &Registry, sent: &mut Generation) -> Result<(), LinkError> {
+    let message = match registry.since(*sent) {
+        Update::Deltas(deltas) => {
+            let Some(last) = deltas.last() else { return Ok(()) };
+            let message = Message::Delta {
+                base: *sent,
+                generation: last.generation,
+                changes: deltas.iter().flat_map(|delta| delta.changes.iter().cloned()).collect(),
+            };
+            *sent = last.generation;
+            message
+        }
+        Update::Full(published) => {
+            *sent = published.generation;
+            snapshot_message(&published)
+        }
+    };
+    send(writer, message).await
+}
+
 fn snapshot_message(published: &Published) -> Message {
     Message::Snapshot {
         generation: published.generation,
-        registrations: published.registrations.as_ref().clone(),
+        registrations: published.registrations(),
     }
 }

@@ -1,8 +1,8 @@
 //! The engine link: control listens on a Unix socket, the engine connects.
 //!
 //! After both hellos, control pushes the full registry as a
-//! `Message::Snapshot` and again after every change; the engine acks each
-//! generation. [`EngineLink`] is what the admin API sees: which generation the
+//! `Message::Snapshot`, then a `Message::Delta` per change (or a snapshot
+//! again when the engine asks to resync); the engine acks each generation. [`EngineLink`] is what the admin API sees: which generation the
 //! engine enforces and a way to ask it for counters. One engine is expected;
 //! a new connection replaces the old one. Never touches the data path.
 

@@ -1,5 +1,5 @@
 use super::*;
-use crackbox_engine::policy::RegistrationSpec;
+use crackbox_engine::policy::{RegistrationSpec, SourceChange};
 use crackbox_engine::reason::Reason;
 use crackbox_engine::wire::{Denial, Message, Role, PROTOCOL};
 use std::os::unix::fs::PermissionsExt;
@@ -80,6 +80,17 @@ impl FakeEngine {
         }
     }
 
+    async fn delta(&mut self) -> (u64, u64, Vec<SourceChange>) {
+        match self.recv().await {
+            Message::Delta {
+                base,
+                generation,
+                changes,
+            } => (base, generation, changes),
+            other => panic!("expected a delta, got {other:?}"),
+        }
+    }
+
     async fn closed(&mut self) -> bool {
         matches!(
             tokio::time::timeout(WAIT, frames::read(&mut self.stream)).await,
@@ -111,7 +122,7 @@ async fn engine_gets_hello_and_full_snapshot_then_acks_make_it_enforced() {
 }
 
 #[tokio::test]
-async fn every_change_is_pushed_with_the_next_generation_and_waits_for_its_ack() {
+async fn every_change_is_pushed_as_a_delta_with_its_generation_and_waits_for_its_ack() {
     let control = control(vec![]).await;
     let (mut engine, _) = FakeEngine::connect(&control.socket, PROTOCOL).await;
     let (first, _) = engine.snapshot().await;
@@ -123,8 +134,10 @@ async fn every_change_is_pushed_with_the_next_generation_and_waits_for_its_ack()
         .await
         .unwrap();
     assert_eq!(generation, 2);
-    let (pushed, registrations) = engine.snapshot().await;
-    assert_eq!((pushed, registrations), (2, vec![spec("10.0.0.2", &["a.test"])]));
+    assert_eq!(
+        engine.delta().await,
+        (1, 2, vec![SourceChange::Put(spec("10.0.0.2", &["a.test"]))])
+    );
     assert!(
         !control.link.wait_enforced(2, Duration::from_millis(200)).await,
         "unacked generation must not count as enforced"
@@ -132,9 +145,32 @@ async fn every_change_is_pushed_with_the_next_generation_and_waits_for_its_ack()
     engine.send(Message::Ack { generation: 2 }).await;
     assert!(control.link.wait_enforced(2, WAIT).await);
     let (_, generation) = control.registry.unregister(ip).await.unwrap();
-    assert_eq!(engine.snapshot().await, (3, vec![]));
+    assert_eq!(
+        engine.delta().await,
+        (2, 3, vec![SourceChange::Remove("10.0.0.2".into())])
+    );
     engine.send(Message::Ack { generation }).await;
     assert!(control.link.wait_enforced(3, WAIT).await);
+}
+
+#[tokio::test]
+async fn a_resync_request_is_answered_with_the_full_registry() {
+    let control = control(vec![spec("10.0.0.1", &[])]).await;
+    let (mut engine, _) = FakeEngine::connect(&control.socket, PROTOCOL).await;
+    engine.snapshot().await;
+    control
+        .registry
+        .register("10.0.0.2".parse().unwrap(), spec("10.0.0.2", &[]))
+        .await
+        .unwrap();
+    assert_eq!(engine.delta().await.1, 2);
+    engine.send(Message::Resync { generation: 1 }).await;
+    let (generation, registrations) = engine.snapshot().await;
+    assert_eq!((generation, registrations.len()), (2, 2));
+    engine.send(Message::Ack { generation }).await;
+    assert!(control.link.wait_enforced(2, WAIT).await);
+    control.registry.unregister("10.0.0.1".parse().unwrap()).await.unwrap();
+    assert_eq!(engine.delta().await.0, 2, "deltas go on from the resent snapshot");
 }
 
 #[tokio::test]
@@ -172,7 +208,7 @@ async fn a_new_engine_replaces_the_old_one_and_reconnects_get_a_newer_generation
         .register("10.0.0.3".parse().unwrap(), spec("10.0.0.3", &[]))
         .await
         .unwrap();
-    assert_eq!(old.snapshot().await.0, 2);
+    assert_eq!(old.delta().await.1, 2);
     let (mut new, _) = FakeEngine::connect(&control.socket, PROTOCOL).await;
     let (generation, registrations) = new.snapshot().await;
     assert_eq!(generation, 2);

@@ -1,14 +1,16 @@
 //! The engine's end of the control socket.
 //!
 //! Runs on its own plain thread (never a core thread): connects to the
-//! control plane, swaps in every snapshot it is sent and acks it, answers
-//! stats requests. When control goes away the last snapshot stays in force
+//! control plane, swaps in the full snapshot it gets first and then each
+//! delta applied to the snapshot in force (O(change)), acks each generation,
+//! asks for a full snapshot when a delta does not follow on from the one in
+//! force, and answers stats requests. When control goes away the last snapshot stays in force
 //! and the link reconnects with backoff.
 
 use crate::plane::stats::Stats;
 use crate::policy::registry::Registry;
 use crate::policy::watch::{Watch, Watched};
-use crate::policy::Snapshot;
+use crate::policy::{parse_source_ip, Generation, RegistrationSpec, Snapshot, SourceChange};
 use crate::protocol::wire::{self, Message, Role, WireError, PROTOCOL};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -104,23 +106,24 @@ fn session(
     }
     *connected = true;
     tracing::info!(socket = %path.display(), "connected to control");
+    let mut link = Session {
+        registry,
+        stats,
+        retired,
+        synced: None,
+        resync_asked: false,
+    };
     loop {
-        match wire::read_message(&mut stream)? {
+        let reply = match wire::read_message(&mut stream)? {
             Message::Snapshot {
                 generation,
                 registrations,
-            } => match Snapshot::build(generation, &registrations) {
-                Ok(snapshot) => {
-                    let sources = snapshot.len();
-                    let _ = retired.send(registry.swap(snapshot));
-                    stats.set_generation(generation);
-                    tracing::debug!(generation, sources, "snapshot in force");
-                    wire::write_message(&mut stream, &Message::Ack { generation })?;
-                }
-                Err(err) => {
-                    tracing::error!(generation, error = %err, "rejected an invalid snapshot; keeping the last one")
-                }
-            },
+            } => link.full(generation, &registrations),
+            Message::Delta {
+                base,
+                generation,
+                changes,
+            } => link.delta(base, generation, &changes),
             Message::Watch { list } => {
                 let invalid = list.invalid.iter().map(|s| (s.ip.as_str(), s.id.as_str()));
                 watched.swap(Watch::build(list.subnets.iter().map(String::as_str), invalid));
@@ -129,17 +132,86 @@ fn session(
                     invalid = list.invalid.len(),
                     "watch list in force"
                 );
+                None
             }
-            Message::StatsRequest { request } => {
-                wire::write_message(
-                    &mut stream,
-                    &Message::Stats {
-                        request,
-                        report: stats.report(),
-                    },
-                )?;
+            Message::StatsRequest { request } => Some(Message::Stats {
+                request,
+                report: stats.report(),
+            }),
+            other => {
+                tracing::warn!(message = ?other, "unexpected message from control ignored");
+                None
             }
-            other => tracing::warn!(message = ?other, "unexpected message from control ignored"),
+        };
+        if let Some(reply) = reply {
+            wire::write_message(&mut stream, &reply)?;
         }
+    }
+}
+
+/// What one control connection has brought the registry to.
+struct Session<'a> {
+    registry: &'a Registry,
+    stats: &'a Stats,
+    retired: &'a Sender<Arc<Snapshot>>,
+    /// The generation in force, once this connection sent a full snapshot.
+    synced: Option<Generation>,
+    /// A resync was asked for and no full snapshot came yet.
+    resync_asked: bool,
+}
+
+impl Session<'_> {
+    /// Swaps in a full snapshot; the ack, or nothing when it is invalid.
+    fn full(&mut self, generation: Generation, registrations: &[RegistrationSpec]) -> Option<Message> {
+        match Snapshot::build(generation, registrations) {
+            Ok(snapshot) => {
+                let sources = snapshot.len();
+                let _ = self.retired.send(self.registry.swap(snapshot));
+                self.resync_asked = false;
+                tracing::debug!(generation, sources, "full snapshot in force");
+                Some(self.in_force(generation))
+            }
+            Err(err) => {
+                tracing::error!(generation, error = %err, "rejected an invalid snapshot; keeping the last one");
+                None
+            }
+        }
+    }
+
+    /// Applies a delta to the snapshot in force; the ack, or a resync
+    /// request when it does not follow on from it or is invalid.
+    fn delta(&mut self, base: Generation, generation: Generation, changes: &[SourceChange]) -> Option<Message> {
+        let current = self.registry.load();
+        if self.synced != Some(base) || current.generation() != base {
+            return self.resync(base, "a delta that does not follow on from the snapshot in force");
+        }
+        match current.apply(generation, changes) {
+            Ok(snapshot) => {
+                let sources = changes.iter().filter_map(|c| parse_source_ip(c.ip()).ok()).collect();
+                let _ = self.retired.send(self.registry.swap_changed(snapshot, sources));
+                tracing::debug!(generation, changes = changes.len(), "delta in force");
+                Some(self.in_force(generation))
+            }
+            Err(err) => {
+                tracing::error!(generation, error = %err, "rejected an invalid delta");
+                self.resync(base, "an invalid delta")
+            }
+        }
+    }
+
+    fn in_force(&mut self, generation: Generation) -> Message {
+        self.synced = Some(generation);
+        self.stats.set_generation(generation);
+        Message::Ack { generation }
+    }
+
+    /// Asks for a full snapshot, once until it arrives.
+    fn resync(&mut self, base: Generation, why: &str) -> Option<Message> {
+        if std::mem::replace(&mut self.resync_asked, true) {
+            return None;
+        }
+        let generation = self.registry.load().generation();
+        tracing::warn!(base, generation, "{why}; asking control for a full snapshot");
+        Some(Message::Resync { generation })
     }
 }

@@ -1,15 +1,18 @@
 //! Revocation: live connections re-decided when a new snapshot arrives.
 //!
-//! Each core thread keeps the connections it serves in a [`LiveSet`]. A
-//! per-thread task notices a new snapshot generation and fires the
-//! [`CloseSignal`] of every connection the new snapshot would deny, well
-//! within a second. Single-threaded by design.
+//! Each core thread keeps the connections it serves in a [`LiveSet`],
+//! indexed by source. A per-thread task notices new snapshots and re-decides
+//! only the connections of the sources they touched (all of them after a
+//! full snapshot), firing the [`CloseSignal`] of each one the new snapshot
+//! would deny, well within a second. Single-threaded by design.
 
 use crate::plane::stats::Stats;
 use crate::plane::tunnel::{CloseSignal, Revocation};
+use crate::policy::canonical_ip;
 use crate::policy::reason::Reason;
-use crate::policy::registry::SnapshotCache;
+use crate::policy::registry::{Registry, Touched};
 use crate::policy::Snapshot;
+use rustc_hash::FxHashMap;
 use std::cell::RefCell;
 use std::net::IpAddr;
 use std::rc::Rc;
@@ -33,6 +36,8 @@ struct Live {
 pub(crate) struct LiveSet {
     slots: RefCell<Vec<Option<Live>>>,
     free: RefCell<Vec<usize>>,
+    /// Slot indices of each (canonical) source's connections.
+    by_source: RefCell<FxHashMap<IpAddr, Vec<usize>>>,
 }
 
 /// Keeps a connection in the live set; leaves it on drop.
@@ -46,6 +51,7 @@ impl LiveEntry {
     /// Registers a connection from `source` allowed to reach `host:port`.
     pub(crate) fn register(set: &Rc<LiveSet>, source: IpAddr, host: &str, port: u16) -> LiveEntry {
         let signal = Rc::new(CloseSignal::default());
+        let source = canonical_ip(source);
         let live = Live {
             source,
             host: host.into(),
@@ -63,6 +69,7 @@ impl LiveEntry {
                 slots.len() - 1
             }
         };
+        set.by_source.borrow_mut().entry(source).or_default().push(index);
         LiveEntry {
             set: Rc::clone(set),
             index,
@@ -91,8 +98,18 @@ impl LiveEntry {
 
 impl Drop for LiveEntry {
     fn drop(&mut self) {
-        self.set.slots.borrow_mut()[self.index] = None;
+        let live = self.set.slots.borrow_mut()[self.index].take();
         self.set.free.borrow_mut().push(self.index);
+        let Some(live) = live else { return };
+        let mut by_source = self.set.by_source.borrow_mut();
+        if let Some(indices) = by_source.get_mut(&live.source) {
+            if let Some(at) = indices.iter().position(|&index| index == self.index) {
+                indices.swap_remove(at);
+            }
+            if indices.is_empty() {
+                by_source.remove(&live.source);
+            }
+        }
     }
 }
 
@@ -111,12 +128,24 @@ impl LiveSet {
         closed
     }
 
-    /// Fires the signal of every live connection `snapshot` denies; returns
-    /// how many were revoked.
-    fn revoke_denied(&self, snapshot: &Snapshot, stats: &Stats) -> usize {
+    /// Re-decides the live connections of the `touched` sources against
+    /// `snapshot` and fires the signal of each it denies; returns how many
+    /// were revoked.
+    fn revoke_denied(&self, snapshot: &Snapshot, touched: &Touched, stats: &Stats) -> usize {
         let slots = self.slots.borrow();
+        let by_source = self.by_source.borrow();
+        let lives: Box<dyn Iterator<Item = &Live>> = match touched {
+            Touched::All => Box::new(slots.iter().flatten()),
+            Touched::Sources(sources) => Box::new(
+                sources
+                    .iter()
+                    .filter_map(|source| by_source.get(source))
+                    .flatten()
+                    .filter_map(|&index| slots[index].as_ref()),
+            ),
+        };
         let mut revoked = 0;
-        for live in slots.iter().flatten().filter(|live| !live.signal.is_fired()) {
+        for live in lives.filter(|live| !live.signal.is_fired()) {
             let registration = snapshot.lookup(live.source);
             let allowed = registration.is_some_and(|r| r.allowlist.matching(&live.host, live.port).is_some());
             if !allowed {
@@ -138,14 +167,9 @@ impl LiveSet {
 /// Runs forever on each core thread: revokes what each new snapshot denies
 /// and closes connections idle past the tunnel idle timeout (one timer per
 /// thread instead of one per tunnel). `idle_limit` is the tunnel idle
-/// timeout; `snapshots` is this task's own view of the registry.
-pub(crate) async fn watch(
-    live: Rc<LiveSet>,
-    stats: Arc<Stats>,
-    idle_limit: Option<Duration>,
-    mut snapshots: SnapshotCache,
-) {
-    let mut seen = snapshots.load().generation();
+/// timeout.
+pub(crate) async fn watch(live: Rc<LiveSet>, stats: Arc<Stats>, idle_limit: Option<Duration>, registry: Arc<Registry>) {
+    let mut seen = registry.changes_since(0).swaps;
     let mut ticks: u32 = 0;
     loop {
         monoio::time::sleep(CHECK_EVERY).await;
@@ -156,14 +180,15 @@ pub(crate) async fn watch(
                 tracing::debug!(idle, "closed idle connections");
             }
         }
-        let snapshot = snapshots.load();
-        if snapshot.generation() == seen {
+        let changes = registry.changes_since(seen);
+        if changes.swaps == seen {
             continue;
         }
-        seen = snapshot.generation();
-        let revoked = live.revoke_denied(snapshot, &stats);
+        seen = changes.swaps;
+        let revoked = live.revoke_denied(&changes.snapshot, &changes.touched, &stats);
         if revoked > 0 {
-            tracing::info!(revoked, generation = seen, "closed connections the new snapshot denies");
+            let generation = changes.snapshot.generation();
+            tracing::info!(revoked, generation, "closed connections the new snapshot denies");
         }
     }
 }

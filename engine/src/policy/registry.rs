@@ -1,17 +1,56 @@
-//! The engine's live registry: one atomically swapped [`Snapshot`].
+//! The engine's live registry: one atomically swapped [`Snapshot`], and which
+//! sources each recent swap touched.
 //!
 //! Readers load the current snapshot once per decision and never hold it
-//! across an await; the control link swaps in whole new snapshots.
+//! across an await (lock-free). The control link swaps in each next snapshot
+//! whole, so no reader ever sees a half-applied change. Revocation asks which
+//! sources changed since the generation it last checked, so it re-decides
+//! only their connections; that small history sits behind a mutex taken only
+//! by the link and the per-thread revocation check, never by a decision.
 
 use crate::policy::Snapshot;
 use arc_swap::{ArcSwap, Cache};
+use rustc_hash::FxHashSet;
+use std::collections::VecDeque;
+use std::net::IpAddr;
 use std::ops::Deref;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
+/// Swaps remembered for [`Registry::changes_since`].
+const HISTORY: usize = 256;
+
+/// The sources a run of swaps may have changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Touched {
+    /// Any source (a full snapshot, or history too short to tell).
+    All,
+    /// Only these (canonical) source addresses.
+    Sources(FxHashSet<IpAddr>),
+}
+
+/// Swaps so far, and the sources each recent one touched (`None`: all).
+#[derive(Debug, Default)]
+struct History {
+    swaps: u64,
+    recent: VecDeque<(u64, Option<Arc<[IpAddr]>>)>,
+}
 
 /// The snapshot every data plane decides against.
 #[derive(Debug)]
 pub struct Registry {
     current: ArcSwap<Snapshot>,
+    history: Mutex<History>,
+}
+
+/// What changed since a reader last looked: see [`Registry::changes_since`].
+#[derive(Debug)]
+pub struct Changes {
+    /// Swaps so far; pass it back next time.
+    pub swaps: u64,
+    /// The sources that may differ from the snapshot seen last time.
+    pub touched: Touched,
+    /// The snapshot in force, matching `swaps`.
+    pub snapshot: Arc<Snapshot>,
 }
 
 impl Registry {
@@ -19,7 +58,52 @@ impl Registry {
     pub fn deny_all() -> Self {
         Registry {
             current: ArcSwap::from_pointee(Snapshot::empty()),
+            history: Mutex::new(History::default()),
         }
+    }
+
+    /// Replaces the snapshot in force with one that may differ for the
+    /// (canonical) `sources` only; returns the one it replaced.
+    pub fn swap_changed(&self, snapshot: Snapshot, sources: Vec<IpAddr>) -> Arc<Snapshot> {
+        self.replace(snapshot, Some(sources.into()))
+    }
+
+    /// The swaps since the reader saw `seen` swaps, the sources they touched
+    /// and the snapshot they led to (consistent with each other).
+    pub fn changes_since(&self, seen: u64) -> Changes {
+        let history = self.history.lock().expect("registry history lock");
+        let snapshot = self.current.load_full();
+        let newer = || history.recent.iter().filter(move |(serial, _)| *serial > seen);
+        let complete = history.recent.front().is_some_and(|(first, _)| *first <= seen + 1);
+        let touched = if seen >= history.swaps {
+            Touched::Sources(FxHashSet::default())
+        } else if !complete || newer().any(|(_, sources)| sources.is_none()) {
+            Touched::All
+        } else {
+            Touched::Sources(
+                newer()
+                    .flat_map(|(_, sources)| sources.iter().flat_map(|s| s.iter().copied()))
+                    .collect(),
+            )
+        };
+        Changes {
+            swaps: history.swaps,
+            touched,
+            snapshot,
+        }
+    }
+
+    /// Swaps under the history lock, so [`Registry::changes_since`] never
+    /// sees a swap count that does not match the snapshot.
+    fn replace(&self, snapshot: Snapshot, sources: Option<Arc<[IpAddr]>>) -> Arc<Snapshot> {
+        let mut history = self.history.lock().expect("registry history lock");
+        history.swaps += 1;
+        let serial = history.swaps;
+        if history.recent.len() == HISTORY {
+            history.recent.pop_front();
+        }
+        history.recent.push_back((serial, sources));
+        self.current.swap(Arc::new(snapshot))
     }
 
     /// The snapshot in force now.
@@ -27,10 +111,10 @@ impl Registry {
         self.current.load_full()
     }
 
-    /// Replaces the snapshot in force; returns the one it replaced, which
-    /// readers' caches may still hold for a moment.
+    /// Replaces the snapshot in force (any source may differ); returns the
+    /// one it replaced, which readers' caches may still hold for a moment.
     pub fn swap(&self, snapshot: Snapshot) -> Arc<Snapshot> {
-        self.current.swap(Arc::new(snapshot))
+        self.replace(snapshot, None)
     }
 
     /// A per-thread reader that costs about a nanosecond per load.
@@ -79,5 +163,27 @@ mod tests {
         registry.swap(Snapshot::build(4, &[spec]).unwrap());
         assert_eq!(cache.load().generation(), 4);
         assert_eq!(registry.load().len(), 1);
+    }
+
+    #[test]
+    fn touched_sources_accumulate_over_the_swaps_since_last_look() {
+        let registry = Registry::deny_all();
+        let ip = |s: &str| -> IpAddr { s.parse().unwrap() };
+        let snapshot = |generation| Snapshot::build(generation, &[]).unwrap();
+        let sources = |list: &[&str]| Touched::Sources(list.iter().map(|s| ip(s)).collect());
+        assert_eq!(registry.changes_since(0).touched, sources(&[]));
+        registry.swap(snapshot(1));
+        assert_eq!(registry.changes_since(0).touched, Touched::All, "a full snapshot");
+        registry.swap_changed(snapshot(2), vec![ip("10.0.0.1")]);
+        registry.swap_changed(snapshot(3), vec![ip("10.0.0.2"), ip("10.0.0.1")]);
+        let changes = registry.changes_since(1);
+        assert_eq!((changes.swaps, changes.snapshot.generation()), (3, 3));
+        assert_eq!(changes.touched, sources(&["10.0.0.1", "10.0.0.2"]));
+        assert_eq!(registry.changes_since(2).touched, sources(&["10.0.0.1", "10.0.0.2"]));
+        assert_eq!(registry.changes_since(3).touched, sources(&[]));
+        for generation in 4..(4 + HISTORY as u64) {
+            registry.swap_changed(snapshot(generation), vec![]);
+        }
+        assert_eq!(registry.changes_since(1).touched, Touched::All, "history too short");
     }
 }

@@ -1,12 +1,17 @@
-//! Immutable registry snapshots: source address -> registration.
+//! Immutable registry snapshots (source address -> registration) and the
+//! source changes that derive one from the last.
 //!
-//! Control builds a snapshot from [`RegistrationSpec`]s, sends it over the
-//! wire, and the engine swaps it in whole; nothing mutates a snapshot.
+//! The engine builds one from the full list of [`RegistrationSpec`]s once per
+//! control connection, and derives each next one from the last by a delta of
+//! [`SourceChange`]s. The map is persistent (a hash trie sharing all but the
+//! changed paths), so a delta costs what it changes and never copies the
+//! registry; nothing mutates a snapshot once built.
 
 use super::allowlist::Allowlist;
 use super::entry::{EntryError, MAX_ENTRIES};
 use super::source::{parse_source_ip, SourceIpError};
-use rustc_hash::FxHashMap;
+use imbl::shared_ptr::DefaultSharedPtr;
+use rustc_hash::FxBuildHasher;
 use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -30,6 +35,26 @@ pub struct RegistrationSpec {
     pub allowlist: Vec<String>,
 }
 crate::object_only!(RegistrationSpec, Serialize);
+
+/// Inserts, replaces or removes the registration of one source address.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum SourceChange {
+    /// Inserts this registration, replacing any earlier one for its address.
+    Put(RegistrationSpec),
+    /// Removes the registration of this source address (a no-op when absent).
+    Remove(String),
+}
+
+impl SourceChange {
+    /// The source address this change touches, as carried.
+    pub fn ip(&self) -> &str {
+        match self {
+            SourceChange::Put(spec) => &spec.ip,
+            SourceChange::Remove(ip) => ip,
+        }
+    }
+}
 
 /// Why a registration was rejected; the message names the field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -128,11 +153,14 @@ fn validate_id(id: &str) -> Result<(), SpecError> {
     Ok(())
 }
 
+/// Registrations by canonical source address, as a persistent hash trie.
+type BySource = imbl::GenericHashMap<IpAddr, Arc<Registration>, FxBuildHasher, DefaultSharedPtr>;
+
 /// An immutable view of the whole registry at one generation.
 #[derive(Debug, Default)]
 pub struct Snapshot {
     generation: Generation,
-    by_source: FxHashMap<IpAddr, Registration>,
+    by_source: BySource,
 }
 
 impl Snapshot {
@@ -143,11 +171,29 @@ impl Snapshot {
 
     /// Builds a snapshot; the first invalid spec is the error.
     pub fn build(generation: Generation, specs: &[RegistrationSpec]) -> Result<Self, SpecError> {
-        let mut by_source = FxHashMap::default();
-        by_source.reserve(specs.len());
+        let mut by_source = BySource::default();
         for spec in specs {
             let (ip, registration) = spec.compile()?;
-            by_source.insert(ip, registration);
+            by_source.insert(ip, Arc::new(registration));
+        }
+        Ok(Snapshot { generation, by_source })
+    }
+
+    /// The snapshot at `generation` that `changes` (applied in order) make
+    /// of this one, in O(changes); the first invalid change is the error and
+    /// leaves nothing changed.
+    pub fn apply(&self, generation: Generation, changes: &[SourceChange]) -> Result<Self, SpecError> {
+        let mut by_source = self.by_source.clone();
+        for change in changes {
+            match change {
+                SourceChange::Put(spec) => {
+                    let (ip, registration) = spec.compile()?;
+                    by_source.insert(ip, Arc::new(registration));
+                }
+                SourceChange::Remove(ip) => {
+                    by_source.remove(&parse_source_ip(ip)?);
+                }
+            }
         }
         Ok(Snapshot { generation, by_source })
     }
@@ -159,7 +205,7 @@ impl Snapshot {
 
     /// The registration of a (canonical) source address, if any.
     pub fn lookup(&self, source: IpAddr) -> Option<&Registration> {
-        self.by_source.get(&super::canonical_ip(source))
+        self.by_source.get(&super::canonical_ip(source)).map(AsRef::as_ref)
     }
 
     /// Number of registered sources.
@@ -221,10 +267,54 @@ mod tests {
     }
 
     #[test]
+    fn a_delta_puts_replaces_and_removes_and_leaves_the_base_alone() {
+        let base = Snapshot::build(1, &[spec("10.0.0.1", "a", &["a.test"]), spec("10.0.0.2", "b", &[])]).unwrap();
+        let changes = [
+            SourceChange::Put(spec("10.0.0.1", "a2", &["b.test"])),
+            SourceChange::Remove("10.0.0.2".into()),
+            SourceChange::Put(spec("::ffff:10.0.0.3", "c", &[])),
+            SourceChange::Remove("10.0.0.9".into()),
+        ];
+        let next = base.apply(2, &changes).unwrap();
+        assert_eq!(next.generation(), 2);
+        assert_eq!(next.len(), 2);
+        assert_eq!(&*next.lookup("10.0.0.1".parse().unwrap()).unwrap().id, "a2");
+        assert!(next.lookup("10.0.0.2".parse().unwrap()).is_none());
+        assert!(next.lookup("10.0.0.3".parse().unwrap()).is_some());
+        assert_eq!(
+            &*base.lookup("10.0.0.1".parse().unwrap()).unwrap().id,
+            "a",
+            "the base is unchanged"
+        );
+        assert_eq!(base.len(), 2);
+        let bad = [
+            SourceChange::Put(spec("10.0.0.4", "d", &[])),
+            SourceChange::Put(spec("10.0.0.5", "e", &["*"])),
+        ];
+        assert!(next.apply(3, &bad).unwrap_err().to_string().starts_with("allowlist: "));
+        assert!(next.apply(3, &[SourceChange::Remove("nope".into())]).is_err());
+    }
+
+    #[test]
     fn normalised_spec_round_trips() {
         let got = spec("::ffff:10.0.0.1", "a", &["GitHub.com.", "[::1]:80"])
             .normalised()
             .unwrap();
         assert_eq!(got, spec("10.0.0.1", "a", &["github.com", "[::1]:80"]));
+    }
+
+    #[test]
+    fn changes_serialise_as_tagged_objects() {
+        let put = SourceChange::Put(RegistrationSpec {
+            ip: "10.0.0.2".into(),
+            id: "a".into(),
+            allowlist: vec!["github.com".into()],
+        });
+        let text = serde_json::to_string(&put).unwrap();
+        assert_eq!(text, r#"{"put":{"ip":"10.0.0.2","id":"a","allowlist":["github.com"]}}"#);
+        assert_eq!(serde_json::from_str::<SourceChange>(&text).unwrap(), put);
+        let remove: SourceChange = serde_json::from_str(r#"{"remove":"10.0.0.2"}"#).unwrap();
+        assert_eq!(remove.ip(), "10.0.0.2");
+        assert!(serde_json::from_str::<SourceChange>(r#"{"drop":"10.0.0.2"}"#).is_err());
     }
 }

@@ -6,6 +6,7 @@
 //! errors whose message names the field or the problem. Pure, so the admin
 //! API, its client and the fuzz targets share exactly these definitions.
 
+use crate::policy::RegistrationSpec;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -49,6 +50,33 @@ pub struct ErrorAnswer {
     pub error: String,
 }
 
+/// `POST /v1/batch` body (a JSON object only): registrations and removals
+/// applied as one change.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(remote = "Self", deny_unknown_fields)]
+pub struct BatchBody {
+    /// Registrations to add or replace, each a `/v1/register` body.
+    #[serde(default)]
+    pub register: Vec<RegistrationSpec>,
+    /// Sources to remove, each a `/v1/unregister` body.
+    #[serde(default)]
+    pub unregister: Vec<UnregisterBody>,
+}
+
+crate::object_only!(BatchBody, Serialize);
+
+/// `PUT /v1/state` body: the whole registry, as `GET /v1/state` returns it.
+pub type ReplaceBody = Vec<RegistrationSpec>;
+
+/// `POST /v1/batch` and `PUT /v1/state` answer: `{"registered": N, "removed": M}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BulkAnswer {
+    /// Registrations the request stored (changed or not).
+    pub registered: usize,
+    /// Registrations it removed.
+    pub removed: usize,
+}
+
 /// A body that is not the expected JSON; the message is for the client.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
@@ -75,7 +103,6 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, BodyError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::RegistrationSpec;
 
     fn parse_spec(text: &str) -> Result<RegistrationSpec, String> {
         decode::<RegistrationSpec>(text.as_bytes()).map_err(|e| e.0)
@@ -127,5 +154,27 @@ mod tests {
             let err = decode::<UnregisterBody>(text.as_bytes()).unwrap_err().0;
             assert!(err.contains("expected a JSON object"), "{text}: {err}");
         }
+    }
+
+    #[test]
+    fn batch_and_replace_bodies_name_the_entry() {
+        let batch: BatchBody = decode(br#"{"unregister":[{"ip":"10.0.0.1"}]}"#).unwrap();
+        assert!(batch.register.is_empty());
+        assert_eq!(batch.unregister[0].ip, "10.0.0.1");
+        let cases: [(&str, &str); 5] = [
+            (r#"{"register":[{"ip":"10.0.0.1","id":"a"}]}"#, "register[0]"),
+            (r#"{"unregister":["10.0.0.1"]}"#, "unregister[0]"),
+            (r#"{"register":[],"remove":[]}"#, "`remove`"),
+            (r#"{"unregister":[{"ip":"10.0.0.1"},{"ip":1}]}"#, "unregister[1].ip"),
+            (r#"[[],[]]"#, "expected a JSON object"),
+        ];
+        for (text, field) in cases {
+            let err = decode::<BatchBody>(text.as_bytes()).unwrap_err().0;
+            assert!(err.contains(field), "{text}: {err:?} should name {field}");
+        }
+        let err = decode::<ReplaceBody>(br#"[{"ip":"10.0.0.1","id":"a","allowlist":[]},{"ip":"10.0.0.2"}]"#)
+            .unwrap_err()
+            .0;
+        assert!(err.starts_with("[1]"), "{err}");
     }
 }

@@ -3,17 +3,20 @@
 //! Each frame is a 4-byte big-endian length followed by that many bytes of
 //! JSON. Both sides open with [`Message::Hello`] carrying [`PROTOCOL`]; a
 //! peer speaking another version is refused. Control then sends a full
-//! [`Message::Snapshot`] and one after every change; the engine answers each
-//! with [`Message::Ack`]. Control polls counters with
-//! [`Message::StatsRequest`]. Pure code: it is fuzzed as it runs.
+//! [`Message::Snapshot`] once, and after that a [`Message::Delta`] per change
+//! (the source changes from one generation to the next); the engine answers
+//! each with [`Message::Ack`], and a delta whose base is not the generation it
+//! holds with [`Message::Resync`], which control answers with a full
+//! snapshot. Control polls counters with [`Message::StatsRequest`]. Pure
+//! code: it is fuzzed as it runs.
 
 use crate::policy::reason::Reason;
-use crate::policy::{Generation, RegistrationSpec};
+use crate::policy::{Generation, RegistrationSpec, SourceChange};
 use serde::{Deserialize, Serialize};
 use std::io::{self, Read, Write};
 
 /// The protocol version both sides must speak.
-pub const PROTOCOL: u32 = 1;
+pub const PROTOCOL: u32 = 2;
 
 /// Largest frame accepted (a very large registry still fits).
 pub const MAX_FRAME: usize = 64 * 1024 * 1024;
@@ -45,6 +48,22 @@ pub enum Message {
         generation: Generation,
         /// Every registration, normalised.
         registrations: Vec<RegistrationSpec>,
+    },
+    /// The changes from `base` to `generation` (control -> engine); only
+    /// applies to an engine that holds `base`.
+    Delta {
+        /// The generation the changes apply to.
+        base: Generation,
+        /// The generation they produce.
+        generation: Generation,
+        /// Source changes, applied in order.
+        changes: Vec<SourceChange>,
+    },
+    /// The engine could not apply a delta and asks for a full snapshot
+    /// (engine -> control).
+    Resync {
+        /// The generation the engine holds.
+        generation: Generation,
     },
     /// The engine enforces this generation now (engine -> control).
     Ack {
@@ -224,6 +243,19 @@ mod tests {
                     allowlist: vec!["github.com".into()],
                 }],
             },
+            Message::Delta {
+                base: 3,
+                generation: 4,
+                changes: vec![
+                    SourceChange::Remove("10.0.0.2".into()),
+                    SourceChange::Put(RegistrationSpec {
+                        ip: "10.0.0.3".into(),
+                        id: "b".into(),
+                        allowlist: vec![],
+                    }),
+                ],
+            },
+            Message::Resync { generation: 2 },
             Message::Ack { generation: 3 },
             Message::Watch {
                 list: WatchList {

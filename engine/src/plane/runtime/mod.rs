@@ -218,7 +218,7 @@ fn core_thread(
             std::rc::Rc::clone(&worker.live),
             std::sync::Arc::clone(&worker.stats),
             worker.limits.tunnel_idle_timeout,
-            worker.shared.registry.cache(),
+            std::sync::Arc::clone(&worker.shared.registry),
         ));
         let tick = crate::plane::fair::PollTick::new()
             .inspect_err(|err| tracing::warn!(error = %err, "no poll tick for fair turns; rounds follow the run queue"))

@@ -1,0 +1,104 @@
+//! Bulk registry endpoints: `POST /v1/batch` and `PUT /v1/state`.
+//!
+//! Every entry is validated before anything is applied: the first bad one is
+//! a 400 naming it and changes nothing. A valid request is one change, one
+//! generation, answered once the engine enforces it like any mutation.
+
+use super::body::{self, BatchBody, LimitedBody, ReplaceBody};
+use super::routes::{authorise, enforced, store_failed};
+use super::{ApiError, AppState, MAX_BULK_BODY};
+use crate::registry::{Change, Outcome};
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::Json;
+use crackbox_engine::admin_body::BulkAnswer;
+use crackbox_engine::policy::{parse_source_ip, RegistrationSpec};
+use std::collections::HashMap;
+use std::net::IpAddr;
+
+/// `POST /v1/batch {"register":[...],"unregister":[...]}` -> `{"registered":N,"removed":M}`.
+pub async fn batch(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<LimitedBody<MAX_BULK_BODY>, ApiError>,
+) -> Result<Json<BulkAnswer>, ApiError> {
+    authorise(&state, &headers)?;
+    let request: BatchBody = body::parse(body)?;
+    let mut seen = HashMap::new();
+    let register = compile_all(&request.register, "register", &mut seen)?;
+    let mut unregister = Vec::with_capacity(request.unregister.len());
+    for (index, entry) in request.unregister.iter().enumerate() {
+        let name = format!("unregister[{index}]");
+        let ip = parse_source_ip(&entry.ip).map_err(|err| ApiError::bad_request(format!("{name}: ip: {err}")))?;
+        claim(&mut seen, ip, name)?;
+        unregister.push(ip);
+    }
+    let outcome = commit(&state, Change::Edit { register, unregister }).await?;
+    tracing::info!(
+        registered = outcome.registered,
+        removed = outcome.removed,
+        generation = outcome.generation,
+        "batch applied"
+    );
+    Ok(answer(outcome))
+}
+
+/// `PUT /v1/state [entries]` -> `{"registered":N,"removed":M}`: the registry
+/// becomes exactly these entries.
+pub async fn replace(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<LimitedBody<MAX_BULK_BODY>, ApiError>,
+) -> Result<Json<BulkAnswer>, ApiError> {
+    authorise(&state, &headers)?;
+    let request: ReplaceBody = body::parse(body)?;
+    let entries = compile_all(&request, "", &mut HashMap::new())?;
+    let outcome = commit(&state, Change::Replace(entries)).await?;
+    tracing::info!(
+        registered = outcome.registered,
+        removed = outcome.removed,
+        generation = outcome.generation,
+        "registry replaced"
+    );
+    Ok(answer(outcome))
+}
+
+/// Validates and normalises every spec; `list[i]` names a bad or repeated one.
+fn compile_all(
+    specs: &[RegistrationSpec],
+    list: &str,
+    seen: &mut HashMap<IpAddr, String>,
+) -> Result<Vec<(IpAddr, RegistrationSpec)>, ApiError> {
+    let mut compiled = Vec::with_capacity(specs.len());
+    for (index, spec) in specs.iter().enumerate() {
+        let name = format!("{list}[{index}]");
+        let (ip, registration) = spec
+            .compile()
+            .map_err(|err| ApiError::bad_request(format!("{name}: {err}")))?;
+        claim(seen, ip, name)?;
+        compiled.push((ip, RegistrationSpec::from_registration(ip, &registration)));
+    }
+    Ok(compiled)
+}
+
+/// A source may appear once per request: a second mention is ambiguous.
+fn claim(seen: &mut HashMap<IpAddr, String>, ip: IpAddr, name: String) -> Result<(), ApiError> {
+    if let Some(first) = seen.get(&ip) {
+        return Err(ApiError::bad_request(format!("{name}: {ip} is already in {first}")));
+    }
+    seen.insert(ip, name);
+    Ok(())
+}
+
+async fn commit(state: &AppState, change: Change) -> Result<Outcome, ApiError> {
+    let outcome = state.registry.apply(change).await.map_err(store_failed)?;
+    enforced(state, outcome.generation).await?;
+    Ok(outcome)
+}
+
+fn answer(outcome: Outcome) -> Json<BulkAnswer> {
+    Json(BulkAnswer {
+        registered: outcome.registered,
+        removed: outcome.removed,
+    })
+}

@@ -1,0 +1,151 @@
+use super::*;
+use crackbox_engine::policy::SourceChange;
+
+fn spec(ip: &str, allowlist: &[&str]) -> RegistrationSpec {
+    RegistrationSpec {
+        ip: ip.into(),
+        id: "t".into(),
+        allowlist: allowlist.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+fn entry(ip: &str, allowlist: &[&str]) -> (IpAddr, RegistrationSpec) {
+    (ip.parse().unwrap(), spec(ip, allowlist))
+}
+
+impl Registry {
+    async fn put(&self, spec: RegistrationSpec) -> Result<Generation, StoreError> {
+        self.register(spec.ip.parse().unwrap(), spec).await
+    }
+}
+
+fn delta_changes(update: Update) -> Vec<Vec<SourceChange>> {
+    match update {
+        Update::Deltas(deltas) => deltas.iter().map(|d| d.changes.clone()).collect(),
+        Update::Full(_) => panic!("expected deltas"),
+    }
+}
+
+#[tokio::test]
+async fn mutations_bump_the_generation_only_when_something_changed() {
+    let registry = Registry::load(None, vec![spec("10.0.0.9", &[])]);
+    assert_eq!(registry.current().generation, 1);
+    assert_eq!(registry.put(spec("10.0.0.2", &["a.test"])).await.unwrap(), 2);
+    assert_eq!(registry.put(spec("10.0.0.2", &["a.test"])).await.unwrap(), 2);
+    assert_eq!(registry.put(spec("10.0.0.2", &["b.test"])).await.unwrap(), 3);
+    assert_eq!(
+        registry.unregister("10.0.0.7".parse().unwrap()).await.unwrap(),
+        (false, 3)
+    );
+    assert_eq!(
+        registry.unregister("10.0.0.9".parse().unwrap()).await.unwrap(),
+        (true, 4)
+    );
+    assert_eq!(registry.current().registrations(), vec![spec("10.0.0.2", &["b.test"])]);
+    assert_eq!(
+        delta_changes(registry.since(2)),
+        vec![
+            vec![SourceChange::Put(spec("10.0.0.2", &["b.test"]))],
+            vec![SourceChange::Remove("10.0.0.9".into())]
+        ]
+    );
+}
+
+#[tokio::test]
+async fn published_entries_are_sorted_by_address() {
+    let registry = Registry::load(None, vec![]);
+    for ip in ["10.0.0.10", "::1", "10.0.0.9", "9.0.0.1"] {
+        registry.put(spec(ip, &[])).await.unwrap();
+    }
+    let ips: Vec<_> = registry.current().registrations().into_iter().map(|s| s.ip).collect();
+    assert_eq!(ips, ["9.0.0.1", "10.0.0.9", "10.0.0.10", "::1"]);
+}
+
+#[tokio::test]
+async fn a_batch_and_a_replace_are_one_generation_each_carrying_only_the_difference() {
+    let registry = Registry::load(None, vec![spec("10.0.0.1", &[]), spec("10.0.0.2", &[])]);
+    let batch = Change::Edit {
+        register: vec![entry("10.0.0.3", &["a.test"]), entry("10.0.0.1", &[])],
+        unregister: vec!["10.0.0.2".parse().unwrap(), "10.0.0.8".parse().unwrap()],
+    };
+    let outcome = registry.apply(batch).await.unwrap();
+    assert_eq!(
+        outcome,
+        Outcome {
+            generation: 2,
+            registered: 2,
+            removed: 1
+        }
+    );
+    assert_eq!(
+        delta_changes(registry.since(1)),
+        vec![vec![
+            SourceChange::Put(spec("10.0.0.3", &["a.test"])),
+            SourceChange::Remove("10.0.0.2".into())
+        ]],
+        "the unchanged 10.0.0.1 is not in the delta"
+    );
+    let replace = Change::Replace(vec![entry("10.0.0.3", &["a.test"]), entry("10.0.0.4", &[])]);
+    let outcome = registry.apply(replace).await.unwrap();
+    assert_eq!((outcome.generation, outcome.registered, outcome.removed), (3, 2, 1));
+    assert_eq!(
+        delta_changes(registry.since(2)),
+        vec![vec![
+            SourceChange::Remove("10.0.0.1".into()),
+            SourceChange::Put(spec("10.0.0.4", &[]))
+        ]]
+    );
+    let ips: Vec<_> = registry.current().registrations().into_iter().map(|s| s.ip).collect();
+    assert_eq!(ips, ["10.0.0.3", "10.0.0.4"]);
+}
+
+#[tokio::test]
+async fn concurrent_changes_all_land_in_order_of_their_generations() {
+    let registry = Arc::new(Registry::load(None, vec![]));
+    let tasks: Vec<_> = (0..64)
+        .map(|i| {
+            let registry = registry.clone();
+            tokio::spawn(async move { registry.put(spec(&format!("10.1.0.{i}"), &[])).await.unwrap() })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let current = registry.current();
+    assert_eq!(current.entries.len(), 64);
+    let replayed: usize = delta_changes(registry.since(1)).iter().map(Vec::len).sum();
+    assert_eq!(replayed, 64, "every change is in exactly one delta");
+    assert!(current.generation <= 65);
+}
+
+#[tokio::test]
+async fn state_file_is_loaded_written_and_seeds_override_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.json");
+    let first = Registry::load(Some(path.clone()), vec![]);
+    first.put(spec("10.0.0.1", &["old.test"])).await.unwrap();
+    first.put(spec("10.0.0.2", &["kept.test"])).await.unwrap();
+    drop(first);
+    let registry = Registry::load(Some(path.clone()), vec![spec("10.0.0.1", &["seed.test"])]);
+    let loaded = registry.current().registrations();
+    assert_eq!(loaded[0].allowlist, ["seed.test"]);
+    assert_eq!(loaded[1].allowlist, ["kept.test"]);
+    registry.put(spec("10.0.0.3", &[])).await.unwrap();
+    assert_eq!(crate::store::read(&path).len(), 3);
+}
+
+#[tokio::test]
+async fn failed_write_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let sub = dir.path().join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    let registry = Registry::load(Some(sub.join("state.json")), vec![]);
+    registry.put(spec("10.0.0.1", &[])).await.unwrap();
+    std::fs::remove_dir_all(&sub).unwrap();
+    std::fs::write(&sub, b"now a file").unwrap();
+    assert!(registry.put(spec("10.0.0.2", &[])).await.is_err());
+    assert!(registry.unregister("10.0.0.1".parse().unwrap()).await.is_err());
+    let current = registry.current();
+    assert_eq!(current.generation, 2);
+    assert_eq!(current.registrations(), vec![spec("10.0.0.1", &[])]);
+}

@@ -1,0 +1,306 @@
+//! Durable registry: a snapshot file plus an append-only journal beside it.
+//!
+//! Every committed group of changes is one journal line, fdatasynced before
+//! the commit returns, so concurrent changes grouped by the caller share one
+//! fsync and no change rewrites the other entries. When the journal outgrows
+//! the snapshot, it is rotated (`PATH.journal` -> `PATH.journal.old`) and a
+//! background thread writes a new snapshot and then drops the old journal.
+//! Start-up reads snapshot + old journal + journal; a torn last record is
+//! dropped with a warning, and nothing on disk ever blocks start-up: a
+//! missing, unreadable or corrupt snapshot is an empty registry and a warning,
+//! and the next commit rewrites the snapshot whole. Blocking I/O: call it from
+//! a dedicated thread, never from the data path.
+
+mod journal;
+mod snapshot;
+
+pub use snapshot::STATE_VERSION;
+
+use crackbox_engine::policy::{parse_source_ip, RegistrationSpec, SourceChange};
+use journal::Journal;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+/// The registry's entries by source address (a persistent map: clones are O(1)).
+pub type Entries = imbl::OrdMap<IpAddr, Arc<RegistrationSpec>>;
+
+/// A journal shorter than this is never compacted.
+const MIN_COMPACT_BYTES: u64 = 1024 * 1024;
+
+/// A state file that could not be written.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write state file {path}: {source}")]
+pub struct StoreError {
+    /// The state file.
+    pub path: PathBuf,
+    /// The failing operation's error.
+    pub source: std::io::Error,
+}
+
+/// The registry's state file and journal, open for commits.
+#[derive(Debug)]
+pub struct Store {
+    path: PathBuf,
+    journal: Option<Journal>,
+    /// The last record committed.
+    sequence: u64,
+    /// The journal cannot be trusted to extend the snapshot: the next commit
+    /// writes the snapshot whole instead of appending.
+    needs_rewrite: bool,
+    /// Size of the last snapshot written, to pace compaction.
+    snapshot_bytes: u64,
+    compaction: Option<JoinHandle<std::io::Result<u64>>>,
+}
+
+/// What start-up read from disk.
+struct Loaded {
+    entries: Entries,
+    sequence: u64,
+    journal_len: u64,
+    needs_rewrite: bool,
+}
+
+/// Reads the saved registrations (snapshot + journal) without changing any
+/// file; problems are logged and skipped as at start-up.
+pub fn read(path: &Path) -> Vec<RegistrationSpec> {
+    load(path).entries.values().map(|spec| spec.as_ref().clone()).collect()
+}
+
+impl Store {
+    /// Opens the state at `path`: the saved entries and a store to commit to.
+    /// Never fails; problems are logged.
+    pub fn open(path: PathBuf) -> (Store, Entries) {
+        let loaded = load(&path);
+        let journal = match Journal::open(journal_path(&path), loaded.journal_len) {
+            Ok(journal) => Some(journal),
+            Err(err) => {
+                tracing::warn!(path = %path.display(), error = %err, "cannot open the state journal; the next change rewrites the state file");
+                None
+            }
+        };
+        let store = Store {
+            needs_rewrite: loaded.needs_rewrite || journal.is_none(),
+            path,
+            journal,
+            sequence: loaded.sequence,
+            snapshot_bytes: 0,
+            compaction: None,
+        };
+        (store, loaded.entries)
+    }
+
+    /// The state file path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Makes `changes` durable; `after` is the registry with them applied.
+    /// On error nothing of them is kept on disk.
+    pub fn commit(&mut self, changes: &[SourceChange], after: &Entries) -> Result<(), StoreError> {
+        let sequence = self.sequence + 1;
+        if self.needs_rewrite {
+            self.rewrite(sequence, after)?;
+        } else {
+            let journal = self.journal.as_mut().expect("a journal unless a rewrite is due");
+            if let Err(source) = journal.append(&journal::encode(sequence, changes)) {
+                self.needs_rewrite = true;
+                return Err(self.failed(source));
+            }
+        }
+        self.sequence = sequence;
+        self.compact_if_due(after);
+        Ok(())
+    }
+
+    /// Writes the whole snapshot at `sequence` and starts an empty journal.
+    fn rewrite(&mut self, sequence: u64, after: &Entries) -> Result<(), StoreError> {
+        self.finish_compaction(true);
+        self.snapshot_bytes =
+            snapshot::write(&self.path, sequence, after.values().map(AsRef::as_ref)).map_err(|err| self.failed(err))?;
+        let _ = std::fs::remove_file(old_journal_path(&self.path));
+        self.journal = None;
+        let journal = Journal::open(journal_path(&self.path), 0).map_err(|err| self.failed(err))?;
+        snapshot::sync_directory(&self.path).map_err(|err| self.failed(err))?;
+        self.journal = Some(journal);
+        self.needs_rewrite = false;
+        Ok(())
+    }
+
+    /// Rotates the journal and snapshots `after` in the background once the
+    /// journal outgrows the snapshot (one compaction at a time).
+    fn compact_if_due(&mut self, after: &Entries) {
+        let journal_len = self.journal.as_ref().map_or(0, Journal::len);
+        if journal_len < MIN_COMPACT_BYTES.max(self.snapshot_bytes) || !self.finish_compaction(false) {
+            return;
+        }
+        let old = old_journal_path(&self.path);
+        if !old.exists() {
+            let rotated = std::fs::rename(journal_path(&self.path), &old)
+                .and_then(|()| Journal::open(journal_path(&self.path), 0))
+                .and_then(|fresh| snapshot::sync_directory(&self.path).map(|()| fresh));
+            match rotated {
+                Ok(fresh) => self.journal = Some(fresh),
+                Err(err) => {
+                    tracing::warn!(path = %self.path.display(), error = %err, "cannot rotate the state journal; the next change rewrites the state file");
+                    self.needs_rewrite = true;
+                    return;
+                }
+            }
+        }
+        let (path, sequence, entries) = (self.path.clone(), self.sequence, after.clone());
+        let spawned = std::thread::Builder::new()
+            .name("crackbox-compaction".into())
+            .spawn(move || {
+                let bytes = snapshot::write(&path, sequence, entries.values().map(AsRef::as_ref))?;
+                std::fs::remove_file(old_journal_path(&path))?;
+                snapshot::sync_directory(&path)?;
+                Ok(bytes)
+            });
+        match spawned {
+            Ok(thread) => self.compaction = Some(thread),
+            Err(err) => tracing::warn!(error = %err, "cannot start a state compaction"),
+        }
+    }
+
+    /// Collects a finished compaction (waiting for it when `wait`); true when
+    /// none is running any more.
+    fn finish_compaction(&mut self, wait: bool) -> bool {
+        let Some(thread) = self.compaction.take_if(|thread| wait || thread.is_finished()) else {
+            return self.compaction.is_none();
+        };
+        match thread.join() {
+            Ok(Ok(bytes)) => {
+                self.snapshot_bytes = bytes;
+                tracing::debug!(path = %self.path.display(), bytes, "state compacted");
+            }
+            Ok(Err(err)) => {
+                tracing::warn!(path = %self.path.display(), error = %err, "state compaction failed; the journal is kept")
+            }
+            Err(_) => tracing::error!("the state compaction thread panicked"),
+        }
+        true
+    }
+
+    fn failed(&self, source: std::io::Error) -> StoreError {
+        StoreError {
+            path: self.path.clone(),
+            source,
+        }
+    }
+}
+
+fn journal_path(path: &Path) -> PathBuf {
+    with_suffix(path, ".journal")
+}
+
+fn old_journal_path(path: &Path) -> PathBuf {
+    with_suffix(path, ".journal.old")
+}
+
+fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+/// Snapshot, then the old journal and the journal, record by record.
+fn load(path: &Path) -> Loaded {
+    let shown = path.display();
+    let mut loaded = Loaded {
+        entries: Entries::new(),
+        sequence: 0,
+        journal_len: 0,
+        needs_rewrite: false,
+    };
+    match snapshot::read(path) {
+        Ok(Some(saved)) => {
+            loaded.sequence = saved.sequence;
+            for spec in &saved.entries {
+                if !put(&mut loaded.entries, spec, path) {
+                    loaded.needs_rewrite = true;
+                }
+            }
+        }
+        Ok(None) => {
+            tracing::info!(path = %shown, "no state file yet, starting with an empty registry");
+            loaded.needs_rewrite = true;
+        }
+        Err(err) => {
+            tracing::warn!(path = %shown, error = %err, "state file not usable, starting with an empty registry");
+            loaded.needs_rewrite = true;
+            return loaded;
+        }
+    }
+    for (file, last) in [(old_journal_path(path), false), (journal_path(path), true)] {
+        let replay = match journal::read(&file) {
+            Ok(Some(replay)) => replay,
+            Ok(None) => continue,
+            Err(err) => {
+                tracing::warn!(path = %file.display(), error = %err, "state journal unreadable, its changes are lost");
+                loaded.needs_rewrite = true;
+                continue;
+            }
+        };
+        if replay.dropped > 0 {
+            if replay.torn && last {
+                tracing::warn!(path = %file.display(), bytes = replay.dropped, "dropped a torn last record of the state journal");
+            } else {
+                tracing::warn!(path = %file.display(), bytes = replay.dropped, "state journal corrupt, dropped everything after its last good record");
+                loaded.needs_rewrite = true;
+            }
+        }
+        if last {
+            loaded.journal_len = replay.valid_len;
+        }
+        for record in replay.records {
+            if record.sequence <= loaded.sequence {
+                continue;
+            }
+            if record.sequence != loaded.sequence + 1 {
+                tracing::warn!(path = %file.display(), expected = loaded.sequence + 1, found = record.sequence, "state journal has a gap, dropped the records after it");
+                loaded.needs_rewrite = true;
+                break;
+            }
+            for change in &record.changes {
+                apply(&mut loaded.entries, change, &file);
+            }
+            loaded.sequence = record.sequence;
+        }
+    }
+    loaded
+}
+
+fn apply(entries: &mut Entries, change: &SourceChange, file: &Path) {
+    match change {
+        SourceChange::Put(spec) => {
+            put(entries, spec, file);
+        }
+        SourceChange::Remove(ip) => match parse_source_ip(ip) {
+            Ok(ip) => {
+                entries.remove(&ip);
+            }
+            Err(err) => {
+                tracing::warn!(path = %file.display(), error = %err, "skipping a journal removal with a bad address")
+            }
+        },
+    }
+}
+
+/// Stores `spec` normalised; false (with a warning) when it is invalid.
+fn put(entries: &mut Entries, spec: &RegistrationSpec, file: &Path) -> bool {
+    match spec.compile() {
+        Ok((ip, registration)) => {
+            entries.insert(ip, Arc::new(RegistrationSpec::from_registration(ip, &registration)));
+            true
+        }
+        Err(err) => {
+            tracing::warn!(path = %file.display(), error = %err, "skipping an invalid state file entry");
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,132 @@
+//! The snapshot file: `{"version":1,"sequence":N,"entries":[...]}`, written atomically.
+//!
+//! A write goes to a temporary file in the same directory, is fsynced, renamed
+//! over the snapshot file, and the directory is fsynced, so a crash leaves
+//! either the old or the new file, never a torn one. `sequence` is the last
+//! journal record the entries include (absent in files written before the
+//! journal: 0). Blocking I/O: never on the data path.
+
+use crackbox_engine::policy::RegistrationSpec;
+use serde::{Deserialize, Serialize};
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The state file format version written and accepted.
+pub const STATE_VERSION: u32 = 1;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StateFile {
+    version: u32,
+    #[serde(default)]
+    sequence: u64,
+    entries: Vec<RegistrationSpec>,
+}
+
+#[derive(Serialize)]
+struct StateFileRef<'a> {
+    version: u32,
+    sequence: u64,
+    entries: Vec<&'a RegistrationSpec>,
+}
+
+/// A snapshot file as read: entries as stored (not yet validated).
+pub(super) struct SavedSnapshot {
+    /// The last journal record these entries include.
+    pub sequence: u64,
+    /// The entries.
+    pub entries: Vec<RegistrationSpec>,
+}
+
+/// Why a snapshot file could not be used.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum ReadError {
+    /// The file could not be read.
+    #[error("unreadable: {0}")]
+    Unreadable(std::io::Error),
+    /// The file is not a state file.
+    #[error("corrupt: {0}")]
+    Corrupt(serde_json::Error),
+    /// The file is a state file of another version.
+    #[error("unknown version {0}")]
+    Version(u32),
+}
+
+/// Reads the snapshot file; `Ok(None)` when there is none.
+pub(super) fn read(path: &Path) -> Result<Option<SavedSnapshot>, ReadError> {
+    let bytes = match fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(err) => return Err(ReadError::Unreadable(err)),
+    };
+    let file: StateFile = serde_json::from_slice(&bytes).map_err(ReadError::Corrupt)?;
+    if file.version != STATE_VERSION {
+        return Err(ReadError::Version(file.version));
+    }
+    Ok(Some(SavedSnapshot {
+        sequence: file.sequence,
+        entries: file.entries,
+    }))
+}
+
+/// Replaces the snapshot file with `entries` at `sequence`, atomically and
+/// durably; returns the bytes written.
+pub(super) fn write<'a>(
+    path: &Path,
+    sequence: u64,
+    entries: impl Iterator<Item = &'a RegistrationSpec>,
+) -> std::io::Result<u64> {
+    let file = StateFileRef {
+        version: STATE_VERSION,
+        sequence,
+        entries: entries.collect(),
+    };
+    let mut bytes = serde_json::to_vec_pretty(&file)?;
+    bytes.push(b'\n');
+    let dir = directory(path);
+    let temp = dir.join(temp_name(path));
+    let written = write_synced(&temp, &bytes).and_then(|()| fs::rename(&temp, path));
+    if let Err(err) = written {
+        let _ = fs::remove_file(&temp);
+        return Err(err);
+    }
+    sync_directory(path)?;
+    Ok(bytes.len() as u64)
+}
+
+/// Fsyncs the directory holding `path`, so renames and creations in it last.
+pub(super) fn sync_directory(path: &Path) -> std::io::Result<()> {
+    File::open(directory(path))?.sync_all()
+}
+
+fn directory(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// A temporary name no other write of this process uses at the same time.
+fn temp_name(path: &Path) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let unique = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!(".{name}.{}.{unique}.tmp", std::process::id())
+}
+
+fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()
+}

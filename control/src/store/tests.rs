@@ -1,0 +1,191 @@
+use super::*;
+use std::fs;
+
+fn spec(ip: &str, allowlist: &[&str]) -> RegistrationSpec {
+    RegistrationSpec {
+        ip: ip.into(),
+        id: "t".into(),
+        allowlist: allowlist.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+/// Applies `changes` to `entries` as the registry does, then commits them.
+fn commit(store: &mut Store, entries: &mut Entries, changes: Vec<SourceChange>) {
+    for change in &changes {
+        apply(entries, change, Path::new("test"));
+    }
+    store.commit(&changes, entries).unwrap();
+}
+
+fn put_change(ip: &str, allowlist: &[&str]) -> SourceChange {
+    SourceChange::Put(spec(ip, allowlist))
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<_> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn first_commit_writes_the_snapshot_later_ones_only_append() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.json");
+    let (mut store, mut entries) = Store::open(path.clone());
+    assert!(entries.is_empty());
+    commit(&mut store, &mut entries, vec![put_change("10.0.0.1", &["github.com"])]);
+    let snapshot_after_first = fs::read(&path).unwrap();
+    let value: serde_json::Value = serde_json::from_slice(&snapshot_after_first).unwrap();
+    assert_eq!(value["version"], 1);
+    assert_eq!(value["entries"][0]["allowlist"][0], "github.com");
+    commit(&mut store, &mut entries, vec![put_change("10.0.0.2", &[])]);
+    commit(&mut store, &mut entries, vec![SourceChange::Remove("10.0.0.1".into())]);
+    assert_eq!(
+        fs::read(&path).unwrap(),
+        snapshot_after_first,
+        "the snapshot is not rewritten"
+    );
+    assert_eq!(names(dir.path()), ["state.json", "state.json.journal"]);
+    assert_eq!(read(&path), vec![spec("10.0.0.2", &[])]);
+    drop(store);
+    let (_, reopened) = Store::open(path);
+    assert_eq!(reopened.len(), 1);
+}
+
+#[test]
+fn files_without_a_journal_in_the_version_1_format_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.json");
+    let text = r#"{"version":1,"entries":[
+        {"ip":"::ffff:10.0.0.1","id":"t","allowlist":["GitHub.com."]},
+        {"ip":"10.0.0.2","id":"b","allowlist":["*"]}]}"#;
+    fs::write(&path, text).unwrap();
+    assert_eq!(
+        read(&path),
+        vec![spec("10.0.0.1", &["github.com"])],
+        "normalised, invalid skipped"
+    );
+    let (mut store, mut entries) = Store::open(path.clone());
+    commit(&mut store, &mut entries, vec![put_change("10.0.0.3", &[])]);
+    assert_eq!(read(&path).len(), 2);
+}
+
+#[test]
+fn bad_snapshot_files_load_as_empty_and_the_next_commit_rewrites_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.json");
+    let variants: [&[u8]; 7] = [
+        b"",
+        b"{",
+        b"\xff\xfe\x00garbage",
+        b"[]",
+        br#"{"version":2,"entries":[]}"#,
+        br#"{"version":1,"entries":[],"extra":1}"#,
+        br#"{"version":1,"entries":[{"ip":"10.0.0.1","id":"a"}]}"#,
+    ];
+    for bytes in variants {
+        fs::write(&path, bytes).unwrap();
+        fs::write(journal_path(&path), journal::encode(1, &[put_change("10.0.0.9", &[])])).unwrap();
+        assert!(read(&path).is_empty(), "{:?}", String::from_utf8_lossy(bytes));
+        let (mut store, mut entries) = Store::open(path.clone());
+        assert!(entries.is_empty());
+        commit(&mut store, &mut entries, vec![put_change("10.0.0.1", &[])]);
+        assert_eq!(read(&path), vec![spec("10.0.0.1", &[])]);
+    }
+    fs::remove_file(&path).unwrap();
+    fs::create_dir(&path).unwrap();
+    assert!(read(&path).is_empty(), "a directory in place of the file");
+    let (mut store, entries) = Store::open(path);
+    assert!(store.commit(&[put_change("10.0.0.1", &[])], &entries).is_err());
+}
+
+#[test]
+fn a_torn_last_record_is_dropped_and_cut_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.json");
+    let (mut store, mut entries) = Store::open(path.clone());
+    commit(&mut store, &mut entries, vec![put_change("10.0.0.1", &[])]);
+    commit(&mut store, &mut entries, vec![put_change("10.0.0.2", &[])]);
+    commit(&mut store, &mut entries, vec![put_change("10.0.0.3", &[])]);
+    drop(store);
+    let journal = journal_path(&path);
+    let whole = fs::read(&journal).unwrap();
+    fs::write(&journal, &whole[..whole.len() - 5]).unwrap();
+    assert_eq!(read(&path).len(), 2, "the torn third change is dropped");
+    let (mut store, mut entries) = Store::open(path.clone());
+    assert_eq!(entries.len(), 2);
+    commit(&mut store, &mut entries, vec![put_change("10.0.0.4", &[])]);
+    let ips: Vec<_> = read(&path).into_iter().map(|s| s.ip).collect();
+    assert_eq!(
+        ips,
+        ["10.0.0.1", "10.0.0.2", "10.0.0.4"],
+        "appends go after the good prefix"
+    );
+}
+
+#[test]
+fn a_corrupt_middle_record_drops_the_rest_and_forces_a_rewrite() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.json");
+    let (mut store, mut entries) = Store::open(path.clone());
+    commit(&mut store, &mut entries, vec![put_change("10.0.0.1", &[])]);
+    commit(&mut store, &mut entries, vec![put_change("10.0.0.2", &[])]);
+    drop(store);
+    let mut bytes = b"garbage\n".to_vec();
+    bytes.extend_from_slice(&journal::encode(3, &[put_change("10.0.0.3", &[])]));
+    fs::write(journal_path(&path), bytes).unwrap();
+    let (mut store, mut entries) = Store::open(path.clone());
+    assert_eq!(entries.len(), 1, "only the snapshot's entry");
+    commit(&mut store, &mut entries, vec![put_change("10.0.0.4", &[])]);
+    assert_eq!(read(&path).len(), 2);
+    assert_eq!(
+        fs::read(journal_path(&path)).unwrap(),
+        b"",
+        "rewritten: a fresh journal"
+    );
+}
+
+#[test]
+fn a_long_journal_is_compacted_in_the_background() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.json");
+    let (mut store, mut entries) = Store::open(path.clone());
+    let names_per_entry: Vec<String> = (0..40).map(|i| format!("name{i}.example.test")).collect();
+    let names_per_entry: Vec<&str> = names_per_entry.iter().map(String::as_str).collect();
+    for round in 0..12 {
+        let changes = (0..250)
+            .map(|i| put_change(&format!("10.{round}.{}.{}", i / 200, i % 200 + 1), &names_per_entry))
+            .collect();
+        commit(&mut store, &mut entries, changes);
+    }
+    store.finish_compaction(true);
+    assert!(store.snapshot_bytes > MIN_COMPACT_BYTES, "a compaction ran");
+    assert!(!old_journal_path(&path).exists(), "the old journal is gone");
+    assert!(
+        fs::metadata(journal_path(&path)).unwrap().len() < MIN_COMPACT_BYTES,
+        "the journal was rotated"
+    );
+    commit(&mut store, &mut entries, vec![SourceChange::Remove("10.0.0.1".into())]);
+    assert_eq!(read(&path).len(), 12 * 250 - 1);
+}
+
+#[test]
+fn a_failed_commit_keeps_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let sub = dir.path().join("sub");
+    fs::create_dir(&sub).unwrap();
+    let path = sub.join("state.json");
+    let (mut store, mut entries) = Store::open(path.clone());
+    commit(&mut store, &mut entries, vec![put_change("10.0.0.1", &[])]);
+    let moved = dir.path().join("moved");
+    fs::rename(&sub, &moved).unwrap();
+    fs::write(&sub, b"now a file").unwrap();
+    let mut after = entries.clone();
+    apply(&mut after, &put_change("10.0.0.2", &[]), Path::new("test"));
+    let err = store.commit(&[put_change("10.0.0.2", &[])], &after).unwrap_err();
+    assert!(err.to_string().contains("sub/state.json"), "{err}");
+    assert_eq!(read(&moved.join("state.json")), vec![spec("10.0.0.1", &[])]);
+}
