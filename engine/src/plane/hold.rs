@@ -16,16 +16,21 @@ use std::time::{Duration, Instant};
 
 /// Longest a new connection waits for its source's registration.
 pub(crate) const HOLD_LIMIT: Duration = Duration::from_millis(1500);
-/// How often a held connection looks at the snapshot again.
-const HOLD_POLL: Duration = Duration::from_millis(10);
+/// First and longest pause between two looks at the snapshot: doubling from
+/// the first, so a held connection wakes about ten times, however many an
+/// unlabelled container holds open (the per-source cap bounds them).
+const FIRST_POLL: Duration = Duration::from_millis(5);
+const MAX_POLL: Duration = Duration::from_millis(80);
 
 /// Returns once `source` needs no more waiting (see the module comment).
 pub(crate) async fn until_registered(worker: &Worker, source: IpAddr) {
     let deadline = Instant::now() + HOLD_LIMIT;
+    let mut pause = FIRST_POLL;
     while worker.with_snapshot(|snapshot| snapshot.lookup(source).is_none())
         && worker.shared.watched.load().holds(source)
         && Instant::now() < deadline
     {
-        monoio::time::sleep(HOLD_POLL).await;
+        monoio::time::sleep(pause.min(deadline.saturating_duration_since(Instant::now()))).await;
+        pause = (pause * 2).min(MAX_POLL);
     }
 }
