@@ -44,7 +44,10 @@ enum ProxyCommand {
 }
 
 fn main() -> ExitCode {
-    init_logging();
+    if let Err(err) = init_logging() {
+        eprintln!("crackbox: {err}");
+        return ExitCode::FAILURE;
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Proxy {
@@ -78,11 +81,27 @@ fn clamp_exit(code: i32) -> u8 {
     u8::try_from(code).unwrap_or(125)
 }
 
-fn init_logging() {
+/// Logs to stderr, filtered by `CRACKBOX_LOG` (default `info`): plain text,
+/// coloured only when stderr is a terminal and `NO_COLOR` is unset or empty,
+/// or with `CRACKBOX_LOG_FORMAT=json` one JSON object per line (timestamp,
+/// level, target, fields with the message) for log shippers. The engine
+/// child of `proxy serve` inherits the environment and stderr, so it logs
+/// the same way.
+fn init_logging() -> anyhow::Result<()> {
+    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_env("CRACKBOX_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    match std::env::var("CRACKBOX_LOG_FORMAT").as_deref() {
+        Ok("json") => builder.json().init(),
+        Ok("text") | Err(std::env::VarError::NotPresent) => {
+            let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+            builder.with_ansi(std::io::stderr().is_terminal() && !no_color).init();
+        }
+        Ok(other) => anyhow::bail!("CRACKBOX_LOG_FORMAT must be text or json, not {other:?}"),
+        Err(std::env::VarError::NotUnicode(_)) => anyhow::bail!("CRACKBOX_LOG_FORMAT must be text or json"),
+    }
+    Ok(())
 }

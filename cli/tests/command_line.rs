@@ -3,9 +3,13 @@
 
 mod harness;
 
-use harness::{echo_round, free_port, open_tunnel, try_http, wait_until, Echo, Proc};
+use harness::{echo_round, free_port, isolated, open_tunnel, try_http, wait_until, Echo, Proc};
 use std::collections::BTreeSet;
+use std::io::Read;
 use std::net::SocketAddr;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// TCP ports in LISTEN state held by `pid` and its children.
@@ -145,4 +149,124 @@ fn an_empty_transparent_address_leaves_no_transparent_listener() {
         admin_addr,
     );
     assert_eq!(listening_ports(daemon.pid()), BTreeSet::from([proxy, admin]));
+}
+
+/// Runs `proxy serve` (info logs, `env` on top) with its stderr, and so the
+/// engine child's, sent to `stderr`: from start until healthy, then SIGTERM
+/// and wait for it to exit, so every line it logged has been written.
+fn serve_logging_to(env: &[(&str, &str)], stderr: Stdio) {
+    let listeners = Listeners::fresh();
+    let (proxy, admin) = (listeners.proxy.to_string(), listeners.admin.to_string());
+    let mut command = Command::new(env!("CARGO_BIN_EXE_crackbox"));
+    command.args(["proxy", "serve", "--transparent", ""]);
+    command.args(["--listen", &proxy, "--admin", &admin]);
+    let mut child = isolated(&mut command)
+        .env_remove("NO_COLOR")
+        .env("CRACKBOX_LOG", "info")
+        .envs(env.iter().copied())
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .expect("start crackbox");
+    drop(command);
+    let healthy = wait_until(Duration::from_secs(20), || {
+        matches!(try_http(listeners.admin, "GET", "/health", None, &[]), Ok((200, _)))
+    });
+    // SAFETY: kill(2) on the child this test started and has not reaped.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    assert!(healthy && status.success(), "healthy {healthy}, exit {status}");
+}
+
+/// What `proxy serve` logs to a regular file.
+fn logs_in_a_file(env: &[(&str, &str)]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("crackbox.log");
+    serve_logging_to(env, Stdio::from(std::fs::File::create(&path).unwrap()));
+    let bytes = std::fs::read(&path).unwrap();
+    assert!(
+        !bytes.contains(&0x1b),
+        "escape bytes in the log file:\n{}",
+        String::from_utf8_lossy(&bytes)
+    );
+    String::from_utf8(bytes).unwrap()
+}
+
+#[test]
+fn logs_written_to_a_file_have_no_escape_bytes() {
+    let text = logs_in_a_file(&[]);
+    assert!(text.contains("control plane listening"), "{text}");
+    assert!(
+        text.contains("engine listening"),
+        "the engine child's lines are there too: {text}"
+    );
+}
+
+#[test]
+fn json_log_format_gives_one_object_per_line() {
+    let text = logs_in_a_file(&[("CRACKBOX_LOG_FORMAT", "json")]);
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|err| panic!("{err}: {line}")))
+        .collect();
+    for line in &lines {
+        assert!(line["timestamp"].is_string() && line["level"].is_string(), "{line}");
+        assert!(
+            line["target"].is_string() && line["fields"]["message"].is_string(),
+            "{line}"
+        );
+    }
+    let engine = lines
+        .iter()
+        .find(|line| line["fields"]["message"].as_str().unwrap().contains("engine listening"))
+        .expect("the engine child logs JSON too");
+    assert!(
+        engine["target"].as_str().unwrap().starts_with("crackbox_engine"),
+        "{engine}"
+    );
+    assert!(engine["fields"]["threads"].is_number(), "fields are kept: {engine}");
+}
+
+/// What `proxy serve` logs to a terminal (a pseudo-terminal this test reads).
+fn logs_on_a_terminal(env: &[(&str, &str)]) -> Vec<u8> {
+    let (mut master, mut slave) = (-1, -1);
+    // SAFETY: openpty writes two new fds into the out-parameters; the rest may be null.
+    let opened = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(opened, 0, "openpty: {}", std::io::Error::last_os_error());
+    // SAFETY: both fds were just opened and are owned by nothing else.
+    let (master, slave) = unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
+    let output = Arc::new(Mutex::new(Vec::new()));
+    let reader = {
+        let output = Arc::clone(&output);
+        let mut master = std::fs::File::from(master);
+        // Drains the terminal while crackbox writes; ends with EIO once no one holds the other side.
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n @ 1..) = master.read(&mut buf) {
+                output.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        })
+    };
+    serve_logging_to(env, Stdio::from(slave));
+    reader.join().unwrap();
+    let bytes = output.lock().unwrap().clone();
+    assert!(String::from_utf8_lossy(&bytes).contains("engine listening"));
+    bytes
+}
+
+#[test]
+fn colour_only_on_a_terminal_and_never_with_no_color() {
+    assert!(logs_on_a_terminal(&[]).contains(&0x1b), "a terminal gets colour");
+    assert!(
+        !logs_on_a_terminal(&[("NO_COLOR", "1")]).contains(&0x1b),
+        "NO_COLOR turns it off"
+    );
 }
