@@ -5,8 +5,8 @@
 mod control_support;
 mod harness;
 
-use control_support::{admin, Ports};
-use crackbox_client::{Client, Error, Health, Reason, RegistrationSpec};
+use control_support::{admin, Ports, Process};
+use crackbox_client::{blocking, Client, Error, Health, Reason, RegistrationSpec};
 use harness::Upstream;
 use std::net::TcpListener;
 use std::time::Duration;
@@ -17,17 +17,20 @@ fn spec(ip: &str, id: &str, allowlist: &[&str]) -> RegistrationSpec {
     RegistrationSpec::new(ip, id, allowlist.iter().copied())
 }
 
-#[test]
-fn register_state_denials_and_unregister_through_the_client() {
+/// A daemon with an admin secret, a loopback upstream, and a client of the
+/// daemon's admin API with the secret.
+fn start() -> (Upstream, Ports, blocking::Client, Process) {
     let upstream = Upstream::echo_request_line();
     let ports = Ports::fresh();
-    let _serve = ports.serve(&[], &[("CRACKBOX_ADMIN_SECRET", SECRET)]);
+    let serve = ports.serve(&[], &[("CRACKBOX_ADMIN_SECRET", SECRET)]);
     ports.wait_healthy();
-    let client = Client::new(&ports.admin_url())
-        .unwrap()
-        .with_secret(SECRET)
-        .blocking()
-        .unwrap();
+    let client = Client::new(&ports.admin_url()).unwrap().with_secret(SECRET);
+    (upstream, ports, client.blocking().unwrap(), serve)
+}
+
+#[test]
+fn register_state_denials_and_unregister_through_the_client() {
+    let (upstream, ports, client, _serve) = start();
     assert_eq!(client.health().unwrap(), Health::Ok);
 
     let allowed = format!("http://localhost:{}/x", upstream.port());
@@ -142,4 +145,36 @@ fn transport_failures_are_typed() {
         "{timed_out:?}"
     );
     assert_eq!(timed_out.status(), None);
+}
+
+#[test]
+fn batch_and_replace_apply_as_one_change_or_not_at_all() {
+    let (upstream, ports, client, _serve) = start();
+    let url = format!("http://localhost:{}/x", upstream.port());
+    client.register(&spec("127.0.0.4", "gone", &["localhost"])).unwrap();
+
+    let started = [spec("127.0.0.3", "a", &["LocalHost"]), spec("127.0.0.5", "b", &[])];
+    let answer = client.batch(&started, &["127.0.0.4"]).unwrap();
+    assert_eq!((answer.registered, answer.removed), (2, 1));
+    assert_eq!(ports.fetch("127.0.0.3", &url), 200, "enforced once batch returned");
+    assert_eq!(ports.fetch("127.0.0.4", &url), 403, "removed in the same change");
+    let after_batch = [spec("127.0.0.3", "a", &["localhost"]), spec("127.0.0.5", "b", &[])];
+    assert_eq!(client.state().unwrap(), after_batch);
+
+    let bad = [spec("127.0.0.6", "c", &["ok.test"]), spec("127.0.0.7", "d", &["*"])];
+    let err = client.batch(&bad, &["127.0.0.3"]).unwrap_err();
+    assert_eq!(err.status(), Some(400), "{err}");
+    assert!(
+        err.refused() && err.to_string().contains('*'),
+        "names the bad entry: {err}"
+    );
+    let err = client.replace(&bad).unwrap_err();
+    assert_eq!(err.status(), Some(400), "{err}");
+    assert_eq!(client.state().unwrap(), after_batch, "nothing applied");
+
+    let answer = client.replace(&[spec("127.0.0.4", "back", &["localhost"])]).unwrap();
+    assert_eq!((answer.registered, answer.removed), (1, 2));
+    assert_eq!(client.state().unwrap(), [spec("127.0.0.4", "back", &["localhost"])]);
+    assert_eq!(ports.fetch("127.0.0.4", &url), 200, "replacement enforced");
+    assert_eq!(ports.fetch("127.0.0.3", &url), 403, "replaced away");
 }

@@ -4,7 +4,7 @@
 //! Do not use it from inside an async runtime (blocking there panics in
 //! tokio); use [`crate::Client`] there.
 
-use crate::{Denial, Error, Health, RegistrationSpec};
+use crate::{BulkAnswer, Denial, Error, Health, RegistrationSpec};
 use tokio::runtime::Runtime;
 
 /// A blocking client of one admin API, made by [`crate::Client::blocking`].
@@ -40,6 +40,16 @@ impl Client {
     /// See [`crate::Client::unregister`].
     pub fn unregister(&self, ip: &str) -> Result<bool, Error> {
         self.runtime.block_on(self.client.unregister(ip))
+    }
+
+    /// See [`crate::Client::batch`].
+    pub fn batch(&self, register: &[RegistrationSpec], unregister: &[&str]) -> Result<BulkAnswer, Error> {
+        self.runtime.block_on(self.client.batch(register, unregister))
+    }
+
+    /// See [`crate::Client::replace`].
+    pub fn replace(&self, entries: &[RegistrationSpec]) -> Result<BulkAnswer, Error> {
+        self.runtime.block_on(self.client.replace(entries))
     }
 
     /// See [`crate::Client::state`].

@@ -2,8 +2,8 @@
 
 use crate::transport::{self, Answer, Call};
 use crate::url::AdminUrl;
-use crate::{Denial, Error, Health, RegistrationSpec};
-use crackbox_engine::admin_body::{ErrorAnswer, HealthAnswer, UnregisterAnswer, UnregisterBody};
+use crate::{BulkAnswer, Denial, Error, Health, RegistrationSpec};
+use crackbox_engine::admin_body::{BatchBody, ErrorAnswer, HealthAnswer, UnregisterAnswer, UnregisterBody};
 use hyper::Method;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -151,17 +151,67 @@ impl Client {
         self.get(&format!("/v1/denials?limit={limit}")).await
     }
 
+    /// `POST /v1/batch`: registers `register` and removes `unregister` as
+    /// one change (one generation, enforced when this returns). Every entry
+    /// is validated first: one bad entry is a 400 naming it and nothing is
+    /// applied.
+    ///
+    /// ```no_run
+    /// # async fn demo(admin: crackbox_client::Client) -> Result<(), crackbox_client::Error> {
+    /// use crackbox_client::RegistrationSpec;
+    /// let started = [
+    ///     RegistrationSpec::new("10.0.0.2", "agent-1", ["pypi.org"]),
+    ///     RegistrationSpec::new("10.0.0.3", "agent-2", ["github.com"]),
+    /// ];
+    /// let answer = admin.batch(&started, &["10.0.0.9"]).await?;
+    /// assert_eq!(answer.registered, 2);
+    /// # Ok(()) }
+    /// ```
+    pub async fn batch(&self, register: &[RegistrationSpec], unregister: &[&str]) -> Result<BulkAnswer, Error> {
+        let body = BatchBody {
+            register: register.to_vec(),
+            unregister: unregister
+                .iter()
+                .map(|ip| UnregisterBody { ip: ip.to_string() })
+                .collect(),
+        };
+        self.post("/v1/batch", &body).await
+    }
+
+    /// `PUT /v1/state`: replaces the whole registry with `entries` as one
+    /// change (for an orchestrator reconciling after its own restart); the
+    /// same validation as [`batch`](Client::batch).
+    ///
+    /// ```no_run
+    /// # async fn demo(admin: crackbox_client::Client, running: Vec<crackbox_client::RegistrationSpec>) -> Result<(), crackbox_client::Error> {
+    /// let answer = admin.replace(&running).await?;
+    /// println!("{} kept or added, {} removed", answer.registered, answer.removed);
+    /// # Ok(()) }
+    /// ```
+    pub async fn replace(&self, entries: &[RegistrationSpec]) -> Result<BulkAnswer, Error> {
+        self.send_json(Method::PUT, "/v1/state", &entries).await
+    }
+
     async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, Error> {
         let answer = self.send(Method::GET, path, None).await?;
         self.success(&answer)
     }
 
     async fn post<T: DeserializeOwned>(&self, path: &str, body: &impl Serialize) -> Result<T, Error> {
+        self.send_json(Method::POST, path, body).await
+    }
+
+    async fn send_json<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: &impl Serialize,
+    ) -> Result<T, Error> {
         let body = serde_json::to_vec(body).map_err(|err| Error::Request {
             url: self.url.text.clone(),
             detail: err.to_string(),
         })?;
-        let answer = self.send(Method::POST, path, Some(body)).await?;
+        let answer = self.send(method, path, Some(body)).await?;
         self.success(&answer)
     }
 

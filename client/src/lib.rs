@@ -1,12 +1,13 @@
-//! Client of the crackbox admin API (register, unregister, state, health,
-//! denials), for orchestrators that start and stop sandboxes.
+//! Client of the crackbox admin API (register, unregister, batch, state and
+//! its replacement, health, denials), for orchestrators that start and stop
+//! sandboxes.
 //!
 //! Async on tokio (only its `net`, `rt` and `time` parts), with a
 //! [`blocking`] variant. Every call has a timeout and opens its own
 //! connection; none retries by itself. A refusal keeps the server's status
 //! and `{"error": ...}` text ([`Error::Api`]). The documents are the ones the
 //! daemon itself uses ([`RegistrationSpec`], [`Denial`], [`Reason`],
-//! [`Health`]), re-exported from `crackbox-engine`'s pure modules.
+//! [`Health`], [`BulkAnswer`]), re-exported from `crackbox-engine`'s pure modules.
 //!
 //! ```no_run
 //! use crackbox_client::{Client, RegistrationSpec};
@@ -32,7 +33,7 @@ mod transport;
 mod url;
 
 pub use client::Client;
-pub use crackbox_engine::admin_body::Health;
+pub use crackbox_engine::admin_body::{BulkAnswer, Health};
 pub use crackbox_engine::policy::RegistrationSpec;
 pub use crackbox_engine::reason::Reason;
 pub use crackbox_engine::wire::Denial;

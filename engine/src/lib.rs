@@ -23,7 +23,8 @@
 //! one pinned monoio thread per core serves them. It starts deny-all and takes
 //! its registry from the controller listening on `control_socket`: it
 //! connects there (reconnecting with backoff), says [`wire::Message::Hello`],
-//! and swaps in each snapshot it is sent, acking its generation.
+//! takes a full [`wire::Message::Snapshot`] and then a
+//! [`wire::Message::Delta`] per change, acking each generation it enforces.
 //! crackbox-control's `publisher` is that controller (its crate docs show a
 //! whole daemon in one program); any program that speaks [`wire`] can be.
 //!
