@@ -4,9 +4,11 @@
 //! a built-in loopback upstream ([`upstream`]), a client that opens tunnels
 //! and sends requests directly or through a forward proxy ([`dial`]), the
 //! load modes ([`modes`]), `/proc` sampling of the proxy under test
-//! ([`proctree`]) and the comparison table ([`report`]). Every run is bounded
+//! ([`proctree`]) and the comparison table ([`report`]); [`control_plane`]
+//! measures the admin API at sandbox density. Every run is bounded
 //! in count and time, and traffic goes only to the addresses it is given.
 
+pub mod control_plane;
 pub mod dial;
 pub mod latency;
 pub mod limits;
