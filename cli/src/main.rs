@@ -58,7 +58,7 @@ fn main() -> ExitCode {
         } => crackbox_control::control(args),
         Command::Proxy {
             command: ProxyCommand::Engine(args),
-        } => run_engine(&args),
+        } => return run_engine(&args),
         Command::Run(args) => return ExitCode::from(clamp_exit(crackbox_control::jail::run(args))),
         Command::State(args) => crackbox_control::state_cmd::state(args),
     };
@@ -71,10 +71,25 @@ fn main() -> ExitCode {
     }
 }
 
-fn run_engine(args: &ProxyArgs) -> anyhow::Result<()> {
-    let config = crackbox_control::config::engine_config(args)?;
-    crackbox_engine::run(config)?;
-    Ok(())
+/// `proxy engine`: an engine that never started serving (unusable settings,
+/// a busy listener) exits with `EXIT_START_FAILED` so `proxy serve` does not
+/// restart it; one that stops after serving exits 1 and is restarted.
+fn run_engine(args: &ProxyArgs) -> ExitCode {
+    use crackbox_engine::startup::EXIT_START_FAILED;
+    let config = match crackbox_control::config::engine_config(args) {
+        Ok(config) => config,
+        Err(err) => {
+            eprintln!("crackbox: {err:#}");
+            return ExitCode::from(EXIT_START_FAILED);
+        }
+    };
+    match crackbox_engine::run(config) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("crackbox: {err}");
+            ExitCode::from(err.exit_status())
+        }
+    }
 }
 
 fn clamp_exit(code: i32) -> u8 {

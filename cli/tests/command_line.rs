@@ -270,3 +270,102 @@ fn colour_only_on_a_terminal_and_never_with_no_color() {
         "NO_COLOR turns it off"
     );
 }
+
+/// Runs `crackbox ARGS...` to its exit (killed after 20 s if it does not
+/// exit by itself); returns the exit code and stderr.
+fn exit_of(args: &[String]) -> (Option<i32>, String) {
+    let mut child = isolated(Command::new(env!("CARGO_BIN_EXE_crackbox")).args(args))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start crackbox");
+    let exited = wait_until(Duration::from_secs(20), || matches!(child.try_wait(), Ok(Some(_))));
+    if !exited {
+        let _ = child.kill();
+    }
+    let output = child.wait_with_output().unwrap();
+    assert!(exited, "crackbox {args:?} kept running with a busy listener");
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_busy_listener_address_makes_serve_exit_naming_it() {
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy = held.local_addr().unwrap().to_string();
+    let free = || format!("127.0.0.1:{}", free_port());
+    let cases = [
+        (
+            ["--listen", &busy, "--admin", &free(), "--transparent", ""],
+            "forward proxy",
+        ),
+        (
+            ["--listen", &free(), "--admin", &free(), "--transparent", &busy],
+            "transparent",
+        ),
+        (
+            ["--listen", &free(), "--admin", &busy, "--transparent", ""],
+            "admin API",
+        ),
+    ];
+    let dns = [
+        "--listen",
+        &free(),
+        "--admin",
+        &free(),
+        "--transparent",
+        "",
+        "--dns-listen",
+        &busy,
+    ];
+    let mut runs: Vec<(Vec<&str>, &str)> = cases.iter().map(|(flags, what)| (flags.to_vec(), *what)).collect();
+    runs.push((dns.to_vec(), "DNS"));
+    for (flags, what) in runs {
+        let mut args = vec!["proxy".to_owned(), "serve".to_owned()];
+        args.extend(flags.iter().map(|f| f.to_string()));
+        let (code, stderr) = exit_of(&args);
+        assert_eq!(code, Some(1), "{args:?}: {stderr}");
+        assert_eq!(
+            stderr,
+            format!("crackbox: cannot listen on {busy} ({what}): address in use\n"),
+            "{args:?}"
+        );
+    }
+    let mut engine: Vec<String> = ["proxy", "engine", "--listen", &busy, "--transparent", ""]
+        .map(String::from)
+        .to_vec();
+    engine.extend([
+        "--control-socket".to_owned(),
+        "/nonexistent-crackbox-test/control.sock".to_owned(),
+    ]);
+    let (code, stderr) = exit_of(&engine);
+    assert_eq!(code, Some(78), "the engine's start-failure status: {stderr}");
+    assert!(
+        stderr.contains(&format!("cannot listen on {busy} (forward proxy): address in use")),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_second_daemon_on_the_same_ports_exits_instead_of_sharing_them() {
+    let listeners = Listeners::fresh();
+    let _first = listeners.serve("--admin", "--transparent");
+    // Another admin port, so only the engine's listeners collide (they use
+    // SO_REUSEPORT, which alone would let a second engine share the port).
+    let args: Vec<String> = ["proxy", "serve", "--listen", &listeners.proxy.to_string()]
+        .into_iter()
+        .chain(["--admin", &format!("127.0.0.1:{}", free_port()), "--transparent", ""])
+        .map(String::from)
+        .collect();
+    let (code, stderr) = exit_of(&args);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(
+        stderr,
+        format!(
+            "crackbox: cannot listen on {} (forward proxy): address in use\n",
+            listeners.proxy
+        )
+    );
+}

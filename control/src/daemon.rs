@@ -6,6 +6,7 @@ use crate::publisher::{self, EngineLink};
 use crate::registry::Registry;
 use crate::supervisor::Supervisor;
 use anyhow::Context;
+use crackbox_engine::startup::{check_engine_listeners, ListenError, Listener};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -46,12 +47,16 @@ async fn run_async(settings: Settings, mode: Mode) -> anyhow::Result<()> {
             (dir.path().join("control.sock"), Some(dir))
         }
     };
+    if mode == Mode::Serve {
+        // Before anything is spawned: a busy port is this process's one-line error.
+        check_engine_listeners(&settings.engine_config(socket.clone()))?;
+    }
     let registry = Arc::new(Registry::load(settings.state_path.clone(), settings.seeds.clone()));
     let link = Arc::new(EngineLink::default());
     let engine_listener = publisher::bind(&socket).with_context(|| format!("control socket {}", socket.display()))?;
     let admin_listener = tokio::net::TcpListener::bind(settings.admin_listen)
         .await
-        .with_context(|| format!("admin API listener {}", settings.admin_listen))?;
+        .map_err(|err| ListenError::new(settings.admin_listen, Listener::Admin, err))?;
     tracing::info!(
         admin = %settings.admin_listen,
         socket = %socket.display(),
@@ -84,7 +89,17 @@ async fn run_async(settings: Settings, mode: Mode) -> anyhow::Result<()> {
         secret: settings.admin_secret.as_deref().map(|s| Arc::new(Secret::new(s))),
         forward: settings.listen,
     };
-    let served = api::serve(admin_listener, state, shutdown_signal()).await;
+    let start_failure = supervisor.as_ref().map(Supervisor::start_failure);
+    let stop = {
+        let start_failure = start_failure.clone();
+        async move {
+            tokio::select! {
+                () = shutdown_signal() => {}
+                () = engine_gave_up(start_failure) => {}
+            }
+        }
+    };
+    let served = api::serve(admin_listener, state, stop).await;
     accept.abort();
     if let Some(watching) = watching {
         watching.abort();
@@ -94,8 +109,21 @@ async fn run_async(settings: Settings, mode: Mode) -> anyhow::Result<()> {
     }
     let _ = std::fs::remove_file(&socket);
     served.context("admin API failed")?;
+    if let Some(status) = start_failure.and_then(|failure| *failure.borrow()) {
+        anyhow::bail!("the engine could not start ({status}); its error is above");
+    }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Completes when the supervised engine exited without ever serving.
+async fn engine_gave_up(start_failure: Option<tokio::sync::watch::Receiver<Option<std::process::ExitStatus>>>) {
+    if let Some(mut failure) = start_failure {
+        if failure.wait_for(Option::is_some).await.is_ok() {
+            return;
+        }
+    }
+    std::future::pending().await
 }
 
 /// Completes on SIGTERM or SIGINT.

@@ -1,13 +1,19 @@
 //! The engine child of `proxy serve`: started, restarted with backoff, stopped.
 //!
+//! An engine that exits with `EXIT_START_FAILED` never started serving (a
+//! busy listener, unusable settings): restarting it cannot help, so the
+//! supervisor stops and reports it, and `serve` exits non-zero. Any other exit
+//! is a death after serving and is restarted with backoff.
+//!
 //! The child is started from one long-lived thread that also waits for it,
 //! because PR_SET_PDEATHSIG fires when the *thread* that forked exits: the
 //! child gets SIGKILL if `serve` dies in any way, so it never outlives it.
 
+use crackbox_engine::startup::EXIT_START_FAILED;
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{Child, Command};
+use std::process::{Child, Command, ExitStatus};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -43,6 +49,7 @@ struct Shared {
 pub struct Supervisor {
     shared: Arc<(Mutex<Shared>, Condvar)>,
     thread: JoinHandle<()>,
+    start_failure: tokio::sync::watch::Receiver<Option<ExitStatus>>,
 }
 
 impl Supervisor {
@@ -50,10 +57,21 @@ impl Supervisor {
     pub fn start(program: PathBuf, args: Vec<OsString>) -> std::io::Result<Self> {
         let shared = Arc::new((Mutex::new(Shared::default()), Condvar::new()));
         let thread_shared = shared.clone();
+        let (failed, start_failure) = tokio::sync::watch::channel(None);
         let thread = std::thread::Builder::new()
             .name("engine-supervisor".into())
-            .spawn(move || supervise(&program, &args, &thread_shared))?;
-        Ok(Supervisor { shared, thread })
+            .spawn(move || supervise(&program, &args, &thread_shared, &failed))?;
+        Ok(Supervisor {
+            shared,
+            thread,
+            start_failure,
+        })
+    }
+
+    /// Becomes `Some(status)` when the engine exited without ever serving;
+    /// the supervisor has then stopped.
+    pub fn start_failure(&self) -> tokio::sync::watch::Receiver<Option<ExitStatus>> {
+        self.start_failure.clone()
     }
 
     /// The running child's pid, if one is running.
@@ -93,7 +111,12 @@ fn lock(state: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
     state.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn supervise(program: &PathBuf, args: &[OsString], shared: &(Mutex<Shared>, Condvar)) {
+fn supervise(
+    program: &PathBuf,
+    args: &[OsString],
+    shared: &(Mutex<Shared>, Condvar),
+    failed: &tokio::sync::watch::Sender<Option<ExitStatus>>,
+) {
     let (state, wake) = shared;
     let mut backoff = MIN_BACKOFF;
     loop {
@@ -118,6 +141,13 @@ fn supervise(program: &PathBuf, args: &[OsString], shared: &(Mutex<Shared>, Cond
                 if lock(state).stopping {
                     tracing::info!(status = ?status, "engine stopped");
                     return;
+                }
+                if let Ok(status) = status.as_ref() {
+                    if status.code() == Some(i32::from(EXIT_START_FAILED)) {
+                        tracing::error!(%status, "the engine could not start; not restarting it");
+                        failed.send_replace(Some(*status));
+                        return;
+                    }
                 }
                 tracing::warn!(status = ?status, "engine exited; restarting it");
             }
@@ -207,5 +237,20 @@ mod tests {
         let second = supervisor.pid().unwrap();
         supervisor.stop();
         assert!(!alive(second), "stop ends the child");
+    }
+
+    #[test]
+    fn a_child_that_never_started_is_reported_not_restarted() {
+        let script = format!("echo started >> \"$0\"; exit {EXIT_START_FAILED}");
+        let dir = tempfile::tempdir().unwrap();
+        let runs = dir.path().join("runs");
+        let args = vec!["-c".into(), script.into(), runs.clone().into()];
+        let supervisor = Supervisor::start("sh".into(), args).unwrap();
+        let failure = supervisor.start_failure();
+        assert!(wait_for(|| failure.borrow().is_some()), "reported");
+        assert_eq!(failure.borrow().unwrap().code(), Some(i32::from(EXIT_START_FAILED)));
+        std::thread::sleep(MIN_BACKOFF * 3);
+        assert_eq!(std::fs::read_to_string(&runs).unwrap(), "started\n", "never restarted");
+        supervisor.stop();
     }
 }

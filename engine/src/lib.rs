@@ -7,6 +7,8 @@
 //!   ClientHello's server name, the control <-> engine wire protocol, admin
 //!   API bodies and canned responses.
 //! - [`json_object`] (pure): struct bodies that decode from JSON objects only.
+//! - [`startup`] (pure): the listeners the engine binds, the one-line error
+//!   when one is busy, and the exit status of an engine that never served.
 //! - `plane` (feature `runtime`, the only gated module): the monoio data
 //!   plane, started with `run`.
 //!
@@ -68,6 +70,7 @@ pub mod config;
 pub mod json_object;
 pub mod policy;
 pub mod protocol;
+pub mod startup;
 
 #[cfg(feature = "runtime")]
 mod plane;

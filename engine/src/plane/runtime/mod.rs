@@ -15,6 +15,7 @@ use crate::plane::worker::{Shared, Worker};
 use crate::policy::guard::DestinationGuard;
 use crate::policy::registry::Registry;
 use crate::policy::watch::Watched;
+use crate::startup::{check_engine_listeners, engine_listeners, EngineError, ListenError, Listener};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io;
 use std::net::{SocketAddr, TcpListener};
@@ -44,9 +45,6 @@ impl Plane {
     }
 }
 
-/// Ports a steered address listens on: HTTP and TLS.
-const STEERED_PORTS: [u16; 2] = [80, 443];
-
 /// The listeners one core thread serves; the forward listener first.
 type ThreadListeners = Vec<(Plane, TcpListener)>;
 
@@ -58,11 +56,13 @@ struct Bound {
     steered: Vec<SocketAddr>,
 }
 
-/// Runs the engine; returns only if start-up fails or every core thread dies.
-pub fn run(mut config: EngineConfig) -> io::Result<()> {
+/// Runs the engine; returns only if start-up fails or every core thread dies
+/// (see [`EngineError`] for how the two are told apart).
+pub fn run(mut config: EngineConfig) -> Result<(), EngineError> {
     let fd_limit = raise_fd_limit();
     cap_connections_below_fd_limit(&mut config, fd_limit);
     let threads = config.threads.max(1);
+    check_engine_listeners(&config)?;
     let bound = bind_all(&config, threads)?;
     config.listen = bound.forward;
     config.transparent_listen = bound.transparent;
@@ -120,25 +120,21 @@ pub fn run(mut config: EngineConfig) -> io::Result<()> {
     for handle in handles {
         let _ = handle.join();
     }
-    Err(io::Error::other("every engine core thread stopped"))
+    Err(EngineError::Stopped)
 }
 
 /// Binds one listener per thread for every plane, each plane's on one port.
-fn bind_all(config: &EngineConfig, threads: usize) -> io::Result<Bound> {
-    let mut wanted = vec![(Plane::Forward, config.listen, "forward")];
-    wanted.extend(
-        config
-            .transparent_listen
-            .map(|addr| (Plane::Transparent, addr, "transparent")),
-    );
-    for ip in &config.steer {
-        for port in STEERED_PORTS {
-            wanted.push((Plane::Steered(port), SocketAddr::new(*ip, port), "steered"));
-        }
-    }
+fn bind_all(config: &EngineConfig, threads: usize) -> Result<Bound, EngineError> {
     let mut first = Vec::new();
-    for (plane, addr, what) in wanted {
-        let listener = bind(addr).map_err(|e| with_addr(e, what, addr))?;
+    for (addr, listener) in engine_listeners(config) {
+        let plane = match listener {
+            Listener::Forward => Plane::Forward,
+            Listener::Transparent => Plane::Transparent,
+            Listener::Steered => Plane::Steered(addr.port()),
+            // Bound by the DNS filter itself.
+            Listener::Dns | Listener::Admin => continue,
+        };
+        let listener = bind(addr).map_err(|e| ListenError::new(addr, listener, e))?;
         first.push((plane, listener.local_addr()?, listener));
     }
     let planes: Vec<(Plane, SocketAddr)> = first.iter().map(|(plane, addr, _)| (*plane, *addr)).collect();
@@ -166,10 +162,6 @@ fn bind_all(config: &EngineConfig, threads: usize) -> io::Result<Bound> {
         transparent: of(|plane| *plane == Plane::Transparent).next(),
         steered: of(|plane| matches!(plane, Plane::Steered(_))).collect(),
     })
-}
-
-fn with_addr(err: io::Error, what: &str, addr: SocketAddr) -> io::Error {
-    io::Error::new(err.kind(), format!("cannot listen on {addr} ({what}): {err}"))
 }
 
 fn bind(addr: SocketAddr) -> io::Result<TcpListener> {

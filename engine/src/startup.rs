@@ -1,0 +1,169 @@
+//! Start-up failures and how they are told apart from a later death.
+//!
+//! A listener that cannot be bound at start is fatal: the engine exits with
+//! [`EXIT_START_FAILED`] and one line naming the address, the listener and
+//! the cause, and `proxy serve` stops instead of restarting it (a restart
+//! cannot free a port someone else holds). An engine that dies after it
+//! started serving exits otherwise and is restarted with backoff.
+//!
+//! [`check_free`] runs before the engine's own `SO_REUSEPORT` binds (and in
+//! `proxy serve` before the engine is spawned): a plain bind conflicts with
+//! any listener on the address, where a reuse-port bind would silently share
+//! the port with another crackbox of the same user. Pure std, no runtime.
+
+use crate::config::EngineConfig;
+use std::fmt;
+use std::io;
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+
+/// Exit status of an engine that never started serving; `proxy serve` does
+/// not restart it. (78 is sysexits' EX_CONFIG.)
+pub const EXIT_START_FAILED: u8 = 78;
+
+/// Ports of the steered listeners on each steer address (DESIGN 2.5).
+pub const STEERED_PORTS: [u16; 2] = [80, 443];
+
+/// A listener crackbox binds, named as the one-line error names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listener {
+    /// The forward proxy (`--listen`).
+    Forward,
+    /// The transparent listener (`--transparent`).
+    Transparent,
+    /// A steered listener (port 80 or 443 of a steer address).
+    Steered,
+    /// The admin API (`--admin`).
+    Admin,
+    /// The DNS filter (`--dns-listen`), UDP and TCP.
+    Dns,
+}
+
+impl fmt::Display for Listener {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Listener::Forward => "forward proxy",
+            Listener::Transparent => "transparent",
+            Listener::Steered => "steered",
+            Listener::Admin => "admin API",
+            Listener::Dns => "DNS",
+        })
+    }
+}
+
+/// A listener that cannot be bound.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot listen on {addr} ({listener}): {}", cause(.error))]
+pub struct ListenError {
+    /// The address asked for.
+    pub addr: SocketAddr,
+    /// Which listener it is for.
+    pub listener: Listener,
+    /// What bind or listen said.
+    pub error: io::Error,
+}
+
+impl ListenError {
+    /// `error` from binding `listener` on `addr`.
+    pub fn new(addr: SocketAddr, listener: Listener, error: io::Error) -> Self {
+        ListenError { addr, listener, error }
+    }
+}
+
+/// The cause in words a user acts on, without the OS error number.
+fn cause(error: &io::Error) -> String {
+    match error.kind() {
+        io::ErrorKind::AddrInUse => "address in use".into(),
+        io::ErrorKind::AddrNotAvailable => "no such address on this host".into(),
+        io::ErrorKind::PermissionDenied => "permission denied (ports below 1024 need CAP_NET_BIND_SERVICE)".into(),
+        _ => error.to_string(),
+    }
+}
+
+/// Why the engine stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// A listener could not be bound at start.
+    #[error(transparent)]
+    Listen(#[from] ListenError),
+    /// Something else failed before the engine served (threads, resolver pool).
+    #[error("the engine could not start: {0}")]
+    Start(io::Error),
+    /// Every core thread stopped after the engine had started serving.
+    #[error("every engine core thread stopped")]
+    Stopped,
+}
+
+impl From<io::Error> for EngineError {
+    fn from(error: io::Error) -> Self {
+        EngineError::Start(error)
+    }
+}
+
+impl EngineError {
+    /// The process exit status this failure maps to.
+    pub fn exit_status(&self) -> u8 {
+        match self {
+            EngineError::Listen(_) | EngineError::Start(_) => EXIT_START_FAILED,
+            EngineError::Stopped => 1,
+        }
+    }
+}
+
+/// Fails if anything already listens on `addr` (TCP, and UDP too for the
+/// DNS filter). Port 0 (any free port) is never taken.
+pub fn check_free(addr: SocketAddr, listener: Listener) -> Result<(), ListenError> {
+    if addr.port() == 0 {
+        return Ok(());
+    }
+    let fail = |error| ListenError::new(addr, listener, error);
+    drop(TcpListener::bind(addr).map_err(fail)?);
+    if listener == Listener::Dns {
+        drop(UdpSocket::bind(addr).map_err(fail)?);
+    }
+    Ok(())
+}
+
+/// Every listener the engine binds for `config`.
+pub fn engine_listeners(config: &EngineConfig) -> Vec<(SocketAddr, Listener)> {
+    let mut wanted = vec![(config.listen, Listener::Forward)];
+    wanted.extend(config.transparent_listen.map(|addr| (addr, Listener::Transparent)));
+    for ip in &config.steer {
+        wanted.extend(STEERED_PORTS.map(|port| (SocketAddr::new(*ip, port), Listener::Steered)));
+    }
+    wanted.extend(config.dns_listen.map(|addr| (addr, Listener::Dns)));
+    wanted
+}
+
+/// [`check_free`] for every listener the engine binds for `config`.
+pub fn check_engine_listeners(config: &EngineConfig) -> Result<(), ListenError> {
+    engine_listeners(config)
+        .into_iter()
+        .try_for_each(|(addr, listener)| check_free(addr, listener))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_busy_address_is_named_with_its_listener_and_cause() {
+        let held = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = held.local_addr().unwrap();
+        let err = check_free(addr, Listener::Forward).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!("cannot listen on {addr} (forward proxy): address in use")
+        );
+        assert_eq!(EngineError::from(err).exit_status(), EXIT_START_FAILED);
+        drop(held);
+        assert!(check_free(addr, Listener::Forward).is_ok());
+    }
+
+    #[test]
+    fn a_udp_only_holder_blocks_the_dns_filter() {
+        let held = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let addr = held.local_addr().unwrap();
+        let err = check_free(addr, Listener::Dns).unwrap_err();
+        assert!(err.to_string().ends_with("(DNS): address in use"), "{err}");
+    }
+}
