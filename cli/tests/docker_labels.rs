@@ -195,27 +195,34 @@ fn labelled_containers_get_their_allowlist_others_are_denied_with_the_reason() {
 }
 
 #[test]
-fn stopped_container_is_unregistered_within_a_second() {
+fn stopped_or_disconnected_container_is_unregistered_within_a_second() {
     if !docker_ready() {
         return;
     }
     let lab = Lab::start(&[]);
-    let name = unique("agent-stop");
-    let ip = lab.start_agent(&name, &[&format!("io.crackbox.allow={ALLOWED}")]);
-    let quoted = format!("\"ip\":\"{ip}\"");
-    assert!(wait_for(Duration::from_secs(10), || lab
-        .daemon
-        .get("/v1/state")
-        .contains(&quoted)));
-    docker(&["stop", "-t", "0", &name]);
-    assert!(
-        wait_for(Duration::from_secs(1), || !lab
-            .daemon
-            .get("/v1/state")
-            .contains(&quoted)),
-        "still registered a second after the stop: {}",
-        lab.daemon.get("/v1/state")
-    );
+    let label = format!("io.crackbox.allow={ALLOWED}");
+    let (stopped, left) = (unique("agent-stop"), unique("agent-leave"));
+    let registered = |ip: &str| lab.daemon.get("/v1/state").contains(&format!("\"ip\":\"{ip}\""));
+    let departures: [(&str, &[&str]); 2] = [
+        (&stopped, &["stop", "-t", "0"]),
+        (&left, &["network", "disconnect", &lab.agents]),
+    ];
+    for (name, command) in departures {
+        let ip = lab.start_agent(name, &[&label]);
+        assert!(
+            wait_for(Duration::from_secs(10), || registered(&ip)),
+            "{name} never registered"
+        );
+        let mut args = command.to_vec();
+        args.push(name);
+        docker(&args);
+        assert!(
+            wait_for(Duration::from_secs(1), || !registered(&ip)),
+            "{name} still registered a second after `docker {}`: {}",
+            command.join(" "),
+            lab.daemon.get("/v1/state")
+        );
+    }
 }
 
 #[test]

@@ -12,6 +12,7 @@
 //! the watcher answers for, so a container's first connection waits for its
 //! registration instead of being denied.
 
+mod departures;
 mod labels;
 mod plan;
 mod registrations;
@@ -22,9 +23,11 @@ pub use labels::{ALLOW_LABEL, ID_LABEL, ID_PREFIX};
 use crate::config::DockerWatch;
 use crate::publisher::EngineLink;
 use crate::registry::Registry;
+use bollard::models::{EventMessage, EventMessageTypeEnum};
 use bollard::query_parameters::{EventsOptionsBuilder, ListContainersOptionsBuilder};
 use bollard::Docker;
 use crackbox_engine::wire::WatchList;
+use departures::{Departures, Event};
 use futures_util::{FutureExt, StreamExt};
 use plan::Seen;
 use scope::Source;
@@ -54,6 +57,8 @@ pub struct Watcher {
     link: Arc<EngineLink>,
     /// `(container id, problem)` already warned about.
     warned: HashSet<(String, String)>,
+    /// Departures the events announced before the container list shows them.
+    departures: Departures,
 }
 
 impl Watcher {
@@ -69,6 +74,7 @@ impl Watcher {
             registry,
             link,
             warned: HashSet::new(),
+            departures: Departures::default(),
         })
     }
 
@@ -110,21 +116,40 @@ impl Watcher {
         self.reconcile(&docker).await?;
         *reconciled = true;
         loop {
-            match events.next().await {
-                None => return Err("the Docker event stream ended".into()),
-                Some(Err(e)) => return Err(e.to_string()),
-                Some(Ok(_)) => {}
-            }
+            let first = events.next().await;
+            self.take(first)?;
             // One reconciliation for a whole burst (e.g. many containers starting).
             while let Some(next) = events.next().now_or_never() {
-                match next {
-                    None => return Err("the Docker event stream ended".into()),
-                    Some(Err(e)) => return Err(e.to_string()),
-                    Some(Ok(_)) => {}
-                }
+                self.take(next)?;
             }
             self.reconcile(&docker).await?;
         }
+    }
+
+    /// Notes one item of the event stream; an error when the stream failed or ended.
+    fn take(&mut self, item: Option<Result<EventMessage, bollard::errors::Error>>) -> Result<(), String> {
+        let event = match item {
+            None => return Err("the Docker event stream ended".into()),
+            Some(Err(e)) => return Err(e.to_string()),
+            Some(Ok(event)) => event,
+        };
+        let actor = event.actor.unwrap_or_default();
+        let id = actor.id.unwrap_or_default();
+        let attributes = actor.attributes.unwrap_or_default();
+        let container = attributes.get("container").map(String::as_str).unwrap_or_default();
+        let action = event.action.unwrap_or_default();
+        tracing::debug!(%action, %id, "Docker event");
+        let noted = match (event.typ, action.as_str()) {
+            (Some(EventMessageTypeEnum::CONTAINER), "start") => Some(Event::Started(&id)),
+            (Some(EventMessageTypeEnum::CONTAINER), "die" | "destroy") => Some(Event::Exited(&id)),
+            (Some(EventMessageTypeEnum::NETWORK), "connect") => Some(Event::Connected(container, &id)),
+            (Some(EventMessageTypeEnum::NETWORK), "disconnect") => Some(Event::Disconnected(container, &id)),
+            _ => None,
+        };
+        if let Some(noted) = noted {
+            self.departures.note(noted);
+        }
+        Ok(())
     }
 
     /// Makes the watcher's registrations match the running labelled containers.
@@ -139,7 +164,8 @@ impl Watcher {
             .list_containers(Some(options))
             .await
             .map_err(|e| format!("listing containers: {e}"))?;
-        let seen: Vec<Seen> = containers.into_iter().map(seen).collect();
+        let mut seen: Vec<Seen> = containers.into_iter().map(seen).collect();
+        self.departures.apply(&mut seen);
         let holdings = registrations::holdings(&self.registry);
         let plan = plan::plan(&seen, &scope, &holdings);
         self.warn_once(&seen, &plan);
