@@ -192,6 +192,27 @@ fn labelled_containers_get_their_allowlist_others_are_denied_with_the_reason() {
         .collect();
     assert_eq!(warnings.len(), 1, "{logs}");
     assert!(warnings[0].contains("bad host"), "{}", warnings[0]);
+
+    // The same label-watching crackbox serves `crackbox run --daemon` too;
+    // the run's own registration is left to the run.
+    let id = unique("run-on-watcher");
+    let out = daemon_run_command(
+        &lab.daemon.name,
+        &id,
+        ALLOWED,
+        &[],
+        &["sh", "-c", &probe(&[&allowed, &denied])],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "200: 403:not-allowed ",
+        "{}",
+        describe(&out)
+    );
+    assert!(!lab.daemon.get("/v1/state").contains(&id));
+    assert_eq!(leftovers(&id), Vec::<String>::new());
 }
 
 #[test]
