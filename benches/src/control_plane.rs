@@ -256,3 +256,29 @@ pub fn fdatasync_floor(dir: &Path, samples: usize) -> anyhow::Result<Latencies> 
     std::fs::remove_file(path)?;
     Ok(latencies)
 }
+
+/// Changes at `rate` per second for `seconds` (registering and unregistering
+/// sources of block 252 in turn) against a running daemon; the rate achieved.
+/// For measuring the data plane while the registry churns.
+pub fn churn(admin: Admin, rate: u32, seconds: u64) -> anyhow::Result<f64> {
+    anyhow::ensure!(
+        (1..=10_000).contains(&rate),
+        "the churn rate must be 1..=10000 per second"
+    );
+    let total = rate as u64 * seconds;
+    let every = Duration::from_secs(1) / rate;
+    let started = Instant::now();
+    for n in 0..total {
+        let due = started + every * n as u32;
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        let ip = source(252, (n / 2) as usize % 4096);
+        if n % 2 == 0 {
+            admin.ok("POST", "/v1/register", &entry(&ip))?;
+        } else {
+            admin.ok("POST", "/v1/unregister", &json!({ "ip": ip }))?;
+        }
+    }
+    Ok(total as f64 / started.elapsed().as_secs_f64())
+}

@@ -8,12 +8,17 @@
 //!
 //!   cargo build --release -p crackbox -p crackbox-benches
 //!   target/release/crackbox-control-bench --binary target/release/crackbox
+//!
+//! With `--churn-admin ADDR` it instead churns a running daemon's registry
+//! at `--churn-rate` changes per second for `--churn-seconds`, to measure the
+//! data plane (e.g. with crackbox-load) while the registry changes.
 
 use anyhow::Context;
 use clap::Parser;
 use crackbox_benches::control_plane::{
-    batch, concurrent, fdatasync_floor, fill_one_by_one, health_round_trip, sequential, Daemon, Latencies,
+    batch, churn, concurrent, fdatasync_floor, fill_one_by_one, health_round_trip, sequential, Admin, Daemon, Latencies,
 };
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -21,9 +26,18 @@ use std::time::{Duration, Instant};
 #[derive(Parser)]
 #[command(name = "crackbox-control-bench", version)]
 struct Options {
-    /// The crackbox binary to start.
+    /// The crackbox binary to start (for the table).
+    #[arg(long, required_unless_present = "churn_admin")]
+    binary: Option<PathBuf>,
+    /// Instead of the table: churn this running daemon's admin API.
     #[arg(long)]
-    binary: PathBuf,
+    churn_admin: Option<SocketAddr>,
+    /// Changes per second of the churn.
+    #[arg(long, default_value_t = 200)]
+    churn_rate: u32,
+    /// Seconds the churn lasts.
+    #[arg(long, default_value_t = 20)]
+    churn_seconds: u64,
     /// Registry sizes to measure at (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "100,1000,10000")]
     sizes: Vec<usize>,
@@ -47,6 +61,12 @@ fn ms(d: Duration) -> String {
 
 fn main() -> anyhow::Result<()> {
     let options = Options::parse();
+    if let Some(admin) = options.churn_admin {
+        let achieved = churn(Admin(admin), options.churn_rate, options.churn_seconds)?;
+        println!("churned {achieved:.0} changes/s for {} s", options.churn_seconds);
+        return Ok(());
+    }
+    let binary = options.binary.clone().context("--binary")?;
     if options.sizes.iter().any(|&s| s > 60_000) || options.fill > 60_000 || options.clients == 0 {
         anyhow::bail!("sizes and --fill must be at most 60,000, --clients at least 1");
     }
@@ -56,7 +76,7 @@ fn main() -> anyhow::Result<()> {
     let mut fills = Vec::new();
     for with_state in [false, true] {
         let mode = if with_state { "--state" } else { "in memory" };
-        let daemon = Daemon::start(&options.binary, with_state)?;
+        let daemon = Daemon::start(&binary, with_state)?;
         let admin = daemon.admin;
         floors.push((
             mode,
@@ -89,10 +109,10 @@ fn main() -> anyhow::Result<()> {
             );
         }
         drop(daemon);
-        let daemon = Daemon::start(&options.binary, with_state)?;
+        let daemon = Daemon::start(&binary, with_state)?;
         fills.push((mode, "one by one", fill_one_by_one(daemon.admin, options.fill)?));
         drop(daemon);
-        let daemon = Daemon::start(&options.binary, with_state)?;
+        let daemon = Daemon::start(&binary, with_state)?;
         std::thread::sleep(Duration::from_secs(1));
         let before = daemon.engine_rss_kib()?;
         let started = Instant::now();
