@@ -114,9 +114,15 @@ fn bodies_that_are_not_json_objects_are_400_and_change_nothing() {
         ("/v1/unregister", r#"["127.0.0.1"]"#),
         ("/v1/unregister", r#""127.0.0.1""#),
         ("/v1/unregister", "true"),
+        ("/v1/batch", r#"[[["10.0.0.2","x",[]]],[]]"#),
+        ("/v1/batch", r#"{"register":[["10.0.0.2","x",["pypi.org"]]]}"#),
+        ("/v1/batch", r#"{"unregister":[["127.0.0.1"]]}"#),
+        ("/v1/batch", r#"{"unregister":["127.0.0.1"]}"#),
+        ("/v1/state", r#"[["10.0.0.2","x",["pypi.org"]]]"#),
     ];
     for (path, body) in shapes {
-        let (status, answer) = admin(ports.admin, "POST", path, Some(body.as_bytes()), &[]);
+        let method = if path == "/v1/state" { "PUT" } else { "POST" };
+        let (status, answer) = admin(ports.admin, method, path, Some(body.as_bytes()), &[]);
         assert_eq!(status, 400, "{path} {body}: {answer}");
         let error: serde_json::Value = serde_json::from_str(&answer).unwrap();
         let message = error["error"].as_str().unwrap_or_default();
