@@ -392,9 +392,9 @@ fn lost_docker_connection_is_reconciled_on_reconnect() {
                 "serve",
                 "--listen",
                 &proxy,
-                "--admin-listen",
+                "--admin",
                 &admin,
-                "--transparent-listen",
+                "--transparent",
                 "",
             ])
             .args(["--docker-network", &upstream.network, "--allow-private-destinations"])

@@ -148,8 +148,8 @@ impl Daemon {
         let (proxy, admin) = (free_port()?, free_port()?);
         let mut command = Command::new(binary);
         command
-            .args(["proxy", "serve", "--transparent-listen", "", "--threads", "1"])
-            .args(["--listen", &proxy.to_string(), "--admin-listen", &admin.to_string()])
+            .args(["proxy", "serve", "--transparent", "", "--threads", "1"])
+            .args(["--listen", &proxy.to_string(), "--admin", &admin.to_string()])
             .arg("--config")
             .arg(dir.join("crackbox.toml"))
             .arg("--control-socket")

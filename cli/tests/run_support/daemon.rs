@@ -53,9 +53,9 @@ impl Daemon {
             crackbox_image(),
             "proxy".into(),
             "serve".into(),
-            "--admin-listen".into(),
+            "--admin".into(),
             admin.clone(),
-            "--transparent-listen".into(),
+            "--transparent".into(),
             String::new(),
         ]);
         args.extend(flags.iter().map(|f| f.to_string()));

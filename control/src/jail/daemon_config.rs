@@ -63,12 +63,12 @@ pub fn endpoints(args: &[String], env: &[String]) -> Result<DaemonEndpoints, Str
     let admin_text = parsed
         .admin_listen
         .or_else(|| var("CRACKBOX_ADMIN_ADDR"))
-        .ok_or("its admin API listens on loopback only (the default): start it with --admin-listen IP:PORT on its address on a network this host reaches and jails never join")?;
+        .ok_or("its admin API listens on loopback only (the default): start it with --admin IP:PORT on its address on a network this host reaches and jails never join")?;
     let admin = parse_addr(&admin_text).map_err(|e| format!("admin listener: {e}"))?;
     if admin.ip().is_loopback() || admin.ip().is_unspecified() {
         return Err(format!(
             "its admin API listens on {admin}: give it its own address on a network this host reaches \
-             and jails never join (--admin-listen IP:PORT), so workloads cannot reach it"
+             and jails never join (--admin IP:PORT), so workloads cannot reach it"
         ));
     }
     let listen_text = parsed
@@ -108,7 +108,7 @@ mod tests {
     fn endpoints_come_from_flags_then_environment() {
         let cases: &[Case] = &[
             (
-                &["proxy", "serve", "--admin-listen", "10.9.0.2:3129"],
+                &["proxy", "serve", "--admin", "10.9.0.2:3129"],
                 &["CRACKBOX_ADMIN_SECRET=s3"],
                 "10.9.0.2:3129",
                 3128,
@@ -154,21 +154,17 @@ mod tests {
             (&["proxy", "serve", "--no-such-flag"], &[], "do not parse"),
             (&["proxy", "serve"], &[], "loopback only"),
             (
-                &["proxy", "serve", "--admin-listen", "127.0.0.1:3129"],
+                &["proxy", "serve", "--admin", "127.0.0.1:3129"],
                 &[],
                 "listens on 127.0.0.1:3129",
             ),
-            (
-                &["proxy", "serve", "--admin-listen", ":3129"],
-                &[],
-                "listens on 0.0.0.0:3129",
-            ),
-            (&["proxy", "serve", "--admin-listen", "nonsense"], &[], "admin listener"),
+            (&["proxy", "serve", "--admin", ":3129"], &[], "listens on 0.0.0.0:3129"),
+            (&["proxy", "serve", "--admin", "nonsense"], &[], "admin listener"),
             (
                 &[
                     "proxy",
                     "serve",
-                    "--admin-listen",
+                    "--admin",
                     "10.0.0.2:3129",
                     "--listen",
                     "10.0.0.2:3128",
