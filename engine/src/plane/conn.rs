@@ -93,14 +93,30 @@ impl Conn {
     }
 
     /// Writes all of `data`, waiting for readiness whenever the socket is full.
-    pub(crate) async fn write_all(&self, mut data: &[u8]) -> io::Result<()> {
+    pub(crate) async fn write_all(&self, data: &[u8]) -> io::Result<()> {
+        self.send_all(data, 0).await
+    }
+
+    /// Writes `data` as the last bytes of this connection, then half-closes
+    /// it: the bytes are corked with `MSG_MORE` and the shutdown tacks its
+    /// FIN onto the same segment, so the peer gets one segment and one
+    /// wake-up instead of two. The explicit shutdown (not the close) sends
+    /// it, so a request the peer is still sending, which turns the close
+    /// into a reset, cannot drop the reply.
+    pub(crate) async fn write_last(&self, data: &[u8]) -> io::Result<()> {
+        self.send_all(data, libc::MSG_MORE).await?;
+        self.shutdown_write();
+        Ok(())
+    }
+
+    async fn send_all(&self, mut data: &[u8], flags: libc::c_int) -> io::Result<()> {
         while !data.is_empty() {
             let sent = unsafe {
                 libc::send(
                     self.fd(),
                     data.as_ptr().cast(),
                     data.len(),
-                    libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+                    libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT | flags,
                 )
             };
             match nix_result(sent) {
@@ -125,12 +141,10 @@ impl Conn {
     }
 }
 
+/// One `ioctl(FIONBIO)` instead of `fcntl` get + set: one syscall, not two.
 fn set_nonblocking(fd: RawFd) -> io::Result<()> {
-    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-    if flags < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+    let on: libc::c_int = 1;
+    if unsafe { libc::ioctl(fd, libc::FIONBIO, &on) } < 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(())

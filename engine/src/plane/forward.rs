@@ -275,8 +275,9 @@ impl<'w> Session<'w> {
         }
     }
 
+    /// Sends crackbox's own response; the connection closes right after.
     async fn reply(&self, response: &[u8]) {
-        let _ = self.client.write_all(response).await;
+        let _ = self.client.write_last(response).await;
     }
 
     /// Answers a failed decision or dial; the connection closes afterwards.

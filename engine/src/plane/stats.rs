@@ -31,11 +31,38 @@ pub enum Direction {
 /// Decision counts keyed by registration id and outcome (`None` = allowed).
 type DecisionCounts = FxHashMap<(Arc<str>, Option<Reason>), u64>;
 
+/// One recent denial as the data path records it: no formatting and one
+/// allocation (the host); [`Stats::report`] turns it into a wire [`Denial`].
+struct RecentDenial {
+    time_ms: u64,
+    source: IpAddr,
+    id: Arc<str>,
+    host: Box<str>,
+    port: u16,
+    reason: Reason,
+}
+
+impl RecentDenial {
+    fn to_wire(&self) -> Denial {
+        Denial {
+            time_ms: self.time_ms,
+            ip: self.source.to_string(),
+            id: self.id.to_string(),
+            host: self.host.to_string(),
+            port: self.port,
+            reason: self.reason,
+        }
+    }
+}
+
 /// Counters since the engine started.
 #[derive(Default)]
 pub struct Stats {
     decisions: Mutex<DecisionCounts>,
-    denials: Mutex<VecDeque<Denial>>,
+    denials: Mutex<VecDeque<RecentDenial>>,
+    /// The id counted for unregistered sources (empty), shared so a denial
+    /// allocates none.
+    no_id: Arc<str>,
     log_budget: Mutex<FxHashMap<IpAddr, (u64, u32)>>,
     active: AtomicU64,
     bytes_up: AtomicU64,
@@ -46,6 +73,15 @@ pub struct Stats {
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The longest prefix of `text` of at most `max` bytes that ends on a char boundary.
+fn truncated(text: &str, max: usize) -> &str {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 fn now_ms() -> u64 {
@@ -70,27 +106,28 @@ impl Stats {
 
     /// Counts, remembers and (rate-limited) logs one denial.
     pub fn record_denied(&self, source: IpAddr, id: Option<&Arc<str>>, host: &str, port: u16, reason: Reason) {
-        let id: Arc<str> = id.map_or_else(|| Arc::from(""), Arc::clone);
+        let id = Arc::clone(id.unwrap_or(&self.no_id));
         *lock(&self.decisions)
             .entry((Arc::clone(&id), Some(reason)))
             .or_insert(0) += 1;
-        let host: String = host.chars().take(MAX_HOST_RECORDED).collect();
+        let host = truncated(host, MAX_HOST_RECORDED);
         let time_ms = now_ms();
         if self.may_log(source, time_ms / 1000) {
             tracing::info!(%source, id = %id, host = %host.escape_debug(), port, %reason, "denied");
         }
+        let denial = RecentDenial {
+            time_ms,
+            source,
+            id,
+            host: host.into(),
+            port,
+            reason,
+        };
         let mut ring = lock(&self.denials);
         if ring.len() == DENIAL_RING {
             ring.pop_front();
         }
-        ring.push_back(Denial {
-            time_ms,
-            ip: source.to_string(),
-            id: id.to_string(),
-            host,
-            port,
-            reason,
-        });
+        ring.push_back(denial);
     }
 
     fn may_log(&self, source: IpAddr, second: u64) -> bool {
@@ -141,7 +178,7 @@ impl Stats {
             active_tunnels: self.active.load(Ordering::Relaxed),
             bytes_up: self.bytes_up.load(Ordering::Relaxed),
             bytes_down: self.bytes_down.load(Ordering::Relaxed),
-            denials: lock(&self.denials).iter().cloned().collect(),
+            denials: lock(&self.denials).iter().map(RecentDenial::to_wire).collect(),
             generation: self.generation.load(Ordering::Relaxed),
         }
     }
@@ -194,6 +231,18 @@ mod tests {
         assert_eq!(count("agent", None), 2);
         assert_eq!(count("agent", Some(Reason::NotAllowed)), DENIAL_RING as u64 + 5);
         assert_eq!(count("", Some(Reason::Unregistered)), 1);
+    }
+
+    #[test]
+    fn recorded_hosts_are_cut_at_255_bytes_on_a_char_boundary() {
+        let stats = Stats::new(0);
+        let long = format!("{}é{}", "a".repeat(254), "b".repeat(10));
+        stats.record_denied("127.0.0.2".parse().unwrap(), None, &long, 443, Reason::NotAllowed);
+        let report = stats.report();
+        assert_eq!(report.denials[0].host, "a".repeat(254));
+        assert_eq!(report.denials[0].ip, "127.0.0.2");
+        assert_eq!(report.denials[0].id, "");
+        assert_eq!(truncated("ok.test", 255), "ok.test");
     }
 
     #[test]

@@ -19,8 +19,12 @@ fn reason_phrase(status: u16) -> &'static str {
     }
 }
 
+/// The whole response (head and `body`) in one allocation.
 fn response(status: u16, reason: Option<Reason>, body: &str) -> Vec<u8> {
-    let mut out = format!(
+    use std::fmt::Write;
+    let mut out = String::with_capacity(160 + body.len());
+    let _ = write!(
+        out,
         "HTTP/1.1 {status} {}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n",
         reason_phrase(status),
         body.len()
@@ -37,19 +41,23 @@ fn response(status: u16, reason: Option<Reason>, body: &str) -> Vec<u8> {
 
 /// The 403 (or 429) for a policy decision against `host:port`.
 pub fn denial(reason: Reason, host: &str, port: u16) -> Vec<u8> {
-    let what = match reason {
-        Reason::NotAllowed if host.is_empty() => "a request that names no host is never allowed".to_owned(),
-        Reason::NotAllowed => format!("{host}:{port} is not on this sandbox's allowlist"),
-        Reason::Unregistered => "this client address is not registered with crackbox".to_owned(),
-        Reason::PrivateAddress => format!("{host}:{port} resolves to a private or crackbox-internal address"),
-        Reason::Revoked => format!("access to {host}:{port} was revoked"),
-        Reason::TooManyConnections => "this client has too many open connections".to_owned(),
-        Reason::InvalidLabel => "this container's io.crackbox labels are invalid (see crackbox's log)".to_owned(),
+    use std::fmt::Write;
+    let mut body = String::with_capacity(160 + host.len());
+    let _ = write!(body, "crackbox: blocked by policy ({reason}): ");
+    let _ = match reason {
+        Reason::NotAllowed if host.is_empty() => write!(body, "a request that names no host is never allowed"),
+        Reason::NotAllowed => write!(body, "{host}:{port} is not on this sandbox's allowlist"),
+        Reason::Unregistered => write!(body, "this client address is not registered with crackbox"),
+        Reason::PrivateAddress => write!(body, "{host}:{port} resolves to a private or crackbox-internal address"),
+        Reason::Revoked => write!(body, "access to {host}:{port} was revoked"),
+        Reason::TooManyConnections => write!(body, "this client has too many open connections"),
+        Reason::InvalidLabel => write!(
+            body,
+            "this container's io.crackbox labels are invalid (see crackbox's log)"
+        ),
     };
+    body.push_str(". This is a crackbox policy decision; retrying another way will not work.\n");
     let status = if reason == Reason::TooManyConnections { 429 } else { 403 };
-    let body = format!(
-        "crackbox: blocked by policy ({reason}): {what}. This is a crackbox policy decision; retrying another way will not work.\n"
-    );
     response(status, Some(reason), &body)
 }
 

@@ -60,7 +60,7 @@ async fn serve_connection(worker: Rc<Worker>, stream: TcpStream, peer: SocketAdd
                 .record_denied(source, None, "", 0, Reason::TooManyConnections);
             if plane.answers_http() {
                 let _ = conn
-                    .write_all(&responses::denial(Reason::TooManyConnections, "", 0))
+                    .write_last(&responses::denial(Reason::TooManyConnections, "", 0))
                     .await;
             }
             return;
