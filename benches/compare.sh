@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Side-by-side: direct path, crackbox, squid and tinyproxy, every load mode,
-# one run, one table. See benches/README.md for how to read it.
+# one run, one table. See benches/README.md for how to read it. The target
+# crackbox-uring is the same binary on the io_uring driver (crackbox itself
+# runs on the default driver), for A/B runs of the two drivers.
 #
 #   benches/compare.sh            full run (several minutes)
 #   QUICK=1 benches/compare.sh    short run (under 3 minutes)
 #
-# Knobs (env): QUICK, TARGETS ("direct crackbox squid tinyproxy"),
+# Knobs (env): QUICK, TARGETS ("direct crackbox squid tinyproxy"; also
+# crackbox-uring), MODES (every mode), ROUNDS (1: runs of each mode per
+# target, alternating targets), DURATION (seconds per timed mode),
 # PROXY_CORE (0), LOAD_CORE (1), BASE_PORT (18000), OUT (results dir),
 # CRACKBOX_BIN, CRACKBOX_LOAD (prebuilt binaries), NO_INSTALL=1 (no apt-get).
 # Other CRACKBOX_* variables (e.g. CRACKBOX_IO_DRIVER=epoll) reach crackbox.
@@ -31,15 +35,18 @@ CRACKBOX_PORT=$((BASE_PORT + 128))
 ADMIN_PORT=$((BASE_PORT + 129))
 SQUID_PORT=$((BASE_PORT + 130))
 TINYPROXY_PORT=$((BASE_PORT + 131))
+URING_PORT=$((BASE_PORT + 132))
+URING_ADMIN_PORT=$((BASE_PORT + 133))
+ROUNDS=${ROUNDS:-1}
 ALLOWED=localhost
 DENIED=denied.invalid:$ECHO_PORT
 # Sources for the idle mode: crackbox caps connections per source address.
 IDLE_SOURCES=127.0.0.1,127.0.0.2,127.0.0.3,127.0.0.4,127.0.0.5,127.0.0.6,127.0.0.7,127.0.0.8,127.0.0.9,127.0.0.10
 
 if [[ $QUICK == 1 ]]; then
-    DURATION=3 BULK_MIB=128 ECHO_COUNT=5000 IDLE_TUNNELS=1000
+    DURATION=${DURATION:-3} BULK_MIB=128 ECHO_COUNT=5000 IDLE_TUNNELS=1000
 else
-    DURATION=10 BULK_MIB=1024 ECHO_COUNT=20000 IDLE_TUNNELS=9000
+    DURATION=${DURATION:-10} BULK_MIB=1024 ECHO_COUNT=20000 IDLE_TUNNELS=9000
 fi
 WORKERS=8
 
@@ -126,7 +133,11 @@ proxy_ready() {
     timeout 10 "$LOAD" idle --proxy "127.0.0.1:$1" --target "$ALLOWED:$ECHO_PORT" --tunnels 1 --hold 0 --timeout 2
 }
 
-start_crackbox() {
+# Starts crackbox as target $1 on ports $2 (proxy) and $3 (admin); extra
+# environment for it follows as NAME=VALUE words.
+start_crackbox_as() {
+    local name=$1 port=$2 admin=$3
+    shift 3
     [[ -x $CRACKBOX ]] || { log "no crackbox binary at $CRACKBOX"; return 1; }
     local register=() source
     for source in ${IDLE_SOURCES//,/ }; do
@@ -134,14 +145,18 @@ start_crackbox() {
     done
     local threads=()
     "$CRACKBOX" proxy serve --help 2>/dev/null | grep -q -- '--threads' && threads=(--threads 1)
-    mkdir -p "$OUT/crackbox"
-    CRACKBOX_LOG=${CRACKBOX_LOG:-warn} start crackbox "$PROXY_CORE" \
-        "$CRACKBOX" proxy serve --listen "127.0.0.1:$CRACKBOX_PORT" --admin "127.0.0.1:$ADMIN_PORT" \
-        --transparent '' --allow-private-destinations --control-socket "$OUT/crackbox/control.sock" \
+    mkdir -p "$OUT/$name"
+    start "$name" "$PROXY_CORE" env CRACKBOX_LOG="${CRACKBOX_LOG:-warn}" "$@" \
+        "$CRACKBOX" proxy serve --listen "127.0.0.1:$port" --admin "127.0.0.1:$admin" \
+        --transparent '' --allow-private-destinations --control-socket "$OUT/$name/control.sock" \
         "${threads[@]}" "${register[@]}"
-    PID_OF[crackbox]=$LAST_PID
-    wait_for 20 proxy_ready "$CRACKBOX_PORT"
+    PID_OF[$name]=$LAST_PID
+    wait_for 20 proxy_ready "$port"
 }
+
+start_crackbox() { start_crackbox_as crackbox "$CRACKBOX_PORT" "$ADMIN_PORT"; }
+
+start_crackbox-uring() { start_crackbox_as crackbox-uring "$URING_PORT" "$URING_ADMIN_PORT" CRACKBOX_IO_DRIVER=io_uring; }
 
 start_squid() {
     command -v squid >/dev/null || { log "squid is not installed"; return 1; }
@@ -206,6 +221,7 @@ EOF
 proxy_port() {
     case $1 in
         crackbox) echo "$CRACKBOX_PORT" ;;
+        crackbox-uring) echo "$URING_PORT" ;;
         squid) echo "$SQUID_PORT" ;;
         tinyproxy) echo "$TINYPROXY_PORT" ;;
     esac
@@ -225,25 +241,32 @@ measure() {
     tail -n 1 "$OUT/load.log" >&2
 }
 
+# Runs one mode once against target $2.
+run_mode() {
+    local mode=$1 t=$2
+    case $mode in
+        connect-bulk) measure "$t" 300 connect-bulk --target "$ALLOWED:$ECHO_PORT" --mib "$BULK_MIB" ;;
+        connect-rate) measure "$t" $((DURATION + 60)) connect-rate --target "$ALLOWED:$ECHO_PORT" \
+            --workers "$WORKERS" --duration "$DURATION" ;;
+        http-keepalive) measure "$t" $((DURATION + 60)) http-rate --target "$ALLOWED:$HTTP_PORT" \
+            --workers "$WORKERS" --duration "$DURATION" ;;
+        http-newconn) measure "$t" $((DURATION + 60)) http-rate --target "$ALLOWED:$HTTP_PORT" \
+            --workers "$WORKERS" --duration "$DURATION" --new-connection ;;
+        echo-latency) measure "$t" 120 echo-latency --target "$ALLOWED:$ECHO_PORT" --count "$ECHO_COUNT" ;;
+        idle) measure "$t" 300 idle --target "$ALLOWED:$ECHO_PORT" --tunnels "$IDLE_TUNNELS" \
+            --bind "$IDLE_SOURCES" --hold 2 --open-limit 180 ;;
+        denied) [[ $t == direct ]] || measure "$t" $((DURATION + 60)) denied --target "$DENIED" \
+            --workers "$WORKERS" --duration "$DURATION" ;;
+        *) log "unknown mode $mode" ;;
+    esac
+}
+
 run_modes() {
-    local t mode
-    local modes=(connect-bulk connect-rate http-keepalive http-newconn echo-latency idle denied)
+    local t mode round
+    local modes=(${MODES:-connect-bulk connect-rate http-keepalive http-newconn echo-latency idle denied})
     for mode in "${modes[@]}"; do
-        for t in "${RUNNING[@]}"; do
-            case $mode in
-                connect-bulk) measure "$t" 300 connect-bulk --target "$ALLOWED:$ECHO_PORT" --mib "$BULK_MIB" ;;
-                connect-rate) measure "$t" $((DURATION + 60)) connect-rate --target "$ALLOWED:$ECHO_PORT" \
-                    --workers "$WORKERS" --duration "$DURATION" ;;
-                http-keepalive) measure "$t" $((DURATION + 60)) http-rate --target "$ALLOWED:$HTTP_PORT" \
-                    --workers "$WORKERS" --duration "$DURATION" ;;
-                http-newconn) measure "$t" $((DURATION + 60)) http-rate --target "$ALLOWED:$HTTP_PORT" \
-                    --workers "$WORKERS" --duration "$DURATION" --new-connection ;;
-                echo-latency) measure "$t" 120 echo-latency --target "$ALLOWED:$ECHO_PORT" --count "$ECHO_COUNT" ;;
-                idle) measure "$t" 300 idle --target "$ALLOWED:$ECHO_PORT" --tunnels "$IDLE_TUNNELS" \
-                    --bind "$IDLE_SOURCES" --hold 2 --open-limit 180 ;;
-                denied) [[ $t == direct ]] || measure "$t" $((DURATION + 60)) denied --target "$DENIED" \
-                    --workers "$WORKERS" --duration "$DURATION" ;;
-            esac
+        for round in $(seq "$ROUNDS"); do
+            for t in "${RUNNING[@]}"; do run_mode "$mode" "$t"; done
         done
     done
 }
@@ -253,7 +276,8 @@ main() {
     install_peers
     build
     local port
-    for port in "$ECHO_PORT" "$HTTP_PORT" "$CRACKBOX_PORT" "$ADMIN_PORT" "$SQUID_PORT" "$TINYPROXY_PORT"; do
+    for port in "$ECHO_PORT" "$HTTP_PORT" "$CRACKBOX_PORT" "$ADMIN_PORT" "$SQUID_PORT" "$TINYPROXY_PORT" \
+        "$URING_PORT" "$URING_ADMIN_PORT"; do
         port_free "$port" || { log "port $port is in use; set BASE_PORT"; exit 2; }
     done
     LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)

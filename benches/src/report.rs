@@ -134,8 +134,10 @@ impl Outcome {
     }
 }
 
-/// Labels that are not peers.
-const OURS: [&str; 2] = ["direct", "crackbox"];
+/// Whether `label` is a peer (not the direct path or crackbox on either driver).
+fn is_peer(label: &str) -> bool {
+    label != "direct" && !label.starts_with("crackbox")
+}
 
 /// Renders the comparison table for every outcome, grouped by mode.
 pub fn table(outcomes: &[Outcome]) -> String {
@@ -204,7 +206,7 @@ fn format_ratio(ratio: f64) -> String {
 fn best_peer(group: &[&Outcome]) -> Option<(f64, bool)> {
     group
         .iter()
-        .filter(|o| !OURS.contains(&o.label.as_str()) && o.errors == 0)
+        .filter(|o| is_peer(&o.label) && o.errors == 0)
         .filter_map(|o| o.primary())
         .reduce(|best, (v, higher)| {
             let better = if higher { v > best.0 } else { v < best.0 };
@@ -270,11 +272,13 @@ mod tests {
         let rows = [
             outcome("direct", "connect-rate", 1000.0, 0, None),
             outcome("crackbox", "connect-rate", 800.0, 0, Some(80_000)),
+            // The other driver is crackbox too, never the best peer.
+            outcome("crackbox-uring", "connect-rate", 1200.0, 0, Some(60_000)),
             outcome("squid", "connect-rate", 400.0, 0, Some(120_000)),
             outcome("tinyproxy", "connect-rate", 900.0, 3, Some(100_000)),
         ];
         let text = table(&rows);
-        let crackbox = text.lines().find(|l| l.contains("crackbox")).unwrap();
+        let crackbox = text.lines().find(|l| l.contains("| crackbox ")).unwrap();
         let cells: Vec<&str> = crackbox.split('|').map(str::trim).collect();
         assert_eq!(&cells[3..8], ["800 tunnels/s", "0.80", "2.00", "100.0/tunnel", "4%"]);
         let squid = text.lines().find(|l| l.contains("squid")).unwrap();

@@ -5,6 +5,7 @@
 //! connection it accepts to the end; no connection moves between threads.
 
 mod accept;
+mod ring;
 
 use crate::config::EngineConfig;
 use crate::plane::admission::Admission;
@@ -179,10 +180,11 @@ fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
 }
 
 /// Which io driver to use. The data plane is readiness-based (it does its
-/// own non-blocking reads, writes and splices), so epoll is the default:
-/// io_uring would only replace `epoll_wait` with a `PollAdd` per wait, and
-/// measured here that costs more (new tunnel 149 vs 111 proxy-µs, keep-alive
-/// request 37 vs 27). `CRACKBOX_IO_DRIVER=io_uring` opts in, falling back to
+/// own non-blocking reads, writes and splices), so io_uring only replaces
+/// `epoll_wait` with a `PollAdd` per wait. With a cooperative task-run ring
+/// (see `ring`) it measured level with epoll, not below it (new tunnel
+/// 1.00-1.04x, keep-alive request 1.01-1.03x of epoll's proxy CPU), so epoll
+/// stays the default. `CRACKBOX_IO_DRIVER=io_uring` opts in, falling back to
 /// epoll where io_uring cannot be set up (e.g. Docker's default seccomp).
 fn want_uring() -> bool {
     std::env::var("CRACKBOX_IO_DRIVER").is_ok_and(|v| v == "io_uring" || v == "io-uring")
@@ -194,7 +196,14 @@ fn core_thread(
     listeners: ThreadListeners,
     started: mpsc::Sender<io::Result<()>>,
 ) -> io::Result<()> {
-    let use_uring = want_uring() && monoio::utils::detect_uring();
+    let uring = if want_uring() && monoio::utils::detect_uring() {
+        ring::uring_runtime()
+            .inspect_err(|err| tracing::warn!(thread = index, error = %err, "io_uring ring could not be set up; epoll"))
+            .ok()
+    } else {
+        None
+    };
+    let use_uring = uring.is_some();
     // epoll readiness needs non-blocking listeners; io_uring accepts on blocking ones.
     for (_, listener) in &listeners {
         listener.set_nonblocking(!use_uring)?;
@@ -228,14 +237,12 @@ fn core_thread(
     };
     if index == 0 {
         let driver = if use_uring { "io_uring" } else { "epoll" };
+        let ring = uring.as_ref().map_or("-", |(_, setup)| *setup);
         let io_uring_requested = want_uring();
-        tracing::info!(driver, io_uring_requested, "io driver selected");
+        tracing::info!(driver, ring, io_uring_requested, "io driver selected");
     }
-    if use_uring {
-        monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
-            .enable_timer()
-            .build()?
-            .block_on(serve())
+    if let Some((mut runtime, _)) = uring {
+        runtime.block_on(serve())
     } else {
         monoio::RuntimeBuilder::<monoio::LegacyDriver>::new()
             .enable_timer()
