@@ -1,8 +1,10 @@
 //! A 10,000-registration registry: `Snapshot::build`, wire encode and decode
 //! of the snapshot frame, and `Registry::swap` (DESIGN 6: all together
-//! ≤ 50 ms), plus the whole path in one measurement.
+//! ≤ 50 ms), plus the whole path in one measurement; and one delta (one
+//! source replaced) decoded and applied to it, which must not grow with the
+//! registry.
 
-use crackbox_engine::policy::{RegistrationSpec, Snapshot};
+use crackbox_engine::policy::{RegistrationSpec, Snapshot, SourceChange};
 use crackbox_engine::registry::Registry;
 use crackbox_engine::wire::{decode_frame, encode, Message};
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
@@ -83,6 +85,29 @@ fn bench_snapshot(c: &mut Criterion) {
             },
             BatchSize::LargeInput,
         )
+    });
+    group.bench_function("delta-one-change-decode-apply-swap", |b| {
+        let mut changed = specs[REGISTRATIONS as usize / 2].clone();
+        changed.allowlist.push("files.pythonhosted.org".into());
+        let delta = encode(&Message::Delta {
+            base: 2,
+            generation: 3,
+            changes: vec![SourceChange::Put(changed)],
+        });
+        let base = Snapshot::build(2, &specs).expect("valid specs");
+        b.iter(|| {
+            let Some((
+                Message::Delta {
+                    generation, changes, ..
+                },
+                _,
+            )) = decode_frame(&delta).expect("valid frame")
+            else {
+                panic!("not a delta frame");
+            };
+            let next = base.apply(generation, &changes).expect("valid delta");
+            registry.swap_changed(next, vec![]);
+        })
     });
     group.finish();
     assert_eq!(registry.load().len(), REGISTRATIONS as usize);
