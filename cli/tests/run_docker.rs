@@ -183,6 +183,23 @@ fn run_workload_cannot_reach_the_admin_api_or_register_itself() {
 }
 
 #[test]
+fn run_workload_has_no_raw_sockets() {
+    if !docker_ready() {
+        return;
+    }
+    let upstream = Upstream::start();
+    let id = unique("noraw");
+    let out = run(&upstream, &id, "none.invalid", &["grep", "CapEff", "/proc/self/status"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let hex = stdout(&out).trim().trim_start_matches("CapEff:").trim().to_string();
+    let effective = u64::from_str_radix(&hex, 16).unwrap_or_else(|_| panic!("CapEff {hex:?}"));
+    const CAP_NET_RAW: u32 = 13;
+    assert_eq!(effective & (1 << CAP_NET_RAW), 0, "workload keeps CAP_NET_RAW: {hex}");
+    assert_ne!(effective, 0, "the workload keeps Docker's other default capabilities");
+    assert_eq!(leftovers(&id), Vec::<String>::new());
+}
+
+#[test]
 fn run_exit_code_is_the_workloads() {
     if !docker_ready() {
         return;

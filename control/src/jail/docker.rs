@@ -633,6 +633,10 @@ impl Jail {
             labels: Some(self.labels()),
             host_config: Some(HostConfig {
                 network_mode: Some(network.to_string()),
+                // Raw sockets would let the workload hand-craft frames to the
+                // proxy's other addresses (the admin API's among them): a
+                // host accepts packets for any of its addresses on any link.
+                cap_drop: Some(vec!["NET_RAW".into()]),
                 ..resolver
             }),
             networking_config: Some(endpoint(network, address)),
