@@ -3,10 +3,8 @@
 
 mod harness;
 
-use harness::{read_head, Daemon};
+use harness::{raise_fd_limit, read_head, Daemon};
 use std::io::Write;
-use std::net::TcpListener;
-use std::sync::mpsc;
 
 const TUNNELS: usize = 1000;
 
@@ -20,31 +18,10 @@ fn open_fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count()
 }
 
-fn raise_fd_limit() {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    unsafe {
-        libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
-        limit.rlim_cur = limit.rlim_max;
-        libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
-    }
-}
-
 #[test]
 fn idle_tunnels_cost_two_fds_and_no_threads() {
     raise_fd_limit();
-    let upstream = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = upstream.local_addr().unwrap().port();
-    let (held_tx, held_rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for stream in upstream.incoming().flatten() {
-            if held_tx.send(stream).is_err() {
-                return;
-            }
-        }
-    });
+    let (port, held_rx) = harness::holding_upstream();
     let proxy = Daemon::start(&["--allow-private-destinations", "--register", "127.0.0.1=idle:localhost"]);
     let engine = proxy.engine_pid();
     let threads_before = proc_status_field(engine, "Threads:");

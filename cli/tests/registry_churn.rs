@@ -15,10 +15,10 @@ use harness::{closed_within, connect_from, http, read_head, try_http, Daemon, Ec
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Admin clients changing the registry at once.
@@ -400,16 +400,7 @@ const HELD_SOURCES: usize = 20;
 #[test]
 fn a_delta_removing_one_source_revokes_it_within_1s_and_leaves_1000_other_tunnels_alone() {
     harness::raise_fd_limit();
-    let upstream = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = upstream.local_addr().unwrap().port();
-    let (held_tx, held_rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for stream in upstream.incoming().flatten() {
-            if held_tx.send(stream).is_err() {
-                return;
-            }
-        }
-    });
+    let (port, held_rx) = harness::holding_upstream();
     let proxy = daemon(&[]);
     let held_sources: Vec<String> = (1..=HELD_SOURCES).map(|i| format!("127.0.7.{i}")).collect();
     let mut register: Vec<Value> = held_sources.iter().map(|ip| entry(ip, &["localhost"])).collect();

@@ -4,10 +4,11 @@
 //! 127.0.0.1, reached through the proxy as `localhost:PORT` (private
 //! destinations allowed, as documented for tests).
 
+use crackbox_test_support::describe;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::process::CommandExt;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 const CRACKBOX: &str = env!("CARGO_BIN_EXE_crackbox");
@@ -57,15 +58,6 @@ fn netns_run(allow: &str, script: &str) -> Command {
         .args(["run", "--backend", "netns", "--allow", allow, "--", "sh", "-c", script])
         .stdin(Stdio::null());
     cmd
-}
-
-fn describe(out: &Output) -> String {
-    format!(
-        "status {:?}\n--- stdout\n{}\n--- stderr\n{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 /// What is left of a run whose namespace-side veth is `jail_if` (`cbx<id>j`).

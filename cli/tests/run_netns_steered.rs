@@ -10,6 +10,7 @@
 mod harness;
 mod transparent_lab;
 
+use harness::describe;
 use harness::steer_probe::{self, answers};
 use std::process::{Command, Output};
 use std::sync::atomic::Ordering;
@@ -28,15 +29,6 @@ fn run_in_lab(lab: &Lab, extra: &[&str], allow: &str, script: &str) -> Output {
         .env("CRACKBOX_ALLOW_PRIVATE_DESTINATIONS", "1")
         .output()
         .unwrap()
-}
-
-fn describe(out: &Output) -> String {
-    format!(
-        "status {:?}\n--- stdout\n{}\n--- stderr\n{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 #[test]

@@ -13,5 +13,5 @@ mod process;
 pub use echo::{echo_round, Echo};
 pub use http::{curl, http, open_tunnel, read_head, read_request, read_to_end, try_http, Seen, Upstream};
 pub use metrics::metric;
-pub use net::{closed_within, connect_from, free_port, try_connect_from, wait_until};
-pub use process::{alive, cpu_ticks, raise_fd_limit, ticks_per_second};
+pub use net::{closed_within, connect_from, free_port, holding_upstream, try_connect_from, wait_until};
+pub use process::{alive, cpu_ticks, describe, raise_fd_limit, ticks_per_second};

@@ -78,3 +78,20 @@ pub fn wait_until(limit: Duration, mut condition: impl FnMut() -> bool) -> bool 
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// A loopback upstream that accepts every connection and hands it over
+/// unanswered: its port, and the accepted streams in arrival order (the
+/// listener thread ends once the receiver is dropped).
+pub fn holding_upstream() -> (u16, std::sync::mpsc::Receiver<TcpStream>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            if held_tx.send(stream).is_err() {
+                return;
+            }
+        }
+    });
+    (port, held_rx)
+}

@@ -1,4 +1,6 @@
-//! Process facts from /proc and the fd limit.
+//! Process facts from /proc, the fd limit and finished commands' output.
+
+use std::process::Output;
 
 /// CPU time (user + system, clock ticks) used so far by process `pid`.
 pub fn cpu_ticks(pid: u32) -> u64 {
@@ -33,4 +35,14 @@ pub fn raise_fd_limit() {
             libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
         }
     }
+}
+
+/// Exit status, stdout and stderr of a finished command, for assertion messages.
+pub fn describe(out: &Output) -> String {
+    format!(
+        "status {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
 }

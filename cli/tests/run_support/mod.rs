@@ -9,6 +9,7 @@
 #![allow(dead_code)]
 
 mod daemon;
+pub use crackbox_test_support::describe;
 #[allow(unused_imports)]
 pub use daemon::*;
 
@@ -346,14 +347,4 @@ pub fn wait_for(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(100));
     }
     false
-}
-
-/// stdout and stderr of an output, for assertion messages.
-pub fn describe(out: &Output) -> String {
-    format!(
-        "status {:?}\n--- stdout\n{}\n--- stderr\n{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
