@@ -126,6 +126,33 @@ fn the_documented_serve_command_line_starts_a_working_daemon() {
 }
 
 #[test]
+fn the_port_only_forms_serve_every_interface_but_keep_the_admin_api_on_loopback() {
+    let echo = Echo::start();
+    let (proxy, admin, transparent) = (free_port(), free_port(), free_port());
+    let flags = [format!(":{proxy}"), format!(":{admin}"), format!(":{transparent}")];
+    let admin_addr = SocketAddr::from(([127, 0, 0, 1], admin));
+    let daemon = serve(
+        &["--listen", &flags[0], "--admin", &flags[1], "--transparent", &flags[2]],
+        admin_addr,
+    );
+    assert_eq!(
+        listening_ports(daemon.pid()),
+        BTreeSet::from([proxy, admin, transparent])
+    );
+    let elsewhere = |port: u16| SocketAddr::from(([127, 0, 0, 2], port));
+    assert!(
+        try_http(elsewhere(admin), "GET", "/health", None, &[]).is_err(),
+        "without a secret the admin API must listen on 127.0.0.1 only"
+    );
+    let target = echo.addr.to_string();
+    let body = serde_json::json!({"ip": "127.0.0.1", "id": "doc", "allowlist": [target]}).to_string();
+    let (status, text) = try_http(admin_addr, "POST", "/v1/register", Some(&body), &[]).unwrap();
+    assert_eq!(status, 200, "{text}");
+    let mut tunnel = open_tunnel(elsewhere(proxy), "127.0.0.1", &target);
+    echo_round(&mut tunnel, "through every interface");
+}
+
+#[test]
 fn the_listen_suffixed_names_still_work() {
     let listeners = Listeners::fresh();
     let daemon = listeners.serve("--admin-listen", "--transparent-listen");

@@ -23,6 +23,9 @@ pub struct Settings {
     pub listen: SocketAddr,
     /// Admin API listener.
     pub admin_listen: SocketAddr,
+    /// The admin address was given as `:PORT` without a secret, so it
+    /// listens on 127.0.0.1 only.
+    pub admin_narrowed: bool,
     /// Transparent listener; `None` disables.
     pub transparent_listen: Option<SocketAddr>,
     /// DNS filter listener; `None` disables.
@@ -85,15 +88,15 @@ impl Settings {
                 &p.listen,
             )
             .required(DEFAULT_LISTEN)?;
-        let admin_listen = layers
-            .address(
-                "--admin",
-                &args.admin_listen,
-                Some("CRACKBOX_ADMIN_ADDR"),
-                "proxy.admin_listen",
-                &p.admin_listen,
-            )
-            .required(DEFAULT_ADMIN)?;
+        let admin = layers.address(
+            "--admin",
+            &args.admin_listen,
+            Some("CRACKBOX_ADMIN_ADDR"),
+            "proxy.admin_listen",
+            &p.admin_listen,
+        );
+        let admin_host_less = admin.host_less();
+        let admin_listen = admin.required(DEFAULT_ADMIN)?;
         let transparent_listen = layers
             .address(
                 "--transparent",
@@ -127,6 +130,14 @@ impl Settings {
         let admin_secret = env("CRACKBOX_ADMIN_SECRET")
             .or_else(|| config.admin.secret.clone())
             .filter(|secret| !secret.is_empty());
+        // `--admin :PORT`, the documented form, names no interface: without
+        // a secret it can only mean loopback, never every interface.
+        let admin_narrowed = admin_host_less && admin_secret.is_none();
+        let admin_listen = if admin_narrowed {
+            SocketAddr::from((Ipv4Addr::LOCALHOST, admin_listen.port()))
+        } else {
+            admin_listen
+        };
         let state_path = args
             .state
             .clone()
@@ -141,6 +152,7 @@ impl Settings {
         Ok(Settings {
             listen,
             admin_listen,
+            admin_narrowed,
             transparent_listen,
             dns_listen,
             dns_upstream,
@@ -157,8 +169,16 @@ impl Settings {
         })
     }
 
-    /// Refuses an admin listener reachable from other hosts without a secret.
+    /// Refuses an admin listener reachable from other hosts without a secret;
+    /// says so when a host-less admin address was narrowed to loopback.
     pub fn check_admin_exposure(&self) -> Result<(), ConfigError> {
+        if self.admin_narrowed {
+            tracing::warn!(
+                "admin API on {} only: an address without a host means loopback unless \
+                 CRACKBOX_ADMIN_SECRET is set",
+                self.admin_listen
+            );
+        }
         if self.admin_secret.is_none() && !self.admin_listen.ip().is_loopback() {
             return Err(ConfigError::AdminWithoutSecret {
                 addr: self.admin_listen,
@@ -248,6 +268,11 @@ impl Layers<'_> {
 }
 
 impl Picked {
+    /// The value is `:PORT`, naming no host.
+    fn host_less(&self) -> bool {
+        self.0.as_ref().is_some_and(|(_, value)| value.starts_with(':'))
+    }
+
     /// An address that must be set; "" is an error.
     fn required(self, default: &str) -> Result<SocketAddr, ConfigError> {
         let (origin, value) = self.0.unwrap_or((Origin::Default, default.to_string()));

@@ -178,6 +178,20 @@ fn non_loopback_admin_needs_a_secret() {
 }
 
 #[test]
+fn host_less_admin_address_is_loopback_without_a_secret() {
+    let bare = Settings::resolve(&args(&["--admin", ":3129"]), &env_of(&[])).unwrap();
+    assert_eq!(bare.admin_listen, "127.0.0.1:3129".parse().unwrap());
+    assert!(bare.admin_narrowed && bare.check_admin_exposure().is_ok());
+    let env = env_of(&[("CRACKBOX_ADMIN_SECRET", "s")]);
+    let guarded = Settings::resolve(&args(&["--admin", ":3129"]), &env).unwrap();
+    assert_eq!(guarded.admin_listen, "0.0.0.0:3129".parse().unwrap());
+    assert!(!guarded.admin_narrowed);
+    let from_env = env_of(&[("CRACKBOX_ADMIN_ADDR", ":4000")]);
+    let bare = Settings::resolve(&args(&[]), &from_env).unwrap();
+    assert_eq!(bare.admin_listen, "127.0.0.1:4000".parse().unwrap());
+}
+
+#[test]
 fn register_flags_seed_normalised_registrations() {
     let flags = args(&[
         "--register",
