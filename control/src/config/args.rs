@@ -21,7 +21,8 @@ pub struct ProxyArgs {
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<String>,
 
-    /// Admin API listener [env CRACKBOX_ADMIN_ADDR, [proxy] admin_listen; default 127.0.0.1:3129].
+    /// Admin API listener; without a secret `:PORT` means 127.0.0.1:PORT [env CRACKBOX_ADMIN_ADDR,
+    /// [proxy] admin_listen; default 127.0.0.1:3129].
     #[arg(long = "admin", visible_alias = "admin-listen", value_name = "ADDR")]
     pub admin_listen: Option<String>,
 
