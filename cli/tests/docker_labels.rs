@@ -467,16 +467,3 @@ fn lost_docker_connection_is_reconciled_on_reconnect() {
     drop(crackbox);
     assert!(reconciled, "{state}");
 }
-
-/// A crackbox this test spawned: SIGTERM and reaped on drop.
-struct Spawned(std::process::Child);
-
-impl Drop for Spawned {
-    fn drop(&mut self) {
-        if let Ok(pid) = libc::pid_t::try_from(self.0.id()) {
-            // SAFETY: signals the child this test spawned.
-            unsafe { libc::kill(pid, libc::SIGTERM) };
-        }
-        let _ = self.0.wait();
-    }
-}

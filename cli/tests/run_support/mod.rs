@@ -348,3 +348,16 @@ pub fn wait_for(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
     }
     false
 }
+
+/// A process the test spawned (crackbox, a dockerd): SIGTERM and reaped on drop.
+pub struct Spawned(pub std::process::Child);
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        if let Ok(pid) = libc::pid_t::try_from(self.0.id()) {
+            // SAFETY: signals the child this test spawned.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+        }
+        let _ = self.0.wait();
+    }
+}

@@ -1,0 +1,237 @@
+//! A real dockerd restarted under a running `proxy serve --docker`: the label
+//! watcher reconnects and reconciles — containers Docker restarted are
+//! registered again under their addresses, those that did not come back are
+//! gone, admin-API registrations are untouched, and crackbox serves
+//! throughout. The test runs a dockerd of its own (own data root, exec root
+//! and socket, no iptables rules, no default bridge), so the Docker engine
+//! the other tests share is never stopped.
+
+mod harness;
+mod run_support;
+
+use crackbox_test_support::http::Upstream as LoopbackUpstream;
+use run_support::*;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// A dockerd this test started, its state in a temporary directory; its
+/// containers and network are removed and it is stopped on drop.
+struct PrivateDockerd {
+    dir: tempfile::TempDir,
+    process: Option<Spawned>,
+    networks: Vec<String>,
+}
+
+impl PrivateDockerd {
+    /// Starts the daemon and waits until it answers.
+    fn start() -> PrivateDockerd {
+        let dir = tempfile::Builder::new().prefix("cbx-dockerd").tempdir().unwrap();
+        std::fs::write(dir.path().join("daemon.json"), "{}").unwrap();
+        let mut dockerd = PrivateDockerd {
+            dir,
+            process: None,
+            networks: Vec::new(),
+        };
+        dockerd.launch();
+        dockerd
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// `DOCKER_HOST` for this daemon.
+    fn host(&self) -> String {
+        format!("unix://{}", self.path("docker.sock").display())
+    }
+
+    fn launch(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.path("dockerd.log"))
+            .unwrap();
+        let child = Command::new("dockerd")
+            .arg("--data-root")
+            .arg(self.path("data"))
+            .arg("--exec-root")
+            .arg(self.path("exec"))
+            .arg("--pidfile")
+            .arg(self.path("dockerd.pid"))
+            .arg("--config-file")
+            .arg(self.path("daemon.json"))
+            .args(["-H", &self.host()])
+            .args(["--iptables=false", "--bridge=none", "--storage-driver=vfs"])
+            .args(["--shutdown-timeout", "1", "--log-level", "warn"])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("start dockerd");
+        self.process = Some(Spawned(child));
+        let answers = wait_for(Duration::from_secs(60), || self.try_docker(&["info"]));
+        assert!(answers, "private dockerd did not answer: {}", self.log());
+    }
+
+    /// Stops the daemon (its containers stop with it) and starts it again on
+    /// the same state.
+    fn restart(&mut self) {
+        drop(self.process.take());
+        assert!(!self.try_docker(&["info"]), "dockerd still answers after SIGTERM");
+        self.launch();
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new("docker");
+        cmd.args(["-H", &self.host()]).args(args);
+        cmd
+    }
+
+    /// `docker ARGS` against this daemon; panics with its stderr on failure.
+    fn docker(&self, args: &[&str]) -> String {
+        let out = self.command(args).output().expect("docker CLI");
+        assert!(out.status.success(), "docker {args:?}: {}", describe(&out));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    fn try_docker(&self, args: &[&str]) -> bool {
+        self.command(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    /// Copies `image` from the shared Docker engine into this one.
+    fn load(&self, image: &str) {
+        let mut save = Command::new("docker")
+            .args(["save", image])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("docker save");
+        let saved = save.stdout.take().unwrap();
+        let loaded = self.command(&["load"]).stdin(saved).output().unwrap();
+        assert!(save.wait().unwrap().success(), "docker save {image}");
+        assert!(loaded.status.success(), "docker load: {}", describe(&loaded));
+    }
+
+    /// Creates the bridge network `name` on `subnet` (its gateway, the
+    /// host's address on it, is `.1`).
+    fn create_network(&mut self, name: &str, subnet: &str) {
+        self.docker(&["network", "create", "--subnet", subnet, name]);
+        self.networks.push(name.to_string());
+    }
+
+    /// A container's address on `network`, empty when it has none.
+    fn address_on(&self, container: &str, network: &str) -> String {
+        let template = format!("{{{{(index .NetworkSettings.Networks \"{network}\").IPAddress}}}}");
+        self.docker(&["inspect", "-f", &template, container])
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.path("dockerd.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for PrivateDockerd {
+    fn drop(&mut self) {
+        if self.process.is_some() {
+            let out = self.command(&["ps", "-aq"]).output();
+            let ids = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+            for id in ids.lines() {
+                self.try_docker(&["rm", "-f", id]);
+            }
+            for network in &self.networks {
+                self.try_docker(&["network", "rm", network]);
+            }
+        }
+        drop(self.process.take());
+    }
+}
+
+/// A /24 of 10.213.128.0/17 (the shared engine's test networks use the lower
+/// half) for this test's network.
+fn private_subnet() -> (String, String) {
+    let third = 128 + std::process::id() % 120;
+    (format!("10.213.{third}.0/24"), format!("10.213.{third}.1"))
+}
+
+/// What `container` gets for `url` through the proxy at `proxy`.
+fn fetch(dockerd: &PrivateDockerd, container: &str, proxy: &str, url: &str) -> String {
+    let out = dockerd
+        .command(&["exec", container, "curl", "-s", "-m", "10", "-x", proxy, url])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn dockerd_restart_is_reconciled() {
+    if !docker_ready() {
+        return;
+    }
+    let image = workload_image();
+    let mut dockerd = PrivateDockerd::start();
+    dockerd.load(&image);
+    let network = unique("crackbox-test-restart");
+    let (subnet, gateway) = private_subnet();
+    dockerd.create_network(&network, &subnet);
+    let upstream = LoopbackUpstream::start(|_| {
+        b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\nConnection: close\r\n\r\nrestart ok".to_vec()
+    });
+    let url = format!("http://localhost:{}/", upstream.port());
+
+    let proxy = format!("{gateway}:{}", harness::free_port());
+    let admin = format!("127.0.0.1:{}", harness::free_port());
+    let _crackbox = Spawned(
+        harness::isolated(&mut Command::new(CRACKBOX))
+            .args(["proxy", "serve", "--listen", &proxy, "--admin", &admin, "--transparent", ""])
+            .args(["--docker-network", &network, "--allow-private-destinations"])
+            .env("DOCKER_HOST", dockerd.host())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start crackbox"),
+    );
+    let state = || admin_call(&admin, "", "/v1/state", None);
+    assert!(wait_for(Duration::from_secs(20), || admin_call(&admin, "", "/health", None).contains("ok")));
+    admin_call(
+        &admin,
+        "",
+        "/v1/register",
+        Some(r#"{"ip":"10.213.255.252","id":"by-hand","allowlist":[]}"#),
+    );
+
+    let keeper = unique("agent-keeper");
+    let stale = unique("agent-stale");
+    let label = "io.crackbox.allow=localhost";
+    for (name, restart) in [(&keeper, "always"), (&stale, "no")] {
+        dockerd.docker(&[
+            "run", "-d", "--name", name, "--restart", restart, "--network", &network, "--label", label, &image,
+            "sleep", "600",
+        ]);
+    }
+    let stale_ip = dockerd.address_on(&stale, &network);
+    let keeper_ip = dockerd.address_on(&keeper, &network);
+    let both = wait_for(Duration::from_secs(10), || {
+        let now = state();
+        now.contains(&format!("\"ip\":\"{keeper_ip}\"")) && now.contains(&format!("\"ip\":\"{stale_ip}\""))
+    });
+    assert!(both, "{}", state());
+    let proxy_url = format!("http://{proxy}");
+    assert_eq!(fetch(&dockerd, &keeper, &proxy_url, &url), "restart ok");
+
+    dockerd.restart();
+    assert!(admin_call(&admin, "", "/health", None).contains("ok"));
+    let restarted = wait_for(Duration::from_secs(20), || !dockerd.address_on(&keeper, &network).is_empty());
+    assert!(restarted, "Docker did not restart {keeper}: {}", dockerd.log());
+    let keeper_ip = dockerd.address_on(&keeper, &network);
+    assert_eq!(dockerd.address_on(&stale, &network), "");
+    let keeper_entry = format!("\"ip\":\"{keeper_ip}\",\"id\":\"docker:{keeper}\"");
+    let reconciled = wait_for(Duration::from_secs(20), || {
+        let now = state();
+        now.contains(&keeper_entry) && !now.contains(&stale) && now.contains("\"id\":\"by-hand\"")
+    });
+    assert!(reconciled, "{} / dockerd: {}", state(), dockerd.log());
+    assert_eq!(fetch(&dockerd, &keeper, &proxy_url, &url), "restart ok");
+}
