@@ -9,7 +9,7 @@
 mod harness;
 mod run_support;
 
-use crackbox_test_support::http::Upstream as LoopbackUpstream;
+use crackbox_test_support::Upstream as LoopbackUpstream;
 use run_support::*;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -138,7 +138,9 @@ impl Drop for PrivateDockerd {
     fn drop(&mut self) {
         if self.process.is_some() {
             let out = self.command(&["ps", "-aq"]).output();
-            let ids = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+            let ids = out
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default();
             for id in ids.lines() {
                 self.try_docker(&["rm", "-f", id]);
             }
@@ -186,7 +188,16 @@ fn dockerd_restart_is_reconciled() {
     let admin = format!("127.0.0.1:{}", harness::free_port());
     let _crackbox = Spawned(
         harness::isolated(&mut Command::new(CRACKBOX))
-            .args(["proxy", "serve", "--listen", &proxy, "--admin", &admin, "--transparent", ""])
+            .args([
+                "proxy",
+                "serve",
+                "--listen",
+                &proxy,
+                "--admin",
+                &admin,
+                "--transparent",
+                "",
+            ])
             .args(["--docker-network", &network, "--allow-private-destinations"])
             .env("DOCKER_HOST", dockerd.host())
             .stdout(Stdio::null())
@@ -194,7 +205,10 @@ fn dockerd_restart_is_reconciled() {
             .expect("start crackbox"),
     );
     let state = || admin_call(&admin, "", "/v1/state", None);
-    assert!(wait_for(Duration::from_secs(20), || admin_call(&admin, "", "/health", None).contains("ok")));
+    assert!(wait_for(Duration::from_secs(20), || admin_call(
+        &admin, "", "/health", None
+    )
+    .contains("ok")));
     admin_call(
         &admin,
         "",
@@ -207,8 +221,19 @@ fn dockerd_restart_is_reconciled() {
     let label = "io.crackbox.allow=localhost";
     for (name, restart) in [(&keeper, "always"), (&stale, "no")] {
         dockerd.docker(&[
-            "run", "-d", "--name", name, "--restart", restart, "--network", &network, "--label", label, &image,
-            "sleep", "600",
+            "run",
+            "-d",
+            "--name",
+            name,
+            "--restart",
+            restart,
+            "--network",
+            &network,
+            "--label",
+            label,
+            &image,
+            "sleep",
+            "600",
         ]);
     }
     let stale_ip = dockerd.address_on(&stale, &network);
@@ -223,7 +248,9 @@ fn dockerd_restart_is_reconciled() {
 
     dockerd.restart();
     assert!(admin_call(&admin, "", "/health", None).contains("ok"));
-    let restarted = wait_for(Duration::from_secs(20), || !dockerd.address_on(&keeper, &network).is_empty());
+    let restarted = wait_for(Duration::from_secs(20), || {
+        !dockerd.address_on(&keeper, &network).is_empty()
+    });
     assert!(restarted, "Docker did not restart {keeper}: {}", dockerd.log());
     let keeper_ip = dockerd.address_on(&keeper, &network);
     assert_eq!(dockerd.address_on(&stale, &network), "");

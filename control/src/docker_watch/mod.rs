@@ -113,6 +113,10 @@ impl Watcher {
         let options = EventsOptionsBuilder::default().filters(&filters).build();
         let mut events = docker.clone().with_timeout(STREAM_TIMEOUT).events(Some(options));
         let docker = docker.with_timeout(CALL_TIMEOUT);
+        // Departures heard on an earlier connection say nothing of a fresh
+        // listing: a container that died as dockerd stopped may be running
+        // again by now (a restart policy), with no event this session saw.
+        self.departures = Departures::default();
         self.reconcile(&docker).await?;
         *reconciled = true;
         loop {
