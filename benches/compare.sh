@@ -2,13 +2,16 @@
 # Side-by-side: direct path, crackbox, squid and tinyproxy, every load mode,
 # one run, one table. See benches/README.md for how to read it. The target
 # crackbox-uring is the same binary on the io_uring driver (crackbox itself
-# runs on the default driver), for A/B runs of the two drivers.
+# runs on the default driver), for A/B runs of the two drivers. The target
+# bare is benches/bare-relay/relay.c (compiled here with cc -O2): a one-thread
+# epoll + splice CONNECT relay without policy, the floor any relay here costs;
+# it only tunnels, so the http-* modes skip it.
 #
 #   benches/compare.sh            full run (several minutes)
 #   QUICK=1 benches/compare.sh    short run (under 3 minutes)
 #
 # Knobs (env): QUICK, TARGETS ("direct crackbox squid tinyproxy"; also
-# crackbox-uring), MODES (every mode), ROUNDS (1: runs of each mode per
+# crackbox-uring and bare), MODES (every mode), ROUNDS (1: runs of each mode per
 # target, alternating targets), DURATION (seconds per timed mode),
 # PROXY_CORE (0), LOAD_CORE (1), BASE_PORT (18000), OUT (results dir),
 # CRACKBOX_BIN, CRACKBOX_LOAD (prebuilt binaries), NO_INSTALL=1 (no apt-get).
@@ -37,6 +40,7 @@ SQUID_PORT=$((BASE_PORT + 130))
 TINYPROXY_PORT=$((BASE_PORT + 131))
 URING_PORT=$((BASE_PORT + 132))
 URING_ADMIN_PORT=$((BASE_PORT + 133))
+BARE_PORT=$((BASE_PORT + 134))
 ROUNDS=${ROUNDS:-1}
 ALLOWED=localhost
 DENIED=denied.invalid:$ECHO_PORT
@@ -218,8 +222,19 @@ EOF
     wait_for 20 proxy_ready "$TINYPROXY_PORT"
 }
 
+# The bare relay: compiled from source into $OUT, no policy but the allowed name.
+start_bare() {
+    command -v cc >/dev/null || { log "no C compiler (cc): skipping bare"; return 1; }
+    log "compiling the bare relay"
+    timeout 120 cc -O2 -o "$OUT/bare-relay" "$ROOT/benches/bare-relay/relay.c" >"$OUT/bare.log" 2>&1 || return 1
+    start bare "$PROXY_CORE" "$OUT/bare-relay" "$BARE_PORT" "$ALLOWED"
+    PID_OF[bare]=$LAST_PID
+    wait_for 20 proxy_ready "$BARE_PORT"
+}
+
 proxy_port() {
     case $1 in
+        bare) echo "$BARE_PORT" ;;
         crackbox) echo "$CRACKBOX_PORT" ;;
         crackbox-uring) echo "$URING_PORT" ;;
         squid) echo "$SQUID_PORT" ;;
@@ -241,9 +256,22 @@ measure() {
     tail -n 1 "$OUT/load.log" >&2
 }
 
+# Whether target $2 cannot run mode $1: the direct path has nothing to deny,
+# the bare relay forwards no plain HTTP.
+skipped() {
+    case $2:$1 in
+        direct:denied | bare:http-*) return 0 ;;
+        *) return 1 ;;
+    esac
+}
+
 # Runs one mode once against target $2.
 run_mode() {
     local mode=$1 t=$2
+    if skipped "$mode" "$t"; then
+        log "$t $mode: skipped (not a mode this target can run)"
+        return 0
+    fi
     case $mode in
         connect-bulk) measure "$t" 300 connect-bulk --target "$ALLOWED:$ECHO_PORT" --mib "$BULK_MIB" ;;
         connect-rate) measure "$t" $((DURATION + 60)) connect-rate --target "$ALLOWED:$ECHO_PORT" \
@@ -255,7 +283,7 @@ run_mode() {
         echo-latency) measure "$t" 120 echo-latency --target "$ALLOWED:$ECHO_PORT" --count "$ECHO_COUNT" ;;
         idle) measure "$t" 300 idle --target "$ALLOWED:$ECHO_PORT" --tunnels "$IDLE_TUNNELS" \
             --bind "$IDLE_SOURCES" --hold 2 --open-limit 180 ;;
-        denied) [[ $t == direct ]] || measure "$t" $((DURATION + 60)) denied --target "$DENIED" \
+        denied) measure "$t" $((DURATION + 60)) denied --target "$DENIED" \
             --workers "$WORKERS" --duration "$DURATION" ;;
         *) log "unknown mode $mode" ;;
     esac
@@ -277,7 +305,7 @@ main() {
     build
     local port
     for port in "$ECHO_PORT" "$HTTP_PORT" "$CRACKBOX_PORT" "$ADMIN_PORT" "$SQUID_PORT" "$TINYPROXY_PORT" \
-        "$URING_PORT" "$URING_ADMIN_PORT"; do
+        "$URING_PORT" "$URING_ADMIN_PORT" "$BARE_PORT"; do
         port_free "$port" || { log "port $port is in use; set BASE_PORT"; exit 2; }
     done
     LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)

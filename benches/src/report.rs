@@ -2,8 +2,8 @@
 //!
 //! Each run prints one [`Outcome`] as a JSON line; `crackbox-load report`
 //! reads those lines back and prints one table with ratios to the direct
-//! path and to the best peer (every label other than `direct` and
-//! `crackbox`), plus the proxy's CPU per unit of work.
+//! path and to the best peer (every label other than `direct`, `bare` and
+//! `crackbox*`), plus the proxy's CPU per unit of work.
 
 use crate::latency::Latency;
 use serde::{Deserialize, Serialize};
@@ -134,9 +134,10 @@ impl Outcome {
     }
 }
 
-/// Whether `label` is a peer (not the direct path or crackbox on either driver).
+/// Whether `label` is a peer (not the direct path, crackbox on either
+/// driver, or `bare`, the policy-free relay that is the floor, not a peer).
 fn is_peer(label: &str) -> bool {
-    label != "direct" && !label.starts_with("crackbox")
+    label != "direct" && label != "bare" && !label.starts_with("crackbox")
 }
 
 /// Renders the comparison table for every outcome, grouped by mode.
@@ -274,6 +275,8 @@ mod tests {
             outcome("crackbox", "connect-rate", 800.0, 0, Some(80_000)),
             // The other driver is crackbox too, never the best peer.
             outcome("crackbox-uring", "connect-rate", 1200.0, 0, Some(60_000)),
+            // The bare relay is the floor, never the best peer either.
+            outcome("bare", "connect-rate", 1500.0, 0, Some(50_000)),
             outcome("squid", "connect-rate", 400.0, 0, Some(120_000)),
             outcome("tinyproxy", "connect-rate", 900.0, 3, Some(100_000)),
         ];
