@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Side-by-side: direct path, crackbox, squid and tinyproxy, every load mode,
 # one run, one table. See benches/README.md for how to read it. The target
-# crackbox-uring is the same binary on the io_uring driver (crackbox itself
-# runs on the default driver), for A/B runs of the two drivers. The target
+# crackbox-epoll is the same binary on the epoll driver (crackbox itself runs
+# on the default, io_uring), for A/B runs of the two drivers. The target
 # bare is benches/bare-relay/relay.c (compiled here with cc -O2): a one-thread
 # epoll + splice CONNECT relay without policy, the floor any relay here costs;
 # it only tunnels, so the http-* modes skip it.
@@ -11,7 +11,7 @@
 #   QUICK=1 benches/compare.sh    short run (under 3 minutes)
 #
 # Knobs (env): QUICK, TARGETS ("direct crackbox squid tinyproxy"; also
-# crackbox-uring and bare), MODES (every mode), ROUNDS (1: runs of each mode per
+# crackbox-epoll and bare), MODES (every mode), ROUNDS (1: runs of each mode per
 # target, alternating targets), DURATION (seconds per timed mode),
 # PROXY_CORE (0), LOAD_CORE (1), BASE_PORT (18000), OUT (results dir),
 # CRACKBOX_BIN, CRACKBOX_LOAD (prebuilt binaries), NO_INSTALL=1 (no apt-get).
@@ -38,8 +38,8 @@ CRACKBOX_PORT=$((BASE_PORT + 128))
 ADMIN_PORT=$((BASE_PORT + 129))
 SQUID_PORT=$((BASE_PORT + 130))
 TINYPROXY_PORT=$((BASE_PORT + 131))
-URING_PORT=$((BASE_PORT + 132))
-URING_ADMIN_PORT=$((BASE_PORT + 133))
+EPOLL_PORT=$((BASE_PORT + 132))
+EPOLL_ADMIN_PORT=$((BASE_PORT + 133))
 BARE_PORT=$((BASE_PORT + 134))
 ROUNDS=${ROUNDS:-1}
 ALLOWED=localhost
@@ -160,7 +160,7 @@ start_crackbox_as() {
 
 start_crackbox() { start_crackbox_as crackbox "$CRACKBOX_PORT" "$ADMIN_PORT"; }
 
-start_crackbox-uring() { start_crackbox_as crackbox-uring "$URING_PORT" "$URING_ADMIN_PORT" CRACKBOX_IO_DRIVER=io_uring; }
+start_crackbox-epoll() { start_crackbox_as crackbox-epoll "$EPOLL_PORT" "$EPOLL_ADMIN_PORT" CRACKBOX_IO_DRIVER=epoll; }
 
 start_squid() {
     command -v squid >/dev/null || { log "squid is not installed"; return 1; }
@@ -236,7 +236,7 @@ proxy_port() {
     case $1 in
         bare) echo "$BARE_PORT" ;;
         crackbox) echo "$CRACKBOX_PORT" ;;
-        crackbox-uring) echo "$URING_PORT" ;;
+        crackbox-epoll) echo "$EPOLL_PORT" ;;
         squid) echo "$SQUID_PORT" ;;
         tinyproxy) echo "$TINYPROXY_PORT" ;;
     esac
@@ -305,7 +305,7 @@ main() {
     build
     local port
     for port in "$ECHO_PORT" "$HTTP_PORT" "$CRACKBOX_PORT" "$ADMIN_PORT" "$SQUID_PORT" "$TINYPROXY_PORT" \
-        "$URING_PORT" "$URING_ADMIN_PORT" "$BARE_PORT"; do
+        "$EPOLL_PORT" "$EPOLL_ADMIN_PORT" "$BARE_PORT"; do
         port_free "$port" || { log "port $port is in use; set BASE_PORT"; exit 2; }
     done
     LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)

@@ -254,6 +254,42 @@ fn json_log_format_gives_one_object_per_line() {
     assert!(engine["fields"]["threads"].is_number(), "fields are kept: {engine}");
 }
 
+/// The io driver the engine logs it runs on with `CRACKBOX_IO_DRIVER=value`.
+fn driver_logged(value: &str) -> String {
+    let text = logs_in_a_file(&[("CRACKBOX_IO_DRIVER", value), ("CRACKBOX_LOG_FORMAT", "json")]);
+    let line = text
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .find(|line| line["fields"]["message"] == "io driver selected")
+        .unwrap_or_else(|| panic!("no driver line: {text}"));
+    line["fields"]["driver"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn io_uring_is_the_default_driver_and_epoll_is_there_on_request() {
+    // Only a kernel that forbids rings to everyone (io_uring_disabled = 2)
+    // makes the default fall back to epoll.
+    let forbidden = std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled").is_ok_and(|v| v.trim() == "2");
+    let default = if forbidden { "epoll" } else { "io_uring" };
+    assert_eq!(driver_logged(""), default);
+    assert_eq!(driver_logged("io_uring"), default);
+    assert_eq!(driver_logged("epoll"), "epoll");
+
+    let out = isolated(Command::new(env!("CARGO_BIN_EXE_crackbox")).args(["proxy", "serve", "--transparent", ""]))
+        .args(["--listen", &format!("127.0.0.1:{}", free_port())])
+        .args(["--admin", &format!("127.0.0.1:{}", free_port())])
+        .env("CRACKBOX_IO_DRIVER", "uring")
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("CRACKBOX_IO_DRIVER must be io_uring or epoll"),
+        "{stderr}"
+    );
+}
+
 /// What `proxy serve` logs to a terminal (a pseudo-terminal this test reads).
 fn logs_on_a_terminal(env: &[(&str, &str)]) -> Vec<u8> {
     let (mut master, mut slave) = (-1, -1);

@@ -3,8 +3,10 @@
 //! registered again under their addresses, those that did not come back are
 //! gone, admin-API registrations are untouched, and crackbox serves
 //! throughout. The test runs a dockerd of its own (own data root, exec root
-//! and socket, no iptables rules, no default bridge), so the Docker engine
-//! the other tests share is never stopped.
+//! and socket, no iptables rules or sysctls, its default network on a bridge
+//! the test creates), so the Docker engine the other tests share is never
+//! stopped or touched. (`--bridge=none` would not do: that dockerd deletes
+//! `docker0`, the shared engine's bridge.)
 
 mod harness;
 mod run_support;
@@ -15,24 +17,34 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-/// A dockerd this test started, its state in a temporary directory; its
-/// containers and network are removed and it is stopped on drop.
+/// A dockerd this test started, its state in a temporary directory and its
+/// default network (`bridge`) on a bridge interface the test made; its
+/// containers, the daemon and the interface are removed on drop.
 struct PrivateDockerd {
     dir: tempfile::TempDir,
     process: Option<Spawned>,
-    networks: Vec<String>,
+    bridge: String,
 }
 
 impl PrivateDockerd {
-    /// Starts the daemon and waits until it answers.
-    fn start() -> PrivateDockerd {
+    /// Creates the bridge interface `bridge` with `gateway` (`ADDR/PREFIX`),
+    /// starts the daemon on it and waits until it answers.
+    fn start(bridge: &str, gateway: &str) -> PrivateDockerd {
         let dir = tempfile::Builder::new().prefix("cbx-dockerd").tempdir().unwrap();
         std::fs::write(dir.path().join("daemon.json"), "{}").unwrap();
+        // A bridge left by an earlier run that was killed goes first.
+        let _ = Command::new("ip")
+            .args(["link", "del", bridge])
+            .stderr(Stdio::null())
+            .status();
+        ip(&["link", "add", bridge, "type", "bridge"]);
         let mut dockerd = PrivateDockerd {
             dir,
             process: None,
-            networks: Vec::new(),
+            bridge: bridge.to_string(),
         };
+        ip(&["addr", "add", gateway, "dev", bridge]);
+        ip(&["link", "set", bridge, "up"]);
         dockerd.launch();
         dockerd
     }
@@ -62,7 +74,8 @@ impl PrivateDockerd {
             .arg("--config-file")
             .arg(self.path("daemon.json"))
             .args(["-H", &self.host()])
-            .args(["--iptables=false", "--bridge=none", "--storage-driver=vfs"])
+            .args(["--bridge", &self.bridge, "--storage-driver=vfs"])
+            .args(["--iptables=false", "--ip-forward=false", "--ip-masq=false"])
             .args(["--shutdown-timeout", "1", "--log-level", "warn"])
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
@@ -116,13 +129,6 @@ impl PrivateDockerd {
         assert!(loaded.status.success(), "docker load: {}", describe(&loaded));
     }
 
-    /// Creates the bridge network `name` on `subnet` (its gateway, the
-    /// host's address on it, is `.1`).
-    fn create_network(&mut self, name: &str, subnet: &str) {
-        self.docker(&["network", "create", "--subnet", subnet, name]);
-        self.networks.push(name.to_string());
-    }
-
     /// A container's address on `network`, empty when it has none.
     fn address_on(&self, container: &str, network: &str) -> String {
         let template = format!("{{{{(index .NetworkSettings.Networks \"{network}\").IPAddress}}}}");
@@ -144,19 +150,22 @@ impl Drop for PrivateDockerd {
             for id in ids.lines() {
                 self.try_docker(&["rm", "-f", id]);
             }
-            for network in &self.networks {
-                self.try_docker(&["network", "rm", network]);
-            }
         }
         drop(self.process.take());
+        let _ = Command::new("ip").args(["link", "del", &self.bridge]).status();
     }
 }
 
-/// A /24 of 10.213.128.0/17 (the shared engine's test networks use the lower
-/// half) for this test's network.
-fn private_subnet() -> (String, String) {
-    let third = 128 + std::process::id() % 120;
-    (format!("10.213.{third}.0/24"), format!("10.213.{third}.1"))
+/// Runs `ip ARGS`; panics when it fails.
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().expect("ip");
+    assert!(out.status.success(), "ip {args:?}: {}", describe(&out));
+}
+
+/// The host's address on a /24 of 10.213.128.0/17 (the shared engine's test
+/// networks use the lower half) for this test's bridge.
+fn private_gateway() -> String {
+    format!("10.213.{}.1", 128 + std::process::id() % 120)
 }
 
 /// What `container` gets for `url` through the proxy at `proxy`.
@@ -174,11 +183,12 @@ fn dockerd_restart_is_reconciled() {
         return;
     }
     let image = workload_image();
-    let mut dockerd = PrivateDockerd::start();
+    let gateway = private_gateway();
+    let bridge = format!("cbxd{}", std::process::id() % 100_000);
+    let mut dockerd = PrivateDockerd::start(&bridge, &format!("{gateway}/24"));
     dockerd.load(&image);
-    let network = unique("crackbox-test-restart");
-    let (subnet, gateway) = private_subnet();
-    dockerd.create_network(&network, &subnet);
+    // The private daemon's default network, on the test's bridge.
+    let network = "bridge".to_string();
     let upstream = LoopbackUpstream::start(|_| {
         b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\nConnection: close\r\n\r\nrestart ok".to_vec()
     });

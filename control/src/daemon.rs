@@ -48,7 +48,9 @@ async fn run_async(settings: Settings, mode: Mode) -> anyhow::Result<()> {
         }
     };
     if mode == Mode::Serve {
-        // Before anything is spawned: a busy port is this process's one-line error.
+        // Before anything is spawned: a busy port or an unknown io driver is
+        // this process's one-line error.
+        crackbox_engine::config::IoDriver::from_env()?;
         check_engine_listeners(&settings.engine_config(socket.clone()))?;
     }
     let registry = Arc::new(Registry::load(settings.state_path.clone(), settings.seeds.clone()));

@@ -54,3 +54,59 @@ impl Default for Limits {
         }
     }
 }
+
+/// Which io driver the core threads run on, from `CRACKBOX_IO_DRIVER`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoDriver {
+    /// Unset or empty: io_uring where the kernel lets this process set up a
+    /// ring, epoll otherwise (e.g. under Docker's default seccomp profile).
+    Auto,
+    /// `io_uring`: as `Auto`, with a warning when it falls back to epoll.
+    IoUring,
+    /// `epoll`: epoll readiness only.
+    Epoll,
+}
+
+/// The environment variable that picks the io driver.
+pub const IO_DRIVER_ENV: &str = "CRACKBOX_IO_DRIVER";
+
+/// A `CRACKBOX_IO_DRIVER` value that names no driver.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("CRACKBOX_IO_DRIVER must be io_uring or epoll (or unset for io_uring with an epoll fallback), not {0:?}")]
+pub struct UnknownIoDriver(pub String);
+
+impl IoDriver {
+    /// The driver `value` names (`io-uring` is taken for `io_uring`).
+    pub fn parse(value: &str) -> Result<IoDriver, UnknownIoDriver> {
+        match value {
+            "" => Ok(IoDriver::Auto),
+            "io_uring" | "io-uring" => Ok(IoDriver::IoUring),
+            "epoll" => Ok(IoDriver::Epoll),
+            other => Err(UnknownIoDriver(other.to_owned())),
+        }
+    }
+
+    /// The driver this process's environment asks for.
+    pub fn from_env() -> Result<IoDriver, UnknownIoDriver> {
+        match std::env::var_os(IO_DRIVER_ENV) {
+            None => Ok(IoDriver::Auto),
+            Some(value) => IoDriver::parse(&value.to_string_lossy()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn io_driver_names() {
+        assert_eq!(IoDriver::parse(""), Ok(IoDriver::Auto));
+        assert_eq!(IoDriver::parse("io_uring"), Ok(IoDriver::IoUring));
+        assert_eq!(IoDriver::parse("io-uring"), Ok(IoDriver::IoUring));
+        assert_eq!(IoDriver::parse("epoll"), Ok(IoDriver::Epoll));
+        let err = IoDriver::parse("uring").unwrap_err();
+        assert!(err.to_string().contains("not \"uring\""), "{err}");
+        assert!(IoDriver::parse("EPOLL").is_err());
+    }
+}

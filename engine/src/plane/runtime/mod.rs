@@ -7,7 +7,7 @@
 mod accept;
 mod ring;
 
-use crate::config::EngineConfig;
+use crate::config::{EngineConfig, IoDriver};
 use crate::plane::admission::Admission;
 use crate::plane::local_addrs::LocalAddresses;
 use crate::plane::resolve::Resolver;
@@ -60,6 +60,7 @@ struct Bound {
 /// Runs the engine; returns only if start-up fails or every core thread dies
 /// (see [`EngineError`] for how the two are told apart).
 pub fn run(mut config: EngineConfig) -> Result<(), EngineError> {
+    let driver = IoDriver::from_env()?;
     let fd_limit = raise_fd_limit();
     cap_connections_below_fd_limit(&mut config, fd_limit);
     let threads = config.threads.max(1);
@@ -107,7 +108,7 @@ pub fn run(mut config: EngineConfig) -> Result<(), EngineError> {
             .name(format!("crackbox-core-{index}"))
             .spawn(move || {
                 pin_to_cpu(cpu);
-                if let Err(err) = core_thread(index, shared, thread_listeners, started.clone()) {
+                if let Err(err) = core_thread(index, shared, thread_listeners, started.clone(), driver) {
                     tracing::error!(thread = index, error = %err, "core thread stopped");
                     let _ = started.send(Err(err));
                 }
@@ -179,15 +180,34 @@ fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
     Ok(socket.into())
 }
 
-/// Which io driver to use. The data plane is readiness-based (it does its
-/// own non-blocking reads, writes and splices), so io_uring only replaces
-/// `epoll_wait` with a `PollAdd` per wait. With a cooperative task-run ring
-/// (see `ring`) it measured level with epoll, not below it (new tunnel
-/// 1.00-1.04x, keep-alive request 1.01-1.03x of epoll's proxy CPU), so epoll
-/// stays the default. `CRACKBOX_IO_DRIVER=io_uring` opts in, falling back to
-/// epoll where io_uring cannot be set up (e.g. Docker's default seccomp).
-fn want_uring() -> bool {
-    std::env::var("CRACKBOX_IO_DRIVER").is_ok_and(|v| v == "io_uring" || v == "io-uring")
+/// The io_uring runtime for `driver`, or `None` for epoll. The data plane
+/// is readiness-based (it does its own non-blocking reads, writes and
+/// splices); io_uring replaces `epoll_wait` with a `PollAdd` per wait and
+/// does accept and connect as ring ops. With a cooperative task-run ring
+/// (see `ring`) it measured at or below epoll's proxy CPU per new tunnel and
+/// per keep-alive request (benches/README.md), so it is the default; epoll
+/// is the fallback where no ring can be set up (e.g. Docker's default
+/// seccomp profile), and `CRACKBOX_IO_DRIVER=epoll` asks for it.
+fn uring_for(driver: IoDriver, index: usize) -> Option<ring::UringRuntime> {
+    if driver == IoDriver::Epoll {
+        return None;
+    }
+    let setup = if monoio::utils::detect_uring() {
+        ring::uring_runtime()
+    } else {
+        Err(io::Error::other("this process may not set up an io_uring ring"))
+    };
+    match setup {
+        Ok(runtime) => Some(runtime),
+        Err(err) if driver == IoDriver::IoUring => {
+            tracing::warn!(thread = index, error = %err, "io_uring asked for but not available; epoll");
+            None
+        }
+        Err(err) => {
+            tracing::info!(thread = index, error = %err, "io_uring not available; epoll");
+            None
+        }
+    }
 }
 
 fn core_thread(
@@ -195,14 +215,9 @@ fn core_thread(
     shared: Arc<Shared>,
     listeners: ThreadListeners,
     started: mpsc::Sender<io::Result<()>>,
+    driver: IoDriver,
 ) -> io::Result<()> {
-    let uring = if want_uring() && monoio::utils::detect_uring() {
-        ring::uring_runtime()
-            .inspect_err(|err| tracing::warn!(thread = index, error = %err, "io_uring ring could not be set up; epoll"))
-            .ok()
-    } else {
-        None
-    };
+    let uring = uring_for(driver, index);
     let use_uring = uring.is_some();
     // epoll readiness needs non-blocking listeners; io_uring accepts on blocking ones.
     for (_, listener) in &listeners {
@@ -236,10 +251,10 @@ fn core_thread(
         Ok::<(), io::Error>(())
     };
     if index == 0 {
+        let requested = driver;
         let driver = if use_uring { "io_uring" } else { "epoll" };
         let ring = uring.as_ref().map_or("-", |(_, setup)| *setup);
-        let io_uring_requested = want_uring();
-        tracing::info!(driver, ring, io_uring_requested, "io driver selected");
+        tracing::info!(driver, ring, requested = ?requested, "io driver selected");
     }
     if let Some((mut runtime, _)) = uring {
         runtime.block_on(serve())

@@ -6,8 +6,9 @@
 //! completion's task work interrupts the thread (a signal-style
 //! notification, an IPI when it is running); with `COOP_TASKRUN` that work
 //! waits until the thread enters the ring anyway, which monoio does on every
-//! park and submit. That alone brought io_uring level with epoll per new
-//! tunnel and per keep-alive request (benches/README.md). `DEFER_TASKRUN`
+//! park and submit. That alone brought io_uring to (and, on a quiet
+//! machine, below) epoll's cost per new tunnel and per keep-alive request,
+//! which made it the default (benches/README.md). `DEFER_TASKRUN`
 //! measured the same, but it runs completions only when the thread waits in
 //! the ring, which a monoio loop with tasks always ready may put off;
 //! `COOP_TASKRUN` has no such catch.
