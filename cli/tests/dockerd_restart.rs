@@ -177,6 +177,27 @@ fn fetch(dockerd: &PrivateDockerd, container: &str, proxy: &str, url: &str) -> S
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `PUT /v1/state` with `body` on the admin API at `admin`; the answer's body.
+fn put_state(admin: &str, body: &str) -> String {
+    let url = format!("http://{admin}/v1/state");
+    let out = Command::new("curl")
+        .args([
+            "-s",
+            "-m",
+            "5",
+            "-X",
+            "PUT",
+            "-H",
+            "Content-Type: application/json",
+            "-d",
+            body,
+            &url,
+        ])
+        .output()
+        .expect("curl");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 #[test]
 fn dockerd_restart_is_reconciled() {
     if !docker_ready() {
@@ -254,6 +275,23 @@ fn dockerd_restart_is_reconciled() {
     });
     assert!(both, "{}", state());
     let proxy_url = format!("http://{proxy}");
+    assert_eq!(fetch(&dockerd, &keeper, &proxy_url, &url), "restart ok");
+
+    // The admin API can neither take the watcher's id prefix nor replace its
+    // registrations away: PUT /v1/state replaces the hand-made ones only.
+    let fake = r#"{"ip":"10.213.255.253","id":"docker:fake","allowlist":[]}"#;
+    let refused = admin_call(&admin, "", "/v1/register", Some(fake));
+    assert!(
+        refused.contains("reserved for registrations made from Docker labels"),
+        "{refused}"
+    );
+    let hand = r#"[{"ip":"10.213.255.252","id":"by-hand","allowlist":["hand.test"]}]"#;
+    assert_eq!(put_state(&admin, hand), r#"{"registered":1,"removed":0}"#);
+    let kept = state();
+    assert!(
+        kept.contains(&keeper_ip) && kept.contains(&stale_ip) && kept.contains("hand.test"),
+        "{kept}"
+    );
     assert_eq!(fetch(&dockerd, &keeper, &proxy_url, &url), "restart ok");
 
     dockerd.restart();

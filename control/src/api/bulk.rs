@@ -4,6 +4,7 @@
 //! a 400 naming it and changes nothing. A valid request is one change, one
 //! generation, answered once the engine enforces it like any mutation.
 
+use super::admin_spec;
 use super::body::{self, BatchBody, LimitedBody, ReplaceBody};
 use super::routes::{authorise, enforced, store_failed};
 use super::{ApiError, AppState, MAX_BULK_BODY};
@@ -72,9 +73,8 @@ fn compile_all(
     let mut compiled = Vec::with_capacity(specs.len());
     for (index, spec) in specs.iter().enumerate() {
         let name = format!("{list}[{index}]");
-        let (ip, registration) = spec
-            .compile()
-            .map_err(|err| ApiError::bad_request(format!("{name}: {err}")))?;
+        let (ip, registration) =
+            admin_spec::compile(spec).map_err(|err| ApiError::bad_request(format!("{name}: {err}")))?;
         claim(seen, ip, name)?;
         compiled.push((ip, RegistrationSpec::from_registration(ip, &registration)));
     }

@@ -5,6 +5,7 @@
 //! when one is configured and are answered only once the engine enforces
 //! them. Reads never wait for a write.
 
+mod admin_spec;
 mod auth;
 mod body;
 mod bulk;

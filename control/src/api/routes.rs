@@ -1,5 +1,6 @@
 //! Registry endpoints: register, unregister and state.
 
+use super::admin_spec;
 use super::body::{self, LimitedBody, UnregisterBody};
 use super::{ApiError, AppState, ENFORCE_TIMEOUT};
 use axum::extract::State;
@@ -16,7 +17,7 @@ pub async fn register(
 ) -> Result<Json<RegistrationSpec>, ApiError> {
     authorise(&state, &headers)?;
     let spec: RegistrationSpec = body::parse(body)?;
-    let (ip, registration) = spec.compile().map_err(|err| ApiError::bad_request(err.to_string()))?;
+    let (ip, registration) = admin_spec::compile(&spec).map_err(ApiError::bad_request)?;
     let stored = RegistrationSpec::from_registration(ip, &registration);
     let generation = state
         .registry

@@ -15,7 +15,7 @@ pub const ALLOW_LABEL: &str = "io.crackbox.allow";
 /// The optional label naming the registration.
 pub const ID_LABEL: &str = "io.crackbox.id";
 /// Prefix of every id the watcher registers (reserved for it).
-pub const ID_PREFIX: &str = "docker:";
+pub use crate::registry::WATCHER_ID_PREFIX as ID_PREFIX;
 
 /// A labelled container's registration, or why its labels are refused.
 #[derive(Debug, Clone, PartialEq, Eq)]

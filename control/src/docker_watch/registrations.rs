@@ -1,9 +1,8 @@
 //! The watcher's narrow view of the registry: the registrations it owns
-//! (ids with [`ID_PREFIX`]), the addresses others own, and changes. The
+//! (ids with [`WATCHER_ID_PREFIX`](crate::registry::WATCHER_ID_PREFIX)), the addresses others own, and changes. The
 //! only file here that knows the registry's API.
 
-use super::labels::ID_PREFIX;
-use crate::registry::{Change, Registry};
+use crate::registry::{is_watchers, Change, Registry};
 use crate::store::StoreError;
 use crackbox_engine::policy::RegistrationSpec;
 use std::collections::{BTreeMap, BTreeSet};
@@ -22,7 +21,7 @@ pub struct Holdings {
 pub fn holdings(registry: &Registry) -> Holdings {
     let mut holdings = Holdings::default();
     for (&ip, spec) in registry.current().entries.iter() {
-        if spec.id.starts_with(ID_PREFIX) {
+        if is_watchers(spec) {
             holdings.owned.insert(ip, spec.as_ref().clone());
         } else {
             holdings.others.insert(ip);

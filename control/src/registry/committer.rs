@@ -137,7 +137,11 @@ pub(super) fn apply(entries: &mut Entries, change: &Change, changes: &mut Vec<So
         }
         Change::Replace(wanted) => {
             let keep: HashSet<_> = wanted.iter().map(|(ip, _)| *ip).collect();
-            let gone: Vec<_> = entries.keys().filter(|ip| !keep.contains(ip)).copied().collect();
+            let gone: Vec<_> = entries
+                .iter()
+                .filter(|(ip, spec)| !keep.contains(*ip) && !super::is_watchers(spec))
+                .map(|(ip, _)| *ip)
+                .collect();
             for ip in &gone {
                 entries.remove(ip);
                 changes.push(SourceChange::Remove(ip.to_string()));

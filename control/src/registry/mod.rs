@@ -20,6 +20,16 @@ use std::path::PathBuf;
 use std::sync::{mpsc, Arc, Mutex};
 use tokio::sync::{oneshot, watch};
 
+/// Prefix of the ids the Docker label watcher gives its registrations. The
+/// admin API refuses ids under it, and `PUT /v1/state` (a [`Change::Replace`])
+/// leaves the registrations carrying it in place: the watcher owns them.
+pub const WATCHER_ID_PREFIX: &str = "docker:";
+
+/// Whether `spec` is one of the Docker label watcher's registrations.
+pub fn is_watchers(spec: &RegistrationSpec) -> bool {
+    spec.id.starts_with(WATCHER_ID_PREFIX)
+}
+
 /// One published generation of the registry.
 #[derive(Debug, Clone)]
 pub struct Published {
@@ -48,7 +58,9 @@ pub enum Change {
         /// Sources to remove.
         unregister: Vec<IpAddr>,
     },
-    /// Makes the registry exactly these registrations.
+    /// Makes the registry exactly these registrations, apart from the Docker
+    /// label watcher's ([`WATCHER_ID_PREFIX`]) at addresses not among them,
+    /// which stay.
     Replace(Vec<(IpAddr, RegistrationSpec)>),
 }
 

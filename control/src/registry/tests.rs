@@ -100,6 +100,26 @@ async fn a_batch_and_a_replace_are_one_generation_each_carrying_only_the_differe
 }
 
 #[tokio::test]
+async fn replace_leaves_the_docker_watchers_registrations_in_place() {
+    let registry = Registry::load(None, vec![]);
+    let watchers = RegistrationSpec::new("10.0.0.7", format!("{WATCHER_ID_PREFIX}agent"), ["a.test"]);
+    let taken_over = RegistrationSpec::new("10.0.0.8", format!("{WATCHER_ID_PREFIX}other"), ["a.test"]);
+    for registration in [spec("10.0.0.1", &[]), watchers.clone(), taken_over] {
+        registry.put(registration).await.unwrap();
+    }
+    let replace = Change::Replace(vec![entry("10.0.0.2", &[]), entry("10.0.0.8", &["b.test"])]);
+    let outcome = registry.apply(replace).await.unwrap();
+    assert_eq!((outcome.registered, outcome.removed), (2, 1));
+    let now = registry.current().registrations();
+    // The hand-made 10.0.0.1 is gone, the watcher's 10.0.0.7 stays, and an
+    // address the replacement names is the replacement's.
+    assert_eq!(
+        now,
+        vec![spec("10.0.0.2", &[]), watchers, spec("10.0.0.8", &["b.test"])]
+    );
+}
+
+#[tokio::test]
 async fn concurrent_changes_all_land_in_order_of_their_generations() {
     let registry = Arc::new(Registry::load(None, vec![]));
     let tasks: Vec<_> = (0..64)
