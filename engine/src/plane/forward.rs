@@ -326,13 +326,16 @@ impl<'w> Session<'w> {
         {
             return;
         }
-        if !self.inbox.is_empty() {
-            let early = std::mem::take(&mut self.inbox);
+        // The head buffer goes (bytes sent early by the client go on first):
+        // an idle tunnel holds no buffer, not even an empty one's capacity.
+        let early = std::mem::take(&mut self.inbox);
+        if !early.is_empty() {
             if upstream.write_all(&early).await.is_err() {
                 return;
             }
             self.worker.stats.add_bytes(Direction::Up, early.len() as u64);
         }
+        drop(early);
         let _active = self.worker.stats.open_tunnel();
         tunnel::run(self.worker.plumbing(), &self.client, &upstream, live.signal()).await;
     }
@@ -416,7 +419,9 @@ impl<'w> Session<'w> {
             }
             Ok(Exchange::Upgraded) => {
                 let early = std::mem::take(&mut self.inbox);
-                if conn.write_all(&early).await.is_ok() {
+                let sent = conn.write_all(&early).await.is_ok();
+                drop(early);
+                if sent {
                     let signal = self.live.as_ref().map(LiveEntry::revocation).unwrap_or_default();
                     tunnel::run(self.worker.plumbing(), &self.client, &conn, &signal).await;
                 }
