@@ -386,21 +386,9 @@ fn lost_docker_connection_is_reconciled_on_reconnect() {
     let admin = format!("127.0.0.1:{}", harness::free_port());
     let proxy = format!("{}:{port}", upstream.gateway);
     let crackbox = Spawned(
-        harness::isolated(&mut Command::new(CRACKBOX))
-            .args([
-                "proxy",
-                "serve",
-                "--listen",
-                &proxy,
-                "--admin",
-                &admin,
-                "--transparent",
-                "",
-            ])
-            .args(["--docker-network", &upstream.network, "--allow-private-destinations"])
+        harness::label_watcher(&proxy, &admin, &upstream.network)
             .env("DOCKER_HOST", relay.docker_host())
             .env("CRACKBOX_LOG", "info")
-            .stdout(Stdio::null())
             .spawn()
             .expect("start crackbox"),
     );

@@ -218,20 +218,8 @@ fn dockerd_restart_is_reconciled() {
     let proxy = format!("{gateway}:{}", harness::free_port());
     let admin = format!("127.0.0.1:{}", harness::free_port());
     let _crackbox = Spawned(
-        harness::isolated(&mut Command::new(CRACKBOX))
-            .args([
-                "proxy",
-                "serve",
-                "--listen",
-                &proxy,
-                "--admin",
-                &admin,
-                "--transparent",
-                "",
-            ])
-            .args(["--docker-network", &network, "--allow-private-destinations"])
+        harness::label_watcher(&proxy, &admin, &network)
             .env("DOCKER_HOST", dockerd.host())
-            .stdout(Stdio::null())
             .spawn()
             .expect("start crackbox"),
     );

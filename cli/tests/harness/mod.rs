@@ -29,6 +29,28 @@ pub fn isolated(command: &mut Command) -> &mut Command {
         .stdin(Stdio::null())
 }
 
+/// `crackbox proxy serve` on the host as the Docker label watcher of the
+/// Docker network `network` (`--docker-network`): forward proxy on `proxy`,
+/// admin API on `admin` without a secret, private destinations allowed (the
+/// test's upstreams), no transparent listener, stdout discarded.
+pub fn label_watcher(proxy: &str, admin: &str, network: &str) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_crackbox"));
+    isolated(&mut command)
+        .args([
+            "proxy",
+            "serve",
+            "--listen",
+            proxy,
+            "--admin",
+            admin,
+            "--transparent",
+            "",
+        ])
+        .args(["--docker-network", network, "--allow-private-destinations"])
+        .stdout(Stdio::null());
+    command
+}
+
 /// A running `crackbox proxy serve`, killed on drop.
 pub struct Daemon {
     child: Child,
