@@ -122,7 +122,7 @@ const RELEASE_GRACE: Duration = Duration::from_millis(500);
 const RETRY_EVERY: Duration = Duration::from_millis(10);
 
 /// Fails if anything already listens on `addr` (TCP, and UDP too for the
-/// DNS filter), after [`RELEASE_GRACE`] for a listener on its way out.
+/// DNS filter), after a grace of half a second for a listener on its way out.
 /// Port 0 (any free port) is never taken.
 pub fn check_free(addr: SocketAddr, listener: Listener) -> Result<(), ListenError> {
     if addr.port() == 0 {
