@@ -1,6 +1,7 @@
 //! The watcher's narrow view of the registry: the registrations it owns
-//! (ids with [`WATCHER_ID_PREFIX`](crate::registry::WATCHER_ID_PREFIX)), the addresses others own, and changes. The
-//! only file here that knows the registry's API.
+//! (ids with [`WATCHER_ID_PREFIX`](crate::registry::WATCHER_ID_PREFIX)),
+//! the addresses others own, and changes. The only file here that knows the
+//! registry's API.
 
 use crate::registry::{is_watchers, Change, Registry};
 use crate::store::StoreError;

@@ -251,10 +251,9 @@ fn core_thread(
         Ok::<(), io::Error>(())
     };
     if index == 0 {
-        let requested = driver;
-        let driver = if use_uring { "io_uring" } else { "epoll" };
+        let chosen = if use_uring { "io_uring" } else { "epoll" };
         let ring = uring.as_ref().map_or("-", |(_, setup)| *setup);
-        tracing::info!(driver, ring, requested = ?requested, "io driver selected");
+        tracing::info!(driver = chosen, ring, requested = ?driver, "io driver selected");
     }
     if let Some((mut runtime, _)) = uring {
         runtime.block_on(serve())
