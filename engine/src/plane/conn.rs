@@ -4,9 +4,16 @@
 //! owns the fd; the engine does its own non-blocking reads, writes and
 //! splices. Nothing here ever posts a read with a buffer attached to a socket
 //! that may stay idle, and nothing blocks the thread.
+//!
+//! Reads and writes pass `MSG_DONTWAIT`, so they never block whatever the
+//! socket's mode. Only splice needs the socket itself non-blocking, so a
+//! socket io_uring accepted (blocking) is switched just before its first
+//! splice: a connection that is denied, or that never tunnels, never pays
+//! for the `ioctl`.
 
 use crate::plane::fair::SourceTurns;
 use monoio::net::TcpStream;
+use std::cell::Cell;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::rc::Rc;
@@ -14,24 +21,37 @@ use std::rc::Rc;
 /// A non-blocking TCP connection.
 pub(crate) struct Conn {
     stream: TcpStream,
+    /// Whether the socket itself is in non-blocking mode (needed by splice).
+    nonblocking: Cell<bool>,
     /// The turns of the source this connection works for (see `fair`).
     turns: Option<Rc<SourceTurns>>,
 }
 
 impl Conn {
-    /// Wraps an accepted stream, made non-blocking unless the driver made
-    /// it so already; `TCP_NODELAY` is inherited from the listener.
-    pub(crate) fn accepted(stream: TcpStream, already_nonblocking: bool) -> io::Result<Self> {
-        if !already_nonblocking {
-            set_nonblocking(stream.as_raw_fd())?;
+    /// Wraps an accepted stream; `nonblocking` says whether the driver made
+    /// the socket non-blocking already. `TCP_NODELAY` is inherited from the
+    /// listener.
+    pub(crate) fn accepted(stream: TcpStream, nonblocking: bool) -> Self {
+        Conn {
+            stream,
+            nonblocking: Cell::new(nonblocking),
+            turns: None,
         }
-        Ok(Conn { stream, turns: None })
     }
 
-    /// Wraps a dialled stream: non-blocking (see [`Conn::accepted`]), `TCP_NODELAY` on.
-    pub(crate) fn dialled(stream: TcpStream, already_nonblocking: bool) -> io::Result<Self> {
+    /// Wraps a dialled stream (see [`Conn::accepted`]), `TCP_NODELAY` on.
+    pub(crate) fn dialled(stream: TcpStream, nonblocking: bool) -> io::Result<Self> {
         stream.set_nodelay(true)?;
-        Self::accepted(stream, already_nonblocking)
+        Ok(Self::accepted(stream, nonblocking))
+    }
+
+    /// Puts the socket itself in non-blocking mode, once, before it is spliced.
+    pub(crate) fn make_nonblocking(&self) -> io::Result<()> {
+        if !self.nonblocking.get() {
+            set_nonblocking(self.fd())?;
+            self.nonblocking.set(true);
+        }
+        Ok(())
     }
 
     /// From now on, each wake-up to read costs `turns` one turn.
@@ -62,7 +82,8 @@ impl Conn {
     /// Reads what is available now, waiting for readiness first if nothing is.
     pub(crate) async fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
         loop {
-            match nix_result(unsafe { libc::read(self.fd(), buf.as_mut_ptr().cast(), buf.len()) }) {
+            // Safety: `buf` is valid for writes of its length.
+            match unsafe { receive(self.fd(), buf.as_mut_ptr(), buf.len()) } {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.readable().await?,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 other => return other,
@@ -73,19 +94,29 @@ impl Conn {
     /// Appends what is available now (at most `max` bytes) to `buf`, waiting
     /// for readiness first if nothing is; returns the bytes added (0 = EOF).
     pub(crate) async fn read_into(&self, buf: &mut Vec<u8>, max: usize) -> io::Result<usize> {
+        loop {
+            if let Some(n) = self.try_read_into(buf, max)? {
+                return Ok(n);
+            }
+            self.readable().await?;
+        }
+    }
+
+    /// Appends what is available now (at most `max` bytes) to `buf` without
+    /// waiting: the bytes added (0 = EOF), or `None` when none are there yet.
+    pub(crate) fn try_read_into(&self, buf: &mut Vec<u8>, max: usize) -> io::Result<Option<usize>> {
         buf.reserve(max);
         loop {
             let spare = buf.spare_capacity_mut();
             let want = spare.len().min(max);
-            // Safety: `read` writes at most `want` bytes into the reserved,
+            // Safety: `recv` writes at most `want` bytes into the reserved,
             // uninitialised tail; only the bytes it reports are exposed.
-            let got = nix_result(unsafe { libc::read(self.fd(), spare.as_mut_ptr().cast(), want) });
-            match got {
+            match unsafe { receive(self.fd(), spare.as_mut_ptr().cast(), want) } {
                 Ok(n) => {
                     unsafe { buf.set_len(buf.len() + n) };
-                    return Ok(n);
+                    return Ok(Some(n));
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.readable().await?,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
@@ -139,6 +170,14 @@ impl Conn {
     pub(crate) fn shutdown_both(&self) {
         unsafe { libc::shutdown(self.fd(), libc::SHUT_RDWR) };
     }
+}
+
+/// One `recv` that never blocks, whatever the socket's mode.
+///
+/// # Safety
+/// `buf` must be valid for writes of `len` bytes.
+unsafe fn receive(fd: RawFd, buf: *mut u8, len: usize) -> io::Result<usize> {
+    nix_result(unsafe { libc::recv(fd, buf.cast(), len, libc::MSG_DONTWAIT) })
 }
 
 /// One `ioctl(FIONBIO)` instead of `fcntl` get + set: one syscall, not two.

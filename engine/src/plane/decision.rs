@@ -78,10 +78,22 @@ pub(crate) enum Reach {
 /// Decides on `host:port` for `source`, then resolves, guards and connects;
 /// counts the outcome. Denied names are never resolved.
 pub(crate) async fn reach(worker: &Worker, source: IpAddr, host: &str, port: u16) -> Reach {
-    let (matched, id) = match decide(worker, source, host, port) {
-        Decision::Allow { matched, id } => (matched, id),
-        Decision::Deny { reason, .. } => return Reach::Denied(reason),
-    };
+    match decide(worker, source, host, port) {
+        Decision::Allow { matched, id } => connect(worker, source, host, port, matched, id).await,
+        Decision::Deny { reason, .. } => Reach::Denied(reason),
+    }
+}
+
+/// Resolves, guards and connects an allowed `host:port` (`matched` and `id`
+/// from its [`Decision::Allow`]); counts the outcome.
+pub(crate) async fn connect(
+    worker: &Worker,
+    source: IpAddr,
+    host: &str,
+    port: u16,
+    matched: MatchedBy,
+    id: Arc<str>,
+) -> Reach {
     // Boxed: dialling state is large and only needed until connected.
     match Box::pin(crate::plane::resolve::dial(&worker.dialer(), host, port, matched)).await {
         Ok(mut conn) => {

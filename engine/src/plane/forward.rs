@@ -7,7 +7,7 @@
 //! the same host and port on the same client connection.
 
 use crate::plane::conn::Conn;
-use crate::plane::decision::{reach, Reach};
+use crate::plane::decision::{connect, decide, reach, Decision, Reach};
 use crate::plane::resolve::DialError;
 use crate::plane::revocation::LiveEntry;
 use crate::plane::stats::Direction;
@@ -230,7 +230,9 @@ impl<'w> Session<'w> {
                 _ = revoked.wait() => return HeadRead::Closed,
             }
         }
-        let deadline = Instant::now() + HEAD_TIMEOUT;
+        // The clock is read only once the head has to be waited for: most
+        // heads are there in full on the first read.
+        let mut deadline = None;
         let mut scanned = 0;
         loop {
             if let Some(end) = http_head::head_end(&self.inbox, scanned) {
@@ -240,15 +242,24 @@ impl<'w> Session<'w> {
                 return HeadRead::Refuse(431, "request head larger than 64 KiB");
             }
             scanned = self.inbox.len();
-            let left = deadline.saturating_duration_since(Instant::now());
             // Most heads fit in the first small read; grow only for big ones.
             let chunk = if self.inbox.is_empty() { FIRST_READ } else { READ_CHUNK };
             let want = chunk.min(MAX_HEAD + 4 - self.inbox.len());
-            match monoio::time::timeout(left, self.client.read_into(&mut self.inbox, want)).await {
-                Ok(Ok(0)) | Ok(Err(_)) => return HeadRead::Closed,
-                Ok(Ok(_)) => {}
-                Err(_) if self.inbox.is_empty() => return HeadRead::Closed,
-                Err(_) => return HeadRead::Refuse(408, "request head not received within 10 s"),
+            let got = match self.client.try_read_into(&mut self.inbox, want) {
+                Ok(Some(n)) => Ok(n),
+                Err(err) => Err(err),
+                Ok(None) => {
+                    let deadline = *deadline.get_or_insert_with(|| Instant::now() + HEAD_TIMEOUT);
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    match monoio::time::timeout(left, self.client.read_into(&mut self.inbox, want)).await {
+                        Ok(got) => got,
+                        Err(_) if self.inbox.is_empty() => return HeadRead::Closed,
+                        Err(_) => return HeadRead::Refuse(408, "request head not received within 10 s"),
+                    }
+                }
+            };
+            if !matches!(got, Ok(n) if n > 0) {
+                return HeadRead::Closed;
             }
         }
     }
@@ -268,9 +279,7 @@ impl<'w> Session<'w> {
         let Some(Origin { port, steered: true }) = self.origin else {
             return;
         };
-        if let crate::plane::decision::Decision::Deny { reason, .. } =
-            crate::plane::decision::decide(self.worker, self.source, "", port)
-        {
+        if let Decision::Deny { reason, .. } = decide(self.worker, self.source, "", port) {
             self.reply(&responses::denial(reason, "", port)).await;
         }
     }
@@ -305,10 +314,14 @@ impl<'w> Session<'w> {
         if Self::refuse_invalid_host(&host) {
             return self.reply(&responses::error(400, "invalid host in CONNECT")).await;
         }
-        // In the live set before the decision, so a snapshot that arrives
-        // while the dial is in flight still revokes the tunnel.
+        let (matched, id) = match decide(self.worker, self.source, &host, port) {
+            Decision::Allow { matched, id } => (matched, id),
+            Decision::Deny { reason, .. } => return self.reply(&responses::denial(reason, &host, port)).await,
+        };
+        // In the live set before anything awaits, so a snapshot that
+        // arrives while the dial is in flight still revokes the tunnel.
         let live = LiveEntry::register(&self.worker.live, self.source, &host, port);
-        let upstream = match reach(self.worker, self.source, &host, port).await {
+        let upstream = match connect(self.worker, self.source, &host, port, matched, id).await {
             Reach::Connected(conn) => conn,
             other => {
                 drop(live);
@@ -365,19 +378,17 @@ impl<'w> Session<'w> {
             .take()
             .filter(|u| u.port == request.port && u.host == request.host);
         let (conn, was_reused) = match reused {
-            Some(upstream) => {
-                match crate::plane::decision::decide(self.worker, self.source, &request.host, request.port) {
-                    crate::plane::decision::Decision::Allow { id, .. } => {
-                        self.worker.stats.record_allowed(&id);
-                        (upstream.conn, true)
-                    }
-                    crate::plane::decision::Decision::Deny { reason, .. } => {
-                        self.reply(&responses::denial(reason, &request.host, request.port))
-                            .await;
-                        return false;
-                    }
+            Some(upstream) => match decide(self.worker, self.source, &request.host, request.port) {
+                Decision::Allow { id, .. } => {
+                    self.worker.stats.record_allowed(&id);
+                    (upstream.conn, true)
                 }
-            }
+                Decision::Deny { reason, .. } => {
+                    self.reply(&responses::denial(reason, &request.host, request.port))
+                        .await;
+                    return false;
+                }
+            },
             None => match reach(self.worker, self.source, &request.host, request.port).await {
                 Reach::Connected(conn) => (conn, false),
                 other => {
@@ -587,7 +598,16 @@ async fn relay_response(
                 return Err(ExchangeError::BadResponse);
             }
             scanned = inbox.len();
-            match monoio::time::timeout(wait, upstream.read_into(&mut inbox, READ_CHUNK)).await {
+            // The request has only just gone out, so its response cannot be
+            // there yet: wait for it instead of trying a read that finds nothing.
+            let just_sent = !received;
+            let read = async {
+                if just_sent {
+                    upstream.readable().await?;
+                }
+                upstream.read_into(&mut inbox, READ_CHUNK).await
+            };
+            match monoio::time::timeout(wait, read).await {
                 Ok(Ok(0)) | Ok(Err(_)) if !received => return Err(ExchangeError::NoResponse),
                 Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return Err(ExchangeError::BadResponse),
                 Ok(Ok(_)) => received = true,

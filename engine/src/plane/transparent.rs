@@ -16,7 +16,7 @@
 //! without a Host gets the 403 of a denied one instead.
 
 use crate::plane::conn::Conn;
-use crate::plane::decision::{reach, Reach};
+use crate::plane::decision::{connect, decide, Decision, Reach};
 use crate::plane::stats::Direction;
 use crate::plane::worker::Worker;
 use crate::plane::{revocation::LiveEntry, tunnel};
@@ -81,10 +81,16 @@ pub(crate) async fn serve_tls(worker: &Rc<Worker>, client: Conn, source: IpAddr,
     let Some((name, peeked)) = read_client_hello(&client, source).await else {
         return;
     };
-    // In the live set before the decision, so a snapshot that arrives while
-    // the dial is in flight still revokes the tunnel.
+    let (matched, id) = match decide(worker, source, &name, port) {
+        Decision::Allow { matched, id } => (matched, id),
+        Decision::Deny { reason, .. } => {
+            return tracing::debug!(%source, name, reason = reason.as_str(), "transparent: denied, closed");
+        }
+    };
+    // In the live set before anything awaits, so a snapshot that arrives
+    // while the dial is in flight still revokes the tunnel.
     let live = LiveEntry::register(&worker.live, source, &name, port);
-    let upstream = match reach(worker, source, &name, port).await {
+    let upstream = match connect(worker, source, &name, port, matched, id).await {
         Reach::Connected(upstream) => upstream,
         Reach::Denied(reason) => {
             return tracing::debug!(%source, name, reason = reason.as_str(), "transparent: denied, closed");

@@ -117,6 +117,8 @@ pub(crate) async fn pump(
     activity: &CloseSignal,
     start: Start,
 ) -> io::Result<u64> {
+    src.make_nonblocking()?;
+    dst.make_nonblocking()?;
     let mut moved = 0u64;
     let mut pipe: Option<Pipe> = None;
     let mut await_readable = start == Start::WhenReadable;

@@ -49,9 +49,7 @@ pub(crate) async fn accept_loop(listener: TcpListener, worker: Rc<Worker>, plane
 
 async fn serve_connection(worker: Rc<Worker>, stream: TcpStream, peer: SocketAddr, plane: Plane) {
     let source = canonical_ip(peer.ip());
-    let Ok(mut conn) = Conn::accepted(stream, worker.nonblocking_sockets) else {
-        return;
-    };
+    let mut conn = Conn::accepted(stream, worker.nonblocking_sockets);
     let ticket = match worker.shared.admission.admit(source) {
         Ok(ticket) => ticket,
         Err(_) => {
