@@ -3,8 +3,10 @@
 //! every exit path leaves the daemon as it was (no registration, no extra
 //! network) and nothing of the run behind.
 
+mod harness;
 mod run_support;
 
+use harness::steer_probe;
 use run_support::*;
 use std::process::{Output, Stdio};
 
@@ -65,6 +67,102 @@ fn daemon_run_allows_denies_summarises_and_cleans_up() {
     assert_daemon_restored(&daemon, &upstream, &id);
     let denials = daemon.get("/v1/denials");
     assert!(denials.contains(&format!("\"id\":\"{id}\"")), "{denials}");
+}
+
+/// A daemon that steers every jail it joins, as README's set-up starts it:
+/// no capability, unprivileged ports from 0 in its own namespace.
+fn steering_daemon(upstream: &Upstream) -> Daemon {
+    Daemon::start_with(
+        upstream,
+        &["--cap-drop", "ALL", "--sysctl", "net.ipv4.ip_unprivileged_port_start=0"],
+        &[],
+        &["--dns-listen", ":53", "--steer", "0.0.0.0"],
+    )
+}
+
+#[test]
+fn a_steering_daemon_steers_each_jail_to_its_own_address() {
+    if !docker_ready() {
+        return;
+    }
+    let (upstream, cert) = web_upstream();
+    let daemon = steering_daemon(&upstream);
+    let image = node_image();
+    let script = steer_probe::script(&cert, &upstream.ip);
+    // Two runs at once: each jail is answered with the daemon's address on
+    // its own network, the only one it can reach.
+    let runs: Vec<(String, std::process::Child)> = (0..2)
+        .map(|n| {
+            let id = unique(&format!("d-steered-{n}"));
+            let child = daemon_run_command(
+                &daemon.name,
+                &id,
+                "web.test",
+                &["--image", &image],
+                &["sh", "-c", &script],
+            )
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("crackbox run");
+            (id, child)
+        })
+        .collect();
+    for (id, child) in runs {
+        let out = child.wait_with_output().unwrap();
+        steer_probe::assert_answers(&out);
+        assert_eq!(leftovers(&id), Vec::<String>::new());
+    }
+    let id = unique("d-steered-proxied");
+    let out = daemon_run_command(
+        &daemon.name,
+        &id,
+        "web.test",
+        &["--image", &image],
+        &["sh", "-c", &steer_probe::proxied_script(&cert)],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    steer_probe::assert_proxied(&stdout(&out), &describe(&out));
+    assert_daemon_restored(&daemon, &upstream, &id);
+}
+
+#[test]
+fn no_steer_or_a_daemon_that_does_not_steer_leaves_names_unresolved() {
+    if !docker_ready() {
+        return;
+    }
+    let (upstream, _cert) = web_upstream();
+    let unresolved = "proxy=$HTTP_PROXY; \
+                      unset HTTP_PROXY HTTPS_PROXY http_proxy https_proxy ALL_PROXY all_proxy; \
+                      curl -sS -m 5 --noproxy '*' http://web.test/; echo \"exit=$?\"; \
+                      curl -sS -m 5 -x \"$proxy\" http://web.test/proxied; echo";
+    // One daemon at a time: both would take the same address.
+    for steers in [true, false] {
+        let (daemon, flags) = if steers {
+            (steering_daemon(&upstream), &["--no-steer"][..])
+        } else {
+            (Daemon::start(&upstream), &[][..])
+        };
+        let id = unique("d-unsteered");
+        let out = daemon_run_command(&daemon.name, &id, "web.test", flags, &["sh", "-c", unresolved])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+        let text = stdout(&out);
+        assert!(
+            text.contains("exit=6"),
+            "{flags:?}: a name resolved\n{}",
+            describe(&out)
+        );
+        assert!(
+            text.contains("web web.test /proxied"),
+            "{flags:?}: the proxy did not answer\n{}",
+            describe(&out)
+        );
+        assert_daemon_restored(&daemon, &upstream, &id);
+    }
 }
 
 #[test]

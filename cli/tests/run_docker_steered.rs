@@ -1,43 +1,15 @@
 //! `crackbox run` (docker backend) with steered interception, the default:
 //! a workload that ignores the proxy variables reaches allowed names on 80
 //! and 443 and nothing else, with the proxy container binding 53, 80 and
-//! 443 on the jail network without any capability. The upstream is a node
-//! server (HTTP on 80 and 8080, HTTPS on 443 with a test certificate) on a
-//! network the test creates, known as `web.test` and `decoy.test`.
+//! 443 on the jail network without any capability. The upstream is
+//! `run_support`'s web upstream (`web.test` and `decoy.test`, a node server
+//! on a network the test creates).
 
 mod harness;
 mod run_support;
 
 use harness::steer_probe;
 use run_support::*;
-
-/// The upstream: answers `web {sni} {host} {path}` (no SNI part over HTTP).
-const WEB_SERVER: &str = r#"
-const answer = (req, res) => {
-  const sni = req.socket.servername;
-  res.end(["web", sni, req.headers.host, req.url].filter((part) => part !== undefined).join(" "));
-};
-require("https").createServer({ key: process.env.KEY, cert: process.env.CERT }, answer).listen(443);
-require("http").createServer(answer).listen(80);
-require("http").createServer(answer).listen(8080);
-"#;
-
-/// The web upstream and its certificate in PEM.
-fn web_upstream() -> (Upstream, String) {
-    let certified = rcgen::generate_simple_self_signed(vec!["web.test".into(), "decoy.test".into()]).unwrap();
-    let cert = certified.cert.pem();
-    let env = [
-        format!("CERT={cert}"),
-        format!("KEY={}", certified.key_pair.serialize_pem()),
-    ];
-    let upstream = Upstream::start_serving(
-        &["web.test", "decoy.test"],
-        &node_image(),
-        &["node", "-e", WEB_SERVER],
-        &env,
-    );
-    (upstream, cert)
-}
 
 #[test]
 fn clients_without_proxy_support_reach_allowed_names_on_80_and_443_only() {

@@ -17,7 +17,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 use transparent_lab::{
     can_run, closed_silently, in_ns, read_response, tls_echo, tls_open, tls_roundtrip, Hello, Lab, TlsSession, ADMIN,
-    PROXY, WAIT, WORKLOAD,
+    PROXY, PROXY_SECOND, WAIT, WORKLOAD,
 };
 
 fn name(host: &str) -> ServerName<'static> {
@@ -53,6 +53,65 @@ fn allowed_names_resolve_to_crackbox_and_nothing_asks_upstream() {
         (ResponseCode::NoError, 0)
     );
     assert!(lab.seen.dns_asked.lock().unwrap().is_empty(), "no upstream question");
+}
+
+#[test]
+fn steering_on_every_address_answers_each_client_with_the_address_it_asked() {
+    if !can_run() {
+        return;
+    }
+    let lab = Lab::start_steered_everywhere();
+    lab.seen.dns_asked.lock().unwrap().clear();
+    let a = |addresses: &[std::net::Ipv4Addr]| -> Vec<RData> {
+        addresses
+            .iter()
+            .map(|ip| RData::A(hickory_proto::rr::rdata::A(*ip)))
+            .collect()
+    };
+    for at in [PROXY, PROXY_SECOND] {
+        for reply in [
+            lab.dns_query_at(at, "www.allowed.test.", RecordType::A),
+            lab.dns_query_tcp_at(at, "www.allowed.test.", RecordType::A),
+        ] {
+            assert_eq!(reply.metadata.response_code, ResponseCode::NoError, "{at}");
+            let answers: Vec<RData> = reply.answers.iter().map(|r| r.data.clone()).collect();
+            assert_eq!(answers, a(&[at]), "asked on {at}");
+        }
+        let aaaa = lab.dns_query_at(at, "allowed.test.", RecordType::AAAA);
+        assert_eq!(
+            (aaaa.metadata.response_code, aaaa.answers.len()),
+            (ResponseCode::NoError, 0)
+        );
+        let denied = lab.dns_query_at(at, "decoy.test.", RecordType::A);
+        assert_eq!(denied.metadata.response_code, ResponseCode::NXDomain, "{at}");
+    }
+    assert!(lab.seen.dns_asked.lock().unwrap().is_empty(), "no upstream question");
+    let mut stream = lab.workload_connect((PROXY_SECOND, 80));
+    write!(stream, "GET /second HTTP/1.1\r\nHost: allowed.test\r\n\r\n").unwrap();
+    assert_eq!(
+        read_response(&mut stream),
+        Some((200, "real allowed.test /second".into()))
+    );
+    write!(stream, "GET /decoy HTTP/1.1\r\nHost: decoy.test\r\n\r\n").unwrap();
+    assert_eq!(read_response(&mut stream).map(|(status, _)| status), Some(403));
+    for at in [PROXY, PROXY_SECOND] {
+        let reply = tls_roundtrip(
+            lab.workload_connect((at, 443)),
+            lab.tls_config(None, 0),
+            name("allowed.test"),
+            Hello::Whole,
+        )
+        .unwrap_or_else(|e| panic!("TLS on {at}: {e}"));
+        assert_eq!(reply, "real allowed.test ping\n");
+    }
+    let refused = tls_roundtrip(
+        lab.workload_connect((PROXY_SECOND, 443)),
+        lab.tls_config(None, 0),
+        name("decoy.test"),
+        Hello::Whole,
+    );
+    assert!(refused.is_err(), "decoy.test got through: {refused:?}");
+    assert_eq!(lab.seen.decoy_tls_accepted.load(Ordering::SeqCst), 0);
 }
 
 #[test]

@@ -57,7 +57,7 @@ pub struct RunArgs {
     pub quiet: bool,
     /// No steered interception: the jail's names resolve nowhere and only
     /// clients that use the proxy variables get out (`--daemon` runs are
-    /// never steered).
+    /// steered only by a daemon started with `--dns-listen :53 --steer 0.0.0.0`).
     #[arg(long)]
     pub no_steer: bool,
     /// crackbox image for the jail's proxy (docker backend); build it with deploy/build-image.sh.

@@ -9,9 +9,12 @@
 #![allow(dead_code)]
 
 mod daemon;
+mod web;
 pub use crackbox_test_support::describe;
 #[allow(unused_imports)]
 pub use daemon::*;
+#[allow(unused_imports)]
+pub use web::*;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

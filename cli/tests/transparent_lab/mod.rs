@@ -43,6 +43,9 @@ use std::time::{Duration, Instant};
 pub const WORKLOAD: Ipv4Addr = Ipv4Addr::new(10, 200, 1, 2);
 /// The proxy namespace's address on the workload link (DNS filter here).
 pub const PROXY: Ipv4Addr = Ipv4Addr::new(10, 200, 1, 1);
+/// A second address of the proxy namespace (on its loopback), which the
+/// workload reaches through its default route.
+pub const PROXY_SECOND: Ipv4Addr = Ipv4Addr::new(10, 202, 1, 1);
 /// The proxy namespace's address on the upstream link.
 pub const PROXY_UPLINK: Ipv4Addr = Ipv4Addr::new(10, 201, 1, 1);
 /// Where `allowed.test` really is.
@@ -182,7 +185,16 @@ impl Lab {
         let steer = PROXY.to_string();
         let mut all = vec!["--steer", steer.as_str()];
         all.extend_from_slice(flags);
-        lab.start_crackbox("[::]", &all);
+        lab.start_crackbox("[::]", &all, &format!("{PROXY}:53"));
+        lab
+    }
+
+    /// Steered on every address (`--steer 0.0.0.0`, the DNS filter on
+    /// `0.0.0.0:53`): each question is answered with the address it was
+    /// asked on, [`PROXY`] or [`PROXY_SECOND`].
+    pub fn start_steered_everywhere() -> Lab {
+        let mut lab = Lab::network(Routing::Direct);
+        lab.start_crackbox("[::]", &["--steer", "0.0.0.0"], "0.0.0.0:53");
         lab
     }
 
@@ -193,7 +205,7 @@ impl Lab {
 
     fn start_listening(transparent_ip: &str, flags: &[&str]) -> Lab {
         let mut lab = Lab::network(Routing::Redirected);
-        lab.start_crackbox(transparent_ip, flags);
+        lab.start_crackbox(transparent_ip, flags, &format!("{PROXY}:53"));
         lab
     }
 
@@ -234,6 +246,7 @@ impl Lab {
         ]);
         run(&["ip", "-n", w, "addr", "add", "10.200.1.2/30", "dev", &wa]);
         run(&["ip", "-n", p, "addr", "add", "10.200.1.1/30", "dev", &wb]);
+        run(&["ip", "-n", p, "addr", "add", "10.202.1.1/32", "dev", "lo"]);
         run(&["ip", "-n", p, "addr", "add", "10.201.1.1/29", "dev", &ub]);
         run(&["ip", "-n", u, "addr", "add", "10.201.1.2/29", "dev", &ua]);
         run(&["ip", "-n", u, "addr", "add", "10.201.1.3/29", "dev", &ua]);
@@ -316,11 +329,10 @@ impl Lab {
         std::thread::spawn(move || serve_dns(dns, seen));
     }
 
-    fn start_crackbox(&mut self, transparent_ip: &str, flags: &[&str]) {
+    fn start_crackbox(&mut self, transparent_ip: &str, flags: &[&str], dns_listen: &str) {
         let register = format!("{WORKLOAD}=agent:{ALLOWLIST}");
         let register_local = format!("{PROXY}=local:{ALLOWLIST}");
         let register6 = format!("{WORKLOAD6}=agent6:{ALLOWLIST}");
-        let dns_listen = format!("{PROXY}:53");
         let dns_upstream = format!("{REAL}:53");
         let transparent = format!("{transparent_ip}:{TRANSPARENT_PORT}");
         let gid = CRACKBOX_GID.to_string();
@@ -338,7 +350,7 @@ impl Lab {
             ])
             .arg(env!("CARGO_BIN_EXE_crackbox"))
             .args(["proxy", "serve", "--listen", "10.200.1.1:3128", "--admin", ADMIN])
-            .args(["--transparent", &transparent, "--dns-listen", &dns_listen])
+            .args(["--transparent", &transparent, "--dns-listen", dns_listen])
             .args([
                 "--dns-upstream",
                 &dns_upstream,
@@ -429,10 +441,33 @@ impl Lab {
         self.dns_query_once(name, kind, WAIT).expect("no DNS reply")
     }
 
+    /// [`Lab::dns_query`] sent to `at` (over UDP; the reply must come from `at`).
+    pub fn dns_query_at(&self, at: Ipv4Addr, name: &str, kind: RecordType) -> Message {
+        let query = query_for(name, kind);
+        let reply = self
+            .dns_exchange_at(at, &query.to_vec().unwrap(), WAIT)
+            .expect("no DNS reply");
+        let reply = Message::from_vec(&reply).unwrap();
+        assert_eq!(reply.metadata.id, query.metadata.id);
+        reply
+    }
+
+    /// [`Lab::dns_query`] over TCP to `at`.
+    pub fn dns_query_tcp_at(&self, at: Ipv4Addr, name: &str, kind: RecordType) -> Message {
+        let query = query_for(name, kind).to_vec().unwrap();
+        let mut stream = self.workload_connect((at, 53));
+        let mut framed = (query.len() as u16).to_be_bytes().to_vec();
+        framed.extend_from_slice(&query);
+        stream.write_all(&framed).unwrap();
+        let mut len = [0u8; 2];
+        stream.read_exact(&mut len).unwrap();
+        let mut reply = vec![0u8; usize::from(u16::from_be_bytes(len))];
+        stream.read_exact(&mut reply).unwrap();
+        Message::from_vec(&reply).unwrap()
+    }
+
     fn dns_query_once(&self, name: &str, kind: RecordType, wait: Duration) -> Option<Message> {
-        let mut query = Message::query();
-        query.metadata.recursion_desired = true;
-        query.add_query(Query::query(Name::from_str(name).unwrap(), kind));
+        let query = query_for(name, kind);
         let reply = self.dns_exchange(&query.to_vec().unwrap(), wait)?;
         let reply = Message::from_vec(&reply).unwrap();
         assert_eq!(reply.metadata.id, query.metadata.id);
@@ -442,12 +477,27 @@ impl Lab {
     /// Sends raw bytes to the DNS filter from the workload; the reply, if any
     /// arrives within `wait`.
     pub fn dns_exchange(&self, packet: &[u8], wait: Duration) -> Option<Vec<u8>> {
+        self.dns_exchange_at(PROXY, packet, wait)
+    }
+
+    /// [`Lab::dns_exchange`] to the filter at `at`; a reply from any other
+    /// address is not taken (the socket is connected to `at`).
+    pub fn dns_exchange_at(&self, at: Ipv4Addr, packet: &[u8], wait: Duration) -> Option<Vec<u8>> {
         let socket = in_ns(&self.workload_ns, || UdpSocket::bind((WORKLOAD, 0)).unwrap());
         socket.set_read_timeout(Some(wait)).unwrap();
-        socket.send_to(packet, (PROXY, 53)).unwrap();
+        socket.connect((at, 53)).unwrap();
+        socket.send(packet).unwrap();
         let mut buf = [0u8; 4096];
         socket.recv(&mut buf).ok().map(|len| buf[..len].to_vec())
     }
+}
+
+/// A recursive query for `name` of type `kind`.
+fn query_for(name: &str, kind: RecordType) -> Message {
+    let mut query = Message::query();
+    query.metadata.recursion_desired = true;
+    query.add_query(Query::query(Name::from_str(name).unwrap(), kind));
+    query
 }
 
 impl Drop for Lab {

@@ -41,8 +41,10 @@ pub struct ProxyArgs {
     pub dns_upstream: Option<String>,
 
     /// Steered interception: listen on ports 80 and 443 of IP, and with the DNS
-    /// filter answer allowed names with IP (no upstream asked). Repeatable: one
-    /// IPv4 and one IPv6 address [[proxy] steer; default off].
+    /// filter answer allowed names with IP (no upstream asked); 0.0.0.0 (or ::)
+    /// listens on every address and answers each client with the address it
+    /// asked on (one crackbox on many jail networks). Repeatable: one IPv4 and
+    /// one IPv6 address [[proxy] steer; default off].
     #[arg(long = "steer", value_name = "IP")]
     pub steer: Vec<String>,
 

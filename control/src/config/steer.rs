@@ -1,6 +1,8 @@
 //! The steered-interception addresses (`--steer IP`, `[proxy] steer`):
 //! where the engine listens on ports 80 and 443 for connections that a
-//! steered DNS answer sent there (DESIGN 2.5).
+//! steered DNS answer sent there (DESIGN 2.5). The unspecified address
+//! (`0.0.0.0`, `::`) listens on every address and steers each client to the
+//! address its question arrived on.
 
 use super::{ConfigError, Origin};
 use std::net::IpAddr;
@@ -8,7 +10,8 @@ use std::path::PathBuf;
 
 /// Resolves the steering addresses: the flags if any were given, otherwise
 /// the config file's list. At most one IPv4 and one IPv6 address (a DNS
-/// answer names one per family), each one a host could listen on.
+/// answer names one per family), each one a host could listen on, or the
+/// unspecified address of its family.
 pub(super) fn resolve(
     flags: &[String],
     file: Option<&[String]>,
@@ -27,9 +30,10 @@ pub(super) fn resolve(
         let ip: IpAddr = value
             .parse()
             .map_err(|_| invalid(format!("{value:?} is not an IP address (ports 80 and 443 are implied)")))?;
-        if ip.is_unspecified() || ip.is_multicast() {
+        if ip.is_multicast() || ip == IpAddr::V4(std::net::Ipv4Addr::BROADCAST) {
             return Err(invalid(format!(
-                "{value:?}: give the address clients are steered to, not a wildcard or multicast one"
+                "{value:?}: give the address clients are steered to (or 0.0.0.0 / :: for the one each asked on), \
+                 not a multicast or broadcast one"
             )));
         }
         if addresses.iter().any(|seen| seen.is_ipv4() == ip.is_ipv4()) {
@@ -55,6 +59,8 @@ mod tests {
             (&["10.213.0.1"], &["10.213.0.1"]),
             (&["10.213.0.1", "fd00::1"], &["10.213.0.1", "fd00::1"]),
             (&["127.0.0.5"], &["127.0.0.5"]),
+            (&["0.0.0.0"], &["0.0.0.0"]),
+            (&["0.0.0.0", "::"], &["0.0.0.0", "::"]),
         ];
         for (input, want) in ok {
             let got = resolve(&strings(input), None, None).unwrap();
@@ -65,9 +71,10 @@ mod tests {
             &["10.0.0.1:80"],
             &["host.test"],
             &[""],
-            &["0.0.0.0"],
-            &["::"],
             &["224.0.0.1"],
+            &["ff02::1"],
+            &["255.255.255.255"],
+            &["0.0.0.0", "10.0.0.1"],
             &["10.0.0.1", "10.0.0.2"],
             &["fd00::1", "fd00::2"],
         ];

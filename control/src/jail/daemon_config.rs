@@ -8,6 +8,11 @@
 //! address the daemon gets on each jail network, so that listener must be
 //! bound to every address. A config file inside the container is not read:
 //! both listeners must be given as flags or environment variables.
+//!
+//! A daemon steers jails (DESIGN 2.5) when it was started with `--steer
+//! 0.0.0.0` and its DNS filter on port 53 of every address (`--dns-listen
+//! :53`): it then answers each jail with its own address on that jail's
+//! network, and `run` points the workload's resolver there.
 
 use crate::config::parse_addr;
 use crate::config::ProxyArgs;
@@ -23,6 +28,9 @@ pub struct DaemonEndpoints {
     pub proxy_port: u16,
     /// `CRACKBOX_ADMIN_SECRET` from the container's environment, if set there.
     pub secret: Option<String>,
+    /// Whether it steers every jail it joins (`--steer 0.0.0.0`, the DNS
+    /// filter on port 53 of every address).
+    pub steers: bool,
 }
 
 /// `proxy serve` flags as the daemon container was started with them.
@@ -82,10 +90,20 @@ pub fn endpoints(args: &[String], env: &[String]) -> Result<DaemonEndpoints, Str
              their own network, so it must listen on every address (--listen :PORT)"
         ));
     }
+    let steers_everywhere = parsed
+        .steer
+        .iter()
+        .any(|ip| ip.parse::<std::net::Ipv4Addr>().is_ok_and(|ip| ip.is_unspecified()));
+    let dns_everywhere = parsed
+        .dns_listen
+        .as_deref()
+        .and_then(|text| parse_addr(text).ok())
+        .is_some_and(|dns| dns.ip().is_unspecified() && dns.port() == 53);
     Ok(DaemonEndpoints {
         admin,
         proxy_port: listen.port(),
         secret: var("CRACKBOX_ADMIN_SECRET").filter(|s| !s.is_empty()),
+        steers: steers_everywhere && dns_everywhere,
     })
 }
 
@@ -144,6 +162,26 @@ mod tests {
             assert_eq!(got.admin, admin.parse().unwrap(), "{args:?}");
             assert_eq!(got.proxy_port, *port, "{args:?}");
             assert_eq!(got.secret.as_deref(), *secret, "{args:?}");
+        }
+    }
+
+    #[test]
+    fn a_daemon_steers_with_the_wildcard_and_dns_on_every_address_only() {
+        let base = ["proxy", "serve", "--admin", "10.9.0.2:3129"];
+        let cases: &[(&[&str], bool)] = &[
+            (&[], false),
+            (&["--steer", "0.0.0.0", "--dns-listen", ":53"], true),
+            (&["--steer=0.0.0.0", "--dns-listen=0.0.0.0:53", "--steer", "::"], true),
+            (&["--steer", "0.0.0.0"], false),
+            (&["--dns-listen", ":53"], false),
+            (&["--steer", "0.0.0.0", "--dns-listen", ":5353"], false),
+            (&["--steer", "0.0.0.0", "--dns-listen", "10.9.0.2:53"], false),
+            (&["--steer", "10.9.0.2", "--dns-listen", ":53"], false),
+        ];
+        for (extra, want) in cases {
+            let args: Vec<&str> = base.iter().chain(extra.iter()).copied().collect();
+            let got = endpoints(&strings(&args), &[]).unwrap();
+            assert_eq!(got.steers, *want, "{extra:?}");
         }
     }
 

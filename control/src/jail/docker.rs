@@ -98,7 +98,8 @@ pub struct Plan {
     pub quiet: bool,
     /// Long-lived crackbox container to run behind instead of a per-run proxy.
     pub daemon: Option<String>,
-    /// Steered interception (not with `daemon`, whose listeners are fixed).
+    /// Steered interception (with `daemon`, only when the daemon steers
+    /// every jail it joins).
     pub steer: bool,
 }
 
@@ -200,6 +201,8 @@ struct Jail {
     lease: Mutex<on_daemon::Lease>,
     /// Holds the workload's resolv.conf when steered; removed on drop.
     resolver_dir: OnceLock<tempfile::TempDir>,
+    /// Whether the shared daemon (`--daemon`) steers the jails it joins.
+    daemon_steers: OnceLock<bool>,
 }
 
 /// Addresses of the proxy and workload inside one jail.
@@ -222,12 +225,14 @@ impl Jail {
             workload_ip: OnceLock::new(),
             lease: Mutex::new(on_daemon::Lease::default()),
             resolver_dir: OnceLock::new(),
+            daemon_steers: OnceLock::new(),
         }
     }
 
-    /// Whether this run steers (a per-run proxy and no `--no-steer`).
+    /// Whether this run steers: no `--no-steer`, and a per-run proxy or a
+    /// daemon that steers every jail.
     fn steered(&self) -> bool {
-        self.plan.steer && self.plan.daemon.is_none()
+        self.plan.steer && (self.plan.daemon.is_none() || self.daemon_steers.get() == Some(&true))
     }
 
     /// Fails once a signal arrived, so set-up stops between two steps.

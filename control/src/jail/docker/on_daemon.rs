@@ -3,7 +3,8 @@
 //!
 //! Per run: NAME is checked (a running `crackbox proxy serve` whose admin API
 //! answers), connected to the run's internal network as `.2`, and the
-//! workload's `.3` is registered through NAME's admin API. Each of these
+//! workload's `.3` is registered through NAME's admin API. When NAME steers
+//! every jail (see `daemon_config`), the workload's resolver is NAME's `.2`. Each of these
 //! changes is recorded in the run's [`Lease`] before it is made, and
 //! teardown undoes what the lease holds on every exit path; NAME itself is
 //! never stopped, restarted or reconfigured.
@@ -93,6 +94,7 @@ impl Jail {
             )));
         }
         let _ = self.admin.set(admin.clone());
+        let _ = self.daemon_steers.set(endpoints.steers);
         self.lease().daemon = Some(daemon.to_string());
         Ok((admin, endpoints.proxy_port))
     }

@@ -9,6 +9,7 @@
 //! served by its own thread. It never answers a packet with QR=1 or one that
 //! comes from its own listening address, so it cannot be turned into a loop.
 
+mod arrival;
 mod decide;
 mod resolv_conf;
 mod steer;
@@ -95,8 +96,9 @@ struct Filter {
 }
 
 impl Filter {
-    /// The bytes to send back for one query, if any.
-    fn answer(&self, packet: &[u8], source: SocketAddr, over_tcp: bool) -> Option<Vec<u8>> {
+    /// The bytes to send back for one query from `source` that arrived on
+    /// the local address `arrived`, if any.
+    fn answer(&self, packet: &[u8], source: SocketAddr, arrived: IpAddr, over_tcp: bool) -> Option<Vec<u8>> {
         if self.own.is_own(source) {
             return None;
         }
@@ -108,7 +110,7 @@ impl Filter {
         };
         drop(snapshot);
         let upstream = match &self.resolution {
-            Resolution::Steered(steer) => return encode(steer.reply(&request), &request, over_tcp),
+            Resolution::Steered(steer) => return encode(steer.reply(&request, arrived), &request, over_tcp),
             Resolution::Upstream(upstream) => upstream,
         };
         let response = if over_tcp {

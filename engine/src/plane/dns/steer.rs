@@ -6,6 +6,10 @@
 //! AAAA get an address; the other forwarded types (CNAME, HTTPS, SVCB) and
 //! a family crackbox has no address in get an empty NOERROR answer, so a
 //! client never learns where an allowed name really is.
+//!
+//! The unspecified address (`0.0.0.0`, `::`) steers each client to the
+//! address its question arrived on: one crackbox serving many jail
+//! networks (`crackbox run --daemon`) has a different address on each.
 
 use super::decide::error_reply;
 use hickory_proto::op::{Message, ResponseCode};
@@ -20,9 +24,10 @@ pub(crate) const STEERED_TTL: u32 = 5;
 /// The addresses allowed names resolve to.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SteerTo {
-    /// Answer for A questions; none: empty NOERROR.
+    /// Answer for A questions; none: empty NOERROR; unspecified: the
+    /// address the question arrived on.
     pub v4: Option<Ipv4Addr>,
-    /// Answer for AAAA questions; none: empty NOERROR.
+    /// Answer for AAAA questions, as `v4`.
     pub v6: Option<Ipv6Addr>,
 }
 
@@ -41,22 +46,49 @@ impl SteerTo {
         }
     }
 
-    /// The answer to an allowed question (`request` holds exactly one).
-    pub(crate) fn reply(&self, request: &Message) -> Message {
+    /// The answer to an allowed question (`request` holds exactly one) that
+    /// arrived on the local address `arrived`.
+    pub(crate) fn reply(&self, request: &Message, arrived: IpAddr) -> Message {
         let mut reply = error_reply(request, ResponseCode::NoError);
         reply.metadata.authoritative = true;
         let Some(query) = request.queries.first() else {
             return reply;
         };
         let data = match query.query_type() {
-            RecordType::A => self.v4.map(|v4| RData::A(A(v4))),
-            RecordType::AAAA => self.v6.map(|v6| RData::AAAA(AAAA(v6))),
+            RecordType::A => self.v4.and_then(|v4| v4_answer(v4, arrived)).map(|v4| RData::A(A(v4))),
+            RecordType::AAAA => self
+                .v6
+                .and_then(|v6| v6_answer(v6, arrived))
+                .map(|v6| RData::AAAA(AAAA(v6))),
             _ => None,
         };
         if let Some(data) = data {
             reply.add_answer(Record::from_rdata(query.name().clone(), STEERED_TTL, data));
         }
         reply
+    }
+}
+
+/// The A answer: `steer` itself, or when it is unspecified the IPv4
+/// address the question arrived on (none when it came over IPv6).
+fn v4_answer(steer: Ipv4Addr, arrived: IpAddr) -> Option<Ipv4Addr> {
+    if !steer.is_unspecified() {
+        return Some(steer);
+    }
+    match crate::policy::canonical_ip(arrived) {
+        IpAddr::V4(v4) if !v4.is_unspecified() => Some(v4),
+        _ => None,
+    }
+}
+
+/// The AAAA answer, as [`v4_answer`].
+fn v6_answer(steer: Ipv6Addr, arrived: IpAddr) -> Option<Ipv6Addr> {
+    if !steer.is_unspecified() {
+        return Some(steer);
+    }
+    match crate::policy::canonical_ip(arrived) {
+        IpAddr::V6(v6) if !v6.is_unspecified() => Some(v6),
+        _ => None,
     }
 }
 
@@ -68,9 +100,13 @@ mod tests {
     use std::str::FromStr;
 
     fn ask(steer: SteerTo, kind: RecordType) -> Vec<RData> {
+        ask_on(steer, kind, "192.0.2.9".parse().unwrap())
+    }
+
+    fn ask_on(steer: SteerTo, kind: RecordType, arrived: IpAddr) -> Vec<RData> {
         let mut request = Message::query();
         request.add_query(Query::query(Name::from_str("Allowed.Test.").unwrap(), kind));
-        let reply = steer.reply(&request);
+        let reply = steer.reply(&request, arrived);
         assert_eq!(reply.metadata.response_code, ResponseCode::NoError);
         assert_eq!(reply.metadata.id, request.metadata.id);
         assert_eq!(reply.queries, request.queries);
@@ -102,6 +138,29 @@ mod tests {
         for (steer, kind, want) in cases {
             assert_eq!(ask(steer, kind), want, "{steer:?} {kind:?}");
         }
+    }
+
+    #[test]
+    fn the_unspecified_address_steers_to_where_the_question_arrived() {
+        let wildcard = SteerTo {
+            v4: Some(Ipv4Addr::UNSPECIFIED),
+            v6: None,
+        };
+        let jail = Ipv4Addr::new(10, 213, 128, 2);
+        let other = Ipv4Addr::new(10, 213, 128, 34);
+        assert_eq!(ask_on(wildcard, RecordType::A, jail.into()), vec![RData::A(A(jail))]);
+        assert_eq!(ask_on(wildcard, RecordType::A, other.into()), vec![RData::A(A(other))]);
+        let mapped: IpAddr = "::ffff:10.213.128.2".parse().unwrap();
+        assert_eq!(ask_on(wildcard, RecordType::A, mapped), vec![RData::A(A(jail))]);
+        assert_eq!(ask_on(wildcard, RecordType::AAAA, jail.into()), vec![]);
+        let both = SteerTo {
+            v4: Some(Ipv4Addr::UNSPECIFIED),
+            v6: Some(Ipv6Addr::UNSPECIFIED),
+        };
+        let v6: Ipv6Addr = "fd00::2".parse().unwrap();
+        assert_eq!(ask_on(both, RecordType::AAAA, v6.into()), vec![RData::AAAA(AAAA(v6))]);
+        assert_eq!(ask_on(both, RecordType::A, v6.into()), vec![]);
+        assert_eq!(ask_on(both, RecordType::A, Ipv4Addr::UNSPECIFIED.into()), vec![]);
     }
 
     #[test]

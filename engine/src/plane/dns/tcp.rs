@@ -51,10 +51,11 @@ fn accept(listener: &TcpListener, filter: &Arc<Filter>, max_connections: usize) 
 }
 
 fn converse(mut stream: TcpStream, source: SocketAddr, filter: &Filter) -> io::Result<()> {
+    let arrived = stream.local_addr()?.ip();
     stream.set_read_timeout(Some(IDLE_TIMEOUT))?;
     stream.set_write_timeout(Some(IDLE_TIMEOUT))?;
     while let Some(packet) = read_framed(&mut stream)? {
-        match filter.answer(&packet, source, true) {
+        match filter.answer(&packet, source, arrived, true) {
             Some(reply) => write_framed(&mut stream, &reply)?,
             None => return Ok(()),
         }
