@@ -54,14 +54,17 @@ impl SteerTo {
         let Some(query) = request.queries.first() else {
             return reply;
         };
-        let data = match query.query_type() {
-            RecordType::A => self.v4.and_then(|v4| v4_answer(v4, arrived)).map(|v4| RData::A(A(v4))),
-            RecordType::AAAA => self
-                .v6
-                .and_then(|v6| v6_answer(v6, arrived))
-                .map(|v6| RData::AAAA(AAAA(v6))),
+        let steer: Option<IpAddr> = match query.query_type() {
+            RecordType::A => self.v4.map(IpAddr::V4),
+            RecordType::AAAA => self.v6.map(IpAddr::V6),
             _ => None,
         };
+        let data = steer
+            .and_then(|steer| answer_address(steer, arrived))
+            .map(|ip| match ip {
+                IpAddr::V4(v4) => RData::A(A(v4)),
+                IpAddr::V6(v6) => RData::AAAA(AAAA(v6)),
+            });
         if let Some(data) = data {
             reply.add_answer(Record::from_rdata(query.name().clone(), STEERED_TTL, data));
         }
@@ -69,27 +72,14 @@ impl SteerTo {
     }
 }
 
-/// The A answer: `steer` itself, or when it is unspecified the IPv4
-/// address the question arrived on (none when it came over IPv6).
-fn v4_answer(steer: Ipv4Addr, arrived: IpAddr) -> Option<Ipv4Addr> {
+/// The address to answer with: `steer` itself, or when it is unspecified
+/// the address the question arrived on, if that is of the same family.
+fn answer_address(steer: IpAddr, arrived: IpAddr) -> Option<IpAddr> {
     if !steer.is_unspecified() {
         return Some(steer);
     }
-    match crate::policy::canonical_ip(arrived) {
-        IpAddr::V4(v4) if !v4.is_unspecified() => Some(v4),
-        _ => None,
-    }
-}
-
-/// The AAAA answer, as [`v4_answer`].
-fn v6_answer(steer: Ipv6Addr, arrived: IpAddr) -> Option<Ipv6Addr> {
-    if !steer.is_unspecified() {
-        return Some(steer);
-    }
-    match crate::policy::canonical_ip(arrived) {
-        IpAddr::V6(v6) if !v6.is_unspecified() => Some(v6),
-        _ => None,
-    }
+    let arrived = crate::policy::canonical_ip(arrived);
+    (arrived.is_ipv4() == steer.is_ipv4() && !arrived.is_unspecified()).then_some(arrived)
 }
 
 #[cfg(test)]
