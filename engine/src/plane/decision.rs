@@ -3,6 +3,8 @@
 //! Loads the snapshot once, looks up the source, applies `match_host`, and
 //! records the outcome in the counters. Used by every data plane.
 
+use crate::plane::conn::Conn;
+use crate::plane::revocation::LiveEntry;
 use crate::plane::worker::Worker;
 use crate::policy::reason::Reason;
 use crate::policy::MatchedBy;
@@ -65,10 +67,8 @@ fn unregistered(worker: &Worker, source: IpAddr) -> Decision {
     }
 }
 
-/// The outcome of deciding on a destination and dialling it.
-pub(crate) enum Reach {
-    /// Allowed and connected.
-    Connected(crate::plane::conn::Conn),
+/// Why a destination was not connected to.
+pub(crate) enum Unreached {
     /// Denied by policy or by the destination guard.
     Denied(Reason),
     /// Allowed, but the destination could not be reached.
@@ -77,39 +77,58 @@ pub(crate) enum Reach {
 
 /// Decides on `host:port` for `source`, then resolves, guards and connects;
 /// counts the outcome. Denied names are never resolved.
-pub(crate) async fn reach(worker: &Worker, source: IpAddr, host: &str, port: u16) -> Reach {
+pub(crate) async fn reach(worker: &Worker, source: IpAddr, host: &str, port: u16) -> Result<Conn, Unreached> {
     match decide(worker, source, host, port) {
         Decision::Allow { matched, id } => connect(worker, source, host, port, matched, id).await,
-        Decision::Deny { reason, .. } => Reach::Denied(reason),
+        Decision::Deny { reason, .. } => Err(Unreached::Denied(reason)),
     }
+}
+
+/// [`reach`] for a connection that then tunnels: once allowed it joins the
+/// live set before anything awaits, so a snapshot that lands while the dial
+/// is in flight still revokes it; its entry comes back with the connection.
+/// A denied name never touches the live set.
+pub(crate) async fn reach_tracked(
+    worker: &Worker,
+    source: IpAddr,
+    host: &str,
+    port: u16,
+) -> Result<(Conn, LiveEntry), Unreached> {
+    let (matched, id) = match decide(worker, source, host, port) {
+        Decision::Allow { matched, id } => (matched, id),
+        Decision::Deny { reason, .. } => return Err(Unreached::Denied(reason)),
+    };
+    let live = LiveEntry::register(&worker.live, source, host, port);
+    let conn = connect(worker, source, host, port, matched, id).await?;
+    Ok((conn, live))
 }
 
 /// Resolves, guards and connects an allowed `host:port` (`matched` and `id`
 /// from its [`Decision::Allow`]); counts the outcome.
-pub(crate) async fn connect(
+async fn connect(
     worker: &Worker,
     source: IpAddr,
     host: &str,
     port: u16,
     matched: MatchedBy,
     id: Arc<str>,
-) -> Reach {
+) -> Result<Conn, Unreached> {
     // Boxed: dialling state is large and only needed until connected.
     match Box::pin(crate::plane::resolve::dial(&worker.dialer(), host, port, matched)).await {
         Ok(mut conn) => {
             worker.stats.record_allowed(&id);
             conn.take_turns_of(worker.turns.of(source));
-            Reach::Connected(conn)
+            Ok(conn)
         }
         Err(crate::plane::resolve::DialError::Private) => {
             worker
                 .stats
                 .record_denied(source, Some(&id), host, port, Reason::PrivateAddress);
-            Reach::Denied(Reason::PrivateAddress)
+            Err(Unreached::Denied(Reason::PrivateAddress))
         }
         Err(err) => {
             worker.stats.record_allowed(&id);
-            Reach::Failed(err)
+            Err(Unreached::Failed(err))
         }
     }
 }

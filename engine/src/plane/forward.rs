@@ -7,7 +7,7 @@
 //! the same host and port on the same client connection.
 
 use crate::plane::conn::Conn;
-use crate::plane::decision::{connect, decide, reach, Decision, Reach};
+use crate::plane::decision::{decide, reach, reach_tracked, Decision, Unreached};
 use crate::plane::resolve::DialError;
 use crate::plane::revocation::LiveEntry;
 use crate::plane::stats::Direction;
@@ -245,10 +245,9 @@ impl<'w> Session<'w> {
             // Most heads fit in the first small read; grow only for big ones.
             let chunk = if self.inbox.is_empty() { FIRST_READ } else { READ_CHUNK };
             let want = chunk.min(MAX_HEAD + 4 - self.inbox.len());
-            let got = match self.client.try_read_into(&mut self.inbox, want) {
-                Ok(Some(n)) => Ok(n),
-                Err(err) => Err(err),
-                Ok(None) => {
+            let got = match self.client.try_read_into(&mut self.inbox, want).transpose() {
+                Some(got) => got,
+                None => {
                     let deadline = *deadline.get_or_insert_with(|| Instant::now() + HEAD_TIMEOUT);
                     let left = deadline.saturating_duration_since(Instant::now());
                     match monoio::time::timeout(left, self.client.read_into(&mut self.inbox, want)).await {
@@ -290,15 +289,14 @@ impl<'w> Session<'w> {
     }
 
     /// Answers a failed decision or dial; the connection closes afterwards.
-    async fn reply_unreachable(&self, host: &str, port: u16, outcome: Reach) {
-        let response = match outcome {
-            Reach::Connected(_) => return,
-            Reach::Denied(reason) => responses::denial(reason, host, port),
-            Reach::Failed(DialError::Dns) => responses::error(502, &format!("could not resolve {host}")),
-            Reach::Failed(DialError::Timeout) => {
+    async fn reply_unreachable(&self, host: &str, port: u16, why: Unreached) {
+        let response = match why {
+            Unreached::Denied(reason) => responses::denial(reason, host, port),
+            Unreached::Failed(DialError::Dns) => responses::error(502, &format!("could not resolve {host}")),
+            Unreached::Failed(DialError::Timeout) => {
                 responses::error(504, &format!("timed out connecting to {host}:{port}"))
             }
-            Reach::Failed(DialError::Private | DialError::Unreachable) => {
+            Unreached::Failed(DialError::Private | DialError::Unreachable) => {
                 responses::error(502, &format!("could not connect to {host}:{port}"))
             }
         };
@@ -314,19 +312,9 @@ impl<'w> Session<'w> {
         if Self::refuse_invalid_host(&host) {
             return self.reply(&responses::error(400, "invalid host in CONNECT")).await;
         }
-        let (matched, id) = match decide(self.worker, self.source, &host, port) {
-            Decision::Allow { matched, id } => (matched, id),
-            Decision::Deny { reason, .. } => return self.reply(&responses::denial(reason, &host, port)).await,
-        };
-        // In the live set before anything awaits, so a snapshot that
-        // arrives while the dial is in flight still revokes the tunnel.
-        let live = LiveEntry::register(&self.worker.live, self.source, &host, port);
-        let upstream = match connect(self.worker, self.source, &host, port, matched, id).await {
-            Reach::Connected(conn) => conn,
-            other => {
-                drop(live);
-                return self.reply_unreachable(&host, port, other).await;
-            }
+        let (upstream, live) = match reach_tracked(self.worker, self.source, &host, port).await {
+            Ok(reached) => reached,
+            Err(why) => return self.reply_unreachable(&host, port, why).await,
         };
         if live.signal().is_fired() {
             return self.reply(&responses::denial(Reason::Revoked, &host, port)).await;
@@ -390,9 +378,9 @@ impl<'w> Session<'w> {
                 }
             },
             None => match reach(self.worker, self.source, &request.host, request.port).await {
-                Reach::Connected(conn) => (conn, false),
-                other => {
-                    self.reply_unreachable(&request.host, request.port, other).await;
+                Ok(conn) => (conn, false),
+                Err(why) => {
+                    self.reply_unreachable(&request.host, request.port, why).await;
                     return false;
                 }
             },
@@ -406,9 +394,9 @@ impl<'w> Session<'w> {
         let mut outcome = self.exchange_watched(&conn, &request).await;
         if was_reused && matches!(outcome, Err(ExchangeError::NoResponse)) && request.framing == Framing::Empty {
             conn = match reach(self.worker, self.source, &request.host, request.port).await {
-                Reach::Connected(conn) => conn,
-                other => {
-                    self.reply_unreachable(&request.host, request.port, other).await;
+                Ok(conn) => conn,
+                Err(why) => {
+                    self.reply_unreachable(&request.host, request.port, why).await;
                     return false;
                 }
             };

@@ -16,10 +16,10 @@
 //! without a Host gets the 403 of a denied one instead.
 
 use crate::plane::conn::Conn;
-use crate::plane::decision::{connect, decide, Decision, Reach};
+use crate::plane::decision::{reach_tracked, Unreached};
 use crate::plane::stats::Direction;
+use crate::plane::tunnel;
 use crate::plane::worker::Worker;
-use crate::plane::{revocation::LiveEntry, tunnel};
 use crate::policy::guard::Verdict;
 use crate::protocol::tls_peek::{peek_sni, Peek, MAX_PEEK_LEN};
 use nix::sys::socket::{getsockopt, sockopt};
@@ -81,21 +81,14 @@ pub(crate) async fn serve_tls(worker: &Rc<Worker>, client: Conn, source: IpAddr,
     let Some((name, peeked)) = read_client_hello(&client, source).await else {
         return;
     };
-    let (matched, id) = match decide(worker, source, &name, port) {
-        Decision::Allow { matched, id } => (matched, id),
-        Decision::Deny { reason, .. } => {
+    let (upstream, live) = match reach_tracked(worker, source, &name, port).await {
+        Ok(reached) => reached,
+        Err(Unreached::Denied(reason)) => {
             return tracing::debug!(%source, name, reason = reason.as_str(), "transparent: denied, closed");
         }
-    };
-    // In the live set before anything awaits, so a snapshot that arrives
-    // while the dial is in flight still revokes the tunnel.
-    let live = LiveEntry::register(&worker.live, source, &name, port);
-    let upstream = match connect(worker, source, &name, port, matched, id).await {
-        Reach::Connected(upstream) => upstream,
-        Reach::Denied(reason) => {
-            return tracing::debug!(%source, name, reason = reason.as_str(), "transparent: denied, closed");
+        Err(Unreached::Failed(error)) => {
+            return tracing::debug!(%source, name, ?error, "transparent: dial failed, closed")
         }
-        Reach::Failed(error) => return tracing::debug!(%source, name, ?error, "transparent: dial failed, closed"),
     };
     if live.signal().is_fired() || upstream.write_all(&peeked).await.is_err() {
         return;

@@ -4,10 +4,10 @@
 //! Per run: NAME is checked (a running `crackbox proxy serve` whose admin API
 //! answers), connected to the run's internal network as `.2`, and the
 //! workload's `.3` is registered through NAME's admin API. When NAME steers
-//! every jail (see `daemon_config`), the workload's resolver is NAME's `.2`. Each of these
-//! changes is recorded in the run's [`Lease`] before it is made, and
-//! teardown undoes what the lease holds on every exit path; NAME itself is
-//! never stopped, restarted or reconfigured.
+//! every jail (see `daemon_config`), the workload's resolver is NAME's `.2`.
+//! Each of these changes is recorded in the run's [`Lease`] before it is
+//! made, and teardown undoes what the lease holds on every exit path; NAME
+//! itself is never stopped, restarted or reconfigured.
 
 use super::{host, ipv4_endpoint, Jail};
 use crate::jail::admin::{failed, healthy, jail_client};
