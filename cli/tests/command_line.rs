@@ -68,11 +68,16 @@ fn process_tree(pid: u32) -> Vec<u32> {
 fn serve(args: &[&str], admin: SocketAddr) -> Proc {
     let mut command = vec!["proxy".to_owned(), "serve".to_owned()];
     command.extend(args.iter().map(|a| a.to_string()));
-    let daemon = Proc::spawn(&command);
+    let mut daemon = Proc::spawn(&command);
+    let mut exited = None;
     let healthy = wait_until(Duration::from_secs(20), || {
-        matches!(try_http(admin, "GET", "/health", None, &[]), Ok((200, _)))
+        exited = daemon.exited();
+        exited.is_some() || matches!(try_http(admin, "GET", "/health", None, &[]), Ok((200, _)))
     });
-    assert!(healthy, "crackbox {command:?} did not become healthy");
+    assert!(
+        healthy && exited.is_none(),
+        "crackbox {command:?} did not become healthy (exit: {exited:?})"
+    );
     daemon
 }
 

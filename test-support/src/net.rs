@@ -1,13 +1,44 @@
 //! Loopback sockets: free ports, client connections from a chosen
 //! 127.0.0.x source, and waiting for a peer or a condition.
 
+use std::hash::{BuildHasher, RandomState};
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-/// A free loopback port (bound, then released).
+/// A port free on every address (bound on the wildcard, then released).
+///
+/// It is picked below the kernel's ephemeral range, so no client socket of
+/// a concurrently running test can take it between this call and the bind
+/// of whoever asked for it (a port from `bind(0)` could be handed out as a
+/// connection's source port in that window). Within one process the ports
+/// are taken in turn from a random start, so no two calls give the same.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    static START: OnceLock<u32> = OnceLock::new();
+    let span = u32::from(ephemeral_low().saturating_sub(PRIVATE_PORTS_FROM));
+    if span < 1000 {
+        return TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    }
+    let start = *START.get_or_init(|| (RandomState::new().hash_one(std::process::id()) % u64::from(span)) as u32);
+    let private = (0..span)
+        .map(|_| PRIVATE_PORTS_FROM + ((start + NEXT.fetch_add(1, Ordering::Relaxed)) % span) as u16)
+        .find(|&port| TcpListener::bind(("::", port)).is_ok() || TcpListener::bind(("0.0.0.0", port)).is_ok());
+    private.unwrap_or_else(|| TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port())
+}
+
+/// Where [`free_port`] starts looking, above the well-known and common
+/// service ports.
+const PRIVATE_PORTS_FROM: u16 = 20_000;
+
+/// The first port of the kernel's ephemeral (source port) range.
+fn ephemeral_low() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768)
 }
 
 /// Connects to `to` from the local address `source`.

@@ -204,6 +204,11 @@ impl Proc {
         self.child.id()
     }
 
+    /// Its exit status, if it has exited.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().unwrap()
+    }
+
     /// `kill -9` and reap.
     pub fn kill9(&mut self) {
         let _ = self.child.kill();

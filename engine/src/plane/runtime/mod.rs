@@ -88,7 +88,6 @@ pub fn run(mut config: EngineConfig) -> Result<(), EngineError> {
         config: config.clone(),
     });
     crate::plane::dns::start(&config, Arc::clone(&registry), Arc::clone(&stats))?;
-    crate::plane::control_link::spawn(config.control_socket.clone(), registry, watched, stats)?;
     tracing::info!(
         forward = %bound.forward,
         transparent = ?bound.transparent,
@@ -116,13 +115,36 @@ pub fn run(mut config: EngineConfig) -> Result<(), EngineError> {
         handles.push(handle);
     }
     drop(started);
+    let mut chosen = Vec::with_capacity(threads);
     for result in startup.iter().take(threads) {
-        result?;
+        chosen.push(result?);
     }
+    log_drivers(&chosen, driver);
+    // Only now, with every core thread serving, does control hear of this
+    // engine, so a healthy daemon is one whose data plane is up.
+    crate::plane::control_link::spawn(config.control_socket.clone(), registry, watched, stats)?;
     for handle in handles {
         let _ = handle.join();
     }
     Err(EngineError::Stopped)
+}
+
+/// The io driver and ring setup a core thread runs on.
+type DriverChoice = (&'static str, &'static str);
+
+/// Logs the io driver the core threads run on: one line, or one per thread
+/// when they differ (a ring refused to some threads only).
+fn log_drivers(chosen: &[DriverChoice], requested: IoDriver) {
+    let Some(&(driver, ring)) = chosen.first() else {
+        return;
+    };
+    if chosen.iter().all(|choice| *choice == (driver, ring)) {
+        tracing::info!(driver, ring, requested = ?requested, threads = chosen.len(), "io driver selected");
+        return;
+    }
+    for (thread, (driver, ring)) in chosen.iter().enumerate() {
+        tracing::info!(thread, driver, ring, requested = ?requested, "io driver selected");
+    }
 }
 
 /// Binds one listener per thread for every plane, each plane's on one port.
@@ -214,11 +236,15 @@ fn core_thread(
     index: usize,
     shared: Arc<Shared>,
     listeners: ThreadListeners,
-    started: mpsc::Sender<io::Result<()>>,
+    started: mpsc::Sender<io::Result<DriverChoice>>,
     driver: IoDriver,
 ) -> io::Result<()> {
     let uring = uring_for(driver, index);
     let use_uring = uring.is_some();
+    let choice: DriverChoice = match &uring {
+        Some((_, ring)) => ("io_uring", ring),
+        None => ("epoll", "-"),
+    };
     // epoll readiness needs non-blocking listeners; io_uring accepts on blocking ones.
     for (_, listener) in &listeners {
         listener.set_nonblocking(!use_uring)?;
@@ -229,7 +255,7 @@ fn core_thread(
         for (plane, listener) in listeners {
             accepting.push((plane, monoio::net::TcpListener::from_std(listener)?));
         }
-        let _ = started.send(Ok(()));
+        let _ = started.send(Ok(choice));
         monoio::spawn(crate::plane::revocation::watch(
             std::rc::Rc::clone(&worker.live),
             std::sync::Arc::clone(&worker.stats),
@@ -250,11 +276,6 @@ fn core_thread(
         accept::accept_loop(forward, worker, forward_plane).await;
         Ok::<(), io::Error>(())
     };
-    if index == 0 {
-        let chosen = if use_uring { "io_uring" } else { "epoll" };
-        let ring = uring.as_ref().map_or("-", |(_, setup)| *setup);
-        tracing::info!(driver = chosen, ring, requested = ?driver, "io driver selected");
-    }
     if let Some((mut runtime, _)) = uring {
         runtime.block_on(serve())
     } else {
