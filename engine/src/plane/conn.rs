@@ -15,12 +15,18 @@ use crate::plane::fair::SourceTurns;
 use monoio::net::TcpStream;
 use std::cell::Cell;
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+use std::mem::ManuallyDrop;
+use std::os::fd::{AsRawFd, IntoRawFd, RawFd};
 use std::rc::Rc;
 
 /// A non-blocking TCP connection.
 pub(crate) struct Conn {
-    stream: TcpStream,
+    /// Taken only by `drop`.
+    stream: ManuallyDrop<TcpStream>,
+    /// Readiness waits started and not (yet) finished: a wait dropped
+    /// before it finished leaves its count here for good, as its ring op
+    /// may still hold the fd.
+    waits: Cell<u32>,
     /// Whether the socket itself is in non-blocking mode (needed by splice).
     nonblocking: Cell<bool>,
     /// The turns of the source this connection works for (see `fair`).
@@ -33,7 +39,8 @@ impl Conn {
     /// listener.
     pub(crate) fn accepted(stream: TcpStream, nonblocking: bool) -> Self {
         Conn {
-            stream,
+            stream: ManuallyDrop::new(stream),
+            waits: Cell::new(0),
             nonblocking: Cell::new(nonblocking),
             turns: None,
         }
@@ -67,7 +74,7 @@ impl Conn {
     /// Waits until a read would not block (data, EOF or error), then for
     /// the source's turn.
     pub(crate) async fn readable(&self) -> io::Result<()> {
-        self.stream.readable(false).await?;
+        self.counted(self.stream.readable(false)).await?;
         if let Some(turns) = &self.turns {
             turns.take().await;
         }
@@ -76,7 +83,15 @@ impl Conn {
 
     /// Waits until a write would not block.
     pub(crate) async fn writable(&self) -> io::Result<()> {
-        self.stream.writable(false).await
+        self.counted(self.stream.writable(false)).await
+    }
+
+    /// Runs a readiness wait, counted in `waits` until it finishes.
+    async fn counted<T>(&self, wait: impl std::future::Future<Output = T>) -> T {
+        self.waits.set(self.waits.get() + 1);
+        let done = wait.await;
+        self.waits.set(self.waits.get() - 1);
+        done
     }
 
     /// Reads what is available now, waiting for readiness first if nothing is.
@@ -169,6 +184,22 @@ impl Conn {
     /// Shuts down both directions, waking any task waiting on this socket.
     pub(crate) fn shutdown_both(&self) {
         unsafe { libc::shutdown(self.fd(), libc::SHUT_RDWR) };
+    }
+}
+
+impl Drop for Conn {
+    /// Closes the socket with `close(2)` when no readiness wait may still
+    /// hold it. monoio would close through the ring instead, and cancel that
+    /// close at once as it drops the op unawaited: two ring ops per
+    /// connection for one syscall's work. After an abandoned wait, whose
+    /// cancellation may not have completed, monoio's own close is kept.
+    fn drop(&mut self) {
+        // SAFETY: taken once, here; the field is never used again.
+        let stream = unsafe { ManuallyDrop::take(&mut self.stream) };
+        if self.waits.get() == 0 {
+            // SAFETY: the fd was just released by its only owner.
+            unsafe { libc::close(stream.into_raw_fd()) };
+        }
     }
 }
 
