@@ -74,7 +74,10 @@ impl Conn {
     /// Waits until a read would not block (data, EOF or error), then for
     /// the source's turn.
     pub(crate) async fn readable(&self) -> io::Result<()> {
-        self.counted(self.stream.readable(false)).await?;
+        let wait = Wait::start(&self.waits);
+        let ready = self.stream.readable(false).await;
+        wait.finish();
+        ready?;
         if let Some(turns) = &self.turns {
             turns.take().await;
         }
@@ -83,15 +86,10 @@ impl Conn {
 
     /// Waits until a write would not block.
     pub(crate) async fn writable(&self) -> io::Result<()> {
-        self.counted(self.stream.writable(false)).await
-    }
-
-    /// Runs a readiness wait, counted in `waits` until it finishes.
-    async fn counted<T>(&self, wait: impl std::future::Future<Output = T>) -> T {
-        self.waits.set(self.waits.get() + 1);
-        let done = wait.await;
-        self.waits.set(self.waits.get() - 1);
-        done
+        let wait = Wait::start(&self.waits);
+        let ready = self.stream.writable(false).await;
+        wait.finish();
+        ready
     }
 
     /// Reads what is available now, waiting for readiness first if nothing is.
@@ -184,6 +182,23 @@ impl Conn {
     /// Shuts down both directions, waking any task waiting on this socket.
     pub(crate) fn shutdown_both(&self) {
         unsafe { libc::shutdown(self.fd(), libc::SHUT_RDWR) };
+    }
+}
+
+/// One readiness wait counted in a connection's `waits` (see [`Conn`]):
+/// a wait that finishes uncounts itself; one dropped unfinished stays
+/// counted. A guard rather than a wrapping future, so a wait costs an idle
+/// tunnel no more state than the readiness future itself.
+struct Wait<'a>(&'a Cell<u32>);
+
+impl<'a> Wait<'a> {
+    fn start(waits: &'a Cell<u32>) -> Self {
+        waits.set(waits.get() + 1);
+        Wait(waits)
+    }
+
+    fn finish(self) {
+        self.0.set(self.0.get() - 1);
     }
 }
 

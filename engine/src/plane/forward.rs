@@ -40,8 +40,14 @@ const KEEPALIVE_IDLE: Duration = Duration::from_secs(60);
 const RESPONSE_TIMEOUT_FALLBACK: Duration = Duration::from_secs(3600);
 
 /// Serves one client connection of the forward listener to the end.
-pub(crate) async fn serve(worker: &Rc<Worker>, client: Conn, source: IpAddr) {
-    Session::new(worker, client, source, None).run().await;
+///
+/// Not an `async fn` (nor is [`serve_origin`]): an `async fn` keeps its
+/// arguments twice (as passed and as moved into its body), so the session,
+/// built first and moved into the future, is the connection's only copy in
+/// an idle tunnel's task.
+pub(crate) fn serve<'w>(worker: &'w Rc<Worker>, client: Conn, source: IpAddr) -> impl Future<Output = ()> + 'w {
+    let mut session = Session::new(worker, client, source, None);
+    async move { session.run().await }
 }
 
 /// Where an origin-form connection (transparent or steered port 80) goes.
@@ -55,8 +61,14 @@ pub(crate) struct Origin {
 
 /// Serves a transparently redirected or steered port-80 connection:
 /// origin-form requests, each decided by its `Host` (without port).
-pub(crate) async fn serve_origin(worker: &Rc<Worker>, client: Conn, source: IpAddr, origin: Origin) {
-    Session::new(worker, client, source, Some(origin)).run().await;
+pub(crate) fn serve_origin<'w>(
+    worker: &'w Rc<Worker>,
+    client: Conn,
+    source: IpAddr,
+    origin: Origin,
+) -> impl Future<Output = ()> + 'w {
+    let mut session = Session::new(worker, client, source, Some(origin));
+    async move { session.run().await }
 }
 
 /// A request ready to send upstream; owns everything it needs.
@@ -141,6 +153,28 @@ enum HeadRead {
     Refuse(u16, &'static str),
 }
 
+/// What a complete request head asks for.
+enum Step {
+    /// Forward this request upstream.
+    Forward(Prepared),
+    /// Open a CONNECT tunnel to this host and port.
+    Tunnel(String, u16),
+    /// Answer this and close.
+    Reply(Vec<u8>),
+    /// An origin-form request without `Host`.
+    Unnamed,
+}
+
+/// The answer to a request head that could not be parsed.
+fn head_refusal(err: HeadError) -> Vec<u8> {
+    let message = match err {
+        HeadError::TooLarge => "request head larger than 64 KiB",
+        HeadError::TooManyHeaders => "more than 128 header fields",
+        HeadError::Malformed(why) => why,
+    };
+    responses::error(err.status(), message)
+}
+
 struct Session<'w> {
     worker: &'w Rc<Worker>,
     client: Conn,
@@ -175,42 +209,50 @@ impl<'w> Session<'w> {
                 HeadRead::Refuse(status, message) => return self.reply(&responses::error(status, message)).await,
             };
             first = false;
-            let prepared = match http_head::parse_request(&self.inbox[..head_len]) {
-                Err(err) => return self.refuse_head(err).await,
-                Ok(head) => match head.target {
-                    Target::Origin { .. } if self.origin.is_some() => {
-                        let (Some(origin), Some(host)) = (
-                            self.origin,
-                            head.host_field.and_then(crate::protocol::http_head::host_without_port),
-                        ) else {
-                            return self.refuse_unnamed().await;
-                        };
-                        Prepared::new(&head, host, origin.port)
+            // Decided before any await, so an idle tunnel's task does not
+            // keep the parsed head.
+            match self.next_step(head_len) {
+                Step::Tunnel(host, port) => return self.tunnel(host, port).await,
+                Step::Reply(response) => return self.reply(&response).await,
+                Step::Unnamed => return self.refuse_unnamed().await,
+                // Boxed: the HTTP exchange state is large and would otherwise be
+                // paid for by every connection, idle CONNECT tunnels included.
+                Step::Forward(prepared) => {
+                    if !Box::pin(self.forward(prepared)).await {
+                        return;
                     }
-                    _ if self.origin.is_some() => {
-                        return self
-                            .reply(&responses::error(400, "only origin-form requests here"))
-                            .await;
-                    }
-                    Target::Origin { .. } => {
-                        let message = "crackbox is a forward proxy: request absolute http:// URLs or use CONNECT";
-                        return self.reply(&responses::error(400, message)).await;
-                    }
-                    Target::Connect { host, port } => {
-                        let host = host.to_owned();
-                        self.inbox.drain(..head_len);
-                        return self.tunnel(host, port).await;
-                    }
-                    Target::Absolute { host, port, .. } => Prepared::new(&head, host, port),
-                },
-            };
-            self.inbox.drain(..head_len);
-            // Boxed: the HTTP exchange state is large and would otherwise be
-            // paid for by every connection, idle CONNECT tunnels included.
-            if !Box::pin(self.forward(prepared)).await {
-                return;
+                }
             }
         }
+    }
+
+    /// What the complete head at the start of the inbox asks for; a request
+    /// to forward or tunnel is taken out of the inbox.
+    fn next_step(&mut self, head_len: usize) -> Step {
+        let head = match http_head::parse_request(&self.inbox[..head_len]) {
+            Ok(head) => head,
+            Err(err) => return Step::Reply(head_refusal(err)),
+        };
+        let step = match head.target {
+            Target::Origin { .. } if self.origin.is_some() => {
+                let (Some(origin), Some(host)) = (
+                    self.origin,
+                    head.host_field.and_then(crate::protocol::http_head::host_without_port),
+                ) else {
+                    return Step::Unnamed;
+                };
+                Step::Forward(Prepared::new(&head, host, origin.port))
+            }
+            _ if self.origin.is_some() => return Step::Reply(responses::error(400, "only origin-form requests here")),
+            Target::Origin { .. } => {
+                let message = "crackbox is a forward proxy: request absolute http:// URLs or use CONNECT";
+                return Step::Reply(responses::error(400, message));
+            }
+            Target::Connect { host, port } => Step::Tunnel(host.to_owned(), port),
+            Target::Absolute { host, port, .. } => Step::Forward(Prepared::new(&head, host, port)),
+        };
+        self.inbox.drain(..head_len);
+        step
     }
 
     /// Reads until the inbox holds a complete head, within the timeouts.
@@ -261,15 +303,6 @@ impl<'w> Session<'w> {
                 return HeadRead::Closed;
             }
         }
-    }
-
-    async fn refuse_head(&self, err: HeadError) {
-        let message = match err {
-            HeadError::TooLarge => "request head larger than 64 KiB",
-            HeadError::TooManyHeaders => "more than 128 header fields",
-            HeadError::Malformed(why) => why,
-        };
-        self.reply(&responses::error(err.status(), message)).await;
     }
 
     /// An origin-form request without `Host`: closed when redirected;

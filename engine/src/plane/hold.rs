@@ -22,14 +22,17 @@ pub(crate) const HOLD_LIMIT: Duration = Duration::from_millis(1500);
 const FIRST_POLL: Duration = Duration::from_millis(5);
 const MAX_POLL: Duration = Duration::from_millis(80);
 
-/// Returns once `source` needs no more waiting (see the module comment).
+/// Whether a new connection from `source` must wait for its registration
+/// (see the module comment).
+pub(crate) fn needed(worker: &Worker, source: IpAddr) -> bool {
+    worker.with_snapshot(|snapshot| snapshot.lookup(source).is_none()) && worker.shared.watched.load().holds(source)
+}
+
+/// Returns once `source` needs no more waiting.
 pub(crate) async fn until_registered(worker: &Worker, source: IpAddr) {
     let deadline = Instant::now() + HOLD_LIMIT;
     let mut pause = FIRST_POLL;
-    while worker.with_snapshot(|snapshot| snapshot.lookup(source).is_none())
-        && worker.shared.watched.load().holds(source)
-        && Instant::now() < deadline
-    {
+    while needed(worker, source) && Instant::now() < deadline {
         monoio::time::sleep(pause.min(deadline.saturating_duration_since(Instant::now()))).await;
         pause = (pause * 2).min(MAX_POLL);
     }

@@ -7,13 +7,15 @@
 use super::Plane;
 use crate::plane::conn::Conn;
 use crate::plane::forward::{self, Origin};
+use crate::plane::hold;
 use crate::plane::transparent::{self, Intercepted};
 use crate::plane::worker::Worker;
 use crate::policy::canonical_ip;
 use crate::policy::reason::Reason;
 use crate::protocol::responses;
-use monoio::net::{TcpListener, TcpStream};
-use std::net::{IpAddr, SocketAddr};
+use monoio::net::TcpListener;
+use std::future::Future;
+use std::net::IpAddr;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -30,7 +32,9 @@ pub(crate) async fn accept_loop(listener: TcpListener, worker: Rc<Worker>, plane
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
-                monoio::spawn(serve_connection(Rc::clone(&worker), stream, peer, plane));
+                let conn = Conn::accepted(stream, worker.nonblocking_sockets);
+                let source = canonical_ip(peer.ip());
+                monoio::spawn(serve_connection(Rc::clone(&worker), conn, source, plane));
             }
             Err(err) => {
                 let exhausted = matches!(
@@ -47,48 +51,47 @@ pub(crate) async fn accept_loop(listener: TcpListener, worker: Rc<Worker>, plane
     }
 }
 
-async fn serve_connection(worker: Rc<Worker>, stream: TcpStream, peer: SocketAddr, plane: Plane) {
-    let source = canonical_ip(peer.ip());
-    let mut conn = Conn::accepted(stream, worker.nonblocking_sockets);
-    let ticket = match worker.shared.admission.admit(source) {
-        Ok(ticket) => ticket,
-        Err(_) => {
-            worker
-                .stats
-                .record_denied(source, None, "", 0, Reason::TooManyConnections);
-            if plane.answers_http() {
-                let _ = conn
-                    .write_last(&responses::denial(Reason::TooManyConnections, "", 0))
-                    .await;
+/// One connection, admitted, held or refused, then served by its plane. Not
+/// an `async fn`, which would keep its arguments twice in every task.
+#[expect(clippy::manual_async_fn, reason = "an async fn keeps its arguments twice")]
+fn serve_connection(worker: Rc<Worker>, mut conn: Conn, source: IpAddr, plane: Plane) -> impl Future<Output = ()> {
+    async move {
+        let ticket = match worker.shared.admission.admit(source) {
+            Ok(ticket) => ticket,
+            Err(_) => {
+                worker
+                    .stats
+                    .record_denied(source, None, "", 0, Reason::TooManyConnections);
+                if plane.answers_http() {
+                    let _ = conn
+                        .write_last(&responses::denial(Reason::TooManyConnections, "", 0))
+                        .await;
+                }
+                return;
             }
-            return;
+        };
+        // Before anything of the connection is read or tracked: a source the
+        // label watcher is about to register waits for it here (boxed: the
+        // wait's timer would otherwise enlarge every connection's task).
+        if hold::needed(&worker, source) {
+            Box::pin(hold::until_registered(&worker, source)).await;
         }
-    };
-    // Before anything of the connection is read or tracked: a source the
-    // label watcher is about to register waits for it here.
-    crate::plane::hold::until_registered(&worker, source).await;
-    conn.take_turns_of(worker.turns.of(source));
-    match plane {
-        Plane::Forward => forward::serve(&worker, conn, source).await,
-        Plane::Transparent => {
-            let route = transparent::route_redirected(&worker, &conn, source);
-            serve_intercepted(&worker, conn, source, route, false).await;
+        conn.take_turns_of(worker.turns.of(source));
+        let (route, steered) = match plane {
+            Plane::Forward => return forward::serve(&worker, conn, source).await,
+            Plane::Transparent => (transparent::route_redirected(&worker, &conn, source), false),
+            Plane::Steered(port) => (transparent::route_port(source, port), true),
+        };
+        // A redirected or steered connection: TLS by its SNI, HTTP by forward's
+        // origin-form session; no route closes it.
+        match route {
+            // Boxed so forward connections do not pay for transparent-mode state.
+            Some(Intercepted::Tls(port)) => Box::pin(transparent::serve_tls(&worker, conn, source, port)).await,
+            Some(Intercepted::Http(port)) => {
+                forward::serve_origin(&worker, conn, source, Origin { port, steered }).await
+            }
+            None => {}
         }
-        Plane::Steered(port) => {
-            let route = transparent::route_port(source, port);
-            serve_intercepted(&worker, conn, source, route, true).await;
-        }
-    }
-    drop(ticket);
-}
-
-/// A redirected or steered connection: TLS by its SNI, HTTP by forward's
-/// origin-form session; `None` closes it.
-async fn serve_intercepted(worker: &Rc<Worker>, conn: Conn, source: IpAddr, route: Option<Intercepted>, steered: bool) {
-    match route {
-        // Boxed so forward connections do not pay for transparent-mode state.
-        Some(Intercepted::Tls(port)) => Box::pin(transparent::serve_tls(worker, conn, source, port)).await,
-        Some(Intercepted::Http(port)) => forward::serve_origin(worker, conn, source, Origin { port, steered }).await,
-        None => {}
+        drop(ticket);
     }
 }
