@@ -11,6 +11,7 @@
 use crate::plane::conn::{nix_result, Conn};
 use crate::plane::stats::{Direction, Stats};
 use std::cell::{Cell, RefCell};
+use std::future::Future;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::rc::Rc;
@@ -108,75 +109,80 @@ fn splice(from: RawFd, to: RawFd, len: usize) -> io::Result<usize> {
 
 /// Moves bytes `src` -> `dst` until `limit` bytes are moved or, when
 /// `None`, until EOF. Returns the bytes moved (fewer than `limit` on EOF).
-pub(crate) async fn pump(
-    plumbing: Plumbing<'_>,
-    src: &Conn,
-    dst: &Conn,
+/// Not an `async fn`, which would keep its arguments twice in each of a
+/// tunnel's two pumps.
+#[expect(clippy::manual_async_fn, reason = "an async fn keeps its arguments twice")]
+pub(crate) fn pump<'a>(
+    plumbing: Plumbing<'a>,
+    src: &'a Conn,
+    dst: &'a Conn,
     limit: Option<u64>,
     direction: Direction,
-    activity: &CloseSignal,
+    activity: &'a CloseSignal,
     start: Start,
-) -> io::Result<u64> {
-    src.make_nonblocking()?;
-    dst.make_nonblocking()?;
-    let mut moved = 0u64;
-    let mut pipe: Option<Pipe> = None;
-    let mut await_readable = start == Start::WhenReadable;
-    let result = loop {
-        let want = limit.map_or(PIPE_SIZE, |l| (l - moved).min(PIPE_SIZE as u64) as usize);
-        if want == 0 {
-            break Ok(moved);
-        }
-        if await_readable {
-            // The (empty) pipe goes back to the pool while the tunnel waits.
-            if let Some(p) = pipe.take() {
-                plumbing.pools.give_pipe(p);
+) -> impl Future<Output = io::Result<u64>> + 'a {
+    async move {
+        src.make_nonblocking()?;
+        dst.make_nonblocking()?;
+        let mut moved = 0u64;
+        let mut pipe: Option<Pipe> = None;
+        let mut await_readable = start == Start::WhenReadable;
+        let result = loop {
+            let want = limit.map_or(PIPE_SIZE, |l| (l - moved).min(PIPE_SIZE as u64) as usize);
+            if want == 0 {
+                break Ok(moved);
             }
-            if let Err(e) = src.readable().await {
-                break Err(e);
+            if await_readable {
+                // The (empty) pipe goes back to the pool while the tunnel waits.
+                if let Some(p) = pipe.take() {
+                    plumbing.pools.give_pipe(p);
+                }
+                if let Err(e) = src.readable().await {
+                    break Err(e);
+                }
+                await_readable = false;
             }
-            await_readable = false;
-        }
-        let Some(p) = pipe.take().or_else(|| plumbing.pools.take_pipe()) else {
-            // Boxed: the rare fallback should not enlarge every idle tunnel.
-            match Box::pin(copy_once(plumbing.pools, src, dst, want)).await {
-                Ok(0) => break Ok(moved),
+            let Some(p) = pipe.take().or_else(|| plumbing.pools.take_pipe()) else {
+                // Boxed: the rare fallback should not enlarge every idle tunnel.
+                match Box::pin(copy_once(plumbing.pools, src, dst, want)).await {
+                    Ok(0) => break Ok(moved),
+                    Ok(n) => {
+                        moved += n as u64;
+                        plumbing.stats.add_bytes(direction, n as u64);
+                        activity.touch();
+                        continue;
+                    }
+                    Err(e) => break Err(e),
+                }
+            };
+            match splice(src.fd(), p.write.as_raw_fd(), want) {
+                Ok(0) => {
+                    plumbing.pools.give_pipe(p);
+                    break Ok(moved);
+                }
                 Ok(n) => {
+                    if let Err(e) = drain(&p, dst, n).await {
+                        break Err(e);
+                    }
                     moved += n as u64;
                     plumbing.stats.add_bytes(direction, n as u64);
                     activity.touch();
-                    continue;
+                    pipe = Some(p);
+                    await_readable = n < want && n < SHORT_READ;
                 }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    pipe = Some(p);
+                    await_readable = true;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => pipe = Some(p),
                 Err(e) => break Err(e),
             }
         };
-        match splice(src.fd(), p.write.as_raw_fd(), want) {
-            Ok(0) => {
-                plumbing.pools.give_pipe(p);
-                break Ok(moved);
-            }
-            Ok(n) => {
-                if let Err(e) = drain(&p, dst, n).await {
-                    break Err(e);
-                }
-                moved += n as u64;
-                plumbing.stats.add_bytes(direction, n as u64);
-                activity.touch();
-                pipe = Some(p);
-                await_readable = n < want && n < SHORT_READ;
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                pipe = Some(p);
-                await_readable = true;
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => pipe = Some(p),
-            Err(e) => break Err(e),
+        if let Some(p) = pipe {
+            plumbing.pools.give_pipe(p);
         }
-    };
-    if let Some(p) = pipe {
-        plumbing.pools.give_pipe(p);
+        result
     }
-    result
 }
 
 /// Empties `n` bytes from the pipe into `dst`.
