@@ -23,6 +23,7 @@ use crate::plane::worker::Worker;
 use crate::policy::guard::Verdict;
 use crate::protocol::tls_peek::{peek_sni, Peek, MAX_PEEK_LEN};
 use nix::sys::socket::{getsockopt, sockopt};
+use std::future::Future;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::BorrowedFd;
@@ -76,27 +77,33 @@ pub(crate) fn route_port(source: IpAddr, port: u16) -> Option<Intercepted> {
     }
 }
 
-/// TLS: peek the SNI, decide, dial the name, replay, tunnel.
-pub(crate) async fn serve_tls(worker: &Rc<Worker>, client: Conn, source: IpAddr, port: u16) {
-    let Some((name, peeked)) = read_client_hello(&client, source).await else {
-        return;
-    };
-    let (upstream, live) = match reach_tracked(worker, source, &name, port).await {
-        Ok(reached) => reached,
-        Err(Unreached::Denied(reason)) => {
-            return tracing::debug!(%source, name, reason = reason.as_str(), "transparent: denied, closed");
+/// TLS: peek the SNI, decide, dial the name, replay, tunnel. Not an
+/// `async fn`, which would keep its arguments twice for the tunnel's life.
+#[expect(clippy::manual_async_fn, reason = "an async fn keeps its arguments twice")]
+pub(crate) fn serve_tls(worker: &Rc<Worker>, client: Conn, source: IpAddr, port: u16) -> impl Future<Output = ()> + '_ {
+    async move {
+        // Boxed: its timer (large and 128-byte aligned) is needed only until
+        // the ClientHello is in, not for the tunnel's life.
+        let Some((name, peeked)) = Box::pin(read_client_hello(&client, source)).await else {
+            return;
+        };
+        let (upstream, live) = match reach_tracked(worker, source, &name, port).await {
+            Ok(reached) => reached,
+            Err(Unreached::Denied(reason)) => {
+                return tracing::debug!(%source, name, reason = reason.as_str(), "transparent: denied, closed");
+            }
+            Err(Unreached::Failed(error)) => {
+                return tracing::debug!(%source, name, ?error, "transparent: dial failed, closed")
+            }
+        };
+        if live.signal().is_fired() || upstream.write_all(&peeked).await.is_err() {
+            return;
         }
-        Err(Unreached::Failed(error)) => {
-            return tracing::debug!(%source, name, ?error, "transparent: dial failed, closed")
-        }
-    };
-    if live.signal().is_fired() || upstream.write_all(&peeked).await.is_err() {
-        return;
+        worker.stats.add_bytes(Direction::Up, peeked.len() as u64);
+        drop(peeked);
+        let _active = worker.stats.open_tunnel();
+        tunnel::run(worker.plumbing(), &client, &upstream, live.signal()).await;
     }
-    worker.stats.add_bytes(Direction::Up, peeked.len() as u64);
-    drop(peeked);
-    let _active = worker.stats.open_tunnel();
-    tunnel::run(worker.plumbing(), &client, &upstream, live.signal()).await;
 }
 
 /// Reads until the ClientHello is complete; returns the server name and
