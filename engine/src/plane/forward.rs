@@ -39,12 +39,9 @@ const KEEPALIVE_IDLE: Duration = Duration::from_secs(60);
 /// Without a tunnel idle timeout, still give up on a silent upstream after this.
 const RESPONSE_TIMEOUT_FALLBACK: Duration = Duration::from_secs(3600);
 
-/// Serves one client connection of the forward listener to the end.
-///
-/// Not an `async fn` (nor is [`serve_origin`]): an `async fn` keeps its
-/// arguments twice (as passed and as moved into its body), so the session,
-/// built first and moved into the future, is the connection's only copy in
-/// an idle tunnel's task.
+/// Serves one client connection of the forward listener to the end. The
+/// session, built first and moved into the future, is the connection's only
+/// copy in the task (see `plane`, on task size).
 pub(crate) fn serve<'w>(worker: &'w Rc<Worker>, client: Conn, source: IpAddr) -> impl Future<Output = ()> + 'w {
     let mut session = Session::new(worker, client, source, None);
     async move { session.run().await }

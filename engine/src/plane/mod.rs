@@ -14,6 +14,14 @@
 //! here imports it.
 //!
 //! Never blocks a core thread (name resolution runs on a small thread pool).
+//!
+//! A connection's whole state is one task, and an idle tunnel's memory is
+//! mostly that task, so the path from accept to tunnel keeps it small: the
+//! functions on it that take a connection or other state by value are plain
+//! functions returning one `async move` block, not `async fn`s (an `async
+//! fn` keeps its arguments twice: as passed and as moved into its body), and
+//! a wait with a timer that only some connections need, or only for a while
+//! (monoio's `Sleep` is 640 bytes and 128-byte aligned), is boxed.
 //! Parsing and policy decisions that need no socket belong in `protocol` and
 //! `policy`, never here.
 

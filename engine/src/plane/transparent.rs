@@ -77,13 +77,12 @@ pub(crate) fn route_port(source: IpAddr, port: u16) -> Option<Intercepted> {
     }
 }
 
-/// TLS: peek the SNI, decide, dial the name, replay, tunnel. Not an
-/// `async fn`, which would keep its arguments twice for the tunnel's life.
+/// TLS: peek the SNI, decide, dial the name, replay, tunnel (not an `async
+/// fn`: see `plane`, on task size).
 #[expect(clippy::manual_async_fn, reason = "an async fn keeps its arguments twice")]
 pub(crate) fn serve_tls(worker: &Rc<Worker>, client: Conn, source: IpAddr, port: u16) -> impl Future<Output = ()> + '_ {
     async move {
-        // Boxed: its timer (large and 128-byte aligned) is needed only until
-        // the ClientHello is in, not for the tunnel's life.
+        // Boxed: its timer is needed only until the ClientHello is in.
         let Some((name, peeked)) = Box::pin(read_client_hello(&client, source)).await else {
             return;
         };

@@ -109,8 +109,7 @@ fn splice(from: RawFd, to: RawFd, len: usize) -> io::Result<usize> {
 
 /// Moves bytes `src` -> `dst` until `limit` bytes are moved or, when
 /// `None`, until EOF. Returns the bytes moved (fewer than `limit` on EOF).
-/// Not an `async fn`, which would keep its arguments twice in each of a
-/// tunnel's two pumps.
+/// Not an `async fn`: see `plane`, on task size.
 #[expect(clippy::manual_async_fn, reason = "an async fn keeps its arguments twice")]
 pub(crate) fn pump<'a>(
     plumbing: Plumbing<'a>,

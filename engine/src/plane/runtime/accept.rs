@@ -51,8 +51,8 @@ pub(crate) async fn accept_loop(listener: TcpListener, worker: Rc<Worker>, plane
     }
 }
 
-/// One connection, admitted, held or refused, then served by its plane. Not
-/// an `async fn`, which would keep its arguments twice in every task.
+/// One connection, admitted, held or refused, then served by its plane
+/// (not an `async fn`: see `plane`, on task size).
 #[expect(clippy::manual_async_fn, reason = "an async fn keeps its arguments twice")]
 fn serve_connection(worker: Rc<Worker>, mut conn: Conn, source: IpAddr, plane: Plane) -> impl Future<Output = ()> {
     async move {
@@ -71,8 +71,8 @@ fn serve_connection(worker: Rc<Worker>, mut conn: Conn, source: IpAddr, plane: P
             }
         };
         // Before anything of the connection is read or tracked: a source the
-        // label watcher is about to register waits for it here (boxed: the
-        // wait's timer would otherwise enlarge every connection's task).
+        // label watcher is about to register waits for it here (boxed: see
+        // `plane`, on task size).
         if hold::needed(&worker, source) {
             Box::pin(hold::until_registered(&worker, source)).await;
         }
