@@ -13,7 +13,7 @@ use crate::plane::revocation::LiveEntry;
 use crate::plane::stats::Direction;
 use crate::plane::tunnel::{self, CloseSignal, Start};
 use crate::plane::worker::Worker;
-use crate::policy::normalise_host;
+use crate::policy::is_valid_host;
 use crate::policy::reason::Reason;
 use crate::protocol::chunked::ChunkedBody;
 use crate::protocol::http_head::{self, Framing, HeadError, Target, MAX_HEAD};
@@ -200,12 +200,23 @@ impl<'w> Session<'w> {
     async fn run(&mut self) {
         let mut first = true;
         loop {
-            let head_len = match Box::pin(self.read_head(first)).await {
+            // The waits are boxed (a timer makes them large and 128-byte
+            // aligned) and entered only when bytes are not there yet: most
+            // heads are there in full on the first read.
+            if !first && self.inbox.is_empty() && !Box::pin(self.await_next_request()).await {
+                return;
+            }
+            first = false;
+            let mut scanned = 0;
+            let read = match self.read_head_now(&mut scanned) {
+                Some(read) => read,
+                None => Box::pin(self.wait_for_head(scanned)).await,
+            };
+            let head_len = match read {
                 HeadRead::Complete(len) => len,
                 HeadRead::Closed => return,
                 HeadRead::Refuse(status, message) => return self.reply(&responses::error(status, message)).await,
             };
-            first = false;
             // Decided before any await, so an idle tunnel's task does not
             // keep the parsed head.
             match self.next_step(head_len) {
@@ -252,54 +263,64 @@ impl<'w> Session<'w> {
         step
     }
 
-    /// Reads until the inbox holds a complete head, within the timeouts.
-    async fn read_head(&mut self, first: bool) -> HeadRead {
-        if self.inbox.is_empty() && !first {
-            // Idle keep-alive: hold no buffer while waiting; a revocation
-            // of the last destination closes the connection (DESIGN 2.4).
-            self.inbox = Vec::new();
-            let revoked = self.live.as_ref().map(LiveEntry::revocation).unwrap_or_default();
-            let readable = monoio::time::timeout(KEEPALIVE_IDLE, self.client.readable());
-            monoio::select! {
-                ready = readable => {
-                    if !matches!(ready, Ok(Ok(()))) {
-                        return HeadRead::Closed;
-                    }
-                }
-                _ = revoked.wait() => return HeadRead::Closed,
-            }
+    /// Waits, holding no buffer, for the next request on an idle keep-alive
+    /// connection: whether it is readable within the idle timeout. A
+    /// revocation of the last destination closes it (DESIGN 2.4).
+    async fn await_next_request(&mut self) -> bool {
+        self.inbox = Vec::new();
+        let revoked = self.live.as_ref().map(LiveEntry::revocation).unwrap_or_default();
+        let readable = monoio::time::timeout(KEEPALIVE_IDLE, self.client.readable());
+        monoio::select! {
+            ready = readable => matches!(ready, Ok(Ok(()))),
+            _ = revoked.wait() => false,
         }
-        // The clock is read only once the head has to be waited for: most
-        // heads are there in full on the first read.
-        let mut deadline = None;
-        let mut scanned = 0;
+    }
+
+    /// Reads what has arrived until the inbox holds a complete head; `None`
+    /// when more must be waited for. `scanned`: inbox bytes already
+    /// searched for the head's end.
+    fn read_head_now(&mut self, scanned: &mut usize) -> Option<HeadRead> {
         loop {
-            if let Some(end) = http_head::head_end(&self.inbox, scanned) {
-                return HeadRead::Complete(end);
+            if let Some(end) = http_head::head_end(&self.inbox, *scanned) {
+                return Some(HeadRead::Complete(end));
             }
             if self.inbox.len() >= MAX_HEAD {
-                return HeadRead::Refuse(431, "request head larger than 64 KiB");
+                return Some(HeadRead::Refuse(431, "request head larger than 64 KiB"));
             }
-            scanned = self.inbox.len();
-            // Most heads fit in the first small read; grow only for big ones.
-            let chunk = if self.inbox.is_empty() { FIRST_READ } else { READ_CHUNK };
-            let want = chunk.min(MAX_HEAD + 4 - self.inbox.len());
-            let got = match self.client.try_read_into(&mut self.inbox, want).transpose() {
-                Some(got) => got,
-                None => {
-                    let deadline = *deadline.get_or_insert_with(|| Instant::now() + HEAD_TIMEOUT);
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    match monoio::time::timeout(left, self.client.read_into(&mut self.inbox, want)).await {
-                        Ok(got) => got,
-                        Err(_) if self.inbox.is_empty() => return HeadRead::Closed,
-                        Err(_) => return HeadRead::Refuse(408, "request head not received within 10 s"),
-                    }
-                }
-            };
-            if !matches!(got, Ok(n) if n > 0) {
-                return HeadRead::Closed;
+            *scanned = self.inbox.len();
+            let want = self.head_read_size();
+            match self.client.try_read_into(&mut self.inbox, want) {
+                Ok(Some(n)) if n > 0 => {}
+                Ok(None) => return None,
+                Ok(Some(_)) | Err(_) => return Some(HeadRead::Closed),
             }
         }
+    }
+
+    /// Waits for the rest of a head that [`Session::read_head_now`] could
+    /// not complete, within [`HEAD_TIMEOUT`] of the first wait.
+    async fn wait_for_head(&mut self, mut scanned: usize) -> HeadRead {
+        let deadline = Instant::now() + HEAD_TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let want = self.head_read_size();
+            match monoio::time::timeout(left, self.client.read_into(&mut self.inbox, want)).await {
+                Ok(Ok(n)) if n > 0 => {}
+                Ok(_) => return HeadRead::Closed,
+                Err(_) if self.inbox.is_empty() => return HeadRead::Closed,
+                Err(_) => return HeadRead::Refuse(408, "request head not received within 10 s"),
+            }
+            if let Some(read) = self.read_head_now(&mut scanned) {
+                return read;
+            }
+        }
+    }
+
+    /// How much to read next: most heads fit in the first small read; grow
+    /// only for big ones, never far past [`MAX_HEAD`].
+    fn head_read_size(&self) -> usize {
+        let chunk = if self.inbox.is_empty() { FIRST_READ } else { READ_CHUNK };
+        chunk.min(MAX_HEAD + 4 - self.inbox.len())
     }
 
     /// An origin-form request without `Host`: closed when redirected;
@@ -334,7 +355,7 @@ impl<'w> Session<'w> {
     }
 
     fn refuse_invalid_host(host: &str) -> bool {
-        normalise_host(host).is_none()
+        !is_valid_host(host)
     }
 
     /// CONNECT: decide, dial, answer 200, replay early bytes, then tunnel.

@@ -31,13 +31,14 @@ pub enum Direction {
 /// Decision counts keyed by registration id and outcome (`None` = allowed).
 type DecisionCounts = FxHashMap<(Arc<str>, Option<Reason>), u64>;
 
-/// One recent denial as the data path records it: no formatting and one
-/// allocation (the host); [`Stats::report`] turns it into a wire [`Denial`].
+/// One recent denial as the data path records it: no formatting, and no
+/// allocation once the ring is full (the host buffer is reused);
+/// [`Stats::report`] turns it into a wire [`Denial`].
 struct RecentDenial {
     time_ms: u64,
     source: IpAddr,
     id: Arc<str>,
-    host: Box<str>,
+    host: String,
     port: u16,
     reason: Reason,
 }
@@ -115,19 +116,22 @@ impl Stats {
         if self.may_log(source, time_ms / 1000) {
             tracing::info!(%source, id = %id, host = %host.escape_debug(), port, %reason, "denied");
         }
-        let denial = RecentDenial {
+        let mut ring = lock(&self.denials);
+        // A full ring's oldest record gives its host buffer to the newest.
+        let mut recorded = match ring.len() {
+            DENIAL_RING => ring.pop_front().map(|oldest| oldest.host).unwrap_or_default(),
+            _ => String::new(),
+        };
+        recorded.clear();
+        recorded.push_str(host);
+        ring.push_back(RecentDenial {
             time_ms,
             source,
             id,
-            host: host.into(),
+            host: recorded,
             port,
             reason,
-        };
-        let mut ring = lock(&self.denials);
-        if ring.len() == DENIAL_RING {
-            ring.pop_front();
-        }
-        ring.push_back(denial);
+        });
     }
 
     fn may_log(&self, source: IpAddr, second: u64) -> bool {

@@ -99,6 +99,11 @@ pub fn normalise_host(host: &str) -> Option<HostKind> {
     })
 }
 
+/// Whether [`normalise_host`] accepts `host`, without allocating.
+pub fn is_valid_host(host: &str) -> bool {
+    normalise_into(host, &mut NameBuf::new()).is_some()
+}
+
 /// Normalises `host` into `buf`; the hot-path form used by `match_host`.
 pub(crate) fn normalise_into<'a>(host: &str, buf: &'a mut NameBuf) -> Option<HostRef<'a>> {
     if let Some(inner) = host.strip_prefix('[') {

@@ -19,6 +19,6 @@ pub mod watch;
 
 pub use allowlist::{match_host, Allowlist, MatchedBy};
 pub use entry::{AllowEntry, EntryError, Target, MAX_ENTRIES};
-pub use host::{normalise_host, HostKind};
+pub use host::{is_valid_host, normalise_host, HostKind};
 pub use snapshot::{Generation, Registration, RegistrationSpec, Snapshot, SourceChange, SpecError};
 pub use source::{canonical_ip, parse_source_ip, SourceIpError};

@@ -147,9 +147,11 @@ pub fn head_end(buf: &[u8], from: usize) -> Option<usize> {
 /// Parses a complete request head (`buf` must hold the whole head: use
 /// [`head_end`] first). Returns the head or why it is refused.
 pub fn parse_request(buf: &[u8]) -> Result<RequestHead<'_>, HeadError> {
-    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut req = httparse::Request::new(&mut slots);
-    let head_len = match req.parse(buf) {
+    // Uninitialised slots: filling 128 of them first would cost more than
+    // parsing a typical head.
+    let mut slots = [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut []);
+    let head_len = match req.parse_with_uninit_headers(buf, &mut slots) {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) if buf.len() >= MAX_HEAD => return Err(HeadError::TooLarge),
         Ok(httparse::Status::Partial) => return Err(HeadError::Malformed("incomplete request head")),
@@ -305,8 +307,8 @@ fn split_authority(authority: &str) -> Option<(&str, Option<u16>)> {
             _ => (host, Some(rest.strip_prefix(':')?)),
         }
     } else {
-        match authority.split_once(':') {
-            Some((host, port)) => (host, Some(port)),
+        match authority.bytes().position(|b| b == b':') {
+            Some(colon) => (&authority[..colon], Some(&authority[colon + 1..])),
             None => (authority, None),
         }
     };
@@ -316,7 +318,8 @@ fn split_authority(authority: &str) -> Option<(&str, Option<u16>)> {
     let port = match port {
         None => None,
         Some(p) if !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()) => {
-            Some(p.parse::<u16>().ok().filter(|&p| p != 0)?)
+            let port = p.bytes().fold(0u32, |n, digit| n * 10 + u32::from(digit - b'0'));
+            Some(u16::try_from(port).ok().filter(|&p| p != 0)?)
         }
         Some(_) => return None,
     };

@@ -19,51 +19,93 @@ fn reason_phrase(status: u16) -> &'static str {
     }
 }
 
-/// The whole response (head and `body`) in one allocation.
-fn response(status: u16, reason: Option<Reason>, body: &str) -> Vec<u8> {
-    use std::fmt::Write;
-    let mut out = String::with_capacity(160 + body.len());
-    let _ = write!(
-        out,
-        "HTTP/1.1 {status} {}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n",
-        reason_phrase(status),
-        body.len()
-    );
-    if let Some(reason) = reason {
-        out.push_str("X-Crackbox-Reason: ");
-        out.push_str(reason.as_str());
-        out.push_str("\r\n");
+/// The decimal digits of `n`, written at the end of `digits`.
+fn decimal(n: usize, digits: &mut [u8; 20]) -> &[u8] {
+    let mut at = digits.len();
+    let mut rest = n;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            return &digits[at..];
+        }
     }
-    out.push_str("\r\n");
-    out.push_str(body);
-    out.into_bytes()
+}
+
+/// Appends the decimal digits of `n`.
+fn push_decimal(out: &mut Vec<u8>, n: usize) {
+    out.extend_from_slice(decimal(n, &mut [0; 20]));
+}
+
+/// The whole response, its head and a body made of `body` pieces, in one
+/// allocation of the right size, written piece by piece: a denial is
+/// answered on the hot path, where formatting machinery would be most of
+/// its user-space work.
+fn response(status: u16, reason: Option<Reason>, body: &[&str]) -> Vec<u8> {
+    /// More than the longest head written here.
+    const HEAD_ROOM: usize = 192;
+    let body_len: usize = body.iter().map(|piece| piece.len()).sum();
+    let mut out = Vec::with_capacity(HEAD_ROOM + body_len);
+    out.extend_from_slice(b"HTTP/1.1 ");
+    push_decimal(&mut out, usize::from(status));
+    out.push(b' ');
+    out.extend_from_slice(reason_phrase(status).as_bytes());
+    out.extend_from_slice(b"\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: ");
+    push_decimal(&mut out, body_len);
+    out.extend_from_slice(b"\r\nConnection: close\r\n");
+    if let Some(reason) = reason {
+        out.extend_from_slice(b"X-Crackbox-Reason: ");
+        out.extend_from_slice(reason.as_str().as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    for piece in body {
+        out.extend_from_slice(piece.as_bytes());
+    }
+    out
 }
 
 /// The 403 (or 429) for a policy decision against `host:port`.
 pub fn denial(reason: Reason, host: &str, port: u16) -> Vec<u8> {
-    use std::fmt::Write;
-    let mut body = String::with_capacity(160 + host.len());
-    let _ = write!(body, "crackbox: blocked by policy ({reason}): ");
-    let _ = match reason {
-        Reason::NotAllowed if host.is_empty() => write!(body, "a request that names no host is never allowed"),
-        Reason::NotAllowed => write!(body, "{host}:{port} is not on this sandbox's allowlist"),
-        Reason::Unregistered => write!(body, "this client address is not registered with crackbox"),
-        Reason::PrivateAddress => write!(body, "{host}:{port} resolves to a private or crackbox-internal address"),
-        Reason::Revoked => write!(body, "access to {host}:{port} was revoked"),
-        Reason::TooManyConnections => write!(body, "this client has too many open connections"),
-        Reason::InvalidLabel => write!(
-            body,
-            "this container's io.crackbox labels are invalid (see crackbox's log)"
-        ),
+    let mut digits = [0; 20];
+    // Only ASCII digits are written.
+    let port = std::str::from_utf8(decimal(usize::from(port), &mut digits)).unwrap_or_default();
+    let only = |text| [text, "", "", "", ""];
+    let what: [&str; 5] = match reason {
+        Reason::NotAllowed if host.is_empty() => only("a request that names no host is never allowed"),
+        Reason::NotAllowed => [host, ":", port, " is not on this sandbox's allowlist", ""],
+        Reason::Unregistered => only("this client address is not registered with crackbox"),
+        Reason::PrivateAddress => [
+            host,
+            ":",
+            port,
+            " resolves to a private or crackbox-internal address",
+            "",
+        ],
+        Reason::Revoked => ["access to ", host, ":", port, " was revoked"],
+        Reason::TooManyConnections => only("this client has too many open connections"),
+        Reason::InvalidLabel => only("this container's io.crackbox labels are invalid (see crackbox's log)"),
     };
-    body.push_str(". This is a crackbox policy decision; retrying another way will not work.\n");
+    let [a, b, c, d, e] = what;
+    let body = [
+        "crackbox: blocked by policy (",
+        reason.as_str(),
+        "): ",
+        a,
+        b,
+        c,
+        d,
+        e,
+        ". This is a crackbox policy decision; retrying another way will not work.\n",
+    ];
     let status = if reason == Reason::TooManyConnections { 429 } else { 403 };
     response(status, Some(reason), &body)
 }
 
 /// An error response with a short public explanation.
 pub fn error(status: u16, message: &str) -> Vec<u8> {
-    response(status, None, &format!("crackbox: {message}\n"))
+    response(status, None, &["crackbox: ", message, "\n"])
 }
 
 #[cfg(test)]
@@ -81,6 +123,61 @@ mod tests {
         assert!(head.contains(&format!("\r\nContent-Length: {}", body.len())));
         assert!(body.contains("policy decision") && body.contains("evil.test:443"));
         assert_eq!(body.lines().count(), 1);
+    }
+
+    #[test]
+    fn every_denial_says_why_and_is_framed_exactly() {
+        let tail = ". This is a crackbox policy decision; retrying another way will not work.\n";
+        let cases = [
+            (
+                Reason::NotAllowed,
+                "evil.test",
+                "evil.test:8443 is not on this sandbox's allowlist",
+            ),
+            (Reason::NotAllowed, "", "a request that names no host is never allowed"),
+            (
+                Reason::Unregistered,
+                "x.test",
+                "this client address is not registered with crackbox",
+            ),
+            (
+                Reason::PrivateAddress,
+                "inner.test",
+                "inner.test:8443 resolves to a private or crackbox-internal address",
+            ),
+            (Reason::Revoked, "gone.test", "access to gone.test:8443 was revoked"),
+            (
+                Reason::TooManyConnections,
+                "",
+                "this client has too many open connections",
+            ),
+            (
+                Reason::InvalidLabel,
+                "",
+                "this container's io.crackbox labels are invalid (see crackbox's log)",
+            ),
+        ];
+        for (reason, host, why) in cases {
+            let status = if reason == Reason::TooManyConnections {
+                "429 Too Many Requests"
+            } else {
+                "403 Forbidden"
+            };
+            let body = format!("crackbox: blocked by policy ({reason}): {why}{tail}");
+            let expected = format!(
+                "HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n\
+                 Connection: close\r\nX-Crackbox-Reason: {reason}\r\n\r\n{body}",
+                body.len()
+            );
+            assert_eq!(String::from_utf8(denial(reason, host, 8443)).unwrap(), expected);
+        }
+    }
+
+    #[test]
+    fn decimals_cover_the_whole_range() {
+        for n in [0, 7, 10, 99, 100, 65_535, usize::MAX] {
+            assert_eq!(decimal(n, &mut [0; 20]), n.to_string().as_bytes());
+        }
     }
 
     #[test]
