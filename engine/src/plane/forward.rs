@@ -658,7 +658,12 @@ async fn relay_response(
         let client_close = !request.keep_alive || head.framing == Framing::UntilClose;
         let framing = head.framing;
         let upstream_keep_alive = head.keep_alive;
-        let mut out = Vec::with_capacity(end + 64);
+        // Body bytes already read go out with the head in one write.
+        let buffered = match framing {
+            Framing::Length(length) if !interim && !upgraded => length.min((inbox.len() - end) as u64) as usize,
+            _ => 0,
+        };
+        let mut out = Vec::with_capacity(end + 64 + buffered);
         http_head::write_client_response(&head, client_close && !interim && !upgraded, &mut out);
         drop(head);
         inbox.drain(..end);
@@ -673,12 +678,11 @@ async fn relay_response(
             client.write_all(&out).await.map_err(|_| ExchangeError::Broken)?;
             return Ok(Exchange::Upgraded);
         }
-        // Body bytes already read go out with the head in one write.
         let framing = match framing {
             Framing::Length(length) => {
-                let buffered = length.min(inbox.len() as u64);
-                out.extend(inbox.drain(..buffered as usize));
-                Framing::Length(length - buffered)
+                out.extend_from_slice(&inbox[..buffered]);
+                inbox.drain(..buffered);
+                Framing::Length(length - buffered as u64)
             }
             other => other,
         };

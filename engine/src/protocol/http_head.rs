@@ -6,7 +6,7 @@
 //! chunked, duplicate Host, userinfo); it never allocates per byte and never
 //! waits for a fixed byte count.
 
-use std::fmt::Write as _;
+use crate::protocol::decimal::push_decimal;
 
 /// Largest request or response head accepted.
 pub const MAX_HEAD: usize = 64 * 1024;
@@ -488,12 +488,11 @@ pub fn write_upstream_request(head: &RequestHead<'_>, out: &mut Vec<u8>) {
             path,
         ),
     };
-    let _ = write!(
-        Bytes(out),
-        "{} {slash}{path} HTTP/1.{}\r\n",
-        head.method,
-        head.minor_version
-    );
+    for piece in [head.method, " ", slash, path, " HTTP/1."] {
+        out.extend_from_slice(piece.as_bytes());
+    }
+    push_decimal(out, usize::from(head.minor_version));
+    out.extend_from_slice(b"\r\n");
     push_field(out, "Host", authority.as_bytes());
     for field in &head.fields {
         if field.name.eq_ignore_ascii_case("host") || is_hop_field(field, &head.fields, true) {
@@ -513,7 +512,11 @@ pub fn write_upstream_request(head: &RequestHead<'_>, out: &mut Vec<u8>) {
 /// Writes the head to send the client: hop-by-hop fields removed,
 /// `Connection: close` added when crackbox will close afterwards.
 pub fn write_client_response(head: &ResponseHead<'_>, close: bool, out: &mut Vec<u8>) {
-    let _ = write!(Bytes(out), "HTTP/1.1 {} {}\r\n", head.status, head.reason);
+    out.extend_from_slice(b"HTTP/1.1 ");
+    push_decimal(out, usize::from(head.status));
+    out.push(b' ');
+    out.extend_from_slice(head.reason.as_bytes());
+    out.extend_from_slice(b"\r\n");
     let drop_length = head.framing == Framing::Chunked;
     for field in &head.fields {
         if is_hop_field(field, &head.fields, false)
@@ -532,16 +535,6 @@ pub fn write_client_response(head: &ResponseHead<'_>, close: bool, out: &mut Vec
         push_field(out, "Connection", b"close");
     }
     out.extend_from_slice(b"\r\n");
-}
-
-/// `fmt::Write` over a byte vector.
-struct Bytes<'a>(&'a mut Vec<u8>);
-
-impl std::fmt::Write for Bytes<'_> {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        self.0.extend_from_slice(s.as_bytes());
-        Ok(())
-    }
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@
 
 pub mod admin_body;
 pub mod chunked;
+mod decimal;
 pub mod http_head;
 pub mod responses;
 pub mod tls_peek;
