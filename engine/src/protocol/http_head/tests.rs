@@ -182,8 +182,12 @@ fn upstream_request_is_origin_form_without_hop_fields() {
 }
 
 #[test]
-fn connection_never_removes_framing_fields() {
+fn connection_never_removes_framing_fields_or_crackboxs_own_host() {
     let cases = [
+        (
+            "GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nConnection: (,Host,,n\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a.test\r\n\r\n",
+        ),
         (
             "POST http://a.test/ HTTP/1.1\r\nConnection: Content-Length\r\nContent-Length: 3\r\n\r\n",
             "POST / HTTP/1.1\r\nHost: a.test\r\nContent-Length: 3\r\n\r\n",
