@@ -200,9 +200,8 @@ impl<'w> Session<'w> {
     async fn run(&mut self) {
         let mut first = true;
         loop {
-            // The waits are boxed (a timer makes them large and 128-byte
-            // aligned) and entered only when bytes are not there yet: most
-            // heads are there in full on the first read.
+            // Most heads are there in full on the first read: the waits
+            // (boxed: see `plane`, on task size) are entered only when not.
             if !first && self.inbox.is_empty() && !Box::pin(self.await_next_request()).await {
                 return;
             }

@@ -509,14 +509,19 @@ pub fn write_upstream_request(head: &RequestHead<'_>, out: &mut Vec<u8>) {
     out.extend_from_slice(b"\r\n");
 }
 
+/// Appends `HTTP/1.1 <status> <reason>` and its line end.
+pub(crate) fn push_status_line(out: &mut Vec<u8>, status: u16, reason: &str) {
+    out.extend_from_slice(b"HTTP/1.1 ");
+    push_decimal(out, usize::from(status));
+    out.push(b' ');
+    out.extend_from_slice(reason.as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
 /// Writes the head to send the client: hop-by-hop fields removed,
 /// `Connection: close` added when crackbox will close afterwards.
 pub fn write_client_response(head: &ResponseHead<'_>, close: bool, out: &mut Vec<u8>) {
-    out.extend_from_slice(b"HTTP/1.1 ");
-    push_decimal(out, usize::from(head.status));
-    out.push(b' ');
-    out.extend_from_slice(head.reason.as_bytes());
-    out.extend_from_slice(b"\r\n");
+    push_status_line(out, head.status, head.reason);
     let drop_length = head.framing == Framing::Chunked;
     for field in &head.fields {
         if is_hop_field(field, &head.fields, false)

@@ -6,6 +6,7 @@
 
 use crate::policy::reason::Reason;
 use crate::protocol::decimal::{decimal, push_decimal};
+use crate::protocol::http_head::push_status_line;
 
 fn reason_phrase(status: u16) -> &'static str {
     match status {
@@ -29,11 +30,8 @@ fn response(status: u16, reason: Option<Reason>, body: &[&str]) -> Vec<u8> {
     const HEAD_ROOM: usize = 192;
     let body_len: usize = body.iter().map(|piece| piece.len()).sum();
     let mut out = Vec::with_capacity(HEAD_ROOM + body_len);
-    out.extend_from_slice(b"HTTP/1.1 ");
-    push_decimal(&mut out, usize::from(status));
-    out.push(b' ');
-    out.extend_from_slice(reason_phrase(status).as_bytes());
-    out.extend_from_slice(b"\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: ");
+    push_status_line(&mut out, status, reason_phrase(status));
+    out.extend_from_slice(b"Content-Type: text/plain; charset=utf-8\r\nContent-Length: ");
     push_decimal(&mut out, body_len);
     out.extend_from_slice(b"\r\nConnection: close\r\n");
     if let Some(reason) = reason {
