@@ -71,6 +71,16 @@ impl Daemon {
     /// daemon's stderr (logs) sent to `stderr`.
     pub fn start_with(extra: &[&str], env: &[(&str, &str)], stderr: Stdio) -> Daemon {
         let proxy: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        Daemon::spawn(proxy, extra, env, stderr)
+    }
+
+    /// Like [`Daemon::start`], with the forward proxy on `proxy` (e.g. an
+    /// IPv6 loopback address).
+    pub fn start_on(proxy: SocketAddr, extra: &[&str]) -> Daemon {
+        Daemon::spawn(proxy, extra, &[("CRACKBOX_LOG", "warn")], Stdio::inherit())
+    }
+
+    fn spawn(proxy: SocketAddr, extra: &[&str], env: &[(&str, &str)], stderr: Stdio) -> Daemon {
         let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let mut args = vec![
             "proxy".to_owned(),

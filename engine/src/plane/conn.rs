@@ -6,10 +6,10 @@
 //! that may stay idle, and nothing blocks the thread.
 //!
 //! Reads and writes pass `MSG_DONTWAIT`, so they never block whatever the
-//! socket's mode. Only splice needs the socket itself non-blocking, so a
-//! socket io_uring accepted (blocking) is switched just before its first
-//! splice: a connection that is denied, or that never tunnels, never pays
-//! for the `ioctl`.
+//! socket's mode. Only splice needs the socket itself non-blocking. Accepted
+//! sockets are (`accept4` with `SOCK_NONBLOCK`); a socket io_uring dialled
+//! (blocking) is switched just before its first splice, so an upstream that
+//! is never tunnelled to never pays for the `ioctl`.
 
 use crate::plane::fair::SourceTurns;
 use monoio::net::TcpStream;
@@ -34,22 +34,26 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    /// Wraps an accepted stream; `nonblocking` says whether the driver made
-    /// the socket non-blocking already. `TCP_NODELAY` is inherited from the
-    /// listener.
-    pub(crate) fn accepted(stream: TcpStream, nonblocking: bool) -> Self {
+    /// Wraps an accepted, non-blocking stream. `TCP_NODELAY` is inherited
+    /// from the listener.
+    pub(crate) fn accepted(stream: TcpStream) -> Self {
+        Self::new(stream, true)
+    }
+
+    /// Wraps a dialled stream, `TCP_NODELAY` on; `nonblocking` says whether
+    /// the driver made the socket non-blocking already.
+    pub(crate) fn dialled(stream: TcpStream, nonblocking: bool) -> io::Result<Self> {
+        stream.set_nodelay(true)?;
+        Ok(Self::new(stream, nonblocking))
+    }
+
+    fn new(stream: TcpStream, nonblocking: bool) -> Self {
         Conn {
             stream: ManuallyDrop::new(stream),
             waits: Cell::new(0),
             nonblocking: Cell::new(nonblocking),
             turns: None,
         }
-    }
-
-    /// Wraps a dialled stream (see [`Conn::accepted`]), `TCP_NODELAY` on.
-    pub(crate) fn dialled(stream: TcpStream, nonblocking: bool) -> io::Result<Self> {
-        stream.set_nodelay(true)?;
-        Ok(Self::accepted(stream, nonblocking))
     }
 
     /// Puts the socket itself in non-blocking mode, once, before it is spliced.

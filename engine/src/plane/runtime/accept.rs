@@ -1,10 +1,11 @@
 //! Accept loops: admission, a wait for a registration in flight (`hold`),
-//! then hand-off to the plane's connection handler.
+//! then hand-off to the plane's connection handler. Connections are taken
+//! one per readiness (see `ready_accept`).
 //!
 //! Accept errors never kill a listener: on fd exhaustion (EMFILE/ENFILE)
 //! the loop logs, pauses briefly and goes on; existing tunnels keep running.
 
-use super::Plane;
+use super::{ready_accept, Plane};
 use crate::plane::conn::Conn;
 use crate::plane::forward::{self, Origin};
 use crate::plane::hold;
@@ -30,9 +31,9 @@ const WARN_EVERY: Duration = Duration::from_secs(5);
 pub(crate) async fn accept_loop(listener: TcpListener, worker: Rc<Worker>, plane: Plane) {
     let mut last_warning: Option<Instant> = None;
     loop {
-        match listener.accept().await {
+        match ready_accept::next(&listener).await {
             Ok((stream, peer)) => {
-                let conn = Conn::accepted(stream, worker.nonblocking_sockets);
+                let conn = Conn::accepted(stream);
                 let source = canonical_ip(peer.ip());
                 monoio::spawn(serve_connection(Rc::clone(&worker), conn, source, plane));
             }

@@ -5,6 +5,7 @@
 //! connection it accepts to the end; no connection moves between threads.
 
 mod accept;
+mod ready_accept;
 mod ring;
 
 use crate::config::{EngineConfig, IoDriver};
@@ -205,7 +206,7 @@ fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
 /// The io_uring runtime for `driver`, or `None` for epoll. The data plane
 /// is readiness-based (it does its own non-blocking reads, writes and
 /// splices); io_uring replaces `epoll_wait` with a `PollAdd` per wait and
-/// does accept and connect as ring ops. With a cooperative task-run ring
+/// does connect as a ring op. With a cooperative task-run ring
 /// (see `ring`) it measured at or below epoll's proxy CPU per new tunnel and
 /// per keep-alive request (benches/README.md), so it is the default; epoll
 /// is the fallback where no ring can be set up (e.g. Docker's default
@@ -245,9 +246,9 @@ fn core_thread(
         Some((_, ring)) => ("io_uring", ring),
         None => ("epoll", "-"),
     };
-    // epoll readiness needs non-blocking listeners; io_uring accepts on blocking ones.
+    // Both drivers accept with a non-blocking accept4 after readiness.
     for (_, listener) in &listeners {
-        listener.set_nonblocking(!use_uring)?;
+        listener.set_nonblocking(true)?;
     }
     let serve = move || async move {
         let worker = std::rc::Rc::new(Worker::new(shared, !use_uring));

@@ -1,0 +1,38 @@
+//! Accepting a connection only once the listener is known to hold one.
+//!
+//! An `accept` that finds the queue empty is not cheap on Linux: the kernel
+//! allocates the new socket, its inode and its file before it looks at the
+//! queue, then frees them all. A loop that accepts until `EAGAIN`, and the
+//! io_uring `ACCEPT` op (which tries once at submission, finds nothing and
+//! arms a poll), pay that for every wake-up when connections arrive one at
+//! a time, which is how a sandbox host sees them. So the accept loop waits
+//! for readiness first (a `PollAdd` on io_uring, which completes at once if
+//! a connection is queued; epoll readiness confirmed by a zero-timeout
+//! `poll` otherwise) and accepts exactly one connection per readiness.
+
+use monoio::net::{TcpListener, TcpStream};
+use socket2::SockRef;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+/// The next connection on `listener` (non-blocking, close-on-exec) and its
+/// peer address; the listener must be non-blocking.
+pub(super) async fn next(listener: &TcpListener) -> io::Result<(TcpStream, SocketAddr)> {
+    loop {
+        listener.readable(false).await?;
+        // SAFETY: the listener owns the fd and outlives this borrow.
+        let fd = unsafe { BorrowedFd::borrow_raw(listener.as_raw_fd()) };
+        match SockRef::from(&fd).accept4(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC) {
+            Ok((socket, peer)) => {
+                let peer = peer
+                    .as_socket()
+                    .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "peer is not an IP address"))?;
+                return Ok((TcpStream::from_std(socket.into())?, peer));
+            }
+            // Another waiter took it, or the peer gave up: wait again.
+            Err(err) if matches!(err.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => {}
+            Err(err) => return Err(err),
+        }
+    }
+}
