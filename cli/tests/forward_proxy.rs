@@ -2,9 +2,9 @@
 
 mod harness;
 
-use harness::{curl, echo_round, free_port, read_head, read_to_end, Daemon, Echo, Upstream};
+use harness::{curl, free_port, read_head, read_to_end, Daemon, Echo, Upstream};
 use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::net::{Shutdown, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -56,37 +56,20 @@ fn curl_http_allowed_and_denied_with_reason_header() {
 
 #[test]
 fn an_ipv6_client_is_known_by_its_address() {
-    let echo = Echo::start();
+    let upstream = Upstream::echo_request_line();
     let listen: SocketAddr = format!("[::1]:{}", free_port()).parse().unwrap();
-    let proxy = Daemon::start_on(
-        listen,
-        &["--allow-private-destinations", "--register", "::1=six:localhost"],
-    );
-    let mut allowed = TcpStream::connect(proxy.proxy).unwrap();
-    write!(
-        allowed,
-        "CONNECT localhost:{0} HTTP/1.1\r\nHost: localhost:{0}\r\n\r\n",
-        echo.addr.port()
-    )
-    .unwrap();
-    let head = read_head(&mut allowed);
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    echo_round(&mut allowed, "over ipv6");
-    let mut denied = TcpStream::connect(proxy.proxy).unwrap();
-    write!(
-        denied,
-        "CONNECT elsewhere.test:443 HTTP/1.1\r\nHost: elsewhere.test:443\r\n\r\n"
-    )
-    .unwrap();
-    let reply = read_to_end(&mut denied);
-    assert!(reply.starts_with("HTTP/1.1 403"), "{reply}");
-    assert!(reply.contains("X-Crackbox-Reason: not-allowed"), "{reply}");
+    let registration = ["--allow-private-destinations", "--register", "::1=six:localhost"];
+    let proxy = Daemon::start_on(listen, &registration);
+    let url = format!("http://localhost:{}/over-ipv6", upstream.port());
+    let (code, body, stderr) = curl(&["-p", "-x", &proxy.proxy_url(), &url]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(body, "GET /over-ipv6 HTTP/1.1");
+    let (_, out, _) = curl(&["-i", "-x", &proxy.proxy_url(), "http://elsewhere.test/"]);
+    assert!(out.contains("X-Crackbox-Reason: not-allowed"), "{out}");
     let (status, denials) = harness::http(proxy.admin, "GET", "/v1/denials", None, &[]);
     assert_eq!(status, 200);
-    assert!(
-        denials.contains(r#""ip":"::1""#) && denials.contains(r#""id":"six""#),
-        "{denials}"
-    );
+    let expected = r#""ip":"::1","id":"six","host":"elsewhere.test""#;
+    assert!(denials.contains(expected), "{denials}");
 }
 
 #[test]
