@@ -30,8 +30,13 @@ pub(super) async fn next(listener: &TcpListener) -> io::Result<(TcpStream, Socke
                     .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "peer is not an IP address"))?;
                 return Ok((TcpStream::from_std(socket.into())?, peer));
             }
-            // Another waiter took it, or the peer gave up: wait again.
-            Err(err) if matches!(err.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => {}
+            // Nothing after all, a signal, or a peer that gave up before
+            // it was accepted: wait again.
+            Err(err)
+                if matches!(
+                    err.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted
+                ) => {}
             Err(err) => return Err(err),
         }
     }
