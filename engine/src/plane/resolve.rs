@@ -130,8 +130,9 @@ pub(crate) struct Dialer<'a> {
     pub(crate) names: &'a NameCache,
     pub(crate) guard: &'a DestinationGuard,
     pub(crate) local_addresses: &'a LocalAddresses,
-    /// The driver hands out non-blocking sockets (epoll does, io_uring not).
-    pub(crate) nonblocking_sockets: bool,
+    /// The driver dials non-blocking sockets (epoll does, io_uring not;
+    /// accepted sockets always are).
+    pub(crate) nonblocking_dials: bool,
 }
 
 /// Resolves `name` through the thread's cache or the resolver pool.
@@ -181,7 +182,7 @@ pub(crate) async fn dial(dialer: &Dialer<'_>, host: &str, port: u16, matched: Ma
             break;
         }
         match monoio::time::timeout(left, monoio::net::TcpStream::connect_addr(addr)).await {
-            Ok(Ok(stream)) => match Conn::dialled(stream, dialer.nonblocking_sockets) {
+            Ok(Ok(stream)) => match Conn::dialled(stream, dialer.nonblocking_dials) {
                 Ok(conn) => return Ok(conn),
                 Err(_) => continue,
             },

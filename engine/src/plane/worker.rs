@@ -45,14 +45,15 @@ pub(crate) struct Worker {
     pub(crate) names: NameCache,
     /// Sources' turns at work on this thread.
     pub(crate) turns: Rc<Turns>,
-    /// The driver hands out non-blocking sockets (epoll does, io_uring not).
-    pub(crate) nonblocking_sockets: bool,
+    /// The driver dials non-blocking sockets (epoll does, io_uring not;
+    /// accepted sockets always are).
+    pub(crate) nonblocking_dials: bool,
     cache: RefCell<SnapshotCache>,
 }
 
 impl Worker {
-    /// The state of one core thread; `nonblocking_sockets` as the driver makes them.
-    pub(crate) fn new(shared: Arc<Shared>, nonblocking_sockets: bool) -> Self {
+    /// The state of one core thread; `nonblocking_dials` as the driver dials.
+    pub(crate) fn new(shared: Arc<Shared>, nonblocking_dials: bool) -> Self {
         Worker {
             stats: Arc::clone(&shared.stats),
             limits: shared.config.limits,
@@ -61,7 +62,7 @@ impl Worker {
             live: Rc::default(),
             names: NameCache::default(),
             turns: Rc::default(),
-            nonblocking_sockets,
+            nonblocking_dials,
             shared,
         }
     }
@@ -86,7 +87,7 @@ impl Worker {
             names: &self.names,
             guard: &self.shared.guard,
             local_addresses: &self.shared.local_addresses,
-            nonblocking_sockets: self.nonblocking_sockets,
+            nonblocking_dials: self.nonblocking_dials,
         }
     }
 }
