@@ -2,7 +2,7 @@
 //! the control plane. Nothing else lives here.
 
 use clap::{Parser, Subcommand};
-use crackbox_control::config::ProxyArgs;
+use crackbox_config::ProxyArgs;
 use crackbox_control::jail::RunArgs;
 use crackbox_control::state_cmd::StateArgs;
 use std::process::ExitCode;
@@ -76,7 +76,7 @@ fn main() -> ExitCode {
 /// restart it; one that stops after serving exits 1 and is restarted.
 fn run_engine(args: &ProxyArgs) -> ExitCode {
     use crackbox_engine::startup::EXIT_START_FAILED;
-    let config = match crackbox_control::config::engine_config(args) {
+    let config = match crackbox_config::engine_config(args) {
         Ok(config) => config,
         Err(err) => {
             eprintln!("crackbox: {err:#}");

@@ -1,11 +1,11 @@
 //! `proxy serve` and `proxy control`: settings, runtime, listeners, shutdown.
 
 use crate::api::{self, AppState, Secret};
-use crate::config::{ProxyArgs, Settings, DEFAULT_CONTROL_SOCKET};
 use crate::publisher::{self, EngineLink};
 use crate::registry::Registry;
 use crate::supervisor::Supervisor;
 use anyhow::Context;
+use crackbox_config::{ProxyArgs, Settings, DEFAULT_CONTROL_SOCKET};
 use crackbox_engine::startup::{check_engine_listeners, ListenError, Listener};
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -1,4 +1,4 @@
-//! crackbox control plane: admin API, registry, persistence, configuration,
+//! crackbox control plane: admin API, registry, persistence, the Docker watcher,
 //! the engine link and the `run` jails. Runs on tokio; never on the engine's
 //! core threads.
 //!
@@ -42,7 +42,6 @@
 #![warn(missing_docs)]
 
 pub mod api;
-pub mod config;
 mod daemon;
 pub mod docker_watch;
 pub mod jail;
@@ -53,7 +52,7 @@ pub mod state_cmd;
 pub mod store;
 pub mod supervisor;
 
-use config::ProxyArgs;
+use crackbox_config::ProxyArgs;
 
 /// `crackbox proxy serve`: control plane plus an engine child process.
 pub fn serve(args: ProxyArgs) -> anyhow::Result<()> {

@@ -20,12 +20,12 @@ mod scope;
 
 pub use labels::{ALLOW_LABEL, ID_LABEL, ID_PREFIX};
 
-use crate::config::DockerWatch;
 use crate::publisher::EngineLink;
 use crate::registry::Registry;
 use bollard::models::{EventMessage, EventMessageTypeEnum};
 use bollard::query_parameters::{EventsOptionsBuilder, ListContainersOptionsBuilder};
 use bollard::Docker;
+use crackbox_config::DockerWatch;
 use crackbox_engine::wire::WatchList;
 use departures::{Departures, Event};
 use futures_util::{FutureExt, StreamExt};

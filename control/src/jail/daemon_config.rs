@@ -14,9 +14,8 @@
 //! :53`): it then answers each jail with its own address on that jail's
 //! network, and `run` points the workload's resolver there.
 
-use crate::config::parse_addr;
-use crate::config::ProxyArgs;
 use clap::Parser;
+use crackbox_config::{parse_addr, ProxyArgs};
 use std::net::SocketAddr;
 
 /// What `run` needs from a daemon container's configuration.

@@ -1,8 +1,12 @@
-//! Configuration of `proxy serve|control|engine`: flags > env > TOML file > defaults.
+//! crackbox settings: the command-line flags of `proxy serve|control|engine`,
+//! the TOML config file, and their resolution (flags > env > TOML file >
+//! defaults) into one typed [`Settings`].
 //!
 //! Every setting is resolved once at start into [`Settings`]. Each address is
 //! validated there with a message naming where it came from (flag, env var or
 //! `file: key`), so a bad value never surfaces later as a bind error.
+
+#![warn(missing_docs)]
 
 mod args;
 mod file;
@@ -13,7 +17,7 @@ mod steer;
 pub use args::ProxyArgs;
 pub use file::{search_path, FileConfig};
 pub use origin::Origin;
-pub(crate) use settings::parse_addr;
+pub use settings::parse_addr;
 pub use settings::{DockerWatch, Settings, DEFAULT_CONTROL_SOCKET};
 
 use crackbox_engine::config::EngineConfig;
@@ -59,7 +63,7 @@ pub enum ConfigError {
 
 /// Resolves the engine's settings for `crackbox proxy engine` from the
 /// process's flags, environment and config file.
-pub fn engine_config(args: &ProxyArgs) -> anyhow::Result<EngineConfig> {
+pub fn engine_config(args: &ProxyArgs) -> Result<EngineConfig, ConfigError> {
     let settings = Settings::from_process(args)?;
     let socket = settings
         .control_socket

@@ -300,7 +300,7 @@ impl Picked {
 }
 
 /// Parses `IP:PORT`, `[IPv6]:PORT` or `:PORT` (all IPv4 interfaces); port 0 is refused.
-pub(crate) fn parse_addr(value: &str) -> Result<SocketAddr, String> {
+pub fn parse_addr(value: &str) -> Result<SocketAddr, String> {
     let addr = match value.strip_prefix(':') {
         Some(port) => port
             .parse::<u16>()
