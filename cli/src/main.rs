@@ -30,6 +30,8 @@ enum Command {
     Run(RunArgs),
     /// Show the registry of a running daemon.
     State(StateArgs),
+    /// List the allowlist presets (`--allow @pypi,@github`) and the hosts each expands to.
+    Presets,
 }
 
 #[derive(Subcommand)]
@@ -61,6 +63,10 @@ fn main() -> ExitCode {
         } => return run_engine(&args),
         Command::Run(args) => return ExitCode::from(clamp_exit(crackbox_control::jail::run(args))),
         Command::State(args) => crackbox_control::state_cmd::state(args),
+        Command::Presets => {
+            print_presets();
+            Ok(())
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -89,6 +95,15 @@ fn run_engine(args: &ProxyArgs) -> ExitCode {
             eprintln!("crackbox: {err}");
             ExitCode::from(err.exit_status())
         }
+    }
+}
+
+/// `crackbox presets`: each preset's name and purpose, then its hosts.
+fn print_presets() {
+    use crackbox_engine::policy::{presets, PRESET_MARK};
+    for preset in presets() {
+        println!("{PRESET_MARK}{:<12} {}", preset.name, preset.about);
+        println!("{:13} {}", "", preset.hosts.join(", "));
     }
 }
 

@@ -1,6 +1,6 @@
-//! Policy core: who may reach what. Allowlist entries, `match_host`, source
-//! keys, snapshots and the registry holding the one in force, the
-//! destination guard and the one vocabulary of denial reasons.
+//! Policy core: who may reach what. Allowlist entries, `match_host`, the
+//! allowlist presets, source keys, snapshots and the registry holding the one
+//! in force, the destination guard and the one vocabulary of denial reasons.
 //!
 //! Pure code with no runtime dependency. Every data plane, the DNS filter,
 //! the control plane's validation, the benches and the fuzz targets use these
@@ -11,6 +11,7 @@ mod allowlist;
 mod entry;
 pub mod guard;
 mod host;
+mod preset;
 pub mod reason;
 pub mod registry;
 mod snapshot;
@@ -20,5 +21,6 @@ pub mod watch;
 pub use allowlist::{match_host, Allowlist, MatchedBy};
 pub use entry::{AllowEntry, EntryError, Target, MAX_ENTRIES};
 pub use host::{is_valid_host, normalise_host, HostKind};
+pub use preset::{expand_presets, preset, presets, Preset, UnknownPreset, PRESET_MARK};
 pub use snapshot::{Generation, Registration, RegistrationSpec, Snapshot, SourceChange, SpecError};
 pub use source::{canonical_ip, parse_source_ip, SourceIpError};
