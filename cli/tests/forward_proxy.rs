@@ -303,6 +303,10 @@ fn destination_guard_needs_the_opt_in() {
     let (_, out, _) = curl(&["-i", "-x", &strict.proxy_url(), &url]);
     assert!(out.starts_with("HTTP/1.1 403"), "{out}");
     assert!(out.contains("X-Crackbox-Reason: private-address"), "{out}");
+    assert!(
+        out.contains("--allow-private-destinations"),
+        "the body names the switch: {out}"
+    );
     assert!(!out.contains("127.0.0.1"), "never reveal resolved addresses: {out}");
     assert_eq!(upstream.accepts.load(Ordering::SeqCst), 0);
     let open = daemon(&["127.0.0.1=guard:localhost"]);

@@ -114,7 +114,8 @@ impl Stats {
         let host = truncated(host, MAX_HOST_RECORDED);
         let time_ms = now_ms();
         if self.may_log(source, time_ms / 1000) {
-            tracing::info!(%source, id = %id, host = %host.escape_debug(), port, %reason, "denied");
+            let remedy = reason.remedy();
+            tracing::info!(%source, id = %id, host = %host.escape_debug(), port, %reason, remedy, "denied");
         }
         let mut ring = lock(&self.denials);
         // A full ring's oldest record gives its host buffer to the newest.

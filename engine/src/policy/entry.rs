@@ -39,16 +39,25 @@ pub struct EntryError {
     /// The entry as given (truncated to 100 characters).
     pub entry: String,
     /// What is wrong with it.
-    pub problem: &'static str,
+    pub problem: String,
+}
+
+impl EntryError {
+    fn new(raw: &str, problem: String) -> Self {
+        EntryError {
+            entry: raw.chars().take(100).collect(),
+            problem,
+        }
+    }
 }
 
 impl AllowEntry {
     /// Parses and normalises one entry.
     pub fn parse(raw: &str) -> Result<Self, EntryError> {
-        let fail = |problem| EntryError {
-            entry: raw.chars().take(100).collect(),
-            problem,
-        };
+        let fail = |problem: &str| EntryError::new(raw, problem.to_owned());
+        if let Some(problem) = url_problem(raw) {
+            return Err(EntryError::new(raw, problem));
+        }
         if raw.is_empty() {
             return Err(fail("empty entry"));
         }
@@ -76,6 +85,25 @@ impl AllowEntry {
         };
         Ok(AllowEntry { target, port })
     }
+}
+
+/// An entry written as a URL (`https://pypi.org/simple`) or with a path
+/// (`pypi.org/simple`): the problem, naming the host it probably meant.
+fn url_problem(raw: &str) -> Option<String> {
+    let (kind, rest) = match raw.split_once("://") {
+        Some((_, rest)) => ("a URL", rest),
+        None if raw.contains('/') && !raw.contains(['[', ':']) && !raw.starts_with(|c: char| c.is_ascii_digit()) => {
+            ("a path", raw)
+        }
+        None => return None,
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
+    let meant = match AllowEntry::parse(host) {
+        Ok(entry) => entry.to_string(),
+        Err(_) => return Some(format!("a host name, not {kind}")),
+    };
+    Some(format!("a host name, not {kind}: did you mean {meant}?"))
 }
 
 /// Splits `host[:port]`; a bare IPv6 literal (several colons) has no port.
@@ -185,6 +213,35 @@ mod tests {
             let err = AllowEntry::parse(input).expect_err(input);
             assert_eq!(err.entry, input, "error names the entry");
         }
+    }
+
+    #[test]
+    fn a_url_is_refused_with_the_host_it_meant() {
+        let cases = [
+            (
+                "https://pypi.org/simple",
+                "a host name, not a URL: did you mean pypi.org?",
+            ),
+            ("https://PyPI.org", "a host name, not a URL: did you mean pypi.org?"),
+            (
+                "http://user@example.com:8080/x?y#z",
+                "a host name, not a URL: did you mean example.com:8080?",
+            ),
+            (
+                "git://[2001:db8::1]/r",
+                "a host name, not a URL: did you mean [2001:db8::1]?",
+            ),
+            ("pypi.org/simple", "a host name, not a path: did you mean pypi.org?"),
+            ("https://", "a host name, not a URL"),
+            ("https:///x", "a host name, not a URL"),
+        ];
+        for (input, want) in cases {
+            let err = AllowEntry::parse(input).expect_err(input);
+            assert_eq!(err.problem, want, "{input}");
+            assert_eq!(err.entry, input);
+        }
+        let cidr = AllowEntry::parse("10.0.0.0/8").unwrap_err();
+        assert_eq!(cidr.problem, "CIDR ranges are not supported");
     }
 
     #[test]

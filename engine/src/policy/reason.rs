@@ -35,6 +35,24 @@ impl Reason {
             Reason::InvalidLabel => "invalid-label",
         }
     }
+
+    /// What an operator or user does about it, in a few words (logged with
+    /// each denial).
+    pub fn remedy(self) -> &'static str {
+        match self {
+            Reason::NotAllowed => {
+                "add the host to the source's allowlist (crackbox run: --allow, or find it with --learn)"
+            }
+            Reason::Unregistered => "register the source address (admin API, --register or Docker labels)",
+            Reason::PrivateAddress => {
+                "the operator lets allowed names reach private addresses with --allow-private-destinations \
+                 (or allowlists the IP literal); crackbox's own listeners are refused always"
+            }
+            Reason::Revoked => "a newer registration of the source no longer allows it",
+            Reason::TooManyConnections => "close connections, or raise --max-connections-per-source",
+            Reason::InvalidLabel => "fix the container's io.crackbox.* labels (the warning names the bad one)",
+        }
+    }
 }
 
 impl std::fmt::Display for Reason {

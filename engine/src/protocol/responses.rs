@@ -60,7 +60,8 @@ pub fn denial(reason: Reason, host: &str, port: u16) -> Vec<u8> {
             host,
             ":",
             port,
-            " resolves to a private or crackbox-internal address",
+            " resolves to a private or crackbox-internal address (an operator allows private ones with \
+             --allow-private-destinations or the IP literal on the allowlist; crackbox's own, never)",
             "",
         ],
         Reason::Revoked => ["access to ", host, ":", port, " was revoked"],
@@ -123,7 +124,9 @@ mod tests {
             (
                 Reason::PrivateAddress,
                 "inner.test",
-                "inner.test:8443 resolves to a private or crackbox-internal address",
+                "inner.test:8443 resolves to a private or crackbox-internal address (an operator allows \
+                 private ones with --allow-private-destinations or the IP literal on the allowlist; \
+                 crackbox's own, never)",
             ),
             (Reason::Revoked, "gone.test", "access to gone.test:8443 was revoked"),
             (
