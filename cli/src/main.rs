@@ -1,9 +1,9 @@
-//! The `crackbox` binary: parses arguments and hands over to the engine or
-//! the control plane. Nothing else lives here.
+//! The `crackbox` binary: parses arguments and hands over to the engine, the
+//! control plane or `crackbox run`. Nothing else lives here.
 
 use clap::{Parser, Subcommand};
 use crackbox_config::ProxyArgs;
-use crackbox_control::jail::RunArgs;
+use crackbox_run::RunArgs;
 use crackbox_control::state_cmd::StateArgs;
 use std::process::ExitCode;
 
@@ -59,7 +59,7 @@ fn main() -> ExitCode {
         Command::Proxy {
             command: ProxyCommand::Engine(args),
         } => return run_engine(&args),
-        Command::Run(args) => return ExitCode::from(clamp_exit(crackbox_control::jail::run(args))),
+        Command::Run(args) => return ExitCode::from(clamp_exit(crackbox_run::run(args))),
         Command::State(args) => crackbox_control::state_cmd::state(args),
     };
     match result {

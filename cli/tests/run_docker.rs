@@ -367,8 +367,8 @@ fn run_reports_missing_image_and_unreachable_docker_in_one_line() {
     assert_eq!(out.status.code(), Some(125), "{}", describe(&out));
     assert_eq!(
         stderr(&out),
-        "crackbox: image crackbox-test-missing:none not found: build it with deploy/build-image.sh \
-         (or set CRACKBOX_IMAGE to a crackbox image)\n"
+        "crackbox: image crackbox-test-missing:none not found: build it with deploy/build-image.sh, \
+         or leave --proxy-image and CRACKBOX_IMAGE unset and crackbox run builds its own\n"
     );
     assert_eq!(leftovers(&id), Vec::<String>::new());
 

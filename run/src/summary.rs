@@ -1,8 +1,28 @@
-//! The one-line exit summary of what the jail's proxy blocked, so the user
-//! sees what to add to `--allow`.
+//! The exit summary: one line of what the jail's proxy blocked for this
+//! run's source, so the user sees what to add to `--allow`. Read from the
+//! proxy's admin API once the workload is done; never fails the run.
 
+use crate::lifecycle::Jail;
 use crackbox_client::Denial;
 use std::collections::HashMap;
+
+/// How many recent denials the summary reads.
+const DENIALS_LIMIT: usize = 1000;
+
+/// Prints the hosts the jail's proxy denied the workload, if any (a shared
+/// daemon also holds other sandboxes' denials: only this source's count).
+pub async fn print(jail: &Jail) {
+    match jail.admin.denials(DENIALS_LIMIT).await {
+        Ok(mut denials) => {
+            let source = jail.source.to_string();
+            denials.retain(|denial| denial.ip == source);
+            if let Some(line) = blocked_line(&denials) {
+                eprintln!("{line}");
+            }
+        }
+        Err(e) => tracing::debug!("cannot read denials: {e}"),
+    }
+}
 
 /// `crackbox: blocked a.test (3), b.test (1)`, most-blocked first; `None`
 /// when nothing was blocked. A DNS question's name (`a.test.`) counts as

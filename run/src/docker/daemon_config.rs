@@ -9,12 +9,11 @@
 //! bound to every address. A config file inside the container is not read:
 //! both listeners must be given as flags or environment variables.
 //!
-//! A daemon steers jails (DESIGN 2.5) when it was started with `--steer
+//! A daemon steers jails (README "Steered interception") when it was started with `--steer
 //! 0.0.0.0` and its DNS filter on port 53 of every address (`--dns-listen
 //! :53`): it then answers each jail with its own address on that jail's
 //! network, and `run` points the workload's resolver there.
 
-use clap::Parser;
 use crackbox_config::{parse_addr, ProxyArgs};
 use std::net::SocketAddr;
 
@@ -32,35 +31,11 @@ pub struct DaemonEndpoints {
     pub steers: bool,
 }
 
-/// `proxy serve` flags as the daemon container was started with them.
-#[derive(Parser)]
-#[command(no_binary_name = true)]
-struct ServeArgv {
-    #[command(flatten)]
-    args: ProxyArgs,
-}
-
 /// Reads the endpoints from a container's arguments (after the entrypoint
 /// executable) and `NAME=value` environment; the error says why the
 /// container cannot serve as a daemon for `run`.
 pub fn endpoints(args: &[String], env: &[String]) -> Result<DaemonEndpoints, String> {
-    let rest = match args {
-        [proxy, serve, rest @ ..] if proxy == "proxy" && serve == "serve" => rest,
-        _ => {
-            return Err(format!(
-                "it does not run `crackbox proxy serve` (its arguments: {})",
-                args.join(" ")
-            ))
-        }
-    };
-    let parsed = ServeArgv::try_parse_from(rest)
-        .map_err(|e| {
-            format!(
-                "its `proxy serve` arguments do not parse: {}",
-                first_line(&e.to_string())
-            )
-        })?
-        .args;
+    let parsed = ProxyArgs::parse_serve_command(args).map_err(|e| e.to_string())?;
     let var = |name: &str| {
         env.iter()
             .filter_map(|pair| pair.split_once('='))
@@ -104,10 +79,6 @@ pub fn endpoints(args: &[String], env: &[String]) -> Result<DaemonEndpoints, Str
         secret: var("CRACKBOX_ADMIN_SECRET").filter(|s| !s.is_empty()),
         steers: steers_everywhere && dns_everywhere,
     })
-}
-
-fn first_line(text: &str) -> &str {
-    text.lines().next().unwrap_or_default()
 }
 
 #[cfg(test)]

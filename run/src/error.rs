@@ -1,11 +1,12 @@
 //! Why a jail could not be set up or run. Every variant renders as one line
-//! that tells the user what to do; `run` prints it and exits 125.
+//! that tells the user what to do; `run` prints it and exits with
+//! [`RunError::exit_code`] (125, or 126/127 for a command that cannot start).
 
 use crackbox_engine::policy::SpecError;
 
 /// A failure of crackbox itself (never of the workload).
 #[derive(Debug, thiserror::Error)]
-pub enum JailError {
+pub enum RunError {
     /// An `--allow` entry or the `--id` failed validation.
     #[error("{0}")]
     InvalidRegistration(#[from] SpecError),
@@ -15,9 +16,22 @@ pub enum JailError {
     /// The Docker engine did not answer.
     #[error("cannot reach Docker ({0}); is dockerd running? (deploy/ci-docker.sh starts one)")]
     DockerUnreachable(String),
-    /// The crackbox proxy image is not present locally.
-    #[error("image {0} not found: build it with deploy/build-image.sh (or set CRACKBOX_IMAGE to a crackbox image)")]
+    /// The crackbox proxy image named by `--proxy-image` or `CRACKBOX_IMAGE` is not present locally.
+    #[error(
+        "image {0} not found: build it with deploy/build-image.sh, or leave --proxy-image and CRACKBOX_IMAGE unset \
+         and crackbox run builds its own"
+    )]
     ProxyImageMissing(String),
+    /// The proxy image could not be built from this executable.
+    #[error("cannot build the proxy image {tag} from {binary}: {detail}")]
+    ProxyImageBuild {
+        /// The tag it was to get.
+        tag: String,
+        /// The executable it was built from.
+        binary: String,
+        /// What failed.
+        detail: String,
+    },
     /// The workload image is missing and could not be pulled.
     #[error("workload image {image} not found and could not be pulled: {detail}")]
     WorkloadImageMissing {
@@ -56,9 +70,14 @@ pub enum JailError {
         /// Why it cannot be used, and what to do.
         problem: String,
     },
-    /// `--daemon` was given for a backend other than docker.
-    #[error("--daemon needs the docker backend (drop --backend netns or --daemon)")]
-    DaemonNeedsDocker,
+    /// A flag was given that the chosen backend does not use.
+    #[error("{flag} does not apply here: {why}")]
+    FlagNotApplicable {
+        /// The flag.
+        flag: &'static str,
+        /// Why, and what to do.
+        why: &'static str,
+    },
     /// The proxy's admin API refused or failed a call.
     #[error("admin API: {step}: {detail}")]
     Admin {
@@ -102,19 +121,19 @@ pub enum JailError {
     },
 }
 
-impl JailError {
+impl RunError {
     /// The process exit code for this failure: 125 for crackbox's own
     /// failures, 126/127 when the command itself could not be started.
     pub fn exit_code(&self) -> i32 {
         match self {
-            JailError::CommandNotRunnable { code, .. } => *code,
-            _ => super::EXIT_CRACKBOX_ERROR,
+            RunError::CommandNotRunnable { code, .. } => *code,
+            _ => crate::EXIT_CRACKBOX_ERROR,
         }
     }
 
     /// Wraps a Docker API error for `step`.
     pub fn docker(step: &'static str, err: bollard::errors::Error) -> Self {
-        JailError::Docker {
+        RunError::Docker {
             step,
             detail: one_line(&docker_message(&err)),
         }
@@ -122,7 +141,7 @@ impl JailError {
 
     /// Wraps an I/O error for `step`.
     pub fn io(step: &'static str, source: std::io::Error) -> Self {
-        JailError::Io { step, source }
+        RunError::Io { step, source }
     }
 }
 

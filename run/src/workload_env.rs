@@ -1,16 +1,18 @@
-//! The environment a jailed workload gets: every proxy variable common
-//! clients read, pointing at the jail's proxy, and no bypass list; and,
-//! steered, a resolv.conf naming the proxy's DNS filter only.
+//! The environment a jailed workload gets, built here only (both backends
+//! take it as it is): every proxy variable common clients read, pointing
+//! at the jail's proxy, and no bypass list; and, steered, a resolv.conf
+//! naming the proxy's DNS filter only. A docker workload gets nothing else
+//! from crackbox's environment; a netns command inherits the caller's.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddr};
 
 /// A resolv.conf whose only resolver is crackbox's DNS filter at `nameserver`.
 pub fn resolv_conf(nameserver: Ipv4Addr) -> String {
     format!("# crackbox: names are resolved by crackbox only\nnameserver {nameserver}\noptions timeout:2 attempts:2\n")
 }
 
-/// `NAME=value` pairs for a workload whose proxy listens at `proxy` (`ip:port`).
-pub fn proxy_env(proxy: &str) -> Vec<(String, String)> {
+/// The variables of a workload whose proxy listens at `proxy`.
+pub fn variables(proxy: SocketAddr) -> Vec<(String, String)> {
     let url = format!("http://{proxy}");
     let mut vars: Vec<(String, String)> = [
         "HTTP_PROXY",
@@ -38,7 +40,7 @@ mod tests {
 
     #[test]
     fn every_proxy_variable_points_at_the_proxy_and_no_proxy_is_empty() {
-        let vars = proxy_env("10.213.128.2:3128");
+        let vars = variables(SocketAddr::from(([10, 213, 128, 2], 3128)));
         let get = |name: &str| vars.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
         for name in [
             "HTTP_PROXY",

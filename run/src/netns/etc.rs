@@ -1,4 +1,5 @@
-//! The netns jail's own `resolv.conf` and `hosts` (steered runs, DESIGN 2.5).
+//! The netns jail's own `resolv.conf` and `hosts` (steered runs; README
+//! "crackbox run").
 //!
 //! They live in `/etc/netns/NAMESPACE/` (where `ip netns exec` looks too)
 //! and are bind-mounted over `/etc/resolv.conf` and `/etc/hosts` in a mount
@@ -16,15 +17,15 @@ use std::path::{Path, PathBuf};
 const FILES: [&str; 2] = ["resolv.conf", "hosts"];
 
 /// Where a namespace's own /etc files live.
-pub(super) fn dir(namespace: &str) -> PathBuf {
+pub fn dir(namespace: &str) -> PathBuf {
     Path::new("/etc/netns").join(namespace)
 }
 
 /// Writes the jail's files into `dir`: crackbox's DNS filter at
 /// `nameserver` is the only resolver, `hosts` names only localhost.
-pub(super) fn write(dir: &Path, nameserver: Ipv4Addr) -> io::Result<()> {
+pub fn write(dir: &Path, nameserver: Ipv4Addr) -> io::Result<()> {
     std::fs::create_dir_all(dir)?;
-    std::fs::write(dir.join("resolv.conf"), super::env::resolv_conf(nameserver))?;
+    std::fs::write(dir.join("resolv.conf"), crate::workload_env::resolv_conf(nameserver))?;
     std::fs::write(
         dir.join("hosts"),
         "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n",
@@ -34,13 +35,13 @@ pub(super) fn write(dir: &Path, nameserver: Ipv4Addr) -> io::Result<()> {
 /// The bind mounts to make in the workload, prepared before it forks (the
 /// child may only make system calls).
 #[derive(Debug)]
-pub(super) struct BindMounts {
+pub struct BindMounts {
     pairs: Vec<(CString, CString)>,
 }
 
 impl BindMounts {
     /// The mounts of `dir`'s files over /etc; every target must exist.
-    pub(super) fn of(dir: &Path) -> io::Result<Self> {
+    pub fn of(dir: &Path) -> io::Result<Self> {
         let mut pairs = Vec::new();
         for file in FILES {
             let target = Path::new("/etc").join(file);
@@ -57,7 +58,7 @@ impl BindMounts {
 
     /// In the forked child: a mount namespace of its own (host mounts still
     /// propagate in, none out), then the bind mounts.
-    pub(super) fn enter(&self) -> io::Result<()> {
+    pub fn enter(&self) -> io::Result<()> {
         let check = |rc: libc::c_int| {
             if rc == 0 {
                 Ok(())
