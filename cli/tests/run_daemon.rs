@@ -229,7 +229,7 @@ fn daemon_run_failures_exit_125_in_one_line_and_leave_nothing() {
         .unwrap();
     assert_eq!(out.status.code(), Some(125), "{}", describe(&out));
     assert!(
-        stderr(&out).contains("--daemon needs the docker backend"),
+        stderr(&out).starts_with("crackbox: --daemon does not apply here: the netns backend"),
         "{}",
         describe(&out)
     );

@@ -98,10 +98,10 @@ impl RunArgs {
         match self.backend {
             BackendKind::Netns => {
                 let docker_only = [
-                    given("--image", self.image.is_some()),
+                    given("--daemon", self.daemon.is_some()),
                     given("--proxy-image", self.proxy_image.is_some()),
                     given("--egress-network", self.egress_network.is_some()),
-                    given("--daemon", self.daemon.is_some()),
+                    given("--image", self.image.is_some()),
                 ];
                 match docker_only.into_iter().flatten().next() {
                     Some(flag) => Err(RunError::FlagNotApplicable {
