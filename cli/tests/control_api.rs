@@ -257,9 +257,12 @@ fn state_command_prints_a_table_or_json_and_fails_when_unreachable() {
     assert!(!unreachable.status.success());
     let stderr = String::from_utf8(unreachable.stderr).unwrap();
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
-    assert!(
-        stderr.contains("cannot reach") && stderr.contains(&dead.to_string()),
-        "{stderr}"
+    assert_eq!(
+        stderr,
+        format!(
+            "crackbox: cannot reach a crackbox daemon at http://{dead} (Connection refused (os error 111)): \
+             start one with `crackbox proxy serve`, or name its admin API with --admin URL or CRACKBOX_ADMIN\n"
+        )
     );
 }
 
