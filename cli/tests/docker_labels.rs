@@ -112,7 +112,7 @@ impl Drop for Lab {
     fn drop(&mut self) {
         drop(LabelledContainers(format!("io.crackbox.lab={}", self.agents)));
         docker_try(&["rm", "-f", &self.daemon.name]);
-        docker_try(&["network", "rm", &self.agents]);
+        remove_network(&self.agents);
     }
 }
 

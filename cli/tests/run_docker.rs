@@ -406,7 +406,7 @@ fn run_egress_network_without_a_configured_subnet_is_a_crackbox_error() {
         .stdin(Stdio::null())
         .output()
         .expect("crackbox run");
-    docker_try(&["network", "rm", &network]);
+    remove_network(&network);
     assert_eq!(out.status.code(), Some(125), "{}", describe(&out));
     assert_eq!(
         stderr(&out),

@@ -262,7 +262,40 @@ impl Upstream {
 impl Drop for Upstream {
     fn drop(&mut self) {
         docker_try(&["rm", "-f", &self.container]);
-        docker_try(&["network", "rm", &self.network]);
+        remove_network(&self.network);
+    }
+}
+
+/// Removes the network `name` that a test made. Docker 20.10 can keep a
+/// stale endpoint on a network with no container left ("has active
+/// endpoints"): every endpoint still listed is force-disconnected before the
+/// next attempt. A network that cannot be removed fails the test that made
+/// it (unless that test is failing already).
+pub fn remove_network(name: &str) {
+    let mut last = String::new();
+    for attempt in 1..=5u64 {
+        let out = Command::new("docker")
+            .args(["network", "rm", name])
+            .output()
+            .expect("docker CLI");
+        last = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        if out.status.success() || last.contains("not found") || last.contains("No such network") {
+            return;
+        }
+        let listed = Command::new("docker")
+            .args(["network", "inspect", "-f", "{{range $id, $e := .Containers}}{{$e.Name}} {{end}}", name])
+            .output()
+            .expect("docker CLI");
+        for endpoint in String::from_utf8_lossy(&listed.stdout).split_whitespace() {
+            docker_try(&["network", "disconnect", "-f", name, endpoint]);
+        }
+        std::thread::sleep(Duration::from_millis(200 * attempt));
+    }
+    let problem = format!("the test network {name} cannot be removed: {last}");
+    if std::thread::panicking() {
+        eprintln!("{problem}");
+    } else {
+        panic!("{problem}");
     }
 }
 
