@@ -1,4 +1,4 @@
-//! Revocation (DESIGN 2.4) through the real binary: a snapshot that removes
+//! Revocation (docs/architecture.md, "Data path of a connection") through the real binary: a snapshot that removes
 //! a source or shrinks its allowlist closes the live tunnels and keep-alive
 //! connections it would now deny within 1 s, leaves everyone else's alone,
 //! and counts each as reason `revoked`.
@@ -10,7 +10,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-/// DESIGN 2.4: revoked connections close within this long.
+/// Revoked connections close within this long.
 const REVOKE_WITHIN: Duration = Duration::from_secs(1);
 /// How long a connection that must stay open is watched.
 const STAYS_OPEN: Duration = Duration::from_millis(1500);

@@ -1,4 +1,4 @@
-//! Steered interception (DESIGN 2.5) end to end: the real `crackbox` binary
+//! Steered interception (docs/architecture.md, "Steered interception") end to end: the real `crackbox` binary
 //! with `--steer` on its workload-side address and no iptables at all. The
 //! workload asks crackbox's DNS filter, gets crackbox's own address for
 //! allowed names, and connects there on 80 or 443; real TLS and HTTP

@@ -227,7 +227,7 @@ fn ipv6_workload_is_decided_by_name_too() {
     assert_eq!(lab.seen.decoy_tls_accepted.load(Ordering::SeqCst), 0);
 }
 
-/// DESIGN 2.4: revoked connections close within this long.
+/// Revoked connections close within this long.
 const REVOKE_WITHIN: Duration = Duration::from_secs(1);
 /// How long a connection that must stay open is watched.
 const STAYS_OPEN: Duration = Duration::from_millis(1500);

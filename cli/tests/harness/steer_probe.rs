@@ -1,4 +1,4 @@
-//! One probe of steered interception (DESIGN 2.5) from inside a jail, the
+//! One probe of steered interception (docs/architecture.md, "Steered interception") from inside a jail, the
 //! same for both `crackbox run` backends: a shell script that unsets every
 //! proxy variable and tries, with curl and Node's `fetch()`, what a client
 //! without proxy support can and cannot reach. The jail allows `web.test`;

@@ -20,7 +20,7 @@
 //! crackbox. crackbox resolves names from a hosts file that only exists in
 //! its namespace (`ip netns exec` mounts /etc/netns/NAME/hosts), and its
 //! resolv.conf points at nothing. [`Lab::start_steered`] leaves the
-//! redirects out and steers instead (DESIGN 2.5); [`Lab::without_crackbox`]
+//! redirects out and steers instead (docs/architecture.md, "Steered interception"); [`Lab::without_crackbox`]
 //! leaves crackbox out too, for `crackbox run` started in the proxy namespace. No address outside these namespaces is
 //! ever used; everything is removed on drop, also when a test fails.
 
