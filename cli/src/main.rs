@@ -3,8 +3,8 @@
 
 use clap::{Parser, Subcommand};
 use crackbox_config::ProxyArgs;
-use crackbox_run::RunArgs;
 use crackbox_control::state_cmd::StateArgs;
+use crackbox_run::RunArgs;
 use std::process::ExitCode;
 
 /// crackbox: an egress gate for AI-agent sandboxes. A workload's only route

@@ -8,11 +8,9 @@
 //! stopped or touched. (`--bridge=none` would not do: that dockerd deletes
 //! `docker0`, the shared engine's bridge.)
 
-mod harness;
-mod run_support;
-
+use crackbox_test_support::docker::*;
 use crackbox_test_support::Upstream as LoopbackUpstream;
-use run_support::*;
+use crackbox_test_support::{describe, wait_until, Spawned};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -64,7 +62,8 @@ impl PrivateDockerd {
             .append(true)
             .open(self.path("dockerd.log"))
             .unwrap();
-        let child = Command::new("dockerd")
+        let mut command = Command::new("dockerd");
+        command
             .arg("--data-root")
             .arg(self.path("data"))
             .arg("--exec-root")
@@ -79,11 +78,9 @@ impl PrivateDockerd {
             .args(["--shutdown-timeout", "1", "--log-level", "warn"])
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("start dockerd");
-        self.process = Some(Spawned(child));
-        let answers = wait_for(Duration::from_secs(60), || self.try_docker(&["info"]));
+            .stderr(log);
+        self.process = Some(Spawned::start(&mut command));
+        let answers = wait_until(Duration::from_secs(60), || self.try_docker(&["info"]));
         assert!(answers, "private dockerd did not answer: {}", self.log());
     }
 
@@ -215,16 +212,13 @@ fn dockerd_restart_is_reconciled() {
     });
     let url = format!("http://localhost:{}/", upstream.port());
 
-    let proxy = format!("{gateway}:{}", harness::free_port());
-    let admin = format!("127.0.0.1:{}", harness::free_port());
-    let _crackbox = Spawned(
-        harness::label_watcher(&proxy, &admin, &network)
-            .env("DOCKER_HOST", dockerd.host())
-            .spawn()
-            .expect("start crackbox"),
+    let proxy = format!("{gateway}:{}", crackbox_test_support::free_port());
+    let admin = format!("127.0.0.1:{}", crackbox_test_support::free_port());
+    let _crackbox = Spawned::start(
+        &mut crackbox_test_support::label_watcher(&proxy, &admin, &network).env("DOCKER_HOST", dockerd.host()),
     );
     let state = || admin_call(&admin, "", "/v1/state", None);
-    assert!(wait_for(Duration::from_secs(20), || admin_call(
+    assert!(wait_until(Duration::from_secs(20), || admin_call(
         &admin, "", "/health", None
     )
     .contains("ok")));
@@ -257,7 +251,7 @@ fn dockerd_restart_is_reconciled() {
     }
     let stale_ip = dockerd.address_on(&stale, &network);
     let keeper_ip = dockerd.address_on(&keeper, &network);
-    let both = wait_for(Duration::from_secs(10), || {
+    let both = wait_until(Duration::from_secs(10), || {
         let now = state();
         now.contains(&format!("\"ip\":\"{keeper_ip}\"")) && now.contains(&format!("\"ip\":\"{stale_ip}\""))
     });
@@ -284,14 +278,14 @@ fn dockerd_restart_is_reconciled() {
 
     dockerd.restart();
     assert!(admin_call(&admin, "", "/health", None).contains("ok"));
-    let restarted = wait_for(Duration::from_secs(20), || {
+    let restarted = wait_until(Duration::from_secs(20), || {
         !dockerd.address_on(&keeper, &network).is_empty()
     });
     assert!(restarted, "Docker did not restart {keeper}: {}", dockerd.log());
     let keeper_ip = dockerd.address_on(&keeper, &network);
     assert_eq!(dockerd.address_on(&stale, &network), "");
     let keeper_entry = format!("\"ip\":\"{keeper_ip}\",\"id\":\"docker:{keeper}\"");
-    let reconciled = wait_for(Duration::from_secs(20), || {
+    let reconciled = wait_until(Duration::from_secs(20), || {
         let now = state();
         now.contains(&keeper_entry) && !now.contains(&stale) && now.contains("\"id\":\"by-hand\"")
     });

@@ -3,11 +3,9 @@
 //! every exit path leaves the daemon as it was (no registration, no extra
 //! network) and nothing of the run behind.
 
-mod harness;
-mod run_support;
-
-use harness::steer_probe;
-use run_support::*;
+use crackbox_test_support::describe;
+use crackbox_test_support::docker::*;
+use crackbox_test_support::steer_probe;
 use std::process::{Output, Stdio};
 
 fn stdout(out: &Output) -> String {

@@ -3,9 +3,8 @@
 //! blocked-hosts summary, and that nothing of a run is left behind on any
 //! exit path. Upstreams live on networks these tests create.
 
-mod run_support;
-
-use run_support::*;
+use crackbox_test_support::docker::*;
+use crackbox_test_support::{binary, describe};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -398,7 +397,7 @@ fn run_egress_network_without_a_configured_subnet_is_a_crackbox_error() {
         &network,
     ]);
     let id = unique("nosubnet");
-    let out = Command::new(CRACKBOX)
+    let out = Command::new(binary())
         .env("CRACKBOX_IMAGE", crackbox_image())
         .env_remove("CRACKBOX_EGRESS_NETWORK")
         .args(["run", "--allow", ALLOWED, "--id", &id, "--egress-network", &network])
@@ -442,7 +441,7 @@ fn run_builds_its_proxy_image_once_from_its_own_binary() {
     // engineer's image is touched.
     let dir = tempfile::tempdir().unwrap();
     let binary = dir.path().join("crackbox");
-    std::fs::copy(CRACKBOX, &binary).unwrap();
+    std::fs::copy(crackbox_test_support::binary(), &binary).unwrap();
     let marker = unique("crackbox-first-run");
     std::fs::OpenOptions::new()
         .append(true)
@@ -459,7 +458,15 @@ fn run_builds_its_proxy_image_once_from_its_own_binary() {
             .env_remove("CRACKBOX_IMAGE")
             .env_remove("CRACKBOX_DAEMON")
             .env("CRACKBOX_ALLOW_PRIVATE_DESTINATIONS", "1")
-            .args(["run", "--allow", ALLOWED, "--id", &id, "--egress-network", &upstream.network])
+            .args([
+                "run",
+                "--allow",
+                ALLOWED,
+                "--id",
+                &id,
+                "--egress-network",
+                &upstream.network,
+            ])
             .args(["--image", &workload_image(), "--", "curl", "-sS", "-m", "10", &url])
             .stdin(Stdio::null())
             .output()
@@ -475,13 +482,26 @@ fn run_builds_its_proxy_image_once_from_its_own_binary() {
             let tag = named.split_whitespace().next().unwrap().to_string();
             built.0 = Some(tag);
         } else {
-            assert_eq!(building, Vec::<&str>::new(), "the second run rebuilt: {}", describe(&out));
+            assert_eq!(
+                building,
+                Vec::<&str>::new(),
+                "the second run rebuilt: {}",
+                describe(&out)
+            );
         }
         first_run = false;
         assert_eq!(out.status.code(), Some(0), "{round}: {}", describe(&out));
-        assert_eq!(stdout(&out), format!("{UPSTREAM_BODY}\n"), "{round}: {}", describe(&out));
+        assert_eq!(
+            stdout(&out),
+            format!("{UPSTREAM_BODY}\n"),
+            "{round}: {}",
+            describe(&out)
+        );
         assert_eq!(leftovers(&id), Vec::<String>::new());
         let tag = built.0.as_deref().unwrap();
-        assert!(docker_try(&["image", "inspect", tag]), "{tag} is not there after the {round} run");
+        assert!(
+            docker_try(&["image", "inspect", tag]),
+            "{tag} is not there after the {round} run"
+        );
     }
 }

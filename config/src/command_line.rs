@@ -180,9 +180,15 @@ mod tests {
 
     #[test]
     fn aliases_parse_and_other_commands_are_refused() {
-        let parsed =
-            ProxyArgs::parse_serve_command(&words(&["proxy", "serve", "--admin-listen", "10.0.0.2:1", "--dns", ":53"]))
-                .unwrap();
+        let parsed = ProxyArgs::parse_serve_command(&words(&[
+            "proxy",
+            "serve",
+            "--admin-listen",
+            "10.0.0.2:1",
+            "--dns",
+            ":53",
+        ]))
+        .unwrap();
         assert_eq!(parsed.admin_listen.as_deref(), Some("10.0.0.2:1"));
         assert_eq!(parsed.dns_listen.as_deref(), Some(":53"));
         let refused: &[(&[&str], &str)] = &[

@@ -197,7 +197,11 @@ mod tests {
                 &[("CRACKBOX_IMAGE", "cb:env"), ("CRACKBOX_EGRESS_NETWORK", "net")],
                 per_run("debian:stable-slim", Some("cb:env"), Some("net")),
             ),
-            (&[], &[("CRACKBOX_IMAGE", "")], per_run("debian:stable-slim", None, None)),
+            (
+                &[],
+                &[("CRACKBOX_IMAGE", "")],
+                per_run("debian:stable-slim", None, None),
+            ),
             (
                 &["--daemon", "cb"],
                 &[("CRACKBOX_IMAGE", "ignored"), ("CRACKBOX_EGRESS_NETWORK", "ignored")],
@@ -215,7 +219,11 @@ mod tests {
                 },
             ),
             (&["--backend", "netns"], &[("CRACKBOX_DAEMON", "cb")], Placement::Netns),
-            (&["--backend", "netns"], &[("CRACKBOX_IMAGE", "cb:env")], Placement::Netns),
+            (
+                &["--backend", "netns"],
+                &[("CRACKBOX_IMAGE", "cb:env")],
+                Placement::Netns,
+            ),
         ];
         for (words, env, want) in cases {
             assert_eq!(placement(words, env).as_ref(), Ok(want), "{words:?} {env:?}");
@@ -226,13 +234,19 @@ mod tests {
     fn a_flag_the_backend_does_not_use_is_an_error_naming_it() {
         let cases: &[(&[&str], &str)] = &[
             (&["--backend", "netns", "--image", "x"], "--image does not apply"),
-            (&["--backend", "netns", "--proxy-image", "x"], "--proxy-image does not apply"),
+            (
+                &["--backend", "netns", "--proxy-image", "x"],
+                "--proxy-image does not apply",
+            ),
             (
                 &["--backend", "netns", "--egress-network", "x"],
                 "--egress-network does not apply",
             ),
             (&["--backend", "netns", "--daemon", "x"], "--daemon does not apply"),
-            (&["--daemon", "cb", "--proxy-image", "x"], "--proxy-image does not apply"),
+            (
+                &["--daemon", "cb", "--proxy-image", "x"],
+                "--proxy-image does not apply",
+            ),
             (
                 &["--daemon", "cb", "--egress-network", "x"],
                 "--egress-network does not apply",

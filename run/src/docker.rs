@@ -215,7 +215,13 @@ mod tests {
     #[test]
     fn only_internal_networks_leave_the_host_without_an_address() {
         for internal in [true, false] {
-            let spec = network_spec("n", "10.213.128.8/29", Ipv4Addr::new(10, 213, 128, 9), internal, labelled());
+            let spec = network_spec(
+                "n",
+                "10.213.128.8/29",
+                Ipv4Addr::new(10, 213, 128, 9),
+                internal,
+                labelled(),
+            );
             let options = spec.options.unwrap();
             assert_eq!(options.contains_key(INHIBIT_IPV4), internal, "{internal}");
             assert_eq!(spec.internal, Some(internal));
@@ -259,7 +265,10 @@ mod tests {
             assert_eq!(host.cap_drop, Some(vec!["NET_RAW".to_string()]));
             assert_eq!(host.network_mode.as_deref(), Some("jail"));
             match resolv_conf {
-                Some(_) => assert_eq!(host.binds, Some(vec!["/tmp/r/resolv.conf:/etc/resolv.conf:ro".to_string()])),
+                Some(_) => assert_eq!(
+                    host.binds,
+                    Some(vec!["/tmp/r/resolv.conf:/etc/resolv.conf:ro".to_string()])
+                ),
                 None => assert_eq!(host.dns, Some(vec!["127.0.0.1".to_string()])),
             }
         }

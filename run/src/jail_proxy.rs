@@ -41,8 +41,8 @@ pub struct Listeners {
 impl JailProxy {
     /// Reads the settings `run`'s environment passes on (`env` stands in for it).
     pub fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Self {
-        let allow_private = env("CRACKBOX_ALLOW_PRIVATE_DESTINATIONS")
-            .is_some_and(|v| matches!(v.trim(), "1" | "true" | "yes" | "on"));
+        let allow_private =
+            env("CRACKBOX_ALLOW_PRIVATE_DESTINATIONS").is_some_and(|v| matches!(v.trim(), "1" | "true" | "yes" | "on"));
         let inherited = INHERITED
             .iter()
             .filter_map(|name| env(name).map(|value| (name.to_string(), value)))
@@ -62,7 +62,11 @@ impl JailProxy {
             admin_listen: Some(on(at.admin_side, ADMIN_PORT)),
             transparent_listen: Some(String::new()),
             dns_listen: at.steer.then(|| on(at.jail_side, 53)),
-            steer: if at.steer { vec![at.jail_side.to_string()] } else { Vec::new() },
+            steer: if at.steer {
+                vec![at.jail_side.to_string()]
+            } else {
+                Vec::new()
+            },
             allow_private_destinations: self.allow_private,
             ..ProxyArgs::default()
         }

@@ -45,7 +45,11 @@ impl Journal {
     /// Records `undo` for an object about to be created (or, for a process
     /// whose id is known only once it runs, just created). The entry is kept
     /// either way; `Err(Interrupted)` says set-up must stop now.
-    pub fn record(&self, kind: Kind, undo: impl Future<Output = Result<(), String>> + 'static) -> Result<Entry, RunError> {
+    pub fn record(
+        &self,
+        kind: Kind,
+        undo: impl Future<Output = Result<(), String>> + 'static,
+    ) -> Result<Entry, RunError> {
         let entry = {
             let mut steps = self.steps.lock().unwrap_or_else(|p| p.into_inner());
             steps.push(Some((kind, Box::pin(undo))));

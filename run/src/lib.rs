@@ -79,8 +79,7 @@ fn execute(args: RunArgs) -> Result<i32, RunError> {
                 proxy_image,
                 egress_network,
             } => {
-                let backend =
-                    docker::PerRunProxy::connect(&plan, image, proxy_image, egress_network, proxy).await?;
+                let backend = docker::PerRunProxy::connect(&plan, image, proxy_image, egress_network, proxy).await?;
                 lifecycle::run(&plan, &backend).await
             }
             Placement::DockerOnDaemon { image, daemon } => {

@@ -134,7 +134,18 @@ impl Netns {
         };
         let accept = |protocol: &str, ports: &str| {
             let rule = [
-                "-i", host_if, "-d", &host, "-p", protocol, "-m", "multiport", "--dports", ports, "-j", "ACCEPT",
+                "-i",
+                host_if,
+                "-d",
+                &host,
+                "-p",
+                protocol,
+                "-m",
+                "multiport",
+                "--dports",
+                ports,
+                "-j",
+                "ACCEPT",
             ];
             ("INPUT", strings(&rule))
         };

@@ -29,6 +29,11 @@ pub fn free_port() -> u16 {
     private.unwrap_or_else(|| TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port())
 }
 
+/// A free loopback address: 127.0.0.1 and a [`free_port`].
+pub fn free_addr() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], free_port()))
+}
+
 /// Where [`free_port`] starts looking, above the well-known and common
 /// service ports.
 const PRIVATE_PORTS_FROM: u16 = 20_000;

@@ -42,11 +42,13 @@ pub async fn ensure_proxy_image(docker: &Docker, named: Option<&str>) -> Result<
             "crackbox: building the proxy image {image} from {} (once for this binary)",
             binary.display()
         );
-        build(docker, &binary, &tag).await.map_err(|detail| RunError::ProxyImageBuild {
-            tag: image.clone(),
-            binary: binary.display().to_string(),
-            detail,
-        })?;
+        build(docker, &binary, &tag)
+            .await
+            .map_err(|detail| RunError::ProxyImageBuild {
+                tag: image.clone(),
+                binary: binary.display().to_string(),
+                detail,
+            })?;
     }
     Ok(image)
 }
@@ -129,14 +131,25 @@ fn root_fs(binary: &Path) -> std::io::Result<Vec<u8>> {
     let inside = |library: &Path| library.strip_prefix("/").unwrap_or(library).to_path_buf();
     let dirs: BTreeSet<PathBuf> = libraries
         .iter()
-        .flat_map(|library| inside(library).ancestors().skip(1).map(Path::to_path_buf).collect::<Vec<_>>())
+        .flat_map(|library| {
+            inside(library)
+                .ancestors()
+                .skip(1)
+                .map(Path::to_path_buf)
+                .collect::<Vec<_>>()
+        })
         .filter(|dir| !dir.as_os_str().is_empty())
         .collect();
     for dir in &dirs {
         append_dir(&mut tar, dir, 0o755, 0)?;
     }
     for library in &libraries {
-        append_file(&mut tar, &inside(library).to_string_lossy(), &std::fs::read(library)?, 0o755)?;
+        append_file(
+            &mut tar,
+            &inside(library).to_string_lossy(),
+            &std::fs::read(library)?,
+            0o755,
+        )?;
     }
     tar.into_inner()
 }
@@ -234,7 +247,16 @@ mod tests {
         let names: Vec<String> = tar
             .entries()
             .unwrap()
-            .map(|entry| entry.unwrap().path().unwrap().display().to_string().trim_end_matches('/').to_string())
+            .map(|entry| {
+                entry
+                    .unwrap()
+                    .path()
+                    .unwrap()
+                    .display()
+                    .to_string()
+                    .trim_end_matches('/')
+                    .to_string()
+            })
             .collect();
         for want in ["usr/local/bin/crackbox", "etc/passwd", "etc/nsswitch.conf", "tmp"] {
             assert!(names.iter().any(|n| n == want), "{want} missing: {names:?}");

@@ -80,7 +80,8 @@ impl PerRunProxy {
                 Some(subnet) => host(&subnet, 2)?,
                 None => self.free_address(&nets.egress).await?,
             };
-            self.create_proxy(journal, &name, image, nets, egress_ip, &secret).await?;
+            self.create_proxy(journal, &name, image, nets, egress_ip, &secret)
+                .await?;
             match self.run.docker.start_container(&name, None).await {
                 Ok(()) => break egress_ip,
                 Err(e) if attempts < 5 && docker_message(&e).contains("already in use") => {
@@ -131,7 +132,9 @@ impl PerRunProxy {
             egress: (&nets.egress, egress_ip),
         };
         let body = proxy_spec(spec, self.run.labels());
-        self.run.create_container(journal, name, body, "creating the proxy").await?;
+        self.run
+            .create_container(journal, name, body, "creating the proxy")
+            .await?;
         let connect = NetworkConnectRequest {
             container: name.to_string(),
             endpoint_config: Some(ipv4_endpoint(nets.proxy_internal)),
@@ -201,7 +204,11 @@ impl Backend for PerRunProxy {
         journal.checkpoint()?;
         let internal = self.run.name("");
         let (subnet, egress, own_egress) = match &self.egress_network {
-            Some(name) => (self.run.create_network(journal, &internal, true).await?, name.clone(), None),
+            Some(name) => (
+                self.run.create_network(journal, &internal, true).await?,
+                name.clone(),
+                None,
+            ),
             None => {
                 let name = self.run.name("egress");
                 let (subnet, egress) = tokio::join!(

@@ -29,7 +29,13 @@ pub struct Placed<'a> {
 }
 
 /// Creates (not starts) the workload; returns its container name.
-pub async fn create(run: &DockerRun, journal: &Journal, plan: &Plan, image: &str, at: Placed<'_>) -> Result<String, RunError> {
+pub async fn create(
+    run: &DockerRun,
+    journal: &Journal,
+    plan: &Plan,
+    image: &str,
+    at: Placed<'_>,
+) -> Result<String, RunError> {
     journal.checkpoint()?;
     let name = run.name("workload");
     let resolver_dir = match (at.steered, at.proxy.ip()) {
@@ -45,8 +51,13 @@ pub async fn create(run: &DockerRun, journal: &Journal, plan: &Plan, image: &str
         network: (at.network, at.address),
         resolv_conf: resolv_conf.as_deref(),
     };
-    run.create_container(journal, &name, workload_spec(spec, run.labels()), "creating the workload")
-        .await?;
+    run.create_container(
+        journal,
+        &name,
+        workload_spec(spec, run.labels()),
+        "creating the workload",
+    )
+    .await?;
     Ok(name)
 }
 
@@ -58,7 +69,10 @@ fn resolver_dir(journal: &Journal, nameserver: Ipv4Addr) -> Result<std::path::Pa
         .tempdir()
         .map_err(|e| RunError::io("creating the workload's resolv.conf", e))?;
     let path = dir.path().to_path_buf();
-    journal.record(Kind::Leaf, async move { dir.close().map_err(|e| format!("cannot remove the workload's resolv.conf: {e}")) })?;
+    journal.record(Kind::Leaf, async move {
+        dir.close()
+            .map_err(|e| format!("cannot remove the workload's resolv.conf: {e}"))
+    })?;
     let file = path.join("resolv.conf");
     let readable = std::os::unix::fs::PermissionsExt::from_mode(0o644);
     std::fs::write(&file, workload_env::resolv_conf(nameserver))

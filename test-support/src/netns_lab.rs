@@ -24,16 +24,20 @@
 //! leaves crackbox out too, for `crackbox run` started in the proxy namespace. No address outside these namespaces is
 //! ever used; everything is removed on drop, also when a test fails.
 
-#![allow(dead_code)]
+mod client;
+mod servers;
 
+pub use client::{closed_silently, read_response, tls_echo, tls_open, tls_roundtrip, Hello, TlsSession};
+
+use crate::crackbox::{binary, isolated};
+use crate::spawned::Spawned;
 use hickory_proto::op::{Message, Query, ResponseCode};
-use hickory_proto::rr::rdata::A;
-use hickory_proto::rr::{Name, RData, Record, RecordType};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+use hickory_proto::rr::{Name, RecordType};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -71,8 +75,6 @@ const CRACKBOX_GID: u32 = 4242;
 pub const ALLOWLIST: &str = "allowed.test,echo.test,keep.test";
 /// How long any single network step may take before the test fails.
 pub const WAIT: Duration = Duration::from_secs(15);
-/// How long the keep-alive and echo upstreams keep a silent connection.
-const HOLD: Duration = Duration::from_secs(120);
 
 /// True when the tests can build namespaces; prints why not otherwise.
 pub fn can_run() -> bool {
@@ -146,7 +148,7 @@ pub struct Lab {
     pub proxy_ns: String,
     pub upstream_ns: String,
     etc_dir: String,
-    crackbox: Option<Child>,
+    crackbox: Option<Spawned>,
     /// What the upstream servers saw.
     pub seen: Arc<Seen>,
     /// The upstream TLS certificate, trusted by [`Lab::tls_config`].
@@ -304,29 +306,29 @@ impl Lab {
             let ip: std::net::IpAddr = ip;
             let tls = in_ns(&self.upstream_ns, move || TcpListener::bind((ip, 443)).unwrap());
             let (seen, config) = (Arc::clone(&self.seen), Arc::clone(&server));
-            std::thread::spawn(move || serve_tls(tls, config, seen, real));
+            std::thread::spawn(move || servers::serve_tls(tls, config, seen, real));
             let http = in_ns(&self.upstream_ns, move || TcpListener::bind((ip, 80)).unwrap());
             let seen = Arc::clone(&self.seen);
             let label = if real { "real" } else { "decoy" };
-            std::thread::spawn(move || serve_http(http, seen, label));
+            std::thread::spawn(move || servers::serve_http(http, seen, label));
         }
         let tls = in_ns(&self.upstream_ns, || TcpListener::bind((ECHO, 443)).unwrap());
         let (seen, config) = (Arc::clone(&self.seen), Arc::clone(&server));
-        std::thread::spawn(move || serve_tls_echo(tls, config, seen));
+        std::thread::spawn(move || servers::serve_tls_echo(tls, config, seen));
         let http = in_ns(&self.upstream_ns, || TcpListener::bind((ECHO, 80)).unwrap());
         let seen = Arc::clone(&self.seen);
-        std::thread::spawn(move || serve_http(http, seen, "echo"));
+        std::thread::spawn(move || servers::serve_http(http, seen, "echo"));
         let tls = in_ns(&self.upstream_ns, || TcpListener::bind((WEB, 443)).unwrap());
         let (seen, config) = (Arc::clone(&self.seen), Arc::clone(&server));
-        std::thread::spawn(move || serve_https(tls, config, seen));
+        std::thread::spawn(move || servers::serve_https(tls, config, seen));
         for port in [80, 8080] {
             let http = in_ns(&self.upstream_ns, move || TcpListener::bind((WEB, port)).unwrap());
             let seen = Arc::clone(&self.seen);
-            std::thread::spawn(move || serve_http(http, seen, "web"));
+            std::thread::spawn(move || servers::serve_http(http, seen, "web"));
         }
         let dns = in_ns(&self.upstream_ns, || UdpSocket::bind((REAL, 53)).unwrap());
         let seen = Arc::clone(&self.seen);
-        std::thread::spawn(move || serve_dns(dns, seen));
+        std::thread::spawn(move || servers::serve_dns(dns, seen));
     }
 
     fn start_crackbox(&mut self, transparent_ip: &str, flags: &[&str], dns_listen: &str) {
@@ -348,7 +350,7 @@ impl Lab {
                 "--clear-groups",
                 "--",
             ])
-            .arg(env!("CARGO_BIN_EXE_crackbox"))
+            .arg(binary())
             .args(["proxy", "serve", "--listen", "10.200.1.1:3128", "--admin", ADMIN])
             .args(["--transparent", &transparent, "--dns-listen", dns_listen])
             .args([
@@ -367,12 +369,8 @@ impl Lab {
                 &register6,
             ])
             .args(flags);
-        let child = crate::harness::isolated(&mut command)
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start crackbox");
-        self.crackbox = Some(child);
+        let crackbox = Spawned::start(isolated(&mut command).stdout(Stdio::null()).stderr(Stdio::inherit()));
+        self.crackbox = Some(crackbox);
         self.wait_enforcing();
     }
 
@@ -381,10 +379,8 @@ impl Lab {
     fn wait_enforcing(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
-            if let Some(child) = self.crackbox.as_mut() {
-                if let Ok(Some(status)) = child.try_wait() {
-                    panic!("crackbox exited at start: {status}");
-                }
+            if let Some(status) = self.crackbox.as_mut().and_then(Spawned::exited) {
+                panic!("crackbox exited at start: {status}");
             }
             let reply = self.dns_query_once("allowed.test.", RecordType::A, Duration::from_millis(300));
             if reply.is_some_and(|r| r.metadata.response_code != ResponseCode::Refused) {
@@ -502,294 +498,10 @@ fn query_for(name: &str, kind: RecordType) -> Message {
 
 impl Drop for Lab {
     fn drop(&mut self) {
-        if let Some(mut child) = self.crackbox.take() {
-            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        drop(self.crackbox.take());
         for ns in [&self.workload_ns, &self.proxy_ns, &self.upstream_ns] {
             let _ = Command::new("ip").args(["netns", "del", ns]).status();
         }
         let _ = std::fs::remove_dir_all(&self.etc_dir);
-    }
-}
-
-/// The TLS upstream: completes the handshake, records the SNI, answers one
-/// line with who it is.
-fn serve_tls(listener: TcpListener, config: Arc<rustls::ServerConfig>, seen: Arc<Seen>, real: bool) {
-    for stream in listener.incoming().map_while(Result::ok) {
-        let counter = if real {
-            &seen.real_tls_accepted
-        } else {
-            &seen.decoy_tls_accepted
-        };
-        counter.fetch_add(1, Ordering::SeqCst);
-        let (config, seen) = (Arc::clone(&config), Arc::clone(&seen));
-        std::thread::spawn(move || {
-            let _ = stream.set_read_timeout(Some(WAIT));
-            let Ok(conn) = rustls::ServerConnection::new(config) else {
-                return;
-            };
-            let mut tls = rustls::StreamOwned::new(conn, stream);
-            let mut line = String::new();
-            if BufReader::new(&mut tls).read_line(&mut line).is_err() {
-                return;
-            }
-            let sni = tls.conn.server_name().unwrap_or("").to_owned();
-            if real {
-                seen.real_sni.lock().unwrap().push(sni.clone());
-            }
-            let who = if real { "real" } else { "decoy" };
-            let _ = tls.write_all(format!("{who} {sni} {}", line).as_bytes());
-            let _ = tls.flush();
-            tls.conn.send_close_notify();
-            let _ = tls.flush();
-        });
-    }
-}
-
-/// The echo upstream: completes the handshake, then answers every line
-/// with the SNI and the line until the client closes; counts accepts.
-fn serve_tls_echo(listener: TcpListener, config: Arc<rustls::ServerConfig>, seen: Arc<Seen>) {
-    for stream in listener.incoming().map_while(Result::ok) {
-        seen.echo_tls_accepted.fetch_add(1, Ordering::SeqCst);
-        let config = Arc::clone(&config);
-        std::thread::spawn(move || {
-            let _ = stream.set_read_timeout(Some(HOLD));
-            let Ok(conn) = rustls::ServerConnection::new(config) else {
-                return;
-            };
-            let mut tls = BufReader::new(rustls::StreamOwned::new(conn, stream));
-            loop {
-                let mut line = String::new();
-                if tls.read_line(&mut line).unwrap_or(0) == 0 {
-                    return;
-                }
-                let sni = tls.get_ref().conn.server_name().unwrap_or("").to_owned();
-                let tls = tls.get_mut();
-                if tls.write_all(format!("{sni} {line}").as_bytes()).is_err() || tls.flush().is_err() {
-                    return;
-                }
-            }
-        });
-    }
-}
-
-/// The HTTP upstream: keep-alive, answers each request with its Host and path.
-fn serve_http(listener: TcpListener, seen: Arc<Seen>, label: &'static str) {
-    for stream in listener.incoming().map_while(Result::ok) {
-        seen.http_accepted.fetch_add(1, Ordering::SeqCst);
-        let seen = Arc::clone(&seen);
-        std::thread::spawn(move || {
-            let _ = stream.set_read_timeout(Some(HOLD));
-            answer_http(BufReader::new(stream), &seen, label);
-        });
-    }
-}
-
-/// The HTTPS upstream: HTTP/1.1 over TLS, answers each request with the
-/// SNI, its Host and path (`web {sni} {host} {path}`).
-fn serve_https(listener: TcpListener, config: Arc<rustls::ServerConfig>, seen: Arc<Seen>) {
-    for stream in listener.incoming().map_while(Result::ok) {
-        seen.web_tls_accepted.fetch_add(1, Ordering::SeqCst);
-        let (config, seen) = (Arc::clone(&config), Arc::clone(&seen));
-        std::thread::spawn(move || {
-            let _ = stream.set_read_timeout(Some(HOLD));
-            let Ok(conn) = rustls::ServerConnection::new(config) else {
-                return;
-            };
-            let mut tls = rustls::StreamOwned::new(conn, stream);
-            while tls.conn.is_handshaking() {
-                if tls.conn.complete_io(&mut tls.sock).is_err() {
-                    return;
-                }
-            }
-            let label = format!("web {}", tls.conn.server_name().unwrap_or(""));
-            answer_http(BufReader::new(tls), &seen, &label);
-        });
-    }
-}
-
-/// Answers the HTTP/1.1 requests of one connection with
-/// `{label} {host} {path}` until the client closes.
-fn answer_http<S: Read + Write>(mut reader: BufReader<S>, seen: &Seen, label: &str) {
-    loop {
-        let mut request_line = String::new();
-        if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
-            return;
-        }
-        let path = request_line.split_whitespace().nth(1).unwrap_or("").to_owned();
-        let mut host = String::new();
-        loop {
-            let mut line = String::new();
-            if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                return;
-            }
-            if line == "\r\n" {
-                break;
-            }
-            if let Some((name, value)) = line.split_once(':') {
-                if name.eq_ignore_ascii_case("host") {
-                    host = value.trim().to_owned();
-                }
-            }
-        }
-        seen.http_requests.lock().unwrap().push((host.clone(), path.clone()));
-        let body = format!("{label} {host} {path}");
-        let response = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len());
-        let out = reader.get_mut();
-        if out.write_all(response.as_bytes()).is_err() || out.flush().is_err() {
-            return;
-        }
-    }
-}
-
-/// The upstream resolver: `allowed.test` and its subdomains are at
-/// [`REAL`], everything else NXDOMAIN; stops (closing its port) once
-/// `dns_down` is set.
-fn serve_dns(socket: UdpSocket, seen: Arc<Seen>) {
-    socket.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
-    let mut buf = [0u8; 4096];
-    while !seen.dns_down.load(Ordering::SeqCst) {
-        let Ok((len, from)) = socket.recv_from(&mut buf) else {
-            continue;
-        };
-        let Ok(request) = Message::from_vec(&buf[..len]) else {
-            continue;
-        };
-        let Some(query) = request.queries.first().cloned() else {
-            continue;
-        };
-        let name = query.name().to_ascii();
-        seen.dns_asked.lock().unwrap().push(name.clone());
-        let mut reply = Message::response(request.metadata.id, request.metadata.op_code);
-        reply.add_query(query.clone());
-        if name.ends_with("allowed.test.") && query.query_type() == RecordType::A {
-            reply.add_answer(Record::from_rdata(query.name().clone(), 60, RData::A(A(REAL))));
-        } else if !name.ends_with("allowed.test.") {
-            reply.metadata.response_code = ResponseCode::NXDomain;
-        }
-        let _ = socket.send_to(&reply.to_vec().unwrap(), from);
-    }
-}
-
-/// How the client sends its ClientHello.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Hello {
-    /// All at once.
-    Whole,
-    /// In two TCP segments, split inside the server name, 200 ms apart.
-    SplitSegments,
-}
-
-/// Runs a TLS client over `stream` for `server`: handshake, one line out,
-/// one line back. Errors when crackbox closes the connection.
-pub fn tls_roundtrip(
-    stream: TcpStream,
-    config: Arc<rustls::ClientConfig>,
-    server: ServerName<'static>,
-    send: Hello,
-) -> std::io::Result<String> {
-    let mut conn = rustls::ClientConnection::new(config, server.clone()).map_err(std::io::Error::other)?;
-    let mut stream = stream;
-    if send == Hello::SplitSegments {
-        let mut hello = Vec::new();
-        while conn.wants_write() {
-            conn.write_tls(&mut hello)?;
-        }
-        let ServerName::DnsName(name) = &server else {
-            return Err(std::io::Error::other("split sends need a name"));
-        };
-        let at = find(&hello, name.as_ref().as_bytes()).map_or(hello.len() / 2, |i| i + 3);
-        stream.write_all(&hello[..at])?;
-        std::thread::sleep(Duration::from_millis(200));
-        stream.write_all(&hello[at..])?;
-    }
-    while conn.is_handshaking() {
-        conn.complete_io(&mut stream)?;
-    }
-    let mut tls = rustls::StreamOwned::new(conn, stream);
-    tls.write_all(b"ping\n")?;
-    let mut reply = String::new();
-    tls.read_to_string(&mut reply)
-        .or_else(|e| if reply.is_empty() { Err(e) } else { Ok(reply.len()) })?;
-    Ok(reply)
-}
-
-/// A TLS session through crackbox, kept open.
-pub type TlsSession = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
-
-/// Completes a TLS handshake over `stream` for `server`; the session stays
-/// open. Errors when crackbox closes the connection.
-pub fn tls_open(
-    stream: TcpStream,
-    config: Arc<rustls::ClientConfig>,
-    server: ServerName<'static>,
-) -> std::io::Result<TlsSession> {
-    let mut conn = rustls::ClientConnection::new(config, server).map_err(std::io::Error::other)?;
-    let mut stream = stream;
-    while conn.is_handshaking() {
-        conn.complete_io(&mut stream)?;
-    }
-    Ok(rustls::StreamOwned::new(conn, stream))
-}
-
-/// Sends `text` as one line over a session with the echo server and
-/// returns its answer (`"{sni} {text}"`).
-pub fn tls_echo(session: &mut TlsSession, text: &str) -> std::io::Result<String> {
-    session.write_all(format!("{text}\n").as_bytes())?;
-    session.flush()?;
-    let mut line = Vec::new();
-    let mut byte = [0u8; 1];
-    while !line.ends_with(b"\n") {
-        match session.read(&mut byte)? {
-            0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
-            _ => line.push(byte[0]),
-        }
-    }
-    line.pop();
-    Ok(String::from_utf8_lossy(&line).into_owned())
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
-}
-
-/// Reads one HTTP/1.1 response with a Content-Length body; `None` when the
-/// connection closes before a complete response.
-pub fn read_response(stream: &mut TcpStream) -> Option<(u16, String)> {
-    let mut buf = Vec::new();
-    let mut byte = [0u8; 1];
-    while !buf.ends_with(b"\r\n\r\n") {
-        match stream.read(&mut byte) {
-            Ok(1) => buf.push(byte[0]),
-            _ => return None,
-        }
-    }
-    let head = String::from_utf8_lossy(&buf).into_owned();
-    let status = head.split_whitespace().nth(1)?.parse().ok()?;
-    let length: usize = head
-        .lines()
-        .find_map(|l| {
-            l.split_once(':')
-                .filter(|(n, _)| n.eq_ignore_ascii_case("content-length"))
-        })
-        .map_or(Some(0), |(_, v)| v.trim().parse().ok())?;
-    let mut body = vec![0u8; length];
-    stream.read_exact(&mut body).ok()?;
-    Some((status, String::from_utf8_lossy(&body).into_owned()))
-}
-
-/// True when the peer closed (or reset) the connection without sending
-/// anything; false when it sent bytes or stayed silent for [`WAIT`].
-pub fn closed_silently(stream: &mut TcpStream) -> bool {
-    let mut buf = [0u8; 64];
-    match stream.read(&mut buf) {
-        Ok(n) => n == 0,
-        Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
     }
 }

@@ -1,27 +1,22 @@
-//! Shared fixtures for the `crackbox run` tests: a Docker engine (started
-//! with deploy/ci-docker.sh when none answers), the crackbox image built
-//! from the binary under test, a workload image from this machine's busybox
-//! and curl, and an upstream web server on a network the test creates.
+//! Fixtures for the tests that need a Docker engine (`crackbox run`, the
+//! label watcher): the engine (started with deploy/ci-docker.sh when none
+//! answers), the crackbox image built from the binary under test, a
+//! workload image from this machine's busybox and curl, networks the test
+//! makes and removes, and an upstream web server on one of them.
 //!
 //! Tests skip (saying so) only when not root or when Docker cannot be
 //! started; with `CRACKBOX_REQUIRE_DOCKER=1` (CI) they fail instead.
 
-#![allow(dead_code)]
-
 mod daemon;
 mod web;
-pub use crackbox_test_support::describe;
-#[allow(unused_imports)]
-pub use daemon::*;
-#[allow(unused_imports)]
-pub use web::*;
+pub use daemon::{admin_call, daemon_run_command, Daemon, DAEMON_ADMIN_PORT};
+pub use web::web_upstream;
 
+use crate::crackbox::binary;
+use crate::net::wait_until;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
-
-/// The crackbox binary under test.
-pub const CRACKBOX: &str = env!("CARGO_BIN_EXE_crackbox");
+use std::time::Duration;
 /// Tag of the workload image (busybox + curl); rebuilt when missing.
 pub const WORKLOAD_IMAGE: &str = "crackbox-test-workload:1";
 /// Tag of the workload image with node added; rebuilt when missing.
@@ -99,7 +94,8 @@ pub fn docker_try(args: &[&str]) -> bool {
 /// The crackbox image built from the binary under test (tagged by its size
 /// and mtime, so a rebuilt binary gets a fresh image).
 pub fn crackbox_image() -> String {
-    let meta = std::fs::metadata(CRACKBOX).expect("crackbox binary");
+    let crackbox = binary();
+    let meta = std::fs::metadata(&crackbox).expect("crackbox binary");
     let mtime = meta
         .modified()
         .ok()
@@ -110,7 +106,9 @@ pub fn crackbox_image() -> String {
         if !docker_try(&["image", "inspect", &tag]) {
             let status = Command::new("bash")
                 .arg(repo().join("deploy/build-image.sh"))
-                .args(["--binary", CRACKBOX, "--tag", &tag])
+                .arg("--binary")
+                .arg(&crackbox)
+                .args(["--tag", &tag])
                 .status()
                 .expect("build-image.sh");
             assert!(status.success(), "deploy/build-image.sh failed");
@@ -283,7 +281,13 @@ pub fn remove_network(name: &str) {
             return;
         }
         let listed = Command::new("docker")
-            .args(["network", "inspect", "-f", "{{range $id, $e := .Containers}}{{$e.Name}} {{end}}", name])
+            .args([
+                "network",
+                "inspect",
+                "-f",
+                "{{range $id, $e := .Containers}}{{$e.Name}} {{end}}",
+                name,
+            ])
             .output()
             .expect("docker CLI");
         for endpoint in String::from_utf8_lossy(&listed.stdout).split_whitespace() {
@@ -318,7 +322,7 @@ pub fn run_command_with(upstream: &Upstream, id: &str, allow: &str, flags: &[&st
 /// `crackbox run --allow ALLOW --id ID FLAGS --image <workload image> -- COMMAND`
 /// with stdin closed (FLAGS may name another `--image`).
 pub fn crackbox_run(id: &str, allow: &str, flags: &[&str], command: &[&str]) -> Command {
-    let mut cmd = Command::new(CRACKBOX);
+    let mut cmd = Command::new(binary());
     cmd.args(["run", "--allow", allow, "--id", id]).args(flags);
     if !flags.contains(&"--image") {
         cmd.args(["--image", &workload_image()]);
@@ -353,7 +357,7 @@ pub fn leftovers(id: &str) -> Vec<String> {
 pub fn workload_container(id: &str) -> String {
     let filter = format!("label=io.crackbox.id={id}");
     let mut name = String::new();
-    let found = wait_for(Duration::from_secs(60), || {
+    let found = wait_until(Duration::from_secs(60), || {
         name = docker(&[
             "ps",
             "--filter",
@@ -371,29 +375,4 @@ pub fn workload_container(id: &str) -> String {
     });
     assert!(found, "the workload of {id} never ran");
     name
-}
-
-/// Waits until `check` holds or `timeout` passes.
-pub fn wait_for(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    while Instant::now() < deadline {
-        if check() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    false
-}
-
-/// A process the test spawned (crackbox, a dockerd): SIGTERM and reaped on drop.
-pub struct Spawned(pub std::process::Child);
-
-impl Drop for Spawned {
-    fn drop(&mut self) {
-        if let Ok(pid) = libc::pid_t::try_from(self.0.id()) {
-            // SAFETY: signals the child this test spawned.
-            unsafe { libc::kill(pid, libc::SIGTERM) };
-        }
-        let _ = self.0.wait();
-    }
 }

@@ -1,109 +1,14 @@
-//! Shared by the control-plane end-to-end tests: the real `crackbox` binary
+//! The control-plane end-to-end tests' daemon: the real `crackbox` binary
 //! (`serve`, or `control` + `engine` as two processes) on free loopback
 //! ports, and curl as the HTTP client for both the admin API and the proxy.
 
-#![allow(dead_code)]
-
+use crate::net::free_addr;
+use crate::spawned::Spawned;
 use std::io::Write;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// A free loopback address (bound, then released).
-pub fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
-}
-
-/// A `crackbox` command with a clean environment: no config file, no
-/// CRACKBOX_* settings from the caller, `env` added.
-pub fn crackbox(args: &[String], env: &[(&str, &str)]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_crackbox"));
-    crate::harness::isolated(command.args(args)).envs(env.iter().copied());
-    command
-}
-
-/// Runs `crackbox args` to completion.
-pub fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    let mut command = crackbox(&args, env);
-    command.output().expect("run crackbox")
-}
-
-/// One running crackbox process, SIGTERMed (then SIGKILLed) on drop.
-pub struct Process {
-    /// The child.
-    pub child: Child,
-}
-
-impl Process {
-    /// Starts `crackbox args` with `env`; stderr is inherited for diagnosis.
-    pub fn start(args: &[String], env: &[(&str, &str)]) -> Process {
-        let child = crackbox(args, env)
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start crackbox");
-        Process { child }
-    }
-
-    /// The pid.
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// SIGKILL and reap.
-    pub fn kill9(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    /// SIGTERM; waits for the exit status.
-    pub fn terminate(&mut self) -> std::process::ExitStatus {
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return status;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        self.kill9();
-        panic!("crackbox did not stop on SIGTERM");
-    }
-
-    /// The pids of this process's children (any thread's).
-    pub fn children(&self) -> Vec<u32> {
-        let mut pids = Vec::new();
-        for task in std::fs::read_dir(format!("/proc/{}/task", self.pid()))
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
-            pids.extend(children.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
-        }
-        pids
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            // SAFETY: kill(2) on our own child.
-            unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = self.child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            self.kill9();
-        }
-    }
-}
 
 /// The addresses a daemon under test uses.
 #[derive(Debug, Clone, Copy)]
@@ -143,28 +48,28 @@ impl Ports {
     }
 
     /// `proxy serve` with these ports plus `extra`.
-    pub fn serve(&self, extra: &[&str], env: &[(&str, &str)]) -> Process {
+    pub fn serve(&self, extra: &[&str], env: &[(&str, &str)]) -> Spawned {
         let mut args = vec!["proxy".to_string(), "serve".to_string()];
         args.extend(self.flags());
         args.extend(extra.iter().map(|s| s.to_string()));
-        Process::start(&args, env)
+        Spawned::crackbox(&args, env)
     }
 
     /// `proxy control` on `socket` with these ports plus `extra`.
-    pub fn control(&self, socket: &Path, extra: &[&str]) -> Process {
+    pub fn control(&self, socket: &Path, extra: &[&str]) -> Spawned {
         let mut args = vec!["proxy".to_string(), "control".to_string()];
         args.extend(self.flags());
         args.extend(["--control-socket".to_string(), socket.display().to_string()]);
         args.extend(extra.iter().map(|s| s.to_string()));
-        Process::start(&args, &[])
+        Spawned::crackbox(&args, &[])
     }
 
     /// `proxy engine` connecting to `socket`.
-    pub fn engine(&self, socket: &Path) -> Process {
+    pub fn engine(&self, socket: &Path) -> Spawned {
         let mut args = vec!["proxy".to_string(), "engine".to_string()];
         args.extend(self.flags());
         args.extend(["--control-socket".to_string(), socket.display().to_string()]);
-        Process::start(&args, &[])
+        Spawned::crackbox(&args, &[])
     }
 
     /// Admin URL.
@@ -269,57 +174,5 @@ pub fn proxied(proxy: SocketAddr, source: &str, url: &str, tunnel: bool) -> u16 
         connect
     } else {
         http
-    }
-}
-
-/// True while `pid` exists and is not a zombie.
-pub fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|stat| !stat.contains(") Z "))
-        .unwrap_or(false)
-}
-
-/// Waits until `condition` holds (at most 10 s).
-pub fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        if condition() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(25));
-    }
-    panic!("timed out waiting for: {what}");
-}
-
-/// A private directory removed on drop.
-pub struct TempDir(std::path::PathBuf);
-
-impl TempDir {
-    /// Creates a fresh directory under the system temp dir.
-    pub fn new() -> TempDir {
-        use std::sync::atomic::{AtomicU32, Ordering};
-        static NEXT: AtomicU32 = AtomicU32::new(0);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let name = format!(
-            "crackbox-test-{}-{}-{nanos}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::SeqCst)
-        );
-        let path = std::env::temp_dir().join(name);
-        std::fs::create_dir(&path).unwrap();
-        TempDir(path)
-    }
-
-    /// Its path.
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }

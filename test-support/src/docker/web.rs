@@ -2,8 +2,6 @@
 //! on 80 and 8080, HTTPS on 443 with a test certificate) on a network the
 //! test creates, known as `web.test` and `decoy.test`.
 
-#![allow(dead_code)]
-
 use super::{node_image, Upstream};
 
 /// The upstream: answers `web {sni} {host} {path}` (no SNI part over HTTP).

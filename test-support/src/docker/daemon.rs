@@ -2,7 +2,8 @@
 //! upstream network (its egress, and where its admin API listens, at a fixed
 //! address the host reaches), with a secret in its environment.
 
-use super::{crackbox_image, crackbox_run, docker, docker_try, unique, wait_for, Upstream};
+use super::{crackbox_image, crackbox_run, docker, docker_try, unique, Upstream};
+use crate::net::wait_until;
 use std::process::{Command, Output};
 use std::time::Duration;
 
@@ -65,7 +66,7 @@ impl Daemon {
             docker(&["network", "connect", "--ip", address, network, &daemon.name]);
         }
         docker(&["start", &daemon.name]);
-        let up = wait_for(Duration::from_secs(30), || daemon.get("/health").contains("\"ok\""));
+        let up = wait_until(Duration::from_secs(30), || daemon.get("/health").contains("\"ok\""));
         assert!(up, "daemon {} never became healthy: {}", daemon.name, daemon.logs());
         daemon
     }
