@@ -87,9 +87,17 @@ impl PrivateDockerd {
     /// Stops the daemon (its containers stop with it) and starts it again on
     /// the same state.
     fn restart(&mut self) {
-        drop(self.process.take());
+        self.stop();
         assert!(!self.try_docker(&["info"]), "dockerd still answers after SIGTERM");
         self.launch();
+    }
+
+    /// SIGTERM to the daemon, and as long as it takes to stop its
+    /// containers and exit (killed, it would leave them and its state behind).
+    fn stop(&mut self) {
+        if let Some(mut dockerd) = self.process.take() {
+            dockerd.terminate_within(Duration::from_secs(120));
+        }
     }
 
     fn command(&self, args: &[&str]) -> Command {
@@ -148,7 +156,7 @@ impl Drop for PrivateDockerd {
                 self.try_docker(&["rm", "-f", id]);
             }
         }
-        drop(self.process.take());
+        self.stop();
         let _ = Command::new("ip").args(["link", "del", &self.bridge]).status();
     }
 }

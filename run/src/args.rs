@@ -103,13 +103,11 @@ impl RunArgs {
                     given("--egress-network", self.egress_network.is_some()),
                     given("--image", self.image.is_some()),
                 ];
-                match docker_only.into_iter().flatten().next() {
-                    Some(flag) => Err(RunError::FlagNotApplicable {
-                        flag,
-                        why: "the netns backend runs the command on this host, with a proxy started from this binary; drop it or use --backend docker",
-                    }),
-                    None => Ok(Placement::Netns),
-                }
+                refuse_any(
+                    docker_only,
+                    "the netns backend runs the command on this host, with a proxy started from this binary; drop it or use --backend docker",
+                )?;
+                Ok(Placement::Netns)
             }
             BackendKind::Docker => {
                 let image = self.image.clone().unwrap_or_else(|| DEFAULT_IMAGE.to_string());
@@ -119,13 +117,11 @@ impl RunArgs {
                             given("--proxy-image", self.proxy_image.is_some()),
                             given("--egress-network", self.egress_network.is_some()),
                         ];
-                        match per_run_only.into_iter().flatten().next() {
-                            Some(flag) => Err(RunError::FlagNotApplicable {
-                                flag,
-                                why: "with --daemon the daemon container is the jail's proxy; drop one of them",
-                            }),
-                            None => Ok(Placement::DockerOnDaemon { image, daemon }),
-                        }
+                        refuse_any(
+                            per_run_only,
+                            "with --daemon the daemon container is the jail's proxy; drop one of them",
+                        )?;
+                        Ok(Placement::DockerOnDaemon { image, daemon })
                     }
                     None => Ok(Placement::DockerPerRun {
                         image,
@@ -135,6 +131,15 @@ impl RunArgs {
                 }
             }
         }
+    }
+}
+
+/// The first of `given` (the flags that were set among those that do not
+/// apply) as an error saying `why`.
+fn refuse_any<const N: usize>(given: [Option<&'static str>; N], why: &'static str) -> Result<(), RunError> {
+    match given.into_iter().flatten().next() {
+        Some(flag) => Err(RunError::FlagNotApplicable { flag, why }),
+        None => Ok(()),
     }
 }
 

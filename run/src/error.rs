@@ -4,6 +4,9 @@
 
 use crackbox_engine::policy::SpecError;
 
+/// Exit code for crackbox's own failures (as `docker run` uses it).
+pub const EXIT_CRACKBOX_ERROR: i32 = 125;
+
 /// A failure of crackbox itself (never of the workload).
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -127,7 +130,7 @@ impl RunError {
     pub fn exit_code(&self) -> i32 {
         match self {
             RunError::CommandNotRunnable { code, .. } => *code,
-            _ => crate::EXIT_CRACKBOX_ERROR,
+            _ => EXIT_CRACKBOX_ERROR,
         }
     }
 

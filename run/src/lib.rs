@@ -31,14 +31,11 @@ mod token;
 mod workload_env;
 
 pub use args::{BackendKind, RunArgs};
-pub use error::RunError;
+pub use error::{RunError, EXIT_CRACKBOX_ERROR};
 
 use args::Placement;
 use jail_proxy::JailProxy;
 use plan::Plan;
-
-/// Exit code for crackbox's own failures (as `docker run` uses it).
-pub const EXIT_CRACKBOX_ERROR: i32 = 125;
 
 /// Runs the jail; returns the exit code for the process (crackbox's own
 /// failure printed as one line first).

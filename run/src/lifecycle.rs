@@ -84,7 +84,7 @@ pub async fn run<B: Backend>(plan: &Plan, backend: &B) -> Result<i32, RunError> 
     };
     tracing::debug!("workload done");
     if let (Some(jail), false) = (&jail, plan.quiet) {
-        summary::print(jail).await;
+        summary::print(&jail.admin, jail.source).await;
     }
     journal.undo().await;
     tracing::debug!("jail removed");

@@ -314,7 +314,7 @@ fn exit_code(status: std::process::ExitStatus) -> i32 {
     status
         .code()
         .or_else(|| status.signal().map(|sig| 128 + sig))
-        .unwrap_or(crate::EXIT_CRACKBOX_ERROR)
+        .unwrap_or(crate::error::EXIT_CRACKBOX_ERROR)
 }
 
 /// The last non-empty line of a log file, for error messages.

@@ -2,19 +2,19 @@
 //! run's source, so the user sees what to add to `--allow`. Read from the
 //! proxy's admin API once the workload is done; never fails the run.
 
-use crate::lifecycle::Jail;
-use crackbox_client::Denial;
+use crackbox_client::{Client, Denial};
 use std::collections::HashMap;
+use std::net::IpAddr;
 
 /// How many recent denials the summary reads.
 const DENIALS_LIMIT: usize = 1000;
 
-/// Prints the hosts the jail's proxy denied the workload, if any (a shared
+/// Prints the hosts the proxy at `admin` denied `source`, if any (a shared
 /// daemon also holds other sandboxes' denials: only this source's count).
-pub async fn print(jail: &Jail) {
-    match jail.admin.denials(DENIALS_LIMIT).await {
+pub async fn print(admin: &Client, source: IpAddr) {
+    match admin.denials(DENIALS_LIMIT).await {
         Ok(mut denials) => {
-            let source = jail.source.to_string();
+            let source = source.to_string();
             denials.retain(|denial| denial.ip == source);
             if let Some(line) = blocked_line(&denials) {
                 eprintln!("{line}");

@@ -11,20 +11,23 @@ pub fn resolv_conf(nameserver: Ipv4Addr) -> String {
     format!("# crackbox: names are resolved by crackbox only\nnameserver {nameserver}\noptions timeout:2 attempts:2\n")
 }
 
+/// The proxy variables common clients read (curl, Python, Node, Go, ...).
+const PROXY_VARIABLES: [&str; 6] = [
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+];
+
 /// The variables of a workload whose proxy listens at `proxy`.
 pub fn variables(proxy: SocketAddr) -> Vec<(String, String)> {
     let url = format!("http://{proxy}");
-    let mut vars: Vec<(String, String)> = [
-        "HTTP_PROXY",
-        "HTTPS_PROXY",
-        "ALL_PROXY",
-        "http_proxy",
-        "https_proxy",
-        "all_proxy",
-    ]
-    .iter()
-    .map(|name| (name.to_string(), url.clone()))
-    .collect();
+    let mut vars: Vec<(String, String)> = PROXY_VARIABLES
+        .iter()
+        .map(|name| (name.to_string(), url.clone()))
+        .collect();
     // An empty bypass list: an inherited NO_PROXY=* would otherwise send
     // clients straight at a network that does not route anywhere.
     vars.push(("NO_PROXY".into(), String::new()));
@@ -42,14 +45,7 @@ mod tests {
     fn every_proxy_variable_points_at_the_proxy_and_no_proxy_is_empty() {
         let vars = variables(SocketAddr::from(([10, 213, 128, 2], 3128)));
         let get = |name: &str| vars.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
-        for name in [
-            "HTTP_PROXY",
-            "HTTPS_PROXY",
-            "ALL_PROXY",
-            "http_proxy",
-            "https_proxy",
-            "all_proxy",
-        ] {
+        for name in PROXY_VARIABLES {
             assert_eq!(get(name), Some("http://10.213.128.2:3128"), "{name}");
         }
         assert_eq!(get("NO_PROXY"), Some(""));

@@ -45,8 +45,14 @@ impl Spawned {
 
     /// SIGTERM; waits (at most 10 s) for the exit status.
     pub fn terminate(&mut self) -> ExitStatus {
+        self.terminate_within(Duration::from_secs(10))
+    }
+
+    /// SIGTERM; waits at most `limit` for the exit status (a dockerd stops
+    /// its containers first), then SIGKILL and a panic.
+    pub fn terminate_within(&mut self, limit: Duration) -> ExitStatus {
         self.signal(libc::SIGTERM);
-        match self.wait_exit(Duration::from_secs(10)) {
+        match self.wait_exit(limit) {
             Some(status) => status,
             None => {
                 self.kill9();

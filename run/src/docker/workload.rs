@@ -147,7 +147,7 @@ fn start_error(err: bollard::errors::Error) -> RunError {
 
 /// A container status code as a process exit code (0–255 as the shell sees it).
 fn exit_code(code: i64) -> i32 {
-    i32::try_from(code.rem_euclid(256)).unwrap_or(crate::EXIT_CRACKBOX_ERROR)
+    i32::try_from(code.rem_euclid(256)).unwrap_or(crate::error::EXIT_CRACKBOX_ERROR)
 }
 
 #[cfg(test)]
