@@ -384,7 +384,7 @@ fn lost_docker_connection_is_reconciled_on_reconnect() {
     let admin = format!("127.0.0.1:{}", crackbox_test_support::free_port());
     let proxy = format!("{}:{port}", upstream.gateway);
     let crackbox = Spawned::start(
-        &mut crackbox_test_support::label_watcher(&proxy, &admin, &upstream.network)
+        crackbox_test_support::label_watcher(&proxy, &admin, &upstream.network)
             .env("DOCKER_HOST", relay.docker_host())
             .env("CRACKBOX_LOG", "info"),
     );

@@ -223,7 +223,7 @@ fn dockerd_restart_is_reconciled() {
     let proxy = format!("{gateway}:{}", crackbox_test_support::free_port());
     let admin = format!("127.0.0.1:{}", crackbox_test_support::free_port());
     let _crackbox = Spawned::start(
-        &mut crackbox_test_support::label_watcher(&proxy, &admin, &network).env("DOCKER_HOST", dockerd.host()),
+        crackbox_test_support::label_watcher(&proxy, &admin, &network).env("DOCKER_HOST", dockerd.host()),
     );
     let state = || admin_call(&admin, "", "/v1/state", None);
     assert!(wait_until(Duration::from_secs(20), || admin_call(

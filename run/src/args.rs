@@ -2,6 +2,9 @@
 //! anything exists: the flags, which backend they choose, the flags that do
 //! not apply to that backend (an error, never silently ignored), and the
 //! validated allowlist. Never touches Docker, the network or a process.
+//!
+//! The field docs are clap's `--help` text, where `[env ...]` is not a rustdoc link.
+#![allow(rustdoc::broken_intra_doc_links)]
 
 use crate::error::RunError;
 use crackbox_engine::policy::RegistrationSpec;
@@ -41,8 +44,8 @@ pub struct RunArgs {
     #[arg(long)]
     pub no_steer: bool,
     /// crackbox image for the jail's proxy (docker backend, no --daemon) [env
-    /// CRACKBOX_IMAGE; default: crackbox:<hash of this binary>, built from
-    /// this binary when missing].
+    /// CRACKBOX_IMAGE; default: crackbox:HASH, HASH naming this binary,
+    /// built from it when missing].
     #[arg(long, value_name = "IMG")]
     pub proxy_image: Option<String>,
     /// Existing Docker network the proxy uses for egress, instead of a per-run
