@@ -60,11 +60,18 @@ impl Lab {
     }
 
     /// `docker run` of `command` on the agents network with `labels`
-    /// (`key=value`), the proxy variables and no resolver.
+    /// (`key=value`), the proxy variables and no resolver; the container
+    /// stays until the lab is dropped.
     fn agent(&self, name: &str, detached: bool, labels: &[&str], command: &[&str]) -> Command {
         let proxy = format!("http://{}:3128", self.proxy);
         let mut cmd = Command::new("docker");
-        cmd.arg("run").arg(if detached { "-d" } else { "--rm" });
+        // No `--rm`: twenty containers removing themselves at once can leave
+        // Docker 20.10 counting a stale endpoint on the network, which can
+        // then never be removed; the lab removes them one at a time instead.
+        cmd.arg("run");
+        if detached {
+            cmd.arg("-d");
+        }
         cmd.args([
             "--name",
             name,
