@@ -171,16 +171,26 @@ pub fn host(subnet: &Ipv4Net, n: u32) -> Result<Ipv4Addr, RunError> {
         .ok_or_else(|| RunError::NoFreeSubnet(format!("{subnet} is too small")))
 }
 
-/// Removes a container, running or not; one that is already gone is fine.
+/// Removes a container, running or not; one that is already gone is fine,
+/// and so is one whose removal the engine already has under way (after a
+/// failed start it may): then this waits until it is gone.
 pub async fn remove_container(docker: Docker, name: String) -> Result<(), String> {
     let options = RemoveContainerOptionsBuilder::default().force(true).v(true).build();
+    let failed =
+        |e: &bollard::errors::Error| format!("cannot remove container {name}: {}", one_line(&docker_message(e)));
     match docker.remove_container(&name, Some(options)).await {
         Ok(()) => Ok(()),
         Err(e) if docker_status(&e) == Some(404) => Ok(()),
-        Err(e) => Err(format!(
-            "cannot remove container {name}: {}",
-            one_line(&docker_message(&e))
-        )),
+        Err(e) if docker_message(&e).contains("already in progress") => {
+            for _ in 0..100 {
+                match docker.inspect_container(&name, None).await {
+                    Err(gone) if docker_status(&gone) == Some(404) => return Ok(()),
+                    _ => tokio::time::sleep(Duration::from_millis(100)).await,
+                }
+            }
+            Err(failed(&e))
+        }
+        Err(e) => Err(failed(&e)),
     }
 }
 
