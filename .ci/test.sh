@@ -7,8 +7,10 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 .ci/packages.sh
-deploy/ci-docker.sh
-trap 'deploy/ci-docker.sh stop' EXIT
+# Stops at exit only a dockerd this script started (none if one was running).
+dockerd_owner="$(mktemp -u /tmp/crackbox-ci-dockerd-owner.XXXXXX)"
+deploy/ci-docker.sh start --owner "$dockerd_owner"
+trap 'deploy/ci-docker.sh stop "$dockerd_owner"' EXIT
 # Docker is set up above, so a Docker test that would skip must fail instead.
 export CRACKBOX_REQUIRE_DOCKER=1
 

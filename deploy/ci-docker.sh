@@ -3,11 +3,17 @@
 # installs docker.io when dockerd is missing, starts dockerd in the background
 # when none answers, and waits until `docker info` works.
 #
+#   deploy/ci-docker.sh [start] [--owner FILE]   # FILE: written only if this call starts dockerd
+#   deploy/ci-docker.sh stop FILE                 # stops the dockerd FILE names, if any
+#
 # A dockerd this script starts writes its PID to $CRACKBOX_DOCKERD_PIDFILE
-# (default /run/crackbox-ci-dockerd.pid) and logs to $CRACKBOX_DOCKERD_LOG
-# (default /tmp/crackbox-ci-dockerd.log); `deploy/ci-docker.sh stop` stops
-# that dockerd (and only that one). Exits non-zero when Docker cannot be
-# made to work, with the reason on stderr.
+# (default /run/crackbox-ci-dockerd.pid, so a second caller waits for it
+# rather than starting another) and logs to $CRACKBOX_DOCKERD_LOG (default
+# /tmp/crackbox-ci-dockerd.log). Only the caller whose `start --owner FILE`
+# started it gets FILE, and `stop FILE` stops only that dockerd: an engine
+# that was already running, or that another caller started, is never
+# stopped. Exits non-zero when Docker cannot be made to work, with the
+# reason on stderr.
 set -euo pipefail
 
 pidfile="${CRACKBOX_DOCKERD_PIDFILE:-/run/crackbox-ci-dockerd.pid}"
@@ -63,6 +69,9 @@ start_dockerd() {
         nohup dockerd >"$logfile" 2>&1 &
         pid=$!
         echo "$pid" >"$pidfile"
+        if [ -n "$owner" ]; then
+            echo "$pid" >"$owner"
+        fi
     fi
     local i
     for i in $(seq 1 60); do
@@ -82,27 +91,45 @@ start_dockerd() {
 
 stop_dockerd() {
     local pid
-    if pid="$(our_dockerd)"; then
-        kill -TERM "$pid"
-        local i
-        for i in $(seq 1 30); do
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 1
-        done
+    [ -f "$owner" ] || return 0
+    pid="$(cat "$owner")"
+    rm -f "$owner"
+    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = dockerd ] || return 0
+    kill -TERM "$pid"
+    local i
+    for i in $(seq 1 30); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 1
+    done
+    if [ "$(cat "$pidfile" 2>/dev/null)" = "$pid" ]; then
+        rm -f "$pidfile"
     fi
-    rm -f "$pidfile"
 }
 
+usage() {
+    echo "usage: $0 [start] [--owner FILE] | stop FILE" >&2
+    exit 2
+}
+
+owner=""
 case "${1:-start}" in
-start)
+start | --owner)
+    [ "${1:-}" = start ] && shift
+    if [ "${1:-}" = --owner ]; then
+        [ $# -eq 2 ] || usage
+        owner="$2"
+    elif [ $# -ne 0 ]; then
+        usage
+    fi
     install_docker
     start_dockerd
     ;;
 stop)
+    [ $# -eq 2 ] || usage
+    owner="$2"
     stop_dockerd
     ;;
 *)
-    echo "usage: $0 [start|stop]" >&2
-    exit 2
+    usage
     ;;
 esac

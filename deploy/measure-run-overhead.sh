@@ -6,7 +6,8 @@
 #
 # Env: CRACKBOX (binary, default target/release/crackbox), IMAGE (workload
 # image, default crackbox-workload:latest from build-workload-image.sh),
-# CRACKBOX_IMAGE (proxy image, default crackbox:latest), DAEMON (measure
+# CRACKBOX_IMAGE (proxy image, default: the one `run` builds from its binary,
+# built before the first measured run), DAEMON (measure
 # `run --daemon DAEMON` behind that running crackbox container instead of a
 # per-run proxy; its secret is read from its environment or
 # CRACKBOX_ADMIN_SECRET).
@@ -20,6 +21,9 @@ if [ -n "${DAEMON:-}" ]; then daemon=(--daemon "$DAEMON"); fi
 
 now() { date +%s.%N; }
 median() { sort -g | awk '{v[NR]=$1} END {print (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}'; }
+
+# The first per-run proxy run may build the proxy image: not measured.
+"$crackbox" run --quiet --allow none.invalid "${daemon[@]}" --image "$image" -- true </dev/null
 
 plain=()
 jailed=()

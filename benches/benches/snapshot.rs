@@ -1,5 +1,5 @@
 //! A 10,000-registration registry: `Snapshot::build`, wire encode and decode
-//! of the snapshot frame, and `Registry::swap` (DESIGN 6: all together
+//! of the snapshot frame, and `Registry::swap` (benches/README.md targets: all together
 //! ≤ 50 ms), plus the whole path in one measurement; and one delta (one
 //! source replaced) decoded and applied to it, which must not grow with the
 //! registry.

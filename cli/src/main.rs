@@ -1,10 +1,10 @@
-//! The `crackbox` binary: parses arguments and hands over to the engine or
-//! the control plane. Nothing else lives here.
+//! The `crackbox` binary: parses arguments and hands over to the engine, the
+//! control plane or `crackbox run`. Nothing else lives here.
 
 use clap::{Parser, Subcommand};
 use crackbox_config::ProxyArgs;
-use crackbox_control::jail::RunArgs;
 use crackbox_control::state_cmd::StateArgs;
+use crackbox_run::RunArgs;
 use std::process::ExitCode;
 
 /// crackbox: an egress gate for AI-agent sandboxes. A workload's only route
@@ -61,7 +61,7 @@ fn main() -> ExitCode {
         Command::Proxy {
             command: ProxyCommand::Engine(args),
         } => return run_engine(&args),
-        Command::Run(args) => return ExitCode::from(clamp_exit(crackbox_control::jail::run(args))),
+        Command::Run(args) => return ExitCode::from(clamp_exit(crackbox_run::run(args))),
         Command::State(args) => crackbox_control::state_cmd::state(args),
         Command::Presets => {
             print_presets();

@@ -2,12 +2,9 @@
 //! API documents, a registration is enforced when `register` returns, and a
 //! refusal keeps the server's status and `{"error": ...}` text.
 
-mod control_support;
-mod harness;
-
-use control_support::{admin, Ports, Process};
 use crackbox_client::{blocking, Client, Error, Health, Reason, RegistrationSpec};
-use harness::Upstream;
+use crackbox_test_support::Upstream;
+use crackbox_test_support::{admin, Ports, Spawned};
 use std::net::TcpListener;
 use std::time::Duration;
 
@@ -19,7 +16,7 @@ fn spec(ip: &str, id: &str, allowlist: &[&str]) -> RegistrationSpec {
 
 /// A daemon with an admin secret, a loopback upstream, and a client of the
 /// daemon's admin API with the secret.
-fn start() -> (Upstream, Ports, blocking::Client, Process) {
+fn start() -> (Upstream, Ports, blocking::Client, Spawned) {
     let upstream = Upstream::echo_request_line();
     let ports = Ports::fresh();
     let serve = ports.serve(&[], &[("CRACKBOX_ADMIN_SECRET", SECRET)]);

@@ -1,9 +1,7 @@
 //! The documented command line and the first things a new user runs into,
 //! end to end with the real binary: flag names, listener sets, bind failures.
 
-mod harness;
-
-use harness::{echo_round, free_port, isolated, open_tunnel, try_http, wait_until, Echo, Proc};
+use crackbox_test_support::{echo_round, free_port, isolated, open_tunnel, try_http, wait_until, Echo, Spawned};
 use std::collections::BTreeSet;
 use std::io::Read;
 use std::net::SocketAddr;
@@ -65,10 +63,10 @@ fn process_tree(pid: u32) -> Vec<u32> {
 }
 
 /// `crackbox proxy serve ARGS...`, once its admin API at `admin` is healthy.
-fn serve(args: &[&str], admin: SocketAddr) -> Proc {
+fn serve(args: &[&str], admin: SocketAddr) -> Spawned {
     let mut command = vec!["proxy".to_owned(), "serve".to_owned()];
     command.extend(args.iter().map(|a| a.to_string()));
-    let mut daemon = Proc::spawn(&command);
+    let mut daemon = Spawned::crackbox(&command, &[]);
     let mut exited = None;
     let healthy = wait_until(Duration::from_secs(20), || {
         exited = daemon.exited();
@@ -99,7 +97,7 @@ impl Listeners {
     }
 
     /// The daemon started with `--listen A --{admin_flag} B --{transparent_flag} C`.
-    fn serve(&self, admin_flag: &str, transparent_flag: &str) -> Proc {
+    fn serve(&self, admin_flag: &str, transparent_flag: &str) -> Spawned {
         let (proxy, admin, transparent) = (
             self.proxy.to_string(),
             self.admin.to_string(),

@@ -2,10 +2,7 @@
 //! which port the real binary listens on, and start-up errors that name the
 //! offending key or source.
 
-mod control_support;
-mod harness;
-
-use control_support::{free_addr, run, Process, TempDir};
+use crackbox_test_support::{free_addr, run, wait_until, Spawned};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
@@ -14,23 +11,24 @@ fn listening(addr: SocketAddr) -> bool {
 }
 
 fn wait_health(admin: SocketAddr) {
-    control_support::eventually("health ok", || {
-        control_support::admin(admin, "GET", "/health", None, &[]).0 == 200
+    let healthy = wait_until(Duration::from_secs(10), || {
+        crackbox_test_support::admin(admin, "GET", "/health", None, &[]).0 == 200
     });
+    assert!(healthy, "health ok at {admin}");
 }
 
 /// Starts serve with `args`/`env`; returns which of `candidates` accept connections.
 fn forward_ports(args: &[&str], env: &[(&str, &str)], admin: SocketAddr, candidates: &[SocketAddr]) -> Vec<bool> {
     let mut argv = vec!["proxy".to_string(), "serve".to_string()];
     argv.extend(args.iter().map(|s| s.to_string()));
-    let _serve = Process::start(&argv, env);
+    let _serve = Spawned::crackbox(&argv, env);
     wait_health(admin);
     candidates.iter().map(|&addr| listening(addr)).collect()
 }
 
 #[test]
 fn flags_beat_env_beat_the_config_file() {
-    let dir = TempDir::new();
+    let dir = tempfile::tempdir().unwrap();
     let (file_port, env_port, flag_port, admin) = (free_addr(), free_addr(), free_addr(), free_addr());
     let config = dir.path().join("crackbox.toml");
     std::fs::write(
@@ -56,7 +54,7 @@ fn flags_beat_env_beat_the_config_file() {
 
 #[test]
 fn the_search_path_is_used_without_a_config_flag_and_env_sets_the_admin_port() {
-    let home = TempDir::new();
+    let home = tempfile::tempdir().unwrap();
     let (proxy, admin_file, admin_env) = (free_addr(), free_addr(), free_addr());
     let xdg = home.path().join("crackbox");
     std::fs::create_dir(&xdg).unwrap();
@@ -79,7 +77,7 @@ fn the_search_path_is_used_without_a_config_flag_and_env_sets_the_admin_port() {
 
 #[test]
 fn bad_settings_stop_start_up_with_a_message_naming_their_source() {
-    let dir = TempDir::new();
+    let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("crackbox.toml");
     std::fs::write(&config, "[proxy]\nlisten = \"127.0.0.1:1\"\nlistne = \"typo\"\n").unwrap();
     let config = config.display().to_string();

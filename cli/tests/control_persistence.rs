@@ -2,12 +2,10 @@
 //! files start empty, a failed write is refused, the engine child is
 //! supervised and never outlives `serve`.
 
-mod control_support;
-mod harness;
-
-use control_support::{alive, eventually, Ports, TempDir};
-use harness::Upstream;
+use crackbox_test_support::Upstream;
+use crackbox_test_support::{alive, wait_until, Ports};
 use serde_json::json;
+use std::time::Duration;
 
 fn state_flag(dir: &std::path::Path) -> String {
     dir.join("state.json").display().to_string()
@@ -16,7 +14,7 @@ fn state_flag(dir: &std::path::Path) -> String {
 #[test]
 fn registry_survives_kill_9_of_serve_and_the_engine_dies_with_it() {
     let upstream = Upstream::echo_request_line();
-    let dir = TempDir::new();
+    let dir = tempfile::tempdir().unwrap();
     let state = state_flag(dir.path());
     let url = format!("http://localhost:{}/", upstream.port());
     let ports = Ports::fresh();
@@ -28,7 +26,10 @@ fn registry_survives_kill_9_of_serve_and_the_engine_dies_with_it() {
     let engine = serve.children();
     assert_eq!(engine.len(), 1, "serve runs exactly one engine child");
     serve.kill9();
-    eventually("the engine child dies with serve", || !alive(engine[0]));
+    assert!(
+        wait_until(Duration::from_secs(10), || !alive(engine[0])),
+        "the engine child dies with serve"
+    );
     let _again = ports.serve(&["--state", &state], &[]);
     ports.wait_healthy();
     assert_eq!(
@@ -50,7 +51,7 @@ fn corrupt_or_unreadable_state_files_start_empty() {
         b"{\"version\":1,\"entries\":[{\"ip\":\"nope\",\"id\":\"a\",\"allowlist\":[]}]}",
     ];
     for bytes in variants {
-        let dir = TempDir::new();
+        let dir = tempfile::tempdir().unwrap();
         let state = state_flag(dir.path());
         std::fs::write(&state, bytes).unwrap();
         let ports = Ports::fresh();
@@ -62,7 +63,7 @@ fn corrupt_or_unreadable_state_files_start_empty() {
         assert_eq!(saved["version"], 1);
         assert_eq!(saved["entries"][0]["id"], "new");
     }
-    let dir = TempDir::new();
+    let dir = tempfile::tempdir().unwrap();
     let state = state_flag(dir.path());
     std::fs::create_dir(&state).unwrap();
     let ports = Ports::fresh();
@@ -73,7 +74,7 @@ fn corrupt_or_unreadable_state_files_start_empty() {
 
 #[test]
 fn an_unwritable_state_directory_refuses_the_change_with_500() {
-    let dir = TempDir::new();
+    let dir = tempfile::tempdir().unwrap();
     let state_dir = dir.path().join("state");
     std::fs::create_dir(&state_dir).unwrap();
     let state = state_flag(&state_dir);
@@ -112,9 +113,10 @@ fn serve_restarts_a_dead_engine_and_stops_it_on_sigterm() {
     );
     // SAFETY: kill(2) on the engine this test's serve started.
     unsafe { libc::kill(first as i32, libc::SIGKILL) };
-    eventually("a new engine child", || {
+    let restarted = wait_until(Duration::from_secs(10), || {
         serve.children().iter().any(|&pid| pid != first)
     });
+    assert!(restarted, "a new engine child");
     ports.wait_healthy();
     assert_eq!(ports.fetch("127.0.0.1", &url), 200, "the new engine got the registry");
     let second = serve.children()[0];

@@ -1,11 +1,8 @@
 //! `proxy control` and `proxy engine` as two processes: killing control
 //! never touches traffic, and a restarted control restores the registry.
 
-mod control_support;
-mod harness;
-
-use control_support::{alive, Ports, TempDir};
-use harness::{connect_from, read_head, Echo, Upstream};
+use crackbox_test_support::{alive, Ports};
+use crackbox_test_support::{connect_from, read_head, Echo, Upstream};
 use serde_json::json;
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -21,7 +18,7 @@ fn echo_round(tunnel: &mut TcpStream, text: &str) {
 fn kill_9_of_control_keeps_tunnels_and_decisions_and_a_restart_restores_the_registry() {
     let echo = Echo::start();
     let upstream = Upstream::echo_request_line();
-    let dir = TempDir::new();
+    let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("run/control.sock");
     let state = dir.path().join("state.json").display().to_string();
     let ports = Ports::fresh();

@@ -2,16 +2,12 @@
 //! namespace, forwarding to a resolver in the upstream namespace (see
 //! `transparent_lab` for the topology). Root only.
 
-mod harness;
-#[path = "transparent_lab/mod.rs"]
-mod transparent_lab;
-
+use crackbox_test_support::netns_lab::{can_run, Lab, REAL};
 use hickory_proto::op::{Message, MessageType, Query, ResponseCode};
 use hickory_proto::rr::{Name, RData, RecordType};
 use std::str::FromStr;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-use transparent_lab::{can_run, Lab, REAL};
 
 fn addresses(reply: &Message) -> Vec<std::net::IpAddr> {
     reply

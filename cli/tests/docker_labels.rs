@@ -6,10 +6,8 @@
 //! never denied for a registration still in flight. Upstreams live on
 //! networks these tests create.
 
-mod harness;
-mod run_support;
-
-use run_support::*;
+use crackbox_test_support::docker::*;
+use crackbox_test_support::{describe, wait_until, Spawned};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -62,11 +60,18 @@ impl Lab {
     }
 
     /// `docker run` of `command` on the agents network with `labels`
-    /// (`key=value`), the proxy variables and no resolver.
+    /// (`key=value`), the proxy variables and no resolver; the container
+    /// stays until the lab is dropped.
     fn agent(&self, name: &str, detached: bool, labels: &[&str], command: &[&str]) -> Command {
         let proxy = format!("http://{}:3128", self.proxy);
         let mut cmd = Command::new("docker");
-        cmd.arg("run").arg(if detached { "-d" } else { "--rm" });
+        // No `--rm`: twenty containers removing themselves at once can leave
+        // Docker 20.10 counting a stale endpoint on the network, which can
+        // then never be removed; the lab removes them one at a time instead.
+        cmd.arg("run");
+        if detached {
+            cmd.arg("-d");
+        }
         cmd.args([
             "--name",
             name,
@@ -112,7 +117,7 @@ impl Drop for Lab {
     fn drop(&mut self) {
         drop(LabelledContainers(format!("io.crackbox.lab={}", self.agents)));
         docker_try(&["rm", "-f", &self.daemon.name]);
-        docker_try(&["network", "rm", &self.agents]);
+        remove_network(&self.agents);
     }
 }
 
@@ -231,14 +236,14 @@ fn stopped_or_disconnected_container_is_unregistered_within_a_second() {
     for (name, command) in departures {
         let ip = lab.start_agent(name, &[&label]);
         assert!(
-            wait_for(Duration::from_secs(10), || registered(&ip)),
+            wait_until(Duration::from_secs(10), || registered(&ip)),
             "{name} never registered"
         );
         let mut args = command.to_vec();
         args.push(name);
         docker(&args);
         assert!(
-            wait_for(Duration::from_secs(1), || !registered(&ip)),
+            wait_until(Duration::from_secs(1), || !registered(&ip)),
             "{name} still registered a second after `docker {}`: {}",
             command.join(" "),
             lab.daemon.get("/v1/state")
@@ -288,7 +293,7 @@ fn crackbox_restart_reconciles_labels_and_keeps_admin_registrations() {
     let stale_ip = lab.start_agent(&stale, &[&label]);
     let admin_entry = r#"{"ip":"10.213.255.250","id":"by-hand","allowlist":["hand.test"]}"#;
     assert!(lab.daemon.post("/v1/register", admin_entry).contains("by-hand"));
-    assert!(wait_for(Duration::from_secs(10), || lab
+    assert!(wait_until(Duration::from_secs(10), || lab
         .daemon
         .get("/v1/state")
         .contains(&stale_ip)));
@@ -298,7 +303,7 @@ fn crackbox_restart_reconciles_labels_and_keeps_admin_registrations() {
     let fresh = unique("agent-fresh");
     let fresh_ip = lab.start_agent(&fresh, &[&label]);
     docker(&["start", &lab.daemon.name]);
-    let reconciled = wait_for(Duration::from_secs(30), || {
+    let reconciled = wait_until(Duration::from_secs(30), || {
         let state = lab.daemon.get("/v1/state");
         state.contains(&format!("\"ip\":\"{fresh_ip}\",\"id\":\"docker:{fresh}\"")) && !state.contains(&stale)
     });
@@ -382,17 +387,15 @@ fn lost_docker_connection_is_reconciled_on_reconnect() {
     let relay = Relay::start();
     // crackbox on the host, watching the upstream network by name; its
     // containers reach the proxy on the network's gateway address.
-    let port = harness::free_port();
-    let admin = format!("127.0.0.1:{}", harness::free_port());
+    let port = crackbox_test_support::free_port();
+    let admin = format!("127.0.0.1:{}", crackbox_test_support::free_port());
     let proxy = format!("{}:{port}", upstream.gateway);
-    let crackbox = Spawned(
-        harness::label_watcher(&proxy, &admin, &upstream.network)
+    let crackbox = Spawned::start(
+        crackbox_test_support::label_watcher(&proxy, &admin, &upstream.network)
             .env("DOCKER_HOST", relay.docker_host())
-            .env("CRACKBOX_LOG", "info")
-            .spawn()
-            .expect("start crackbox"),
+            .env("CRACKBOX_LOG", "info"),
     );
-    assert!(wait_for(Duration::from_secs(20), || admin_call(
+    assert!(wait_until(Duration::from_secs(20), || admin_call(
         &admin, "", "/health", None
     )
     .contains("ok")));
@@ -429,7 +432,7 @@ fn lost_docker_connection_is_reconciled_on_reconnect() {
         "/v1/register",
         Some(r#"{"ip":"10.213.255.251","id":"by-hand","allowlist":[]}"#),
     );
-    assert!(wait_for(Duration::from_secs(10), || admin_call(
+    assert!(wait_until(Duration::from_secs(10), || admin_call(
         &admin,
         "",
         "/v1/state",
@@ -447,7 +450,7 @@ fn lost_docker_connection_is_reconciled_on_reconnect() {
     let state = admin_call(&admin, "", "/v1/state", None);
     assert!(!state.contains(&fresh_id), "registered without Docker: {state}");
     relay.restore();
-    let reconciled = wait_for(Duration::from_secs(20), || {
+    let reconciled = wait_until(Duration::from_secs(20), || {
         let state = admin_call(&admin, "", "/v1/state", None);
         state.contains(&fresh_id) && !state.contains(&stale_id) && state.contains("by-hand")
     });

@@ -8,11 +8,9 @@
 //! stopped or touched. (`--bridge=none` would not do: that dockerd deletes
 //! `docker0`, the shared engine's bridge.)
 
-mod harness;
-mod run_support;
-
+use crackbox_test_support::docker::*;
 use crackbox_test_support::Upstream as LoopbackUpstream;
-use run_support::*;
+use crackbox_test_support::{describe, wait_until, Spawned};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -64,7 +62,8 @@ impl PrivateDockerd {
             .append(true)
             .open(self.path("dockerd.log"))
             .unwrap();
-        let child = Command::new("dockerd")
+        let mut command = Command::new("dockerd");
+        command
             .arg("--data-root")
             .arg(self.path("data"))
             .arg("--exec-root")
@@ -79,20 +78,26 @@ impl PrivateDockerd {
             .args(["--shutdown-timeout", "1", "--log-level", "warn"])
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("start dockerd");
-        self.process = Some(Spawned(child));
-        let answers = wait_for(Duration::from_secs(60), || self.try_docker(&["info"]));
+            .stderr(log);
+        self.process = Some(Spawned::start(&mut command));
+        let answers = wait_until(Duration::from_secs(60), || self.try_docker(&["info"]));
         assert!(answers, "private dockerd did not answer: {}", self.log());
     }
 
     /// Stops the daemon (its containers stop with it) and starts it again on
     /// the same state.
     fn restart(&mut self) {
-        drop(self.process.take());
+        self.stop();
         assert!(!self.try_docker(&["info"]), "dockerd still answers after SIGTERM");
         self.launch();
+    }
+
+    /// SIGTERM to the daemon, and as long as it takes to stop its
+    /// containers and exit (killed, it would leave them and its state behind).
+    fn stop(&mut self) {
+        if let Some(mut dockerd) = self.process.take() {
+            dockerd.terminate_within(Duration::from_secs(120));
+        }
     }
 
     fn command(&self, args: &[&str]) -> Command {
@@ -151,7 +156,7 @@ impl Drop for PrivateDockerd {
                 self.try_docker(&["rm", "-f", id]);
             }
         }
-        drop(self.process.take());
+        self.stop();
         let _ = Command::new("ip").args(["link", "del", &self.bridge]).status();
     }
 }
@@ -215,16 +220,13 @@ fn dockerd_restart_is_reconciled() {
     });
     let url = format!("http://localhost:{}/", upstream.port());
 
-    let proxy = format!("{gateway}:{}", harness::free_port());
-    let admin = format!("127.0.0.1:{}", harness::free_port());
-    let _crackbox = Spawned(
-        harness::label_watcher(&proxy, &admin, &network)
-            .env("DOCKER_HOST", dockerd.host())
-            .spawn()
-            .expect("start crackbox"),
+    let proxy = format!("{gateway}:{}", crackbox_test_support::free_port());
+    let admin = format!("127.0.0.1:{}", crackbox_test_support::free_port());
+    let _crackbox = Spawned::start(
+        crackbox_test_support::label_watcher(&proxy, &admin, &network).env("DOCKER_HOST", dockerd.host()),
     );
     let state = || admin_call(&admin, "", "/v1/state", None);
-    assert!(wait_for(Duration::from_secs(20), || admin_call(
+    assert!(wait_until(Duration::from_secs(20), || admin_call(
         &admin, "", "/health", None
     )
     .contains("ok")));
@@ -257,7 +259,7 @@ fn dockerd_restart_is_reconciled() {
     }
     let stale_ip = dockerd.address_on(&stale, &network);
     let keeper_ip = dockerd.address_on(&keeper, &network);
-    let both = wait_for(Duration::from_secs(10), || {
+    let both = wait_until(Duration::from_secs(10), || {
         let now = state();
         now.contains(&format!("\"ip\":\"{keeper_ip}\"")) && now.contains(&format!("\"ip\":\"{stale_ip}\""))
     });
@@ -284,14 +286,14 @@ fn dockerd_restart_is_reconciled() {
 
     dockerd.restart();
     assert!(admin_call(&admin, "", "/health", None).contains("ok"));
-    let restarted = wait_for(Duration::from_secs(20), || {
+    let restarted = wait_until(Duration::from_secs(20), || {
         !dockerd.address_on(&keeper, &network).is_empty()
     });
     assert!(restarted, "Docker did not restart {keeper}: {}", dockerd.log());
     let keeper_ip = dockerd.address_on(&keeper, &network);
     assert_eq!(dockerd.address_on(&stale, &network), "");
     let keeper_entry = format!("\"ip\":\"{keeper_ip}\",\"id\":\"docker:{keeper}\"");
-    let reconciled = wait_for(Duration::from_secs(20), || {
+    let reconciled = wait_until(Duration::from_secs(20), || {
         let now = state();
         now.contains(&keeper_entry) && !now.contains(&stale) && now.contains("\"id\":\"by-hand\"")
     });

@@ -6,11 +6,9 @@
 //! asserted beyond generous sanity bounds: the machine is shared and noisy.
 //! Run with `--nocapture` to see them.
 
-mod harness;
-
-use harness::{
+use crackbox_test_support::{
     alive, closed_within, cpu_ticks, echo_round, http, open_tunnel, raise_fd_limit, ticks_per_second, try_connect_from,
-    wait_until, Daemon, Echo, Proc,
+    wait_until, Daemon, Echo, Spawned,
 };
 use serde_json::json;
 use std::io::{Read, Write};
@@ -269,33 +267,8 @@ fn kill_9_of_the_engine_under_load_then_the_restarted_engine_enforces_the_snapsh
     );
 }
 
-/// A private directory removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        let path = std::env::temp_dir().join(format!("crackbox-{tag}-{}-{nanos}", std::process::id()));
-        std::fs::create_dir(&path).unwrap();
-        TempDir(path)
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn loopback_addr() -> String {
-    format!("127.0.0.1:{}", harness::free_port())
+    format!("127.0.0.1:{}", crackbox_test_support::free_port())
 }
 
 /// `proxy control` and `proxy engine` as two processes sharing a socket.
@@ -330,21 +303,21 @@ impl Split {
         }
     }
 
-    fn control(&self) -> Proc {
+    fn control(&self) -> Spawned {
         let mut args = vec!["proxy".to_owned(), "control".to_owned()];
         args.extend(self.args.iter().cloned());
-        Proc::spawn(&args)
+        Spawned::crackbox(&args, &[])
     }
 
-    fn engine(&self) -> Proc {
+    fn engine(&self) -> Spawned {
         let mut args = vec!["proxy".to_owned(), "engine".to_owned()];
         args.extend(self.args.iter().cloned());
         args.extend(["--threads", "2", "--allow-private-destinations"].map(String::from));
-        Proc::spawn(&args)
+        Spawned::crackbox(&args, &[])
     }
 
     fn healthy(&self) -> bool {
-        harness::try_http(self.admin, "GET", "/health", None, &[]).is_ok_and(|(status, _)| status == 200)
+        crackbox_test_support::try_http(self.admin, "GET", "/health", None, &[]).is_ok_and(|(status, _)| status == 200)
     }
 
     fn register(&self, ip: &str, hosts: &[&str]) -> u16 {
@@ -413,7 +386,7 @@ impl Stream {
 fn kill_9_of_control_keeps_streaming_tunnels_and_the_last_snapshot() {
     let echo = Echo::start();
     let upstream = fast_upstream();
-    let dir = TempDir::new("split");
+    let dir = tempfile::Builder::new().prefix("crackbox-split-").tempdir().unwrap();
     let split = Split::new(&dir.path().join("control.sock"), &dir.path().join("state.json"));
     let mut control = split.control();
     let engine = split.engine();
@@ -471,11 +444,11 @@ fn kill_9_of_control_keeps_streaming_tunnels_and_the_last_snapshot() {
 }
 
 /// A small tmpfs mounted for one test, unmounted on drop.
-struct Tmpfs(TempDir);
+struct Tmpfs(tempfile::TempDir);
 
 impl Tmpfs {
     fn mount(size: &str) -> Tmpfs {
-        let dir = TempDir::new("tmpfs");
+        let dir = tempfile::Builder::new().prefix("crackbox-tmpfs-").tempdir().unwrap();
         let status = std::process::Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0700"), "tmpfs"])
             .arg(dir.path())
@@ -894,7 +867,7 @@ fn a_flood_of_denied_requests_next_to_another_sources_allowed_traffic() {
     assert!(flood_denials > 0, "the flood ran");
     assert!(flooded.0.len() >= 50, "allowed traffic kept flowing during the flood");
     let metrics = proxy.metrics();
-    let counted = harness::metric(
+    let counted = crackbox_test_support::metric(
         &metrics,
         "crackbox_denied_total",
         &[("id", "flood"), ("reason", "not-allowed")],

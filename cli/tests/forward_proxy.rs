@@ -1,8 +1,6 @@
 //! Forward mode end to end: the real binary, real sockets, real curl.
 
-mod harness;
-
-use harness::{curl, free_port, read_head, read_to_end, Daemon, Echo, Upstream};
+use crackbox_test_support::{curl, free_port, read_head, read_to_end, Daemon, Echo, Upstream};
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr};
 use std::sync::atomic::Ordering;
@@ -66,7 +64,7 @@ fn an_ipv6_client_is_known_by_its_address() {
     assert_eq!(body, "GET /over-ipv6 HTTP/1.1");
     let (_, out, _) = curl(&["-i", "-x", &proxy.proxy_url(), "http://elsewhere.test/"]);
     assert!(out.contains("X-Crackbox-Reason: not-allowed"), "{out}");
-    let (status, denials) = harness::http(proxy.admin, "GET", "/v1/denials", None, &[]);
+    let (status, denials) = crackbox_test_support::http(proxy.admin, "GET", "/v1/denials", None, &[]);
     assert_eq!(status, 200);
     let expected = r#""ip":"::1","id":"six","host":"elsewhere.test""#;
     assert!(denials.contains(expected), "{denials}");
@@ -170,7 +168,7 @@ fn server_sent_events_stream_before_upstream_finishes() {
     let (finish, finished) = mpsc::channel::<()>();
     std::thread::spawn(move || {
         let (mut stream, _) = listener.accept().unwrap();
-        let _ = harness::read_request(&mut stream);
+        let _ = crackbox_test_support::read_request(&mut stream);
         stream
             .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
             .unwrap();

@@ -1,9 +1,7 @@
 //! 1,000 idle CONNECT tunnels: the engine adds no threads and about two fds
 //! per tunnel (no pipes, no buffers held by an idle tunnel).
 
-mod harness;
-
-use harness::{raise_fd_limit, read_head, Daemon};
+use crackbox_test_support::{raise_fd_limit, read_head, Daemon};
 use std::io::Write;
 
 const TUNNELS: usize = 1000;
@@ -30,7 +28,7 @@ fn open_sockets(pid: u32) -> usize {
 #[test]
 fn idle_tunnels_cost_two_fds_and_no_threads() {
     raise_fd_limit();
-    let (port, held_rx) = harness::holding_upstream();
+    let (port, held_rx) = crackbox_test_support::holding_upstream();
     let proxy = Daemon::start(&["--allow-private-destinations", "--register", "127.0.0.1=idle:localhost"]);
     let engine = proxy.engine_pid();
     let threads_before = proc_status_field(engine, "Threads:");
@@ -60,7 +58,7 @@ fn idle_tunnels_cost_two_fds_and_no_threads() {
 /// Waits up to 5 s for the engine to hold at most `sockets` sockets.
 fn sockets_back_to(engine: u32, sockets: usize) -> usize {
     let mut now = open_sockets(engine);
-    harness::wait_until(std::time::Duration::from_secs(5), || {
+    crackbox_test_support::wait_until(std::time::Duration::from_secs(5), || {
         now = open_sockets(engine);
         now <= sockets
     });
@@ -70,7 +68,7 @@ fn sockets_back_to(engine: u32, sockets: usize) -> usize {
 #[test]
 fn ended_tunnels_and_denials_close_every_socket() {
     raise_fd_limit();
-    let (port, held_rx) = harness::holding_upstream();
+    let (port, held_rx) = crackbox_test_support::holding_upstream();
     let proxy = Daemon::start(&[
         "--allow-private-destinations",
         "--register",

@@ -2,9 +2,7 @@
 //! binary: per-source and total connection caps, the tunnel idle timeout,
 //! fd exhaustion (EMFILE) and the bounded denial log volume.
 
-mod harness;
-
-use harness::{
+use crackbox_test_support::{
     closed_within, cpu_ticks, curl, echo_round, metric, open_tunnel, read_head, read_to_end, ticks_per_second,
     wait_until, Daemon, Echo, Upstream,
 };
@@ -181,7 +179,7 @@ fn connect_answered(client: &mut TcpStream, target: &str, wait: Duration) -> boo
 
 #[test]
 fn fd_exhaustion_neither_kills_nor_spins_the_engine_and_it_recovers() {
-    harness::raise_fd_limit();
+    crackbox_test_support::raise_fd_limit();
     let echo = Echo::start();
     let proxy = daemon(&[], &["127.0.0.2=fds:localhost"]);
     let target = format!("localhost:{}", echo.addr.port());

@@ -7,11 +7,7 @@
 //! nothing; a delta that removes one source revokes its tunnel within 1 s
 //! while 1,000 tunnels of other sources stay open and untouched.
 
-mod control_support;
-mod harness;
-
-use control_support::TempDir;
-use harness::{closed_within, connect_from, http, read_head, try_http, Daemon, Echo};
+use crackbox_test_support::{closed_within, connect_from, http, read_head, try_http, Daemon, Echo};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -208,7 +204,8 @@ fn assert_engine_matches_control(proxy: &Daemon, echo: &Echo) {
 fn kill9(daemon: &Daemon) {
     // SAFETY: kill(2) on the daemon this test started.
     unsafe { libc::kill(daemon.pid() as i32, libc::SIGKILL) };
-    let gone = harness::wait_until(Duration::from_secs(5), || !harness::alive(daemon.pid()));
+    let gone =
+        crackbox_test_support::wait_until(Duration::from_secs(5), || !crackbox_test_support::alive(daemon.pid()));
     assert!(gone, "serve survived SIGKILL");
 }
 
@@ -252,7 +249,7 @@ fn after_a_kill_9_of_the_engine_mid_churn_the_new_engine_enforces_controls_view(
     std::thread::sleep(Duration::from_millis(300));
     // SAFETY: kill(2) on the engine child of the daemon this test started.
     unsafe { libc::kill(engine as i32, libc::SIGKILL) };
-    let restarted = harness::wait_until(Duration::from_secs(20), || {
+    let restarted = crackbox_test_support::wait_until(Duration::from_secs(20), || {
         proxy.try_engine_pid().is_some_and(|pid| pid != engine)
     });
     assert!(restarted, "serve restarts the engine");
@@ -263,7 +260,7 @@ fn after_a_kill_9_of_the_engine_mid_churn_the_new_engine_enforces_controls_view(
         records.iter().all(|r| r.answered.len() < CHANGES_UNTIL_STOPPED),
         "the churn ran on through the kill"
     );
-    let healthy = harness::wait_until(Duration::from_secs(20), || proxy.health().0 == 200);
+    let healthy = crackbox_test_support::wait_until(Duration::from_secs(20), || proxy.health().0 == 200);
     assert!(healthy, "a new engine enforces the latest generation");
     assert_ne!(proxy.engine_pid(), engine, "the engine was restarted");
     assert_engine_matches_control(&proxy, &echo);
@@ -271,7 +268,7 @@ fn after_a_kill_9_of_the_engine_mid_churn_the_new_engine_enforces_controls_view(
 
 #[test]
 fn after_a_kill_9_of_the_daemon_mid_churn_every_answered_change_is_there() {
-    let dir = TempDir::new();
+    let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state.json").display().to_string();
     let first = daemon(&["--state", &state]);
     let admin = first.admin;
@@ -324,7 +321,7 @@ fn after_a_kill_9_of_the_daemon_mid_churn_every_answered_change_is_there() {
 
 #[test]
 fn a_torn_journal_tail_is_dropped_with_a_warning() {
-    let dir = TempDir::new();
+    let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state.json");
     let flag = state.display().to_string();
     let first = daemon(&["--state", &flag]);
@@ -399,8 +396,8 @@ const HELD_SOURCES: usize = 20;
 
 #[test]
 fn a_delta_removing_one_source_revokes_it_within_1s_and_leaves_1000_other_tunnels_alone() {
-    harness::raise_fd_limit();
-    let (port, held_rx) = harness::holding_upstream();
+    crackbox_test_support::raise_fd_limit();
+    let (port, held_rx) = crackbox_test_support::holding_upstream();
     let proxy = daemon(&[]);
     let held_sources: Vec<String> = (1..=HELD_SOURCES).map(|i| format!("127.0.7.{i}")).collect();
     let mut register: Vec<Value> = held_sources.iter().map(|ip| entry(ip, &["localhost"])).collect();
@@ -445,6 +442,7 @@ fn a_delta_removing_one_source_revokes_it_within_1s_and_leaves_1000_other_tunnel
     }
     assert_eq!(arrived, HELD_TUNNELS, "every other tunnel still carries bytes");
     let metrics = proxy.metrics();
-    let revoked = harness::metric(&metrics, "crackbox_denied_total", &[("id", ""), ("reason", "revoked")]);
+    let revoked =
+        crackbox_test_support::metric(&metrics, "crackbox_denied_total", &[("id", ""), ("reason", "revoked")]);
     assert_eq!(revoked, Some(1.0), "exactly one connection revoked: {metrics}");
 }

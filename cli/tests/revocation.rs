@@ -1,16 +1,14 @@
-//! Revocation (DESIGN 2.4) through the real binary: a snapshot that removes
+//! Revocation (docs/architecture.md, "Data path of a connection") through the real binary: a snapshot that removes
 //! a source or shrinks its allowlist closes the live tunnels and keep-alive
 //! connections it would now deny within 1 s, leaves everyone else's alone,
 //! and counts each as reason `revoked`.
 
-mod harness;
-
-use harness::{closed_within, echo_round, metric, read_head, Daemon, Echo, Upstream};
+use crackbox_test_support::{closed_within, echo_round, metric, read_head, Daemon, Echo, Upstream};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-/// DESIGN 2.4: revoked connections close within this long.
+/// Revoked connections close within this long.
 const REVOKE_WITHIN: Duration = Duration::from_secs(1);
 /// How long a connection that must stay open is watched.
 const STAYS_OPEN: Duration = Duration::from_millis(1500);
@@ -81,7 +79,7 @@ fn removing_a_host_cuts_only_tunnels_to_that_host() {
     assert_untouched(&mut by_address, "the same source's tunnel to a host still listed");
     assert_untouched(&mut bystander, "another client's tunnel to the removed host");
     assert_eq!(revoked(&proxy, "shrink"), 1.0, "{}", proxy.metrics());
-    let (status, denials) = harness::http(proxy.admin, "GET", "/v1/denials", None, &[]);
+    let (status, denials) = crackbox_test_support::http(proxy.admin, "GET", "/v1/denials", None, &[]);
     assert_eq!(status, 200);
     assert!(
         denials.contains(r#""reason":"revoked""#) && denials.contains(r#""host":"localhost""#),

@@ -3,11 +3,9 @@
 //! every exit path leaves the daemon as it was (no registration, no extra
 //! network) and nothing of the run behind.
 
-mod harness;
-mod run_support;
-
-use harness::steer_probe;
-use run_support::*;
+use crackbox_test_support::describe;
+use crackbox_test_support::docker::*;
+use crackbox_test_support::steer_probe;
 use std::process::{Output, Stdio};
 
 fn stdout(out: &Output) -> String {
@@ -229,7 +227,7 @@ fn daemon_run_failures_exit_125_in_one_line_and_leave_nothing() {
         .unwrap();
     assert_eq!(out.status.code(), Some(125), "{}", describe(&out));
     assert!(
-        stderr(&out).contains("--daemon needs the docker backend"),
+        stderr(&out).starts_with("crackbox: --daemon does not apply here: the netns backend"),
         "{}",
         describe(&out)
     );

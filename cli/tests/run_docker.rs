@@ -3,9 +3,8 @@
 //! blocked-hosts summary, and that nothing of a run is left behind on any
 //! exit path. Upstreams live on networks these tests create.
 
-mod run_support;
-
-use run_support::*;
+use crackbox_test_support::docker::*;
+use crackbox_test_support::{binary, describe};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -367,8 +366,8 @@ fn run_reports_missing_image_and_unreachable_docker_in_one_line() {
     assert_eq!(out.status.code(), Some(125), "{}", describe(&out));
     assert_eq!(
         stderr(&out),
-        "crackbox: image crackbox-test-missing:none not found: build it with deploy/build-image.sh \
-         (or set CRACKBOX_IMAGE to a crackbox image)\n"
+        "crackbox: image crackbox-test-missing:none not found: build it with deploy/build-image.sh, \
+         or leave --proxy-image and CRACKBOX_IMAGE unset and crackbox run builds its own\n"
     );
     assert_eq!(leftovers(&id), Vec::<String>::new());
 
@@ -398,7 +397,7 @@ fn run_egress_network_without_a_configured_subnet_is_a_crackbox_error() {
         &network,
     ]);
     let id = unique("nosubnet");
-    let out = Command::new(CRACKBOX)
+    let out = Command::new(binary())
         .env("CRACKBOX_IMAGE", crackbox_image())
         .env_remove("CRACKBOX_EGRESS_NETWORK")
         .args(["run", "--allow", ALLOWED, "--id", &id, "--egress-network", &network])
@@ -406,7 +405,7 @@ fn run_egress_network_without_a_configured_subnet_is_a_crackbox_error() {
         .stdin(Stdio::null())
         .output()
         .expect("crackbox run");
-    docker_try(&["network", "rm", &network]);
+    remove_network(&network);
     assert_eq!(out.status.code(), Some(125), "{}", describe(&out));
     assert_eq!(
         stderr(&out),
@@ -419,4 +418,90 @@ fn run_egress_network_without_a_configured_subnet_is_a_crackbox_error() {
         describe(&out)
     );
     assert_eq!(leftovers(&id), Vec::<String>::new());
+}
+
+/// The image `crackbox run` built, removed when the test ends however it ends.
+struct BuiltImage(Option<String>);
+
+impl Drop for BuiltImage {
+    fn drop(&mut self) {
+        if let Some(tag) = &self.0 {
+            docker_try(&["rmi", "-f", tag]);
+        }
+    }
+}
+
+#[test]
+fn run_builds_its_proxy_image_once_from_its_own_binary() {
+    if !docker_ready() {
+        return;
+    }
+    // A binary of the test's own (trailing bytes change its hash, not what
+    // it runs), so no crackbox image exists for it and no other test's or
+    // engineer's image is touched.
+    let dir = tempfile::tempdir().unwrap();
+    let binary = dir.path().join("crackbox");
+    std::fs::copy(crackbox_test_support::binary(), &binary).unwrap();
+    let marker = unique("crackbox-first-run");
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&binary)
+        .and_then(|mut file| std::io::Write::write_all(&mut file, marker.as_bytes()))
+        .unwrap();
+    let upstream = Upstream::start();
+    let mut built = BuiltImage(None);
+    let url = format!("http://{ALLOWED}/");
+    let mut first_run = true;
+    for round in ["first", "second"] {
+        let id = unique(round);
+        let out = Command::new(&binary)
+            .env_remove("CRACKBOX_IMAGE")
+            .env_remove("CRACKBOX_DAEMON")
+            .env("CRACKBOX_ALLOW_PRIVATE_DESTINATIONS", "1")
+            .args([
+                "run",
+                "--allow",
+                ALLOWED,
+                "--id",
+                &id,
+                "--egress-network",
+                &upstream.network,
+            ])
+            .args(["--image", &workload_image(), "--", "curl", "-sS", "-m", "10", &url])
+            .stdin(Stdio::null())
+            .output()
+            .expect("crackbox run");
+        let err = stderr(&out);
+        let building: Vec<&str> = err
+            .lines()
+            .filter(|l| l.starts_with("crackbox: building the proxy image crackbox:"))
+            .collect();
+        if first_run {
+            assert_eq!(building.len(), 1, "{}", describe(&out));
+            let named = building[0].strip_prefix("crackbox: building the proxy image ").unwrap();
+            let tag = named.split_whitespace().next().unwrap().to_string();
+            built.0 = Some(tag);
+        } else {
+            assert_eq!(
+                building,
+                Vec::<&str>::new(),
+                "the second run rebuilt: {}",
+                describe(&out)
+            );
+        }
+        first_run = false;
+        assert_eq!(out.status.code(), Some(0), "{round}: {}", describe(&out));
+        assert_eq!(
+            stdout(&out),
+            format!("{UPSTREAM_BODY}\n"),
+            "{round}: {}",
+            describe(&out)
+        );
+        assert_eq!(leftovers(&id), Vec::<String>::new());
+        let tag = built.0.as_deref().unwrap();
+        assert!(
+            docker_try(&["image", "inspect", tag]),
+            "{tag} is not there after the {round} run"
+        );
+    }
 }

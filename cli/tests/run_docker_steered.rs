@@ -5,11 +5,9 @@
 //! `run_support`'s web upstream (`web.test` and `decoy.test`, a node server
 //! on a network the test creates).
 
-mod harness;
-mod run_support;
-
-use harness::steer_probe;
-use run_support::*;
+use crackbox_test_support::describe;
+use crackbox_test_support::docker::*;
+use crackbox_test_support::steer_probe;
 
 #[test]
 fn clients_without_proxy_support_reach_allowed_names_on_80_and_443_only() {

@@ -4,14 +4,12 @@
 //! 127.0.0.1, reached through the proxy as `localhost:PORT` (private
 //! destinations allowed, as documented for tests).
 
-use crackbox_test_support::describe;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use crackbox_test_support::{binary, describe, Upstream};
+use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-const CRACKBOX: &str = env!("CARGO_BIN_EXE_crackbox");
 const BODY: &str = "netns upstream ok";
 
 fn is_root() -> bool {
@@ -23,37 +21,19 @@ fn is_root() -> bool {
     root
 }
 
-/// An HTTP server on `addr` answering every request with [`BODY`]; returns its port.
-fn serve(addr: &str) -> u16 {
-    let listener = TcpListener::bind(addr).unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            std::thread::spawn(move || answer(stream));
-        }
-    });
-    port
-}
-
-fn answer(mut stream: TcpStream) {
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") && head.len() < 16 * 1024 {
-        match stream.read(&mut byte) {
-            Ok(1) => head.push(byte[0]),
-            _ => return,
-        }
-    }
-    let _ = write!(
-        stream,
-        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{BODY}",
-        BODY.len()
-    );
+/// An HTTP server on `addr` answering every request with [`BODY`].
+fn serve(addr: &str) -> Upstream {
+    Upstream::start_on(addr, |_| {
+        format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{BODY}",
+            BODY.len()
+        )
+        .into_bytes()
+    })
 }
 
 fn netns_run(allow: &str, script: &str) -> Command {
-    let mut cmd = Command::new(CRACKBOX);
+    let mut cmd = Command::new(binary());
     cmd.env("CRACKBOX_ALLOW_PRIVATE_DESTINATIONS", "1")
         .args(["run", "--backend", "netns", "--allow", allow, "--", "sh", "-c", script])
         .stdin(Stdio::null());
@@ -96,7 +76,8 @@ fn run_netns_allows_denies_and_passes_the_exit_code() {
     if !is_root() {
         return;
     }
-    let port = serve("127.0.0.1:0");
+    let upstream = serve("127.0.0.1:0");
+    let port = upstream.port();
     let script = format!(
         "ip -o link | grep -o 'cbx[0-9a-f]*j' | head -1; \
          curl -sS -m 10 http://localhost:{port}/; echo; \
@@ -124,9 +105,11 @@ fn run_netns_has_no_route_around_the_proxy() {
     if !is_root() {
         return;
     }
-    let loopback_port = serve("127.0.0.1:0");
+    let loopback = serve("127.0.0.1:0");
+    let loopback_port = loopback.port();
     // A host service on every address: the veth's host end must not expose it.
-    let wildcard_port = serve("0.0.0.0:0");
+    let wildcard = serve("0.0.0.0:0");
+    let wildcard_port = wildcard.port();
     let script = format!(
         r#"p=${{HTTP_PROXY#http://}}; p=${{p%:*}}
         curl -s -m 2 --noproxy '*' http://127.0.0.1:{loopback_port}/ && echo REACHED loopback
@@ -196,7 +179,7 @@ fn run_netns_missing_command_exits_127_and_cleans_up() {
             .collect::<Vec<String>>()
     };
     let before = namespaces();
-    let out = Command::new(CRACKBOX)
+    let out = Command::new(binary())
         .args([
             "run",
             "--backend",
@@ -235,7 +218,7 @@ fn run_netns_refuses_without_root() {
     if !is_root() {
         return;
     }
-    let out = Command::new(CRACKBOX)
+    let out = Command::new(binary())
         .args(["run", "--backend", "netns", "--allow", "none.invalid", "--", "true"])
         .uid(65534)
         .gid(65534)

@@ -7,14 +7,11 @@
 //! from that namespace's hosts file and reaches real servers in the
 //! upstream namespace, which the jail has no route to.
 
-mod harness;
-mod transparent_lab;
-
-use harness::describe;
-use harness::steer_probe::{self, answers};
+use crackbox_test_support::describe;
+use crackbox_test_support::netns_lab::{can_run, Lab, WEB};
+use crackbox_test_support::steer_probe::{self, answers};
 use std::process::{Command, Output};
 use std::sync::atomic::Ordering;
-use transparent_lab::{can_run, Lab, WEB};
 
 /// Runs `script` under `crackbox run --backend netns --allow ALLOW` in the
 /// lab's proxy namespace.
@@ -25,7 +22,7 @@ fn run_in_lab(lab: &Lab, extra: &[&str], allow: &str, script: &str) -> Output {
         .args(["run", "--backend", "netns", "--allow", allow])
         .args(extra)
         .args(["--", "sh", "-c", script]);
-    harness::isolated(&mut command)
+    crackbox_test_support::isolated(&mut command)
         .env("CRACKBOX_ALLOW_PRIVATE_DESTINATIONS", "1")
         .output()
         .unwrap()

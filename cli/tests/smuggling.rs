@@ -7,9 +7,7 @@
 //! real target, the good upstream sees exactly the requests crackbox
 //! decided on, and the daemon stays healthy afterwards.
 
-mod harness;
-
-use harness::{curl, Daemon, Upstream};
+use crackbox_test_support::{curl, Daemon, Upstream};
 use std::io::{Read, Write};
 use std::net::Shutdown;
 use std::sync::atomic::Ordering;
@@ -494,7 +492,7 @@ fn hostile_requests_are_refused_or_decided_on_their_real_target() {
         let got = statuses(&raw);
         // The good upstream records a request once it has read all of it.
         let expected = before + case.good_requests;
-        harness::wait_until(Duration::from_secs(2), || good.requests().len() >= expected);
+        crackbox_test_support::wait_until(Duration::from_secs(2), || good.requests().len() >= expected);
         std::thread::sleep(Duration::from_millis(20));
         let seen = good.requests().len() - before;
         if got != case.statuses || seen != case.good_requests {

@@ -1,13 +1,14 @@
-//! Steered interception (DESIGN 2.5) end to end: the real `crackbox` binary
+//! Steered interception (docs/architecture.md, "Steered interception") end to end: the real `crackbox` binary
 //! with `--steer` on its workload-side address and no iptables at all. The
 //! workload asks crackbox's DNS filter, gets crackbox's own address for
 //! allowed names, and connects there on 80 or 443; real TLS and HTTP
 //! servers sit behind it (see `transparent_lab` for the topology). Root only.
 
-mod harness;
-mod transparent_lab;
-
-use harness::{closed_within, metric, wait_until};
+use crackbox_test_support::netns_lab::{
+    can_run, closed_silently, in_ns, read_response, tls_echo, tls_open, tls_roundtrip, Hello, Lab, TlsSession, ADMIN,
+    PROXY, PROXY_SECOND, WAIT, WORKLOAD,
+};
+use crackbox_test_support::{closed_within, metric, wait_until};
 use hickory_proto::op::ResponseCode;
 use hickory_proto::rr::{RData, RecordType};
 use rustls::pki_types::ServerName;
@@ -15,10 +16,6 @@ use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-use transparent_lab::{
-    can_run, closed_silently, in_ns, read_response, tls_echo, tls_open, tls_roundtrip, Hello, Lab, TlsSession, ADMIN,
-    PROXY, PROXY_SECOND, WAIT, WORKLOAD,
-};
 
 fn name(host: &str) -> ServerName<'static> {
     ServerName::try_from(host.to_owned()).unwrap()
@@ -30,7 +27,7 @@ fn steered(port: u16) -> SocketAddr {
 
 fn admin(lab: &Lab, method: &'static str, path: &'static str, body: Option<String>) -> (u16, String) {
     in_ns(&lab.proxy_ns, move || {
-        harness::http(ADMIN.parse().unwrap(), method, path, body.as_deref(), &[])
+        crackbox_test_support::http(ADMIN.parse().unwrap(), method, path, body.as_deref(), &[])
     })
 }
 

@@ -2,19 +2,16 @@
 //! namespace, traffic redirected to it by iptables, real TLS and HTTP
 //! servers behind it (see `transparent_lab` for the topology). Root only.
 
-mod harness;
-mod transparent_lab;
-
-use harness::{closed_within, metric, wait_until};
+use crackbox_test_support::netns_lab::{
+    can_run, closed_silently, in_ns, read_response, tls_echo, tls_open, tls_roundtrip, Hello, Lab, TlsSession, ADMIN,
+    DECOY, DECOY6, ECHO, PROXY, REAL, WAIT, WORKLOAD,
+};
+use crackbox_test_support::{closed_within, metric, wait_until};
 use rustls::pki_types::ServerName;
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-use transparent_lab::{
-    can_run, closed_silently, in_ns, read_response, tls_echo, tls_open, tls_roundtrip, Hello, Lab, TlsSession, ADMIN,
-    DECOY, DECOY6, ECHO, PROXY, REAL, WAIT, WORKLOAD,
-};
 
 fn name(host: &str) -> ServerName<'static> {
     ServerName::try_from(host.to_owned()).unwrap()
@@ -186,7 +183,10 @@ fn connection_to_crackbox_itself_is_closed() {
         return;
     }
     let lab = Lab::start();
-    let mut direct = lab.workload_connect(SocketAddr::new(PROXY.into(), transparent_lab::TRANSPARENT_PORT));
+    let mut direct = lab.workload_connect(SocketAddr::new(
+        PROXY.into(),
+        crackbox_test_support::netns_lab::TRANSPARENT_PORT,
+    ));
     direct
         .write_all(b"GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n")
         .unwrap();
@@ -227,7 +227,7 @@ fn ipv6_workload_is_decided_by_name_too() {
     assert_eq!(lab.seen.decoy_tls_accepted.load(Ordering::SeqCst), 0);
 }
 
-/// DESIGN 2.4: revoked connections close within this long.
+/// Revoked connections close within this long.
 const REVOKE_WITHIN: Duration = Duration::from_secs(1);
 /// How long a connection that must stay open is watched.
 const STAYS_OPEN: Duration = Duration::from_millis(1500);
@@ -235,7 +235,7 @@ const STAYS_OPEN: Duration = Duration::from_millis(1500);
 /// One admin API request from inside the proxy namespace; `(status, body)`.
 fn admin(lab: &Lab, method: &'static str, path: &'static str, body: Option<String>) -> (u16, String) {
     in_ns(&lab.proxy_ns, move || {
-        harness::http(ADMIN.parse().unwrap(), method, path, body.as_deref(), &[])
+        crackbox_test_support::http(ADMIN.parse().unwrap(), method, path, body.as_deref(), &[])
     })
 }
 

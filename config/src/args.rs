@@ -10,7 +10,7 @@ use std::path::PathBuf;
 ///
 /// Flags override the environment, which overrides the config file, which
 /// overrides the defaults.
-#[derive(Debug, Clone, Default, clap::Args)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
 pub struct ProxyArgs {
     /// TOML config file (must exist). Without it the first existing of
     /// $XDG_CONFIG_HOME/crackbox/crackbox.toml, ~/.crackboxrc, /etc/crackbox.toml is read.

@@ -9,12 +9,14 @@
 #![warn(missing_docs)]
 
 mod args;
+mod command_line;
 mod file;
 mod origin;
 mod settings;
 mod steer;
 
 pub use args::ProxyArgs;
+pub use command_line::CommandLineError;
 pub use file::{search_path, FileConfig};
 pub use origin::Origin;
 pub use settings::parse_addr;

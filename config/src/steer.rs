@@ -1,6 +1,6 @@
 //! The steered-interception addresses (`--steer IP`, `[proxy] steer`):
 //! where the engine listens on ports 80 and 443 for connections that a
-//! steered DNS answer sent there (DESIGN 2.5). The unspecified address
+//! steered DNS answer sent there (docs/architecture.md, "Steered interception"). The unspecified address
 //! (`0.0.0.0`, `::`) listens on every address and steers each client to the
 //! address its question arrived on.
 

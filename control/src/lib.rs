@@ -1,6 +1,7 @@
-//! crackbox control plane: admin API, registry, persistence, the Docker watcher,
-//! the engine link and the `run` jails. Runs on tokio; never on the engine's
-//! core threads.
+//! crackbox control plane: admin API, registry, persistence, the Docker watcher
+//! and the engine link. Runs on tokio; never on the engine's core threads.
+//! `crackbox run` is a crate of its own (`crackbox-run`) on the admin API
+//! client, not on this one.
 //!
 //! # Embedding the control plane
 //!
@@ -44,7 +45,6 @@
 pub mod api;
 mod daemon;
 pub mod docker_watch;
-pub mod jail;
 pub mod metrics;
 pub mod publisher;
 pub mod registry;

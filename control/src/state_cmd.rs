@@ -29,7 +29,7 @@ pub fn state(args: StateArgs) -> anyhow::Result<()> {
     let admin = Client::new(&url)?
         .with_secret(std::env::var("CRACKBOX_ADMIN_SECRET").unwrap_or_default())
         .blocking()?;
-    let entries = admin.state()?;
+    let entries = admin.state().map_err(|err| unreachable_hint(&url, err))?;
     let text = if args.json {
         let mut text = serde_json::to_string_pretty(&entries)?;
         text.push('\n');
@@ -41,6 +41,20 @@ pub fn state(args: StateArgs) -> anyhow::Result<()> {
         .write_all(text.as_bytes())
         .context("cannot write to stdout")?;
     Ok(())
+}
+
+/// The client's error, or for a daemon that cannot be reached at all, one
+/// line saying why and how to start one.
+fn unreachable_hint(url: &str, err: crackbox_client::Error) -> anyhow::Error {
+    let why = match &err {
+        crackbox_client::Error::Unreachable { source, .. } => source.to_string(),
+        crackbox_client::Error::Timeout { timeout, .. } => format!("no answer within {timeout:?}"),
+        _ => return err.into(),
+    };
+    anyhow::anyhow!(
+        "cannot reach a crackbox daemon at {url} ({why}): start one with `crackbox proxy serve`, \
+         or name its admin API with --admin URL or CRACKBOX_ADMIN"
+    )
 }
 
 /// A human table: one line per registration.

@@ -15,7 +15,7 @@ pub struct EngineConfig {
     pub dns_listen: Option<SocketAddr>,
     /// Upstream resolver for the DNS filter; `None` reads /etc/resolv.conf.
     pub dns_upstream: Option<SocketAddr>,
-    /// Steered interception (DESIGN 2.5): listeners on ports 80 and 443 of
+    /// Steered interception (docs/architecture.md, "Steered interception"): listeners on ports 80 and 443 of
     /// each address (at most one IPv4 and one IPv6), and the DNS filter
     /// answers allowed names with them instead of asking an upstream.
     pub steer: Vec<IpAddr>,

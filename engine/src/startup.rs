@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 /// not restart it. (78 is sysexits' EX_CONFIG.)
 pub const EXIT_START_FAILED: u8 = 78;
 
-/// Ports of the steered listeners on each steer address (DESIGN 2.5).
+/// Ports of the steered listeners on each steer address (docs/architecture.md, "Steered interception").
 pub const STEERED_PORTS: [u16; 2] = [80, 443];
 
 /// A listener crackbox binds, named as the one-line error names it.

@@ -373,7 +373,7 @@ fn concurrent_queries_are_all_answered() {
     assert_eq!(s.asked.lock().unwrap().len(), 80);
 }
 
-/// Steered (DESIGN 2.5): allowed names resolve to crackbox's own address
+/// Steered (docs/architecture.md, "Steered interception"): allowed names resolve to crackbox's own address
 /// with a short TTL, over UDP and TCP, with no upstream resolver at all;
 /// every other rule is the filter's usual one.
 #[test]

@@ -1,4 +1,4 @@
-//! The obviously-correct reference for `match_host`: DESIGN 1.2/1.3 read
+//! The obviously-correct reference for `match_host`: the Policy section of docs/architecture.md read
 //! literally, on strings, scanning every entry. Slow on purpose; it shares
 //! no code with the engine's compiled allowlist.
 
@@ -13,7 +13,7 @@ pub enum Host {
     Ip(IpAddr),
 }
 
-/// Normalises a host the way DESIGN 1.3 says: lower-case, one trailing dot
+/// Normalises a host the way `match_host` does (docs/architecture.md, "Policy"): lower-case, one trailing dot
 /// removed, brackets removed from IPv6; `None` when it is not a valid host.
 pub fn host(raw: &str) -> Option<Host> {
     if let Some(inner) = raw.strip_prefix('[') {
@@ -31,7 +31,7 @@ pub fn host(raw: &str) -> Option<Host> {
     valid_name(&name).then_some(Host::Name(name))
 }
 
-/// DESIGN 1.2: ASCII, labels 1-63 of `[a-z0-9_-]` not starting or ending
+/// Entries (docs/architecture.md, "Policy"): ASCII, labels 1-63 of `[a-z0-9_-]` not starting or ending
 /// with `-`, total at most 253; a last label of only digits would be read as
 /// an address by some resolvers, so it is not a name.
 fn valid_name(name: &str) -> bool {

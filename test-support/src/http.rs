@@ -132,7 +132,13 @@ impl Upstream {
     /// Starts an upstream answering each request with `respond(request)`:
     /// the raw bytes to send back.
     pub fn start(respond: impl Fn(&Seen) -> Vec<u8> + Send + Sync + 'static) -> Upstream {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        Upstream::start_on("127.0.0.1:0", respond)
+    }
+
+    /// [`Upstream::start`] listening on `addr` (e.g. `0.0.0.0:0`, a host
+    /// service on every address that a jail must not reach).
+    pub fn start_on(addr: &str, respond: impl Fn(&Seen) -> Vec<u8> + Send + Sync + 'static) -> Upstream {
+        let listener = TcpListener::bind(addr).unwrap();
         let addr = listener.local_addr().unwrap();
         let accepts = Arc::new(AtomicUsize::new(0));
         let seen = Arc::new(Mutex::new(Vec::new()));

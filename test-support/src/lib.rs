@@ -1,17 +1,30 @@
-//! Test support shared by the engine's and the `crackbox` binary's
-//! end-to-end tests: loopback sockets, raw HTTP, small real upstream servers
-//! and process facts. Dev-only (never published); it knows nothing of
-//! crackbox itself, so each test suite adds its own way to start it.
-//! Everything talks to 127.0.0.0/8 only.
+//! The end-to-end test helpers of crackbox, shared by the engine's and the
+//! `crackbox` binary's tests: loopback sockets, raw HTTP, small real upstream
+//! servers and process facts; the `crackbox` binary under test as a daemon
+//! (`Daemon`, `Ports`) or one process (`Spawned`); the Docker fixtures
+//! (`docker`), the network-namespace lab (`netns_lab`) and the steering
+//! probe run inside jails (`steer_probe`). Dev-only, never published.
+//! Traffic goes to 127.0.0.0/8 or to networks and namespaces a test made.
 
+mod crackbox;
+mod daemon;
+pub mod docker;
 mod echo;
 mod http;
 mod metrics;
 mod net;
+pub mod netns_lab;
+mod ports;
 mod process;
+mod spawned;
+pub mod steer_probe;
 
+pub use crackbox::{binary, command, isolated, run};
+pub use daemon::{label_watcher, Daemon};
 pub use echo::{echo_round, Echo};
 pub use http::{curl, http, open_tunnel, read_head, read_request, read_to_end, try_http, Seen, Upstream};
 pub use metrics::metric;
-pub use net::{closed_within, connect_from, free_port, holding_upstream, try_connect_from, wait_until};
+pub use net::{closed_within, connect_from, free_addr, free_port, holding_upstream, try_connect_from, wait_until};
+pub use ports::{admin, proxied, Ports};
 pub use process::{alive, cpu_ticks, describe, raise_fd_limit, ticks_per_second};
+pub use spawned::Spawned;

@@ -29,6 +29,11 @@ pub fn free_port() -> u16 {
     private.unwrap_or_else(|| TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port())
 }
 
+/// A free loopback address: 127.0.0.1 and a [`free_port`].
+pub fn free_addr() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], free_port()))
+}
+
 /// Where [`free_port`] starts looking, above the well-known and common
 /// service ports.
 const PRIVATE_PORTS_FROM: u16 = 20_000;
@@ -96,17 +101,22 @@ pub fn closed_within(stream: &mut TcpStream, limit: Duration) -> Option<Duration
     }
 }
 
-/// Polls `condition` every 10 ms until it holds or `limit` passes.
+/// Polls `condition` until it holds (true) or `limit` passes (false): every
+/// 10 ms at first, backing off to every 100 ms, so a condition that runs a
+/// command (the docker CLI) does not hog the machine while it waits.
 pub fn wait_until(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + limit;
+    let mut pause = Duration::from_millis(10);
     loop {
         if condition() {
             return true;
         }
-        if Instant::now() >= deadline {
+        let now = Instant::now();
+        if now >= deadline {
             return false;
         }
-        std::thread::sleep(Duration::from_millis(10));
+        std::thread::sleep(pause.min(deadline - now));
+        pause = (pause * 2).min(Duration::from_millis(100));
     }
 }
 

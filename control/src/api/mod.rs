@@ -1,4 +1,4 @@
-//! The admin API (DESIGN 4): register, unregister, batch, state (read and
+//! The admin API (README "Admin API"): register, unregister, batch, state (read and
 //! replace), health, metrics, denials.
 //!
 //! Every error is JSON `{"error": "..."}`. Mutations need the bearer secret

@@ -264,7 +264,7 @@ impl<'w> Session<'w> {
 
     /// Waits, holding no buffer, for the next request on an idle keep-alive
     /// connection: whether it is readable within the idle timeout. A
-    /// revocation of the last destination closes it (DESIGN 2.4).
+    /// revocation of the last destination closes it (docs/architecture.md, "Data path of a connection": revocation).
     async fn await_next_request(&mut self) -> bool {
         self.inbox = Vec::new();
         let revoked = self.live.as_ref().map(LiveEntry::revocation).unwrap_or_default();

@@ -1,6 +1,6 @@
-//! Transparent mode (DESIGN 2.2): connections redirected here by iptables
+//! Transparent mode (README "Transparent mode and DNS filter"): connections redirected here by iptables
 //! `REDIRECT`, decided by the name the client itself sends; and steered
-//! interception (DESIGN 2.5), the same plane for connections a steered DNS
+//! interception (docs/architecture.md, "Steered interception"), the same plane for connections a steered DNS
 //! answer sent to crackbox's own address, where the listener's port says
 //! HTTP or TLS.
 //!

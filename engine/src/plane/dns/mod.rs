@@ -1,6 +1,6 @@
-//! The DNS filter (DESIGN 2.3): answers registered sources over UDP and TCP,
+//! The DNS filter (README "Transparent mode and DNS filter"): answers registered sources over UDP and TCP,
 //! forwarding only allowed names to the upstream resolver, or, steered
-//! (DESIGN 2.5), answering them itself with crackbox's own address.
+//! (docs/architecture.md, "Steered interception"), answering them itself with crackbox's own address.
 //!
 //! It runs on its own std threads with blocking sockets and never touches
 //! the monoio core threads. In-flight work is bounded: one UDP receiver

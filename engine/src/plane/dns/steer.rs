@@ -1,4 +1,4 @@
-//! Steered answers (DESIGN 2.5): an allowed name resolves to crackbox's own
+//! Steered answers (docs/architecture.md, "Steered interception"): an allowed name resolves to crackbox's own
 //! address on the jail network, where the steered listeners take the
 //! connection and decide it by SNI or `Host`.
 //!

@@ -36,7 +36,7 @@ pub(crate) enum Plane {
     Forward,
     /// The transparent listener (iptables REDIRECT).
     Transparent,
-    /// A steered listener (DESIGN 2.5) on this port, 80 or 443.
+    /// A steered listener (docs/architecture.md, "Steered interception") on this port, 80 or 443.
     Steered(u16),
 }
 

@@ -1,0 +1,283 @@
+//! The command line of `crackbox run` and what it asks for, checked before
+//! anything exists: the flags, which backend they choose, the flags that do
+//! not apply to that backend (an error, never silently ignored), and the
+//! validated allowlist. Never touches Docker, the network or a process.
+//!
+//! The field docs are clap's `--help` text, where `[env ...]` is not a rustdoc link.
+#![allow(rustdoc::broken_intra_doc_links)]
+
+use crate::error::RunError;
+use crackbox_engine::policy::RegistrationSpec;
+
+/// Where the workload runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BackendKind {
+    /// A Docker container on an internal network with a proxy container.
+    Docker,
+    /// A network namespace with a veth to a proxy on the host (root only).
+    Netns,
+}
+
+/// Arguments of `crackbox run`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunArgs {
+    /// Hosts the command may reach, comma-separated or repeated (`none.invalid`
+    /// blocks everything). Same forms as the admin API: `example.com`,
+    /// `*.example.com`, `example.com:443`, IP literals.
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub allow: Vec<String>,
+    /// Registration id shown in denials and metrics [default: run-XXXXXXXX, random hex].
+    #[arg(long)]
+    pub id: Option<String>,
+    /// Image of the workload container (docker backend) [default: debian:stable-slim].
+    #[arg(long)]
+    pub image: Option<String>,
+    /// Where the workload runs.
+    #[arg(long, value_enum, default_value_t = BackendKind::Docker)]
+    pub backend: BackendKind,
+    /// Do not print the blocked hosts at exit.
+    #[arg(long)]
+    pub quiet: bool,
+    /// No steered interception: the jail's names resolve nowhere and only
+    /// clients that use the proxy variables get out (`--daemon` runs are
+    /// steered only by a daemon started with `--dns-listen :53 --steer 0.0.0.0`).
+    #[arg(long)]
+    pub no_steer: bool,
+    /// crackbox image for the jail's proxy (docker backend, no --daemon) [env
+    /// CRACKBOX_IMAGE; default: crackbox:HASH, HASH naming this binary,
+    /// built from it when missing].
+    #[arg(long, value_name = "IMG")]
+    pub proxy_image: Option<String>,
+    /// Existing Docker network the proxy uses for egress, instead of a per-run
+    /// network (docker backend, no --daemon; it needs an IPv4 subnet the host
+    /// reaches) [env CRACKBOX_EGRESS_NETWORK].
+    #[arg(long, value_name = "NET")]
+    pub egress_network: Option<String>,
+    /// Run behind the long-lived crackbox container NAME instead of a per-run
+    /// proxy (docker backend): NAME is connected to the run's network and
+    /// the workload registered through NAME's admin API (its secret from
+    /// CRACKBOX_ADMIN_SECRET, else from NAME's environment) [env CRACKBOX_DAEMON].
+    #[arg(long, value_name = "NAME")]
+    pub daemon: Option<String>,
+    /// The command to run in the jail.
+    #[arg(last = true, required = true)]
+    pub command: Vec<String>,
+}
+
+/// Where one run's workload goes, with what only that place needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Placement {
+    /// A Docker container behind a proxy container of the run's own.
+    DockerPerRun {
+        /// The workload image.
+        image: String,
+        /// The proxy image, if one was named (else the one built from this binary).
+        proxy_image: Option<String>,
+        /// An existing network for the proxy's egress.
+        egress_network: Option<String>,
+    },
+    /// A Docker container behind the long-lived crackbox container `daemon`.
+    DockerOnDaemon {
+        /// The workload image.
+        image: String,
+        /// The daemon container's name.
+        daemon: String,
+    },
+    /// A network namespace on this host.
+    Netns,
+}
+
+/// Workload image when `--image` is not given.
+const DEFAULT_IMAGE: &str = "debian:stable-slim";
+
+impl RunArgs {
+    /// The placement the flags ask for, with `env` standing in for the
+    /// environment (`CRACKBOX_IMAGE`, `CRACKBOX_EGRESS_NETWORK`,
+    /// `CRACKBOX_DAEMON`). A flag that does not apply to the chosen backend
+    /// is an error; an environment variable that does not apply is not read.
+    pub fn placement(&self, env: &dyn Fn(&str) -> Option<String>) -> Result<Placement, RunError> {
+        let var = |name: &str| env(name).filter(|v| !v.is_empty());
+        let given = |flag: &'static str, set: bool| set.then_some(flag);
+        match self.backend {
+            BackendKind::Netns => {
+                let docker_only = [
+                    given("--daemon", self.daemon.is_some()),
+                    given("--proxy-image", self.proxy_image.is_some()),
+                    given("--egress-network", self.egress_network.is_some()),
+                    given("--image", self.image.is_some()),
+                ];
+                refuse_any(
+                    docker_only,
+                    "the netns backend runs the command on this host, with a proxy started from this binary; drop it or use --backend docker",
+                )?;
+                Ok(Placement::Netns)
+            }
+            BackendKind::Docker => {
+                let image = self.image.clone().unwrap_or_else(|| DEFAULT_IMAGE.to_string());
+                match self.daemon.clone().or_else(|| var("CRACKBOX_DAEMON")) {
+                    Some(daemon) => {
+                        let per_run_only = [
+                            given("--proxy-image", self.proxy_image.is_some()),
+                            given("--egress-network", self.egress_network.is_some()),
+                        ];
+                        refuse_any(
+                            per_run_only,
+                            "with --daemon the daemon container is the jail's proxy; drop one of them",
+                        )?;
+                        Ok(Placement::DockerOnDaemon { image, daemon })
+                    }
+                    None => Ok(Placement::DockerPerRun {
+                        image,
+                        proxy_image: self.proxy_image.clone().or_else(|| var("CRACKBOX_IMAGE")),
+                        egress_network: self.egress_network.clone().or_else(|| var("CRACKBOX_EGRESS_NETWORK")),
+                    }),
+                }
+            }
+        }
+    }
+}
+
+/// The first of `given` (the flags that were set among those that do not
+/// apply) as an error saying `why`.
+fn refuse_any<const N: usize>(given: [Option<&'static str>; N], why: &'static str) -> Result<(), RunError> {
+    match given.into_iter().flatten().next() {
+        Some(flag) => Err(RunError::FlagNotApplicable { flag, why }),
+        None => Ok(()),
+    }
+}
+
+/// Validates `--id` and `--allow` as the admin API would and returns the
+/// entries in normalised form.
+pub fn normalised_allow(id: &str, allow: &[String]) -> Result<Vec<String>, RunError> {
+    if allow.is_empty() {
+        return Err(RunError::EmptyAllow);
+    }
+    let spec = RegistrationSpec {
+        ip: "127.0.0.1".into(),
+        id: id.to_string(),
+        allowlist: allow.to_vec(),
+    };
+    Ok(spec.normalised()?.allowlist)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    #[command(no_binary_name = true)]
+    struct Line {
+        #[command(flatten)]
+        args: RunArgs,
+    }
+
+    fn placement(words: &[&str], env: &[(&str, &str)]) -> Result<Placement, String> {
+        let mut all = vec!["--allow", "a.test"];
+        all.extend_from_slice(words);
+        all.extend(["--", "true"]);
+        let args = Line::try_parse_from(all).unwrap().args;
+        let lookup = |name: &str| env.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string());
+        args.placement(&lookup).map_err(|e| e.to_string())
+    }
+
+    fn per_run(image: &str, proxy_image: Option<&str>, egress: Option<&str>) -> Placement {
+        Placement::DockerPerRun {
+            image: image.into(),
+            proxy_image: proxy_image.map(String::from),
+            egress_network: egress.map(String::from),
+        }
+    }
+
+    #[test]
+    fn flags_and_environment_choose_the_placement() {
+        /// Flags, environment, the placement they give.
+        type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], Placement);
+        let cases: &[Case] = &[
+            (&[], &[], per_run("debian:stable-slim", None, None)),
+            (
+                &["--image", "busybox", "--proxy-image", "cb:1"],
+                &[("CRACKBOX_IMAGE", "cb:env")],
+                per_run("busybox", Some("cb:1"), None),
+            ),
+            (
+                &[],
+                &[("CRACKBOX_IMAGE", "cb:env"), ("CRACKBOX_EGRESS_NETWORK", "net")],
+                per_run("debian:stable-slim", Some("cb:env"), Some("net")),
+            ),
+            (
+                &[],
+                &[("CRACKBOX_IMAGE", "")],
+                per_run("debian:stable-slim", None, None),
+            ),
+            (
+                &["--daemon", "cb"],
+                &[("CRACKBOX_IMAGE", "ignored"), ("CRACKBOX_EGRESS_NETWORK", "ignored")],
+                Placement::DockerOnDaemon {
+                    image: "debian:stable-slim".into(),
+                    daemon: "cb".into(),
+                },
+            ),
+            (
+                &[],
+                &[("CRACKBOX_DAEMON", "cb-env")],
+                Placement::DockerOnDaemon {
+                    image: "debian:stable-slim".into(),
+                    daemon: "cb-env".into(),
+                },
+            ),
+            (&["--backend", "netns"], &[("CRACKBOX_DAEMON", "cb")], Placement::Netns),
+            (
+                &["--backend", "netns"],
+                &[("CRACKBOX_IMAGE", "cb:env")],
+                Placement::Netns,
+            ),
+        ];
+        for (words, env, want) in cases {
+            assert_eq!(placement(words, env).as_ref(), Ok(want), "{words:?} {env:?}");
+        }
+    }
+
+    #[test]
+    fn a_flag_the_backend_does_not_use_is_an_error_naming_it() {
+        let cases: &[(&[&str], &str)] = &[
+            (&["--backend", "netns", "--image", "x"], "--image does not apply"),
+            (
+                &["--backend", "netns", "--proxy-image", "x"],
+                "--proxy-image does not apply",
+            ),
+            (
+                &["--backend", "netns", "--egress-network", "x"],
+                "--egress-network does not apply",
+            ),
+            (&["--backend", "netns", "--daemon", "x"], "--daemon does not apply"),
+            (
+                &["--daemon", "cb", "--proxy-image", "x"],
+                "--proxy-image does not apply",
+            ),
+            (
+                &["--daemon", "cb", "--egress-network", "x"],
+                "--egress-network does not apply",
+            ),
+        ];
+        for (words, want) in cases {
+            let err = placement(words, &[]).unwrap_err();
+            assert!(err.starts_with(want), "{words:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn allow_entries_are_validated_and_normalised() {
+        let ok = normalised_allow("run-1", &["Example.COM.".into(), "*.pypi.org:443".into()]).unwrap();
+        assert_eq!(ok, vec!["example.com".to_string(), "*.pypi.org:443".to_string()]);
+        for bad in [
+            vec![],
+            vec!["*".to_string()],
+            vec!["bad host".to_string()],
+            vec![String::new()],
+        ] {
+            assert!(normalised_allow("run-1", &bad).is_err(), "{bad:?}");
+        }
+        assert!(normalised_allow("", &["example.com".into()]).is_err());
+    }
+}

@@ -1,0 +1,170 @@
+//! Why a jail could not be set up or run. Every variant renders as one line
+//! that tells the user what to do; `run` prints it and exits with
+//! [`RunError::exit_code`] (125, or 126/127 for a command that cannot start).
+
+use crackbox_engine::policy::SpecError;
+
+/// Exit code for crackbox's own failures (as `docker run` uses it).
+pub const EXIT_CRACKBOX_ERROR: i32 = 125;
+
+/// A failure of crackbox itself (never of the workload).
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// An `--allow` entry or the `--id` failed validation.
+    #[error("{0}")]
+    InvalidRegistration(#[from] SpecError),
+    /// `--allow` was given but held no entry.
+    #[error("--allow needs at least one entry (use none.invalid to block everything)")]
+    EmptyAllow,
+    /// The Docker engine did not answer.
+    #[error("cannot reach Docker ({0}); is dockerd running? (deploy/ci-docker.sh starts one)")]
+    DockerUnreachable(String),
+    /// The crackbox proxy image named by `--proxy-image` or `CRACKBOX_IMAGE` is not present locally.
+    #[error(
+        "image {0} not found: build it with deploy/build-image.sh, or leave --proxy-image and CRACKBOX_IMAGE unset \
+         and crackbox run builds its own"
+    )]
+    ProxyImageMissing(String),
+    /// The proxy image could not be built from this executable.
+    #[error("cannot build the proxy image {tag} from {binary}: {detail}")]
+    ProxyImageBuild {
+        /// The tag it was to get.
+        tag: String,
+        /// The executable it was built from.
+        binary: String,
+        /// What failed.
+        detail: String,
+    },
+    /// The workload image is missing and could not be pulled.
+    #[error("workload image {image} not found and could not be pulled: {detail}")]
+    WorkloadImageMissing {
+        /// The image reference given with `--image`.
+        image: String,
+        /// What the pull said.
+        detail: String,
+    },
+    /// A Docker API call failed.
+    #[error("docker: {step}: {detail}")]
+    Docker {
+        /// What crackbox was doing.
+        step: &'static str,
+        /// The engine's answer.
+        detail: String,
+    },
+    /// `--egress-network` names a network the proxy cannot take a fixed
+    /// IPv4 address on: Docker assigns those only on networks created with
+    /// an explicit IPv4 subnet.
+    #[error(
+        "--egress-network {0} has no user-configured IPv4 subnet, so the proxy cannot take an address on it: \
+         recreate it with one (docker network create --subnet CIDR {0}) or leave --egress-network out"
+    )]
+    EgressNetworkWithoutSubnet(String),
+    /// No free subnet was found for the jail's networks.
+    #[error("no free subnet for the jail in {0} (remove stale crackbox networks: docker network prune)")]
+    NoFreeSubnet(String),
+    /// The proxy did not become healthy.
+    #[error("the jail's proxy did not start: {0}")]
+    ProxyNotReady(String),
+    /// The `--daemon` container cannot serve as the jail's proxy.
+    #[error("--daemon {name}: {problem}")]
+    Daemon {
+        /// The container name given.
+        name: String,
+        /// Why it cannot be used, and what to do.
+        problem: String,
+    },
+    /// A flag was given that the chosen backend does not use.
+    #[error("{flag} does not apply here: {why}")]
+    FlagNotApplicable {
+        /// The flag.
+        flag: &'static str,
+        /// Why, and what to do.
+        why: &'static str,
+    },
+    /// The proxy's admin API refused or failed a call.
+    #[error("admin API: {step}: {detail}")]
+    Admin {
+        /// What crackbox was doing.
+        step: &'static str,
+        /// The answer or the transport error.
+        detail: String,
+    },
+    /// The workload's command could not be started (not found, not executable).
+    #[error("cannot run the command: {detail}")]
+    CommandNotRunnable {
+        /// 127 for not found, 126 otherwise (as a shell and `docker run` say).
+        code: i32,
+        /// The engine's reason.
+        detail: String,
+    },
+    /// A signal stopped set-up (the caller exits 128 + signal instead).
+    #[error("interrupted")]
+    Interrupted,
+    /// The netns backend needs root.
+    #[error(
+        "the netns backend needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN); run it with sudo or use --backend docker"
+    )]
+    NotRoot,
+    /// Setting up or using the network namespace failed.
+    #[error("netns: {step}: {detail}")]
+    Netns {
+        /// What crackbox was doing.
+        step: &'static str,
+        /// The error.
+        detail: String,
+    },
+    /// Local I/O around the workload failed.
+    #[error("{step}: {source}")]
+    Io {
+        /// What crackbox was doing.
+        step: &'static str,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl RunError {
+    /// The process exit code for this failure: 125 for crackbox's own
+    /// failures, 126/127 when the command itself could not be started.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            RunError::CommandNotRunnable { code, .. } => *code,
+            _ => EXIT_CRACKBOX_ERROR,
+        }
+    }
+
+    /// Wraps a Docker API error for `step`.
+    pub fn docker(step: &'static str, err: bollard::errors::Error) -> Self {
+        RunError::Docker {
+            step,
+            detail: one_line(&docker_message(&err)),
+        }
+    }
+
+    /// Wraps an I/O error for `step`.
+    pub fn io(step: &'static str, source: std::io::Error) -> Self {
+        RunError::Io { step, source }
+    }
+}
+
+/// The engine's own message for a server error, else the error's text.
+pub fn docker_message(err: &bollard::errors::Error) -> String {
+    match err {
+        bollard::errors::Error::DockerResponseServerError { message, .. } => message.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// The HTTP status of a Docker server error, if it was one.
+pub fn docker_status(err: &bollard::errors::Error) -> Option<u16> {
+    match err {
+        bollard::errors::Error::DockerResponseServerError { status_code, .. } => Some(*status_code),
+        _ => None,
+    }
+}
+
+/// Folds a multi-line message into one line.
+pub fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}

@@ -1,0 +1,141 @@
+//! The `proxy serve` command line and environment of a jail's own proxy
+//! (the docker backend's proxy container, the netns backend's process on
+//! the host), built in this one place from the daemon's own
+//! [`ProxyArgs`], so no backend writes a flag by hand. The proxy reads no
+//! config file and keeps its registry in memory: it lives and dies with the
+//! run. Starts nothing itself.
+
+use crackbox_config::ProxyArgs;
+use std::net::{IpAddr, SocketAddr};
+
+/// Port of the forward listener on the proxy's jail-side address.
+pub const FORWARD_PORT: u16 = 3128;
+/// Port of the admin API on the proxy's host-side address (never the jail's).
+pub const ADMIN_PORT: u16 = 3129;
+/// Variables of crackbox's own environment the jail's proxy inherits
+/// (logging and the io driver; never secrets or addresses).
+const INHERITED: [&str; 3] = ["CRACKBOX_LOG", "CRACKBOX_LOG_FORMAT", "CRACKBOX_IO_DRIVER"];
+
+/// What every jail proxy of this run shares, read once from `run`'s environment.
+#[derive(Debug, Clone, Default)]
+pub struct JailProxy {
+    /// Allowed names may resolve to private addresses
+    /// (`CRACKBOX_ALLOW_PRIVATE_DESTINATIONS=1` in `run`'s environment).
+    pub allow_private: bool,
+    /// The inherited `NAME=value` settings.
+    pub inherited: Vec<(String, String)>,
+}
+
+/// Where one jail proxy listens.
+#[derive(Debug, Clone, Copy)]
+pub struct Listeners {
+    /// Its address on the jail link: forward proxy, and steered, the DNS
+    /// filter (53) and the steered listeners (80, 443).
+    pub jail_side: IpAddr,
+    /// Its address where `run` reaches the admin API and the workload cannot.
+    pub admin_side: IpAddr,
+    /// Whether it steers the jail.
+    pub steer: bool,
+}
+
+impl JailProxy {
+    /// Reads the settings `run`'s environment passes on (`env` stands in for it).
+    pub fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Self {
+        let allow_private =
+            env("CRACKBOX_ALLOW_PRIVATE_DESTINATIONS").is_some_and(|v| matches!(v.trim(), "1" | "true" | "yes" | "on"));
+        let inherited = INHERITED
+            .iter()
+            .filter_map(|name| env(name).map(|value| (name.to_string(), value)))
+            .collect();
+        JailProxy {
+            allow_private,
+            inherited,
+        }
+    }
+
+    /// The proxy's `proxy serve` settings.
+    pub fn args(&self, at: Listeners) -> ProxyArgs {
+        let on = |ip: IpAddr, port: u16| SocketAddr::new(ip, port).to_string();
+        ProxyArgs {
+            config: Some("/dev/null".into()),
+            listen: Some(on(at.jail_side, FORWARD_PORT)),
+            admin_listen: Some(on(at.admin_side, ADMIN_PORT)),
+            transparent_listen: Some(String::new()),
+            dns_listen: at.steer.then(|| on(at.jail_side, 53)),
+            steer: if at.steer {
+                vec![at.jail_side.to_string()]
+            } else {
+                Vec::new()
+            },
+            allow_private_destinations: self.allow_private,
+            ..ProxyArgs::default()
+        }
+    }
+
+    /// The arguments of the `crackbox` executable that is the proxy.
+    pub fn command(&self, at: Listeners) -> Vec<String> {
+        self.args(at).serve_command()
+    }
+
+    /// The proxy's environment: its admin secret (never on a command line)
+    /// and the inherited settings.
+    pub fn env(&self, secret: &str) -> Vec<(String, String)> {
+        let mut vars = vec![("CRACKBOX_ADMIN_SECRET".to_string(), secret.to_string())];
+        vars.extend(self.inherited.iter().cloned());
+        vars
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crackbox_config::Settings;
+
+    #[test]
+    fn the_daemon_resolves_the_command_to_the_listeners_asked_for() {
+        let jail: IpAddr = "10.213.128.2".parse().unwrap();
+        let admin: IpAddr = "10.213.129.2".parse().unwrap();
+        let cases = [(false, false), (true, false), (false, true), (true, true)];
+        for (steer, allow_private) in cases {
+            let proxy = JailProxy {
+                allow_private,
+                inherited: Vec::new(),
+            };
+            let at = Listeners {
+                jail_side: jail,
+                admin_side: admin,
+                steer,
+            };
+            let parsed = ProxyArgs::parse_serve_command(&proxy.command(at)).unwrap();
+            let secret = |name: &str| (name == "CRACKBOX_ADMIN_SECRET").then(|| "s".to_string());
+            let settings = Settings::resolve(&parsed, &secret).unwrap();
+            settings.check_admin_exposure().unwrap();
+            assert_eq!(settings.listen, SocketAddr::new(jail, FORWARD_PORT));
+            assert_eq!(settings.admin_listen, SocketAddr::new(admin, ADMIN_PORT));
+            assert_eq!(settings.transparent_listen, None);
+            assert_eq!(settings.dns_listen, steer.then(|| SocketAddr::new(jail, 53)));
+            assert_eq!(settings.steer, if steer { vec![jail] } else { vec![] });
+            assert_eq!(settings.allow_private_destinations, allow_private);
+            assert_eq!(settings.state_path, None);
+        }
+    }
+
+    #[test]
+    fn only_logging_and_the_driver_are_inherited() {
+        let env = |name: &str| match name {
+            "CRACKBOX_LOG" => Some("debug".to_string()),
+            "CRACKBOX_ALLOW_PRIVATE_DESTINATIONS" => Some("1".to_string()),
+            "CRACKBOX_STATE_PATH" | "CRACKBOX_ADMIN_SECRET" => Some("nope".to_string()),
+            _ => None,
+        };
+        let proxy = JailProxy::from_env(&env);
+        assert!(proxy.allow_private);
+        assert_eq!(
+            proxy.env("s3"),
+            vec![
+                ("CRACKBOX_ADMIN_SECRET".to_string(), "s3".to_string()),
+                ("CRACKBOX_LOG".to_string(), "debug".to_string())
+            ]
+        );
+    }
+}

@@ -1,0 +1,121 @@
+//! The one lifecycle of `crackbox run`, whatever the backend: signals
+//! caught from the start, set-up raced against a signal, the source
+//! registered, the workload raced against a signal, the exit summary and
+//! teardown from the undo journal on every exit path. The exit code is the
+//! workload's own, `128 + signal` when a signal stopped the run, and an
+//! error (125, or 126/127 for a command that cannot start) otherwise.
+//!
+//! A backend ([`Backend`]) implements only its own steps: building the jail
+//! up to a healthy proxy and a workload ready to start, and running that
+//! workload. It records every object it creates in the [`Journal`]; it
+//! never handles signals, registers the workload, prints the summary or
+//! tears anything down itself.
+
+use crate::admin;
+use crate::error::RunError;
+use crate::journal::{Journal, Kind};
+use crate::plan::Plan;
+use crate::signals::Signals;
+use crate::summary;
+use crackbox_client::{Client, RegistrationSpec};
+use std::net::IpAddr;
+
+/// What set-up hands the lifecycle: the proxy the workload goes through
+/// and the workload's address as that proxy sees it.
+pub struct Jail {
+    /// The admin API of the workload's proxy.
+    pub admin: Client,
+    /// The workload's source address (registered before it starts).
+    pub source: IpAddr,
+    /// Whether the proxy outlives the run (a shared daemon): the
+    /// registration is then undone at teardown.
+    pub shared: bool,
+}
+
+/// One way to jail a workload: only the steps that differ between backends.
+pub trait Backend {
+    /// What [`Backend::run_workload`] needs of a workload that set-up made ready.
+    type Workload;
+
+    /// Creates the jail up to a proxy that answers its admin API and a
+    /// workload ready to start (never started here), recording every object
+    /// in `journal` before creating it.
+    async fn set_up(&self, journal: &Journal) -> Result<(Jail, Self::Workload), RunError>;
+
+    /// Starts the workload and waits for it; returns its exit code. Dropped
+    /// when a signal arrives, so it must create nothing the journal would miss.
+    async fn run_workload(&self, workload: Self::Workload) -> Result<i32, RunError>;
+}
+
+/// Runs `plan` on `backend`: the exit code for the process, or crackbox's
+/// own failure.
+pub async fn run<B: Backend>(plan: &Plan, backend: &B) -> Result<i32, RunError> {
+    let mut signals = Signals::catch()?;
+    let journal = Journal::default();
+    let set_up = async {
+        let (jail, workload) = backend.set_up(&journal).await?;
+        register(plan, &jail, &journal).await?;
+        Ok::<_, RunError>((jail, workload))
+    };
+    tokio::pin!(set_up);
+    // A signal during set-up stops it at its next step rather than dropping
+    // it mid-request: an object whose create call is in flight is then
+    // recorded and undone, never left behind.
+    let mut interrupted = None;
+    let prepared = loop {
+        tokio::select! {
+            prepared = &mut set_up => break prepared,
+            code = signals.next(), if interrupted.is_none() => {
+                interrupted = Some(code);
+                journal.interrupt();
+            }
+        }
+    };
+    let (outcome, jail) = match (interrupted, prepared) {
+        (Some(code), prepared) => (Ok(code), prepared.ok().map(|(jail, _)| jail)),
+        (None, Err(err)) => (Err(err), None),
+        (None, Ok((jail, workload))) => {
+            let outcome = tokio::select! {
+                outcome = backend.run_workload(workload) => outcome,
+                code = signals.next() => Ok(code),
+            };
+            (outcome, Some(jail))
+        }
+    };
+    tracing::debug!("workload done");
+    if let (Some(jail), false) = (&jail, plan.quiet) {
+        summary::print(&jail.admin, jail.source).await;
+    }
+    journal.undo().await;
+    tracing::debug!("jail removed");
+    outcome
+}
+
+/// Registers the workload's source with the plan's allowlist; returns once
+/// the proxy enforces it. On a shared daemon the registration is recorded
+/// first (one that timed out may still be kept) and forgotten again when
+/// the daemon refused it (undoing it could remove someone else's).
+async fn register(plan: &Plan, jail: &Jail, journal: &Journal) -> Result<(), RunError> {
+    journal.checkpoint()?;
+    let spec = RegistrationSpec::new(jail.source.to_string(), &plan.id, &plan.allow);
+    let entry = match jail.shared {
+        true => Some(journal.record(Kind::Leaf, admin::unregister(jail.admin.clone(), jail.source))?),
+        false => None,
+    };
+    match jail.admin.register(&spec).await {
+        Ok(_) => {
+            tracing::debug!(source = %jail.source, "workload registered");
+            Ok(())
+        }
+        Err(e) => {
+            if let (Some(entry), true) = (entry, e.refused()) {
+                journal.forget(entry);
+            }
+            let step = match jail.shared {
+                true => "registering the workload with the daemon",
+                false => "registering the workload",
+            };
+            Err(admin::failed(step, &e))
+        }
+    }
+}

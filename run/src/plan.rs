@@ -1,0 +1,22 @@
+//! What one run is asked to do, decided before anything exists and the
+//! same for every backend: the names, the allowlist, the command and how it
+//! meets the user's terminal.
+
+/// One run, as every backend sees it.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// Random id naming every object of this run.
+    pub run_id: String,
+    /// Registration id (shown in denials and metrics).
+    pub id: String,
+    /// Normalised allowlist entries.
+    pub allow: Vec<String>,
+    /// The command and its arguments.
+    pub command: Vec<String>,
+    /// Steered interception asked for (no `--no-steer`).
+    pub steer: bool,
+    /// Whether to attach a TTY (crackbox's stdin is one).
+    pub tty: bool,
+    /// Whether to skip the exit summary.
+    pub quiet: bool,
+}

@@ -1,0 +1,54 @@
+//! The `crackbox` executable under test and commands of it cut off from
+//! this machine's configuration.
+
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+/// The `crackbox` executable under test: nextest's `NEXTEST_BIN_EXE_crackbox`,
+/// else `CARGO_BIN_EXE_crackbox`, else `crackbox` in the directory above the
+/// test executable's (cargo builds tests into `target/<profile>/deps`).
+pub fn binary() -> PathBuf {
+    for name in ["NEXTEST_BIN_EXE_crackbox", "CARGO_BIN_EXE_crackbox"] {
+        if let Some(path) = std::env::var_os(name) {
+            return PathBuf::from(path);
+        }
+    }
+    let test = std::env::current_exe().expect("the test executable's path");
+    let deps = test.parent().expect("the test executable's directory");
+    let beside = deps.parent().unwrap_or(deps).join("crackbox");
+    assert!(
+        beside.exists(),
+        "no crackbox binary at {}: build it first",
+        beside.display()
+    );
+    beside
+}
+
+/// Cuts a `crackbox` command off from this machine's configuration: no
+/// inherited `CRACKBOX_*` settings (the io driver choice passes through, so
+/// the suite can run on either driver), no config file, warn-level logs, no
+/// stdin.
+pub fn isolated(command: &mut Command) -> &mut Command {
+    for (name, _) in std::env::vars() {
+        if name.starts_with("CRACKBOX_") && name != "CRACKBOX_IO_DRIVER" {
+            command.env_remove(name);
+        }
+    }
+    command
+        .env("XDG_CONFIG_HOME", "/nonexistent-crackbox-test")
+        .env("HOME", "/nonexistent-crackbox-test")
+        .env("CRACKBOX_LOG", "warn")
+        .stdin(Stdio::null())
+}
+
+/// An isolated `crackbox ARGS` command with `env` added.
+pub fn command<S: AsRef<std::ffi::OsStr>>(args: &[S], env: &[(&str, &str)]) -> Command {
+    let mut command = Command::new(binary());
+    isolated(command.args(args)).envs(env.iter().copied());
+    command
+}
+
+/// Runs an isolated `crackbox ARGS` to completion.
+pub fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
+    command(args, env).output().expect("run crackbox")
+}
