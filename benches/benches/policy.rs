@@ -1,7 +1,12 @@
 //! `match_host` on compiled allowlists of 10 and 1,000 entries: an exact
-//! hit, a subdomain hit and a miss (target in benches/README.md: ≤ 100 ns per lookup).
+//! hit, a subdomain hit and a miss (target in benches/README.md: ≤ 100 ns per lookup); and the
+//! whole decision a front end asks (`policy::decide`: the source looked up
+//! among 1,000 registrations, the label watcher's list loaded through a
+//! per-thread cache as the engine loads it, the host matched) against the
+//! bare lookup and match.
 
-use crackbox_engine::policy::{match_host, Allowlist};
+use crackbox_engine::policy::watch::{Watch, Watched};
+use crackbox_engine::policy::{decide, match_host, Allowlist, Decision, Port, RegistrationSpec, Snapshot, Verdict};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use std::hint::black_box;
 
@@ -36,5 +41,63 @@ fn bench_match_host(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_match_host);
+fn bench_decide(c: &mut Criterion) {
+    let entries: Vec<String> = allowlist(10).entries().iter().map(ToString::to_string).collect();
+    let specs: Vec<RegistrationSpec> = (0..1000u32)
+        .map(|i| {
+            RegistrationSpec::new(
+                format!("10.1.{}.{}", i / 250, i % 250 + 1),
+                format!("box-{i}"),
+                entries.clone(),
+            )
+        })
+        .collect();
+    let snapshot = Snapshot::build(1, &specs).expect("bench registrations are valid");
+    let watched = Watched::default();
+    watched.swap(Watch::build(
+        ["10.9.0.0/16", "fd00:9::/64"],
+        [("10.9.0.7", "docker:bad")],
+    ));
+    let mut cache = watched.cache();
+    let (registered, waiting) = ("10.1.2.100".parse().unwrap(), "10.9.3.3".parse().unwrap());
+    let host = "svc3.example3.com";
+    let mut group = c.benchmark_group("decide");
+    // What the engine did before `decide`: the lookup and the match, the id
+    // cloned for the counters.
+    group.bench_function("lookup-and-match", |b| {
+        b.iter(|| {
+            let registration = snapshot.lookup(black_box(registered));
+            registration
+                .and_then(|r| {
+                    r.allowlist
+                        .matching(black_box(host), 443)
+                        .map(|_| std::sync::Arc::clone(&r.id))
+                })
+                .is_some()
+        })
+    });
+    group.bench_function("decide-registered", |b| {
+        b.iter(|| {
+            matches!(
+                decide(
+                    &snapshot,
+                    cache.load(),
+                    black_box(registered),
+                    black_box(host),
+                    Port::Number(443)
+                ),
+                Decision::Made(Verdict::Allow { .. })
+            )
+        })
+    });
+    group.bench_function("decide-awaiting-registration", |b| {
+        b.iter(|| {
+            decide(&snapshot, cache.load(), black_box(waiting), black_box(host), Port::Any)
+                == Decision::AwaitRegistration
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench_match_host, bench_decide);
 criterion_main!(benches);

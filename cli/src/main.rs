@@ -2,7 +2,7 @@
 //! control plane or `crackbox run`. Nothing else lives here.
 
 use clap::{Parser, Subcommand};
-use crackbox_config::ProxyArgs;
+use crackbox_config::{EngineArgs, ProxyArgs};
 use crackbox_control::state_cmd::StateArgs;
 use crackbox_run::RunArgs;
 use std::process::ExitCode;
@@ -42,7 +42,7 @@ enum ProxyCommand {
     Control(ProxyArgs),
     /// Run the engine alone, connecting to the control plane's socket.
     #[command(hide = true)]
-    Engine(ProxyArgs),
+    Engine(EngineArgs),
 }
 
 fn main() -> ExitCode {
@@ -80,7 +80,7 @@ fn main() -> ExitCode {
 /// `proxy engine`: an engine that never started serving (unusable settings,
 /// a busy listener) exits with `EXIT_START_FAILED` so `proxy serve` does not
 /// restart it; one that stops after serving exits 1 and is restarted.
-fn run_engine(args: &ProxyArgs) -> ExitCode {
+fn run_engine(args: &EngineArgs) -> ExitCode {
     use crackbox_engine::startup::EXIT_START_FAILED;
     let config = match crackbox_config::engine_config(args) {
         Ok(config) => config,
@@ -115,8 +115,8 @@ fn clamp_exit(code: i32) -> u8 {
 /// coloured only when stderr is a terminal and `NO_COLOR` is unset or empty,
 /// or with `CRACKBOX_LOG_FORMAT=json` one JSON object per line (timestamp,
 /// level, target, fields with the message) for log shippers. The engine
-/// child of `proxy serve` inherits the environment and stderr, so it logs
-/// the same way.
+/// child of `proxy serve` inherits these two variables (and no other
+/// `CRACKBOX_*` one) and stderr, so it logs the same way.
 fn init_logging() -> anyhow::Result<()> {
     use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_env("CRACKBOX_LOG")

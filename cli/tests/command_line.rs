@@ -288,7 +288,7 @@ fn io_uring_is_the_default_driver_and_epoll_is_there_on_request() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
-        stderr.contains("CRACKBOX_IO_DRIVER must be io_uring or epoll"),
+        stderr.contains("env CRACKBOX_IO_DRIVER: must be io_uring, epoll or auto"),
         "{stderr}"
     );
 }

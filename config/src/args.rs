@@ -9,7 +9,8 @@ use std::path::PathBuf;
 /// Options shared by `proxy serve`, `proxy control` and `proxy engine`.
 ///
 /// Flags override the environment, which overrides the config file, which
-/// overrides the defaults.
+/// overrides the defaults; every setting of the engine can be given all
+/// three ways.
 #[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
 pub struct ProxyArgs {
     /// TOML config file (must exist). Without it the first existing of
@@ -31,12 +32,12 @@ pub struct ProxyArgs {
     #[arg(long = "transparent", visible_alias = "transparent-listen", value_name = "ADDR")]
     pub transparent_listen: Option<String>,
 
-    /// DNS filter listener, UDP and TCP [[proxy] dns_listen; default off].
+    /// DNS filter listener, UDP and TCP [env CRACKBOX_DNS_LISTEN, [proxy] dns_listen; default off].
     #[arg(long, visible_alias = "dns", value_name = "ADDR")]
     pub dns_listen: Option<String>,
 
-    /// Upstream resolver for the DNS filter [[proxy] dns_upstream; default: first
-    /// nameserver in /etc/resolv.conf].
+    /// Upstream resolver for the DNS filter [env CRACKBOX_DNS_UPSTREAM, [proxy] dns_upstream;
+    /// default: first nameserver in /etc/resolv.conf].
     #[arg(long, value_name = "ADDR")]
     pub dns_upstream: Option<String>,
 
@@ -44,13 +45,18 @@ pub struct ProxyArgs {
     /// filter answer allowed names with IP (no upstream asked); 0.0.0.0 (or ::)
     /// listens on every address and answers each client with the address it
     /// asked on (one crackbox on many jail networks). Repeatable: one IPv4 and
-    /// one IPv6 address [[proxy] steer; default off].
+    /// one IPv6 address [env CRACKBOX_STEER (comma-separated), [proxy] steer; default off].
     #[arg(long = "steer", value_name = "IP")]
     pub steer: Vec<String>,
 
-    /// Engine core threads [[proxy] threads; default: available cores].
+    /// Engine core threads [env CRACKBOX_THREADS, [proxy] threads; default: available cores].
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
+
+    /// Engine io driver: io_uring, epoll, or auto (io_uring with an epoll fallback)
+    /// [env CRACKBOX_IO_DRIVER, [proxy] io_driver; default auto].
+    #[arg(long, value_name = "DRIVER")]
+    pub io_driver: Option<String>,
 
     /// State file for the registry [env CRACKBOX_STATE_PATH, [state] path; default: none,
     /// the registry lives in memory only].
@@ -78,26 +84,49 @@ pub struct ProxyArgs {
     #[arg(long = "docker-network", value_name = "NET")]
     pub docker_networks: Vec<String>,
 
-    /// Unix socket between control and engine [default: a private temporary path for
-    /// `serve`, /run/crackbox/control.sock for `control` and `engine`].
+    /// Unix socket between control and engine [env CRACKBOX_CONTROL_SOCKET, [proxy]
+    /// control_socket; default: a private temporary path for `serve`,
+    /// /run/crackbox/control.sock for `control` and `engine`].
     #[arg(long, value_name = "PATH")]
     pub control_socket: Option<PathBuf>,
 
-    /// Concurrent connections one source may hold [[limits] max_connections_per_source;
-    /// default 1024].
+    /// Concurrent connections one source may hold [env CRACKBOX_MAX_CONNECTIONS_PER_SOURCE,
+    /// [limits] max_connections_per_source; default 1024].
     #[arg(long, value_name = "N")]
     pub max_connections_per_source: Option<usize>,
 
-    /// Concurrent client connections in total [[limits] max_connections_total; default 16000].
+    /// Concurrent client connections in total [env CRACKBOX_MAX_CONNECTIONS_TOTAL,
+    /// [limits] max_connections_total; default 16000].
     #[arg(long, value_name = "N")]
     pub max_connections_total: Option<usize>,
 
-    /// Close a tunnel idle this long, 0 never [[limits] tunnel_idle_timeout; default 3600].
+    /// Close a tunnel idle this long, 0 never [env CRACKBOX_TUNNEL_IDLE_TIMEOUT,
+    /// [limits] tunnel_idle_timeout; default 3600].
     #[arg(long, value_name = "SECS")]
     pub tunnel_idle_timeout: Option<u64>,
 
     /// Denials logged per second per source; counters stay exact
-    /// [[limits] denial_logs_per_second; default 5].
+    /// [env CRACKBOX_DENIAL_LOGS_PER_SECOND, [limits] denial_logs_per_second; default 5].
     #[arg(long, value_name = "N")]
     pub denial_logs_per_second: Option<u32>,
+
+    /// With --docker: how long a new connection or DNS query from an unregistered address
+    /// in a watched network waits for its registration, 0 never, at most 10000
+    /// [env CRACKBOX_REGISTRATION_HOLD_MS, [docker] registration_hold_ms; default 1500].
+    #[arg(long, value_name = "MS")]
+    pub registration_hold_ms: Option<u64>,
+}
+
+/// `proxy engine`: the shared flags, or the settings `proxy serve` resolved
+/// for its engine child.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct EngineArgs {
+    /// The settings, resolved as for every daemon.
+    #[command(flatten)]
+    pub proxy: ProxyArgs,
+
+    /// Read the resolved settings from stdin, one JSON document (how `proxy serve`
+    /// starts its engine); no other flag may be given.
+    #[arg(long, hide = true, exclusive = true)]
+    pub settings_stdin: bool,
 }

@@ -42,11 +42,13 @@ impl ProxyArgs {
             dns_upstream,
             steer,
             threads,
+            io_driver,
             state,
             allow_private_destinations,
             register,
             docker,
             docker_networks,
+            registration_hold_ms,
             control_socket,
             max_connections_per_source,
             max_connections_total,
@@ -70,6 +72,7 @@ impl ProxyArgs {
             value("steer", Some(ip.clone()));
         }
         value("threads", threads.map(|n| n.to_string()));
+        value("io-driver", io_driver.clone());
         value("state", path(state));
         for seed in register {
             value("register", Some(seed.clone()));
@@ -77,6 +80,7 @@ impl ProxyArgs {
         for network in docker_networks {
             value("docker-network", Some(network.clone()));
         }
+        value("registration-hold-ms", registration_hold_ms.map(|n| n.to_string()));
         value("control-socket", path(control_socket));
         value(
             "max-connections-per-source",
@@ -135,11 +139,13 @@ mod tests {
                 dns_upstream: Some("10.0.0.1:53".into()),
                 steer: vec!["10.0.0.2".into(), "fd00::2".into()],
                 threads: Some(3),
+                io_driver: Some("epoll".into()),
                 state: Some("/var/lib/cb/state.json".into()),
                 allow_private_destinations: true,
                 register: vec!["10.0.0.3=a:x.test,y.test".into(), "10.0.0.4=b:".into()],
                 docker: true,
                 docker_networks: vec!["net-a".into(), "net-b".into()],
+                registration_hold_ms: Some(4000),
                 control_socket: Some("/run/cb.sock".into()),
                 max_connections_per_source: Some(7),
                 max_connections_total: Some(70),

@@ -40,6 +40,10 @@ pub struct ProxySection {
     pub steer: Option<Vec<String>>,
     /// Engine core threads.
     pub threads: Option<usize>,
+    /// The engine's io driver: `auto`, `io_uring` or `epoll`.
+    pub io_driver: Option<String>,
+    /// Unix socket between control and engine.
+    pub control_socket: Option<PathBuf>,
 }
 
 /// `[admin]` keys.
@@ -74,6 +78,10 @@ pub struct DockerSection {
     pub enabled: Option<bool>,
     /// Networks to watch when crackbox runs on the host (not in a container).
     pub networks: Option<Vec<String>>,
+    /// How long, in milliseconds, a new connection or DNS query from an
+    /// unregistered address inside a watched network waits for its
+    /// registration; 0 never waits.
+    pub registration_hold_ms: Option<u64>,
 }
 
 /// `[limits]` keys, as in `crackbox_engine::config::Limits`.
@@ -183,6 +191,8 @@ mod tests {
             dns_upstream = "127.0.0.1:53"
             steer = ["10.213.0.1", "fd00::1"]
             threads = 2
+            io_driver = "epoll"
+            control_socket = "/run/crackbox/control.sock"
             [admin]
             secret = "s"
             [state]
@@ -194,6 +204,10 @@ mod tests {
             max_connections_total = 100
             tunnel_idle_timeout = 0
             denial_logs_per_second = 1
+            [docker]
+            enabled = true
+            networks = ["agents"]
+            registration_hold_ms = 500
         "#;
         let config = parse(text).unwrap();
         assert_eq!(config.proxy.transparent_listen.as_deref(), Some(""));
@@ -201,6 +215,8 @@ mod tests {
         assert_eq!(config.proxy.steer.map(|s| s.len()), Some(2));
         assert_eq!(config.limits.tunnel_idle_timeout, Some(0));
         assert_eq!(config.policy.allow_private_destinations, Some(true));
+        assert_eq!(config.proxy.io_driver.as_deref(), Some("epoll"));
+        assert_eq!(config.docker.registration_hold_ms, Some(500));
     }
 
     #[test]

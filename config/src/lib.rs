@@ -2,20 +2,24 @@
 //! the TOML config file, and their resolution (flags > env > TOML file >
 //! defaults) into one typed [`Settings`].
 //!
-//! Every setting is resolved once at start into [`Settings`]. Each address is
-//! validated there with a message naming where it came from (flag, env var or
-//! `file: key`), so a bad value never surfaces later as a bind error.
+//! Every setting is resolved once at start into [`Settings`], by
+//! [`Settings::resolve`] alone. Each value is validated there with a message
+//! naming where it came from (flag, env var or `file: key`), so a bad value
+//! never surfaces later as a bind error. The engine child of `proxy serve`
+//! gets its part of them as data ([`handoff`]), never by resolving again.
 
 #![warn(missing_docs)]
 
 mod args;
 mod command_line;
 mod file;
+pub mod handoff;
+mod layers;
 mod origin;
 mod settings;
 mod steer;
 
-pub use args::ProxyArgs;
+pub use args::{EngineArgs, ProxyArgs};
 pub use command_line::CommandLineError;
 pub use file::{search_path, FileConfig};
 pub use origin::Origin;
@@ -51,6 +55,9 @@ pub enum ConfigError {
         /// What is wrong with it.
         message: String,
     },
+    /// The settings document `proxy serve` hands its engine child is unusable.
+    #[error("the settings handed to the engine on stdin are unusable: {0}")]
+    Handoff(String),
     /// The admin API would be reachable from other hosts without a secret.
     #[error(
         "refusing to serve the admin API on {addr} without a secret: set CRACKBOX_ADMIN_SECRET \
@@ -63,10 +70,14 @@ pub enum ConfigError {
     },
 }
 
-/// Resolves the engine's settings for `crackbox proxy engine` from the
-/// process's flags, environment and config file.
-pub fn engine_config(args: &ProxyArgs) -> Result<EngineConfig, ConfigError> {
-    let settings = Settings::from_process(args)?;
+/// The settings of `crackbox proxy engine`: the document `proxy serve` wrote
+/// to its stdin, or (run on its own, for split deployments) resolved from
+/// the process's flags, environment and config file like every daemon's.
+pub fn engine_config(args: &EngineArgs) -> Result<EngineConfig, ConfigError> {
+    if args.settings_stdin {
+        return handoff::read(std::io::stdin().lock());
+    }
+    let settings = Settings::from_process(&args.proxy)?;
     let socket = settings
         .control_socket
         .clone()

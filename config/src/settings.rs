@@ -1,12 +1,15 @@
-//! Resolving flags, env, config file and defaults into one [`Settings`].
+//! Resolving flags, env, config file and defaults into one [`Settings`]:
+//! every setting looked up by the same rules (`layers`), every value checked
+//! with an error naming where it came from.
 
-use super::file::{self, FileConfig};
+use super::file::{self, FileConfig, LimitsSection};
+use super::layers::{boolean, list, number, text, within, Given, Key, Sources};
 use super::{ConfigError, Origin, ProxyArgs};
-use crackbox_engine::config::{EngineConfig, Limits};
+use crackbox_engine::config::resolv_conf::first_nameserver;
+use crackbox_engine::config::{EngineConfig, IoDriver, Limits, DEFAULT_REGISTRATION_HOLD};
 use crackbox_engine::policy::RegistrationSpec;
-use std::ffi::OsString;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Control socket of `proxy control` and `proxy engine` when none is given.
@@ -15,6 +18,38 @@ pub const DEFAULT_CONTROL_SOCKET: &str = "/run/crackbox/control.sock";
 const DEFAULT_LISTEN: &str = "0.0.0.0:3128";
 const DEFAULT_ADMIN: &str = "127.0.0.1:3129";
 const DEFAULT_TRANSPARENT: &str = "0.0.0.0:3127";
+/// Longest registration hold accepted, in milliseconds: a client waiting
+/// longer for its first answer has given up.
+const MAX_REGISTRATION_HOLD_MS: u64 = 10_000;
+/// Where the DNS filter's default upstream is read.
+const RESOLV_CONF: &str = "/etc/resolv.conf";
+
+/// Declares where each setting can be given (flag, variable, config key).
+macro_rules! keys {
+    ($($name:ident = $flag:literal, $env:literal, $file:literal;)*) => {
+        $(const $name: Key = Key { flag: $flag, env: $env, file: $file };)*
+    };
+}
+
+keys! {
+    LISTEN = "--listen", "CRACKBOX_PROXY_ADDR", "proxy.listen";
+    ADMIN = "--admin", "CRACKBOX_ADMIN_ADDR", "proxy.admin_listen";
+    TRANSPARENT = "--transparent", "CRACKBOX_TRANSPARENT_ADDR", "proxy.transparent_listen";
+    DNS_LISTEN = "--dns-listen", "CRACKBOX_DNS_LISTEN", "proxy.dns_listen";
+    DNS_UPSTREAM = "--dns-upstream", "CRACKBOX_DNS_UPSTREAM", "proxy.dns_upstream";
+    STEER = "--steer", "CRACKBOX_STEER", "proxy.steer";
+    THREADS = "--threads", "CRACKBOX_THREADS", "proxy.threads";
+    IO_DRIVER = "--io-driver", "CRACKBOX_IO_DRIVER", "proxy.io_driver";
+    CONTROL_SOCKET = "--control-socket", "CRACKBOX_CONTROL_SOCKET", "proxy.control_socket";
+    SECRET = "", "CRACKBOX_ADMIN_SECRET", "admin.secret";
+    STATE = "--state", "CRACKBOX_STATE_PATH", "state.path";
+    PRIVATE = "--allow-private-destinations", "CRACKBOX_ALLOW_PRIVATE_DESTINATIONS", "policy.allow_private_destinations";
+    PER_SOURCE = "--max-connections-per-source", "CRACKBOX_MAX_CONNECTIONS_PER_SOURCE", "limits.max_connections_per_source";
+    TOTAL = "--max-connections-total", "CRACKBOX_MAX_CONNECTIONS_TOTAL", "limits.max_connections_total";
+    IDLE = "--tunnel-idle-timeout", "CRACKBOX_TUNNEL_IDLE_TIMEOUT", "limits.tunnel_idle_timeout";
+    DENIAL_LOGS = "--denial-logs-per-second", "CRACKBOX_DENIAL_LOGS_PER_SECOND", "limits.denial_logs_per_second";
+    HOLD = "--registration-hold-ms", "CRACKBOX_REGISTRATION_HOLD_MS", "docker.registration_hold_ms";
+}
 
 /// Every setting, resolved and validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,12 +65,15 @@ pub struct Settings {
     pub transparent_listen: Option<SocketAddr>,
     /// DNS filter listener; `None` disables.
     pub dns_listen: Option<SocketAddr>,
-    /// DNS filter upstream; `None` reads /etc/resolv.conf.
+    /// DNS filter upstream: as given, else (with a DNS filter that does not
+    /// steer) the first nameserver of /etc/resolv.conf, read here.
     pub dns_upstream: Option<SocketAddr>,
     /// Steered interception addresses (ports 80 and 443 of each).
     pub steer: Vec<IpAddr>,
     /// Engine core threads.
     pub threads: usize,
+    /// The io driver of the engine's core threads.
+    pub io_driver: IoDriver,
     /// Let allowed names resolve to private addresses.
     pub allow_private_destinations: bool,
     /// Bearer secret for admin mutations.
@@ -48,10 +86,15 @@ pub struct Settings {
     pub control_socket: Option<PathBuf>,
     /// Engine resource limits.
     pub limits: Limits,
+    /// How long a connection or DNS query from a source the Docker label
+    /// watcher may be about to register waits for it.
+    pub registration_hold: Duration,
     /// The Docker label watcher; `None` when off.
     pub docker: Option<DockerWatch>,
     /// The config file that was read, if any.
     pub config_file: Option<PathBuf>,
+    /// Where each setting not left at its default came from.
+    pub origins: Vec<Origin>,
 }
 
 /// Settings of the Docker label watcher.
@@ -67,68 +110,61 @@ impl Settings {
         Settings::resolve(args, &|name| std::env::var(name).ok())
     }
 
-    /// Resolves settings with `env` standing in for the environment.
+    /// Resolves every setting with `env` standing in for the environment:
+    /// flags, then environment variables, then the config file (`--config`,
+    /// else the first of the search path), then defaults.
     pub fn resolve(args: &ProxyArgs, env: &dyn Fn(&str) -> Option<String>) -> Result<Settings, ConfigError> {
         let loaded = file::load(args.config.as_deref(), env)?;
         let (path, config) = match loaded {
             Some((path, config)) => (Some(path), config),
             None => (None, FileConfig::default()),
         };
-        let layers = Layers {
-            env,
-            path: path.as_ref(),
-        };
+        let mut sources = Sources::new(env, path.as_deref());
         let p = &config.proxy;
-        let listen = layers
-            .address(
-                "--listen",
-                &args.listen,
-                Some("CRACKBOX_PROXY_ADDR"),
-                "proxy.listen",
-                &p.listen,
-            )
-            .required(DEFAULT_LISTEN)?;
-        let admin = layers.address(
-            "--admin",
-            &args.admin_listen,
-            Some("CRACKBOX_ADMIN_ADDR"),
-            "proxy.admin_listen",
-            &p.admin_listen,
-        );
-        let admin_host_less = admin.host_less();
-        let admin_listen = admin.required(DEFAULT_ADMIN)?;
-        let transparent_listen = layers
-            .address(
-                "--transparent",
-                &args.transparent_listen,
-                Some("CRACKBOX_TRANSPARENT_ADDR"),
-                "proxy.transparent_listen",
-                &p.transparent_listen,
-            )
-            .optional(Some(DEFAULT_TRANSPARENT))?;
-        let dns_listen = layers
-            .address(
-                "--dns-listen",
-                &args.dns_listen,
-                None,
-                "proxy.dns_listen",
-                &p.dns_listen,
-            )
-            .optional(None)?;
-        let dns_upstream = layers
-            .address(
-                "--dns-upstream",
-                &args.dns_upstream,
-                None,
-                "proxy.dns_upstream",
-                &p.dns_upstream,
-            )
-            .optional(None)?;
-        let steer = super::steer::resolve(&args.steer, p.steer.as_deref(), path.as_ref())?;
-        let threads = resolve_threads(args, &config, path.as_ref())?;
-        let allow_private_destinations = resolve_allow_private(args, &config, env)?;
-        let admin_secret = env("CRACKBOX_ADMIN_SECRET")
-            .or_else(|| config.admin.secret.clone())
+        let listen = sources.pick(LISTEN, args.listen.clone(), p.listen.clone(), text)?;
+        let listen = required_address(listen, DEFAULT_LISTEN)?;
+        let admin = sources.pick(ADMIN, args.admin_listen.clone(), p.admin_listen.clone(), text)?;
+        let admin_host_less = admin.as_ref().is_some_and(|given| given.value.starts_with(':'));
+        let admin_listen = required_address(admin, DEFAULT_ADMIN)?;
+        let transparent = sources.pick(
+            TRANSPARENT,
+            args.transparent_listen.clone(),
+            p.transparent_listen.clone(),
+            text,
+        )?;
+        let transparent_listen = optional_address(transparent, Some(DEFAULT_TRANSPARENT))?;
+        let dns_listen = sources.pick(DNS_LISTEN, args.dns_listen.clone(), p.dns_listen.clone(), text)?;
+        let dns_listen = optional_address(dns_listen, None)?;
+        let dns_upstream = sources.pick(DNS_UPSTREAM, args.dns_upstream.clone(), p.dns_upstream.clone(), text)?;
+        let dns_upstream = optional_address(dns_upstream, None)?;
+        let steer = sources.pick(STEER, non_empty(&args.steer), p.steer.clone(), list)?;
+        let steer = steer.map(super::steer::addresses).transpose()?.unwrap_or_default();
+        let dns_upstream = match (dns_listen, &steer[..], dns_upstream) {
+            (Some(_), [], None) => Some(system_upstream()?),
+            (_, _, given) => given,
+        };
+        let threads = sources.pick(THREADS, args.threads, p.threads, number)?;
+        let threads = match threads {
+            Some(given) => given.check(within(1..=usize::MAX))?,
+            None => std::thread::available_parallelism().map_or(1, usize::from),
+        };
+        let io_driver = sources.pick(IO_DRIVER, args.io_driver.clone(), p.io_driver.clone(), text)?;
+        let io_driver = io_driver
+            .map(|given| given.check(|name| IoDriver::parse(&name).map_err(|e| e.to_string())))
+            .transpose()?
+            .unwrap_or(IoDriver::Auto);
+        let control_socket = sources.pick(
+            CONTROL_SOCKET,
+            args.control_socket.clone().map(given_path),
+            p.control_socket.clone().map(given_path),
+            path_of,
+        )?;
+        let private = args.allow_private_destinations.then_some(true);
+        let private = sources.pick(PRIVATE, private, config.policy.allow_private_destinations, boolean)?;
+        let allow_private_destinations = private.is_some_and(|given| given.value);
+        let admin_secret = sources
+            .pick(SECRET, None, config.admin.secret.clone(), text)?
+            .map(|given| given.value)
             .filter(|secret| !secret.is_empty());
         // `--admin :PORT`, the documented form, names no interface: without
         // a secret it can only mean loopback, never every interface.
@@ -138,17 +174,28 @@ impl Settings {
         } else {
             admin_listen
         };
-        let state_path = args
-            .state
-            .clone()
-            .or_else(|| env("CRACKBOX_STATE_PATH").filter(|v| !v.is_empty()).map(PathBuf::from))
-            .or_else(|| config.state.path.clone());
+        let state_path = sources.pick(
+            STATE,
+            args.state.clone().map(given_path),
+            config.state.path.clone().map(given_path),
+            path_of,
+        )?;
+        let limits = resolve_limits(&mut sources, args, &config.limits)?;
+        let hold = sources.pick(
+            HOLD,
+            args.registration_hold_ms,
+            config.docker.registration_hold_ms,
+            number,
+        )?;
+        let registration_hold = match hold {
+            Some(given) => Duration::from_millis(given.check(within(0..=MAX_REGISTRATION_HOLD_MS))?),
+            None => DEFAULT_REGISTRATION_HOLD,
+        };
         let seeds = args
             .register
             .iter()
             .map(|raw| parse_seed(raw))
             .collect::<Result<_, _>>()?;
-        let limits = resolve_limits(args, &config, path.as_ref())?;
         Ok(Settings {
             listen,
             admin_listen,
@@ -158,13 +205,16 @@ impl Settings {
             dns_upstream,
             steer,
             threads,
+            io_driver,
             allow_private_destinations,
             admin_secret,
-            state_path,
+            state_path: state_path.and_then(|given| given.value),
             seeds,
-            control_socket: args.control_socket.clone(),
+            control_socket: control_socket.and_then(|given| given.value),
             limits,
+            registration_hold,
             docker: resolve_docker(args, &config),
+            origins: sources.origins(),
             config_file: path,
         })
     }
@@ -187,7 +237,15 @@ impl Settings {
         Ok(())
     }
 
-    /// The engine's settings, with the admin listener as a guarded own address.
+    /// Where the settings not left at their defaults came from, for the
+    /// start-up log: `flag --listen, env CRACKBOX_THREADS, FILE: proxy.steer`.
+    pub fn origins_text(&self) -> String {
+        let origins: Vec<String> = self.origins.iter().map(Origin::to_string).collect();
+        origins.join(", ")
+    }
+
+    /// Every setting of the engine, with the admin listener as a guarded
+    /// own address.
     pub fn engine_config(&self, control_socket: PathBuf) -> EngineConfig {
         EngineConfig {
             listen: self.listen,
@@ -196,107 +254,107 @@ impl Settings {
             dns_upstream: self.dns_upstream,
             steer: self.steer.clone(),
             threads: self.threads,
+            io_driver: self.io_driver,
             allow_private_destinations: self.allow_private_destinations,
             other_own_addresses: vec![self.admin_listen],
             control_socket,
             limits: self.limits,
+            registration_hold: self.registration_hold,
         }
-    }
-
-    /// `proxy engine` arguments that reproduce these settings exactly, so the
-    /// engine child does not depend on the environment or config of the moment.
-    pub fn engine_args(&self, control_socket: &std::path::Path) -> Vec<OsString> {
-        let mut args: Vec<OsString> = vec!["proxy".into(), "engine".into()];
-        let mut flag = |name: &str, value: String| {
-            args.push(name.into());
-            args.push(value.into());
-        };
-        let optional = |addr: Option<SocketAddr>| addr.map(|a| a.to_string()).unwrap_or_default();
-        flag("--listen", self.listen.to_string());
-        flag("--admin", self.admin_listen.to_string());
-        flag("--transparent", optional(self.transparent_listen));
-        flag("--dns-listen", optional(self.dns_listen));
-        flag("--dns-upstream", optional(self.dns_upstream));
-        for ip in &self.steer {
-            flag("--steer", ip.to_string());
-        }
-        flag("--threads", self.threads.to_string());
-        let limits = self.limits;
-        flag(
-            "--max-connections-per-source",
-            limits.max_connections_per_source.to_string(),
-        );
-        flag("--max-connections-total", limits.max_connections_total.to_string());
-        let idle = limits.tunnel_idle_timeout.map_or(0, |d| d.as_secs());
-        flag("--tunnel-idle-timeout", idle.to_string());
-        flag("--denial-logs-per-second", limits.denial_logs_per_second.to_string());
-        args.push("--control-socket".into());
-        args.push(control_socket.into());
-        if self.allow_private_destinations {
-            args.push("--allow-private-destinations".into());
-        }
-        args
     }
 }
 
-/// The flag, env and file layers of one address setting.
-struct Layers<'a> {
-    env: &'a dyn Fn(&str) -> Option<String>,
-    path: Option<&'a PathBuf>,
+/// The engine's limits, each looked up and checked like every setting.
+fn resolve_limits(sources: &mut Sources<'_>, args: &ProxyArgs, file: &LimitsSection) -> Result<Limits, ConfigError> {
+    let defaults = Limits::default();
+    let per_source = sources.pick(
+        PER_SOURCE,
+        args.max_connections_per_source,
+        file.max_connections_per_source,
+        number,
+    )?;
+    let total = sources.pick(TOTAL, args.max_connections_total, file.max_connections_total, number)?;
+    let idle = sources.pick(IDLE, args.tunnel_idle_timeout, file.tunnel_idle_timeout, number)?;
+    let denial_logs = sources.pick(
+        DENIAL_LOGS,
+        args.denial_logs_per_second,
+        file.denial_logs_per_second,
+        number,
+    )?;
+    Ok(Limits {
+        max_connections_per_source: checked(per_source, within(1..=usize::MAX), defaults.max_connections_per_source)?,
+        max_connections_total: checked(total, within(1..=usize::MAX), defaults.max_connections_total)?,
+        tunnel_idle_timeout: match idle {
+            Some(Given { value: 0, .. }) => None,
+            Some(Given { value, .. }) => Some(Duration::from_secs(value)),
+            None => defaults.tunnel_idle_timeout,
+        },
+        denial_logs_per_second: denial_logs.map_or(defaults.denial_logs_per_second, |given| given.value),
+    })
 }
 
-/// The highest-precedence value given for one address setting.
-struct Picked(Option<(Origin, String)>);
-
-impl Layers<'_> {
-    fn address(
-        &self,
-        flag: &'static str,
-        flag_value: &Option<String>,
-        env_name: Option<&'static str>,
-        key: &'static str,
-        file_value: &Option<String>,
-    ) -> Picked {
-        let from_flag = flag_value.clone().map(|v| (Origin::Flag(flag), v));
-        let from_env = || env_name.and_then(|name| (self.env)(name).map(|v| (Origin::Env(name), v)));
-        let from_file = || {
-            let path = self.path?;
-            file_value.clone().map(|v| (Origin::File(path.clone(), key), v))
-        };
-        Picked(from_flag.or_else(from_env).or_else(from_file))
-    }
+/// `values`, or `None` when there are none (a repeatable flag not given).
+fn non_empty(values: &[String]) -> Option<Vec<String>> {
+    (!values.is_empty()).then(|| values.to_vec())
 }
 
-impl Picked {
-    /// The value is `:PORT`, naming no host.
-    fn host_less(&self) -> bool {
-        self.0.as_ref().is_some_and(|(_, value)| value.starts_with(':'))
-    }
+/// An environment value that names a path; empty is none.
+fn path_of(value: &str) -> Result<Option<PathBuf>, String> {
+    Ok(given_path(PathBuf::from(value)))
+}
 
-    /// An address that must be set; "" is an error.
-    fn required(self, default: &str) -> Result<SocketAddr, ConfigError> {
-        let (origin, value) = self.0.unwrap_or((Origin::Default, default.to_string()));
-        if value.is_empty() {
-            return Err(ConfigError::Invalid {
-                origin,
-                message: "must not be empty".into(),
-            });
-        }
-        parse_addr(&value).map_err(|message| ConfigError::Invalid { origin, message })
-    }
+/// A path given as a flag or in the file; empty is none.
+fn given_path(path: PathBuf) -> Option<PathBuf> {
+    (!path.as_os_str().is_empty()).then_some(path)
+}
 
-    /// An address that may be disabled with "".
-    fn optional(self, default: Option<&str>) -> Result<Option<SocketAddr>, ConfigError> {
-        let Some((origin, value)) = self.0.or_else(|| default.map(|d| (Origin::Default, d.to_string()))) else {
-            return Ok(None);
-        };
-        if value.is_empty() {
-            return Ok(None);
-        }
-        parse_addr(&value)
-            .map(Some)
-            .map_err(|message| ConfigError::Invalid { origin, message })
-    }
+/// The checked value given, or `default`.
+fn checked<T>(
+    given: Option<Given<T>>,
+    check: impl FnOnce(T) -> Result<T, String>,
+    default: T,
+) -> Result<T, ConfigError> {
+    given.map_or(Ok(default), |given| given.check(check))
+}
+
+/// An address that must be set; "" is an error.
+fn required_address(given: Option<Given<String>>, default: &str) -> Result<SocketAddr, ConfigError> {
+    let given = given.unwrap_or(Given {
+        origin: Origin::Default,
+        value: default.to_owned(),
+    });
+    given.check(|value| match value.as_str() {
+        "" => Err("must not be empty".into()),
+        value => parse_addr(value),
+    })
+}
+
+/// An address that may be disabled with "".
+fn optional_address(given: Option<Given<String>>, default: Option<&str>) -> Result<Option<SocketAddr>, ConfigError> {
+    let given = given.or_else(|| {
+        default.map(|value| Given {
+            origin: Origin::Default,
+            value: value.to_owned(),
+        })
+    });
+    let Some(given) = given else {
+        return Ok(None);
+    };
+    given.check(|value| match value.as_str() {
+        "" => Ok(None),
+        value => parse_addr(value).map(Some),
+    })
+}
+
+/// The DNS filter's upstream when none is given: the first nameserver of
+/// /etc/resolv.conf, read once here, so a restarted engine asks the same one.
+fn system_upstream() -> Result<SocketAddr, ConfigError> {
+    let invalid = |message: String| ConfigError::Invalid {
+        origin: Origin::File(PathBuf::from(RESOLV_CONF), "nameserver"),
+        message: format!("{message} (the DNS filter's default upstream; give --dns-upstream)"),
+    };
+    let text = std::fs::read_to_string(Path::new(RESOLV_CONF)).map_err(|err| invalid(err.to_string()))?;
+    first_nameserver(&text).ok_or_else(|| invalid("no usable nameserver line".into()))
 }
 
 /// Parses `IP:PORT`, `[IPv6]:PORT` or `:PORT` (all IPv4 interfaces); port 0 is refused.
@@ -323,86 +381,6 @@ fn resolve_docker(args: &ProxyArgs, config: &FileConfig) -> Option<DockerWatch> 
     };
     let enabled = args.docker || !args.docker_networks.is_empty() || config.docker.enabled.unwrap_or(false);
     enabled.then_some(DockerWatch { networks })
-}
-
-fn resolve_threads(args: &ProxyArgs, config: &FileConfig, path: Option<&PathBuf>) -> Result<usize, ConfigError> {
-    let (origin, threads) = match (args.threads, config.proxy.threads, path) {
-        (Some(n), _, _) => (Origin::Flag("--threads"), n),
-        (None, Some(n), Some(path)) => (Origin::File(path.clone(), "proxy.threads"), n),
-        _ => return Ok(std::thread::available_parallelism().map_or(1, usize::from)),
-    };
-    if threads == 0 {
-        return Err(ConfigError::Invalid {
-            origin,
-            message: "threads must be at least 1".into(),
-        });
-    }
-    Ok(threads)
-}
-
-fn resolve_allow_private(
-    args: &ProxyArgs,
-    config: &FileConfig,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<bool, ConfigError> {
-    if args.allow_private_destinations {
-        return Ok(true);
-    }
-    const NAME: &str = "CRACKBOX_ALLOW_PRIVATE_DESTINATIONS";
-    match env(NAME).as_deref() {
-        Some("1" | "true" | "yes") => Ok(true),
-        Some("0" | "false" | "no" | "") => Ok(false),
-        Some(other) => Err(ConfigError::Invalid {
-            origin: Origin::Env(NAME),
-            message: format!("{other:?} is not a boolean (use 1 or 0)"),
-        }),
-        None => Ok(config.policy.allow_private_destinations.unwrap_or(false)),
-    }
-}
-
-fn resolve_limits(args: &ProxyArgs, config: &FileConfig, path: Option<&PathBuf>) -> Result<Limits, ConfigError> {
-    let defaults = Limits::default();
-    let file = &config.limits;
-    let positive = |flag: &'static str, key: &'static str, arg: Option<usize>, from_file: Option<usize>, default| {
-        let (origin, value) = match (arg, from_file, path) {
-            (Some(v), _, _) => (Origin::Flag(flag), v),
-            (None, Some(v), Some(path)) => (Origin::File(path.clone(), key), v),
-            _ => return Ok(default),
-        };
-        if value == 0 {
-            return Err(ConfigError::Invalid {
-                origin,
-                message: "must be at least 1".into(),
-            });
-        }
-        Ok(value)
-    };
-    let idle = args.tunnel_idle_timeout.or(file.tunnel_idle_timeout);
-    Ok(Limits {
-        max_connections_per_source: positive(
-            "--max-connections-per-source",
-            "limits.max_connections_per_source",
-            args.max_connections_per_source,
-            file.max_connections_per_source,
-            defaults.max_connections_per_source,
-        )?,
-        max_connections_total: positive(
-            "--max-connections-total",
-            "limits.max_connections_total",
-            args.max_connections_total,
-            file.max_connections_total,
-            defaults.max_connections_total,
-        )?,
-        tunnel_idle_timeout: match idle {
-            Some(0) => None,
-            Some(secs) => Some(Duration::from_secs(secs)),
-            None => defaults.tunnel_idle_timeout,
-        },
-        denial_logs_per_second: args
-            .denial_logs_per_second
-            .or(file.denial_logs_per_second)
-            .unwrap_or(defaults.denial_logs_per_second),
-    })
 }
 
 /// Parses one `--register IP=ID:host1,host2` value.

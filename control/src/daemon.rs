@@ -5,7 +5,7 @@ use crate::publisher::{self, EngineLink};
 use crate::registry::Registry;
 use crate::supervisor::Supervisor;
 use anyhow::Context;
-use crackbox_config::{ProxyArgs, Settings, DEFAULT_CONTROL_SOCKET};
+use crackbox_config::{handoff, ProxyArgs, Settings, DEFAULT_CONTROL_SOCKET};
 use crackbox_engine::startup::{check_engine_listeners, ListenError, Listener};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -47,11 +47,10 @@ async fn run_async(settings: Settings, mode: Mode) -> anyhow::Result<()> {
             (dir.path().join("control.sock"), Some(dir))
         }
     };
+    let engine = settings.engine_config(socket.clone());
     if mode == Mode::Serve {
-        // Before anything is spawned: a busy port or an unknown io driver is
-        // this process's one-line error.
-        crackbox_engine::config::IoDriver::from_env()?;
-        check_engine_listeners(&settings.engine_config(socket.clone()))?;
+        // Before anything is spawned: a busy port is this process's one-line error.
+        check_engine_listeners(&engine)?;
     }
     let registry = Arc::new(Registry::load(settings.state_path.clone(), settings.seeds.clone()));
     let link = Arc::new(EngineLink::default());
@@ -65,6 +64,7 @@ async fn run_async(settings: Settings, mode: Mode) -> anyhow::Result<()> {
         registrations = registry.current().entries.len(),
         state = ?settings.state_path,
         config = ?settings.config_file,
+        from = %settings.origins_text(),
         auth = settings.admin_secret.is_some(),
         "control plane listening"
     );
@@ -81,7 +81,9 @@ async fn run_async(settings: Settings, mode: Mode) -> anyhow::Result<()> {
     let supervisor = match mode {
         Mode::Serve => {
             let program = std::env::current_exe().context("cannot find the crackbox executable")?;
-            Some(Supervisor::start(program, settings.engine_args(&socket)).context("cannot start the engine")?)
+            let args = handoff::ENGINE_CHILD_ARGS.map(Into::into).to_vec();
+            let supervisor = Supervisor::start(program, args, handoff::document(&engine)?);
+            Some(supervisor.context("cannot start the engine")?)
         }
         Mode::Control => None,
     };

@@ -1,5 +1,11 @@
 //! The engine child of `proxy serve`: started, restarted with backoff, stopped.
 //!
+//! Every (re)start gets the same settings document on its stdin (see
+//! `crackbox_config::handoff`) and an environment without any `CRACKBOX_*`
+//! variable but the two the logger reads before anything else
+//! (`CRACKBOX_LOG`, `CRACKBOX_LOG_FORMAT`): the child enforces what control
+//! resolved at start, never what a config file or variable says later.
+//!
 //! An engine that exits with `EXIT_START_FAILED` never started serving (a
 //! busy listener, unusable settings): restarting it cannot help, so the
 //! supervisor stops and reports it, and `serve` exits non-zero. Any other exit
@@ -13,7 +19,7 @@ use crackbox_engine::startup::EXIT_START_FAILED;
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -27,16 +33,10 @@ const HEALTHY_RUN: Duration = Duration::from_secs(10);
 /// How long a stopping child gets after SIGTERM before SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(3);
 
-/// Environment variables the child must not inherit: every setting reaches
-/// it as an explicit flag, and it never needs the admin secret.
-const SCRUBBED_ENV: [&str; 6] = [
-    "CRACKBOX_PROXY_ADDR",
-    "CRACKBOX_ADMIN_ADDR",
-    "CRACKBOX_TRANSPARENT_ADDR",
-    "CRACKBOX_ADMIN_SECRET",
-    "CRACKBOX_STATE_PATH",
-    "CRACKBOX_ALLOW_PRIVATE_DESTINATIONS",
-];
+/// The only `CRACKBOX_*` variables the child inherits: the logger's, read
+/// before any setting. Every setting reaches it in its settings document,
+/// and it never needs the admin secret.
+const INHERITED_ENV: [&str; 2] = ["CRACKBOX_LOG", "CRACKBOX_LOG_FORMAT"];
 
 #[derive(Debug, Default)]
 struct Shared {
@@ -53,14 +53,16 @@ pub struct Supervisor {
 }
 
 impl Supervisor {
-    /// Starts `program args...` and keeps it running until [`Supervisor::stop`].
-    pub fn start(program: PathBuf, args: Vec<OsString>) -> std::io::Result<Self> {
+    /// Starts `program args...` and keeps it running until
+    /// [`Supervisor::stop`]; each start gets `input` on its stdin.
+    pub fn start(program: PathBuf, args: Vec<OsString>, input: Vec<u8>) -> std::io::Result<Self> {
         let shared = Arc::new((Mutex::new(Shared::default()), Condvar::new()));
         let thread_shared = shared.clone();
         let (failed, start_failure) = tokio::sync::watch::channel(None);
+        let child = ChildSpec { program, args, input };
         let thread = std::thread::Builder::new()
             .name("engine-supervisor".into())
-            .spawn(move || supervise(&program, &args, &thread_shared, &failed))?;
+            .spawn(move || supervise(&child, &thread_shared, &failed))?;
         Ok(Supervisor {
             shared,
             thread,
@@ -111,9 +113,16 @@ fn lock(state: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
     state.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// What every start of the child runs and reads.
+struct ChildSpec {
+    program: PathBuf,
+    args: Vec<OsString>,
+    /// Written to its stdin, which is then closed.
+    input: Vec<u8>,
+}
+
 fn supervise(
-    program: &PathBuf,
-    args: &[OsString],
+    child: &ChildSpec,
     shared: &(Mutex<Shared>, Condvar),
     failed: &tokio::sync::watch::Sender<Option<ExitStatus>>,
 ) {
@@ -125,7 +134,7 @@ fn supervise(
             if guard.stopping {
                 return;
             }
-            let spawned = spawn(program, args);
+            let spawned = spawn(child);
             if let Ok(child) = &spawned {
                 guard.pid = libc::pid_t::try_from(child.id()).ok();
             }
@@ -133,11 +142,12 @@ fn supervise(
         };
         let started = Instant::now();
         match spawned {
-            Ok(mut child) => {
-                tracing::info!(pid = child.id(), "engine started");
-                wait_exited(&child);
+            Ok(mut running) => {
+                tracing::info!(pid = running.id(), "engine started");
+                hand_over(&mut running, &child.input);
+                wait_exited(&running);
                 lock(state).pid = None;
-                let status = child.wait();
+                let status = running.wait();
                 if lock(state).stopping {
                     tracing::info!(status = ?status, "engine stopped");
                     return;
@@ -151,7 +161,7 @@ fn supervise(
                 }
                 tracing::warn!(status = ?status, "engine exited; restarting it");
             }
-            Err(err) => tracing::error!(error = %err, program = %program.display(), "cannot start the engine"),
+            Err(err) => tracing::error!(error = %err, program = %child.program.display(), "cannot start the engine"),
         }
         backoff = if started.elapsed() >= HEALTHY_RUN {
             MIN_BACKOFF
@@ -165,11 +175,14 @@ fn supervise(
     }
 }
 
-fn spawn(program: &PathBuf, args: &[OsString]) -> std::io::Result<Child> {
-    let mut command = Command::new(program);
-    command.args(args);
-    for name in SCRUBBED_ENV {
-        command.env_remove(name);
+fn spawn(child: &ChildSpec) -> std::io::Result<Child> {
+    let mut command = Command::new(&child.program);
+    command.args(&child.args).stdin(Stdio::piped());
+    for (name, _) in std::env::vars_os() {
+        let inherited = name.to_str().is_some_and(|name| INHERITED_ENV.contains(&name));
+        if name.as_encoded_bytes().starts_with(b"CRACKBOX_") && !inherited {
+            command.env_remove(name);
+        }
     }
     let parent = std::process::id();
     // SAFETY: only async-signal-safe calls (prctl, getppid) run between fork and exec.
@@ -185,6 +198,17 @@ fn spawn(program: &PathBuf, args: &[OsString]) -> std::io::Result<Child> {
         });
     }
     command.spawn()
+}
+
+/// Writes `input` to the child's stdin and closes it. A child that died
+/// before reading it is reported by its exit like any other.
+fn hand_over(child: &mut Child, input: &[u8]) {
+    use std::io::Write;
+    if let Some(mut stdin) = child.stdin.take() {
+        if let Err(err) = stdin.write_all(input) {
+            tracing::warn!(error = %err, "could not hand the engine its settings");
+        }
+    }
 }
 
 /// Blocks until the child has exited without reaping it, so its pid stays
@@ -225,7 +249,7 @@ mod tests {
 
     #[test]
     fn a_child_that_dies_is_restarted_and_stop_ends_it() {
-        let supervisor = Supervisor::start("sleep".into(), vec!["30".into()]).unwrap();
+        let supervisor = Supervisor::start("sleep".into(), vec!["30".into()], vec![]).unwrap();
         assert!(wait_for(|| supervisor.pid().is_some()));
         let first = supervisor.pid().unwrap();
         // SAFETY: kill(2) on the test's own grandchild.
@@ -240,12 +264,41 @@ mod tests {
     }
 
     #[test]
+    fn every_start_reads_the_same_input_and_no_crackbox_setting_variable() {
+        let dir = tempfile::tempdir().unwrap();
+        let seen = dir.path().join("seen");
+        // Each start appends what it read and its CRACKBOX_ variables, then dies.
+        let script = "{ cat; echo; env | grep ^CRACKBOX_ | sort; echo ---; } >> \"$0\"; exit 1";
+        let args = vec!["-c".into(), script.into(), seen.clone().into()];
+        let supervisor = Supervisor::start("sh".into(), args, b"{\"settings\":1}".to_vec()).unwrap();
+        let starts = || {
+            std::fs::read_to_string(&seen)
+                .unwrap_or_default()
+                .matches("---")
+                .count()
+        };
+        assert!(wait_for(|| starts() >= 2), "restarted");
+        supervisor.stop();
+        let text = std::fs::read_to_string(&seen).unwrap();
+        for start in text.split_terminator("---\n") {
+            let mut lines = start.lines();
+            assert_eq!(lines.next(), Some("{\"settings\":1}"), "{text}");
+            let vars: Vec<&str> = lines.filter(|l| !l.is_empty()).collect();
+            assert!(
+                vars.iter()
+                    .all(|v| v.starts_with("CRACKBOX_LOG=") || v.starts_with("CRACKBOX_LOG_FORMAT=")),
+                "{vars:?}"
+            );
+        }
+    }
+
+    #[test]
     fn a_child_that_never_started_is_reported_not_restarted() {
         let script = format!("echo started >> \"$0\"; exit {EXIT_START_FAILED}");
         let dir = tempfile::tempdir().unwrap();
         let runs = dir.path().join("runs");
         let args = vec!["-c".into(), script.into(), runs.clone().into()];
-        let supervisor = Supervisor::start("sh".into(), args).unwrap();
+        let supervisor = Supervisor::start("sh".into(), args, vec![]).unwrap();
         let failure = supervisor.start_failure();
         assert!(wait_for(|| failure.borrow().is_some()), "reported");
         assert_eq!(failure.borrow().unwrap().code(), Some(i32::from(EXIT_START_FAILED)));

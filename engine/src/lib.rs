@@ -1,8 +1,8 @@
 //! crackbox engine: the data plane and the pure policy core it enforces.
 //!
 //! - [`policy`] (pure): allowlist entries, `match_host`, snapshots and the
-//!   registry that holds the one in force, the destination guard and the
-//!   denial reasons.
+//!   registry that holds the one in force, the one decision every front end
+//!   asks ([`policy::decide()`]), the destination guard and the denial reasons.
 //! - [`protocol`] (pure): HTTP heads and chunked framing, the TLS
 //!   ClientHello's server name, the control <-> engine wire protocol, admin
 //!   API bodies and canned responses.
@@ -22,7 +22,8 @@
 //! `crackbox_engine::run` (feature `runtime`, on by default) starts the data
 //! plane an [`EngineConfig`](config::EngineConfig) describes and blocks while
 //! it serves: every listener is bound before it returns a start-up error, then
-//! one pinned monoio thread per core serves them. It starts deny-all and takes
+//! one pinned monoio thread per core serves them. The configuration is all it
+//! reads: no config file, no environment variable. It starts deny-all and takes
 //! its registry from the controller listening on `control_socket`: it
 //! connects there (reconnecting with backoff), says [`wire::Message::Hello`],
 //! takes a full [`wire::Message::Snapshot`] and then a
@@ -32,7 +33,7 @@
 //!
 //! ```no_run
 //! # #[cfg(feature = "runtime")] {
-//! use crackbox_engine::config::{EngineConfig, Limits};
+//! use crackbox_engine::config::{EngineConfig, IoDriver, Limits, DEFAULT_REGISTRATION_HOLD};
 //!
 //! let config = EngineConfig {
 //!     listen: "127.0.0.1:3128".parse().unwrap(),
@@ -41,10 +42,12 @@
 //!     dns_upstream: None,
 //!     steer: vec![],
 //!     threads: 2,
+//!     io_driver: IoDriver::Auto,
 //!     allow_private_destinations: false,
 //!     other_own_addresses: vec![],
 //!     control_socket: "/run/my-orchestrator/crackbox.sock".into(),
 //!     limits: Limits::default(),
+//!     registration_hold: DEFAULT_REGISTRATION_HOLD,
 //! };
 //! let engine = std::thread::spawn(move || crackbox_engine::run(config));
 //! // ... the controller on /run/my-orchestrator/crackbox.sock feeds it snapshots ...

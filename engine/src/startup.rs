@@ -11,7 +11,7 @@
 //! any listener on the address, where a reuse-port bind would silently share
 //! the port with another crackbox of the same user. Pure std, no runtime.
 
-use crate::config::{EngineConfig, UnknownIoDriver};
+use crate::config::EngineConfig;
 use std::fmt;
 use std::io;
 use std::net::{SocketAddr, TcpListener, UdpSocket};
@@ -86,9 +86,6 @@ pub enum EngineError {
     /// A listener could not be bound at start.
     #[error(transparent)]
     Listen(#[from] ListenError),
-    /// `CRACKBOX_IO_DRIVER` names no driver.
-    #[error(transparent)]
-    IoDriver(#[from] UnknownIoDriver),
     /// Something else failed before the engine served (threads, resolver pool).
     #[error("the engine could not start: {0}")]
     Start(io::Error),
@@ -107,7 +104,7 @@ impl EngineError {
     /// The process exit status this failure maps to.
     pub fn exit_status(&self) -> u8 {
         match self {
-            EngineError::Listen(_) | EngineError::IoDriver(_) | EngineError::Start(_) => EXIT_START_FAILED,
+            EngineError::Listen(_) | EngineError::Start(_) => EXIT_START_FAILED,
             EngineError::Stopped => 1,
         }
     }

@@ -209,42 +209,288 @@ fn register_flags_seed_normalised_registrations() {
     }
 }
 
+/// One engine setting given three ways: (flag arguments, env var, config
+/// file text, how the value reads in the engine's configuration).
+type Row = (
+    &'static [&'static str],
+    (&'static str, &'static str),
+    &'static str,
+    fn(&EngineConfig) -> String,
+);
+
+/// Every engine setting, each with a different value for the flag, the
+/// variable and the file.
+fn rows() -> Vec<Row> {
+    vec![
+        (
+            &["--listen", "127.0.0.1:1001"],
+            ("CRACKBOX_PROXY_ADDR", "127.0.0.1:1002"),
+            "[proxy]\nlisten = \"127.0.0.1:1003\"",
+            |c| c.listen.to_string(),
+        ),
+        (
+            &["--transparent", "127.0.0.1:1001"],
+            ("CRACKBOX_TRANSPARENT_ADDR", "127.0.0.1:1002"),
+            "[proxy]\ntransparent_listen = \"127.0.0.1:1003\"",
+            |c| format!("{:?}", c.transparent_listen),
+        ),
+        (
+            &["--dns-listen", "127.0.0.1:1001"],
+            ("CRACKBOX_DNS_LISTEN", "127.0.0.1:1002"),
+            "[proxy]\ndns_listen = \"127.0.0.1:1003\"\ndns_upstream = \"127.0.0.1:53\"",
+            |c| format!("{:?}", c.dns_listen),
+        ),
+        (
+            &["--dns-upstream", "127.0.0.1:1001"],
+            ("CRACKBOX_DNS_UPSTREAM", "127.0.0.1:1002"),
+            "[proxy]\ndns_upstream = \"127.0.0.1:1003\"",
+            |c| format!("{:?}", c.dns_upstream),
+        ),
+        (
+            &["--steer", "127.0.0.11"],
+            ("CRACKBOX_STEER", "127.0.0.12, ::1"),
+            "[proxy]\nsteer = [\"127.0.0.13\"]",
+            |c| format!("{:?}", c.steer),
+        ),
+        (
+            &["--threads", "11"],
+            ("CRACKBOX_THREADS", "12"),
+            "[proxy]\nthreads = 13",
+            |c| c.threads.to_string(),
+        ),
+        (
+            &["--io-driver", "auto"],
+            ("CRACKBOX_IO_DRIVER", "io_uring"),
+            "[proxy]\nio_driver = \"epoll\"",
+            |c| c.io_driver.as_str().into(),
+        ),
+        (
+            &["--control-socket", "/f.sock"],
+            ("CRACKBOX_CONTROL_SOCKET", "/e.sock"),
+            "[proxy]\ncontrol_socket = \"/c.sock\"",
+            |c| c.control_socket.display().to_string(),
+        ),
+        (
+            &["--admin", "127.0.0.1:1001"],
+            ("CRACKBOX_ADMIN_ADDR", "127.0.0.1:1002"),
+            "[proxy]\nadmin_listen = \"127.0.0.1:1003\"",
+            |c| format!("{:?}", c.other_own_addresses),
+        ),
+        (
+            &["--allow-private-destinations"],
+            ("CRACKBOX_ALLOW_PRIVATE_DESTINATIONS", "0"),
+            "[policy]\nallow_private_destinations = true",
+            |c| c.allow_private_destinations.to_string(),
+        ),
+        (
+            &["--max-connections-per-source", "11"],
+            ("CRACKBOX_MAX_CONNECTIONS_PER_SOURCE", "12"),
+            "[limits]\nmax_connections_per_source = 13",
+            |c| c.limits.max_connections_per_source.to_string(),
+        ),
+        (
+            &["--max-connections-total", "11"],
+            ("CRACKBOX_MAX_CONNECTIONS_TOTAL", "12"),
+            "[limits]\nmax_connections_total = 13",
+            |c| c.limits.max_connections_total.to_string(),
+        ),
+        (
+            &["--tunnel-idle-timeout", "11"],
+            ("CRACKBOX_TUNNEL_IDLE_TIMEOUT", "12"),
+            "[limits]\ntunnel_idle_timeout = 13",
+            |c| format!("{:?}", c.limits.tunnel_idle_timeout),
+        ),
+        (
+            &["--denial-logs-per-second", "11"],
+            ("CRACKBOX_DENIAL_LOGS_PER_SECOND", "12"),
+            "[limits]\ndenial_logs_per_second = 13",
+            |c| c.limits.denial_logs_per_second.to_string(),
+        ),
+        (
+            &["--registration-hold-ms", "11"],
+            ("CRACKBOX_REGISTRATION_HOLD_MS", "12"),
+            "[docker]\nregistration_hold_ms = 13",
+            |c| format!("{:?}", c.registration_hold),
+        ),
+    ]
+}
+
 #[test]
-fn engine_args_reproduce_the_engine_config() {
+fn every_engine_setting_comes_from_a_flag_then_env_then_the_file() {
+    for (flags, (var, value), text, read) in rows() {
+        let (_dir, path) = config_file(text);
+        let resolve = |extra: &[&str], env: &[(&str, &str)]| {
+            let mut all = vec!["--config", path.as_str()];
+            all.extend_from_slice(extra);
+            let settings = Settings::resolve(&args(&all), &env_of(env)).unwrap();
+            let origins = settings.origins_text();
+            let socket = settings
+                .control_socket
+                .clone()
+                .unwrap_or_else(|| "/default.sock".into());
+            (read(&settings.engine_config(socket)), origins)
+        };
+        let (from_file, file_origin) = resolve(&[], &[]);
+        let (from_env, env_origin) = resolve(&[], &[(var, value)]);
+        let (from_flag, flag_origin) = resolve(flags, &[(var, value)]);
+        let default = read(
+            &Settings::resolve(&args(&[]), &env_of(&[]))
+                .unwrap()
+                .engine_config("/default.sock".into()),
+        );
+        assert_ne!(from_file, default, "{var}: the file sets it");
+        assert!(file_origin.contains(&path), "{var}: {file_origin}");
+        assert_ne!(from_env, from_file, "{var}: env over the file");
+        assert!(env_origin.contains(&format!("env {var}")), "{var}: {env_origin}");
+        assert_ne!(from_flag, from_env, "{var}: flag over env");
+        assert!(
+            flag_origin.contains(&format!("flag {}", flags[0])),
+            "{var}: {flag_origin}"
+        );
+    }
+}
+
+#[test]
+fn bad_values_of_every_kind_name_their_source() {
+    let (_dir, path) = config_file(
+        "[proxy]\nthreads = 0\n[limits]\nmax_connections_total = 0\n[docker]\nregistration_hold_ms = 10001\n",
+    );
+    let (_dir2, driver) = config_file("[proxy]\nio_driver = \"uring\"\n");
+    type Case<'a> = (Vec<&'a str>, Vec<(&'a str, &'a str)>, String);
+    let cases: Vec<Case> = vec![
+        (
+            vec!["--threads", "0"],
+            vec![],
+            "flag --threads: 0: must be at least 1".into(),
+        ),
+        (
+            vec![],
+            vec![("CRACKBOX_THREADS", "0")],
+            "env CRACKBOX_THREADS: 0: must be at least 1".into(),
+        ),
+        (
+            vec![],
+            vec![("CRACKBOX_THREADS", "four")],
+            "env CRACKBOX_THREADS: \"four\" is not a whole number".into(),
+        ),
+        (
+            vec!["--config", &path],
+            vec![],
+            format!("{path}: proxy.threads: 0: must be at least 1"),
+        ),
+        (
+            vec!["--config", &path, "--threads", "1"],
+            vec![],
+            format!("{path}: limits.max_connections_total: 0"),
+        ),
+        (
+            vec!["--config", &path, "--threads", "1", "--max-connections-total", "1"],
+            vec![],
+            format!("{path}: docker.registration_hold_ms: 10001: must be at most 10000"),
+        ),
+        (
+            vec![],
+            vec![("CRACKBOX_MAX_CONNECTIONS_PER_SOURCE", "0")],
+            "env CRACKBOX_MAX_CONNECTIONS_PER_SOURCE: 0".into(),
+        ),
+        (
+            vec!["--max-connections-total", "0"],
+            vec![],
+            "flag --max-connections-total: 0".into(),
+        ),
+        (
+            vec![],
+            vec![("CRACKBOX_TUNNEL_IDLE_TIMEOUT", "1h")],
+            "env CRACKBOX_TUNNEL_IDLE_TIMEOUT: \"1h\"".into(),
+        ),
+        (
+            vec![],
+            vec![("CRACKBOX_DENIAL_LOGS_PER_SECOND", "-1")],
+            "env CRACKBOX_DENIAL_LOGS_PER_SECOND: \"-1\"".into(),
+        ),
+        (
+            vec!["--registration-hold-ms", "60000"],
+            vec![],
+            "flag --registration-hold-ms: 60000: must be at most 10000".into(),
+        ),
+        (
+            vec!["--io-driver", "uring"],
+            vec![],
+            "flag --io-driver: must be io_uring, epoll or auto".into(),
+        ),
+        (
+            vec![],
+            vec![("CRACKBOX_IO_DRIVER", "uring")],
+            "env CRACKBOX_IO_DRIVER: must be io_uring, epoll or auto".into(),
+        ),
+        (
+            vec!["--config", &driver],
+            vec![],
+            format!("{driver}: proxy.io_driver: must be io_uring"),
+        ),
+        (
+            vec![],
+            vec![("CRACKBOX_STEER", "10.0.0.1,10.0.0.2")],
+            "env CRACKBOX_STEER: \"10.0.0.2\": at most one IPv4".into(),
+        ),
+        (
+            vec![],
+            vec![("CRACKBOX_DNS_LISTEN", "nowhere")],
+            "env CRACKBOX_DNS_LISTEN: \"nowhere\" is not an address".into(),
+        ),
+    ];
+    for (flags, env, want) in cases {
+        let err = Settings::resolve(&args(&flags), &env_of(&env)).unwrap_err().to_string();
+        assert!(
+            err.starts_with(&want),
+            "{flags:?} {env:?}: {err:?} should start with {want:?}"
+        );
+    }
+}
+
+#[test]
+fn empty_values_switch_off_what_can_be_off() {
+    let env = env_of(&[
+        ("CRACKBOX_STEER", ""),
+        ("CRACKBOX_STATE_PATH", ""),
+        ("CRACKBOX_IO_DRIVER", ""),
+        ("CRACKBOX_ALLOW_PRIVATE_DESTINATIONS", ""),
+        ("CRACKBOX_DNS_LISTEN", ""),
+        ("CRACKBOX_CONTROL_SOCKET", ""),
+    ]);
+    let settings = Settings::resolve(&args(&[]), &env).unwrap();
+    assert!(settings.steer.is_empty());
+    assert_eq!(settings.state_path, None);
+    assert_eq!(settings.io_driver, IoDriver::Auto);
+    assert!(!settings.allow_private_destinations);
+    assert_eq!(settings.dns_listen, None);
+    assert_eq!(settings.control_socket, None);
+    for var in [
+        "CRACKBOX_THREADS",
+        "CRACKBOX_PROXY_ADDR",
+        "CRACKBOX_REGISTRATION_HOLD_MS",
+    ] {
+        assert!(Settings::resolve(&args(&[]), &env_of(&[(var, "")])).is_err(), "{var}");
+    }
+}
+
+#[test]
+fn engine_config_carries_the_admin_listener_and_zero_idle_means_never() {
     let flags = args(&[
-        "--listen",
-        "127.0.0.1:1",
-        "--transparent",
-        "",
-        "--dns-listen",
-        "127.0.0.1:53",
-        "--steer",
-        "127.0.0.2",
-        "--steer",
-        "::1",
-        "--threads",
-        "3",
-        "--allow-private-destinations",
+        "--admin",
+        "127.0.0.1:9",
         "--tunnel-idle-timeout",
         "0",
-        "--max-connections-total",
-        "7",
+        "--registration-hold-ms",
+        "0",
     ]);
-    let settings = Settings::resolve(&flags, &env_of(&[])).unwrap();
-    let socket = std::path::Path::new("/tmp/x.sock");
-    let engine_argv = settings.engine_args(socket);
-    assert_eq!(engine_argv[..2], ["proxy", "engine"].map(OsString::from));
-    let reparsed = Cli::try_parse_from(std::iter::once(OsString::from("crackbox")).chain(engine_argv[2..].to_vec()))
+    let config = Settings::resolve(&flags, &env_of(&[]))
         .unwrap()
-        .args;
-    let again = Settings::resolve(&reparsed, &env_of(&[])).unwrap();
-    assert_eq!(
-        again.engine_config(socket.into()),
-        settings.engine_config(socket.into())
-    );
-    let config = again.engine_config(socket.into());
-    assert_eq!(config.other_own_addresses, vec![settings.admin_listen]);
+        .engine_config("/x.sock".into());
+    assert_eq!(config.other_own_addresses, vec!["127.0.0.1:9".parse().unwrap()]);
     assert_eq!(config.limits.tunnel_idle_timeout, None);
-    assert_eq!(config.transparent_listen, None);
-    assert_eq!(config.steer.len(), 2);
+    assert_eq!(config.registration_hold, Duration::ZERO);
+    let defaults = Settings::resolve(&args(&[]), &env_of(&[])).unwrap();
+    assert_eq!(defaults.registration_hold, DEFAULT_REGISTRATION_HOLD);
+    assert!(defaults.origins.is_empty(), "{:?}", defaults.origins);
 }

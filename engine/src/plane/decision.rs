@@ -1,70 +1,35 @@
 //! The per-connection (and per-request) policy decision, counted.
 //!
-//! Loads the snapshot once, looks up the source, applies `match_host`, and
-//! records the outcome in the counters. Used by every data plane.
+//! Asks the policy's one decision function against the snapshot and the
+//! label watcher's list in force, and records the outcome in the counters.
+//! Used by every TCP front end (the DNS filter asks the same function on its
+//! own threads).
 
 use crate::plane::conn::Conn;
 use crate::plane::revocation::LiveEntry;
 use crate::plane::worker::Worker;
 use crate::policy::reason::Reason;
-use crate::policy::MatchedBy;
+use crate::policy::{self, MatchedBy, Port};
 use std::net::IpAddr;
 use std::sync::Arc;
 
-/// What the policy says about one destination.
-pub(crate) enum Decision {
-    /// Allowed; how it matched decides what the destination guard accepts.
-    Allow {
-        /// Name or IP-literal match.
-        matched: MatchedBy,
-        /// The registration id, for counters.
-        id: Arc<str>,
-    },
-    /// Denied, with the reason and the id when the source is registered.
-    Deny {
-        /// Why.
-        reason: Reason,
-        /// The registration id, if any.
-        id: Option<Arc<str>>,
-    },
-}
+/// What the policy says about one destination, once any registration hold
+/// is over (the policy's settled [`Verdict`](crate::policy::Verdict)).
+pub(crate) use crate::policy::Verdict as Decision;
 
-/// Decides whether `source` may reach `host:port`; counts denials. An
-/// allowed decision is counted by the caller once the destination guard
-/// has passed the dialled address (it may still deny as private-address).
+/// Decides whether `source` may reach `host:port` with the one policy
+/// decision ([`policy::decide()`]); counts denials. An allowed decision is
+/// counted by the caller once the destination guard has passed the dialled
+/// address (it may still deny as private-address). By now any registration
+/// hold is over (it runs right after accept), so a source still awaiting
+/// its registration is `unregistered`.
 pub(crate) fn decide(worker: &Worker, source: IpAddr, host: &str, port: u16) -> Decision {
-    let decision = worker.with_snapshot(|snapshot| match snapshot.lookup(source) {
-        None => unregistered(worker, source),
-        Some(registration) => match registration.allowlist.matching(host, port) {
-            Some(matched) => Decision::Allow {
-                matched,
-                id: Arc::clone(&registration.id),
-            },
-            None => Decision::Deny {
-                reason: Reason::NotAllowed,
-                id: Some(Arc::clone(&registration.id)),
-            },
-        },
-    });
+    let decision = worker
+        .with_policy(|snapshot, watch| policy::decide(snapshot, watch, source, host, Port::Number(port)).settled());
     if let Decision::Deny { reason, id } = &decision {
         worker.stats.record_denied(source, id.as_ref(), host, port, *reason);
     }
     decision
-}
-
-/// The denial of an unregistered source: `invalid-label` for a container
-/// the label watcher refused, else `unregistered`.
-fn unregistered(worker: &Worker, source: IpAddr) -> Decision {
-    match worker.shared.watched.load().invalid(source) {
-        Some(id) => Decision::Deny {
-            reason: Reason::InvalidLabel,
-            id: Some(Arc::clone(id)),
-        },
-        None => Decision::Deny {
-            reason: Reason::Unregistered,
-            id: None,
-        },
-    }
 }
 
 /// Why a destination was not connected to.

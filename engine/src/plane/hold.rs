@@ -3,19 +3,20 @@
 //!
 //! A labelled container can send its first request before control has
 //! processed its start event. Such a source is unregistered but inside a
-//! subnet the watcher answers for, so its new connection waits right after
-//! admission, before anything is read or tracked (a timer per held
-//! connection, nothing else) until a snapshot registers the source,
-//! the watcher stops answering for it, or [`HOLD_LIMIT`] passes; the
-//! decision is then made as usual. Registered sources and sources outside
-//! the watched subnets never wait.
+//! subnet the watcher answers for (the policy's
+//! [`Standing::AwaitingRegistration`]), so its new connection waits right
+//! after admission, before anything is read or tracked (a timer per held
+//! connection, nothing else) until a snapshot registers the source, the
+//! watcher stops answering for it, or the registration hold
+//! (`EngineConfig::registration_hold`) passes; the decision is then made as
+//! usual. Registered sources and sources outside the watched subnets never
+//! wait.
 
 use crate::plane::worker::Worker;
+use crate::policy::decide::{standing, Standing};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-/// Longest a new connection waits for its source's registration.
-pub(crate) const HOLD_LIMIT: Duration = Duration::from_millis(1500);
 /// First and longest pause between two looks at the snapshot: doubling from
 /// the first, so a held connection wakes about ten times, however many an
 /// unlabelled container holds open (the per-source cap bounds them).
@@ -25,12 +26,13 @@ const MAX_POLL: Duration = Duration::from_millis(80);
 /// Whether a new connection from `source` must wait for its registration
 /// (see the module comment).
 pub(crate) fn needed(worker: &Worker, source: IpAddr) -> bool {
-    worker.with_snapshot(|snapshot| snapshot.lookup(source).is_none()) && worker.shared.watched.load().holds(source)
+    !worker.shared.config.registration_hold.is_zero()
+        && worker.with_policy(|snapshot, watch| standing(snapshot, watch, source) == Standing::AwaitingRegistration)
 }
 
 /// Returns once `source` needs no more waiting.
 pub(crate) async fn until_registered(worker: &Worker, source: IpAddr) {
-    let deadline = Instant::now() + HOLD_LIMIT;
+    let deadline = Instant::now() + worker.shared.config.registration_hold;
     let mut pause = FIRST_POLL;
     while needed(worker, source) && Instant::now() < deadline {
         monoio::time::sleep(pause.min(deadline.saturating_duration_since(Instant::now()))).await;

@@ -3,15 +3,17 @@
 //! Each core thread keeps the connections it serves in a [`LiveSet`],
 //! indexed by source. A per-thread task notices new snapshots and re-decides
 //! only the connections of the sources they touched (all of them after a
-//! full snapshot), firing the [`CloseSignal`] of each one the new snapshot
-//! would deny, well within a second. Single-threaded by design.
+//! full snapshot) with the policy's one decision, firing the
+//! [`CloseSignal`] of each one the new snapshot would deny, well within a
+//! second. Single-threaded by design.
 
 use crate::plane::stats::Stats;
 use crate::plane::tunnel::{CloseSignal, Revocation};
 use crate::policy::canonical_ip;
 use crate::policy::reason::Reason;
 use crate::policy::registry::{Registry, Touched};
-use crate::policy::Snapshot;
+use crate::policy::watch::{Watch, Watched};
+use crate::policy::{decide, Port, Snapshot, Verdict};
 use rustc_hash::FxHashMap;
 use std::cell::RefCell;
 use std::net::IpAddr;
@@ -131,7 +133,7 @@ impl LiveSet {
     /// Re-decides the live connections of the `touched` sources against
     /// `snapshot` and fires the signal of each it denies; returns how many
     /// were revoked.
-    fn revoke_denied(&self, snapshot: &Snapshot, touched: &Touched, stats: &Stats) -> usize {
+    fn revoke_denied(&self, snapshot: &Snapshot, watch: &Watch, touched: &Touched, stats: &Stats) -> usize {
         let slots = self.slots.borrow();
         let by_source = self.by_source.borrow();
         let lives: Box<dyn Iterator<Item = &Live>> = match touched {
@@ -146,19 +148,13 @@ impl LiveSet {
         };
         let mut revoked = 0;
         for live in lives.filter(|live| !live.signal.is_fired()) {
-            let registration = snapshot.lookup(live.source);
-            let allowed = registration.is_some_and(|r| r.allowlist.matching(&live.host, live.port).is_some());
-            if !allowed {
-                stats.record_denied(
-                    live.source,
-                    registration.map(|r| &r.id),
-                    &live.host,
-                    live.port,
-                    Reason::Revoked,
-                );
-                live.signal.fire();
-                revoked += 1;
-            }
+            let id = match decide(snapshot, watch, live.source, &live.host, Port::Number(live.port)).settled() {
+                Verdict::Allow { .. } => continue,
+                Verdict::Deny { id, .. } => id,
+            };
+            stats.record_denied(live.source, id.as_ref(), &live.host, live.port, Reason::Revoked);
+            live.signal.fire();
+            revoked += 1;
         }
         revoked
     }
@@ -168,7 +164,13 @@ impl LiveSet {
 /// and closes connections idle past the tunnel idle timeout (one timer per
 /// thread instead of one per tunnel). `idle_limit` is the tunnel idle
 /// timeout.
-pub(crate) async fn watch(live: Rc<LiveSet>, stats: Arc<Stats>, idle_limit: Option<Duration>, registry: Arc<Registry>) {
+pub(crate) async fn watch(
+    live: Rc<LiveSet>,
+    stats: Arc<Stats>,
+    idle_limit: Option<Duration>,
+    registry: Arc<Registry>,
+    watched: Arc<Watched>,
+) {
     let mut seen = registry.changes_since(0).swaps;
     let mut ticks: u32 = 0;
     loop {
@@ -185,7 +187,7 @@ pub(crate) async fn watch(live: Rc<LiveSet>, stats: Arc<Stats>, idle_limit: Opti
             continue;
         }
         seen = changes.swaps;
-        let revoked = live.revoke_denied(&changes.snapshot, &changes.touched, &stats);
+        let revoked = live.revoke_denied(&changes.snapshot, &watched.load(), &changes.touched, &stats);
         if revoked > 0 {
             let generation = changes.snapshot.generation();
             tracing::info!(revoked, generation, "closed connections the new snapshot denies");

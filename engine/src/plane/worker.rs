@@ -16,7 +16,7 @@ use crate::plane::stats::Stats;
 use crate::plane::tunnel::{Plumbing, Pools};
 use crate::policy::guard::DestinationGuard;
 use crate::policy::registry::{Registry, SnapshotCache};
-use crate::policy::watch::Watched;
+use crate::policy::watch::{Watch, WatchCache, Watched};
 use crate::policy::Snapshot;
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -49,6 +49,7 @@ pub(crate) struct Worker {
     /// accepted sockets always are).
     pub(crate) nonblocking_dials: bool,
     cache: RefCell<SnapshotCache>,
+    watch: RefCell<WatchCache>,
 }
 
 impl Worker {
@@ -58,6 +59,7 @@ impl Worker {
             stats: Arc::clone(&shared.stats),
             limits: shared.config.limits,
             cache: RefCell::new(shared.registry.cache()),
+            watch: RefCell::new(shared.watched.cache()),
             pools: Pools::default(),
             live: Rc::default(),
             names: NameCache::default(),
@@ -67,9 +69,10 @@ impl Worker {
         }
     }
 
-    /// Runs one decision against the snapshot in force (no await inside).
-    pub(crate) fn with_snapshot<R>(&self, decide: impl FnOnce(&Snapshot) -> R) -> R {
-        decide(self.cache.borrow_mut().load())
+    /// Runs one decision against the snapshot and the label watcher's list
+    /// in force (no await inside).
+    pub(crate) fn with_policy<R>(&self, decide: impl FnOnce(&Snapshot, &Watch) -> R) -> R {
+        decide(self.cache.borrow_mut().load(), self.watch.borrow_mut().load())
     }
 
     /// What this thread's tunnels draw on.

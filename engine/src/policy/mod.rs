@@ -1,6 +1,7 @@
 //! Policy core: who may reach what. Allowlist entries, `match_host`, the
 //! allowlist presets, source keys, snapshots and the registry holding the one
-//! in force, the destination guard and the one vocabulary of denial reasons.
+//! in force, the one decision every front end asks (`decide`), the
+//! destination guard and the one vocabulary of denial reasons.
 //!
 //! Pure code with no runtime dependency. Every data plane, the DNS filter,
 //! the control plane's validation, the benches and the fuzz targets use these
@@ -8,6 +9,7 @@
 //! I/O and never imports `protocol` or `plane`.
 
 mod allowlist;
+pub mod decide;
 mod entry;
 pub mod guard;
 mod host;
@@ -19,6 +21,7 @@ mod source;
 pub mod watch;
 
 pub use allowlist::{match_host, Allowlist, MatchedBy};
+pub use decide::{decide, Decision, Port, Verdict};
 pub use entry::{AllowEntry, EntryError, Target, MAX_ENTRIES};
 pub use host::{is_valid_host, normalise_host, HostKind};
 pub use preset::{expand_presets, preset, presets, Preset, UnknownPreset, PRESET_MARK};

@@ -4,7 +4,7 @@
 
 #![allow(dead_code)]
 
-use crackbox_engine::config::{EngineConfig, Limits};
+use crackbox_engine::config::{EngineConfig, IoDriver, Limits, DEFAULT_REGISTRATION_HOLD, IO_DRIVER_ENV};
 use crackbox_engine::policy::RegistrationSpec;
 use crackbox_engine::wire::{self, Message, Role, PROTOCOL};
 pub use crackbox_test_support::*;
@@ -50,10 +50,13 @@ impl Engine {
             dns_upstream: None,
             steer: vec![],
             threads: 2,
+            // The suite runs on the driver CRACKBOX_IO_DRIVER names, as the binary's does.
+            io_driver: IoDriver::parse(&std::env::var(IO_DRIVER_ENV).unwrap_or_default()).unwrap(),
             allow_private_destinations: allow_private,
             other_own_addresses: vec![],
             control_socket: socket,
             limits,
+            registration_hold: DEFAULT_REGISTRATION_HOLD,
         };
         std::thread::spawn(move || crackbox_engine::run(config));
         let (mut stream, _) = listener.accept().unwrap();

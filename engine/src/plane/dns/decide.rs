@@ -1,12 +1,17 @@
-//! The DNS policy decision for one query packet, and the replies crackbox
+//! What the DNS filter does with one query packet, and the replies crackbox
 //! builds itself.
 //!
-//! No I/O here: a packet, its source and a snapshot in, a [`Verdict`] out.
-//! Denied names are answered locally and never reach the upstream resolver.
+//! No I/O here: a packet, its source, the snapshot and the label watcher's
+//! list in, an [`Action`] out. Who may ask about which name is the policy's
+//! one decision ([`policy::decide()`] on any port), as for every other front
+//! end; this module owns only the DNS side: unregistered and invalid-label
+//! sources are REFUSED, denied names get NXDOMAIN and never reach the
+//! upstream resolver, and a source awaiting its registration is held.
 
 use super::{DenialHook, DnsDenial};
 use crate::policy::reason::Reason;
-use crate::policy::Snapshot;
+use crate::policy::watch::Watch;
+use crate::policy::{self, Decision, Port, Snapshot, Verdict};
 use hickory_proto::op::{Edns, Header, Message, MessageType, OpCode, ResponseCode};
 use hickory_proto::rr::{DNSClass, RecordType};
 use hickory_proto::serialize::binary::BinDecodable;
@@ -19,48 +24,75 @@ pub(crate) const OWN_EDNS_PAYLOAD: u16 = 1232;
 
 /// What to do with one received packet.
 #[derive(Debug)]
-pub(crate) enum Verdict {
+pub(crate) enum Action {
     /// Not a query (QR=1) or not even a DNS header: never answer it.
     Drop,
     /// Answer with this locally built message.
     Reply(Message),
     /// An allowed question: ask the upstream resolver.
     Forward(Message),
+    /// From an unregistered source inside a watched subnet whose
+    /// registration may be in flight: decide again once it is registered or
+    /// the registration hold is over.
+    Hold,
+}
+
+/// Whether a query may still wait for its source's registration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Hold {
+    /// Not yet held: a source awaiting its registration gets [`Action::Hold`].
+    Allowed,
+    /// Held already (or holding is off): such a source is `unregistered`.
+    Over,
 }
 
 /// Decides a packet received from `source`.
-pub(crate) fn decide(packet: &[u8], source: IpAddr, snapshot: &Snapshot, on_denial: Option<&DenialHook>) -> Verdict {
+pub(crate) fn decide(
+    packet: &[u8],
+    source: IpAddr,
+    policy: (&Snapshot, &Watch),
+    hold: Hold,
+    on_denial: Option<&DenialHook>,
+) -> Action {
     let Ok(header) = packet
         .get(..12)
         .map_or(Err(()), |h| Header::from_bytes(h).map_err(drop))
     else {
-        return Verdict::Drop;
+        return Action::Drop;
     };
     if header.metadata.message_type == MessageType::Response {
-        return Verdict::Drop;
+        return Action::Drop;
     }
     let Ok(request) = Message::from_vec(packet) else {
-        return Verdict::Reply(error_reply(&header_only(&header), ResponseCode::FormErr));
+        return Action::Reply(error_reply(&header_only(&header), ResponseCode::FormErr));
     };
-    let Some(registration) = snapshot.lookup(source) else {
-        deny(on_denial, source, None, &request, Reason::Unregistered);
-        return Verdict::Reply(error_reply(&request, ResponseCode::Refused));
+    let name = request.queries.first().map(|q| q.name().to_ascii()).unwrap_or_default();
+    let (snapshot, watch) = policy;
+    let verdict = match policy::decide(snapshot, watch, source, &name, Port::Any) {
+        Decision::AwaitRegistration if hold == Hold::Allowed => return Action::Hold,
+        decision => decision.settled(),
     };
+    // Sources that are not registered are refused whatever they ask.
+    if let Verdict::Deny { reason, id } = &verdict {
+        if *reason != Reason::NotAllowed {
+            deny(on_denial, source, id.as_ref(), &name, *reason);
+            return Action::Reply(error_reply(&request, ResponseCode::Refused));
+        }
+    }
     if request.metadata.op_code != OpCode::Query {
-        return Verdict::Reply(error_reply(&request, ResponseCode::Refused));
+        return Action::Reply(error_reply(&request, ResponseCode::Refused));
     }
     let [query] = request.queries.as_slice() else {
-        return Verdict::Reply(error_reply(&request, ResponseCode::FormErr));
+        return Action::Reply(error_reply(&request, ResponseCode::FormErr));
     };
     if query.query_class() != DNSClass::IN || !forwarded_type(query.query_type()) {
-        return Verdict::Reply(error_reply(&request, ResponseCode::Refused));
+        return Action::Reply(error_reply(&request, ResponseCode::Refused));
     }
-    let name = query.name().to_ascii();
-    if registration.allowlist.matching_any_port(&name).is_none() {
-        deny(on_denial, source, Some(&registration.id), &request, Reason::NotAllowed);
-        return Verdict::Reply(error_reply(&request, ResponseCode::NXDomain));
+    if let Verdict::Deny { reason, id } = &verdict {
+        deny(on_denial, source, id.as_ref(), &name, *reason);
+        return Action::Reply(error_reply(&request, ResponseCode::NXDomain));
     }
-    Verdict::Forward(request)
+    Action::Forward(request)
 }
 
 /// The record types a workload needs to reach an allowed name.
@@ -92,13 +124,12 @@ fn header_only(header: &Header) -> Message {
     message
 }
 
-fn deny(on_denial: Option<&DenialHook>, source: IpAddr, id: Option<&Arc<str>>, request: &Message, reason: Reason) {
-    let name = request.queries.first().map(|q| q.name().to_ascii()).unwrap_or_default();
+fn deny(on_denial: Option<&DenialHook>, source: IpAddr, id: Option<&Arc<str>>, name: &str, reason: Reason) {
     if let Some(hook) = on_denial {
         hook(&DnsDenial {
             source,
             id,
-            name: &name,
+            name,
             reason,
         });
     }

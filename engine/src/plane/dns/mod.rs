@@ -8,24 +8,32 @@
 //! the datagram, the client retries), and TCP connections are capped, each
 //! served by its own thread. It never answers a packet with QR=1 or one that
 //! comes from its own listening address, so it cannot be turned into a loop.
+//!
+//! Who may ask about which name is the policy's one decision, shared with
+//! every TCP front end. A query from an unregistered address inside a subnet
+//! the Docker label watcher answers for waits for its registration (the
+//! registration hold) before it is answered, in `hold`, which parks it
+//! without any serving thread (see there).
 
 mod arrival;
 mod decide;
-mod resolv_conf;
+mod hold;
 mod steer;
 mod tcp;
 mod udp;
 mod upstream;
 
-pub use resolv_conf::{first_nameserver, system_upstream};
+pub use crate::config::resolv_conf::{first_nameserver, system_upstream};
 pub use steer::SteerTo;
 
 use crate::plane::local_addrs::LocalAddresses;
 use crate::policy::canonical_ip;
 use crate::policy::reason::Reason;
 use crate::policy::registry::Registry;
-use decide::{decide, error_reply, Verdict};
+use crate::policy::watch::Watched;
+use decide::{decide, error_reply, Action, Hold};
 use hickory_proto::op::{Message, ResponseCode};
+use hold::HeldQueries;
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpListener, UdpSocket};
 use std::sync::Arc;
@@ -52,7 +60,7 @@ pub struct DnsDenial<'a> {
     pub id: Option<&'a Arc<str>>,
     /// The queried name, as asked (with its trailing dot).
     pub name: &'a str,
-    /// `not-allowed` or `unregistered`.
+    /// `not-allowed`, `unregistered` or `invalid-label`.
     pub reason: Reason,
 }
 
@@ -63,12 +71,18 @@ pub type DenialHook = Arc<dyn Fn(&DnsDenial<'_>) + Send + Sync>;
 #[derive(Debug, Clone, Copy)]
 pub struct DnsFilter {
     local: SocketAddr,
+    answers: Answers,
 }
 
 impl DnsFilter {
     /// The address the filter answers on (UDP and TCP share it).
     pub fn local_addr(&self) -> SocketAddr {
         self.local
+    }
+
+    /// Where the answers to allowed questions come from.
+    pub fn answers(&self) -> Answers {
+        self.answers
     }
 }
 
@@ -87,28 +101,54 @@ enum Resolution {
     Steered(SteerTo),
 }
 
+/// What the filter decides against.
+struct Policy {
+    registry: Arc<Registry>,
+    /// What the Docker label watcher answers for.
+    watched: Arc<Watched>,
+    /// The registration hold; zero never holds.
+    hold: Duration,
+}
+
 /// What every serving thread shares.
 struct Filter {
     registry: Arc<Registry>,
+    watched: Arc<Watched>,
+    /// Where queries awaiting their source's registration wait; `None`
+    /// when holding is off.
+    held: Option<HeldQueries>,
     resolution: Resolution,
     on_denial: Option<DenialHook>,
     own: OwnAddresses,
 }
 
+/// What one query gets.
+enum Answer {
+    /// These bytes.
+    Reply(Vec<u8>),
+    /// Nothing at all.
+    Silence,
+    /// Nothing yet: ask again with [`Hold::Over`] once it has waited in
+    /// [`Filter::held`].
+    AfterHold,
+}
+
 impl Filter {
-    /// The bytes to send back for one query from `source` that arrived on
-    /// the local address `arrived`, if any.
-    fn answer(&self, packet: &[u8], source: SocketAddr, arrived: IpAddr, over_tcp: bool) -> Option<Vec<u8>> {
+    /// What to send back for one query from `source` that arrived on the
+    /// local address `arrived`.
+    fn answer(&self, packet: &[u8], source: SocketAddr, arrived: IpAddr, over_tcp: bool, hold: Hold) -> Answer {
         if self.own.is_own(source) {
-            return None;
+            return Answer::Silence;
         }
-        let snapshot = self.registry.load();
-        let request = match decide(packet, source.ip(), &snapshot, self.on_denial.as_ref()) {
-            Verdict::Drop => return None,
-            Verdict::Reply(reply) => return reply.to_vec().ok(),
-            Verdict::Forward(request) => request,
+        let hold = if self.held.is_some() { hold } else { Hold::Over };
+        let (snapshot, watch) = (self.registry.load(), self.watched.load());
+        let request = match decide(packet, source.ip(), (&snapshot, &watch), hold, self.on_denial.as_ref()) {
+            Action::Drop => return Answer::Silence,
+            Action::Hold => return Answer::AfterHold,
+            Action::Reply(reply) => return reply.to_vec().map_or(Answer::Silence, Answer::Reply),
+            Action::Forward(request) => request,
         };
-        drop(snapshot);
+        drop((snapshot, watch));
         let upstream = match &self.resolution {
             Resolution::Steered(steer) => return encode(steer.reply(&request, arrived), &request, over_tcp),
             Resolution::Upstream(upstream) => upstream,
@@ -134,12 +174,14 @@ impl Filter {
 
 /// Encodes a reply, truncating it (TC=1, question only) when it does not
 /// fit the UDP payload size the client advertised.
-fn encode(reply: Message, request: &Message, over_tcp: bool) -> Option<Vec<u8>> {
-    let bytes = reply.to_vec().ok()?;
+fn encode(reply: Message, request: &Message, over_tcp: bool) -> Answer {
+    let Ok(bytes) = reply.to_vec() else {
+        return Answer::Silence;
+    };
     if over_tcp || bytes.len() <= usize::from(request.max_payload()) {
-        return Some(bytes);
+        return Answer::Reply(bytes);
     }
-    reply.truncate().to_vec().ok()
+    reply.truncate().to_vec().map_or(Answer::Silence, Answer::Reply)
 }
 
 /// crackbox's own listening address, to refuse packets sent from it.
@@ -165,12 +207,15 @@ impl OwnAddresses {
 }
 
 /// Starts the filter when `config.dns_listen` is set, counting denials in
-/// `stats` (port 53 in the denials ring). With `steer` addresses allowed
-/// names resolve to them; otherwise they are forwarded to `dns_upstream`,
-/// or without it to the first nameserver of /etc/resolv.conf.
+/// `stats` (port 53 in the denials ring) and holding queries of sources that
+/// `watched` says may be about to be registered for
+/// `config.registration_hold`. With `steer` addresses allowed names resolve
+/// to them; otherwise they are forwarded to `dns_upstream`, or without it to
+/// the first nameserver of /etc/resolv.conf.
 pub(crate) fn start(
     config: &crate::config::EngineConfig,
     registry: Arc<Registry>,
+    watched: Arc<Watched>,
     stats: Arc<crate::plane::stats::Stats>,
 ) -> io::Result<Option<DnsFilter>> {
     let Some(listen) = config.dns_listen else {
@@ -182,7 +227,12 @@ pub(crate) fn start(
         None => Answers::Upstream(system_upstream()?),
     };
     let hook: DenialHook = Arc::new(move |d: &DnsDenial<'_>| stats.record_denied(d.source, d.id, d.name, 53, d.reason));
-    spawn_answering(listen, answers, registry, Some(hook)).map(Some)
+    let policy = Policy {
+        registry,
+        watched,
+        hold: config.registration_hold,
+    };
+    spawn_filter(listen, answers, policy, Some(hook)).map(Some)
 }
 
 /// Starts the filter on `listen` (UDP and TCP on the same port; port 0
@@ -197,11 +247,27 @@ pub fn spawn(
 }
 
 /// Starts the filter on `listen` (as [`spawn`]), answering allowed
-/// questions as `answers` says.
+/// questions as `answers` says. With no label watcher behind it, it never
+/// holds a query.
 pub fn spawn_answering(
     listen: SocketAddr,
     answers: Answers,
     registry: Arc<Registry>,
+    on_denial: Option<DenialHook>,
+) -> io::Result<DnsFilter> {
+    let policy = Policy {
+        registry,
+        watched: Arc::default(),
+        hold: Duration::ZERO,
+    };
+    spawn_filter(listen, answers, policy, on_denial)
+}
+
+/// Starts the filter on `listen` deciding against `policy`.
+fn spawn_filter(
+    listen: SocketAddr,
+    answers: Answers,
+    policy: Policy,
     on_denial: Option<DenialHook>,
 ) -> io::Result<DnsFilter> {
     let (udp, tcp) = bind_pair(listen)?;
@@ -213,8 +279,19 @@ pub fn spawn_answering(
         }),
         Answers::Steered(steer) => Resolution::Steered(steer),
     };
+    let held = if policy.hold.is_zero() {
+        None
+    } else {
+        Some(HeldQueries::start(
+            Arc::clone(&policy.registry),
+            Arc::clone(&policy.watched),
+            policy.hold,
+        )?)
+    };
     let filter = Arc::new(Filter {
-        registry,
+        registry: policy.registry,
+        watched: policy.watched,
+        held,
         resolution,
         on_denial,
         own: OwnAddresses::new(local)?,
@@ -222,7 +299,7 @@ pub fn spawn_answering(
     udp::serve(udp, Arc::clone(&filter), UDP_WORKERS, UDP_QUEUE)?;
     tcp::serve(tcp, filter, MAX_TCP_CONNECTIONS)?;
     tracing::info!(%local, ?answers, "dns filter listening (udp and tcp)");
-    Ok(DnsFilter { local })
+    Ok(DnsFilter { local, answers })
 }
 
 /// Binds UDP and TCP to the same address; with port 0, retries until both

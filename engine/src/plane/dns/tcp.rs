@@ -1,8 +1,11 @@
 //! TCP serving: one accept thread, a capped number of connection threads,
-//! each answering length-prefixed queries one after another.
+//! each answering length-prefixed queries one after another. A query whose
+//! source awaits its registration waits in the hold (see `hold`), its
+//! connection's thread blocked meanwhile (only its own connection waits).
 
+use super::decide::Hold;
 use super::upstream::{read_framed, write_framed};
-use super::Filter;
+use super::{Answer, Filter};
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -55,10 +58,36 @@ fn converse(mut stream: TcpStream, source: SocketAddr, filter: &Filter) -> io::R
     stream.set_read_timeout(Some(IDLE_TIMEOUT))?;
     stream.set_write_timeout(Some(IDLE_TIMEOUT))?;
     while let Some(packet) = read_framed(&mut stream)? {
-        match filter.answer(&packet, source, arrived, true) {
-            Some(reply) => write_framed(&mut stream, &reply)?,
-            None => return Ok(()),
+        let mut answer = filter.answer(&packet, source, arrived, true, Hold::Allowed);
+        if let Answer::AfterHold = answer {
+            if !wait_for_registration(filter, source) {
+                return Ok(());
+            }
+            answer = filter.answer(&packet, source, arrived, true, Hold::Over);
+        }
+        match answer {
+            Answer::Reply(reply) => write_framed(&mut stream, &reply)?,
+            Answer::Silence | Answer::AfterHold => return Ok(()),
         }
     }
     Ok(())
+}
+
+/// Blocks until `source` needs no more waiting; false when the hold has no
+/// room for it (the connection is then closed, and the client asks again).
+fn wait_for_registration(filter: &Filter, source: SocketAddr) -> bool {
+    let Some(held) = &filter.held else {
+        return true;
+    };
+    let (released, wait) = std::sync::mpsc::channel();
+    if held
+        .hold(source.ip(), move || {
+            let _ = released.send(());
+        })
+        .is_err()
+    {
+        tracing::debug!(%source, "dns hold full, tcp connection closed");
+        return false;
+    }
+    wait.recv().is_ok()
 }

@@ -61,7 +61,7 @@ struct Bound {
 /// Runs the engine; returns only if start-up fails or every core thread dies
 /// (see [`EngineError`] for how the two are told apart).
 pub fn run(mut config: EngineConfig) -> Result<(), EngineError> {
-    let driver = IoDriver::from_env()?;
+    let driver = config.io_driver;
     let fd_limit = raise_fd_limit();
     cap_connections_below_fd_limit(&mut config, fd_limit);
     let threads = config.threads.max(1);
@@ -88,15 +88,8 @@ pub fn run(mut config: EngineConfig) -> Result<(), EngineError> {
         stats: Arc::clone(&stats),
         config: config.clone(),
     });
-    crate::plane::dns::start(&config, Arc::clone(&registry), Arc::clone(&stats))?;
-    tracing::info!(
-        forward = %bound.forward,
-        transparent = ?bound.transparent,
-        steered = ?bound.steered,
-        threads,
-        allow_private_destinations = config.allow_private_destinations,
-        "engine listening (deny-all until the first snapshot)"
-    );
+    let dns = crate::plane::dns::start(&config, Arc::clone(&registry), Arc::clone(&watched), Arc::clone(&stats))?;
+    log_settings(&config, &bound, dns);
     let (started, startup) = mpsc::channel();
     let cpus = allowed_cpus();
     let mut handles = Vec::new();
@@ -128,6 +121,30 @@ pub fn run(mut config: EngineConfig) -> Result<(), EngineError> {
         let _ = handle.join();
     }
     Err(EngineError::Stopped)
+}
+
+/// The start-up line: every setting the engine runs with, as bound (tests
+/// and operators read what is enforced here).
+fn log_settings(config: &EngineConfig, bound: &Bound, dns: Option<crate::plane::dns::DnsFilter>) {
+    let limits = &config.limits;
+    tracing::info!(
+        forward = %bound.forward,
+        transparent = ?bound.transparent,
+        steered = ?bound.steered,
+        dns = ?dns.map(|filter| filter.local_addr()),
+        dns_answers = ?dns.map(|filter| filter.answers()),
+        threads = config.threads.max(1),
+        io_driver = config.io_driver.as_str(),
+        allow_private_destinations = config.allow_private_destinations,
+        other_own_addresses = ?config.other_own_addresses,
+        max_connections_per_source = limits.max_connections_per_source,
+        max_connections_total = limits.max_connections_total,
+        tunnel_idle_timeout_secs = limits.tunnel_idle_timeout.map_or(0, |idle| idle.as_secs()),
+        denial_logs_per_second = limits.denial_logs_per_second,
+        registration_hold_ms = u64::try_from(config.registration_hold.as_millis()).unwrap_or(u64::MAX),
+        control_socket = %config.control_socket.display(),
+        "engine listening (deny-all until the first snapshot)"
+    );
 }
 
 /// The io driver and ring setup a core thread runs on.
@@ -210,7 +227,7 @@ fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
 /// (see `ring`) it measured at or below epoll's proxy CPU per new tunnel and
 /// per keep-alive request (benches/README.md), so it is the default; epoll
 /// is the fallback where no ring can be set up (e.g. Docker's default
-/// seccomp profile), and `CRACKBOX_IO_DRIVER=epoll` asks for it.
+/// seccomp profile), and `EngineConfig::io_driver` epoll asks for it.
 fn uring_for(driver: IoDriver, index: usize) -> Option<ring::UringRuntime> {
     if driver == IoDriver::Epoll {
         return None;
@@ -262,6 +279,7 @@ fn core_thread(
             std::sync::Arc::clone(&worker.stats),
             worker.limits.tunnel_idle_timeout,
             std::sync::Arc::clone(&worker.shared.registry),
+            std::sync::Arc::clone(&worker.shared.watched),
         ));
         let tick = crate::plane::fair::PollTick::new()
             .inspect_err(|err| tracing::warn!(error = %err, "no poll tick for fair turns; rounds follow the run queue"))

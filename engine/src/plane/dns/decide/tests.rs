@@ -24,6 +24,11 @@ fn snapshot() -> Snapshot {
     .unwrap()
 }
 
+/// The label watcher answers for 10.5.0.0/16; 10.5.0.9's labels are invalid.
+fn watch() -> Watch {
+    Watch::build(["10.5.0.0/16"], [("10.5.0.9", "docker:bad")])
+}
+
 fn query(name: &str, kind: RecordType) -> Message {
     let mut message = Message::query();
     message.metadata.recursion_desired = true;
@@ -31,14 +36,22 @@ fn query(name: &str, kind: RecordType) -> Message {
     message
 }
 
-/// The reply code and whether the query went upstream; `None` when dropped.
+/// The reply code and whether the query went upstream; `None` when
+/// dropped; `Some((NoError, false))` when held.
 type Outcome = Option<(ResponseCode, bool)>;
 
 fn outcome(packet: &[u8], source: &str) -> Outcome {
-    match decide(packet, source.parse().unwrap(), &snapshot(), None) {
-        Verdict::Drop => None,
-        Verdict::Reply(reply) => Some((reply.metadata.response_code, false)),
-        Verdict::Forward(_) => Some((ResponseCode::NoError, true)),
+    match decide(
+        packet,
+        source.parse().unwrap(),
+        (&snapshot(), &watch()),
+        Hold::Allowed,
+        None,
+    ) {
+        Action::Drop => None,
+        Action::Reply(reply) => Some((reply.metadata.response_code, false)),
+        Action::Forward(_) => Some((ResponseCode::NoError, true)),
+        Action::Hold => Some((ResponseCode::NoError, false)),
     }
 }
 
@@ -69,6 +82,18 @@ fn decision_table() {
         (bytes(query(".", RecordType::A)), "10.0.0.2", nxdomain),
         (bytes(query("allowed.test.", RecordType::A)), "10.0.0.3", nxdomain),
         (bytes(query("allowed.test.", RecordType::A)), "10.0.0.9", refused),
+        (bytes(query("allowed.test.", RecordType::A)), "10.5.0.9", refused),
+        (bytes(query("allowed.test.", RecordType::TXT)), "10.5.0.9", refused),
+        (
+            bytes(query("allowed.test.", RecordType::A)),
+            "10.5.3.3",
+            Some((ResponseCode::NoError, false)),
+        ),
+        (
+            bytes(query("evil.test.", RecordType::TXT)),
+            "10.5.3.3",
+            Some((ResponseCode::NoError, false)),
+        ),
         (bytes(query("allowed.test.", RecordType::ANY)), "10.0.0.2", refused),
         (bytes(query("allowed.test.", RecordType::TXT)), "10.0.0.2", refused),
         (bytes(query("allowed.test.", RecordType::MX)), "10.0.0.2", refused),
@@ -95,10 +120,11 @@ fn replies_keep_id_question_and_edns() {
     let mut edns = Edns::new();
     edns.set_max_payload(4096);
     request.set_edns(edns);
-    let Verdict::Reply(reply) = decide(
+    let Action::Reply(reply) = decide(
         &request.to_vec().unwrap(),
         "10.0.0.2".parse().unwrap(),
-        &snapshot(),
+        (&snapshot(), &watch()),
+        Hold::Allowed,
         None,
     ) else {
         panic!("a denied name is answered locally");
@@ -120,14 +146,18 @@ fn denials_reach_the_hook_with_reason() {
             .unwrap()
             .push((d.source, d.id.map(|id| id.to_string()), d.name.to_owned(), d.reason));
     });
-    let snap = snapshot();
-    for (name, source) in [
-        ("evil.test.", "10.0.0.2"),
-        ("allowed.test.", "10.0.0.9"),
-        ("allowed.test.", "10.0.0.2"),
+    let (snap, watch) = (snapshot(), watch());
+    for (name, source, hold) in [
+        ("evil.test.", "10.0.0.2", Hold::Allowed),
+        ("allowed.test.", "10.0.0.9", Hold::Allowed),
+        ("allowed.test.", "10.0.0.2", Hold::Allowed),
+        ("allowed.test.", "10.5.0.9", Hold::Allowed),
+        // Awaiting its registration: held without a record, then unregistered.
+        ("held.test.", "10.5.3.3", Hold::Allowed),
+        ("late.test.", "10.5.3.3", Hold::Over),
     ] {
         let packet = query(name, RecordType::A).to_vec().unwrap();
-        decide(&packet, source.parse().unwrap(), &snap, Some(&hook));
+        decide(&packet, source.parse().unwrap(), (&snap, &watch), hold, Some(&hook));
     }
     let seen = seen.lock().unwrap();
     assert_eq!(
@@ -143,6 +173,18 @@ fn denials_reach_the_hook_with_reason() {
                 "10.0.0.9".parse().unwrap(),
                 None,
                 "allowed.test.".into(),
+                Reason::Unregistered
+            ),
+            (
+                "10.5.0.9".parse().unwrap(),
+                Some("docker:bad".into()),
+                "allowed.test.".into(),
+                Reason::InvalidLabel
+            ),
+            (
+                "10.5.3.3".parse().unwrap(),
+                None,
+                "late.test.".into(),
                 Reason::Unregistered
             ),
         ]

@@ -1,4 +1,5 @@
-//! The default upstream: the first `nameserver` line of /etc/resolv.conf.
+//! The default DNS upstream: the first `nameserver` line of /etc/resolv.conf,
+//! read when the settings are resolved (pure std, no runtime).
 
 use std::net::{IpAddr, SocketAddr};
 

@@ -1,0 +1,275 @@
+//! The one policy decision every front end asks: may this source reach
+//! this host, on this port (forward, transparent, steered, revocation) or on
+//! any port (the DNS filter, which sees names, never ports)?
+//!
+//! Pure: a snapshot and the label watcher's [`Watch`] in, a [`Decision`]
+//! out. It never waits, counts or logs; the front ends do that with what it
+//! returns, so they all agree on who is registered, which entry matched and
+//! why a denial happened. A front end owns only its wire format.
+
+use super::allowlist::MatchedBy;
+use super::reason::Reason;
+use super::snapshot::{Registration, Snapshot};
+use super::source::canonical_ip;
+use super::watch::Watch;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+/// The destination port a decision is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Port {
+    /// This TCP port: an entry with a port matches only it.
+    Number(u16),
+    /// Any port: a name the DNS filter is asked about is allowed when an
+    /// entry for it allows some port.
+    Any,
+}
+
+/// What the policy says about one destination for one source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Decided now: allowed or denied.
+    Made(Verdict),
+    /// Unregistered, but inside a subnet the Docker label watcher answers
+    /// for: its registration may be in flight, so a new connection or query
+    /// may wait for it (the registration hold) and be decided again then.
+    AwaitRegistration,
+}
+
+impl Decision {
+    /// The verdict once no more waiting is possible: a source still
+    /// awaiting its registration is denied as `unregistered`.
+    pub fn settled(self) -> Verdict {
+        match self {
+            Decision::Made(verdict) => verdict,
+            Decision::AwaitRegistration => Verdict::Deny {
+                reason: Reason::Unregistered,
+                id: None,
+            },
+        }
+    }
+}
+
+/// Allowed or denied.
+///
+/// A later report-only mode of a registration (its allowlist denials let
+/// through and recorded as would-be denials) becomes one more variant here,
+/// so no front end can mistake it for a plain allow or deny.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Allowed; how it matched decides what the destination guard accepts.
+    Allow {
+        /// Name or IP-literal match.
+        matched: MatchedBy,
+        /// The source's registration id.
+        id: Arc<str>,
+    },
+    /// Denied.
+    Deny {
+        /// Why: `not-allowed`, `unregistered` or `invalid-label`.
+        reason: Reason,
+        /// The registration id, or the container of an `invalid-label`
+        /// source; `None` for an unregistered source.
+        id: Option<Arc<str>>,
+    },
+}
+
+/// Where a source stands, before any destination is looked at: the first
+/// half of [`decide`], on its own for what is decided per source (the
+/// registration hold, which starts before any host is known).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Standing<'a> {
+    /// The source has this registration.
+    Registered(&'a Registration),
+    /// A Docker container the label watcher refused for invalid labels,
+    /// with its id.
+    InvalidLabel(&'a Arc<str>),
+    /// Unregistered inside a watched subnet: see [`Decision::AwaitRegistration`].
+    AwaitingRegistration,
+    /// Unregistered.
+    Unregistered,
+}
+
+/// Where `source` stands in `snapshot` and the watcher's `watch`.
+pub fn standing<'a>(snapshot: &'a Snapshot, watch: &'a Watch, source: IpAddr) -> Standing<'a> {
+    let source = canonical_ip(source);
+    if let Some(registration) = snapshot.lookup(source) {
+        return Standing::Registered(registration);
+    }
+    if let Some(id) = watch.invalid(source) {
+        return Standing::InvalidLabel(id);
+    }
+    if watch.holds(source) {
+        return Standing::AwaitingRegistration;
+    }
+    Standing::Unregistered
+}
+
+/// Decides whether `source` may reach `host` on `port`.
+pub fn decide(snapshot: &Snapshot, watch: &Watch, source: IpAddr, host: &str, port: Port) -> Decision {
+    let deny = |reason, id: Option<&Arc<str>>| {
+        Decision::Made(Verdict::Deny {
+            reason,
+            id: id.map(Arc::clone),
+        })
+    };
+    let registration = match standing(snapshot, watch, source) {
+        Standing::Registered(registration) => registration,
+        Standing::InvalidLabel(id) => return deny(Reason::InvalidLabel, Some(id)),
+        Standing::AwaitingRegistration => return Decision::AwaitRegistration,
+        Standing::Unregistered => return deny(Reason::Unregistered, None),
+    };
+    let matched = match port {
+        Port::Number(port) => registration.allowlist.matching(host, port),
+        Port::Any => registration.allowlist.matching_any_port(host),
+    };
+    match matched {
+        Some(matched) => Decision::Made(Verdict::Allow {
+            matched,
+            id: Arc::clone(&registration.id),
+        }),
+        None => deny(Reason::NotAllowed, Some(&registration.id)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::RegistrationSpec;
+
+    fn snapshot() -> Snapshot {
+        let spec = |ip: &str, id: &str, allow: &[&str]| RegistrationSpec::new(ip, id, allow.iter().copied());
+        Snapshot::build(
+            1,
+            &[
+                spec("10.0.0.2", "agent", &["allowed.test", "port.test:443", "203.0.113.7"]),
+                spec("10.5.0.3", "labelled", &["allowed.test"]),
+                spec("10.0.0.4", "none", &[]),
+            ],
+        )
+        .unwrap()
+    }
+
+    fn watch() -> Watch {
+        Watch::build(["10.5.0.0/16"], [("10.5.0.9", "docker:bad")])
+    }
+
+    #[test]
+    fn decision_table() {
+        let allow = |matched, id: &str| Decision::Made(Verdict::Allow { matched, id: id.into() });
+        let deny = |reason, id: Option<&str>| {
+            Decision::Made(Verdict::Deny {
+                reason,
+                id: id.map(Into::into),
+            })
+        };
+        let (name, literal) = (MatchedBy::Name, MatchedBy::IpLiteral);
+        let cases = [
+            ("10.0.0.2", "allowed.test", Port::Number(80), allow(name, "agent")),
+            ("10.0.0.2", "API.allowed.test.", Port::Number(443), allow(name, "agent")),
+            ("10.0.0.2", "port.test", Port::Number(443), allow(name, "agent")),
+            (
+                "10.0.0.2",
+                "port.test",
+                Port::Number(80),
+                deny(Reason::NotAllowed, Some("agent")),
+            ),
+            ("10.0.0.2", "port.test", Port::Any, allow(name, "agent")),
+            ("10.0.0.2", "203.0.113.7", Port::Number(22), allow(literal, "agent")),
+            (
+                "10.0.0.2",
+                "evil.test",
+                Port::Number(443),
+                deny(Reason::NotAllowed, Some("agent")),
+            ),
+            (
+                "10.0.0.2",
+                "evil.test",
+                Port::Any,
+                deny(Reason::NotAllowed, Some("agent")),
+            ),
+            (
+                "10.0.0.2",
+                "",
+                Port::Number(80),
+                deny(Reason::NotAllowed, Some("agent")),
+            ),
+            ("::ffff:10.0.0.2", "allowed.test", Port::Any, allow(name, "agent")),
+            (
+                "10.0.0.4",
+                "allowed.test",
+                Port::Any,
+                deny(Reason::NotAllowed, Some("none")),
+            ),
+            // Registered inside a watched subnet: decided, never held.
+            ("10.5.0.3", "allowed.test", Port::Number(80), allow(name, "labelled")),
+            (
+                "10.5.0.9",
+                "allowed.test",
+                Port::Number(80),
+                deny(Reason::InvalidLabel, Some("docker:bad")),
+            ),
+            (
+                "10.5.0.9",
+                "allowed.test",
+                Port::Any,
+                deny(Reason::InvalidLabel, Some("docker:bad")),
+            ),
+            (
+                "10.5.7.7",
+                "allowed.test",
+                Port::Number(80),
+                Decision::AwaitRegistration,
+            ),
+            ("10.5.7.7", "allowed.test", Port::Any, Decision::AwaitRegistration),
+            (
+                "::ffff:10.5.7.7",
+                "allowed.test",
+                Port::Any,
+                Decision::AwaitRegistration,
+            ),
+            (
+                "::ffff:10.5.0.9",
+                "allowed.test",
+                Port::Any,
+                deny(Reason::InvalidLabel, Some("docker:bad")),
+            ),
+            (
+                "10.9.0.1",
+                "allowed.test",
+                Port::Number(80),
+                deny(Reason::Unregistered, None),
+            ),
+            ("10.9.0.1", "allowed.test", Port::Any, deny(Reason::Unregistered, None)),
+        ];
+        let (snapshot, watch) = (snapshot(), watch());
+        for (source, host, port, want) in cases {
+            let got = decide(&snapshot, &watch, source.parse().unwrap(), host, port);
+            assert_eq!(got, want, "{source} -> {host} {port:?}");
+        }
+    }
+
+    #[test]
+    fn a_settled_wait_is_an_unregistered_denial() {
+        let unregistered = Verdict::Deny {
+            reason: Reason::Unregistered,
+            id: None,
+        };
+        assert_eq!(Decision::AwaitRegistration.settled(), unregistered);
+        let allowed = Verdict::Allow {
+            matched: MatchedBy::Name,
+            id: "a".into(),
+        };
+        assert_eq!(Decision::Made(allowed.clone()).settled(), allowed);
+    }
+
+    #[test]
+    fn standing_needs_no_destination() {
+        let (snapshot, watch) = (snapshot(), watch());
+        let of = |source: &str| standing(&snapshot, &watch, source.parse().unwrap());
+        assert!(matches!(of("10.0.0.2"), Standing::Registered(r) if &*r.id == "agent"));
+        assert!(matches!(of("10.5.0.9"), Standing::InvalidLabel(id) if &**id == "docker:bad"));
+        assert_eq!(of("10.5.1.1"), Standing::AwaitingRegistration);
+        assert_eq!(of("192.0.2.1"), Standing::Unregistered);
+    }
+}
