@@ -28,6 +28,8 @@ pub struct Settings {
     pub admin_narrowed: bool,
     /// Transparent listener; `None` disables.
     pub transparent_listen: Option<SocketAddr>,
+    /// SOCKS5 listener; `None` disables.
+    pub socks_listen: Option<SocketAddr>,
     /// DNS filter listener; `None` disables.
     pub dns_listen: Option<SocketAddr>,
     /// DNS filter upstream; `None` reads /etc/resolv.conf.
@@ -106,6 +108,15 @@ impl Settings {
                 &p.transparent_listen,
             )
             .optional(Some(DEFAULT_TRANSPARENT))?;
+        let socks_listen = layers
+            .address(
+                "--socks",
+                &args.socks_listen,
+                Some("CRACKBOX_SOCKS_ADDR"),
+                "proxy.socks_listen",
+                &p.socks_listen,
+            )
+            .optional(None)?;
         let dns_listen = layers
             .address(
                 "--dns-listen",
@@ -154,6 +165,7 @@ impl Settings {
             admin_listen,
             admin_narrowed,
             transparent_listen,
+            socks_listen,
             dns_listen,
             dns_upstream,
             steer,
@@ -192,6 +204,7 @@ impl Settings {
         EngineConfig {
             listen: self.listen,
             transparent_listen: self.transparent_listen,
+            socks_listen: self.socks_listen,
             dns_listen: self.dns_listen,
             dns_upstream: self.dns_upstream,
             steer: self.steer.clone(),
@@ -215,6 +228,7 @@ impl Settings {
         flag("--listen", self.listen.to_string());
         flag("--admin", self.admin_listen.to_string());
         flag("--transparent", optional(self.transparent_listen));
+        flag("--socks", optional(self.socks_listen));
         flag("--dns-listen", optional(self.dns_listen));
         flag("--dns-upstream", optional(self.dns_upstream));
         for ip in &self.steer {

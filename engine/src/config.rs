@@ -11,6 +11,8 @@ pub struct EngineConfig {
     pub listen: SocketAddr,
     /// Transparent listener for iptables-redirected traffic; `None` disables.
     pub transparent_listen: Option<SocketAddr>,
+    /// SOCKS5 listener (RFC 1928 `CONNECT`); `None` disables.
+    pub socks_listen: Option<SocketAddr>,
     /// DNS filter listener (UDP and TCP); `None` disables.
     pub dns_listen: Option<SocketAddr>,
     /// Upstream resolver for the DNS filter; `None` reads /etc/resolv.conf.

@@ -34,6 +34,7 @@ fn defaults_apply_without_any_source() {
     assert_eq!(settings.admin_listen, "127.0.0.1:3129".parse().unwrap());
     assert_eq!(settings.transparent_listen, Some("0.0.0.0:3127".parse().unwrap()));
     assert_eq!(settings.dns_listen, None);
+    assert_eq!(settings.socks_listen, None, "SOCKS5 is off by default");
     assert!(!settings.allow_private_destinations);
     assert_eq!(settings.admin_secret, None);
     assert_eq!(settings.state_path, None);
@@ -218,6 +219,8 @@ fn engine_args_reproduce_the_engine_config() {
         "",
         "--dns-listen",
         "127.0.0.1:53",
+        "--socks",
+        "127.0.0.1:1080",
         "--steer",
         "127.0.0.2",
         "--steer",
@@ -246,5 +249,23 @@ fn engine_args_reproduce_the_engine_config() {
     assert_eq!(config.other_own_addresses, vec![settings.admin_listen]);
     assert_eq!(config.limits.tunnel_idle_timeout, None);
     assert_eq!(config.transparent_listen, None);
+    assert_eq!(config.socks_listen, Some("127.0.0.1:1080".parse().unwrap()));
     assert_eq!(config.steer.len(), 2);
+}
+
+#[test]
+fn the_socks_listener_comes_from_flag_env_or_file() {
+    let (_dir, path) = config_file("[proxy]\nsocks_listen = \"127.0.0.1:1083\"\n");
+    let env = env_of(&[("CRACKBOX_SOCKS_ADDR", "127.0.0.1:1082")]);
+    let resolve = |flags: &[&str], env: &dyn Fn(&str) -> Option<String>| Settings::resolve(&args(flags), env);
+    let port = |settings: Settings| settings.socks_listen.map(|addr| addr.port());
+    let flagged = resolve(&["--config", &path, "--socks", "127.0.0.1:1081"], &env).unwrap();
+    assert_eq!(port(flagged), Some(1081));
+    let alias = resolve(&["--socks-listen", "127.0.0.1:1081"], &env).unwrap();
+    assert_eq!(port(alias), Some(1081));
+    assert_eq!(port(resolve(&["--config", &path], &env).unwrap()), Some(1082));
+    assert_eq!(port(resolve(&["--config", &path], &env_of(&[])).unwrap()), Some(1083));
+    assert_eq!(port(resolve(&["--config", &path, "--socks", ""], &env).unwrap()), None);
+    let err = resolve(&[], &env_of(&[("CRACKBOX_SOCKS_ADDR", "1080")])).unwrap_err();
+    assert!(err.to_string().starts_with("env CRACKBOX_SOCKS_ADDR: "), "{err}");
 }

@@ -1,0 +1,156 @@
+//! The SOCKS5 front end (RFC 1928 `CONNECT`): the handshake on the wire,
+//! then the same decision and the same zero-copy tunnel as an HTTP
+//! `CONNECT`.
+//!
+//! Owns only the wire format: reading the handshake (parsed by
+//! `protocol::socks5`) within [`HANDSHAKE_TIMEOUT`], and mapping what
+//! `decision` says to a reply code. The target is decided by
+//! [`reach_tracked`] exactly as a `CONNECT` line naming it would be (names
+//! resolved by crackbox, address types matching only IP-literal entries),
+//! so caps, fairness, revocation, idle timeout, denial records and
+//! counters are the same. Never decides, resolves or copies bytes itself.
+
+use crate::plane::conn::Conn;
+use crate::plane::decision::{reach_tracked, Unreached};
+use crate::plane::resolve::DialError;
+use crate::plane::stats::{Direction, FrontEnd};
+use crate::plane::tunnel;
+use crate::plane::worker::Worker;
+use crate::policy::is_valid_host;
+use crate::protocol::socks5::{Handshake, Progress, Refusal, Reply};
+use std::future::Future;
+use std::net::IpAddr;
+use std::rc::Rc;
+use std::time::Duration;
+
+/// The whole handshake must be in within this long: the forward plane's
+/// request-head timeout.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bytes read at a time during the handshake (no message is longer than
+/// 513 bytes).
+const READ_SIZE: usize = 1024;
+
+/// A complete `CONNECT` request: where to, and the bytes the client sent
+/// after it.
+struct Request {
+    host: String,
+    port: u16,
+    early: Vec<u8>,
+}
+
+/// How a handshake ended without a request to serve.
+enum Ended {
+    /// Send this and close.
+    Refused(Refusal),
+    /// Close without a word (malformed, gone, or too slow).
+    Closed,
+}
+
+/// Serves one SOCKS5 client to the end (not an `async fn`: see `plane`, on
+/// task size).
+#[expect(clippy::manual_async_fn, reason = "an async fn keeps its arguments twice")]
+pub(crate) fn serve<'w>(worker: &'w Rc<Worker>, client: Conn, source: IpAddr) -> impl Future<Output = ()> + 'w {
+    async move {
+        // Boxed: the handshake's buffer and timer are needed only until the
+        // request is in.
+        let request = match Box::pin(handshake(&client, source)).await {
+            Ok(request) => request,
+            Err(Ended::Refused(refusal)) => return refuse(&client, refusal).await,
+            Err(Ended::Closed) => return,
+        };
+        let Request { host, port, early } = request;
+        if !is_valid_host(&host) {
+            tracing::debug!(%source, host = %host.escape_debug(), "socks5: invalid host name");
+            return refuse(&client, Refusal::Reply(Reply::GeneralFailure)).await;
+        }
+        let (upstream, live) = match reach_tracked(worker, source, &host, port).await {
+            Ok(reached) => reached,
+            Err(why) => return refuse(&client, Refusal::Reply(reply_for(why))).await,
+        };
+        drop(host);
+        if live.signal().is_fired() {
+            return refuse(&client, Refusal::Reply(Reply::NotAllowed)).await;
+        }
+        if client.write_all(&Reply::Succeeded.bytes()).await.is_err() {
+            return;
+        }
+        // Bytes sent early by the client go on first, and their buffer goes:
+        // an idle tunnel holds none.
+        if !early.is_empty() {
+            if upstream.write_all(&early).await.is_err() {
+                return;
+            }
+            worker.stats.add_bytes(Direction::Up, early.len() as u64);
+        }
+        drop(early);
+        worker.stats.count_tunnel(FrontEnd::Socks5);
+        let _active = worker.stats.open_tunnel();
+        tunnel::run(worker.plumbing(), &client, &upstream, live.signal()).await;
+    }
+}
+
+/// The reply for a target that was not connected to: any denial is "not
+/// allowed by ruleset"; a private address is a denial too.
+fn reply_for(why: Unreached) -> Reply {
+    match why {
+        Unreached::Denied(_) | Unreached::Failed(DialError::Private) => Reply::NotAllowed,
+        Unreached::Failed(DialError::Dns) => Reply::HostUnreachable,
+        Unreached::Failed(DialError::Unreachable) => Reply::ConnectionRefused,
+        Unreached::Failed(DialError::Timeout) => Reply::TimedOut,
+    }
+}
+
+/// Sends the refusal as the connection's last bytes.
+async fn refuse(client: &Conn, refusal: Refusal) {
+    let _ = client.write_last(&refusal.bytes()).await;
+}
+
+/// Reads the handshake, answering each message, until the request is in;
+/// all within [`HANDSHAKE_TIMEOUT`].
+async fn handshake(client: &Conn, source: IpAddr) -> Result<Request, Ended> {
+    match monoio::time::timeout(HANDSHAKE_TIMEOUT, negotiate(client, source)).await {
+        Ok(ended) => ended,
+        Err(_) => {
+            tracing::debug!(%source, "socks5: handshake not complete within 10 s, closed");
+            Err(Ended::Closed)
+        }
+    }
+}
+
+async fn negotiate(client: &Conn, source: IpAddr) -> Result<Request, Ended> {
+    let mut handshake = Handshake::default();
+    let mut inbox = Vec::new();
+    // The greeting may be there on accept; every later message follows an
+    // answer or a read that took all there was, so it is waited for first.
+    let mut fresh = true;
+    loop {
+        match handshake.advance(&inbox) {
+            Progress::NeedMore => {
+                if !fresh {
+                    client.readable().await.map_err(|_| Ended::Closed)?;
+                }
+                fresh = false;
+                match client.read_into(&mut inbox, READ_SIZE).await {
+                    Ok(n) if n > 0 => {}
+                    _ => return Err(Ended::Closed),
+                }
+            }
+            Progress::Answer { answer, used } => {
+                inbox.drain(..used);
+                client.write_all(&answer).await.map_err(|_| Ended::Closed)?;
+            }
+            Progress::Connect { host, port, used } => {
+                return Ok(Request {
+                    host: host.to_connect_host(),
+                    port,
+                    early: inbox.split_off(used),
+                })
+            }
+            Progress::Refuse { answer } => return Err(Ended::Refused(answer)),
+            Progress::Malformed(why) => {
+                tracing::debug!(%source, why, "socks5: malformed handshake, closed");
+                return Err(Ended::Closed);
+            }
+        }
+    }
+}
