@@ -154,3 +154,27 @@ async fn negotiate(client: &Conn, source: IpAddr) -> Result<Request, Ended> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::reason::Reason;
+
+    #[test]
+    fn each_way_of_not_reaching_a_target_has_its_reply_code() {
+        let cases = [
+            (Unreached::Denied(Reason::NotAllowed), 0x02),
+            (Unreached::Denied(Reason::Unregistered), 0x02),
+            (Unreached::Denied(Reason::PrivateAddress), 0x02),
+            (Unreached::Denied(Reason::Revoked), 0x02),
+            (Unreached::Denied(Reason::InvalidLabel), 0x02),
+            (Unreached::Failed(DialError::Private), 0x02),
+            (Unreached::Failed(DialError::Dns), 0x04),
+            (Unreached::Failed(DialError::Unreachable), 0x05),
+            (Unreached::Failed(DialError::Timeout), 0x06),
+        ];
+        for (why, code) in cases {
+            assert_eq!(reply_for(why).code(), code);
+        }
+    }
+}
