@@ -88,10 +88,13 @@ fn refused(reply: Reply) -> End {
     End::Refused(reply.bytes().to_vec())
 }
 
+/// What a transcript is, the bytes, the answers it gets and how it ends.
+type Case = (&'static str, Vec<u8>, Vec<[u8; 2]>, End);
+
 #[test]
 fn transcripts_end_as_expected_however_they_are_split() {
     let ipv6: Vec<u8> = concat(&[&[5, 1, 0, 4], &[0; 15], &[1], &[0x01, 0xbb]]);
-    let cases: Vec<(&str, Vec<u8>, Vec<[u8; 2]>, End)> = vec![
+    let cases: Vec<Case> = vec![
         (
             "no-auth, a name (curl --socks5-hostname)",
             concat(&[&[5, 1, 0], &connect_name("api.github.com", 443)]),
