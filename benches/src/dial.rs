@@ -64,6 +64,10 @@ pub enum Tunnelling {
     /// A SOCKS5 `CONNECT` (RFC 1928, no authentication, the target by
     /// name), each message sent after the answer to the last, as curl does.
     Socks5,
+    /// The same, greeting and request sent together before any answer (as
+    /// a client that knows the proxy needs no authentication may): the
+    /// messages of an HTTP `CONNECT`, without the method round trip.
+    Socks5Pipelined,
 }
 
 /// Where traffic goes and how it gets there.
@@ -148,8 +152,9 @@ impl Endpoint {
     /// proxy, or a direct connection.
     pub fn open_tunnel(&self, n: u64) -> Result<TcpStream, Failure> {
         let mut stream = self.connect(n)?;
-        if self.proxy.is_some() && self.tunnelling == Tunnelling::Socks5 {
-            socks5_connect(&mut stream, &self.target)?;
+        if self.proxy.is_some() && self.tunnelling != Tunnelling::Connect {
+            let pipelined = self.tunnelling == Tunnelling::Socks5Pipelined;
+            socks5_connect(&mut stream, &self.target, pipelined)?;
         } else if self.proxy.is_some() {
             let target = &self.target;
             let request = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n");
@@ -179,26 +184,31 @@ impl Endpoint {
 }
 
 /// The SOCKS5 handshake for `target` (`host:port`) on a fresh connection:
-/// greeting, then the request, each answer checked byte for byte.
-fn socks5_connect(stream: &mut TcpStream, target: &str) -> Result<(), Failure> {
+/// greeting, then the request (`pipelined`: both in one write), each
+/// answer checked byte for byte.
+fn socks5_connect(stream: &mut TcpStream, target: &str, pipelined: bool) -> Result<(), Failure> {
     let (host, port) = target
         .rsplit_once(':')
         .and_then(|(host, port)| Some((host, port.parse::<u16>().ok()?)))
         .filter(|(host, _)| !host.is_empty() && host.len() <= 255)
         .ok_or_else(|| Failure::Unexpected(format!("{target} is not host:port")))?;
-    stream
-        .write_all(&[5, 1, 0])
-        .map_err(Failure::io("send SOCKS5 greeting"))?;
-    let mut method = [0u8; 2];
-    read_exact(stream, &mut method, "read SOCKS5 method")?;
-    if method != [5, 0] {
-        return Err(Failure::Unexpected(format!("SOCKS5 method answer {method:?}")));
+    const GREETING: [u8; 3] = [5, 1, 0];
+    let mut request = Vec::with_capacity(GREETING.len() + 7 + host.len());
+    if pipelined {
+        request.extend_from_slice(&GREETING);
+    } else {
+        stream
+            .write_all(&GREETING)
+            .map_err(Failure::io("send SOCKS5 greeting"))?;
+        read_method(stream)?;
     }
-    let mut request = Vec::with_capacity(7 + host.len());
     request.extend_from_slice(&[5, 1, 0, 3, host.len() as u8]);
     request.extend_from_slice(host.as_bytes());
     request.extend_from_slice(&port.to_be_bytes());
     stream.write_all(&request).map_err(Failure::io("send SOCKS5 request"))?;
+    if pipelined {
+        read_method(stream)?;
+    }
     let mut reply = [0u8; 10];
     read_exact(stream, &mut reply, "read SOCKS5 reply")?;
     match reply {
@@ -206,6 +216,16 @@ fn socks5_connect(stream: &mut TcpStream, target: &str) -> Result<(), Failure> {
         [5, code, ..] => Err(Failure::Unexpected(format!("SOCKS5 reply {code:#04x}"))),
         _ => Err(Failure::Unexpected(format!("not a SOCKS5 reply: {reply:?}"))),
     }
+}
+
+/// Reads the method answer; only "no authentication" will do.
+fn read_method(stream: &mut TcpStream) -> Result<(), Failure> {
+    let mut method = [0u8; 2];
+    read_exact(stream, &mut method, "read SOCKS5 method")?;
+    if method != [5, 0] {
+        return Err(Failure::Unexpected(format!("SOCKS5 method answer {method:?}")));
+    }
+    Ok(())
 }
 
 /// Connects with a timeout, binding `source` first when given (without
@@ -403,5 +423,10 @@ mod tests {
         assert_eq!(&echoed, b"x");
         let refused = endpoint(socks5_server(2)).open_tunnel(0).unwrap_err();
         assert_eq!(refused.to_string(), "SOCKS5 reply 0x02");
+        let pipelined = endpoint(socks5_server(0)).with_tunnelling(Tunnelling::Socks5Pipelined);
+        let mut stream = pipelined.open_tunnel(0).unwrap();
+        stream.write_all(b"y").unwrap();
+        stream.read_exact(&mut echoed).unwrap();
+        assert_eq!(&echoed, b"y");
     }
 }

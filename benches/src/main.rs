@@ -118,6 +118,10 @@ struct Common {
     /// echo-latency, idle) open with a SOCKS5 CONNECT instead of an HTTP one.
     #[arg(long, requires = "proxy")]
     socks5: bool,
+    /// With `--socks5`: send the greeting and the request in one write,
+    /// before the method answer.
+    #[arg(long, requires = "socks5")]
+    pipelined: bool,
     /// `host:port` of the upstream (for `denied`: the denied host:port).
     #[arg(long)]
     target: String,
@@ -224,10 +228,10 @@ fn prepare(common: &Common, mode: &str) -> anyhow::Result<Run> {
         seconds(common.timeout)?,
     )
     .with_context(|| format!("{mode}: target {}", common.target))?
-    .with_tunnelling(if common.socks5 {
-        Tunnelling::Socks5
-    } else {
-        Tunnelling::Connect
+    .with_tunnelling(match (common.socks5, common.pipelined) {
+        (true, true) => Tunnelling::Socks5Pipelined,
+        (true, false) => Tunnelling::Socks5,
+        _ => Tunnelling::Connect,
     });
     let label = common.label.clone().unwrap_or_else(|| match common.proxy {
         Some(proxy) => proxy.to_string(),

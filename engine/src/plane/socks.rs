@@ -30,20 +30,61 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// 513 bytes).
 const READ_SIZE: usize = 1024;
 
-/// A complete `CONNECT` request: where to, and the bytes the client sent
-/// after it.
+/// A complete `CONNECT` request: where to, the bytes the client sent
+/// after it, and the answers not sent yet.
 struct Request {
     host: String,
     port: u16,
     early: Vec<u8>,
+    outbox: Outbox,
 }
 
 /// How a handshake ended without a request to serve.
 enum Ended {
-    /// Send this and close.
-    Refused(Refusal),
+    /// Send these answers, the last one refusing, and close.
+    Refused(Outbox),
     /// Close without a word (malformed, gone, or too slow).
     Closed,
+}
+
+/// Answers held back until the handshake must wait for the client: one
+/// that sent its greeting and request together gets every answer and the
+/// reply in one segment, the messages of an HTTP `CONNECT`.
+#[derive(Default)]
+struct Outbox {
+    bytes: [u8; Outbox::CAPACITY],
+    len: usize,
+}
+
+impl Outbox {
+    /// A method and an authentication answer (2 bytes each) and a reply (10).
+    const CAPACITY: usize = 14;
+
+    /// Appends `bytes` (the handshake never holds more than [`Self::CAPACITY`]).
+    fn push(&mut self, bytes: &[u8]) {
+        let end = (self.len + bytes.len()).min(Self::CAPACITY);
+        self.bytes[self.len..end].copy_from_slice(&bytes[..end - self.len]);
+        self.len = end;
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+
+    /// Sends what is held, if anything.
+    async fn flush(&mut self, client: &Conn) -> std::io::Result<()> {
+        if self.len > 0 {
+            client.write_all(self.as_slice()).await?;
+            self.len = 0;
+        }
+        Ok(())
+    }
+
+    /// Sends what is held and `refusal` as the connection's last bytes.
+    async fn refuse(mut self, client: &Conn, refusal: Refusal) {
+        self.push(&refusal.bytes());
+        let _ = client.write_last(self.as_slice()).await;
+    }
 }
 
 /// Serves one SOCKS5 client to the end (not an `async fn`: see `plane`, on
@@ -55,23 +96,32 @@ pub(crate) fn serve<'w>(worker: &'w Rc<Worker>, client: Conn, source: IpAddr) ->
         // request is in.
         let request = match Box::pin(handshake(&client, source)).await {
             Ok(request) => request,
-            Err(Ended::Refused(refusal)) => return refuse(&client, refusal).await,
+            Err(Ended::Refused(outbox)) => {
+                let _ = client.write_last(outbox.as_slice()).await;
+                return;
+            }
             Err(Ended::Closed) => return,
         };
-        let Request { host, port, early } = request;
+        let Request {
+            host,
+            port,
+            early,
+            mut outbox,
+        } = request;
         if !is_valid_host(&host) {
             tracing::debug!(%source, host = %host.escape_debug(), "socks5: invalid host name");
-            return refuse(&client, Refusal::Reply(Reply::GeneralFailure)).await;
+            return outbox.refuse(&client, Refusal::Reply(Reply::GeneralFailure)).await;
         }
         let (upstream, live) = match reach_tracked(worker, source, &host, port).await {
             Ok(reached) => reached,
-            Err(why) => return refuse(&client, Refusal::Reply(reply_for(why))).await,
+            Err(why) => return outbox.refuse(&client, Refusal::Reply(reply_for(why))).await,
         };
         drop(host);
         if live.signal().is_fired() {
-            return refuse(&client, Refusal::Reply(Reply::NotAllowed)).await;
+            return outbox.refuse(&client, Refusal::Reply(Reply::NotAllowed)).await;
         }
-        if client.write_all(&Reply::Succeeded.bytes()).await.is_err() {
+        outbox.push(&Reply::Succeeded.bytes());
+        if outbox.flush(&client).await.is_err() {
             return;
         }
         // Bytes sent early by the client go on first, and their buffer goes:
@@ -100,11 +150,6 @@ fn reply_for(why: Unreached) -> Reply {
     }
 }
 
-/// Sends the refusal as the connection's last bytes.
-async fn refuse(client: &Conn, refusal: Refusal) {
-    let _ = client.write_last(&refusal.bytes()).await;
-}
-
 /// Reads the handshake, answering each message, until the request is in;
 /// all within [`HANDSHAKE_TIMEOUT`].
 async fn handshake(client: &Conn, source: IpAddr) -> Result<Request, Ended> {
@@ -120,12 +165,14 @@ async fn handshake(client: &Conn, source: IpAddr) -> Result<Request, Ended> {
 async fn negotiate(client: &Conn, source: IpAddr) -> Result<Request, Ended> {
     let mut handshake = Handshake::default();
     let mut inbox = Vec::new();
+    let mut outbox = Outbox::default();
     // The greeting may be there on accept; every later message follows an
     // answer or a read that took all there was, so it is waited for first.
     let mut fresh = true;
     loop {
         match handshake.advance(&inbox) {
             Progress::NeedMore => {
+                outbox.flush(client).await.map_err(|_| Ended::Closed)?;
                 if !fresh {
                     client.readable().await.map_err(|_| Ended::Closed)?;
                 }
@@ -137,16 +184,21 @@ async fn negotiate(client: &Conn, source: IpAddr) -> Result<Request, Ended> {
             }
             Progress::Answer { answer, used } => {
                 inbox.drain(..used);
-                client.write_all(&answer).await.map_err(|_| Ended::Closed)?;
+                outbox.push(&answer);
+                fresh = false;
             }
             Progress::Connect { host, port, used } => {
                 return Ok(Request {
                     host: host.to_connect_host(),
                     port,
                     early: inbox.split_off(used),
+                    outbox,
                 })
             }
-            Progress::Refuse { answer } => return Err(Ended::Refused(answer)),
+            Progress::Refuse { answer } => {
+                outbox.push(&answer.bytes());
+                return Err(Ended::Refused(outbox));
+            }
             Progress::Malformed(why) => {
                 tracing::debug!(%source, why, "socks5: malformed handshake, closed");
                 return Err(Ended::Closed);
