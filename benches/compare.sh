@@ -5,13 +5,17 @@
 # on the default, io_uring), for A/B runs of the two drivers. The target
 # bare is benches/bare-relay/relay.c (compiled here with cc -O2): a one-thread
 # epoll + splice CONNECT relay without policy, the floor any relay here costs;
-# it only tunnels, so the http-* modes skip it.
+# it only tunnels, so the http-* modes skip it. The target crackbox-socks5 is
+# a second crackbox of the same binary whose tunnels are opened through its
+# SOCKS5 listener (`--socks`, the load tool's `--socks5`): connect-bulk,
+# connect-rate, echo-latency and idle beside crackbox's HTTP CONNECT; it
+# skips the HTTP modes (http-*, denied).
 #
 #   benches/compare.sh            full run (several minutes)
 #   QUICK=1 benches/compare.sh    short run (under 3 minutes)
 #
 # Knobs (env): QUICK, TARGETS ("direct crackbox squid tinyproxy"; also
-# crackbox-epoll and bare), MODES (every mode), ROUNDS (1: runs of each mode per
+# crackbox-epoll, crackbox-socks5 and bare), MODES (every mode), ROUNDS (1: runs of each mode per
 # target, alternating targets), DURATION (seconds per timed mode),
 # PROXY_CORE (0), LOAD_CORE (1), BASE_PORT (18000), OUT (results dir),
 # CRACKBOX_BIN, CRACKBOX_LOAD (prebuilt binaries), NO_INSTALL=1 (no apt-get).
@@ -41,6 +45,9 @@ TINYPROXY_PORT=$((BASE_PORT + 131))
 EPOLL_PORT=$((BASE_PORT + 132))
 EPOLL_ADMIN_PORT=$((BASE_PORT + 133))
 BARE_PORT=$((BASE_PORT + 134))
+SOCKS_FORWARD_PORT=$((BASE_PORT + 135))
+SOCKS_ADMIN_PORT=$((BASE_PORT + 136))
+SOCKS_PORT=$((BASE_PORT + 137))
 ROUNDS=${ROUNDS:-1}
 ALLOWED=localhost
 DENIED=denied.invalid:$ECHO_PORT
@@ -137,6 +144,11 @@ proxy_ready() {
     timeout 10 "$LOAD" idle --proxy "127.0.0.1:$1" --target "$ALLOWED:$ECHO_PORT" --tunnels 1 --hold 0 --timeout 2
 }
 
+# A SOCKS5 tunnel through the listener on port $1 works end to end.
+socks_ready() {
+    timeout 10 "$LOAD" idle --proxy "127.0.0.1:$1" --socks5 --target "$ALLOWED:$ECHO_PORT" --tunnels 1 --hold 0 --timeout 2
+}
+
 # Starts crackbox as target $1 on ports $2 (proxy) and $3 (admin); extra
 # environment for it follows as NAME=VALUE words.
 start_crackbox_as() {
@@ -161,6 +173,11 @@ start_crackbox_as() {
 start_crackbox() { start_crackbox_as crackbox "$CRACKBOX_PORT" "$ADMIN_PORT"; }
 
 start_crackbox-epoll() { start_crackbox_as crackbox-epoll "$EPOLL_PORT" "$EPOLL_ADMIN_PORT" CRACKBOX_IO_DRIVER=epoll; }
+
+start_crackbox-socks5() {
+    start_crackbox_as crackbox-socks5 "$SOCKS_FORWARD_PORT" "$SOCKS_ADMIN_PORT" \
+        CRACKBOX_SOCKS_ADDR="127.0.0.1:$SOCKS_PORT" && wait_for 20 socks_ready "$SOCKS_PORT"
+}
 
 start_squid() {
     command -v squid >/dev/null || { log "squid is not installed"; return 1; }
@@ -237,6 +254,7 @@ proxy_port() {
         bare) echo "$BARE_PORT" ;;
         crackbox) echo "$CRACKBOX_PORT" ;;
         crackbox-epoll) echo "$EPOLL_PORT" ;;
+        crackbox-socks5) echo "$SOCKS_PORT" ;;
         squid) echo "$SQUID_PORT" ;;
         tinyproxy) echo "$TINYPROXY_PORT" ;;
     esac
@@ -250,6 +268,7 @@ measure() {
     if [[ $target != direct ]]; then
         args+=(--proxy "127.0.0.1:$(proxy_port "$target")" --proxy-pid "${PID_OF[$target]}")
     fi
+    [[ $target == crackbox-socks5 ]] && args+=(--socks5)
     log "$target $1"
     timeout --kill-after=5 "$limit" taskset -c "$LOAD_CORE" "$LOAD" "$@" "${args[@]}" \
         >>"$RESULTS" 2>>"$OUT/load.log" || log "$target $1: failed (exit $?), see $OUT/load.log"
@@ -257,10 +276,10 @@ measure() {
 }
 
 # Whether target $2 cannot run mode $1: the direct path has nothing to deny,
-# the bare relay forwards no plain HTTP.
+# the bare relay forwards no plain HTTP, SOCKS5 speaks no HTTP to the proxy.
 skipped() {
     case $2:$1 in
-        direct:denied | bare:http-*) return 0 ;;
+        direct:denied | bare:http-* | crackbox-socks5:http-* | crackbox-socks5:denied) return 0 ;;
         *) return 1 ;;
     esac
 }
@@ -305,7 +324,7 @@ main() {
     build
     local port
     for port in "$ECHO_PORT" "$HTTP_PORT" "$CRACKBOX_PORT" "$ADMIN_PORT" "$SQUID_PORT" "$TINYPROXY_PORT" \
-        "$EPOLL_PORT" "$EPOLL_ADMIN_PORT" "$BARE_PORT"; do
+        "$EPOLL_PORT" "$EPOLL_ADMIN_PORT" "$BARE_PORT" "$SOCKS_FORWARD_PORT" "$SOCKS_ADMIN_PORT" "$SOCKS_PORT"; do
         port_free "$port" || { log "port $port is in use; set BASE_PORT"; exit 2; }
     done
     LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)

@@ -1,5 +1,6 @@
 //! Opening connections: direct, or through a forward proxy with CONNECT or
-//! absolute-form requests, from a chosen source address.
+//! absolute-form requests, or through a SOCKS5 listener, from a chosen
+//! source address.
 //!
 //! Every socket gets read and write timeouts, so no operation waits forever,
 //! and every proxy reply is parsed and checked before it counts.
@@ -54,11 +55,29 @@ impl Failure {
     }
 }
 
+/// How a tunnel through the proxy is asked for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Tunnelling {
+    /// An HTTP `CONNECT` to a forward proxy.
+    #[default]
+    Connect,
+    /// A SOCKS5 `CONNECT` (RFC 1928, no authentication, the target by
+    /// name), each message sent after the answer to the last, as curl does.
+    Socks5,
+    /// The same, greeting and request sent together before any answer (as
+    /// a client that knows the proxy needs no authentication may): the
+    /// messages of an HTTP `CONNECT`, without the method round trip.
+    Socks5Pipelined,
+}
+
 /// Where traffic goes and how it gets there.
 #[derive(Debug, Clone)]
 pub struct Endpoint {
-    /// The forward proxy; `None` connects to the target directly.
+    /// The forward proxy (or SOCKS5 listener); `None` connects to the
+    /// target directly.
     pub proxy: Option<SocketAddr>,
+    /// How tunnels through `proxy` are opened.
+    pub tunnelling: Tunnelling,
     /// `host:port` as written in CONNECT lines and absolute URLs.
     pub target: String,
     /// The target resolved once; only for direct connections (a proxied
@@ -75,6 +94,7 @@ impl Endpoint {
     pub fn new(proxy: Option<SocketAddr>, target: &str, bind: Vec<IpAddr>, timeout: Duration) -> io::Result<Self> {
         let endpoint = Endpoint {
             proxy: None,
+            tunnelling: Tunnelling::Connect,
             target: target.to_owned(),
             target_addr: None,
             bind,
@@ -87,6 +107,11 @@ impl Endpoint {
             }),
             None => endpoint.direct(),
         }
+    }
+
+    /// The same endpoint, its tunnels opened with `tunnelling`.
+    pub fn with_tunnelling(self, tunnelling: Tunnelling) -> Endpoint {
+        Endpoint { tunnelling, ..self }
     }
 
     /// The same target without the proxy (resolving it now).
@@ -123,11 +148,14 @@ impl Endpoint {
         connect_from(self.first_hop()?, self.source(n), self.timeout).map_err(Failure::io("connect"))
     }
 
-    /// A byte stream to the target: a CONNECT tunnel through the proxy, or a
-    /// direct connection.
+    /// A byte stream to the target: a CONNECT (or SOCKS5) tunnel through the
+    /// proxy, or a direct connection.
     pub fn open_tunnel(&self, n: u64) -> Result<TcpStream, Failure> {
         let mut stream = self.connect(n)?;
-        if self.proxy.is_some() {
+        if self.proxy.is_some() && self.tunnelling != Tunnelling::Connect {
+            let pipelined = self.tunnelling == Tunnelling::Socks5Pipelined;
+            socks5_connect(&mut stream, &self.target, pipelined)?;
+        } else if self.proxy.is_some() {
             let target = &self.target;
             let request = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n");
             stream
@@ -153,6 +181,51 @@ impl Endpoint {
             None => path.to_owned(),
         }
     }
+}
+
+/// The SOCKS5 handshake for `target` (`host:port`) on a fresh connection:
+/// greeting, then the request (`pipelined`: both in one write), each
+/// answer checked byte for byte.
+fn socks5_connect(stream: &mut TcpStream, target: &str, pipelined: bool) -> Result<(), Failure> {
+    let (host, port) = target
+        .rsplit_once(':')
+        .and_then(|(host, port)| Some((host, port.parse::<u16>().ok()?)))
+        .filter(|(host, _)| !host.is_empty() && host.len() <= 255)
+        .ok_or_else(|| Failure::Unexpected(format!("{target} is not host:port")))?;
+    const GREETING: [u8; 3] = [5, 1, 0];
+    let mut request = Vec::with_capacity(GREETING.len() + 7 + host.len());
+    if pipelined {
+        request.extend_from_slice(&GREETING);
+    } else {
+        stream
+            .write_all(&GREETING)
+            .map_err(Failure::io("send SOCKS5 greeting"))?;
+        read_method(stream)?;
+    }
+    request.extend_from_slice(&[5, 1, 0, 3, host.len() as u8]);
+    request.extend_from_slice(host.as_bytes());
+    request.extend_from_slice(&port.to_be_bytes());
+    stream.write_all(&request).map_err(Failure::io("send SOCKS5 request"))?;
+    if pipelined {
+        read_method(stream)?;
+    }
+    let mut reply = [0u8; 10];
+    read_exact(stream, &mut reply, "read SOCKS5 reply")?;
+    match reply {
+        [5, 0, 0, 1, ..] => Ok(()),
+        [5, code, ..] => Err(Failure::Unexpected(format!("SOCKS5 reply {code:#04x}"))),
+        _ => Err(Failure::Unexpected(format!("not a SOCKS5 reply: {reply:?}"))),
+    }
+}
+
+/// Reads the method answer; only "no authentication" will do.
+fn read_method(stream: &mut TcpStream) -> Result<(), Failure> {
+    let mut method = [0u8; 2];
+    read_exact(stream, &mut method, "read SOCKS5 method")?;
+    if method != [5, 0] {
+        return Err(Failure::Unexpected(format!("SOCKS5 method answer {method:?}")));
+    }
+    Ok(())
 }
 
 /// Connects with a timeout, binding `source` first when given (without
@@ -311,5 +384,49 @@ mod tests {
         }
         assert!(parse_response_head(b"HTTP/1.1 200").is_err());
         assert!(parse_response_head(b"garbage\r\n\r\n").is_err());
+    }
+
+    /// A one-connection SOCKS5 server on loopback that checks what the
+    /// client sends and answers with `code`; returns its address.
+    fn socks5_server(code: u8) -> SocketAddr {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            let mut greeting = [0u8; 3];
+            stream.read_exact(&mut greeting).unwrap();
+            assert_eq!(greeting, [5, 1, 0]);
+            stream.write_all(&[5, 0]).unwrap();
+            let mut request = [0u8; 18];
+            stream.read_exact(&mut request).unwrap();
+            assert_eq!(request, *b"\x05\x01\x00\x03\x0bbench.local\x1f\x90");
+            stream.write_all(&[5, code, 0, 1, 0, 0, 0, 0, 0, 0]).unwrap();
+            let mut byte = [0u8; 1];
+            while stream.read_exact(&mut byte).is_ok() {
+                stream.write_all(&byte).unwrap();
+            }
+        });
+        addr
+    }
+
+    #[test]
+    fn socks5_tunnels_open_with_a_checked_handshake() {
+        let endpoint = |proxy| {
+            Endpoint::new(Some(proxy), "bench.local:8080", vec![], Duration::from_secs(5))
+                .unwrap()
+                .with_tunnelling(Tunnelling::Socks5)
+        };
+        let mut stream = endpoint(socks5_server(0)).open_tunnel(0).unwrap();
+        stream.write_all(b"x").unwrap();
+        let mut echoed = [0u8; 1];
+        stream.read_exact(&mut echoed).unwrap();
+        assert_eq!(&echoed, b"x");
+        let refused = endpoint(socks5_server(2)).open_tunnel(0).unwrap_err();
+        assert_eq!(refused.to_string(), "SOCKS5 reply 0x02");
+        let pipelined = endpoint(socks5_server(0)).with_tunnelling(Tunnelling::Socks5Pipelined);
+        let mut stream = pipelined.open_tunnel(0).unwrap();
+        stream.write_all(b"y").unwrap();
+        stream.read_exact(&mut echoed).unwrap();
+        assert_eq!(&echoed, b"y");
     }
 }

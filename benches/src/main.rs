@@ -6,7 +6,7 @@
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
-use crackbox_benches::dial::Endpoint;
+use crackbox_benches::dial::{Endpoint, Tunnelling};
 use crackbox_benches::limits;
 use crackbox_benches::modes::{self, Run};
 use crackbox_benches::report::{self, Outcome};
@@ -114,6 +114,14 @@ struct Common {
     /// Forward proxy; absent means the direct path.
     #[arg(long)]
     proxy: Option<SocketAddr>,
+    /// `--proxy` is a SOCKS5 listener: tunnels (connect-bulk, connect-rate,
+    /// echo-latency, idle) open with a SOCKS5 CONNECT instead of an HTTP one.
+    #[arg(long, requires = "proxy")]
+    socks5: bool,
+    /// With `--socks5`: send the greeting and the request in one write,
+    /// before the method answer.
+    #[arg(long, requires = "socks5")]
+    pipelined: bool,
     /// `host:port` of the upstream (for `denied`: the denied host:port).
     #[arg(long)]
     target: String,
@@ -159,6 +167,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let (common, outcome) = match cli.command {
         Command::Upstream(args) => return serve(&args),
         Command::Report { files } => return print_report(&files),
+        Command::HttpRate { common, .. } | Command::Denied { common, .. } if common.socks5 => {
+            anyhow::bail!("http-rate and denied speak HTTP to the proxy: not with --socks5")
+        }
         Command::ConnectBulk { common, tunnels, mib } => {
             let run = prepare(&common, "connect-bulk")?;
             (common, modes::connect_bulk(&run, tunnels, mib))
@@ -216,7 +227,12 @@ fn prepare(common: &Common, mode: &str) -> anyhow::Result<Run> {
         common.bind.clone(),
         seconds(common.timeout)?,
     )
-    .with_context(|| format!("{mode}: target {}", common.target))?;
+    .with_context(|| format!("{mode}: target {}", common.target))?
+    .with_tunnelling(match (common.socks5, common.pipelined) {
+        (true, true) => Tunnelling::Socks5Pipelined,
+        (true, false) => Tunnelling::Socks5,
+        _ => Tunnelling::Connect,
+    });
     let label = common.label.clone().unwrap_or_else(|| match common.proxy {
         Some(proxy) => proxy.to_string(),
         None => "direct".into(),

@@ -386,8 +386,19 @@ fn a_busy_listener_address_makes_serve_exit_naming_it() {
         "--dns-listen",
         &busy,
     ];
+    let socks = [
+        "--listen",
+        &free(),
+        "--admin",
+        &free(),
+        "--transparent",
+        "",
+        "--socks",
+        &busy,
+    ];
     let mut runs: Vec<(Vec<&str>, &str)> = cases.iter().map(|(flags, what)| (flags.to_vec(), *what)).collect();
     runs.push((dns.to_vec(), "DNS"));
+    runs.push((socks.to_vec(), "SOCKS5"));
     for (flags, what) in runs {
         let mut args = vec!["proxy".to_owned(), "serve".to_owned()];
         args.extend(flags.iter().map(|f| f.to_string()));

@@ -32,6 +32,11 @@ pub struct ProxyArgs {
     #[arg(long = "transparent", visible_alias = "transparent-listen", value_name = "ADDR")]
     pub transparent_listen: Option<String>,
 
+    /// SOCKS5 listener (RFC 1928 CONNECT, decided like an HTTP CONNECT) [env
+    /// CRACKBOX_SOCKS_ADDR, [proxy] socks_listen; default off].
+    #[arg(long = "socks", visible_alias = "socks-listen", value_name = "ADDR")]
+    pub socks_listen: Option<String>,
+
     /// DNS filter listener, UDP and TCP [env CRACKBOX_DNS_LISTEN, [proxy] dns_listen; default off].
     #[arg(long, visible_alias = "dns", value_name = "ADDR")]
     pub dns_listen: Option<String>,

@@ -38,6 +38,7 @@ impl ProxyArgs {
             listen,
             admin_listen,
             transparent_listen,
+            socks_listen,
             dns_listen,
             dns_upstream,
             steer,
@@ -66,6 +67,7 @@ impl ProxyArgs {
         value("listen", listen.clone());
         value("admin", admin_listen.clone());
         value("transparent", transparent_listen.clone());
+        value("socks", socks_listen.clone());
         value("dns-listen", dns_listen.clone());
         value("dns-upstream", dns_upstream.clone());
         for ip in steer {
@@ -135,6 +137,7 @@ mod tests {
                 listen: Some("10.0.0.2:3128".into()),
                 admin_listen: Some("10.1.0.2:3129".into()),
                 transparent_listen: Some(String::new()),
+                socks_listen: Some(":1080".into()),
                 dns_listen: Some(":53".into()),
                 dns_upstream: Some("10.0.0.1:53".into()),
                 steer: vec!["10.0.0.2".into(), "fd00::2".into()],

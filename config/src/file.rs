@@ -32,6 +32,8 @@ pub struct ProxySection {
     pub admin_listen: Option<String>,
     /// Transparent listener; "" disables.
     pub transparent_listen: Option<String>,
+    /// SOCKS5 listener; "" or absent disables.
+    pub socks_listen: Option<String>,
     /// DNS filter listener; "" or absent disables.
     pub dns_listen: Option<String>,
     /// DNS filter upstream resolver.
@@ -187,6 +189,7 @@ mod tests {
             listen = "0.0.0.0:3128"
             admin_listen = "127.0.0.1:3129"
             transparent_listen = ""
+            socks_listen = "127.0.0.1:1080"
             dns_listen = "127.0.0.1:5353"
             dns_upstream = "127.0.0.1:53"
             steer = ["10.213.0.1", "fd00::1"]
@@ -212,6 +215,7 @@ mod tests {
         let config = parse(text).unwrap();
         assert_eq!(config.proxy.transparent_listen.as_deref(), Some(""));
         assert_eq!(config.proxy.threads, Some(2));
+        assert_eq!(config.proxy.socks_listen.as_deref(), Some("127.0.0.1:1080"));
         assert_eq!(config.proxy.steer.map(|s| s.len()), Some(2));
         assert_eq!(config.limits.tunnel_idle_timeout, Some(0));
         assert_eq!(config.policy.allow_private_destinations, Some(true));

@@ -35,6 +35,7 @@ keys! {
     LISTEN = "--listen", "CRACKBOX_PROXY_ADDR", "proxy.listen";
     ADMIN = "--admin", "CRACKBOX_ADMIN_ADDR", "proxy.admin_listen";
     TRANSPARENT = "--transparent", "CRACKBOX_TRANSPARENT_ADDR", "proxy.transparent_listen";
+    SOCKS = "--socks", "CRACKBOX_SOCKS_ADDR", "proxy.socks_listen";
     DNS_LISTEN = "--dns-listen", "CRACKBOX_DNS_LISTEN", "proxy.dns_listen";
     DNS_UPSTREAM = "--dns-upstream", "CRACKBOX_DNS_UPSTREAM", "proxy.dns_upstream";
     STEER = "--steer", "CRACKBOX_STEER", "proxy.steer";
@@ -63,6 +64,8 @@ pub struct Settings {
     pub admin_narrowed: bool,
     /// Transparent listener; `None` disables.
     pub transparent_listen: Option<SocketAddr>,
+    /// SOCKS5 listener; `None` disables.
+    pub socks_listen: Option<SocketAddr>,
     /// DNS filter listener; `None` disables.
     pub dns_listen: Option<SocketAddr>,
     /// DNS filter upstream: as given, else (with a DNS filter that does not
@@ -133,6 +136,8 @@ impl Settings {
             text,
         )?;
         let transparent_listen = optional_address(transparent, Some(DEFAULT_TRANSPARENT))?;
+        let socks = sources.pick(SOCKS, args.socks_listen.clone(), p.socks_listen.clone(), text)?;
+        let socks_listen = optional_address(socks, None)?;
         let dns_listen = sources.pick(DNS_LISTEN, args.dns_listen.clone(), p.dns_listen.clone(), text)?;
         let dns_listen = optional_address(dns_listen, None)?;
         let dns_upstream = sources.pick(DNS_UPSTREAM, args.dns_upstream.clone(), p.dns_upstream.clone(), text)?;
@@ -201,6 +206,7 @@ impl Settings {
             admin_listen,
             admin_narrowed,
             transparent_listen,
+            socks_listen,
             dns_listen,
             dns_upstream,
             steer,
@@ -250,6 +256,7 @@ impl Settings {
         EngineConfig {
             listen: self.listen,
             transparent_listen: self.transparent_listen,
+            socks_listen: self.socks_listen,
             dns_listen: self.dns_listen,
             dns_upstream: self.dns_upstream,
             steer: self.steer.clone(),

@@ -52,6 +52,17 @@ pub fn render(report: &StatsReport, generation: Generation, registrations: usize
     bytes
         .get_or_create(&vec![("direction", "down".into())])
         .inc_by(report.bytes_down);
+    let opened = Family::<Labels, Counter>::default();
+    for tunnels in &report.tunnels_opened {
+        opened
+            .get_or_create(&vec![("front_end", tunnels.front_end.clone())])
+            .inc_by(tunnels.count);
+    }
+    registry.register(
+        "tunnels_opened",
+        "Tunnels opened per front end (connect, transparent, socks5)",
+        opened,
+    );
     registry.register(
         "tunnel_bytes",
         "Bytes moved through the proxy (up: client to upstream)",
@@ -91,7 +102,7 @@ pub fn render(report: &StatsReport, generation: Generation, registrations: usize
 mod tests {
     use super::*;
     use crackbox_engine::reason::Reason;
-    use crackbox_engine::wire::DecisionCount;
+    use crackbox_engine::wire::{DecisionCount, TunnelCount};
 
     #[test]
     fn renders_every_family_with_its_labels() {
@@ -118,12 +129,17 @@ mod tests {
             bytes_down: 2000,
             denials: vec![],
             generation: 6,
+            tunnels_opened: vec![TunnelCount {
+                front_end: "socks5".into(),
+                count: 8,
+            }],
         };
         let text = render(&report, 7, 3);
         for line in [
             "crackbox_allowed_total{id=\"agent\"} 5",
             "crackbox_denied_total{id=\"agent\",reason=\"not-allowed\"} 2",
             "crackbox_denied_total{id=\"\",reason=\"unregistered\"} 1",
+            "crackbox_tunnels_opened_total{front_end=\"socks5\"} 8",
             "crackbox_tunnel_bytes_total{direction=\"up\"} 100",
             "crackbox_tunnel_bytes_total{direction=\"down\"} 2000",
             "crackbox_active_tunnels 4",

@@ -4,8 +4,8 @@
 //!   registry that holds the one in force, the one decision every front end
 //!   asks ([`policy::decide()`]), the destination guard and the denial reasons.
 //! - [`protocol`] (pure): HTTP heads and chunked framing, the TLS
-//!   ClientHello's server name, the control <-> engine wire protocol, admin
-//!   API bodies and canned responses.
+//!   ClientHello's server name, the SOCKS5 handshake, the control <-> engine
+//!   wire protocol, admin API bodies and canned responses.
 //! - [`json_object`] (pure): struct bodies that decode from JSON objects only.
 //! - [`startup`] (pure): the listeners the engine binds, the one-line error
 //!   when one is busy, and the exit status of an engine that never served.
@@ -38,6 +38,7 @@
 //! let config = EngineConfig {
 //!     listen: "127.0.0.1:3128".parse().unwrap(),
 //!     transparent_listen: None,
+//!     socks_listen: None,
 //!     dns_listen: None,
 //!     dns_upstream: None,
 //!     steer: vec![],
@@ -79,7 +80,7 @@ pub mod startup;
 mod plane;
 
 pub use policy::{guard, reason, registry};
-pub use protocol::{admin_body, chunked, http_head, responses, tls_peek, wire};
+pub use protocol::{admin_body, chunked, http_head, responses, socks5, tls_peek, wire};
 
 #[cfg(feature = "runtime")]
 pub use plane::{dns, run};

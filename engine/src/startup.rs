@@ -37,6 +37,8 @@ pub enum Listener {
     Admin,
     /// The DNS filter (`--dns-listen`), UDP and TCP.
     Dns,
+    /// The SOCKS5 listener (`--socks`).
+    Socks,
 }
 
 impl fmt::Display for Listener {
@@ -47,6 +49,7 @@ impl fmt::Display for Listener {
             Listener::Steered => "steered",
             Listener::Admin => "admin API",
             Listener::Dns => "DNS",
+            Listener::Socks => "SOCKS5",
         })
     }
 }
@@ -153,6 +156,7 @@ pub fn engine_listeners(config: &EngineConfig) -> Vec<(SocketAddr, Listener)> {
         wanted.extend(STEERED_PORTS.map(|port| (SocketAddr::new(*ip, port), Listener::Steered)));
     }
     wanted.extend(config.dns_listen.map(|addr| (addr, Listener::Dns)));
+    wanted.extend(config.socks_listen.map(|addr| (addr, Listener::Socks)));
     wanted
 }
 

@@ -9,8 +9,8 @@ e.g. `tls_peek` alone). The ClientHellos are also written, as captured, to
 the engine's tls_peek test fixtures.
 
 Seed layouts follow the fuzz targets' control bytes (see fuzz/README.md):
-http_head `[flags][0]` + bytes, tls_peek `[0][0]` + bytes, match_host
-`[port hi][port lo][mode]` + text; the others are raw.
+http_head `[flags][0]` + bytes, tls_peek `[0][0]` + bytes, socks5 `[0]` +
+bytes, match_host `[port hi][port lo][mode]` + text; the others are raw.
 """
 
 import http.client
@@ -323,6 +323,86 @@ def match_hosts():
     }
 
 
+def socks_capture(run_client):
+    """A SOCKS5 server that answers like crackbox (username/password chosen
+    when offered, so the credentials are captured too, then success), runs
+    `run_client(port)` and returns every byte the client sent."""
+    server, port = listen()
+    got = bytearray()
+
+    def read(conn, n):
+        data = b""
+        while len(data) < n:
+            more = conn.recv(n - len(data))
+            if not more:
+                raise EOFError
+            data += more
+        got.extend(data)
+        return data
+
+    def serve():
+        server.settimeout(10)
+        try:
+            conn, _ = server.accept()
+        except OSError:
+            return
+        conn.settimeout(IDLE)
+        try:
+            _, count = read(conn, 2)
+            methods = read(conn, count)
+            if 2 in methods:
+                conn.sendall(b"\x05\x02")
+                read(conn, 1)
+                read(conn, read(conn, 1)[0])
+                read(conn, read(conn, 1)[0])
+                conn.sendall(b"\x01\x00")
+            else:
+                conn.sendall(b"\x05\x00")
+            _, _, _, kind = read(conn, 4)
+            read(conn, {1: 4, 4: 16}.get(kind) or read(conn, 1)[0])
+            read(conn, 2)
+            conn.sendall(b"\x05\x00\x00\x01\x00\x00\x00\x00\x00\x00")
+            while True:
+                data = conn.recv(65536)
+                if not data:
+                    break
+                got.extend(data)
+        except (OSError, EOFError):
+            pass
+        conn.close()
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    try:
+        run_client(port)
+    except Exception as err:  # a cut connection is expected
+        print(f"  client ended: {err!r}")
+    thread.join()
+    server.close()
+    return bytes(got)
+
+
+def socks_handshakes():
+    """Handshakes as SOCKS5 clients send them: curl (names, addresses,
+    credentials) and OpenBSD netcat (a name, an IPv6 address, early bytes)."""
+    def curl(*args):
+        return lambda port: run(["curl", "-s", "-m", "5", *args[:-1], args[-1].format(port=port)])
+
+    def nc(host, target_port, stdin=b""):
+        return lambda port: run(
+            ["nc", "-N", "-w", "3", "-X", "5", "-x", f"127.0.0.1:{port}", host, target_port], stdin=stdin
+        )
+
+    clients = {
+        "curl_socks5h_name": curl("http://allowed.test:8080/", "--socks5-hostname", "127.0.0.1:{port}"),
+        "curl_socks5_ipv4": curl("http://203.0.113.7/", "--socks5", "127.0.0.1:{port}"),
+        "curl_credentials": curl("https://allowed.test/", "--proxy", "socks5h://user:secret@127.0.0.1:{port}"),
+        "nc_name_with_banner": nc("allowed.test", "22", b"SSH-2.0-OpenSSH_9.2\r\n"),
+        "nc_ipv6": nc("2001:db8::1", "5432"),
+    }
+    return {name: socks_capture(client) for name, client in clients.items()}
+
+
 def write(target, seeds, prefix=b"", folder=None, suffix=""):
     folder = folder or os.path.join(HERE, target)
     os.makedirs(folder, exist_ok=True)
@@ -350,6 +430,7 @@ CORPORA = {
     "admin_body": lambda: write("admin_body", admin_bodies()),
     "allowlist": lambda: write("allowlist", allowlists()),
     "match_host": lambda: write("match_host", match_hosts()),
+    "socks5": lambda: write("socks5", socks_handshakes(), prefix=b"\x00"),
 }
 
 

@@ -264,14 +264,22 @@ impl Drop for Upstream {
     }
 }
 
-/// Removes the network `name` that a test made. Docker 20.10 can keep a
-/// stale endpoint on a network with no container left ("has active
-/// endpoints"): every endpoint still listed is force-disconnected before the
-/// next attempt. A network that cannot be removed fails the test that made
-/// it (unless that test is failing already).
+/// Removes the network `name` that a test made. Every endpoint still
+/// attached is force-disconnected before the next attempt, and a network
+/// that still has one fails the test that made it (unless that test is
+/// failing already).
+///
+/// One failure is Docker's, not the test's: Docker 20.10 (Debian's) keeps
+/// a per-network endpoint *count* beside the endpoints, and containers
+/// started and stopped concurrently on one network can leave it above zero
+/// with no endpoint at all (its store then holds `{"Count":1}` and no
+/// endpoint object; `network inspect` lists nothing, and no disconnect can
+/// lower it). Such a network is reported on stderr, not failed: nothing of
+/// the test is left on it.
 pub fn remove_network(name: &str) {
     let mut last = String::new();
-    for attempt in 1..=5u64 {
+    let mut attached: Vec<String> = Vec::new();
+    for attempt in 1..=6u64 {
         let out = Command::new("docker")
             .args(["network", "rm", name])
             .output()
@@ -279,6 +287,9 @@ pub fn remove_network(name: &str) {
         last = String::from_utf8_lossy(&out.stderr).trim().to_string();
         if out.status.success() || last.contains("not found") || last.contains("No such network") {
             return;
+        }
+        if attempt == 6 {
+            break;
         }
         let listed = Command::new("docker")
             .args([
@@ -290,12 +301,23 @@ pub fn remove_network(name: &str) {
             ])
             .output()
             .expect("docker CLI");
-        for endpoint in String::from_utf8_lossy(&listed.stdout).split_whitespace() {
+        attached = String::from_utf8_lossy(&listed.stdout)
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect();
+        for endpoint in &attached {
             docker_try(&["network", "disconnect", "-f", name, endpoint]);
         }
         std::thread::sleep(Duration::from_millis(200 * attempt));
     }
-    let problem = format!("the test network {name} cannot be removed: {last}");
+    if attached.is_empty() && last.contains("has active endpoints") {
+        eprintln!(
+            "the test network {name} has no endpoint left but Docker still counts one \
+             (Docker 20.10's endpoint count); left behind: {last}"
+        );
+        return;
+    }
+    let problem = format!("the test network {name} cannot be removed (still attached: {attached:?}): {last}");
     if std::thread::panicking() {
         eprintln!("{problem}");
     } else {

@@ -34,6 +34,7 @@ fn defaults_apply_without_any_source() {
     assert_eq!(settings.admin_listen, "127.0.0.1:3129".parse().unwrap());
     assert_eq!(settings.transparent_listen, Some("0.0.0.0:3127".parse().unwrap()));
     assert_eq!(settings.dns_listen, None);
+    assert_eq!(settings.socks_listen, None, "SOCKS5 is off by default");
     assert!(!settings.allow_private_destinations);
     assert_eq!(settings.admin_secret, None);
     assert_eq!(settings.state_path, None);
@@ -233,6 +234,12 @@ fn rows() -> Vec<Row> {
             ("CRACKBOX_TRANSPARENT_ADDR", "127.0.0.1:1002"),
             "[proxy]\ntransparent_listen = \"127.0.0.1:1003\"",
             |c| format!("{:?}", c.transparent_listen),
+        ),
+        (
+            &["--socks", "127.0.0.1:1001"],
+            ("CRACKBOX_SOCKS_ADDR", "127.0.0.1:1002"),
+            "[proxy]\nsocks_listen = \"127.0.0.1:1003\"",
+            |c| format!("{:?}", c.socks_listen),
         ),
         (
             &["--dns-listen", "127.0.0.1:1001"],
@@ -493,4 +500,21 @@ fn engine_config_carries_the_admin_listener_and_zero_idle_means_never() {
     let defaults = Settings::resolve(&args(&[]), &env_of(&[])).unwrap();
     assert_eq!(defaults.registration_hold, DEFAULT_REGISTRATION_HOLD);
     assert!(defaults.origins.is_empty(), "{:?}", defaults.origins);
+}
+
+#[test]
+fn the_socks_listener_comes_from_flag_env_or_file() {
+    let (_dir, path) = config_file("[proxy]\nsocks_listen = \"127.0.0.1:1083\"\n");
+    let env = env_of(&[("CRACKBOX_SOCKS_ADDR", "127.0.0.1:1082")]);
+    let resolve = |flags: &[&str], env: &dyn Fn(&str) -> Option<String>| Settings::resolve(&args(flags), env);
+    let port = |settings: Settings| settings.socks_listen.map(|addr| addr.port());
+    let flagged = resolve(&["--config", &path, "--socks", "127.0.0.1:1081"], &env).unwrap();
+    assert_eq!(port(flagged), Some(1081));
+    let alias = resolve(&["--socks-listen", "127.0.0.1:1081"], &env).unwrap();
+    assert_eq!(port(alias), Some(1081));
+    assert_eq!(port(resolve(&["--config", &path], &env).unwrap()), Some(1082));
+    assert_eq!(port(resolve(&["--config", &path], &env_of(&[])).unwrap()), Some(1083));
+    assert_eq!(port(resolve(&["--config", &path, "--socks", ""], &env).unwrap()), None);
+    let err = resolve(&[], &env_of(&[("CRACKBOX_SOCKS_ADDR", "1080")])).unwrap_err();
+    assert!(err.to_string().starts_with("env CRACKBOX_SOCKS_ADDR: "), "{err}");
 }

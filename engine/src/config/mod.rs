@@ -29,6 +29,8 @@ pub struct EngineConfig {
     pub listen: SocketAddr,
     /// Transparent listener for iptables-redirected traffic; `None` disables.
     pub transparent_listen: Option<SocketAddr>,
+    /// SOCKS5 listener (RFC 1928 `CONNECT`); `None` disables.
+    pub socks_listen: Option<SocketAddr>,
     /// DNS filter listener (UDP and TCP); `None` disables.
     pub dns_listen: Option<SocketAddr>,
     /// Upstream resolver for the DNS filter; `None` reads /etc/resolv.conf
@@ -90,6 +92,7 @@ mod tests {
         let config = EngineConfig {
             listen: "127.0.0.1:3128".parse().unwrap(),
             transparent_listen: None,
+            socks_listen: Some("127.0.0.1:1080".parse().unwrap()),
             dns_listen: Some("[::1]:53".parse().unwrap()),
             dns_upstream: Some("127.0.0.53:53".parse().unwrap()),
             steer: vec!["10.0.0.1".parse().unwrap()],

@@ -10,7 +10,7 @@ use crate::plane::conn::Conn;
 use crate::plane::decision::{decide, reach, reach_tracked, Decision, Unreached};
 use crate::plane::resolve::DialError;
 use crate::plane::revocation::LiveEntry;
-use crate::plane::stats::Direction;
+use crate::plane::stats::{Direction, FrontEnd};
 use crate::plane::tunnel::{self, CloseSignal, Start};
 use crate::plane::worker::Worker;
 use crate::policy::is_valid_host;
@@ -387,6 +387,7 @@ impl<'w> Session<'w> {
             self.worker.stats.add_bytes(Direction::Up, early.len() as u64);
         }
         drop(early);
+        self.worker.stats.count_tunnel(FrontEnd::Connect);
         let _active = self.worker.stats.open_tunnel();
         tunnel::run(self.worker.plumbing(), &self.client, &upstream, live.signal()).await;
     }

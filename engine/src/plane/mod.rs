@@ -3,8 +3,8 @@
 //!
 //! Front ends take connections: `forward` (absolute-form HTTP and CONNECT,
 //! and origin-form for redirected or steered port 80), `transparent`
-//! (redirected and steered connections: where they go, and TLS by its SNI)
-//! and `dns`. Front ends never import each other. They decide with
+//! (redirected and steered connections: where they go, and TLS by its SNI),
+//! `socks` (SOCKS5 `CONNECT`) and `dns`. Front ends never import each other. They decide with
 //! `decision` against the `policy` core and parse with `protocol`; `resolve`
 //! dials through the destination guard, `tunnel` moves bytes, `revocation`
 //! closes what a new snapshot denies, `stats` counts and `control_link`
@@ -37,6 +37,7 @@ pub(crate) mod local_addrs;
 pub(crate) mod resolve;
 pub(crate) mod revocation;
 pub(crate) mod runtime;
+pub(crate) mod socks;
 pub(crate) mod stats;
 pub(crate) mod transparent;
 pub(crate) mod tunnel;

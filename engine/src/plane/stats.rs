@@ -4,7 +4,7 @@
 //! always exact.
 
 use crate::policy::reason::Reason;
-use crate::protocol::wire::{DecisionCount, Denial, StatsReport};
+use crate::protocol::wire::{DecisionCount, Denial, StatsReport, TunnelCount};
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
 use std::net::IpAddr;
@@ -26,6 +26,31 @@ pub enum Direction {
     Up,
     /// Upstream to client.
     Down,
+}
+
+/// The front end that opened a tunnel: the `front_end` label of
+/// `crackbox_tunnels_opened_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FrontEnd {
+    /// An HTTP `CONNECT` on the forward listener.
+    Connect,
+    /// A redirected or steered TLS connection, by its SNI.
+    Transparent,
+    /// A SOCKS5 `CONNECT`.
+    Socks5,
+}
+
+impl FrontEnd {
+    const ALL: [FrontEnd; 3] = [FrontEnd::Connect, FrontEnd::Transparent, FrontEnd::Socks5];
+
+    /// The label value.
+    fn as_str(self) -> &'static str {
+        match self {
+            FrontEnd::Connect => "connect",
+            FrontEnd::Transparent => "transparent",
+            FrontEnd::Socks5 => "socks5",
+        }
+    }
 }
 
 /// Decision counts keyed by registration id and outcome (`None` = allowed).
@@ -68,6 +93,8 @@ pub struct Stats {
     active: AtomicU64,
     bytes_up: AtomicU64,
     bytes_down: AtomicU64,
+    /// Tunnels opened, indexed as [`FrontEnd::ALL`].
+    tunnels_opened: [AtomicU64; 3],
     generation: AtomicU64,
     denial_logs_per_second: u32,
 }
@@ -157,6 +184,11 @@ impl Stats {
         counter.fetch_add(n, Ordering::Relaxed);
     }
 
+    /// Counts one tunnel opened by `front_end`.
+    pub(crate) fn count_tunnel(&self, front_end: FrontEnd) {
+        self.tunnels_opened[front_end as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Counts a tunnel or forwarded connection as open until the guard drops.
     pub fn open_tunnel(self: &Arc<Self>) -> ActiveTunnel {
         self.active.fetch_add(1, Ordering::Relaxed);
@@ -185,6 +217,13 @@ impl Stats {
             bytes_down: self.bytes_down.load(Ordering::Relaxed),
             denials: lock(&self.denials).iter().map(RecentDenial::to_wire).collect(),
             generation: self.generation.load(Ordering::Relaxed),
+            tunnels_opened: FrontEnd::ALL
+                .iter()
+                .map(|&front_end| TunnelCount {
+                    front_end: front_end.as_str().to_owned(),
+                    count: self.tunnels_opened[front_end as usize].load(Ordering::Relaxed),
+                })
+                .collect(),
         }
     }
 }
@@ -219,7 +258,16 @@ mod tests {
         }
         stats.record_denied("127.0.0.3".parse().unwrap(), None, "x.test", 80, Reason::Unregistered);
         let tunnel = stats.open_tunnel();
+        stats.count_tunnel(FrontEnd::Socks5);
+        stats.count_tunnel(FrontEnd::Socks5);
+        stats.count_tunnel(FrontEnd::Connect);
         let report = stats.report();
+        let opened: Vec<(&str, u64)> = report
+            .tunnels_opened
+            .iter()
+            .map(|t| (t.front_end.as_str(), t.count))
+            .collect();
+        assert_eq!(opened, [("connect", 1), ("transparent", 0), ("socks5", 2)]);
         drop(tunnel);
         assert_eq!(report.active_tunnels, 1);
         assert_eq!(stats.report().active_tunnels, 0);

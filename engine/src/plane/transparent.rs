@@ -17,7 +17,7 @@
 
 use crate::plane::conn::Conn;
 use crate::plane::decision::{reach_tracked, Unreached};
-use crate::plane::stats::Direction;
+use crate::plane::stats::{Direction, FrontEnd};
 use crate::plane::tunnel;
 use crate::plane::worker::Worker;
 use crate::policy::guard::Verdict;
@@ -100,6 +100,7 @@ pub(crate) fn serve_tls(worker: &Rc<Worker>, client: Conn, source: IpAddr, port:
         }
         worker.stats.add_bytes(Direction::Up, peeked.len() as u64);
         drop(peeked);
+        worker.stats.count_tunnel(FrontEnd::Transparent);
         let _active = worker.stats.open_tunnel();
         tunnel::run(worker.plumbing(), &client, &upstream, live.signal()).await;
     }

@@ -1,8 +1,8 @@
 //! Pure protocol code: the formats crackbox reads and writes.
 //!
 //! Owns HTTP/1.x heads and chunked framing, the server name in a TLS
-//! ClientHello, the control <-> engine wire protocol, admin API bodies and
-//! the canned responses crackbox sends. Built without the `runtime` feature,
+//! ClientHello, the SOCKS5 handshake, the control <-> engine wire protocol,
+//! admin API bodies and the canned responses crackbox sends. Built without the `runtime` feature,
 //! so control, benches and fuzz targets run exactly this code.
 //!
 //! Never does I/O, never imports `plane` or an async runtime, never panics on
@@ -13,5 +13,6 @@ pub mod chunked;
 mod decimal;
 pub mod http_head;
 pub mod responses;
+pub mod socks5;
 pub mod tls_peek;
 pub mod wire;

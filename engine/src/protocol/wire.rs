@@ -127,6 +127,21 @@ pub struct StatsReport {
     pub denials: Vec<Denial>,
     /// The snapshot generation enforced now.
     pub generation: Generation,
+    /// Tunnels opened since start, per front end that opened them (absent
+    /// from an engine that predates the count).
+    #[serde(default)]
+    pub tunnels_opened: Vec<TunnelCount>,
+}
+
+/// How many tunnels one front end opened.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TunnelCount {
+    /// The front end: `connect` (HTTP CONNECT), `transparent` (redirected or
+    /// steered TLS) or `socks5`.
+    pub front_end: String,
+    /// Tunnels it opened.
+    pub count: u64,
 }
 
 /// How many decisions of one kind one registration got.

@@ -46,6 +46,7 @@ impl Engine {
         let config = EngineConfig {
             listen: addr,
             transparent_listen: None,
+            socks_listen: None,
             dns_listen: None,
             dns_upstream: None,
             steer: vec![],

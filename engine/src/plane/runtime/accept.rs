@@ -9,6 +9,7 @@ use super::{ready_accept, Plane};
 use crate::plane::conn::Conn;
 use crate::plane::forward::{self, Origin};
 use crate::plane::hold;
+use crate::plane::socks;
 use crate::plane::transparent::{self, Intercepted};
 use crate::plane::worker::Worker;
 use crate::policy::canonical_ip;
@@ -80,6 +81,7 @@ fn serve_connection(worker: Rc<Worker>, mut conn: Conn, source: IpAddr, plane: P
         conn.take_turns_of(worker.turns.of(source));
         let (route, steered) = match plane {
             Plane::Forward => return forward::serve(&worker, conn, source).await,
+            Plane::Socks => return socks::serve(&worker, conn, source).await,
             Plane::Transparent => (transparent::route_redirected(&worker, &conn, source), false),
             Plane::Steered(port) => (transparent::route_port(source, port), true),
         };

@@ -38,6 +38,8 @@ pub(crate) enum Plane {
     Transparent,
     /// A steered listener (docs/architecture.md, "Steered interception") on this port, 80 or 443.
     Steered(u16),
+    /// The SOCKS5 listener.
+    Socks,
 }
 
 impl Plane {
@@ -56,6 +58,7 @@ struct Bound {
     forward: SocketAddr,
     transparent: Option<SocketAddr>,
     steered: Vec<SocketAddr>,
+    socks: Option<SocketAddr>,
 }
 
 /// Runs the engine; returns only if start-up fails or every core thread dies
@@ -69,8 +72,10 @@ pub fn run(mut config: EngineConfig) -> Result<(), EngineError> {
     let bound = bind_all(&config, threads)?;
     config.listen = bound.forward;
     config.transparent_listen = bound.transparent;
+    config.socks_listen = bound.socks;
     let mut own = vec![bound.forward];
     own.extend(bound.transparent);
+    own.extend(bound.socks);
     own.extend(bound.steered.iter().copied());
     own.extend(config.dns_listen);
     own.extend(config.other_own_addresses.iter().copied());
@@ -131,6 +136,7 @@ fn log_settings(config: &EngineConfig, bound: &Bound, dns: Option<crate::plane::
         forward = %bound.forward,
         transparent = ?bound.transparent,
         steered = ?bound.steered,
+        socks = ?bound.socks,
         dns = ?dns.map(|filter| filter.local_addr()),
         dns_answers = ?dns.map(|filter| filter.answers()),
         threads = config.threads.max(1),
@@ -173,6 +179,7 @@ fn bind_all(config: &EngineConfig, threads: usize) -> Result<Bound, EngineError>
             Listener::Forward => Plane::Forward,
             Listener::Transparent => Plane::Transparent,
             Listener::Steered => Plane::Steered(addr.port()),
+            Listener::Socks => Plane::Socks,
             // Bound by the DNS filter itself.
             Listener::Dns | Listener::Admin => continue,
         };
@@ -203,6 +210,7 @@ fn bind_all(config: &EngineConfig, threads: usize) -> Result<Bound, EngineError>
         forward: planes[0].1,
         transparent: of(|plane| *plane == Plane::Transparent).next(),
         steered: of(|plane| matches!(plane, Plane::Steered(_))).collect(),
+        socks: of(|plane| *plane == Plane::Socks).next(),
     })
 }
 
