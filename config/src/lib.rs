@@ -11,6 +11,7 @@
 mod args;
 mod file;
 mod origin;
+mod register;
 mod settings;
 mod steer;
 

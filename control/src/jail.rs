@@ -139,11 +139,7 @@ fn normalised_allow(id: &str, allow: &[String]) -> Result<Vec<String>, JailError
     if allow.is_empty() {
         return Err(JailError::EmptyAllow);
     }
-    let spec = RegistrationSpec {
-        ip: "127.0.0.1".into(),
-        id: id.to_string(),
-        allowlist: allow.to_vec(),
-    };
+    let spec = RegistrationSpec::new("127.0.0.1", id, allow.to_vec());
     Ok(spec.normalised()?.allowlist)
 }
 

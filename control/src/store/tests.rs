@@ -2,11 +2,7 @@ use super::*;
 use std::fs;
 
 fn spec(ip: &str, allowlist: &[&str]) -> RegistrationSpec {
-    RegistrationSpec {
-        ip: ip.into(),
-        id: "t".into(),
-        allowlist: allowlist.iter().map(|s| s.to_string()).collect(),
-    }
+    RegistrationSpec::new(ip, "t", allowlist.iter().copied())
 }
 
 /// Applies `changes` to `entries` as the registry does, then commits them.

@@ -1,12 +1,14 @@
 //! The per-connection (and per-request) policy decision, counted.
 //!
 //! Loads the snapshot once, looks up the source, applies `match_host`, and
-//! records the outcome in the counters. Used by every data plane.
+//! records the outcome in the counters (and a registered source's denials in
+//! its usage account). Used by every data plane.
 
 use crate::plane::conn::Conn;
 use crate::plane::revocation::LiveEntry;
 use crate::plane::worker::Worker;
 use crate::policy::reason::Reason;
+use crate::policy::usage::Account;
 use crate::policy::MatchedBy;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -19,6 +21,8 @@ pub(crate) enum Decision {
         matched: MatchedBy,
         /// The registration id, for counters.
         id: Arc<str>,
+        /// The registration's usage and cap.
+        account: Arc<Account>,
     },
     /// Denied, with the reason and the id when the source is registered.
     Deny {
@@ -39,11 +43,15 @@ pub(crate) fn decide(worker: &Worker, source: IpAddr, host: &str, port: u16) -> 
             Some(matched) => Decision::Allow {
                 matched,
                 id: Arc::clone(&registration.id),
+                account: Arc::clone(&registration.account),
             },
-            None => Decision::Deny {
-                reason: Reason::NotAllowed,
-                id: Some(Arc::clone(&registration.id)),
-            },
+            None => {
+                registration.account.add_denial(Reason::NotAllowed);
+                Decision::Deny {
+                    reason: Reason::NotAllowed,
+                    id: Some(Arc::clone(&registration.id)),
+                }
+            }
         },
     });
     if let Decision::Deny { reason, id } = &decision {
@@ -76,10 +84,16 @@ pub(crate) enum Unreached {
 }
 
 /// Decides on `host:port` for `source`, then resolves, guards and connects;
-/// counts the outcome. Denied names are never resolved.
-pub(crate) async fn reach(worker: &Worker, source: IpAddr, host: &str, port: u16) -> Result<Conn, Unreached> {
+/// counts the outcome. Denied names are never resolved. The connection comes
+/// with the account of the registration that allowed it.
+pub(crate) async fn reach(
+    worker: &Worker,
+    source: IpAddr,
+    host: &str,
+    port: u16,
+) -> Result<(Conn, Arc<Account>), Unreached> {
     match decide(worker, source, host, port) {
-        Decision::Allow { matched, id } => connect(worker, source, host, port, matched, id).await,
+        Decision::Allow { matched, id, account } => connect(worker, source, host, port, matched, id, account).await,
         Decision::Deny { reason, .. } => Err(Unreached::Denied(reason)),
     }
 }
@@ -93,18 +107,18 @@ pub(crate) async fn reach_tracked(
     source: IpAddr,
     host: &str,
     port: u16,
-) -> Result<(Conn, LiveEntry), Unreached> {
-    let (matched, id) = match decide(worker, source, host, port) {
-        Decision::Allow { matched, id } => (matched, id),
+) -> Result<(Conn, LiveEntry, Arc<Account>), Unreached> {
+    let (matched, id, account) = match decide(worker, source, host, port) {
+        Decision::Allow { matched, id, account } => (matched, id, account),
         Decision::Deny { reason, .. } => return Err(Unreached::Denied(reason)),
     };
     let live = LiveEntry::register(&worker.live, source, host, port);
-    let conn = connect(worker, source, host, port, matched, id).await?;
-    Ok((conn, live))
+    let (conn, account) = connect(worker, source, host, port, matched, id, account).await?;
+    Ok((conn, live, account))
 }
 
-/// Resolves, guards and connects an allowed `host:port` (`matched` and `id`
-/// from its [`Decision::Allow`]); counts the outcome.
+/// Resolves, guards and connects an allowed `host:port` (`matched`, `id`
+/// and `account` from its [`Decision::Allow`]); counts the outcome.
 async fn connect(
     worker: &Worker,
     source: IpAddr,
@@ -112,18 +126,20 @@ async fn connect(
     port: u16,
     matched: MatchedBy,
     id: Arc<str>,
-) -> Result<Conn, Unreached> {
+    account: Arc<Account>,
+) -> Result<(Conn, Arc<Account>), Unreached> {
     // Boxed: dialling state is large and only needed until connected.
     match Box::pin(crate::plane::resolve::dial(&worker.dialer(), host, port, matched)).await {
         Ok(mut conn) => {
             worker.stats.record_allowed(&id);
             conn.take_turns_of(worker.turns.of(source));
-            Ok(conn)
+            Ok((conn, account))
         }
         Err(crate::plane::resolve::DialError::Private) => {
             worker
                 .stats
                 .record_denied(source, Some(&id), host, port, Reason::PrivateAddress);
+            account.add_denial(Reason::PrivateAddress);
             Err(Unreached::Denied(Reason::PrivateAddress))
         }
         Err(err) => {

@@ -149,6 +149,9 @@ impl LiveSet {
             let registration = snapshot.lookup(live.source);
             let allowed = registration.is_some_and(|r| r.allowlist.matching(&live.host, live.port).is_some());
             if !allowed {
+                if let Some(registration) = registration {
+                    registration.account.add_denial(Reason::Revoked);
+                }
                 stats.record_denied(
                     live.source,
                     registration.map(|r| &r.id),

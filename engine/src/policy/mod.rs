@@ -1,6 +1,8 @@
 //! Policy core: who may reach what. Allowlist entries, `match_host`, source
 //! keys, snapshots and the registry holding the one in force, the
-//! destination guard and the one vocabulary of denial reasons.
+//! destination guard and the one vocabulary of denial reasons; and what
+//! each registration may use and has used: its bandwidth cap, the token
+//! buckets that hold it there, and its usage counters.
 //!
 //! Pure code with no runtime dependency. Every data plane, the DNS filter,
 //! the control plane's validation, the benches and the fuzz targets use these
@@ -8,17 +10,21 @@
 //! I/O and never imports `protocol` or `plane`.
 
 mod allowlist;
+mod bandwidth;
 mod entry;
 pub mod guard;
 mod host;
+pub mod limiter;
 pub mod reason;
 pub mod registry;
 mod snapshot;
 mod source;
+pub mod usage;
 pub mod watch;
 
 pub use allowlist::{match_host, Allowlist, MatchedBy};
+pub use bandwidth::{Bandwidth, BandwidthError, MIN_BANDWIDTH};
 pub use entry::{AllowEntry, EntryError, Target, MAX_ENTRIES};
 pub use host::{is_valid_host, normalise_host, HostKind};
-pub use snapshot::{Generation, Registration, RegistrationSpec, Snapshot, SourceChange, SpecError};
+pub use snapshot::{Generation, Registered, Registration, RegistrationSpec, Snapshot, SourceChange, SpecError};
 pub use source::{canonical_ip, parse_source_ip, SourceIpError};

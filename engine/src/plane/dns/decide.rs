@@ -57,6 +57,7 @@ pub(crate) fn decide(packet: &[u8], source: IpAddr, snapshot: &Snapshot, on_deni
     }
     let name = query.name().to_ascii();
     if registration.allowlist.matching_any_port(&name).is_none() {
+        registration.account.add_denial(Reason::NotAllowed);
         deny(on_denial, source, Some(&registration.id), &request, Reason::NotAllowed);
         return Verdict::Reply(error_reply(&request, ResponseCode::NXDomain));
     }
