@@ -4,12 +4,14 @@
 //! crackbox itself, so each test suite adds its own way to start it.
 //! Everything talks to 127.0.0.0/8 only.
 
+mod bulk;
 mod echo;
 mod http;
 mod metrics;
 mod net;
 mod process;
 
+pub use bulk::Bulk;
 pub use echo::{echo_round, Echo};
 pub use http::{curl, http, open_tunnel, read_head, read_request, read_to_end, try_http, Seen, Upstream};
 pub use metrics::metric;
