@@ -28,7 +28,6 @@ use std::io;
 use std::net::IpAddr;
 use std::pin::pin;
 use std::rc::Rc;
-use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
@@ -383,7 +382,6 @@ impl<'w> Session<'w> {
             return;
         }
         account.add_tunnel(self.worker.thread);
-        let plumbing = self.worker.plumbing(&account);
         // The head buffer goes (bytes sent early by the client go on first):
         // an idle tunnel holds no buffer, not even an empty one's capacity.
         let early = std::mem::take(&mut self.inbox);
@@ -391,11 +389,11 @@ impl<'w> Session<'w> {
             if upstream.write_all(&early).await.is_err() {
                 return;
             }
-            plumbing.charged(Direction::Up, early.len());
+            self.worker.plumbing(&account).charged(Direction::Up, early.len());
         }
         drop(early);
         let _active = self.worker.stats.open_tunnel();
-        tunnel::run(plumbing, &self.client, &upstream, live.signal()).await;
+        tunnel::run(self.worker.plumbing(&account), &self.client, &upstream, live.signal()).await;
     }
 
     /// One absolute-form request; returns whether the client connection
@@ -503,7 +501,7 @@ impl<'w> Session<'w> {
         &mut self,
         upstream: &Conn,
         request: &Prepared,
-        account: &Arc<Account>,
+        account: &Account,
     ) -> Result<Exchange, ExchangeError> {
         let signal = self.live.as_ref().map(LiveEntry::revocation);
         let _active = self.worker.stats.open_tunnel();
@@ -598,7 +596,7 @@ async fn send_body(
             let rest = length - buffered as u64;
             if rest > 0
                 && tunnel::pump(
-                    plumbing,
+                    &plumbing,
                     client,
                     upstream,
                     Some(rest),
@@ -733,7 +731,7 @@ async fn relay_body(
         Framing::Empty | Framing::Length(0) => Ok(()),
         Framing::Length(rest) => {
             let moved = tunnel::pump(
-                plumbing,
+                &plumbing,
                 upstream,
                 client,
                 Some(rest),
@@ -751,7 +749,7 @@ async fn relay_body(
             client.write_all(inbox).await.map_err(broken)?;
             plumbing.charged(Direction::Down, inbox.len());
             inbox.clear();
-            tunnel::pump(plumbing, upstream, client, None, Direction::Down, activity, Start::Now)
+            tunnel::pump(&plumbing, upstream, client, None, Direction::Down, activity, Start::Now)
                 .await
                 .map_err(broken)?;
             Ok(())

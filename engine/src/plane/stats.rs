@@ -19,7 +19,7 @@ const MAX_HOST_RECORDED: usize = 255;
 /// Sources tracked for log rate limiting before the table is reset.
 const LOG_TABLE_LIMIT: usize = 10_000;
 
-pub(crate) use crate::policy::usage::Direction;
+pub(crate) use crate::policy::Direction;
 
 /// Decision counts keyed by registration id and outcome (`None` = allowed).
 type DecisionCounts = FxHashMap<(Arc<str>, Option<Reason>), u64>;

@@ -6,7 +6,7 @@
 //! without a cap pays one relaxed load per call and never awaits anything.
 
 use crate::policy::limiter::{Grant, Limiter};
-use crate::policy::usage::Direction;
+use crate::policy::Direction;
 use std::time::Duration;
 
 /// Waits until the tokens of some of `want` bytes going `direction` are

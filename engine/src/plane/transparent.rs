@@ -99,11 +99,10 @@ pub(crate) fn serve_tls(worker: &Rc<Worker>, client: Conn, source: IpAddr, port:
             return;
         }
         account.add_tunnel(worker.thread);
-        let plumbing = worker.plumbing(&account);
-        plumbing.charged(Direction::Up, peeked.len());
+        worker.plumbing(&account).charged(Direction::Up, peeked.len());
         drop(peeked);
         let _active = worker.stats.open_tunnel();
-        tunnel::run(plumbing, &client, &upstream, live.signal()).await;
+        tunnel::run(worker.plumbing(&account), &client, &upstream, live.signal()).await;
     }
 }
 

@@ -139,7 +139,7 @@ fn splice(from: RawFd, to: RawFd, len: usize) -> io::Result<usize> {
 /// Not an `async fn`: see `plane`, on task size.
 #[expect(clippy::manual_async_fn, reason = "an async fn keeps its arguments twice")]
 pub(crate) fn pump<'a>(
-    plumbing: Plumbing<'a>,
+    plumbing: &'a Plumbing<'a>,
     src: &'a Conn,
     dst: &'a Conn,
     limit: Option<u64>,
@@ -150,7 +150,6 @@ pub(crate) fn pump<'a>(
     async move {
         src.make_nonblocking()?;
         dst.make_nonblocking()?;
-        let limiter = plumbing.account.limiter();
         let mut moved = 0u64;
         let mut pipe: Option<Pipe> = None;
         let mut await_readable = start == Start::WhenReadable;
@@ -169,11 +168,14 @@ pub(crate) fn pump<'a>(
                 }
                 await_readable = false;
             }
-            let want = throttle::allowance(limiter, direction, want).await;
+            let want = throttle::allowance(plumbing.account.limiter(), direction, want).await;
             let Some(p) = pipe.take().or_else(|| plumbing.pools.take_pipe()) else {
                 // Boxed: the rare fallback should not enlarge every idle tunnel.
                 let copied = Box::pin(copy_once(plumbing.pools, src, dst, want)).await;
-                limiter.refund(direction, want - *copied.as_ref().unwrap_or(&0));
+                plumbing
+                    .account
+                    .limiter()
+                    .refund(direction, want - *copied.as_ref().unwrap_or(&0));
                 match copied {
                     Ok(0) => break Ok(moved),
                     Ok(n) => {
@@ -186,7 +188,10 @@ pub(crate) fn pump<'a>(
                 }
             };
             let spliced = splice(src.fd(), p.write.as_raw_fd(), want);
-            limiter.refund(direction, want - *spliced.as_ref().unwrap_or(&0));
+            plumbing
+                .account
+                .limiter()
+                .refund(direction, want - *spliced.as_ref().unwrap_or(&0));
             match spliced {
                 Ok(0) => {
                     plumbing.pools.give_pipe(p);
@@ -253,7 +258,7 @@ pub(crate) async fn run(plumbing: Plumbing<'_>, client: &Conn, upstream: &Conn, 
     let both = async {
         let up = async {
             let result = pump(
-                plumbing,
+                &plumbing,
                 client,
                 upstream,
                 None,
@@ -266,7 +271,7 @@ pub(crate) async fn run(plumbing: Plumbing<'_>, client: &Conn, upstream: &Conn, 
         };
         let down = async {
             let result = pump(
-                plumbing,
+                &plumbing,
                 upstream,
                 client,
                 None,

@@ -52,7 +52,7 @@ mod tests {
     use super::*;
     use crate::config::Limits;
     use crate::policy::reason::Reason;
-    use crate::policy::usage::Direction;
+    use crate::policy::Direction;
     use crate::policy::{Bandwidth, RegistrationSpec, SourceChange};
     use std::sync::Arc;
 

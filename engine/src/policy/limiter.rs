@@ -15,7 +15,7 @@
 //! does the waiting.
 
 use super::bandwidth::Bandwidth;
-use super::usage::Direction;
+use super::direction::Direction;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 

@@ -11,6 +11,7 @@
 
 mod allowlist;
 mod bandwidth;
+mod direction;
 mod entry;
 pub mod guard;
 mod host;
@@ -24,6 +25,7 @@ pub mod watch;
 
 pub use allowlist::{match_host, Allowlist, MatchedBy};
 pub use bandwidth::{Bandwidth, BandwidthError, MIN_BANDWIDTH};
+pub use direction::Direction;
 pub use entry::{AllowEntry, EntryError, Target, MAX_ENTRIES};
 pub use host::{is_valid_host, normalise_host, HostKind};
 pub use snapshot::{Generation, Registered, Registration, RegistrationSpec, Snapshot, SourceChange, SpecError};

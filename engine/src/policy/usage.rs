@@ -11,20 +11,12 @@
 //! the slots. Denials, rare by comparison and counted off the core threads
 //! too (the DNS filter), share one set of counters. Pure.
 
+use super::direction::Direction;
 use super::limiter::Limiter;
 use super::reason::Reason;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
-
-/// Which way bytes moved.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Direction {
-    /// Client to upstream.
-    Up,
-    /// Upstream to client.
-    Down,
-}
 
 /// Every denial reason, in the order of an account's counters.
 const REASONS: [Reason; 6] = [
@@ -98,9 +90,10 @@ impl Account {
         }
     }
 
-    /// The slot of core thread `thread`; any index is accepted.
+    /// The slot of core thread `thread` (the first one for an index beyond
+    /// the threads the account was made for).
     fn slot(&self, thread: usize) -> &Slot {
-        &self.slots[thread % self.slots.len()]
+        self.slots.get(thread).unwrap_or(&self.slots[0])
     }
 
     /// Counts `n` bytes moved `direction` by core thread `thread`.
