@@ -8,8 +8,8 @@
 //! When no pipe can be had (fd exhaustion) a direction falls back to a
 //! buffered copy through the thread's small buffer pool.
 //!
-//! Every byte moved is counted twice: in the engine's totals and in the
-//! account of the registration the connection works for. A source with a
+//! Every byte moved is counted in the engine's totals and in the account of
+//! the registration the connection works for. A source with a
 //! bandwidth cap has each splice bounded by the tokens its bucket grants
 //! (waiting on a timer when it is empty); without a cap a splice costs one
 //! relaxed load more.
