@@ -9,16 +9,20 @@
 # a second crackbox of the same binary whose tunnels are opened through its
 # SOCKS5 listener (`--socks`, the load tool's `--socks5`): connect-bulk,
 # connect-rate, echo-latency and idle beside crackbox's HTTP CONNECT; it
-# skips the HTTP modes (http-*, denied).
+# skips the HTTP modes (http-*, denied). The target crackbox-base is
+# another crackbox binary (CRACKBOX_BASE_BIN, e.g. a build of main) for A/B
+# runs of a change; crackbox-capped is the binary under test with every
+# source capped far above the traffic (CAP, default 1024GiB/s).
 #
 #   benches/compare.sh            full run (several minutes)
 #   QUICK=1 benches/compare.sh    short run (under 3 minutes)
 #
 # Knobs (env): QUICK, TARGETS ("direct crackbox squid tinyproxy"; also
-# crackbox-epoll, crackbox-socks5 and bare), MODES (every mode), ROUNDS (1: runs of each mode per
+# crackbox-epoll, crackbox-socks5, crackbox-base, crackbox-capped and bare), MODES (every mode), ROUNDS (1: runs of each mode per
 # target, alternating targets), DURATION (seconds per timed mode),
 # PROXY_CORE (0), LOAD_CORE (1), BASE_PORT (18000), OUT (results dir),
-# CRACKBOX_BIN, CRACKBOX_LOAD (prebuilt binaries), NO_INSTALL=1 (no apt-get).
+# CRACKBOX_BIN, CRACKBOX_LOAD (prebuilt binaries), CRACKBOX_BASE_BIN, CAP,
+# NO_INSTALL=1 (no apt-get).
 # Other CRACKBOX_* variables (e.g. CRACKBOX_IO_DRIVER=epoll) reach crackbox.
 #
 # Only loopback traffic. Every step is bounded by `timeout`. Only processes
@@ -35,6 +39,8 @@ BASE_PORT=${BASE_PORT:-18000}
 OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/crackbox-compare.XXXXXX")}
 LOAD=${CRACKBOX_LOAD:-$TARGET_DIR/release/crackbox-load}
 CRACKBOX=${CRACKBOX_BIN:-$TARGET_DIR/release/crackbox}
+CRACKBOX_BASE=${CRACKBOX_BASE_BIN:-}
+CAP=${CAP:-1024GiB/s}
 
 ECHO_PORT=$((BASE_PORT + 1))
 HTTP_PORT=$((BASE_PORT + 3))
@@ -48,6 +54,10 @@ BARE_PORT=$((BASE_PORT + 134))
 SOCKS_FORWARD_PORT=$((BASE_PORT + 135))
 SOCKS_ADMIN_PORT=$((BASE_PORT + 136))
 SOCKS_PORT=$((BASE_PORT + 137))
+BASE_BIN_PORT=$((BASE_PORT + 138))
+BASE_BIN_ADMIN_PORT=$((BASE_PORT + 139))
+CAPPED_PORT=$((BASE_PORT + 140))
+CAPPED_ADMIN_PORT=$((BASE_PORT + 141))
 ROUNDS=${ROUNDS:-1}
 ALLOWED=localhost
 DENIED=denied.invalid:$ECHO_PORT
@@ -149,33 +159,42 @@ socks_ready() {
     timeout 10 "$LOAD" idle --proxy "127.0.0.1:$1" --socks5 --target "$ALLOWED:$ECHO_PORT" --tunnels 1 --hold 0 --timeout 2
 }
 
-# Starts crackbox as target $1 on ports $2 (proxy) and $3 (admin); extra
-# environment for it follows as NAME=VALUE words.
+# Starts crackbox binary $4 as target $1 on ports $2 (proxy) and $3 (admin),
+# with $5 appended to every --register value (options, e.g. ";bandwidth=1GiB/s");
+# extra environment for it follows as NAME=VALUE words.
 start_crackbox_as() {
-    local name=$1 port=$2 admin=$3
-    shift 3
-    [[ -x $CRACKBOX ]] || { log "no crackbox binary at $CRACKBOX"; return 1; }
+    local name=$1 port=$2 admin=$3 binary=$4 options=$5
+    shift 5
+    [[ -x $binary ]] || { log "no crackbox binary at '$binary'"; return 1; }
     local register=() source
     for source in ${IDLE_SOURCES//,/ }; do
-        register+=(--register "$source=bench-$source:$ALLOWED")
+        register+=(--register "$source=bench-$source:$ALLOWED$options")
     done
     local threads=()
-    "$CRACKBOX" proxy serve --help 2>/dev/null | grep -q -- '--threads' && threads=(--threads 1)
+    "$binary" proxy serve --help 2>/dev/null | grep -q -- '--threads' && threads=(--threads 1)
     mkdir -p "$OUT/$name"
     start "$name" "$PROXY_CORE" env CRACKBOX_LOG="${CRACKBOX_LOG:-warn}" "$@" \
-        "$CRACKBOX" proxy serve --listen "127.0.0.1:$port" --admin "127.0.0.1:$admin" \
+        "$binary" proxy serve --listen "127.0.0.1:$port" --admin "127.0.0.1:$admin" \
         --transparent '' --allow-private-destinations --control-socket "$OUT/$name/control.sock" \
         "${threads[@]}" "${register[@]}"
     PID_OF[$name]=$LAST_PID
     wait_for 20 proxy_ready "$port"
 }
 
-start_crackbox() { start_crackbox_as crackbox "$CRACKBOX_PORT" "$ADMIN_PORT"; }
+start_crackbox() { start_crackbox_as crackbox "$CRACKBOX_PORT" "$ADMIN_PORT" "$CRACKBOX" ""; }
 
-start_crackbox-epoll() { start_crackbox_as crackbox-epoll "$EPOLL_PORT" "$EPOLL_ADMIN_PORT" CRACKBOX_IO_DRIVER=epoll; }
+start_crackbox-epoll() {
+    start_crackbox_as crackbox-epoll "$EPOLL_PORT" "$EPOLL_ADMIN_PORT" "$CRACKBOX" "" CRACKBOX_IO_DRIVER=epoll
+}
+
+start_crackbox-base() { start_crackbox_as crackbox-base "$BASE_BIN_PORT" "$BASE_BIN_ADMIN_PORT" "$CRACKBOX_BASE" ""; }
+
+start_crackbox-capped() {
+    start_crackbox_as crackbox-capped "$CAPPED_PORT" "$CAPPED_ADMIN_PORT" "$CRACKBOX" ";bandwidth=$CAP"
+}
 
 start_crackbox-socks5() {
-    start_crackbox_as crackbox-socks5 "$SOCKS_FORWARD_PORT" "$SOCKS_ADMIN_PORT" \
+    start_crackbox_as crackbox-socks5 "$SOCKS_FORWARD_PORT" "$SOCKS_ADMIN_PORT" "$CRACKBOX" "" \
         CRACKBOX_SOCKS_ADDR="127.0.0.1:$SOCKS_PORT" && wait_for 20 socks_ready "$SOCKS_PORT"
 }
 
@@ -255,6 +274,8 @@ proxy_port() {
         crackbox) echo "$CRACKBOX_PORT" ;;
         crackbox-epoll) echo "$EPOLL_PORT" ;;
         crackbox-socks5) echo "$SOCKS_PORT" ;;
+        crackbox-base) echo "$BASE_BIN_PORT" ;;
+        crackbox-capped) echo "$CAPPED_PORT" ;;
         squid) echo "$SQUID_PORT" ;;
         tinyproxy) echo "$TINYPROXY_PORT" ;;
     esac
@@ -324,7 +345,8 @@ main() {
     build
     local port
     for port in "$ECHO_PORT" "$HTTP_PORT" "$CRACKBOX_PORT" "$ADMIN_PORT" "$SQUID_PORT" "$TINYPROXY_PORT" \
-        "$EPOLL_PORT" "$EPOLL_ADMIN_PORT" "$BARE_PORT" "$SOCKS_FORWARD_PORT" "$SOCKS_ADMIN_PORT" "$SOCKS_PORT"; do
+        "$EPOLL_PORT" "$EPOLL_ADMIN_PORT" "$BARE_PORT" "$SOCKS_FORWARD_PORT" "$SOCKS_ADMIN_PORT" "$SOCKS_PORT" \
+        "$BASE_BIN_PORT" "$BASE_BIN_ADMIN_PORT" "$CAPPED_PORT" "$CAPPED_ADMIN_PORT"; do
         port_free "$port" || { log "port $port is in use; set BASE_PORT"; exit 2; }
     done
     LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)

@@ -15,16 +15,18 @@ const REGISTRATIONS: u32 = 10_000;
 /// Registrations from distinct 10.x.y.z sources, five entries each.
 fn specs() -> Vec<RegistrationSpec> {
     (0..REGISTRATIONS)
-        .map(|i| RegistrationSpec {
-            ip: format!("10.{}.{}.{}", i >> 16, (i >> 8) & 0xff, i & 0xff),
-            id: format!("sandbox-{i}"),
-            allowlist: vec![
-                "github.com".into(),
-                "*.githubusercontent.com".into(),
-                "pypi.org:443".into(),
-                format!("tenant{i}.example.com"),
-                "203.0.113.7".into(),
-            ],
+        .map(|i| {
+            RegistrationSpec::new(
+                format!("10.{}.{}.{}", i >> 16, (i >> 8) & 0xff, i & 0xff),
+                format!("sandbox-{i}"),
+                [
+                    "github.com".into(),
+                    "*.githubusercontent.com".into(),
+                    "pypi.org:443".into(),
+                    format!("tenant{i}.example.com"),
+                    "203.0.113.7".into(),
+                ],
+            )
         })
         .collect()
 }

@@ -198,6 +198,29 @@ fn labelled_containers_get_their_allowlist_others_are_denied_with_the_reason() {
     assert_eq!(warnings.len(), 1, "{logs}");
     assert!(warnings[0].contains("bad host"), "{}", warnings[0]);
 
+    // A cap label registers the cap; one that is not a rate is an invalid label.
+    let capped = unique("agent-capped");
+    let cap_labels = [
+        &format!("io.crackbox.allow={ALLOWED}") as &str,
+        "io.crackbox.bandwidth=10MiB/s",
+    ];
+    let capped_ip = lab.start_agent(&capped, &cap_labels);
+    let entry = format!(
+        "\"ip\":\"{capped_ip}\",\"id\":\"docker:{capped}\",\"allowlist\":[\"{ALLOWED}\"],\"bandwidth\":10485760"
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || lab.daemon.get("/v1/state").contains(&entry)),
+        "{}",
+        lab.daemon.get("/v1/state")
+    );
+    let uncapped = unique("agent-cap-unreadable");
+    lab.start_agent(
+        &uncapped,
+        &[&format!("io.crackbox.allow={ALLOWED}"), "io.crackbox.bandwidth=10MB/s"],
+    );
+    let out = docker(&["exec", &uncapped, "sh", "-c", &probe(&[&allowed])]);
+    assert_eq!(out, "403:invalid-label");
+
     // The same label-watching crackbox serves `crackbox run --daemon` too;
     // the run's own registration is left to the run.
     let id = unique("run-on-watcher");

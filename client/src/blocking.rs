@@ -4,7 +4,7 @@
 //! Do not use it from inside an async runtime (blocking there panics in
 //! tokio); use [`crate::Client`] there.
 
-use crate::{BulkAnswer, Denial, Error, Health, RegistrationSpec};
+use crate::{BulkAnswer, Denial, Error, Health, RegistrationSpec, SourceUsage};
 use tokio::runtime::Runtime;
 
 /// A blocking client of one admin API, made by [`crate::Client::blocking`].
@@ -65,5 +65,20 @@ impl Client {
     /// See [`crate::Client::denials`].
     pub fn denials(&self, limit: usize) -> Result<Vec<Denial>, Error> {
         self.runtime.block_on(self.client.denials(limit))
+    }
+
+    /// See [`crate::Client::usage`].
+    pub fn usage(&self, ip: &str) -> Result<Option<SourceUsage>, Error> {
+        self.runtime.block_on(self.client.usage(ip))
+    }
+
+    /// See [`crate::Client::usage_by_id`].
+    pub fn usage_by_id(&self, id: &str) -> Result<Vec<SourceUsage>, Error> {
+        self.runtime.block_on(self.client.usage_by_id(id))
+    }
+
+    /// See [`crate::Client::usage_all`].
+    pub fn usage_all(&self) -> Result<Vec<SourceUsage>, Error> {
+        self.runtime.block_on(self.client.usage_all())
     }
 }

@@ -1,8 +1,8 @@
 //! The async client: one typed method per admin API endpoint.
 
 use crate::transport::{self, Answer, Call};
-use crate::url::AdminUrl;
-use crate::{BulkAnswer, Denial, Error, Health, RegistrationSpec};
+use crate::url::{query_value, AdminUrl};
+use crate::{BulkAnswer, Denial, Error, Health, RegistrationSpec, SourceUsage};
 use crackbox_engine::admin_body::{BatchBody, ErrorAnswer, HealthAnswer, UnregisterAnswer, UnregisterBody};
 use hyper::Method;
 use serde::de::DeserializeOwned;
@@ -149,6 +149,34 @@ impl Client {
     /// ```
     pub async fn denials(&self, limit: usize) -> Result<Vec<Denial>, Error> {
         self.get(&format!("/v1/denials?limit={limit}")).await
+    }
+
+    /// `GET /v1/usage?ip=IP`: what the registration of `ip` has used since it
+    /// was registered (bytes each way, tunnels, requests, denials by reason,
+    /// connections open now, its cap); `None` when `ip` is not registered.
+    /// Read it before unregistering: unregistering drops the counters.
+    ///
+    /// ```no_run
+    /// # async fn demo(admin: crackbox_client::Client) -> Result<(), crackbox_client::Error> {
+    /// if let Some(usage) = admin.usage("10.0.0.2").await? {
+    ///     println!("{} B out, {} B in, {} tunnels", usage.bytes_up, usage.bytes_down, usage.tunnels);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn usage(&self, ip: &str) -> Result<Option<SourceUsage>, Error> {
+        let found: Vec<SourceUsage> = self.get(&format!("/v1/usage?ip={}", query_value(ip))).await?;
+        Ok(found.into_iter().next())
+    }
+
+    /// `GET /v1/usage?id=ID`: the usage of every registration with `id`,
+    /// sorted by address.
+    pub async fn usage_by_id(&self, id: &str) -> Result<Vec<SourceUsage>, Error> {
+        self.get(&format!("/v1/usage?id={}", query_value(id))).await
+    }
+
+    /// `GET /v1/usage`: the usage of every registration, sorted by address.
+    pub async fn usage_all(&self) -> Result<Vec<SourceUsage>, Error> {
+        self.get("/v1/usage").await
     }
 
     /// `POST /v1/batch`: registers `register` and removes `unregister` as

@@ -1,13 +1,14 @@
 //! Client of the crackbox admin API (register, unregister, batch, state and
-//! its replacement, health, denials), for orchestrators that start and stop
-//! sandboxes.
+//! its replacement, health, denials, usage), for orchestrators that start and
+//! stop sandboxes.
 //!
 //! Async on tokio (only its `net`, `rt` and `time` parts), with a
 //! [`blocking`] variant. Every call has a timeout and opens its own
 //! connection; none retries by itself. A refusal keeps the server's status
 //! and `{"error": ...}` text ([`Error::Api`]). The documents are the ones the
-//! daemon itself uses ([`RegistrationSpec`], [`Denial`], [`Reason`],
-//! [`Health`], [`BulkAnswer`]), re-exported from `crackbox-engine`'s pure modules.
+//! daemon itself uses ([`RegistrationSpec`], [`Denial`], [`SourceUsage`],
+//! [`Reason`], [`Health`], [`BulkAnswer`], [`Bandwidth`]), re-exported from
+//! `crackbox-engine`'s pure modules.
 //!
 //! ```no_run
 //! use crackbox_client::{Client, RegistrationSpec};
@@ -34,7 +35,7 @@ mod url;
 
 pub use client::Client;
 pub use crackbox_engine::admin_body::{BulkAnswer, Health};
-pub use crackbox_engine::policy::RegistrationSpec;
+pub use crackbox_engine::policy::{Bandwidth, RegistrationSpec};
 pub use crackbox_engine::reason::Reason;
-pub use crackbox_engine::wire::Denial;
+pub use crackbox_engine::wire::{Denial, SourceUsage};
 pub use error::Error;

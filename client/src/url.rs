@@ -73,9 +73,37 @@ impl AdminUrl {
     }
 }
 
+/// `value` fit for a query string: every byte but letters, digits and
+/// `-._~` percent-encoded.
+pub(crate) fn query_value(value: &str) -> String {
+    let mut encoded = String::with_capacity(value.len());
+    for byte in value.bytes() {
+        match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => encoded.push(char::from(byte)),
+            _ => encoded.push_str(&format!("%{byte:02X}")),
+        }
+    }
+    encoded
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn query_values_are_percent_encoded() {
+        let cases = [
+            ("agent-7", "agent-7"),
+            ("10.0.0.2", "10.0.0.2"),
+            ("::1", "%3A%3A1"),
+            ("a b&c=d", "a%20b%26c%3Dd"),
+            ("é", "%C3%A9"),
+            ("", ""),
+        ];
+        for (value, want) in cases {
+            assert_eq!(query_value(value), want, "{value}");
+        }
+    }
 
     #[test]
     fn urls() {

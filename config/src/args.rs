@@ -73,9 +73,10 @@ pub struct ProxyArgs {
     #[arg(long)]
     pub allow_private_destinations: bool,
 
-    /// Register a source at start: IP=ID:host1,host2 (nothing after the colon = deny all).
-    /// Repeatable; replaces a state-file entry for the same IP.
-    #[arg(long = "register", value_name = "IP=ID:HOSTS")]
+    /// Register a source at start: IP=ID:host1,host2 (nothing after the colon = deny all),
+    /// then options after ';' as key=value: bandwidth=10MiB/s (KiB/s, MiB/s or GiB/s; each
+    /// direction). Repeatable; replaces a state-file entry for the same IP.
+    #[arg(long = "register", value_name = "IP=ID:HOSTS[;bandwidth=RATE]")]
     pub register: Vec<String>,
 
     /// Register Docker containers by their io.crackbox.allow / io.crackbox.id labels

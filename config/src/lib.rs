@@ -16,6 +16,7 @@ mod file;
 pub mod handoff;
 mod layers;
 mod origin;
+mod register;
 mod settings;
 mod steer;
 

@@ -199,7 +199,12 @@ impl Settings {
         let seeds = args
             .register
             .iter()
-            .map(|raw| parse_seed(raw))
+            .map(|raw| {
+                crate::register::parse_seed(raw).map_err(|message| ConfigError::Invalid {
+                    origin: Origin::Flag("--register"),
+                    message,
+                })
+            })
             .collect::<Result<_, _>>()?;
         Ok(Settings {
             listen,
@@ -388,28 +393,6 @@ fn resolve_docker(args: &ProxyArgs, config: &FileConfig) -> Option<DockerWatch> 
     };
     let enabled = args.docker || !args.docker_networks.is_empty() || config.docker.enabled.unwrap_or(false);
     enabled.then_some(DockerWatch { networks })
-}
-
-/// Parses one `--register IP=ID:host1,host2` value.
-fn parse_seed(raw: &str) -> Result<RegistrationSpec, ConfigError> {
-    let invalid = |message: String| ConfigError::Invalid {
-        origin: Origin::Flag("--register"),
-        message,
-    };
-    let (ip, rest) = raw
-        .split_once('=')
-        .ok_or_else(|| invalid(format!("{raw:?}: expected IP=ID:host1,host2")))?;
-    let (id, hosts) = rest.split_once(':').ok_or_else(|| {
-        invalid(format!(
-            "{raw:?}: expected IP=ID:host1,host2 (nothing after ':' = deny all)"
-        ))
-    })?;
-    let spec = RegistrationSpec {
-        ip: ip.to_string(),
-        id: id.to_string(),
-        allowlist: hosts.split(',').filter(|h| !h.is_empty()).map(str::to_string).collect(),
-    };
-    spec.normalised().map_err(|err| invalid(format!("{raw:?}: {err}")))
 }
 
 #[cfg(test)]

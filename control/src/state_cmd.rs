@@ -1,7 +1,7 @@
 //! `crackbox state`: print the registry of a running daemon.
 
 use anyhow::Context;
-use crackbox_client::{Client, RegistrationSpec};
+use crackbox_client::{Bandwidth, Client, RegistrationSpec};
 use std::io::Write;
 
 /// Admin API used when neither `--admin` nor `CRACKBOX_ADMIN` is given.
@@ -57,12 +57,14 @@ fn unreachable_hint(url: &str, err: crackbox_client::Error) -> anyhow::Error {
     )
 }
 
-/// A human table: one line per registration.
+/// A human table: one line per registration, with a BANDWIDTH column when
+/// any registration is capped.
 fn table(entries: &[RegistrationSpec]) -> String {
     if entries.is_empty() {
         return "no registrations\n".to_string();
     }
-    let rows: Vec<[String; 3]> = entries
+    let capped = entries.iter().any(|e| e.bandwidth.is_some());
+    let rows: Vec<[String; 4]> = entries
         .iter()
         .map(|e| {
             let allowlist = if e.allowlist.is_empty() {
@@ -70,14 +72,25 @@ fn table(entries: &[RegistrationSpec]) -> String {
             } else {
                 e.allowlist.join(", ")
             };
-            [e.ip.clone(), e.id.clone(), allowlist]
+            let bandwidth = e
+                .bandwidth
+                .and_then(|cap| Bandwidth::new(cap).ok())
+                .map_or_else(|| "-".to_string(), |cap| cap.to_string());
+            [e.ip.clone(), e.id.clone(), bandwidth, allowlist]
         })
         .collect();
-    let ip_width = rows.iter().map(|r| r[0].len()).max().unwrap_or(0).max(2);
-    let id_width = rows.iter().map(|r| r[1].chars().count()).max().unwrap_or(0).max(2);
-    let mut text = format!("{:ip_width$}  {:id_width$}  ALLOWLIST\n", "IP", "ID");
-    for [ip, id, allowlist] in rows {
-        text.push_str(&format!("{ip:ip_width$}  {id:id_width$}  {allowlist}\n"));
+    let width = |column: usize, title: &str| {
+        let widest = rows.iter().map(|r| r[column].chars().count()).max().unwrap_or(0);
+        widest.max(title.len())
+    };
+    let (ip_width, id_width, cap_width) = (width(0, "IP"), width(1, "ID"), width(2, "BANDWIDTH"));
+    let line = |[ip, id, bandwidth, allowlist]: [&str; 4]| match capped {
+        true => format!("{ip:ip_width$}  {id:id_width$}  {bandwidth:cap_width$}  {allowlist}\n"),
+        false => format!("{ip:ip_width$}  {id:id_width$}  {allowlist}\n"),
+    };
+    let mut text = line(["IP", "ID", "BANDWIDTH", "ALLOWLIST"]);
+    for [ip, id, bandwidth, allowlist] in &rows {
+        text.push_str(&line([ip, id, bandwidth, allowlist]));
     }
     text
 }
@@ -89,16 +102,8 @@ mod tests {
     #[test]
     fn table_aligns_columns_and_marks_deny_all() {
         let entries = vec![
-            RegistrationSpec {
-                ip: "10.0.0.2".into(),
-                id: "agent".into(),
-                allowlist: vec!["github.com".into(), "pypi.org:443".into()],
-            },
-            RegistrationSpec {
-                ip: "2001:db8::1".into(),
-                id: "x".into(),
-                allowlist: vec![],
-            },
+            RegistrationSpec::new("10.0.0.2", "agent", ["github.com", "pypi.org:443"]),
+            RegistrationSpec::new("2001:db8::1", "x", Vec::<String>::new()),
         ];
         assert_eq!(
             table(&entries),
@@ -107,5 +112,15 @@ mod tests {
              2001:db8::1  x      (deny all)\n"
         );
         assert_eq!(table(&[]), "no registrations\n");
+        let capped = [
+            RegistrationSpec::new("10.0.0.2", "agent", ["github.com"]).with_bandwidth(Bandwidth::parse("10MiB/s").ok()),
+            RegistrationSpec::new("10.0.0.3", "b", Vec::<String>::new()),
+        ];
+        assert_eq!(
+            table(&capped),
+            "IP        ID     BANDWIDTH  ALLOWLIST\n\
+             10.0.0.2  agent  10MiB/s    github.com\n\
+             10.0.0.3  b      -          (deny all)\n"
+        );
     }
 }

@@ -99,11 +99,7 @@ fn write_framed(stream: &mut TcpStream, message: &[u8]) {
 /// 127.0.0.22 has an empty allowlist; anything else is unregistered.
 fn registry() -> Arc<Registry> {
     let registry = Arc::new(Registry::deny_all());
-    let spec = |ip: &str, id: &str, allowlist: &[&str]| RegistrationSpec {
-        ip: ip.into(),
-        id: id.into(),
-        allowlist: allowlist.iter().map(|s| s.to_string()).collect(),
-    };
+    let spec = |ip: &str, id: &str, allowlist: &[&str]| RegistrationSpec::new(ip, id, allowlist.iter().copied());
     registry.swap(
         Snapshot::build(
             1,

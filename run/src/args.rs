@@ -152,11 +152,7 @@ pub fn normalised_allow(id: &str, allow: &[String]) -> Result<Vec<String>, RunEr
     if allow.is_empty() {
         return Err(RunError::EmptyAllow);
     }
-    let spec = RegistrationSpec {
-        ip: "127.0.0.1".into(),
-        id: id.to_string(),
-        allowlist: allow.to_vec(),
-    };
+    let spec = RegistrationSpec::new("127.0.0.1", id, allow.to_vec());
     Ok(spec.normalised()?.allowlist)
 }
 

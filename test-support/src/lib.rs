@@ -6,6 +6,7 @@
 //! probe run inside jails (`steer_probe`). Dev-only, never published.
 //! Traffic goes to 127.0.0.0/8 or to networks and namespaces a test made.
 
+mod bulk;
 mod crackbox;
 mod daemon;
 pub mod docker;
@@ -19,6 +20,7 @@ mod process;
 mod spawned;
 pub mod steer_probe;
 
+pub use bulk::Bulk;
 pub use crackbox::{binary, command, isolated, run};
 pub use daemon::{label_watcher, Daemon};
 pub use echo::{echo_round, Echo};

@@ -1,5 +1,5 @@
 //! The admin API (README "Admin API"): register, unregister, batch, state (read and
-//! replace), health, metrics, denials.
+//! replace), health, metrics, denials, usage.
 //!
 //! Every error is JSON `{"error": "..."}`. Mutations need the bearer secret
 //! when one is configured and are answered only once the engine enforces
@@ -31,7 +31,7 @@ pub const MAX_BODY: usize = 64 * 1024;
 pub const MAX_BULK_BODY: usize = 8 * 1024 * 1024;
 /// How long a mutation waits for the engine's ack before answering 503.
 pub const ENFORCE_TIMEOUT: Duration = Duration::from_secs(2);
-/// How long `/metrics` and `/v1/denials` wait for the engine's counters.
+/// How long `/metrics`, `/v1/denials` and `/v1/usage` wait for the engine.
 pub const STATS_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// What the handlers share.
@@ -55,6 +55,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/state", get(routes::state).put(bulk::replace))
         .route("/v1/batch", post(bulk::batch))
         .route("/v1/denials", get(observe::denials))
+        .route("/v1/usage", get(observe::usage))
         .route("/health", get(observe::health))
         .route("/metrics", get(observe::metrics))
         .fallback(error::not_found)

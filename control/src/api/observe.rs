@@ -1,4 +1,5 @@
-//! Read-only observation endpoints: health, metrics and recent denials.
+//! Read-only observation endpoints: health, metrics, recent denials and
+//! usage per registration.
 
 use super::{ApiError, AppState, STATS_TIMEOUT};
 use crate::publisher::StatsError;
@@ -8,7 +9,8 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use crackbox_engine::admin_body::{Health, HealthAnswer};
-use crackbox_engine::wire::{Denial, StatsReport};
+use crackbox_engine::policy::parse_source_ip;
+use crackbox_engine::wire::{Denial, SourceUsage, StatsReport, UsageQuery};
 use serde::Deserialize;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
@@ -66,14 +68,35 @@ pub async fn denials(
     Ok(Json(denials))
 }
 
+/// `GET /v1/usage[?ip=IP][&id=ID]`: what each registration (or those named)
+/// has used, sorted by address; `[]` when none matches.
+pub async fn usage(
+    State(state): State<AppState>,
+    query: Result<Query<UsageQuery>, QueryRejection>,
+) -> Result<Json<Vec<SourceUsage>>, ApiError> {
+    let Query(mut query) = query.map_err(|err| ApiError::bad_request(format!("query: {}", err.body_text())))?;
+    if let Some(ip) = &query.ip {
+        let ip = parse_source_ip(ip).map_err(|err| ApiError::bad_request(format!("ip: {err}")))?;
+        query.ip = Some(ip.to_string());
+    }
+    if query.id.as_deref() == Some("") {
+        return Err(ApiError::bad_request("id: must not be empty"));
+    }
+    let sources = state.link.usage(query, STATS_TIMEOUT).await.map_err(unavailable)?;
+    Ok(Json(sources))
+}
+
 async fn engine_stats(state: &AppState) -> Result<StatsReport, ApiError> {
-    state.link.stats(STATS_TIMEOUT).await.map_err(|err| {
-        let message = match err {
-            StatsError::NotConnected => "the engine is not connected",
-            StatsError::NoAnswer => "the engine did not answer in time",
-        };
-        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, message)
-    })
+    state.link.stats(STATS_TIMEOUT).await.map_err(unavailable)
+}
+
+/// The 503 of a question the engine could not answer.
+fn unavailable(err: StatsError) -> ApiError {
+    let message = match err {
+        StatsError::NotConnected => "the engine is not connected",
+        StatsError::NoAnswer => "the engine did not answer in time",
+    };
+    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, message)
 }
 
 /// Connects to the forward listener (its loopback address when it is bound

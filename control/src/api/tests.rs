@@ -6,7 +6,7 @@ use super::*;
 use crate::publisher::{self, EngineLink};
 use crackbox_engine::policy::RegistrationSpec;
 use crackbox_engine::reason::Reason;
-use crackbox_engine::wire::{self, DecisionCount, Denial, Message, Role, StatsReport, PROTOCOL};
+use crackbox_engine::wire::{self, DecisionCount, Denial, Message, Role, SourceUsage, StatsReport, PROTOCOL};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UnixStream};
@@ -70,7 +70,8 @@ async fn admin(secret: Option<&str>, engine: Engine, state_file: bool) -> Admin 
     }
 }
 
-/// Speaks the engine side: acks snapshots (when `acking`) and answers stats.
+/// Speaks the engine side: acks snapshots (when `acking`), answers stats,
+/// and answers usage with one record echoing the query.
 async fn fake_engine(socket: std::path::PathBuf, acking: bool) {
     let mut stream = UnixStream::connect(&socket).await.unwrap();
     let hello = Message::Hello {
@@ -86,6 +87,16 @@ async fn fake_engine(socket: std::path::PathBuf, acking: bool) {
             Message::StatsRequest { request } => {
                 let report = canned_report();
                 write(&mut stream, &Message::Stats { request, report }).await;
+            }
+            Message::UsageRequest { request, query } => {
+                let sources = vec![SourceUsage {
+                    ip: query.ip.unwrap_or_else(|| "10.0.0.2".into()),
+                    id: query.id.unwrap_or_else(|| "agent".into()),
+                    bytes_down: 7,
+                    denials: [(Reason::NotAllowed, 2)].into(),
+                    ..SourceUsage::default()
+                }];
+                write(&mut stream, &Message::Usage { request, sources }).await;
             }
             _ => {}
         }
@@ -420,6 +431,98 @@ async fn metrics_and_denials_come_from_the_engine() {
     let absent = self::admin(None, Engine::Absent, false).await;
     assert_eq!(absent.client.get("/metrics").await.unwrap().status, 503);
     assert_eq!(absent.client.get("/v1/denials").await.unwrap().status, 503);
+}
+
+#[tokio::test]
+async fn usage_comes_from_the_engine_for_the_query_given() {
+    let admin = admin(None, Engine::Acking, false).await;
+    let all = admin.client.get("/v1/usage").await.unwrap();
+    assert_eq!(all.status, 200, "{}", all.error_message());
+    assert_eq!(
+        body_json(&all),
+        json!([{"ip": "10.0.0.2", "id": "agent", "bytes_up": 0, "bytes_down": 7, "tunnels": 0, "requests": 0,
+                "denials": {"not-allowed": 2}, "connections": 0, "since_ms": 0}])
+    );
+    let asked = |path: &'static str| {
+        let client = &admin.client;
+        async move { body_json(&client.get(path).await.unwrap())[0].clone() }
+    };
+    assert_eq!(
+        asked("/v1/usage?ip=::ffff:10.0.0.7").await["ip"],
+        "10.0.0.7",
+        "the address goes canonical"
+    );
+    let both = asked("/v1/usage?id=a%20b&ip=10.0.0.3").await;
+    assert_eq!((&both["ip"], &both["id"]), (&json!("10.0.0.3"), &json!("a b")));
+    let cases = [
+        ("/v1/usage?ip=10.0.0.2:80", "ip: "),
+        ("/v1/usage?ip=", "ip: "),
+        ("/v1/usage?id=", "id: must not be empty"),
+        ("/v1/usage?limit=3", "query: "),
+    ];
+    for (path, want) in cases {
+        let response = admin.client.get(path).await.unwrap();
+        assert_eq!(response.status, 400, "{path}");
+        assert!(
+            response.error_message().starts_with(want),
+            "{path}: {}",
+            response.error_message()
+        );
+    }
+    let absent = self::admin(None, Engine::Absent, false).await;
+    let down = absent.client.get("/v1/usage").await.unwrap();
+    assert_eq!(
+        (down.status, down.error_message()),
+        (503, "the engine is not connected".to_string())
+    );
+}
+
+#[tokio::test]
+async fn a_bandwidth_cap_is_stored_and_listed_and_a_bad_one_is_400() {
+    let admin = admin(None, Engine::Acking, false).await;
+    let capped = json!({"ip": "10.0.0.2", "id": "agent", "allowlist": [], "bandwidth": 10485760});
+    let response = admin.register(capped.clone()).await;
+    assert_eq!((response.status, body_json(&response)), (200, capped.clone()));
+    assert_eq!(admin.state().await, json!([capped]));
+    let uncapped = json!({"ip": "10.0.0.2", "id": "agent", "allowlist": []});
+    assert_eq!(
+        body_json(&admin.register(uncapped.clone()).await),
+        uncapped,
+        "no cap, no field"
+    );
+    for (bandwidth, want) in [
+        (
+            json!(1000),
+            "bandwidth: bandwidth 1000 bytes per second is below the minimum",
+        ),
+        (json!("10MiB/s"), "bandwidth: invalid type"),
+        (json!(-1), "bandwidth: invalid value"),
+    ] {
+        let response = admin
+            .register(json!({"ip": "10.0.0.3", "id": "b", "allowlist": [], "bandwidth": bandwidth}))
+            .await;
+        assert_eq!(response.status, 400, "{bandwidth}");
+        assert!(
+            response.error_message().starts_with(want),
+            "{bandwidth}: {}",
+            response.error_message()
+        );
+    }
+    let batch = admin
+        .client
+        .post_json(
+            "/v1/batch",
+            &json!({"register": [{"ip": "10.0.0.4", "id": "c", "allowlist": [], "bandwidth": 5}]}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(batch.status, 400);
+    assert!(
+        batch.error_message().starts_with("register[0]: bandwidth: "),
+        "{}",
+        batch.error_message()
+    );
+    assert_eq!(admin.state().await, json!([uncapped]));
 }
 
 #[tokio::test]

@@ -3,17 +3,21 @@
 //!
 //! `io.crackbox.allow=host1,host2` (entries as in the admin API; empty =
 //! deny everything) opts a container in; `io.crackbox.id=NAME` names it
-//! (default: the container name). Registrations the watcher makes carry
-//! the id with [`ID_PREFIX`] in front, which is how it tells them from
-//! registrations made through the admin API or `--register`.
+//! (default: the container name); `io.crackbox.bandwidth=10MiB/s` caps it
+//! (the command line's syntax: a number with `KiB/s`, `MiB/s` or `GiB/s`).
+//! Registrations the watcher makes carry the id with [`ID_PREFIX`] in front,
+//! which is how it tells them from registrations made through the admin API
+//! or `--register`.
 
-use crackbox_engine::policy::{RegistrationSpec, SpecError};
+use crackbox_engine::policy::{Bandwidth, RegistrationSpec, SpecError};
 use std::collections::HashMap;
 
 /// The label that opts a container in: its allowlist.
 pub const ALLOW_LABEL: &str = "io.crackbox.allow";
 /// The optional label naming the registration.
 pub const ID_LABEL: &str = "io.crackbox.id";
+/// The optional label capping the registration's bandwidth.
+pub const BANDWIDTH_LABEL: &str = "io.crackbox.bandwidth";
 /// Prefix of every id the watcher registers (reserved for it).
 pub use crate::registry::WATCHER_ID_PREFIX as ID_PREFIX;
 
@@ -26,6 +30,8 @@ pub enum Labelled {
         id: String,
         /// Normalised entries.
         allowlist: Vec<String>,
+        /// The cap in bytes per second, if labelled.
+        bandwidth: Option<u64>,
     },
     /// Invalid labels: not registered.
     Invalid {
@@ -41,20 +47,26 @@ pub enum Labelled {
 pub fn read(name: &str, labels: &HashMap<String, String>) -> Option<Labelled> {
     let allow = labels.get(ALLOW_LABEL)?;
     let id = format!("{ID_PREFIX}{}", labels.get(ID_LABEL).map_or(name, String::as_str));
-    let spec = RegistrationSpec {
-        ip: "0.0.0.0".into(),
-        id: id.clone(),
-        allowlist: allow
-            .split(',')
-            .map(str::trim)
-            .filter(|e| !e.is_empty())
-            .map(str::to_string)
-            .collect(),
+    let bandwidth = match labels
+        .get(BANDWIDTH_LABEL)
+        .map(|value| Bandwidth::parse(value))
+        .transpose()
+    {
+        Ok(bandwidth) => bandwidth,
+        Err(err) => {
+            return Some(Labelled::Invalid {
+                id,
+                problem: format!("{BANDWIDTH_LABEL}: {err}"),
+            })
+        }
     };
+    let entries = allow.split(',').map(str::trim).filter(|e| !e.is_empty());
+    let spec = RegistrationSpec::new("0.0.0.0", id.clone(), entries).with_bandwidth(bandwidth);
     Some(match spec.normalised() {
         Ok(spec) => Labelled::Valid {
             id,
             allowlist: spec.allowlist,
+            bandwidth: spec.bandwidth,
         },
         Err(err) => Labelled::Invalid {
             id,
@@ -80,6 +92,7 @@ mod tests {
             Some(Labelled::Valid {
                 id: id.into(),
                 allowlist: allow.iter().map(|s| s.to_string()).collect(),
+                bandwidth: None,
             })
         };
         assert_eq!(read("agent-1", &labels(&[])), None);
@@ -99,12 +112,31 @@ mod tests {
             read("agent-1", &labels(&[(ALLOW_LABEL, "")])),
             valid("docker:agent-1", &[])
         );
+        assert_eq!(
+            read(
+                "agent-1",
+                &labels(&[(ALLOW_LABEL, "a.test"), (BANDWIDTH_LABEL, "10MiB/s")])
+            ),
+            Some(Labelled::Valid {
+                id: "docker:agent-1".into(),
+                allowlist: vec!["a.test".into()],
+                bandwidth: Some(10 << 20),
+            })
+        );
         for (pairs, want) in [
             (vec![(ALLOW_LABEL, "ok.test,bad host")], "io.crackbox.allow: allowlist:"),
             (vec![(ALLOW_LABEL, "*")], "io.crackbox.allow: allowlist:"),
             (
                 vec![(ALLOW_LABEL, "ok.test"), (ID_LABEL, "bad\nid")],
                 "io.crackbox.id: id:",
+            ),
+            (
+                vec![(ALLOW_LABEL, "ok.test"), (BANDWIDTH_LABEL, "10MB/s")],
+                "io.crackbox.bandwidth: invalid bandwidth \"10MB/s\"",
+            ),
+            (
+                vec![(ALLOW_LABEL, "ok.test"), (BANDWIDTH_LABEL, "0.1KiB/s")],
+                "io.crackbox.bandwidth: bandwidth 102 bytes per second is below",
             ),
         ] {
             match read("agent-1", &labels(&pairs)) {

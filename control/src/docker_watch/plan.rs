@@ -60,16 +60,19 @@ pub fn plan(seen: &[Seen], scope: &Scope, holdings: &Holdings) -> Plan {
             .filter(|(network, _)| scope.networks.contains(network))
             .map(|(_, ip)| *ip);
         match labelled {
-            Labelled::Valid { id, allowlist } => {
+            Labelled::Valid {
+                id,
+                allowlist,
+                bandwidth,
+            } => {
                 for ip in addresses {
                     if holdings.others.contains(&ip) {
                         plan.conflicts.push((container.name.clone(), ip));
                         continue;
                     }
                     let spec = RegistrationSpec {
-                        ip: ip.to_string(),
-                        id: id.clone(),
-                        allowlist: allowlist.clone(),
+                        bandwidth,
+                        ..RegistrationSpec::new(ip.to_string(), id.clone(), allowlist.clone())
                     };
                     wanted.insert(ip, spec);
                 }
@@ -115,11 +118,7 @@ mod tests {
     }
 
     fn spec(ip: &str, id: &str, allow: &[&str]) -> RegistrationSpec {
-        RegistrationSpec {
-            ip: ip.into(),
-            id: id.into(),
-            allowlist: allow.iter().map(|s| s.to_string()).collect(),
-        }
+        RegistrationSpec::new(ip, id, allow.iter().copied())
     }
 
     #[test]

@@ -1,10 +1,10 @@
 //! One engine connection: handshake, the full snapshot, then deltas; acks,
-//! resync requests and counter requests.
+//! resync requests, and counter and usage requests.
 
-use super::{frames, EngineLink};
+use super::{frames, EngineLink, Query};
 use crate::registry::{Published, Registry, Update};
 use crackbox_engine::policy::Generation;
-use crackbox_engine::wire::{Message, Role, StatsReport, WatchList, WireError, PROTOCOL};
+use crackbox_engine::wire::{Message, Role, SourceUsage, StatsReport, WatchList, WireError, PROTOCOL};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,6 +30,22 @@ enum LinkError {
     Timeout,
 }
 
+/// A request sent to the engine, waiting for its answer.
+enum Waiting {
+    Stats(oneshot::Sender<StatsReport>),
+    Usage(oneshot::Sender<Vec<SourceUsage>>),
+}
+
+impl Waiting {
+    /// Whether the asker gave up.
+    fn is_closed(&self) -> bool {
+        match self {
+            Waiting::Stats(reply) => reply.is_closed(),
+            Waiting::Usage(reply) => reply.is_closed(),
+        }
+    }
+}
+
 /// Serves one engine connection until it closes or a newer engine takes over.
 pub(super) async fn run(stream: UnixStream, registry: Arc<Registry>, link: Arc<EngineLink>) {
     let (mut reader, mut writer) = stream.into_split();
@@ -37,7 +53,7 @@ pub(super) async fn run(stream: UnixStream, registry: Arc<Registry>, link: Arc<E
         tracing::error!(error = %err, "engine handshake failed, closing the connection");
         return;
     }
-    let (queries, mut query_rx) = mpsc::channel::<oneshot::Sender<StatsReport>>(64);
+    let (queries, mut query_rx) = mpsc::channel::<Query>(64);
     let epoch = link.take_over(queries);
     tracing::info!(epoch, "engine connected");
     let (frame_tx, mut frame_rx) = mpsc::channel(64);
@@ -53,7 +69,7 @@ pub(super) async fn run(stream: UnixStream, registry: Arc<Registry>, link: Arc<E
     let mut generations = registry.subscribe();
     generations.borrow_and_update();
     let mut replaced = link.watch();
-    let mut pending: HashMap<u64, oneshot::Sender<StatsReport>> = HashMap::new();
+    let mut pending: HashMap<u64, Waiting> = HashMap::new();
     let mut next_request = 0u64;
     let mut watch_lists = link.watch_list.subscribe();
     let first = registry.current();
@@ -80,11 +96,16 @@ pub(super) async fn run(stream: UnixStream, registry: Arc<Registry>, link: Arc<E
                 generations.borrow_and_update();
                 outcome = push(&mut writer, &registry, &mut sent).await;
             }
-            Some(reply) = query_rx.recv() => {
+            Some(query) = query_rx.recv() => {
                 next_request += 1;
+                let request = next_request;
                 pending.retain(|_, waiting| !waiting.is_closed());
-                pending.insert(next_request, reply);
-                outcome = send(&mut writer, Message::StatsRequest { request: next_request }).await;
+                let (waiting, message) = match query {
+                    Query::Stats(reply) => (Waiting::Stats(reply), Message::StatsRequest { request }),
+                    Query::Usage(query, reply) => (Waiting::Usage(reply), Message::UsageRequest { request, query }),
+                };
+                pending.insert(request, waiting);
+                outcome = send(&mut writer, message).await;
             }
             frame = frame_rx.recv() => match frame {
                 Some(Ok(Message::Ack { generation })) => link.ack(epoch, generation),
@@ -95,8 +116,13 @@ pub(super) async fn run(stream: UnixStream, registry: Arc<Registry>, link: Arc<E
                     outcome = send(&mut writer, snapshot_message(&full)).await;
                 }
                 Some(Ok(Message::Stats { request, report })) => {
-                    if let Some(waiting) = pending.remove(&request) {
+                    if let Some(Waiting::Stats(waiting)) = pending.remove(&request) {
                         let _ = waiting.send(report);
+                    }
+                }
+                Some(Ok(Message::Usage { request, sources })) => {
+                    if let Some(Waiting::Usage(waiting)) = pending.remove(&request) {
+                        let _ = waiting.send(sources);
                     }
                 }
                 Some(Ok(other)) => tracing::warn!(message = ?other, "unexpected message from the engine, ignored"),

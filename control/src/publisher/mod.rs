@@ -3,7 +3,7 @@
 //! After both hellos, control pushes the full registry as a
 //! `Message::Snapshot`, then a `Message::Delta` per change (or a snapshot
 //! again when the engine asks to resync); the engine acks each generation. [`EngineLink`] is what the admin API sees: which generation the
-//! engine enforces and a way to ask it for counters. One engine is expected;
+//! engine enforces and a way to ask it for counters and usage. One engine is expected;
 //! a new connection replaces the old one. Never touches the data path.
 
 mod connection;
@@ -14,7 +14,7 @@ pub use socket::bind;
 
 use crate::registry::Registry;
 use crackbox_engine::policy::Generation;
-use crackbox_engine::wire::{StatsReport, WatchList};
+use crackbox_engine::wire::{SourceUsage, StatsReport, UsageQuery, WatchList};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::UnixListener;
@@ -27,11 +27,20 @@ struct LinkState {
     epoch: u64,
     /// Highest generation the current engine acked.
     acked: Option<Generation>,
-    /// Counter requests for the current engine; `None` while none is connected.
-    queries: Option<mpsc::Sender<oneshot::Sender<StatsReport>>>,
+    /// Requests for the current engine; `None` while none is connected.
+    queries: Option<mpsc::Sender<Query>>,
 }
 
-/// Why counters could not be fetched from the engine.
+/// A question for the engine and where its answer goes.
+#[derive(Debug)]
+enum Query {
+    /// Counters and recent denials.
+    Stats(oneshot::Sender<StatsReport>),
+    /// Usage per registration.
+    Usage(UsageQuery, oneshot::Sender<Vec<SourceUsage>>),
+}
+
+/// Why counters or usage could not be fetched from the engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum StatsError {
     /// No engine is connected.
@@ -85,10 +94,23 @@ impl EngineLink {
 
     /// Asks the engine for its counters.
     pub async fn stats(&self, timeout: Duration) -> Result<StatsReport, StatsError> {
+        self.ask(Query::Stats, timeout).await
+    }
+
+    /// Asks the engine for the usage of the registrations `query` names,
+    /// sorted by address. The engine keeps the counters: they survive a
+    /// restart of control, not one of the engine.
+    pub async fn usage(&self, query: UsageQuery, timeout: Duration) -> Result<Vec<SourceUsage>, StatsError> {
+        self.ask(|reply| Query::Usage(query, reply), timeout).await
+    }
+
+    /// Sends the engine the query `make` builds around a reply channel and
+    /// waits for its answer.
+    async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Query, timeout: Duration) -> Result<T, StatsError> {
         let queries = self.state.borrow().queries.clone().ok_or(StatsError::NotConnected)?;
         let (reply, answer) = oneshot::channel();
         let asked = async {
-            queries.send(reply).await.map_err(|_| StatsError::NotConnected)?;
+            queries.send(make(reply)).await.map_err(|_| StatsError::NotConnected)?;
             answer.await.map_err(|_| StatsError::NoAnswer)
         };
         tokio::time::timeout(timeout, asked)
@@ -108,7 +130,7 @@ impl EngineLink {
     }
 
     /// Makes a freshly handshaken connection the current one; returns its epoch.
-    fn take_over(&self, queries: mpsc::Sender<oneshot::Sender<StatsReport>>) -> u64 {
+    fn take_over(&self, queries: mpsc::Sender<Query>) -> u64 {
         let mut epoch = 0;
         self.state.send_modify(|state| {
             state.epoch += 1;

@@ -9,11 +9,7 @@ use tokio::net::UnixStream;
 const WAIT: Duration = Duration::from_secs(5);
 
 fn spec(ip: &str, allowlist: &[&str]) -> RegistrationSpec {
-    RegistrationSpec {
-        ip: ip.into(),
-        id: "t".into(),
-        allowlist: allowlist.iter().map(|s| s.to_string()).collect(),
-    }
+    RegistrationSpec::new(ip, "t", allowlist.iter().copied())
 }
 
 /// A control plane listening on a real socket, with no admin API.

@@ -2,11 +2,7 @@ use super::*;
 use crackbox_engine::policy::SourceChange;
 
 fn spec(ip: &str, allowlist: &[&str]) -> RegistrationSpec {
-    RegistrationSpec {
-        ip: ip.into(),
-        id: "t".into(),
-        allowlist: allowlist.iter().map(|s| s.to_string()).collect(),
-    }
+    RegistrationSpec::new(ip, "t", allowlist.iter().copied())
 }
 
 fn entry(ip: &str, allowlist: &[&str]) -> (IpAddr, RegistrationSpec) {

@@ -152,11 +152,7 @@ mod tests {
     use crackbox_engine::policy::RegistrationSpec;
 
     fn put(ip: &str) -> SourceChange {
-        SourceChange::Put(RegistrationSpec {
-            ip: ip.into(),
-            id: "t".into(),
-            allowlist: vec![],
-        })
+        SourceChange::Put(RegistrationSpec::new(ip, "t", Vec::<String>::new()))
     }
 
     #[test]

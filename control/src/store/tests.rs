@@ -2,11 +2,7 @@ use super::*;
 use std::fs;
 
 fn spec(ip: &str, allowlist: &[&str]) -> RegistrationSpec {
-    RegistrationSpec {
-        ip: ip.into(),
-        id: "t".into(),
-        allowlist: allowlist.iter().map(|s| s.to_string()).collect(),
-    }
+    RegistrationSpec::new(ip, "t", allowlist.iter().copied())
 }
 
 /// Applies `changes` to `entries` as the registry does, then commits them.
@@ -188,4 +184,31 @@ fn a_failed_commit_keeps_nothing() {
     let err = store.commit(&[put_change("10.0.0.2", &[])], &after).unwrap_err();
     assert!(err.to_string().contains("sub/state.json"), "{err}");
     assert_eq!(read(&moved.join("state.json")), vec![spec("10.0.0.1", &[])]);
+}
+
+#[test]
+fn a_cap_is_kept_in_the_snapshot_and_the_journal_and_left_out_when_unset() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.json");
+    let (mut store, mut entries) = Store::open(path.clone());
+    let cap = crackbox_engine::policy::Bandwidth::parse("10MiB/s").ok();
+    let capped = |ip: &str| spec(ip, &["pypi.org"]).with_bandwidth(cap);
+    commit(&mut store, &mut entries, vec![SourceChange::Put(capped("10.0.0.1"))]);
+    commit(&mut store, &mut entries, vec![SourceChange::Put(capped("10.0.0.2"))]);
+    commit(&mut store, &mut entries, vec![put_change("10.0.0.3", &[])]);
+    let snapshot: serde_json::Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
+    assert_eq!(snapshot["entries"][0]["bandwidth"], 10485760, "{snapshot}");
+    let journal = fs::read_to_string(dir.path().join("state.json.journal")).unwrap();
+    assert!(
+        journal.contains(r#""ip":"10.0.0.2","id":"t","allowlist":["pypi.org"],"bandwidth":10485760"#),
+        "{journal}"
+    );
+    assert!(
+        journal.contains(r#""ip":"10.0.0.3","id":"t","allowlist":[]}"#),
+        "{journal}"
+    );
+    drop(store);
+    let (_, reopened) = Store::open(path);
+    let loaded: Vec<_> = reopened.values().map(|spec| spec.as_ref().clone()).collect();
+    assert_eq!(loaded, [capped("10.0.0.1"), capped("10.0.0.2"), spec("10.0.0.3", &[])]);
 }

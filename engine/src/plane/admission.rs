@@ -55,6 +55,11 @@ impl Admission {
         })
     }
 
+    /// Connections open now, by source (sources with none are left out).
+    pub fn open_connections(&self) -> FxHashMap<IpAddr, usize> {
+        self.per_source.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     fn release(&self, source: IpAddr) {
         let mut per_source = self.per_source.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(count) = per_source.get_mut(&source) {
@@ -98,7 +103,9 @@ mod tests {
         assert_eq!(admission.admit(a).err(), Some(Refusal::SourceCap));
         let _b1 = admission.admit(b).unwrap();
         assert_eq!(admission.admit(b).err(), Some(Refusal::TotalCap));
+        assert_eq!(admission.open_connections().get(&a), Some(&2));
         drop(a1);
         assert!(admission.admit(b).is_ok());
+        assert_eq!(admission.open_connections().get(&a), Some(&1));
     }
 }

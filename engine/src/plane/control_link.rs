@@ -4,10 +4,14 @@
 //! control plane, swaps in the full snapshot it gets first and then each
 //! delta applied to the snapshot in force (O(change)), acks each generation,
 //! asks for a full snapshot when a delta does not follow on from the one in
-//! force, and answers stats requests. When control goes away the last snapshot stays in force
-//! and the link reconnects with backoff.
+//! force, and answers stats and usage requests. When control goes away the last snapshot stays in force
+//! and the link reconnects with backoff. A full snapshot is built on the one
+//! in force, so the usage counters of sources registered under the same id
+//! survive a reconnect (a control restart).
 
+use crate::plane::admission::Admission;
 use crate::plane::stats::Stats;
+use crate::plane::usage_report;
 use crate::policy::registry::Registry;
 use crate::policy::watch::{Watch, Watched};
 use crate::policy::{parse_source_ip, Generation, RegistrationSpec, Snapshot, SourceChange};
@@ -24,20 +28,23 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// How often retired snapshots are checked for their last reader.
 const REAP_EVERY: Duration = Duration::from_millis(100);
 
+/// What the link reads and updates of the engine.
+pub(crate) struct Engine {
+    pub(crate) registry: Arc<Registry>,
+    pub(crate) watched: Arc<Watched>,
+    pub(crate) stats: Arc<Stats>,
+    pub(crate) admission: Arc<Admission>,
+}
+
 /// Starts the link thread (and the thread that frees retired snapshots).
-pub(crate) fn spawn(
-    path: PathBuf,
-    registry: Arc<Registry>,
-    watched: Arc<Watched>,
-    stats: Arc<Stats>,
-) -> std::io::Result<()> {
+pub(crate) fn spawn(path: PathBuf, engine: Engine) -> std::io::Result<()> {
     let retired = spawn_reaper()?;
     std::thread::Builder::new().name("crackbox-control-link".into()).spawn(move || {
         let mut backoff = FIRST_BACKOFF;
         let mut warned = false;
         loop {
             let mut connected = false;
-            if let Err(err) = session(&path, &registry, &watched, &stats, &retired, &mut connected) {
+            if let Err(err) = session(&path, &engine, &retired, &mut connected) {
                 if connected || !warned {
                     tracing::warn!(socket = %path.display(), error = %err, "control link down; keeping the last snapshot");
                     warned = true;
@@ -78,9 +85,7 @@ fn spawn_reaper() -> std::io::Result<Sender<Arc<Snapshot>>> {
 
 fn session(
     path: &Path,
-    registry: &Registry,
-    watched: &Watched,
-    stats: &Stats,
+    engine: &Engine,
     retired: &Sender<Arc<Snapshot>>,
     connected: &mut bool,
 ) -> Result<(), WireError> {
@@ -107,8 +112,8 @@ fn session(
     *connected = true;
     tracing::info!(socket = %path.display(), "connected to control");
     let mut link = Session {
-        registry,
-        stats,
+        registry: &engine.registry,
+        stats: &engine.stats,
         retired,
         synced: None,
         resync_asked: false,
@@ -126,7 +131,9 @@ fn session(
             } => link.delta(base, generation, &changes),
             Message::Watch { list } => {
                 let invalid = list.invalid.iter().map(|s| (s.ip.as_str(), s.id.as_str()));
-                watched.swap(Watch::build(list.subnets.iter().map(String::as_str), invalid));
+                engine
+                    .watched
+                    .swap(Watch::build(list.subnets.iter().map(String::as_str), invalid));
                 tracing::debug!(
                     subnets = list.subnets.len(),
                     invalid = list.invalid.len(),
@@ -136,7 +143,11 @@ fn session(
             }
             Message::StatsRequest { request } => Some(Message::Stats {
                 request,
-                report: stats.report(),
+                report: engine.stats.report(),
+            }),
+            Message::UsageRequest { request, query } => Some(Message::Usage {
+                request,
+                sources: usage_report::report(&engine.registry.load(), &query, &engine.admission),
             }),
             other => {
                 tracing::warn!(message = ?other, "unexpected message from control ignored");
@@ -161,9 +172,10 @@ struct Session<'a> {
 }
 
 impl Session<'_> {
-    /// Swaps in a full snapshot; the ack, or nothing when it is invalid.
+    /// Swaps in a full snapshot (built on the one in force, whose accounts
+    /// it hands on); the ack, or nothing when it is invalid.
     fn full(&mut self, generation: Generation, registrations: &[RegistrationSpec]) -> Option<Message> {
-        match Snapshot::build(generation, registrations) {
+        match self.registry.load().rebuild(generation, registrations) {
             Ok(snapshot) => {
                 let sources = snapshot.len();
                 let _ = self.retired.send(self.registry.swap(snapshot));

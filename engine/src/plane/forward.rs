@@ -4,17 +4,21 @@
 //! response bodies are streamed (never buffered whole) with their framing
 //! kept as received; hop-by-hop fields are dropped; redirects are passed to
 //! the client, never followed. An upstream connection is reused only for
-//! the same host and port on the same client connection.
+//! the same host and port on the same client connection. Each request and
+//! tunnel is counted to the account of the registration that allowed it,
+//! and its bytes held to that registration's cap.
 
 use crate::plane::conn::Conn;
 use crate::plane::decision::{decide, reach, reach_tracked, Decision, Unreached};
 use crate::plane::resolve::DialError;
 use crate::plane::revocation::LiveEntry;
 use crate::plane::stats::{Direction, FrontEnd};
-use crate::plane::tunnel::{self, CloseSignal, Start};
+use crate::plane::throttle;
+use crate::plane::tunnel::{self, CloseSignal, Plumbing, Start};
 use crate::plane::worker::Worker;
 use crate::policy::is_valid_host;
 use crate::policy::reason::Reason;
+use crate::policy::usage::Account;
 use crate::protocol::chunked::ChunkedBody;
 use crate::protocol::http_head::{self, Framing, HeadError, Target, MAX_HEAD};
 use crate::protocol::responses;
@@ -362,7 +366,7 @@ impl<'w> Session<'w> {
         if Self::refuse_invalid_host(&host) {
             return self.reply(&responses::error(400, "invalid host in CONNECT")).await;
         }
-        let (upstream, live) = match reach_tracked(self.worker, self.source, &host, port).await {
+        let (upstream, live, account) = match reach_tracked(self.worker, self.source, &host, port).await {
             Ok(reached) => reached,
             Err(why) => return self.reply_unreachable(&host, port, why).await,
         };
@@ -377,6 +381,7 @@ impl<'w> Session<'w> {
         {
             return;
         }
+        account.add_tunnel(self.worker.thread);
         // The head buffer goes (bytes sent early by the client go on first):
         // an idle tunnel holds no buffer, not even an empty one's capacity.
         let early = std::mem::take(&mut self.inbox);
@@ -384,12 +389,12 @@ impl<'w> Session<'w> {
             if upstream.write_all(&early).await.is_err() {
                 return;
             }
-            self.worker.stats.add_bytes(Direction::Up, early.len() as u64);
+            self.worker.plumbing(&account).charged(Direction::Up, early.len());
         }
         drop(early);
         self.worker.stats.count_tunnel(FrontEnd::Connect);
         let _active = self.worker.stats.open_tunnel();
-        tunnel::run(self.worker.plumbing(), &self.client, &upstream, live.signal()).await;
+        tunnel::run(self.worker.plumbing(&account), &self.client, &upstream, live.signal()).await;
     }
 
     /// One absolute-form request; returns whether the client connection
@@ -416,11 +421,11 @@ impl<'w> Session<'w> {
             .upstream
             .take()
             .filter(|u| u.port == request.port && u.host == request.host);
-        let (conn, was_reused) = match reused {
+        let (conn, account, was_reused) = match reused {
             Some(upstream) => match decide(self.worker, self.source, &request.host, request.port) {
-                Decision::Allow { id, .. } => {
+                Decision::Allow { id, account, .. } => {
                     self.worker.stats.record_allowed(&id);
-                    (upstream.conn, true)
+                    (upstream.conn, account, true)
                 }
                 Decision::Deny { reason, .. } => {
                     self.reply(&responses::denial(reason, &request.host, request.port))
@@ -429,7 +434,7 @@ impl<'w> Session<'w> {
                 }
             },
             None => match reach(self.worker, self.source, &request.host, request.port).await {
-                Ok(conn) => (conn, false),
+                Ok((conn, account)) => (conn, account, false),
                 Err(why) => {
                     self.reply_unreachable(&request.host, request.port, why).await;
                     return false;
@@ -441,17 +446,18 @@ impl<'w> Session<'w> {
                 .await;
             return false;
         }
-        let mut conn = conn;
-        let mut outcome = self.exchange_watched(&conn, &request).await;
+        account.add_request(self.worker.thread);
+        let (mut conn, mut account) = (conn, account);
+        let mut outcome = self.exchange_watched(&conn, &request, &account).await;
         if was_reused && matches!(outcome, Err(ExchangeError::NoResponse)) && request.framing == Framing::Empty {
-            conn = match reach(self.worker, self.source, &request.host, request.port).await {
-                Ok(conn) => conn,
+            (conn, account) = match reach(self.worker, self.source, &request.host, request.port).await {
+                Ok(reached) => reached,
                 Err(why) => {
                     self.reply_unreachable(&request.host, request.port, why).await;
                     return false;
                 }
             };
-            outcome = self.exchange_watched(&conn, &request).await;
+            outcome = self.exchange_watched(&conn, &request, &account).await;
         }
         match outcome {
             Ok(Exchange::Done {
@@ -473,7 +479,7 @@ impl<'w> Session<'w> {
                 drop(early);
                 if sent {
                     let signal = self.live.as_ref().map(LiveEntry::revocation).unwrap_or_default();
-                    tunnel::run(self.worker.plumbing(), &self.client, &conn, &signal).await;
+                    tunnel::run(self.worker.plumbing(&account), &self.client, &conn, &signal).await;
                 }
                 false
             }
@@ -492,10 +498,15 @@ impl<'w> Session<'w> {
     }
 
     /// [`Session::exchange`], cut short if the connection is revoked.
-    async fn exchange_watched(&mut self, upstream: &Conn, request: &Prepared) -> Result<Exchange, ExchangeError> {
+    async fn exchange_watched(
+        &mut self,
+        upstream: &Conn,
+        request: &Prepared,
+        account: &Account,
+    ) -> Result<Exchange, ExchangeError> {
         let signal = self.live.as_ref().map(LiveEntry::revocation);
         let _active = self.worker.stats.open_tunnel();
-        let exchange = self.exchange(upstream, request);
+        let exchange = self.exchange(upstream, request, account);
         match signal {
             None => exchange.await,
             Some(signal) => {
@@ -509,28 +520,35 @@ impl<'w> Session<'w> {
 
     /// Sends the request (head + streamed body) and relays the response,
     /// concurrently, so `Expect: 100-continue` and early responses work.
-    async fn exchange(&mut self, upstream: &Conn, request: &Prepared) -> Result<Exchange, ExchangeError> {
+    async fn exchange(
+        &mut self,
+        upstream: &Conn,
+        request: &Prepared,
+        account: &Account,
+    ) -> Result<Exchange, ExchangeError> {
         if upstream.write_all(&request.upstream_head).await.is_err() {
             return Err(ExchangeError::NoResponse);
         }
         let worker: &Worker = self.worker;
-        worker
-            .stats
-            .add_bytes(Direction::Up, request.upstream_head.len() as u64);
+        let plumbing = worker.plumbing(account);
+        plumbing.charged(Direction::Up, request.upstream_head.len());
+        let wait = worker.limits.tunnel_idle_timeout.unwrap_or(RESPONSE_TIMEOUT_FALLBACK);
         let client = &self.client;
         let fallback = CloseSignal::default();
         let activity = self.live.as_ref().map_or(&fallback, LiveEntry::signal);
         activity.touch();
         let responded = Cell::new(false);
         let body = pin!(send_body(
-            worker,
+            plumbing,
             client,
             upstream,
             &mut self.inbox,
             request.framing,
             activity
         ));
-        let response = pin!(relay_response(worker, client, upstream, request, activity, &responded));
+        let response = pin!(relay_response(
+            plumbing, wait, client, upstream, request, activity, &responded
+        ));
         let (mut body, mut response) = (body, response);
         let mut body_result: Option<Result<(), BodyError>> = None;
         let outcome = std::future::poll_fn(|cx| {
@@ -562,7 +580,7 @@ impl<'w> Session<'w> {
 
 /// Streams the request body from the client (inbox first) to the upstream.
 async fn send_body(
-    worker: &Worker,
+    plumbing: Plumbing<'_>,
     client: &Conn,
     upstream: &Conn,
     inbox: &mut Vec<u8>,
@@ -575,11 +593,11 @@ async fn send_body(
             let buffered = (length.min(inbox.len() as u64)) as usize;
             upstream.write_all(&inbox[..buffered]).await?;
             inbox.drain(..buffered);
-            worker.stats.add_bytes(Direction::Up, buffered as u64);
+            plumbing.charged(Direction::Up, buffered);
             let rest = length - buffered as u64;
             if rest > 0
                 && tunnel::pump(
-                    worker.plumbing(),
+                    &plumbing,
                     client,
                     upstream,
                     Some(rest),
@@ -601,12 +619,13 @@ async fn send_body(
                     let used = chunked.feed(inbox).map_err(|_| BodyError::Malformed)?;
                     upstream.write_all(&inbox[..used]).await?;
                     inbox.drain(..used);
-                    worker.stats.add_bytes(Direction::Up, used as u64);
+                    plumbing.charged(Direction::Up, used);
                     activity.touch();
                 }
                 if chunked.is_done() {
                     return Ok(());
                 }
+                throttle::clearance(plumbing.account.limiter(), Direction::Up).await;
                 if client.read_into(inbox, READ_CHUNK).await? == 0 {
                     return Err(BodyError::Io);
                 }
@@ -615,16 +634,17 @@ async fn send_body(
     }
 }
 
-/// Reads the upstream's response head(s) and streams the response to the client.
+/// Reads the upstream's response head(s) and streams the response to the
+/// client; gives up on a head not started within `wait`.
 async fn relay_response(
-    worker: &Worker,
+    plumbing: Plumbing<'_>,
+    wait: Duration,
     client: &Conn,
     upstream: &Conn,
     request: &Prepared,
     activity: &CloseSignal,
     responded: &Cell<bool>,
 ) -> Result<Exchange, ExchangeError> {
-    let wait = worker.limits.tunnel_idle_timeout.unwrap_or(RESPONSE_TIMEOUT_FALLBACK);
     let mut inbox = Vec::new();
     let mut received = false;
     loop {
@@ -676,6 +696,7 @@ async fn relay_response(
         if upgraded {
             out.append(&mut inbox);
             client.write_all(&out).await.map_err(|_| ExchangeError::Broken)?;
+            plumbing.charged(Direction::Down, out.len());
             return Ok(Exchange::Upgraded);
         }
         let framing = match framing {
@@ -687,8 +708,8 @@ async fn relay_response(
             other => other,
         };
         client.write_all(&out).await.map_err(|_| ExchangeError::Broken)?;
-        worker.stats.add_bytes(Direction::Down, out.len() as u64);
-        relay_body(worker, client, upstream, &mut inbox, framing, activity).await?;
+        plumbing.charged(Direction::Down, out.len());
+        relay_body(plumbing, client, upstream, &mut inbox, framing, activity).await?;
         return Ok(Exchange::Done {
             client_reusable: !client_close,
             upstream_reusable: upstream_keep_alive && inbox.is_empty(),
@@ -699,7 +720,7 @@ async fn relay_response(
 /// Streams the rest of a response body after its head was sent; a
 /// `Length` is what remains to be read from the upstream.
 async fn relay_body(
-    worker: &Worker,
+    plumbing: Plumbing<'_>,
     client: &Conn,
     upstream: &Conn,
     inbox: &mut Vec<u8>,
@@ -711,7 +732,7 @@ async fn relay_body(
         Framing::Empty | Framing::Length(0) => Ok(()),
         Framing::Length(rest) => {
             let moved = tunnel::pump(
-                worker.plumbing(),
+                &plumbing,
                 upstream,
                 client,
                 Some(rest),
@@ -727,19 +748,11 @@ async fn relay_body(
         }
         Framing::UntilClose => {
             client.write_all(inbox).await.map_err(broken)?;
-            worker.stats.add_bytes(Direction::Down, inbox.len() as u64);
+            plumbing.charged(Direction::Down, inbox.len());
             inbox.clear();
-            tunnel::pump(
-                worker.plumbing(),
-                upstream,
-                client,
-                None,
-                Direction::Down,
-                activity,
-                Start::Now,
-            )
-            .await
-            .map_err(broken)?;
+            tunnel::pump(&plumbing, upstream, client, None, Direction::Down, activity, Start::Now)
+                .await
+                .map_err(broken)?;
             Ok(())
         }
         Framing::Chunked => {
@@ -749,12 +762,13 @@ async fn relay_body(
                     let used = chunked.feed(inbox).map_err(|_| ExchangeError::Broken)?;
                     client.write_all(&inbox[..used]).await.map_err(broken)?;
                     inbox.drain(..used);
-                    worker.stats.add_bytes(Direction::Down, used as u64);
+                    plumbing.charged(Direction::Down, used);
                     activity.touch();
                 }
                 if chunked.is_done() {
                     return Ok(());
                 }
+                throttle::clearance(plumbing.account.limiter(), Direction::Down).await;
                 match upstream.read_into(inbox, READ_CHUNK).await {
                     Ok(0) | Err(_) => return Err(ExchangeError::Broken),
                     Ok(_) => {}

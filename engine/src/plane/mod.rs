@@ -8,8 +8,10 @@
 //! `decision` against the `policy` core and parse with `protocol`; `resolve`
 //! dials through the destination guard, `tunnel` moves bytes, `revocation`
 //! closes what a new snapshot denies, `stats` counts and `control_link`
-//! receives snapshots; `hold` lets a new connection wait for a registration
-//! the Docker label watcher has in flight. `worker` is one core thread's state. `runtime` sits on
+//! receives snapshots (and answers for usage with `usage_report`);
+//! `throttle` waits for a capped source's tokens; `hold` lets a new
+//! connection wait for a registration the Docker label watcher has in
+//! flight. `worker` is one core thread's state. `runtime` sits on
 //! top: it starts the threads and listeners and composes the rest; nothing
 //! here imports it.
 //!
@@ -39,8 +41,10 @@ pub(crate) mod revocation;
 pub(crate) mod runtime;
 pub(crate) mod socks;
 pub(crate) mod stats;
+pub(crate) mod throttle;
 pub(crate) mod transparent;
 pub(crate) mod tunnel;
+pub(crate) mod usage_report;
 pub(crate) mod worker;
 
 pub use runtime::run;

@@ -148,10 +148,14 @@ impl LiveSet {
         };
         let mut revoked = 0;
         for live in lives.filter(|live| !live.signal.is_fired()) {
-            let id = match decide(snapshot, watch, live.source, &live.host, Port::Number(live.port)).settled() {
-                Verdict::Allow { .. } => continue,
-                Verdict::Deny { id, .. } => id,
-            };
+            let (id, account) =
+                match decide(snapshot, watch, live.source, &live.host, Port::Number(live.port)).settled() {
+                    Verdict::Allow { .. } => continue,
+                    Verdict::Deny { id, account, .. } => (id, account),
+                };
+            if let Some(account) = account {
+                account.add_denial(Reason::Revoked);
+            }
             stats.record_denied(live.source, id.as_ref(), &live.host, live.port, Reason::Revoked);
             live.signal.fire();
             revoked += 1;

@@ -112,7 +112,7 @@ pub(crate) fn serve<'w>(worker: &'w Rc<Worker>, client: Conn, source: IpAddr) ->
             tracing::debug!(%source, host = %host.escape_debug(), "socks5: invalid host name");
             return outbox.refuse(&client, Refusal::Reply(Reply::GeneralFailure)).await;
         }
-        let (upstream, live) = match reach_tracked(worker, source, &host, port).await {
+        let (upstream, live, account) = match reach_tracked(worker, source, &host, port).await {
             Ok(reached) => reached,
             Err(why) => return outbox.refuse(&client, Refusal::Reply(reply_for(why))).await,
         };
@@ -124,18 +124,19 @@ pub(crate) fn serve<'w>(worker: &'w Rc<Worker>, client: Conn, source: IpAddr) ->
         if outbox.flush(&client).await.is_err() {
             return;
         }
+        account.add_tunnel(worker.thread);
         // Bytes sent early by the client go on first, and their buffer goes:
         // an idle tunnel holds none.
         if !early.is_empty() {
             if upstream.write_all(&early).await.is_err() {
                 return;
             }
-            worker.stats.add_bytes(Direction::Up, early.len() as u64);
+            worker.plumbing(&account).charged(Direction::Up, early.len());
         }
         drop(early);
         worker.stats.count_tunnel(FrontEnd::Socks5);
         let _active = worker.stats.open_tunnel();
-        tunnel::run(worker.plumbing(), &client, &upstream, live.signal()).await;
+        tunnel::run(worker.plumbing(&account), &client, &upstream, live.signal()).await;
     }
 }
 

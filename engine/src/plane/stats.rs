@@ -19,14 +19,7 @@ const MAX_HOST_RECORDED: usize = 255;
 /// Sources tracked for log rate limiting before the table is reset.
 const LOG_TABLE_LIMIT: usize = 10_000;
 
-/// Which way bytes moved.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Direction {
-    /// Client to upstream.
-    Up,
-    /// Upstream to client.
-    Down,
-}
+pub(crate) use crate::policy::Direction;
 
 /// The front end that opened a tunnel: the `front_end` label of
 /// `crackbox_tunnels_opened_total`.

@@ -86,7 +86,7 @@ pub(crate) fn serve_tls(worker: &Rc<Worker>, client: Conn, source: IpAddr, port:
         let Some((name, peeked)) = Box::pin(read_client_hello(&client, source)).await else {
             return;
         };
-        let (upstream, live) = match reach_tracked(worker, source, &name, port).await {
+        let (upstream, live, account) = match reach_tracked(worker, source, &name, port).await {
             Ok(reached) => reached,
             Err(Unreached::Denied(reason)) => {
                 return tracing::debug!(%source, name, reason = reason.as_str(), "transparent: denied, closed");
@@ -98,11 +98,12 @@ pub(crate) fn serve_tls(worker: &Rc<Worker>, client: Conn, source: IpAddr, port:
         if live.signal().is_fired() || upstream.write_all(&peeked).await.is_err() {
             return;
         }
-        worker.stats.add_bytes(Direction::Up, peeked.len() as u64);
+        account.add_tunnel(worker.thread);
+        worker.plumbing(&account).charged(Direction::Up, peeked.len());
         drop(peeked);
         worker.stats.count_tunnel(FrontEnd::Transparent);
         let _active = worker.stats.open_tunnel();
-        tunnel::run(worker.plumbing(), &client, &upstream, live.signal()).await;
+        tunnel::run(worker.plumbing(&account), &client, &upstream, live.signal()).await;
     }
 }
 

@@ -7,9 +7,17 @@
 //! thread per pending splice) and never monoio's `zero_copy` (4 KiB per op).
 //! When no pipe can be had (fd exhaustion) a direction falls back to a
 //! buffered copy through the thread's small buffer pool.
+//!
+//! Every byte moved is counted in the engine's totals and in the account of
+//! the registration the connection works for. A source with a
+//! bandwidth cap has each splice bounded by the tokens its bucket grants
+//! (waiting on a timer when it is empty); without a cap a splice costs one
+//! relaxed load more.
 
 use crate::plane::conn::{nix_result, Conn};
 use crate::plane::stats::{Direction, Stats};
+use crate::plane::throttle;
+use crate::policy::usage::Account;
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::io;
@@ -39,12 +47,31 @@ pub(crate) enum Start {
     WhenReadable,
 }
 
-/// What a thread's pumps draw on: its pools, and the counters the bytes
-/// they move go to.
+/// What a connection's pumps draw on: its thread's pools, and the counters
+/// and cap the bytes they move go to.
 #[derive(Clone, Copy)]
 pub(crate) struct Plumbing<'a> {
     pub(crate) pools: &'a Pools,
     pub(crate) stats: &'a Stats,
+    /// This core thread's slot in every account.
+    pub(crate) thread: usize,
+    /// The registration the connection works for: its usage and its cap.
+    pub(crate) account: &'a Account,
+}
+
+impl Plumbing<'_> {
+    /// Counts `n` bytes moved under a reservation (see [`throttle::allowance`]).
+    pub(crate) fn counted(&self, direction: Direction, n: usize) {
+        self.stats.add_bytes(direction, n as u64);
+        self.account.add_bytes(self.thread, direction, n as u64);
+    }
+
+    /// Counts `n` bytes moved without a reservation (heads, bytes read with
+    /// them, copies) and takes their tokens from the cap.
+    pub(crate) fn charged(&self, direction: Direction, n: usize) {
+        self.counted(direction, n);
+        self.account.limiter().charge(direction, n);
+    }
 }
 
 /// A pipe pair; empty whenever it is in the pool.
@@ -112,7 +139,7 @@ fn splice(from: RawFd, to: RawFd, len: usize) -> io::Result<usize> {
 /// Not an `async fn`: see `plane`, on task size.
 #[expect(clippy::manual_async_fn, reason = "an async fn keeps its arguments twice")]
 pub(crate) fn pump<'a>(
-    plumbing: Plumbing<'a>,
+    plumbing: &'a Plumbing<'a>,
     src: &'a Conn,
     dst: &'a Conn,
     limit: Option<u64>,
@@ -141,20 +168,31 @@ pub(crate) fn pump<'a>(
                 }
                 await_readable = false;
             }
+            let want = throttle::allowance(plumbing.account.limiter(), direction, want).await;
             let Some(p) = pipe.take().or_else(|| plumbing.pools.take_pipe()) else {
                 // Boxed: the rare fallback should not enlarge every idle tunnel.
-                match Box::pin(copy_once(plumbing.pools, src, dst, want)).await {
+                let copied = Box::pin(copy_once(plumbing.pools, src, dst, want)).await;
+                plumbing
+                    .account
+                    .limiter()
+                    .refund(direction, want - *copied.as_ref().unwrap_or(&0));
+                match copied {
                     Ok(0) => break Ok(moved),
                     Ok(n) => {
                         moved += n as u64;
-                        plumbing.stats.add_bytes(direction, n as u64);
+                        plumbing.counted(direction, n);
                         activity.touch();
                         continue;
                     }
                     Err(e) => break Err(e),
                 }
             };
-            match splice(src.fd(), p.write.as_raw_fd(), want) {
+            let spliced = splice(src.fd(), p.write.as_raw_fd(), want);
+            plumbing
+                .account
+                .limiter()
+                .refund(direction, want - *spliced.as_ref().unwrap_or(&0));
+            match spliced {
                 Ok(0) => {
                     plumbing.pools.give_pipe(p);
                     break Ok(moved);
@@ -164,7 +202,7 @@ pub(crate) fn pump<'a>(
                         break Err(e);
                     }
                     moved += n as u64;
-                    plumbing.stats.add_bytes(direction, n as u64);
+                    plumbing.counted(direction, n);
                     activity.touch();
                     pipe = Some(p);
                     await_readable = n < want && n < SHORT_READ;
@@ -220,7 +258,7 @@ pub(crate) async fn run(plumbing: Plumbing<'_>, client: &Conn, upstream: &Conn, 
     let both = async {
         let up = async {
             let result = pump(
-                plumbing,
+                &plumbing,
                 client,
                 upstream,
                 None,
@@ -233,7 +271,7 @@ pub(crate) async fn run(plumbing: Plumbing<'_>, client: &Conn, upstream: &Conn, 
         };
         let down = async {
             let result = pump(
-                plumbing,
+                &plumbing,
                 upstream,
                 client,
                 None,

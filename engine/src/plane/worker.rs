@@ -16,6 +16,7 @@ use crate::plane::stats::Stats;
 use crate::plane::tunnel::{Plumbing, Pools};
 use crate::policy::guard::DestinationGuard;
 use crate::policy::registry::{Registry, SnapshotCache};
+use crate::policy::usage::Account;
 use crate::policy::watch::{Watch, WatchCache, Watched};
 use crate::policy::Snapshot;
 use std::cell::RefCell;
@@ -37,6 +38,8 @@ pub(crate) struct Shared {
 
 /// A core thread's view: shared state plus its own pools and live set.
 pub(crate) struct Worker {
+    /// This core thread's index: its slot in every usage account.
+    pub(crate) thread: usize,
     pub(crate) shared: Arc<Shared>,
     pub(crate) stats: Arc<Stats>,
     pub(crate) limits: Limits,
@@ -53,9 +56,10 @@ pub(crate) struct Worker {
 }
 
 impl Worker {
-    /// The state of one core thread; `nonblocking_dials` as the driver dials.
-    pub(crate) fn new(shared: Arc<Shared>, nonblocking_dials: bool) -> Self {
+    /// The state of core thread `thread`; `nonblocking_dials` as the driver dials.
+    pub(crate) fn new(thread: usize, shared: Arc<Shared>, nonblocking_dials: bool) -> Self {
         Worker {
+            thread,
             stats: Arc::clone(&shared.stats),
             limits: shared.config.limits,
             cache: RefCell::new(shared.registry.cache()),
@@ -75,11 +79,13 @@ impl Worker {
         decide(self.cache.borrow_mut().load(), self.watch.borrow_mut().load())
     }
 
-    /// What this thread's tunnels draw on.
-    pub(crate) fn plumbing(&self) -> Plumbing<'_> {
+    /// What this thread's tunnels for a connection counted to `account` draw on.
+    pub(crate) fn plumbing<'a>(&'a self, account: &'a Account) -> Plumbing<'a> {
         Plumbing {
             pools: &self.pools,
             stats: &self.stats,
+            thread: self.thread,
+            account,
         }
     }
 

@@ -9,8 +9,9 @@
 
 use super::allowlist::MatchedBy;
 use super::reason::Reason;
-use super::snapshot::{Registration, Snapshot};
+use super::snapshot::{Registered, Snapshot};
 use super::source::canonical_ip;
+use super::usage::Account;
 use super::watch::Watch;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -45,6 +46,7 @@ impl Decision {
             Decision::AwaitRegistration => Verdict::Deny {
                 reason: Reason::Unregistered,
                 id: None,
+                account: None,
             },
         }
     }
@@ -63,6 +65,9 @@ pub enum Verdict {
         matched: MatchedBy,
         /// The source's registration id.
         id: Arc<str>,
+        /// The registration's usage account and cap, which the connection
+        /// counts to and is held to.
+        account: Arc<Account>,
     },
     /// Denied.
     Deny {
@@ -71,6 +76,9 @@ pub enum Verdict {
         /// The registration id, or the container of an `invalid-label`
         /// source; `None` for an unregistered source.
         id: Option<Arc<str>>,
+        /// The registration's usage account, which counts the denial;
+        /// `None` for a source with no registration.
+        account: Option<Arc<Account>>,
     },
 }
 
@@ -80,7 +88,7 @@ pub enum Verdict {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Standing<'a> {
     /// The source has this registration.
-    Registered(&'a Registration),
+    Registered(&'a Registered),
     /// A Docker container the label watcher refused for invalid labels,
     /// with its id.
     InvalidLabel(&'a Arc<str>),
@@ -107,17 +115,18 @@ pub fn standing<'a>(snapshot: &'a Snapshot, watch: &'a Watch, source: IpAddr) ->
 
 /// Decides whether `source` may reach `host` on `port`.
 pub fn decide(snapshot: &Snapshot, watch: &Watch, source: IpAddr, host: &str, port: Port) -> Decision {
-    let deny = |reason, id: Option<&Arc<str>>| {
+    let deny = |reason, id: Option<&Arc<str>>, account: Option<&Arc<Account>>| {
         Decision::Made(Verdict::Deny {
             reason,
             id: id.map(Arc::clone),
+            account: account.map(Arc::clone),
         })
     };
     let registration = match standing(snapshot, watch, source) {
         Standing::Registered(registration) => registration,
-        Standing::InvalidLabel(id) => return deny(Reason::InvalidLabel, Some(id)),
+        Standing::InvalidLabel(id) => return deny(Reason::InvalidLabel, Some(id), None),
         Standing::AwaitingRegistration => return Decision::AwaitRegistration,
-        Standing::Unregistered => return deny(Reason::Unregistered, None),
+        Standing::Unregistered => return deny(Reason::Unregistered, None, None),
     };
     let matched = match port {
         Port::Number(port) => registration.allowlist.matching(host, port),
@@ -127,8 +136,9 @@ pub fn decide(snapshot: &Snapshot, watch: &Watch, source: IpAddr, host: &str, po
         Some(matched) => Decision::Made(Verdict::Allow {
             matched,
             id: Arc::clone(&registration.id),
+            account: Arc::clone(&registration.account),
         }),
-        None => deny(Reason::NotAllowed, Some(&registration.id)),
+        None => deny(Reason::NotAllowed, Some(&registration.id), Some(&registration.account)),
     }
 }
 
@@ -156,11 +166,29 @@ mod tests {
 
     #[test]
     fn decision_table() {
-        let allow = |matched, id: &str| Decision::Made(Verdict::Allow { matched, id: id.into() });
+        let (snapshot, watch) = (snapshot(), watch());
+        // The account of the registration with `id` (an invalid label has none).
+        let account = |id: &str| {
+            let source = match id {
+                "agent" => "10.0.0.2",
+                "labelled" => "10.5.0.3",
+                "none" => "10.0.0.4",
+                _ => return None,
+            };
+            Some(Arc::clone(&snapshot.lookup(source.parse().unwrap())?.account))
+        };
+        let allow = |matched, id: &str| {
+            Decision::Made(Verdict::Allow {
+                matched,
+                id: id.into(),
+                account: account(id).unwrap(),
+            })
+        };
         let deny = |reason, id: Option<&str>| {
             Decision::Made(Verdict::Deny {
                 reason,
                 id: id.map(Into::into),
+                account: id.and_then(account),
             })
         };
         let (name, literal) = (MatchedBy::Name, MatchedBy::IpLiteral);
@@ -242,7 +270,6 @@ mod tests {
             ),
             ("10.9.0.1", "allowed.test", Port::Any, deny(Reason::Unregistered, None)),
         ];
-        let (snapshot, watch) = (snapshot(), watch());
         for (source, host, port, want) in cases {
             let got = decide(&snapshot, &watch, source.parse().unwrap(), host, port);
             assert_eq!(got, want, "{source} -> {host} {port:?}");
@@ -254,11 +281,13 @@ mod tests {
         let unregistered = Verdict::Deny {
             reason: Reason::Unregistered,
             id: None,
+            account: None,
         };
         assert_eq!(Decision::AwaitRegistration.settled(), unregistered);
         let allowed = Verdict::Allow {
             matched: MatchedBy::Name,
             id: "a".into(),
+            account: Arc::new(Account::new(1, Arc::default())),
         };
         assert_eq!(Decision::Made(allowed.clone()).settled(), allowed);
     }

@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Why crackbox refused a connection or request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Reason {
     /// The source is registered but the destination is not on its allowlist.

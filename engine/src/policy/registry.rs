@@ -56,8 +56,14 @@ pub struct Changes {
 impl Registry {
     /// A registry that denies everything until the first snapshot arrives.
     pub fn deny_all() -> Self {
+        Registry::deny_all_for(1)
+    }
+
+    /// [`Registry::deny_all`] for an engine with `threads` core threads,
+    /// whose snapshots count usage in one slot per thread.
+    pub fn deny_all_for(threads: usize) -> Self {
         Registry {
-            current: ArcSwap::from_pointee(Snapshot::empty()),
+            current: ArcSwap::from_pointee(Snapshot::empty_for(threads)),
             history: Mutex::new(History::default()),
         }
     }
@@ -155,11 +161,7 @@ mod tests {
         let registry = Arc::new(Registry::deny_all());
         let mut cache = registry.cache();
         assert_eq!(cache.load().generation(), 0);
-        let spec = RegistrationSpec {
-            ip: "127.0.0.1".into(),
-            id: "a".into(),
-            allowlist: vec![],
-        };
+        let spec = RegistrationSpec::new("127.0.0.1", "a", Vec::<String>::new());
         registry.swap(Snapshot::build(4, &[spec]).unwrap());
         assert_eq!(cache.load().generation(), 4);
         assert_eq!(registry.load().len(), 1);

@@ -6,15 +6,26 @@
 //! [`SourceChange`]s. The map is persistent (a hash trie sharing all but the
 //! changed paths), so a delta costs what it changes and never copies the
 //! registry; nothing mutates a snapshot once built.
+//!
+//! Each registration in force carries its [`Account`] (usage and cap). A
+//! snapshot derived from another hands a source's account on when the
+//! source is registered again under the same id, and its [`Limiter`] on
+//! under any id; a new cap is set on that limiter, so connections already
+//! open are held to it. A removed source's account is dropped.
 
 use super::allowlist::Allowlist;
+use super::bandwidth::{Bandwidth, BandwidthError};
 use super::entry::{EntryError, MAX_ENTRIES};
+use super::limiter::Limiter;
 use super::source::{parse_source_ip, SourceIpError};
+use super::usage::Account;
 use imbl::shared_ptr::DefaultSharedPtr;
 use rustc_hash::FxBuildHasher;
 use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
+use std::ops::Deref;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// Monotonic snapshot number; the engine acks the generation it enforces.
 pub type Generation = u64;
@@ -33,6 +44,10 @@ pub struct RegistrationSpec {
     pub id: String,
     /// Allowlist entries; empty means deny everything.
     pub allowlist: Vec<String>,
+    /// Cap in bytes per second, each direction on its own, over all the
+    /// source's connections; `None` (left out of the JSON): no cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bandwidth: Option<u64>,
 }
 crate::object_only!(RegistrationSpec, Serialize);
 
@@ -71,6 +86,9 @@ pub enum SpecError {
     /// One allowlist entry is invalid.
     #[error("allowlist: {0}")]
     Entry(#[from] EntryError),
+    /// The bandwidth cap is out of range.
+    #[error("bandwidth: {0}")]
+    Bandwidth(#[from] BandwidthError),
 }
 
 /// One validated registration as the engine enforces it.
@@ -80,6 +98,8 @@ pub struct Registration {
     pub id: Arc<str>,
     /// The compiled allowlist.
     pub allowlist: Allowlist,
+    /// The bandwidth cap, if any.
+    pub bandwidth: Option<Bandwidth>,
 }
 
 impl RegistrationSpec {
@@ -99,7 +119,21 @@ impl RegistrationSpec {
             ip: ip.into(),
             id: id.into(),
             allowlist: allowlist.into_iter().map(Into::into).collect(),
+            bandwidth: None,
         }
+    }
+
+    /// The same registration capped at `bandwidth` (see [`Bandwidth`]).
+    ///
+    /// ```
+    /// use crackbox_engine::policy::{Bandwidth, RegistrationSpec};
+    /// let cap = Bandwidth::parse("10MiB/s").unwrap();
+    /// let spec = RegistrationSpec::new("10.0.0.2", "agent", ["pypi.org"]).with_bandwidth(Some(cap));
+    /// assert_eq!(spec.bandwidth, Some(10 * 1024 * 1024));
+    /// ```
+    pub fn with_bandwidth(mut self, bandwidth: Option<Bandwidth>) -> Self {
+        self.bandwidth = bandwidth.map(Bandwidth::bytes_per_second);
+        self
     }
 
     /// Validates every field and compiles the allowlist.
@@ -110,11 +144,13 @@ impl RegistrationSpec {
             return Err(SpecError::TooManyEntries(self.allowlist.len()));
         }
         let allowlist = Allowlist::parse(&self.allowlist)?;
+        let bandwidth = self.bandwidth.map(Bandwidth::new).transpose()?;
         Ok((
             ip,
             Registration {
                 id: self.id.as_str().into(),
                 allowlist,
+                bandwidth,
             },
         ))
     }
@@ -136,6 +172,7 @@ impl RegistrationSpec {
                 .iter()
                 .map(ToString::to_string)
                 .collect(),
+            bandwidth: registration.bandwidth.map(Bandwidth::bytes_per_second),
         }
     }
 }
@@ -153,15 +190,46 @@ fn validate_id(id: &str) -> Result<(), SpecError> {
     Ok(())
 }
 
+/// A registration in force: what it allows (it dereferences to its
+/// [`Registration`]) and the account its traffic is counted to.
+#[derive(Debug)]
+pub struct Registered {
+    registration: Registration,
+    /// Usage and cap, shared with the connections it allowed.
+    pub account: Arc<Account>,
+}
+
+/// The same registration, counting to the same account.
+impl PartialEq for Registered {
+    fn eq(&self, other: &Registered) -> bool {
+        self.registration == other.registration && self.account == other.account
+    }
+}
+
+impl Eq for Registered {}
+
+impl Deref for Registered {
+    type Target = Registration;
+
+    fn deref(&self) -> &Registration {
+        &self.registration
+    }
+}
+
 /// Registrations by canonical source address, as a persistent hash trie.
-type BySource = imbl::GenericHashMap<IpAddr, Arc<Registration>, FxBuildHasher, DefaultSharedPtr>;
+type BySource = imbl::GenericHashMap<IpAddr, Arc<Registered>, FxBuildHasher, DefaultSharedPtr>;
 
 /// An immutable view of the whole registry at one generation.
 #[derive(Debug, Default)]
 pub struct Snapshot {
     generation: Generation,
     by_source: BySource,
+    /// Counter slots of each account: the engine's core threads.
+    threads: usize,
 }
+
+/// Limiters whose cap a new snapshot changes, set once it is complete.
+type NewCaps = Vec<(Arc<Limiter>, Option<Bandwidth>)>;
 
 impl Snapshot {
     /// The deny-all snapshot the engine starts with (generation 0).
@@ -169,14 +237,32 @@ impl Snapshot {
         Snapshot::default()
     }
 
+    /// The deny-all snapshot of an engine with `threads` core threads: the
+    /// snapshots derived from it count usage in one slot per thread.
+    pub fn empty_for(threads: usize) -> Self {
+        Snapshot {
+            threads,
+            ..Snapshot::default()
+        }
+    }
+
     /// Builds a snapshot; the first invalid spec is the error.
     pub fn build(generation: Generation, specs: &[RegistrationSpec]) -> Result<Self, SpecError> {
+        Snapshot::empty().rebuild(generation, specs)
+    }
+
+    /// The snapshot at `generation` holding exactly `specs`, handing on the
+    /// accounts of sources this one has under the same id (O(registry)); the
+    /// first invalid spec is the error and leaves nothing changed.
+    pub fn rebuild(&self, generation: Generation, specs: &[RegistrationSpec]) -> Result<Self, SpecError> {
         let mut by_source = BySource::default();
+        let mut caps = NewCaps::new();
         for spec in specs {
             let (ip, registration) = spec.compile()?;
-            by_source.insert(ip, Arc::new(registration));
+            let registered = self.registered(self.by_source.get(&ip), registration, &mut caps);
+            by_source.insert(ip, registered);
         }
-        Ok(Snapshot { generation, by_source })
+        Ok(self.derived(generation, by_source, caps))
     }
 
     /// The snapshot at `generation` that `changes` (applied in order) make
@@ -184,18 +270,56 @@ impl Snapshot {
     /// leaves nothing changed.
     pub fn apply(&self, generation: Generation, changes: &[SourceChange]) -> Result<Self, SpecError> {
         let mut by_source = self.by_source.clone();
+        let mut caps = NewCaps::new();
         for change in changes {
             match change {
                 SourceChange::Put(spec) => {
                     let (ip, registration) = spec.compile()?;
-                    by_source.insert(ip, Arc::new(registration));
+                    let registered = self.registered(by_source.get(&ip), registration, &mut caps);
+                    by_source.insert(ip, registered);
                 }
                 SourceChange::Remove(ip) => {
                     by_source.remove(&parse_source_ip(ip)?);
                 }
             }
         }
-        Ok(Snapshot { generation, by_source })
+        Ok(self.derived(generation, by_source, caps))
+    }
+
+    /// `registration` in force, with the account of `earlier` (the source's
+    /// registration before this change) when the id is the same, else a new
+    /// one on `earlier`'s limiter; the cap to set goes to `caps`.
+    fn registered(
+        &self,
+        earlier: Option<&Arc<Registered>>,
+        registration: Registration,
+        caps: &mut NewCaps,
+    ) -> Arc<Registered> {
+        let account = match earlier {
+            Some(earlier) if earlier.id == registration.id => Arc::clone(&earlier.account),
+            Some(earlier) => Arc::new(Account::new(self.threads, Arc::clone(earlier.account.limiter()))),
+            None => Arc::new(Account::new(
+                self.threads,
+                Arc::new(Limiter::new(registration.bandwidth)),
+            )),
+        };
+        if account.limiter().rate() != registration.bandwidth.map(Bandwidth::bytes_per_second) {
+            caps.push((Arc::clone(account.limiter()), registration.bandwidth));
+        }
+        Arc::new(Registered { registration, account })
+    }
+
+    /// The next snapshot, once every change is valid: only now are new caps set.
+    fn derived(&self, generation: Generation, by_source: BySource, caps: NewCaps) -> Self {
+        let now = Instant::now();
+        for (limiter, cap) in caps {
+            limiter.set_rate(cap, now);
+        }
+        Snapshot {
+            generation,
+            by_source,
+            threads: self.threads,
+        }
     }
 
     /// The generation this snapshot was published as.
@@ -204,8 +328,13 @@ impl Snapshot {
     }
 
     /// The registration of a (canonical) source address, if any.
-    pub fn lookup(&self, source: IpAddr) -> Option<&Registration> {
+    pub fn lookup(&self, source: IpAddr) -> Option<&Registered> {
         self.by_source.get(&super::canonical_ip(source)).map(AsRef::as_ref)
+    }
+
+    /// Every registration in force, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (IpAddr, &Registered)> {
+        self.by_source.iter().map(|(ip, registered)| (*ip, registered.as_ref()))
     }
 
     /// Number of registered sources.
@@ -296,6 +425,123 @@ mod tests {
     }
 
     #[test]
+    fn accounts_pass_on_under_the_same_id_and_limiters_under_any() {
+        let ip = |s: &str| -> IpAddr { s.parse().unwrap() };
+        let account = |snapshot: &Snapshot, source: &str| Arc::clone(&snapshot.lookup(ip(source)).unwrap().account);
+        let cap = |text| Some(Bandwidth::parse(text).unwrap());
+        let put = |spec: RegistrationSpec| SourceChange::Put(spec);
+        let base = Snapshot::empty_for(2)
+            .apply(
+                1,
+                &[put(spec("10.0.0.1", "a", &["a.test"])), put(spec("10.0.0.2", "b", &[]))],
+            )
+            .unwrap();
+        let first = account(&base, "10.0.0.1");
+        assert_eq!(first.limiter().rate(), None);
+        /// A delta, whether the account and the limiter pass on, and the cap after.
+        type Case = (&'static str, Vec<SourceChange>, bool, bool, Option<u64>);
+        let cases: [Case; 5] = [
+            (
+                "same id, new allowlist and a cap",
+                vec![put(spec("10.0.0.1", "a", &["b.test"]).with_bandwidth(cap("10MiB/s")))],
+                true,
+                true,
+                Some(10 << 20),
+            ),
+            (
+                "same id, cap raised",
+                vec![put(spec("10.0.0.1", "a", &["b.test"]).with_bandwidth(cap("20MiB/s")))],
+                true,
+                true,
+                Some(20 << 20),
+            ),
+            (
+                "new id, cap removed",
+                vec![put(spec("10.0.0.1", "a2", &["b.test"]))],
+                false,
+                true,
+                None,
+            ),
+            (
+                "removed and registered again in one delta",
+                vec![SourceChange::Remove("10.0.0.1".into()), put(spec("10.0.0.1", "a", &[]))],
+                false,
+                false,
+                None,
+            ),
+            (
+                "another source changed",
+                vec![put(spec("10.0.0.2", "b", &["c.test"]))],
+                true,
+                true,
+                None,
+            ),
+        ];
+        let mut snapshot = base;
+        for (generation, (case, changes, same_account, same_limiter, rate)) in cases.into_iter().enumerate() {
+            let before = account(&snapshot, "10.0.0.1");
+            let next = snapshot.apply(generation as u64 + 2, &changes).unwrap();
+            let after = account(&next, "10.0.0.1");
+            assert_eq!(Arc::ptr_eq(&before, &after), same_account, "{case}: account");
+            assert_eq!(
+                Arc::ptr_eq(before.limiter(), after.limiter()),
+                same_limiter,
+                "{case}: limiter"
+            );
+            assert_eq!(after.limiter().rate(), rate, "{case}: cap");
+            snapshot = next;
+        }
+        let kept = account(&snapshot, "10.0.0.1");
+        let full = snapshot
+            .rebuild(9, &[spec("10.0.0.1", "a", &[]), spec("10.0.0.3", "c", &[])])
+            .unwrap();
+        assert!(
+            Arc::ptr_eq(&kept, &account(&full, "10.0.0.1")),
+            "a full snapshot keeps same-id accounts"
+        );
+        assert!(full.lookup(ip("10.0.0.2")).is_none());
+        let invalid = [
+            put(spec("10.0.0.1", "a", &[]).with_bandwidth(cap("1MiB/s"))),
+            put(spec("10.0.0.4", "d", &["*"])),
+        ];
+        assert!(full.apply(10, &invalid).is_err());
+        assert_eq!(kept.limiter().rate(), None, "an invalid delta sets no cap");
+        let too_low = spec("10.0.0.5", "e", &[]);
+        let too_low = RegistrationSpec {
+            bandwidth: Some(1000),
+            ..too_low
+        };
+        assert!(full
+            .apply(10, &[put(too_low)])
+            .unwrap_err()
+            .to_string()
+            .starts_with("bandwidth: "));
+    }
+
+    #[test]
+    fn the_cap_is_optional_in_json() {
+        let capped: RegistrationSpec =
+            serde_json::from_str(r#"{"ip":"10.0.0.2","id":"a","allowlist":[],"bandwidth":10485760}"#).unwrap();
+        assert_eq!(capped.bandwidth, Some(10 << 20));
+        assert_eq!(
+            serde_json::to_string(&capped).unwrap(),
+            r#"{"ip":"10.0.0.2","id":"a","allowlist":[],"bandwidth":10485760}"#
+        );
+        let open: RegistrationSpec = serde_json::from_str(r#"{"ip":"10.0.0.2","id":"a","allowlist":[]}"#).unwrap();
+        assert_eq!(open.bandwidth, None);
+        assert_eq!(
+            serde_json::to_string(&open).unwrap(),
+            r#"{"ip":"10.0.0.2","id":"a","allowlist":[]}"#
+        );
+        assert!(serde_json::from_str::<RegistrationSpec>(
+            r#"{"ip":"10.0.0.2","id":"a","allowlist":[],"bandwidth":"10MiB/s"}"#
+        )
+        .is_err());
+        let normalised = capped.normalised().unwrap();
+        assert_eq!(normalised.bandwidth, Some(10 << 20));
+    }
+
+    #[test]
     fn normalised_spec_round_trips() {
         let got = spec("::ffff:10.0.0.1", "a", &["GitHub.com.", "[::1]:80"])
             .normalised()
@@ -305,11 +551,7 @@ mod tests {
 
     #[test]
     fn changes_serialise_as_tagged_objects() {
-        let put = SourceChange::Put(RegistrationSpec {
-            ip: "10.0.0.2".into(),
-            id: "a".into(),
-            allowlist: vec!["github.com".into()],
-        });
+        let put = SourceChange::Put(RegistrationSpec::new("10.0.0.2", "a", ["github.com"]));
         let text = serde_json::to_string(&put).unwrap();
         assert_eq!(text, r#"{"put":{"ip":"10.0.0.2","id":"a","allowlist":["github.com"]}}"#);
         assert_eq!(serde_json::from_str::<SourceChange>(&text).unwrap(), put);

@@ -7,16 +7,19 @@
 //! (the source changes from one generation to the next); the engine answers
 //! each with [`Message::Ack`], and a delta whose base is not the generation it
 //! holds with [`Message::Resync`], which control answers with a full
-//! snapshot. Control polls counters with [`Message::StatsRequest`]. Pure
-//! code: it is fuzzed as it runs.
+//! snapshot. Control polls counters with [`Message::StatsRequest`] and
+//! usage per registration with [`Message::UsageRequest`]. Pure code: it is
+//! fuzzed as it runs.
 
 use crate::policy::reason::Reason;
 use crate::policy::{Generation, RegistrationSpec, SourceChange};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 
-/// The protocol version both sides must speak.
-pub const PROTOCOL: u32 = 2;
+/// The protocol version both sides must speak (3: usage requests, and
+/// registrations with a bandwidth cap).
+pub const PROTOCOL: u32 = 3;
 
 /// Largest frame accepted (a very large registry still fits).
 pub const MAX_FRAME: usize = 64 * 1024 * 1024;
@@ -88,6 +91,63 @@ pub enum Message {
         /// The figures.
         report: StatsReport,
     },
+    /// Ask the engine for usage per registration (control -> engine).
+    UsageRequest {
+        /// Echoed in the reply.
+        request: u64,
+        /// Which registrations.
+        query: UsageQuery,
+    },
+    /// Usage of the registrations asked for, sorted by address (engine -> control).
+    Usage {
+        /// The request this answers.
+        request: u64,
+        /// One record per registration.
+        sources: Vec<SourceUsage>,
+    },
+}
+
+/// Which registrations' usage to report: all, or those matching every
+/// field given. Also the query of `GET /v1/usage` (`?id=` / `?ip=`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UsageQuery {
+    /// Only the registration of this source address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip: Option<String>,
+    /// Only registrations with this id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+}
+
+/// What one registration has used since it was registered (counters live
+/// as long as the registration: registering the source again under the same
+/// id keeps them, a new id or unregistering drops them). One record of
+/// `GET /v1/usage`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceUsage {
+    /// Client source address.
+    pub ip: String,
+    /// Registration id.
+    pub id: String,
+    /// Bytes moved client -> upstream (request heads as sent on, bodies, tunnel bytes).
+    pub bytes_up: u64,
+    /// Bytes moved upstream -> client (response heads, bodies, tunnel bytes).
+    pub bytes_down: u64,
+    /// Tunnels opened (CONNECT, transparent and steered TLS).
+    pub tunnels: u64,
+    /// HTTP requests forwarded (forward proxy, transparent and steered port 80).
+    pub requests: u64,
+    /// Denials by reason; reasons never seen are left out.
+    pub denials: BTreeMap<Reason, u64>,
+    /// Client connections from the source's address open now.
+    pub connections: u64,
+    /// The bandwidth cap in force (bytes per second each way), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bandwidth: Option<u64>,
+    /// When counting began: the registration (ms since the Unix epoch).
+    pub since_ms: u64,
 }
 
 /// Sources the Docker label watcher answers for.
@@ -252,22 +312,17 @@ mod tests {
             },
             Message::Snapshot {
                 generation: 3,
-                registrations: vec![RegistrationSpec {
-                    ip: "10.0.0.2".into(),
-                    id: "agent".into(),
-                    allowlist: vec!["github.com".into()],
-                }],
+                registrations: vec![RegistrationSpec::new("10.0.0.2", "agent", ["github.com"])],
             },
             Message::Delta {
                 base: 3,
                 generation: 4,
                 changes: vec![
                     SourceChange::Remove("10.0.0.2".into()),
-                    SourceChange::Put(RegistrationSpec {
-                        ip: "10.0.0.3".into(),
-                        id: "b".into(),
-                        allowlist: vec![],
-                    }),
+                    SourceChange::Put(
+                        RegistrationSpec::new("10.0.0.3", "b", ["b.test"])
+                            .with_bandwidth(Some(crate::policy::Bandwidth::parse("10MiB/s").unwrap())),
+                    ),
                 ],
             },
             Message::Resync { generation: 2 },
@@ -301,6 +356,28 @@ mod tests {
                     ..StatsReport::default()
                 },
             },
+            Message::UsageRequest {
+                request: 10,
+                query: UsageQuery {
+                    ip: Some("10.0.0.2".into()),
+                    id: None,
+                },
+            },
+            Message::Usage {
+                request: 10,
+                sources: vec![SourceUsage {
+                    ip: "10.0.0.2".into(),
+                    id: "agent".into(),
+                    bytes_up: 1,
+                    bytes_down: 2,
+                    tunnels: 3,
+                    requests: 4,
+                    denials: [(Reason::NotAllowed, 5)].into(),
+                    connections: 6,
+                    bandwidth: Some(1 << 20),
+                    since_ms: 7,
+                }],
+            },
         ]
     }
 
@@ -328,5 +405,22 @@ mod tests {
         assert!(matches!(decode_frame(&bad), Err(WireError::Malformed(_))));
         let unknown = br#"{"type":"ack","generation":1,"extra":true}"#;
         assert!(decode_payload(unknown).is_err());
+    }
+
+    #[test]
+    fn usage_speaks_the_reason_words() {
+        let usage = SourceUsage {
+            ip: "10.0.0.2".into(),
+            id: "a".into(),
+            denials: [(Reason::NotAllowed, 2), (Reason::PrivateAddress, 1)].into(),
+            ..SourceUsage::default()
+        };
+        let text = serde_json::to_string(&usage).unwrap();
+        assert!(
+            text.contains(r#""denials":{"not-allowed":2,"private-address":1}"#),
+            "{text}"
+        );
+        assert!(!text.contains("bandwidth"), "{text}");
+        assert_eq!(serde_json::from_str::<SourceUsage>(&text).unwrap(), usage);
     }
 }

@@ -23,11 +23,7 @@ pub struct Engine {
 
 /// `ip=id:host,host` shorthand for a registration.
 pub fn reg(ip: &str, id: &str, hosts: &[&str]) -> RegistrationSpec {
-    RegistrationSpec {
-        ip: ip.into(),
-        id: id.into(),
-        allowlist: hosts.iter().map(|h| h.to_string()).collect(),
-    }
+    RegistrationSpec::new(ip, id, hosts.iter().copied())
 }
 
 impl Engine {

@@ -112,7 +112,9 @@ pub fn serve_https(listener: TcpListener, config: Arc<rustls::ServerConfig>, see
 }
 
 /// Answers the HTTP/1.1 requests of one connection with
-/// `{label} {host} {path}` until the client closes.
+/// `{label} {host} {path}` until the client closes; `/bytes/N` is answered
+/// with a body of `N` bytes instead. A request body (`Content-Length`) is
+/// read and dropped.
 fn answer_http<S: Read + Write>(mut reader: BufReader<S>, seen: &Seen, label: &str) {
     loop {
         let mut request_line = String::new();
@@ -121,6 +123,7 @@ fn answer_http<S: Read + Write>(mut reader: BufReader<S>, seen: &Seen, label: &s
         }
         let path = request_line.split_whitespace().nth(1).unwrap_or("").to_owned();
         let mut host = String::new();
+        let mut length = 0u64;
         loop {
             let mut line = String::new();
             if reader.read_line(&mut line).unwrap_or(0) == 0 {
@@ -133,10 +136,19 @@ fn answer_http<S: Read + Write>(mut reader: BufReader<S>, seen: &Seen, label: &s
                 if name.eq_ignore_ascii_case("host") {
                     host = value.trim().to_owned();
                 }
+                if name.eq_ignore_ascii_case("content-length") {
+                    length = value.trim().parse().unwrap_or(0);
+                }
             }
         }
+        if length > 0 && std::io::copy(&mut (&mut reader).take(length), &mut std::io::sink()).ok() != Some(length) {
+            return;
+        }
         seen.http_requests.lock().unwrap().push((host.clone(), path.clone()));
-        let body = format!("{label} {host} {path}");
+        let body = match path.strip_prefix("/bytes/").and_then(|n| n.parse::<usize>().ok()) {
+            Some(size) => "x".repeat(size),
+            None => format!("{label} {host} {path}"),
+        };
         let response = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len());
         let out = reader.get_mut();
         if out.write_all(response.as_bytes()).is_err() || out.flush().is_err() {

@@ -73,7 +73,7 @@ pub(crate) fn decide(
         decision => decision.settled(),
     };
     // Sources that are not registered are refused whatever they ask.
-    if let Verdict::Deny { reason, id } = &verdict {
+    if let Verdict::Deny { reason, id, .. } = &verdict {
         if *reason != Reason::NotAllowed {
             deny(on_denial, source, id.as_ref(), &name, *reason);
             return Action::Reply(error_reply(&request, ResponseCode::Refused));
@@ -88,7 +88,10 @@ pub(crate) fn decide(
     if query.query_class() != DNSClass::IN || !forwarded_type(query.query_type()) {
         return Action::Reply(error_reply(&request, ResponseCode::Refused));
     }
-    if let Verdict::Deny { reason, id } = &verdict {
+    if let Verdict::Deny { reason, id, account } = &verdict {
+        if let Some(account) = account {
+            account.add_denial(*reason);
+        }
         deny(on_denial, source, id.as_ref(), &name, *reason);
         return Action::Reply(error_reply(&request, ResponseCode::NXDomain));
     }

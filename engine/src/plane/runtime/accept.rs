@@ -64,6 +64,11 @@ fn serve_connection(worker: Rc<Worker>, mut conn: Conn, source: IpAddr, plane: P
                 worker
                     .stats
                     .record_denied(source, None, "", 0, Reason::TooManyConnections);
+                worker.with_policy(|snapshot, _| {
+                    if let Some(registration) = snapshot.lookup(source) {
+                        registration.account.add_denial(Reason::TooManyConnections);
+                    }
+                });
                 if plane.answers_http() {
                     let _ = conn
                         .write_last(&responses::denial(Reason::TooManyConnections, "", 0))

@@ -80,11 +80,12 @@ pub fn run(mut config: EngineConfig) -> Result<(), EngineError> {
     own.extend(config.dns_listen);
     own.extend(config.other_own_addresses.iter().copied());
     let guard = DestinationGuard::new(config.allow_private_destinations, own);
-    let registry = Arc::new(Registry::deny_all());
+    let registry = Arc::new(Registry::deny_all_for(threads));
     let watched = Arc::new(Watched::default());
     let stats = Arc::new(Stats::new(config.limits.denial_logs_per_second));
+    let admission = Arc::new(Admission::new(&config.limits));
     let shared = Arc::new(Shared {
-        admission: Arc::new(Admission::new(&config.limits)),
+        admission: Arc::clone(&admission),
         resolver: Resolver::start(RESOLVER_THREADS)?,
         local_addresses: LocalAddresses::start(guard.needs_local_addresses())?,
         guard,
@@ -121,7 +122,13 @@ pub fn run(mut config: EngineConfig) -> Result<(), EngineError> {
     log_drivers(&chosen, driver);
     // Only now, with every core thread serving, does control hear of this
     // engine, so a healthy daemon is one whose data plane is up.
-    crate::plane::control_link::spawn(config.control_socket.clone(), registry, watched, stats)?;
+    let engine = crate::plane::control_link::Engine {
+        registry,
+        watched,
+        stats,
+        admission,
+    };
+    crate::plane::control_link::spawn(config.control_socket.clone(), engine)?;
     for handle in handles {
         let _ = handle.join();
     }
@@ -276,7 +283,7 @@ fn core_thread(
         listener.set_nonblocking(true)?;
     }
     let serve = move || async move {
-        let worker = std::rc::Rc::new(Worker::new(shared, !use_uring));
+        let worker = std::rc::Rc::new(Worker::new(index, shared, !use_uring));
         let mut accepting = Vec::with_capacity(listeners.len());
         for (plane, listener) in listeners {
             accepting.push((plane, monoio::net::TcpListener::from_std(listener)?));

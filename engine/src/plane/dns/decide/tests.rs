@@ -9,11 +9,7 @@ use std::str::FromStr;
 use std::sync::Mutex;
 
 fn snapshot() -> Snapshot {
-    let spec = |ip: &str, allow: &[&str]| RegistrationSpec {
-        ip: ip.into(),
-        id: format!("box-{ip}"),
-        allowlist: allow.iter().map(|s| s.to_string()).collect(),
-    };
+    let spec = |ip: &str, allow: &[&str]| RegistrationSpec::new(ip, format!("box-{ip}"), allow.iter().copied());
     Snapshot::build(
         1,
         &[

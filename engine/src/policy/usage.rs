@@ -1,0 +1,202 @@
+//! Usage per registration: the bytes its connections moved each way, the
+//! tunnels and requests they opened and the denials they got, plus the
+//! [`Limiter`] that holds it to its cap.
+//!
+//! An [`Account`] lives as long as the registration: the snapshot that
+//! registers a source makes one, later snapshots hand it on while the source
+//! stays registered under the same id, and one that removes the source or
+//! gives it a new id drops it. Counting takes no lock: every core thread
+//! adds to its own cache-line-sized slot with relaxed atomics (no two threads
+//! write one line, so the line never moves between cores), and a read sums
+//! the slots. Denials, rare by comparison and counted off the core threads
+//! too (the DNS filter), share one set of counters. Pure.
+
+use super::direction::Direction;
+use super::limiter::Limiter;
+use super::reason::Reason;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Every denial reason, in the order of an account's counters.
+const REASONS: [Reason; 6] = [
+    Reason::NotAllowed,
+    Reason::Unregistered,
+    Reason::PrivateAddress,
+    Reason::Revoked,
+    Reason::TooManyConnections,
+    Reason::InvalidLabel,
+];
+
+/// The counter of `reason` in [`REASONS`].
+fn reason_index(reason: Reason) -> usize {
+    match reason {
+        Reason::NotAllowed => 0,
+        Reason::Unregistered => 1,
+        Reason::PrivateAddress => 2,
+        Reason::Revoked => 3,
+        Reason::TooManyConnections => 4,
+        Reason::InvalidLabel => 5,
+    }
+}
+
+/// One core thread's counters, alone on its cache line.
+#[derive(Debug, Default)]
+#[repr(align(64))]
+struct Slot {
+    bytes_up: AtomicU64,
+    bytes_down: AtomicU64,
+    tunnels: AtomicU64,
+    requests: AtomicU64,
+}
+
+/// What one registration has used, and the cap it is held to.
+#[derive(Debug)]
+pub struct Account {
+    slots: Box<[Slot]>,
+    denials: [AtomicU64; REASONS.len()],
+    limiter: Arc<Limiter>,
+    since_ms: u64,
+}
+
+/// Accounts are equal only when they are the same account: each is the one
+/// record of one registration's traffic.
+impl PartialEq for Account {
+    fn eq(&self, other: &Account) -> bool {
+        std::ptr::eq(self, other)
+    }
+}
+
+impl Eq for Account {}
+
+/// An account's counters summed at one moment.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Bytes moved client -> upstream.
+    pub bytes_up: u64,
+    /// Bytes moved upstream -> client.
+    pub bytes_down: u64,
+    /// Tunnels opened (CONNECT, and transparent or steered TLS).
+    pub tunnels: u64,
+    /// HTTP requests forwarded.
+    pub requests: u64,
+    /// Denials by reason; reasons never seen are left out.
+    pub denials: Vec<(Reason, u64)>,
+    /// When counting began (ms since the Unix epoch).
+    pub since_ms: u64,
+}
+
+impl Account {
+    /// An account with one slot per core thread (at least one), held to
+    /// `limiter` (which a re-registration under a new id passes on).
+    pub fn new(threads: usize, limiter: Arc<Limiter>) -> Self {
+        Account {
+            slots: (0..threads.max(1)).map(|_| Slot::default()).collect(),
+            denials: Default::default(),
+            limiter,
+            since_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+        }
+    }
+
+    /// The slot of core thread `thread` (the first one for an index beyond
+    /// the threads the account was made for).
+    fn slot(&self, thread: usize) -> &Slot {
+        self.slots.get(thread).unwrap_or(&self.slots[0])
+    }
+
+    /// Counts `n` bytes moved `direction` by core thread `thread`.
+    pub fn add_bytes(&self, thread: usize, direction: Direction, n: u64) {
+        let slot = self.slot(thread);
+        let counter = match direction {
+            Direction::Up => &slot.bytes_up,
+            Direction::Down => &slot.bytes_down,
+        };
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Counts a tunnel opened by core thread `thread`.
+    pub fn add_tunnel(&self, thread: usize) {
+        self.slot(thread).tunnels.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a request forwarded by core thread `thread`.
+    pub fn add_request(&self, thread: usize) {
+        self.slot(thread).requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts one denial.
+    pub fn add_denial(&self, reason: Reason) {
+        self.denials[reason_index(reason)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The cap this account's connections are held to.
+    pub fn limiter(&self) -> &Arc<Limiter> {
+        &self.limiter
+    }
+
+    /// The counters summed over every thread's slot.
+    pub fn usage(&self) -> Usage {
+        let sum = |field: fn(&Slot) -> &AtomicU64| {
+            self.slots
+                .iter()
+                .map(|slot| field(slot).load(Ordering::Relaxed))
+                .fold(0u64, u64::wrapping_add)
+        };
+        Usage {
+            bytes_up: sum(|s| &s.bytes_up),
+            bytes_down: sum(|s| &s.bytes_down),
+            tunnels: sum(|s| &s.tunnels),
+            requests: sum(|s| &s.requests),
+            denials: REASONS
+                .iter()
+                .zip(&self.denials)
+                .map(|(reason, count)| (*reason, count.load(Ordering::Relaxed)))
+                .filter(|(_, count)| *count > 0)
+                .collect(),
+            since_ms: self.since_ms,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_thread_counts_in_its_own_slot_and_a_read_sums_them() {
+        let account = Arc::new(Account::new(2, Arc::default()));
+        assert_eq!(std::mem::size_of::<Slot>(), 64);
+        std::thread::scope(|scope| {
+            for thread in 0..2 {
+                let account = &account;
+                scope.spawn(move || {
+                    for _ in 0..1000 {
+                        account.add_bytes(thread, Direction::Up, 3);
+                        account.add_bytes(thread, Direction::Down, 5);
+                    }
+                    account.add_tunnel(thread);
+                    account.add_request(thread);
+                    account.add_request(thread);
+                });
+            }
+        });
+        account.add_denial(Reason::NotAllowed);
+        account.add_denial(Reason::Revoked);
+        account.add_denial(Reason::NotAllowed);
+        account.add_bytes(7, Direction::Up, 1);
+        let usage = account.usage();
+        assert_eq!((usage.bytes_up, usage.bytes_down), (6001, 10_000));
+        assert_eq!((usage.tunnels, usage.requests), (2, 4));
+        assert_eq!(usage.denials, vec![(Reason::NotAllowed, 2), (Reason::Revoked, 1)]);
+        assert!(usage.since_ms > 0);
+    }
+
+    #[test]
+    fn every_reason_has_its_own_counter() {
+        for (index, reason) in REASONS.iter().enumerate() {
+            assert_eq!(reason_index(*reason), index, "{reason}");
+        }
+    }
+}
