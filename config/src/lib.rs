@@ -78,10 +78,5 @@ pub fn engine_config(args: &EngineArgs) -> Result<EngineConfig, ConfigError> {
     if args.settings_stdin {
         return handoff::read(std::io::stdin().lock());
     }
-    let settings = Settings::from_process(&args.proxy)?;
-    let socket = settings
-        .control_socket
-        .clone()
-        .unwrap_or_else(|| DEFAULT_CONTROL_SOCKET.into());
-    Ok(settings.engine_config(socket))
+    Ok(Settings::from_process(&args.proxy)?.engine)
 }

@@ -8,7 +8,7 @@ use super::{ConfigError, Origin, ProxyArgs};
 use crackbox_engine::config::resolv_conf::first_nameserver;
 use crackbox_engine::config::{EngineConfig, IoDriver, Limits, DEFAULT_REGISTRATION_HOLD};
 use crackbox_engine::policy::RegistrationSpec;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -52,46 +52,28 @@ keys! {
     HOLD = "--registration-hold-ms", "CRACKBOX_REGISTRATION_HOLD_MS", "docker.registration_hold_ms";
 }
 
-/// Every setting, resolved and validated.
+/// Every setting, resolved and validated: the engine's, exactly as the
+/// engine gets them, and the control plane's own.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
-    /// Forward proxy listener.
-    pub listen: SocketAddr,
+    /// Every setting of the engine (its control socket: the one given, or
+    /// the default of `proxy control` and `proxy engine`; the admin
+    /// listener among its own addresses).
+    pub engine: EngineConfig,
     /// Admin API listener.
     pub admin_listen: SocketAddr,
     /// The admin address was given as `:PORT` without a secret, so it
     /// listens on 127.0.0.1 only.
     pub admin_narrowed: bool,
-    /// Transparent listener; `None` disables.
-    pub transparent_listen: Option<SocketAddr>,
-    /// SOCKS5 listener; `None` disables.
-    pub socks_listen: Option<SocketAddr>,
-    /// DNS filter listener; `None` disables.
-    pub dns_listen: Option<SocketAddr>,
-    /// DNS filter upstream: as given, else (with a DNS filter that does not
-    /// steer) the first nameserver of /etc/resolv.conf, read here.
-    pub dns_upstream: Option<SocketAddr>,
-    /// Steered interception addresses (ports 80 and 443 of each).
-    pub steer: Vec<IpAddr>,
-    /// Engine core threads.
-    pub threads: usize,
-    /// The io driver of the engine's core threads.
-    pub io_driver: IoDriver,
-    /// Let allowed names resolve to private addresses.
-    pub allow_private_destinations: bool,
     /// Bearer secret for admin mutations.
     pub admin_secret: Option<String>,
     /// Registry state file; `None` keeps the registry in memory only.
     pub state_path: Option<PathBuf>,
     /// Registrations from `--register`, normalised.
     pub seeds: Vec<RegistrationSpec>,
-    /// The control socket if one was given.
+    /// The control socket if one was given (`proxy serve` makes a private
+    /// one otherwise).
     pub control_socket: Option<PathBuf>,
-    /// Engine resource limits.
-    pub limits: Limits,
-    /// How long a connection or DNS query from a source the Docker label
-    /// watcher may be about to register waits for it.
-    pub registration_hold: Duration,
     /// The Docker label watcher; `None` when off.
     pub docker: Option<DockerWatch>,
     /// The config file that was read, if any.
@@ -206,10 +188,9 @@ impl Settings {
                 })
             })
             .collect::<Result<_, _>>()?;
-        Ok(Settings {
+        let control_socket = control_socket.and_then(|given| given.value);
+        let engine = EngineConfig {
             listen,
-            admin_listen,
-            admin_narrowed,
             transparent_listen,
             socks_listen,
             dns_listen,
@@ -218,12 +199,19 @@ impl Settings {
             threads,
             io_driver,
             allow_private_destinations,
+            other_own_addresses: vec![admin_listen],
+            control_socket: control_socket.clone().unwrap_or_else(|| DEFAULT_CONTROL_SOCKET.into()),
+            limits,
+            registration_hold,
+        };
+        Ok(Settings {
+            engine,
+            admin_listen,
+            admin_narrowed,
             admin_secret,
             state_path: state_path.and_then(|given| given.value),
             seeds,
-            control_socket: control_socket.and_then(|given| given.value),
-            limits,
-            registration_hold,
+            control_socket,
             docker: resolve_docker(args, &config),
             origins: sources.origins(),
             config_file: path,
@@ -255,23 +243,11 @@ impl Settings {
         origins.join(", ")
     }
 
-    /// Every setting of the engine, with the admin listener as a guarded
-    /// own address.
+    /// Every setting of the engine, its control socket `control_socket`.
     pub fn engine_config(&self, control_socket: PathBuf) -> EngineConfig {
         EngineConfig {
-            listen: self.listen,
-            transparent_listen: self.transparent_listen,
-            socks_listen: self.socks_listen,
-            dns_listen: self.dns_listen,
-            dns_upstream: self.dns_upstream,
-            steer: self.steer.clone(),
-            threads: self.threads,
-            io_driver: self.io_driver,
-            allow_private_destinations: self.allow_private_destinations,
-            other_own_addresses: vec![self.admin_listen],
             control_socket,
-            limits: self.limits,
-            registration_hold: self.registration_hold,
+            ..self.engine.clone()
         }
     }
 }

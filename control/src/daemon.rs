@@ -5,9 +5,8 @@ use crate::publisher::{self, EngineLink};
 use crate::registry::Registry;
 use crate::supervisor::Supervisor;
 use anyhow::Context;
-use crackbox_config::{handoff, ProxyArgs, Settings, DEFAULT_CONTROL_SOCKET};
+use crackbox_config::{handoff, ProxyArgs, Settings};
 use crackbox_engine::startup::{check_engine_listeners, ListenError, Listener};
-use std::path::PathBuf;
 use std::sync::Arc;
 
 /// Which daemon runs.
@@ -38,7 +37,7 @@ pub fn run(args: ProxyArgs, mode: Mode) -> anyhow::Result<()> {
 async fn run_async(settings: Settings, mode: Mode) -> anyhow::Result<()> {
     let (socket, _socket_dir) = match (&settings.control_socket, mode) {
         (Some(path), _) => (path.clone(), None),
-        (None, Mode::Control) => (PathBuf::from(DEFAULT_CONTROL_SOCKET), None),
+        (None, Mode::Control) => (settings.engine.control_socket.clone(), None),
         (None, Mode::Serve) => {
             let dir = tempfile::Builder::new()
                 .prefix("crackbox-")
@@ -91,7 +90,7 @@ async fn run_async(settings: Settings, mode: Mode) -> anyhow::Result<()> {
         registry,
         link,
         secret: settings.admin_secret.as_deref().map(|s| Arc::new(Secret::new(s))),
-        forward: settings.listen,
+        forward: settings.engine.listen,
     };
     let start_failure = supervisor.as_ref().map(Supervisor::start_failure);
     let stop = {

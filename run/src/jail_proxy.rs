@@ -110,12 +110,12 @@ mod tests {
             let secret = |name: &str| (name == "CRACKBOX_ADMIN_SECRET").then(|| "s".to_string());
             let settings = Settings::resolve(&parsed, &secret).unwrap();
             settings.check_admin_exposure().unwrap();
-            assert_eq!(settings.listen, SocketAddr::new(jail, FORWARD_PORT));
+            assert_eq!(settings.engine.listen, SocketAddr::new(jail, FORWARD_PORT));
             assert_eq!(settings.admin_listen, SocketAddr::new(admin, ADMIN_PORT));
-            assert_eq!(settings.transparent_listen, None);
-            assert_eq!(settings.dns_listen, steer.then(|| SocketAddr::new(jail, 53)));
-            assert_eq!(settings.steer, if steer { vec![jail] } else { vec![] });
-            assert_eq!(settings.allow_private_destinations, allow_private);
+            assert_eq!(settings.engine.transparent_listen, None);
+            assert_eq!(settings.engine.dns_listen, steer.then(|| SocketAddr::new(jail, 53)));
+            assert_eq!(settings.engine.steer, if steer { vec![jail] } else { vec![] });
+            assert_eq!(settings.engine.allow_private_destinations, allow_private);
             assert_eq!(settings.state_path, None);
         }
     }

@@ -30,16 +30,19 @@ fn config_file(text: &str) -> (tempfile::TempDir, String) {
 #[test]
 fn defaults_apply_without_any_source() {
     let settings = Settings::resolve(&args(&[]), &env_of(&[])).unwrap();
-    assert_eq!(settings.listen, "0.0.0.0:3128".parse().unwrap());
+    assert_eq!(settings.engine.listen, "0.0.0.0:3128".parse().unwrap());
     assert_eq!(settings.admin_listen, "127.0.0.1:3129".parse().unwrap());
-    assert_eq!(settings.transparent_listen, Some("0.0.0.0:3127".parse().unwrap()));
-    assert_eq!(settings.dns_listen, None);
-    assert_eq!(settings.socks_listen, None, "SOCKS5 is off by default");
-    assert!(!settings.allow_private_destinations);
+    assert_eq!(
+        settings.engine.transparent_listen,
+        Some("0.0.0.0:3127".parse().unwrap())
+    );
+    assert_eq!(settings.engine.dns_listen, None);
+    assert_eq!(settings.engine.socks_listen, None, "SOCKS5 is off by default");
+    assert!(!settings.engine.allow_private_destinations);
     assert_eq!(settings.admin_secret, None);
     assert_eq!(settings.state_path, None);
-    assert_eq!(settings.limits, Limits::default());
-    assert!(settings.threads >= 1);
+    assert_eq!(settings.engine.limits, Limits::default());
+    assert!(settings.engine.threads >= 1);
 }
 
 #[test]
@@ -47,12 +50,12 @@ fn precedence_is_flag_then_env_then_file_then_default() {
     let (_dir, path) = config_file("[proxy]\nlisten = \"127.0.0.1:1003\"\nadmin_listen = \"127.0.0.1:2003\"\n");
     let env = env_of(&[("CRACKBOX_PROXY_ADDR", "127.0.0.1:1002")]);
     let flagged = Settings::resolve(&args(&["--config", &path, "--listen", "127.0.0.1:1001"]), &env).unwrap();
-    assert_eq!(flagged.listen.port(), 1001);
+    assert_eq!(flagged.engine.listen.port(), 1001);
     let from_env = Settings::resolve(&args(&["--config", &path]), &env).unwrap();
-    assert_eq!(from_env.listen.port(), 1002);
+    assert_eq!(from_env.engine.listen.port(), 1002);
     assert_eq!(from_env.admin_listen.port(), 2003);
     let from_file = Settings::resolve(&args(&["--config", &path]), &env_of(&[])).unwrap();
-    assert_eq!(from_file.listen.port(), 1003);
+    assert_eq!(from_file.engine.listen.port(), 1003);
     assert_eq!(from_file.config_file.as_deref(), Some(std::path::Path::new(&path)));
 }
 
@@ -60,11 +63,20 @@ fn precedence_is_flag_then_env_then_file_then_default() {
 fn empty_transparent_listen_disables_it_from_every_source() {
     let (_dir, path) = config_file("[proxy]\ntransparent_listen = \"\"\n");
     let from_file = Settings::resolve(&args(&["--config", &path]), &env_of(&[])).unwrap();
-    assert_eq!(from_file.transparent_listen, None);
+    assert_eq!(from_file.engine.transparent_listen, None);
     let env = env_of(&[("CRACKBOX_TRANSPARENT_ADDR", "")]);
-    assert_eq!(Settings::resolve(&args(&[]), &env).unwrap().transparent_listen, None);
+    assert_eq!(
+        Settings::resolve(&args(&[]), &env).unwrap().engine.transparent_listen,
+        None
+    );
     let flag = args(&["--transparent", ""]);
-    assert_eq!(Settings::resolve(&flag, &env_of(&[])).unwrap().transparent_listen, None);
+    assert_eq!(
+        Settings::resolve(&flag, &env_of(&[]))
+            .unwrap()
+            .engine
+            .transparent_listen,
+        None
+    );
 }
 
 #[test]
@@ -126,7 +138,7 @@ fn search_path_file_is_read_when_no_config_flag() {
     std::fs::write(dir.path().join(".crackboxrc"), "[proxy]\nlisten = \"127.0.0.1:4444\"\n").unwrap();
     let home = dir.path().to_str().unwrap();
     let env = env_of(&[("HOME", home), ("XDG_CONFIG_HOME", home)]);
-    assert_eq!(Settings::resolve(&args(&[]), &env).unwrap().listen.port(), 4444);
+    assert_eq!(Settings::resolve(&args(&[]), &env).unwrap().engine.listen.port(), 4444);
 }
 
 #[test]
@@ -137,7 +149,7 @@ fn secret_state_and_private_switch_layers() {
     let plain = Settings::resolve(&args(&["--config", &path]), &env_of(&[])).unwrap();
     assert_eq!(plain.admin_secret.as_deref(), Some("file"));
     assert_eq!(plain.state_path, Some(PathBuf::from("/f")));
-    assert!(plain.allow_private_destinations);
+    assert!(plain.engine.allow_private_destinations);
     let env = env_of(&[
         ("CRACKBOX_ADMIN_SECRET", "env"),
         ("CRACKBOX_STATE_PATH", "/e"),
@@ -146,7 +158,7 @@ fn secret_state_and_private_switch_layers() {
     let layered = Settings::resolve(&args(&["--config", &path, "--state", "/flag"]), &env).unwrap();
     assert_eq!(layered.admin_secret.as_deref(), Some("env"));
     assert_eq!(layered.state_path, Some(PathBuf::from("/flag")));
-    assert!(!layered.allow_private_destinations);
+    assert!(!layered.engine.allow_private_destinations);
 }
 
 #[test]
@@ -156,10 +168,10 @@ fn listen_suffixed_flag_names_stay_aliases() {
     let primary = Settings::resolve(&primary, &env_of(&[])).unwrap();
     let alias = Settings::resolve(&alias, &env_of(&[])).unwrap();
     assert_eq!(primary.admin_listen, "127.0.0.1:1".parse().unwrap());
-    assert_eq!(primary.transparent_listen, Some("[::1]:2".parse().unwrap()));
+    assert_eq!(primary.engine.transparent_listen, Some("[::1]:2".parse().unwrap()));
     assert_eq!(
-        (alias.admin_listen, alias.transparent_listen),
-        (primary.admin_listen, primary.transparent_listen)
+        (alias.admin_listen, alias.engine.transparent_listen),
+        (primary.admin_listen, primary.engine.transparent_listen)
     );
 }
 
@@ -466,11 +478,11 @@ fn empty_values_switch_off_what_can_be_off() {
         ("CRACKBOX_CONTROL_SOCKET", ""),
     ]);
     let settings = Settings::resolve(&args(&[]), &env).unwrap();
-    assert!(settings.steer.is_empty());
+    assert!(settings.engine.steer.is_empty());
     assert_eq!(settings.state_path, None);
-    assert_eq!(settings.io_driver, IoDriver::Auto);
-    assert!(!settings.allow_private_destinations);
-    assert_eq!(settings.dns_listen, None);
+    assert_eq!(settings.engine.io_driver, IoDriver::Auto);
+    assert!(!settings.engine.allow_private_destinations);
+    assert_eq!(settings.engine.dns_listen, None);
     assert_eq!(settings.control_socket, None);
     for var in [
         "CRACKBOX_THREADS",
@@ -498,7 +510,7 @@ fn engine_config_carries_the_admin_listener_and_zero_idle_means_never() {
     assert_eq!(config.limits.tunnel_idle_timeout, None);
     assert_eq!(config.registration_hold, Duration::ZERO);
     let defaults = Settings::resolve(&args(&[]), &env_of(&[])).unwrap();
-    assert_eq!(defaults.registration_hold, DEFAULT_REGISTRATION_HOLD);
+    assert_eq!(defaults.engine.registration_hold, DEFAULT_REGISTRATION_HOLD);
     assert!(defaults.origins.is_empty(), "{:?}", defaults.origins);
 }
 
@@ -507,7 +519,7 @@ fn the_socks_listener_comes_from_flag_env_or_file() {
     let (_dir, path) = config_file("[proxy]\nsocks_listen = \"127.0.0.1:1083\"\n");
     let env = env_of(&[("CRACKBOX_SOCKS_ADDR", "127.0.0.1:1082")]);
     let resolve = |flags: &[&str], env: &dyn Fn(&str) -> Option<String>| Settings::resolve(&args(flags), env);
-    let port = |settings: Settings| settings.socks_listen.map(|addr| addr.port());
+    let port = |settings: Settings| settings.engine.socks_listen.map(|addr| addr.port());
     let flagged = resolve(&["--config", &path, "--socks", "127.0.0.1:1081"], &env).unwrap();
     assert_eq!(port(flagged), Some(1081));
     let alias = resolve(&["--socks-listen", "127.0.0.1:1081"], &env).unwrap();

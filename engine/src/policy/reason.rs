@@ -24,6 +24,21 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// Every reason, in declaration order (`ALL[r.index()] == r`).
+    pub const ALL: [Reason; 6] = [
+        Reason::NotAllowed,
+        Reason::Unregistered,
+        Reason::PrivateAddress,
+        Reason::Revoked,
+        Reason::TooManyConnections,
+        Reason::InvalidLabel,
+    ];
+
+    /// The reason's place in [`Reason::ALL`], for tables indexed by reason.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     /// The kebab-case word used on the wire, in headers and in metrics.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -67,14 +82,8 @@ mod tests {
 
     #[test]
     fn serde_uses_the_header_words() {
-        for reason in [
-            Reason::NotAllowed,
-            Reason::Unregistered,
-            Reason::PrivateAddress,
-            Reason::Revoked,
-            Reason::TooManyConnections,
-            Reason::InvalidLabel,
-        ] {
+        for (index, reason) in Reason::ALL.into_iter().enumerate() {
+            assert_eq!(reason.index(), index);
             let json = serde_json::to_string(&reason).unwrap();
             assert_eq!(json, format!("\"{}\"", reason.as_str()));
         }
