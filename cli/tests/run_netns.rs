@@ -316,3 +316,39 @@ fn run_netns_allow_files_and_presets_add_to_allow() {
         describe(&out)
     );
 }
+
+/// A name on `--allow` that resolves to a private address (loopback here)
+/// is listed apart from the names not on the list, with the switch that
+/// allows it.
+#[test]
+fn run_netns_lists_a_private_destination_apart_with_the_switch_that_allows_it() {
+    if !is_root() {
+        return;
+    }
+    let upstream = serve("127.0.0.1:0");
+    let port = upstream.port();
+    let script = format!(
+        "curl -sS -m 10 -o /dev/null -w '%{{http_code}}\\n' http://localhost:{port}/; \
+         curl -sS -m 10 -o /dev/null -w '%{{http_code}}\\n' http://denied.test/"
+    );
+    let out = netns_run(&format!("localhost:{port}"), &script)
+        .env_remove("CRACKBOX_ALLOW_PRIVATE_DESTINATIONS")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "403\n403\n", "{}", describe(&out));
+    assert_eq!(
+        run_probe::blocked_lines(&out),
+        [
+            "crackbox: blocked denied.test (not on --allow)".to_string(),
+            format!(
+                "crackbox: blocked localhost:{port} (a private address: allowed with \
+                 CRACKBOX_ALLOW_PRIVATE_DESTINATIONS=1 in run's environment or by an IP-literal entry, unless \
+                 it is crackbox's own)"
+            )
+        ],
+        "{}",
+        describe(&out)
+    );
+    assert_eq!(upstream.accepts.load(std::sync::atomic::Ordering::SeqCst), 0);
+}
