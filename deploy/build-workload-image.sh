@@ -2,7 +2,9 @@
 # Builds a small workload image for tests and demos with no base-image pull:
 # busybox (static, with its applets linked into /bin) plus curl and the
 # shared libraries it needs, all copied from this machine; --add PROGRAM
-# (repeatable) copies another installed program the same way (e.g. node).
+# (repeatable) copies another installed program the same way into /usr/bin
+# (e.g. node, or nc: OpenBSD netcat from Debian's netcat-openbsd; busybox's
+# shell runs its own applet for a bare name, so call it /usr/bin/nc).
 #
 #   deploy/build-workload-image.sh [--tag NAME:TAG] [--add PROGRAM]...   # default crackbox-workload:latest
 #

@@ -446,3 +446,59 @@ fn a_second_daemon_on_the_same_ports_exits_instead_of_sharing_them() {
         )
     );
 }
+
+/// `crackbox run ARGS -- true` with Docker unreachable: what is checked
+/// before anything exists fails first, with no Docker call at all.
+fn run_refused(args: &[&str]) -> (Option<i32>, String) {
+    let out = isolated(&mut Command::new(crackbox_test_support::binary()))
+        .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+        .arg("run")
+        .args(args)
+        .args(["--", "true"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn run_refuses_bad_allow_files_presets_and_caps_in_one_line_with_exit_125() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad-allowlist");
+    std::fs::write(&bad, "# ok so far\npypi.org\n\nhttps://pypi.org/simple\n").unwrap();
+    let missing = dir.path().join("missing");
+    let (bad, missing) = (bad.to_str().unwrap(), missing.to_str().unwrap());
+    let cases: Vec<(Vec<&str>, String)> = vec![
+        (
+            vec!["--allow-file", bad],
+            format!(
+                "crackbox: --allow-file {bad}: line 4: invalid allowlist entry \"https://pypi.org/simple\": \
+                 a host name, not a URL: did you mean pypi.org?\n"
+            ),
+        ),
+        (
+            vec!["--allow", "a.test", "--allow-file", missing],
+            format!("crackbox: --allow-file {missing}: cannot read it: No such file or directory (os error 2)\n"),
+        ),
+        (
+            vec!["--allow", "@pypi,@nosuch"],
+            "crackbox: --allow: unknown preset \"@nosuch\" (known: ".into(),
+        ),
+        (
+            vec!["--allow", "a.test", "--bandwidth", "10MB/s"],
+            "crackbox: --bandwidth: invalid bandwidth \"10MB/s\": expected a number with KiB/s, MiB/s or GiB/s, \
+             e.g. 10MiB/s\n"
+                .into(),
+        ),
+    ];
+    for (args, want) in cases {
+        let (code, stderr) = run_refused(&args);
+        assert_eq!(code, Some(125), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.starts_with(&want), "{args:?}:\n{stderr}\nwant {want}");
+    }
+    // Neither --allow nor --allow-file: clap's usage error.
+    let (code, stderr) = run_refused(&[]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--allow"), "{stderr}");
+}

@@ -3,10 +3,10 @@
 //! every exit path leaves the daemon as it was (no registration, no extra
 //! network) and nothing of the run behind.
 
-use crackbox_test_support::describe;
 use crackbox_test_support::docker::*;
-use crackbox_test_support::steer_probe;
+use crackbox_test_support::{describe, run_probe, steer_probe, wait_until};
 use std::process::{Output, Stdio};
+use std::time::Duration;
 
 fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
@@ -49,22 +49,106 @@ fn daemon_run_allows_denies_summarises_and_cleans_up() {
     let upstream = Upstream::start();
     let daemon = Daemon::start(&upstream);
     let id = unique("d-allowed");
+    // A daemon without a SOCKS5 listener: no ALL_PROXY.
     let script = format!(
         "curl -sS -m 10 http://{ALLOWED}/; \
-         curl -sS -m 10 -o /dev/null -w '%{{http_code}}\\n' http://{DENIED}/; exit 3"
+         curl -sS -m 10 -o /dev/null -w '%{{http_code}}\\n' http://{DENIED}/; \
+         echo \"all_proxy=${{ALL_PROXY-unset}} ${{all_proxy-unset}}\"; exit 3"
     );
     let out = daemon.run(&id, ALLOWED, &["sh", "-c", &script]);
     assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
-    assert_eq!(stdout(&out), format!("{UPSTREAM_BODY}\n403\n"), "{}", describe(&out));
     assert_eq!(
-        stderr(&out),
-        "crackbox: blocked denied.test (1)\n",
+        stdout(&out),
+        format!("{UPSTREAM_BODY}\n403\nall_proxy=unset unset\n"),
+        "{}",
+        describe(&out)
+    );
+    let err = stderr(&out);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 2, "{}", describe(&out));
+    assert!(
+        lines[0].starts_with("crackbox: ") && lines[0].ends_with(" in, 1 host blocked"),
+        "{}",
+        describe(&out)
+    );
+    assert_eq!(
+        lines[1],
+        "crackbox: blocked denied.test (not on --allow)",
         "{}",
         describe(&out)
     );
     assert_daemon_restored(&daemon, &upstream, &id);
     let denials = daemon.get("/v1/denials");
     assert!(denials.contains(&format!("\"id\":\"{id}\"")), "{denials}");
+}
+
+/// A daemon with a SOCKS5 listener on every address.
+fn socks_daemon(upstream: &Upstream) -> Daemon {
+    Daemon::start_with(upstream, &[], &[], &["--socks", ":1080"])
+}
+
+#[test]
+fn daemon_run_tells_the_workload_the_daemons_socks5_listener() {
+    if !docker_ready() {
+        return;
+    }
+    let upstream = Upstream::start_with_services();
+    let daemon = socks_daemon(&upstream);
+    let id = unique("d-socks");
+    let at = services();
+    let out = daemon.run(&id, &services_allow(), &["sh", "-c", &run_probe::socks_script(&at)]);
+    run_probe::assert_socks(&out, &at);
+    assert_daemon_restored(&daemon, &upstream, &id);
+}
+
+#[test]
+fn daemon_run_registers_its_cap_and_expanded_allowlist_and_sums_up_its_usage() {
+    if !docker_ready() {
+        return;
+    }
+    let upstream = Upstream::start_with_services();
+    let daemon = socks_daemon(&upstream);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("allowlist");
+    std::fs::write(&file, services_allow().replace(',', "\n")).unwrap();
+    let id = unique("d-capped");
+    let flags = [
+        "--allow-file",
+        file.to_str().unwrap(),
+        "--bandwidth",
+        run_probe::VOLUME_CAP,
+    ];
+    let script = run_probe::volume_script(&services(), "/bulk");
+    let child = daemon_run_command(&daemon.name, &id, "@npm", &flags, &["sh", "-c", &script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // While the workload runs: the presets expanded, the file read, the cap set.
+    let mut entry = serde_json::Value::Null;
+    let registered = wait_until(Duration::from_secs(60), || {
+        let state: serde_json::Value = serde_json::from_str(&daemon.get("/v1/state")).unwrap_or_default();
+        entry = state
+            .as_array()
+            .and_then(|entries| entries.iter().find(|e| e["id"] == id.as_str()).cloned())
+            .unwrap_or_default();
+        !entry.is_null()
+    });
+    assert!(registered, "the run never registered");
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        entry["allowlist"],
+        serde_json::json!([
+            "registry.npmjs.org:443",
+            format!("{ALLOWED}:80"),
+            format!("{ALLOWED}:{ECHO_PORT}")
+        ]),
+        "{}",
+        describe(&out)
+    );
+    assert_eq!(entry["bandwidth"], 4 << 20, "{}", describe(&out));
+    run_probe::assert_capped_volume(&out, BULK_BYTES, ECHO_BANNER.len() as u64 + 1);
+    assert_daemon_restored(&daemon, &upstream, &id);
 }
 
 /// A daemon that steers every jail it joins, as README's set-up starts it:
@@ -300,19 +384,29 @@ fn daemon_runs_cannot_reach_each_other_or_the_admin_api() {
     let out = daemon.run(&client_id, &allow, &["sh", "-c", &script]);
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     assert_eq!(stdout(&out), format!("{UPSTREAM_BODY}\n"), "{}", describe(&out));
-    assert!(
-        stderr(&out).starts_with(&format!("crackbox: blocked {server_ip} (1), {admin_ip} (1)"))
-            || stderr(&out).starts_with(&format!("crackbox: blocked {admin_ip} (1), {server_ip} (1)")),
+    // The server is not on the list; the admin API is, as an IP literal,
+    // and still refused as crackbox's own listener.
+    let blocked: Vec<String> = run_probe::blocked_lines(&out)
+        .iter()
+        .map(|l| l.split_once(" (").map_or(l.as_str(), |(names, _)| names).to_owned())
+        .collect();
+    assert_eq!(
+        blocked,
+        [
+            format!("crackbox: blocked {server_ip}:8080"),
+            format!("crackbox: blocked {admin_ip}:{DAEMON_ADMIN_PORT}")
+        ],
         "{}",
         describe(&out)
     );
+    assert!(stderr(&out).contains("(a private address: "), "{}", describe(&out));
     let pid = libc::pid_t::try_from(server.id()).unwrap();
     // SAFETY: signals the crackbox child this test spawned.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
     let out = server.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(143), "{}", describe(&out));
     // The server's summary holds none of the client's denials.
-    assert!(!stderr(&out).contains("blocked"), "{}", describe(&out));
+    assert!(stderr(&out).contains(", nothing blocked\n"), "{}", describe(&out));
     assert_daemon_restored(&daemon, &upstream, &server_id);
     assert_eq!(leftovers(&client_id), Vec::<String>::new());
 }
@@ -358,9 +452,11 @@ fn daemon_many_concurrent_runs_all_work_and_all_clean_up() {
             "run {i}: {}",
             describe(&out)
         );
-        assert_eq!(
-            stderr(&out),
-            format!("crackbox: blocked deny-{i}.test (1)\n"),
+        assert_eq!(stderr(&out).lines().count(), 2, "run {i}: {}", describe(&out));
+        assert!(
+            stderr(&out).ends_with(&format!(
+                " in, 1 host blocked\ncrackbox: blocked deny-{i}.test (not on --allow)\n"
+            )),
             "run {i}: {}",
             describe(&out)
         );

@@ -4,7 +4,8 @@
 //! 127.0.0.1, reached through the proxy as `localhost:PORT` (private
 //! destinations allowed, as documented for tests).
 
-use crackbox_test_support::{binary, describe, Upstream};
+use crackbox_test_support::run_probe::{self, Services};
+use crackbox_test_support::{binary, describe, free_port, Bulk, Echo, Upstream};
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
@@ -33,9 +34,16 @@ fn serve(addr: &str) -> Upstream {
 }
 
 fn netns_run(allow: &str, script: &str) -> Command {
+    netns_run_with(allow, &[], script)
+}
+
+/// [`netns_run`] with extra `run` flags before the `--`.
+fn netns_run_with(allow: &str, flags: &[&str], script: &str) -> Command {
     let mut cmd = Command::new(binary());
     cmd.env("CRACKBOX_ALLOW_PRIVATE_DESTINATIONS", "1")
-        .args(["run", "--backend", "netns", "--allow", allow, "--", "sh", "-c", script])
+        .args(["run", "--backend", "netns", "--allow", allow])
+        .args(flags)
+        .args(["--", "sh", "-c", script])
         .stdin(Stdio::null());
     cmd
 }
@@ -93,7 +101,7 @@ fn run_netns_allows_denies_and_passes_the_exit_code() {
     assert_eq!(lines.next(), Some(BODY), "{}", describe(&out));
     assert_eq!(lines.next(), Some("403"), "{}", describe(&out));
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("crackbox: blocked denied.test (1)"),
+        String::from_utf8_lossy(&out.stderr).contains("crackbox: blocked denied.test (not on --allow)"),
         "{}",
         describe(&out)
     );
@@ -233,4 +241,114 @@ fn run_netns_refuses_without_root() {
         describe(&out)
     );
     assert_eq!(err.lines().count(), 1, "{}", describe(&out));
+}
+
+#[test]
+fn run_netns_serves_socks5_to_names_and_a_raw_tcp_service() {
+    if !is_root() {
+        return;
+    }
+    let web = serve("127.0.0.1:0");
+    let echo = Echo::start();
+    let at = Services {
+        web: format!("localhost:{}", web.port()),
+        body: BODY.into(),
+        raw: ("localhost".into(), echo.addr.port()),
+        refused_port: free_port(),
+        denied: "denied.test".into(),
+    };
+    let allow = format!("localhost:{},localhost:{}", web.port(), echo.addr.port());
+    let out = netns_run(&allow, &run_probe::socks_script(&at)).output().unwrap();
+    run_probe::assert_socks(&out, &at);
+}
+
+#[test]
+fn run_netns_bandwidth_cap_holds_a_download_and_the_summary_counts_the_bytes() {
+    if !is_root() {
+        return;
+    }
+    const BULK_BYTES: u64 = 12 << 20;
+    let bulk = Bulk::start();
+    let echo = Echo::start();
+    let at = Services {
+        web: format!("localhost:{}", bulk.port()),
+        body: String::new(),
+        raw: ("localhost".into(), echo.addr.port()),
+        refused_port: free_port(),
+        denied: "denied.test".into(),
+    };
+    let allow = format!("localhost:{},localhost:{}", bulk.port(), echo.addr.port());
+    let script = run_probe::volume_script(&at, &format!("/bytes/{BULK_BYTES}"));
+    let out = netns_run_with(&allow, &["--bandwidth", run_probe::VOLUME_CAP], &script)
+        .output()
+        .unwrap();
+    run_probe::assert_capped_volume(&out, BULK_BYTES, 0);
+}
+
+#[test]
+fn run_netns_allow_files_and_presets_add_to_allow() {
+    if !is_root() {
+        return;
+    }
+    let upstream = serve("127.0.0.1:0");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("allowlist");
+    let port = upstream.port();
+    std::fs::write(&file, format!("# the test upstream\nlocalhost:{port}\n")).unwrap();
+    let script = format!(
+        "curl -sS -m 10 http://localhost:{port}/; echo; \
+         curl -sS -m 10 -o /dev/null -w '%{{http_code}}\\n' http://denied.test/"
+    );
+    let out = netns_run_with("@npm", &["--allow-file", file.to_str().unwrap()], &script)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("{BODY}\n403\n"),
+        "{}",
+        describe(&out)
+    );
+    assert_eq!(
+        run_probe::blocked_lines(&out),
+        ["crackbox: blocked denied.test (not on --allow)"],
+        "{}",
+        describe(&out)
+    );
+}
+
+/// A name on `--allow` that resolves to a private address (loopback here)
+/// is listed apart from the names not on the list, with the switch that
+/// allows it.
+#[test]
+fn run_netns_lists_a_private_destination_apart_with_the_switch_that_allows_it() {
+    if !is_root() {
+        return;
+    }
+    let upstream = serve("127.0.0.1:0");
+    let port = upstream.port();
+    let script = format!(
+        "curl -sS -m 10 -o /dev/null -w '%{{http_code}}\\n' http://localhost:{port}/; \
+         curl -sS -m 10 -o /dev/null -w '%{{http_code}}\\n' http://denied.test/"
+    );
+    let out = netns_run(&format!("localhost:{port}"), &script)
+        .env_remove("CRACKBOX_ALLOW_PRIVATE_DESTINATIONS")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "403\n403\n", "{}", describe(&out));
+    assert_eq!(
+        run_probe::blocked_lines(&out),
+        [
+            "crackbox: blocked denied.test (not on --allow)".to_string(),
+            format!(
+                "crackbox: blocked localhost:{port} (a private address: allowed with \
+                 CRACKBOX_ALLOW_PRIVATE_DESTINATIONS=1 in run's environment or by an IP-literal entry, unless \
+                 it is crackbox's own)"
+            )
+        ],
+        "{}",
+        describe(&out)
+    );
+    assert_eq!(upstream.accepts.load(std::sync::atomic::Ordering::SeqCst), 0);
 }

@@ -1,13 +1,14 @@
 //! The command line of `crackbox run` and what it asks for, checked before
 //! anything exists: the flags, which backend they choose, the flags that do
 //! not apply to that backend (an error, never silently ignored), and the
-//! validated allowlist. Never touches Docker, the network or a process.
+//! bandwidth cap. Never touches Docker, the network or a process.
 //!
 //! The field docs are clap's `--help` text, where `[env ...]` is not a rustdoc link.
 #![allow(rustdoc::broken_intra_doc_links)]
 
 use crate::error::RunError;
-use crackbox_engine::policy::RegistrationSpec;
+use crackbox_engine::policy::Bandwidth;
+use std::path::PathBuf;
 
 /// Where the workload runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -23,9 +24,18 @@ pub enum BackendKind {
 pub struct RunArgs {
     /// Hosts the command may reach, comma-separated or repeated (`none.invalid`
     /// blocks everything). Same forms as the admin API: `example.com`,
-    /// `*.example.com`, `example.com:443`, IP literals.
-    #[arg(long, value_delimiter = ',', required = true)]
+    /// `*.example.com`, `example.com:443`, IP literals; presets (`@pypi`,
+    /// `crackbox presets` lists them) expand to their hosts.
+    #[arg(long, value_delimiter = ',', required_unless_present = "allow_file")]
     pub allow: Vec<String>,
+    /// A file of allowlist entries, one per line (`#` comments, blank lines
+    /// ignored), added to --allow; repeatable.
+    #[arg(long, value_name = "PATH")]
+    pub allow_file: Vec<PathBuf>,
+    /// Cap the command's traffic at this rate in each direction: a number
+    /// with KiB/s, MiB/s or GiB/s (`10MiB/s`) [default: no cap].
+    #[arg(long, value_name = "RATE")]
+    pub bandwidth: Option<String>,
     /// Registration id shown in denials and metrics [default: run-XXXXXXXX, random hex].
     #[arg(long)]
     pub id: Option<String>,
@@ -35,7 +45,7 @@ pub struct RunArgs {
     /// Where the workload runs.
     #[arg(long, value_enum, default_value_t = BackendKind::Docker)]
     pub backend: BackendKind,
-    /// Do not print the blocked hosts at exit.
+    /// Do not print the exit summary (what the command moved and what was blocked).
     #[arg(long)]
     pub quiet: bool,
     /// No steered interception: the jail's names resolve nowhere and only
@@ -135,6 +145,11 @@ impl RunArgs {
             }
         }
     }
+
+    /// The `--bandwidth` cap, if one was given.
+    pub fn bandwidth_cap(&self) -> Result<Option<Bandwidth>, RunError> {
+        Ok(self.bandwidth.as_deref().map(Bandwidth::parse).transpose()?)
+    }
 }
 
 /// The first of `given` (the flags that were set among those that do not
@@ -144,16 +159,6 @@ fn refuse_any<const N: usize>(given: [Option<&'static str>; N], why: &'static st
         Some(flag) => Err(RunError::FlagNotApplicable { flag, why }),
         None => Ok(()),
     }
-}
-
-/// Validates `--id` and `--allow` as the admin API would and returns the
-/// entries in normalised form.
-pub fn normalised_allow(id: &str, allow: &[String]) -> Result<Vec<String>, RunError> {
-    if allow.is_empty() {
-        return Err(RunError::EmptyAllow);
-    }
-    let spec = RegistrationSpec::new("127.0.0.1", id, allow.to_vec());
-    Ok(spec.normalised()?.allowlist)
 }
 
 #[cfg(test)]
@@ -263,17 +268,32 @@ mod tests {
     }
 
     #[test]
-    fn allow_entries_are_validated_and_normalised() {
-        let ok = normalised_allow("run-1", &["Example.COM.".into(), "*.pypi.org:443".into()]).unwrap();
-        assert_eq!(ok, vec!["example.com".to_string(), "*.pypi.org:443".to_string()]);
-        for bad in [
-            vec![],
-            vec!["*".to_string()],
-            vec!["bad host".to_string()],
-            vec![String::new()],
-        ] {
-            assert!(normalised_allow("run-1", &bad).is_err(), "{bad:?}");
+    fn allow_or_allow_file_is_required_and_bandwidth_parses_like_everywhere() {
+        let parse = |words: &[&str]| Line::try_parse_from(words.iter().chain(&["--", "true"])).map(|l| l.args);
+        assert!(parse(&[]).is_err());
+        assert!(parse(&["--allow-file", "x"]).is_ok());
+        /// Flags, then the cap in bytes per second or the start of the error.
+        type Case<'a> = (&'a [&'a str], Result<Option<u64>, &'a str>);
+        let cases: &[Case] = &[
+            (&["--allow", "a.test"], Ok(None)),
+            (&["--allow", "a.test", "--bandwidth", "4MiB/s"], Ok(Some(4 << 20))),
+            (&["--allow", "a.test", "--bandwidth", "1.5KiB/s"], Ok(Some(1536))),
+            (
+                &["--allow", "a.test", "--bandwidth", "10MB/s"],
+                Err("--bandwidth: invalid bandwidth \"10MB/s\""),
+            ),
+            (
+                &["--allow", "a.test", "--bandwidth", "0KiB/s"],
+                Err("--bandwidth: bandwidth 0 bytes"),
+            ),
+        ];
+        for (words, want) in cases {
+            let got = parse(words).unwrap().bandwidth_cap();
+            match (got, want) {
+                (Ok(cap), Ok(want)) => assert_eq!(cap.map(Bandwidth::bytes_per_second), *want, "{words:?}"),
+                (Err(err), Err(word)) => assert!(err.to_string().starts_with(word), "{words:?}: {err}"),
+                (got, want) => panic!("{words:?}: got {got:?}, want {want:?}"),
+            }
         }
-        assert!(normalised_allow("", &["example.com".into()]).is_err());
     }
 }

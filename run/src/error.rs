@@ -2,7 +2,7 @@
 //! that tells the user what to do; `run` prints it and exits with
 //! [`RunError::exit_code`] (125, or 126/127 for a command that cannot start).
 
-use crackbox_engine::policy::SpecError;
+use crackbox_engine::policy::{BandwidthError, SpecError, UnknownPreset};
 
 /// Exit code for crackbox's own failures (as `docker run` uses it).
 pub const EXIT_CRACKBOX_ERROR: i32 = 125;
@@ -13,9 +13,23 @@ pub enum RunError {
     /// An `--allow` entry or the `--id` failed validation.
     #[error("{0}")]
     InvalidRegistration(#[from] SpecError),
-    /// `--allow` was given but held no entry.
-    #[error("--allow needs at least one entry (use none.invalid to block everything)")]
+    /// `--allow` and `--allow-file` gave no entry.
+    #[error("the allowlist needs at least one entry (use --allow none.invalid to block everything)")]
     EmptyAllow,
+    /// An `--allow` entry names no preset.
+    #[error("--allow: {0}")]
+    UnknownPreset(#[from] UnknownPreset),
+    /// An `--allow-file` cannot be read or holds a bad line.
+    #[error("--allow-file {path}: {detail}")]
+    AllowFile {
+        /// The file as given.
+        path: String,
+        /// What is wrong: the read error, or the line and its problem.
+        detail: String,
+    },
+    /// `--bandwidth` is not a cap.
+    #[error("--bandwidth: {0}")]
+    Bandwidth(#[from] BandwidthError),
     /// The Docker engine did not answer.
     #[error("cannot reach Docker ({0}); is dockerd running? (deploy/ci-docker.sh starts one)")]
     DockerUnreachable(String),

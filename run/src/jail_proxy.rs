@@ -5,11 +5,14 @@
 //! config file and keeps its registry in memory: it lives and dies with the
 //! run. Starts nothing itself.
 
+use crate::workload_env::Endpoints;
 use crackbox_config::ProxyArgs;
 use std::net::{IpAddr, SocketAddr};
 
 /// Port of the forward listener on the proxy's jail-side address.
 pub const FORWARD_PORT: u16 = 3128;
+/// Port of the SOCKS5 listener on the proxy's jail-side address.
+pub const SOCKS_PORT: u16 = 1080;
 /// Port of the admin API on the proxy's host-side address (never the jail's).
 pub const ADMIN_PORT: u16 = 3129;
 /// Variables of crackbox's own environment the jail's proxy inherits
@@ -29,13 +32,21 @@ pub struct JailProxy {
 /// Where one jail proxy listens.
 #[derive(Debug, Clone, Copy)]
 pub struct Listeners {
-    /// Its address on the jail link: forward proxy, and steered, the DNS
-    /// filter (53) and the steered listeners (80, 443).
+    /// Its address on the jail link: forward proxy, SOCKS5 and, steered,
+    /// the DNS filter (53) and the steered listeners (80, 443).
     pub jail_side: IpAddr,
     /// Its address where `run` reaches the admin API and the workload cannot.
     pub admin_side: IpAddr,
     /// Whether it steers the jail.
     pub steer: bool,
+}
+
+/// Where the workload finds a jail proxy whose jail-side address is `jail_side`.
+pub fn endpoints(jail_side: IpAddr) -> Endpoints {
+    Endpoints {
+        forward: SocketAddr::new(jail_side, FORWARD_PORT),
+        socks: Some(SocketAddr::new(jail_side, SOCKS_PORT)),
+    }
 }
 
 impl JailProxy {
@@ -59,6 +70,7 @@ impl JailProxy {
         ProxyArgs {
             config: Some("/dev/null".into()),
             listen: Some(on(at.jail_side, FORWARD_PORT)),
+            socks_listen: Some(on(at.jail_side, SOCKS_PORT)),
             admin_listen: Some(on(at.admin_side, ADMIN_PORT)),
             transparent_listen: Some(String::new()),
             dns_listen: at.steer.then(|| on(at.jail_side, 53)),
@@ -111,6 +123,16 @@ mod tests {
             let settings = Settings::resolve(&parsed, &secret).unwrap();
             settings.check_admin_exposure().unwrap();
             assert_eq!(settings.engine.listen, SocketAddr::new(jail, FORWARD_PORT));
+            assert_eq!(settings.engine.socks_listen, Some(SocketAddr::new(jail, SOCKS_PORT)));
+            let listening = Endpoints {
+                forward: settings.engine.listen,
+                socks: settings.engine.socks_listen,
+            };
+            assert_eq!(
+                endpoints(jail),
+                listening,
+                "the workload is told where the proxy listens"
+            );
             assert_eq!(settings.admin_listen, SocketAddr::new(admin, ADMIN_PORT));
             assert_eq!(settings.engine.transparent_listen, None);
             assert_eq!(settings.engine.dns_listen, steer.then(|| SocketAddr::new(jail, 53)));

@@ -1,7 +1,7 @@
 //! `crackbox run`: one command in a jail whose only network route is a
 //! crackbox that lets through exactly the `--allow` list, torn down when the
 //! command ends. The lifecycle (signals, registration, exit codes, the
-//! blocked-hosts summary, teardown) is written once in `lifecycle`; each
+//! exit summary, teardown) is written once in `lifecycle`; each
 //! backend implements only its own steps:
 //! - `docker` (default): networks and containers via bollard, behind a
 //!   proxy container of the run's own (built from this executable when its
@@ -15,6 +15,7 @@
 #![warn(missing_docs)]
 
 mod admin;
+mod allow;
 mod args;
 mod docker;
 mod error;
@@ -55,7 +56,8 @@ fn execute(args: RunArgs) -> Result<i32, RunError> {
     let run_id = token::random_hex(4).map_err(|e| RunError::io("reading /dev/urandom", e))?;
     let id = args.id.clone().unwrap_or_else(|| format!("run-{run_id}"));
     let plan = Plan {
-        allow: args::normalised_allow(&id, &args.allow)?,
+        allow: allow::allowlist(&id, &args.allow, &args.allow_file)?,
+        bandwidth: args.bandwidth_cap()?,
         run_id,
         id,
         command: args.command,

@@ -16,8 +16,8 @@ use crate::error::RunError;
 use crate::journal::{Journal, Kind};
 use crate::plan::Plan;
 use crate::signals::Signals;
-use crate::summary;
-use crackbox_client::{Client, RegistrationSpec};
+use crate::summary::{self, PrivateSwitch, Scope};
+use crackbox_client::Client;
 use std::net::IpAddr;
 
 /// What set-up hands the lifecycle: the proxy the workload goes through
@@ -54,8 +54,8 @@ pub async fn run<B: Backend>(plan: &Plan, backend: &B) -> Result<i32, RunError> 
     let journal = Journal::default();
     let set_up = async {
         let (jail, workload) = backend.set_up(&journal).await?;
-        register(plan, &jail, &journal).await?;
-        Ok::<_, RunError>((jail, workload))
+        let scope = register(plan, &jail, &journal).await?;
+        Ok::<_, RunError>((jail, scope, workload))
     };
     tokio::pin!(set_up);
     // A signal during set-up stops it at its next step rather than dropping
@@ -71,33 +71,40 @@ pub async fn run<B: Backend>(plan: &Plan, backend: &B) -> Result<i32, RunError> 
             }
         }
     };
-    let (outcome, jail) = match (interrupted, prepared) {
-        (Some(code), prepared) => (Ok(code), prepared.ok().map(|(jail, _)| jail)),
+    let (outcome, registered) = match (interrupted, prepared) {
+        (Some(code), prepared) => (Ok(code), prepared.ok().map(|(jail, scope, _)| (jail, scope))),
         (None, Err(err)) => (Err(err), None),
-        (None, Ok((jail, workload))) => {
+        (None, Ok((jail, scope, workload))) => {
             let outcome = tokio::select! {
                 outcome = backend.run_workload(workload) => outcome,
                 code = signals.next() => Ok(code),
             };
-            (outcome, Some(jail))
+            (outcome, Some((jail, scope)))
         }
     };
     tracing::debug!("workload done");
-    if let (Some(jail), false) = (&jail, plan.quiet) {
-        summary::print(&jail.admin, jail.source).await;
+    // A workload that never started moved nothing: its error is the one line.
+    if let (Some((jail, scope)), Ok(_), false) = (&registered, &outcome, plan.quiet) {
+        summary::print(&jail.admin, *scope).await;
     }
     journal.undo().await;
     tracing::debug!("jail removed");
     outcome
 }
 
-/// Registers the workload's source with the plan's allowlist; returns once
-/// the proxy enforces it. On a shared daemon the registration is recorded
-/// first (one that timed out may still be kept) and forgotten again when
-/// the daemon refused it (undoing it could remove someone else's).
-async fn register(plan: &Plan, jail: &Jail, journal: &Journal) -> Result<(), RunError> {
+/// Registers the workload's source with the plan's allowlist and cap;
+/// returns, once the proxy enforces it, what the exit summary covers. On a
+/// shared daemon the registration is recorded first (one that timed out may
+/// still be kept) and forgotten again when the daemon refused it (undoing
+/// it could remove someone else's).
+async fn register(plan: &Plan, jail: &Jail, journal: &Journal) -> Result<Scope, RunError> {
     journal.checkpoint()?;
-    let spec = RegistrationSpec::new(jail.source.to_string(), &plan.id, &plan.allow);
+    let spec = plan.registration(jail.source);
+    let switch = match jail.shared {
+        true => PrivateSwitch::Daemon,
+        false => PrivateSwitch::RunEnvironment,
+    };
+    let scope = Scope::starting_now(jail.source, switch);
     let entry = match jail.shared {
         true => Some(journal.record(Kind::Leaf, admin::unregister(jail.admin.clone(), jail.source))?),
         false => None,
@@ -105,7 +112,7 @@ async fn register(plan: &Plan, jail: &Jail, journal: &Journal) -> Result<(), Run
     match jail.admin.register(&spec).await {
         Ok(_) => {
             tracing::debug!(source = %jail.source, "workload registered");
-            Ok(())
+            Ok(scope)
         }
         Err(e) => {
             if let (Some(entry), true) = (entry, e.refused()) {

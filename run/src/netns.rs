@@ -4,7 +4,8 @@
 //! One run `R` gets a named network namespace `crackbox-R` whose only
 //! interface (besides `lo`) is a veth to the host, on a /30 from
 //! `10.213.0.0/17` that no host route uses: the host end (`.1`) is where
-//! `run` starts `crackbox proxy serve` (this same executable), the namespace
+//! `run` starts `crackbox proxy serve` (this same executable, its forward
+//! and SOCKS5 listeners on that address), the namespace
 //! end (`.2`) is registered and the command runs there. No default route.
 //! Steered (the default; README "crackbox run"), the proxy's DNS filter and
 //! steered listeners (80, 443) sit on the host end too, and the command sees
@@ -25,7 +26,7 @@ mod host_tools;
 
 use crate::admin::{jail_client, wait_healthy};
 use crate::error::RunError;
-use crate::jail_proxy::{JailProxy, Listeners, ADMIN_PORT, FORWARD_PORT};
+use crate::jail_proxy::{self, JailProxy, Listeners, ADMIN_PORT, FORWARD_PORT, SOCKS_PORT};
 use crate::journal::{Journal, Kind};
 use crate::lifecycle::{Backend, Jail};
 use crate::plan::Plan;
@@ -126,11 +127,11 @@ impl Netns {
     /// address and nothing else; nothing from it is forwarded.
     async fn firewall(&self, journal: &Journal, host_end: Ipv4Addr) -> Result<(), RunError> {
         let host_if = self.veth_host.as_str();
-        let port = FORWARD_PORT.to_string();
         let host = host_end.to_string();
+        let proxy_ports = format!("{FORWARD_PORT},{SOCKS_PORT}");
         let tcp_ports = match self.plan.steer {
-            true => format!("{port},{STEERED_PORTS}"),
-            false => port,
+            true => format!("{proxy_ports},{STEERED_PORTS}"),
+            false => proxy_ports,
         };
         let accept = |protocol: &str, ports: &str| {
             let rule = [
@@ -283,7 +284,7 @@ impl Backend for Netns {
         let mut command = Command::new(program);
         command
             .args(args)
-            .envs(workload_env::variables(SocketAddr::from((host_end, FORWARD_PORT))))
+            .envs(workload_env::variables(jail_proxy::endpoints(host_end.into())))
             .kill_on_drop(true);
         // SAFETY: the closure only makes async-signal-safe system calls.
         unsafe {

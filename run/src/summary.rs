@@ -1,90 +1,77 @@
-//! The exit summary: one line of what the jail's proxy blocked for this
-//! run's source, so the user sees what to add to `--allow`. Read from the
-//! proxy's admin API once the workload is done; never fails the run.
+//! The exit summary (README "crackbox run"): what the run's source moved
+//! and what its proxy blocked, grouped by what fixes it, read from the
+//! proxy's admin API once the workload is done and before the source is
+//! unregistered (which drops its usage). Never fails the run: what cannot
+//! be read is left out.
+
+mod blocked;
+mod render;
+
+pub use render::PrivateSwitch;
 
 use crackbox_client::{Client, Denial};
-use std::collections::HashMap;
+use render::Moved;
 use std::net::IpAddr;
+use std::time::{SystemTime, UNIX_EPOCH};
 
-/// How many recent denials the summary reads.
+/// How many recent denials the summary reads (the most `/v1/denials` gives).
 const DENIALS_LIMIT: usize = 1000;
 
-/// Prints the hosts the proxy at `admin` denied `source`, if any (a shared
-/// daemon also holds other sandboxes' denials: only this source's count).
-pub async fn print(admin: &Client, source: IpAddr) {
-    match admin.denials(DENIALS_LIMIT).await {
+/// Whose traffic the summary is about.
+#[derive(Debug, Clone, Copy)]
+pub struct Scope {
+    /// The workload's source address.
+    pub source: IpAddr,
+    /// When it was registered (ms since the Unix epoch): a shared daemon
+    /// may still hold denials of an earlier run from the same address.
+    pub since_ms: u64,
+    /// Who can let allowed names reach private addresses.
+    pub switch: PrivateSwitch,
+}
+
+impl Scope {
+    /// The scope of `source`, registered from now on.
+    pub fn starting_now(source: IpAddr, switch: PrivateSwitch) -> Self {
+        let since_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        Scope {
+            source,
+            since_ms,
+            switch,
+        }
+    }
+
+    fn holds(&self, denial: &Denial) -> bool {
+        denial.ip == self.source.to_string() && denial.time_ms >= self.since_ms
+    }
+}
+
+/// Prints the summary of `scope` from the proxy at `admin` on stderr.
+pub async fn print(admin: &Client, scope: Scope) {
+    let source = scope.source.to_string();
+    let (usage, denials) = tokio::join!(admin.usage(&source), admin.denials(DENIALS_LIMIT));
+    let moved = match usage {
+        Ok(usage) => usage.map(|u| Moved {
+            bytes_out: u.bytes_up,
+            bytes_in: u.bytes_down,
+        }),
+        Err(e) => {
+            tracing::debug!("cannot read the run's usage: {e}");
+            None
+        }
+    };
+    let groups = match denials {
         Ok(mut denials) => {
-            let source = source.to_string();
-            denials.retain(|denial| denial.ip == source);
-            if let Some(line) = blocked_line(&denials) {
-                eprintln!("{line}");
-            }
+            denials.retain(|denial| scope.holds(denial));
+            Some(blocked::groups(&denials))
         }
-        Err(e) => tracing::debug!("cannot read denials: {e}"),
-    }
-}
-
-/// `crackbox: blocked a.test (3), b.test (1)`, most-blocked first; `None`
-/// when nothing was blocked. A DNS question's name (`a.test.`) counts as
-/// the host it names.
-pub fn blocked_line(denials: &[Denial]) -> Option<String> {
-    let mut counts: HashMap<&str, usize> = HashMap::new();
-    for denial in denials {
-        let host = denial.host.strip_suffix('.').unwrap_or(&denial.host);
-        let host = if host.is_empty() { "(no host name)" } else { host };
-        *counts.entry(host).or_default() += 1;
-    }
-    if counts.is_empty() {
-        return None;
-    }
-    let mut hosts: Vec<(&str, usize)> = counts.into_iter().collect();
-    hosts.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-    let listed: Vec<String> = hosts.iter().map(|(host, n)| format!("{host} ({n})")).collect();
-    Some(format!("crackbox: blocked {}", listed.join(", ")))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crackbox_client::Reason;
-
-    fn denials(hosts: &[&str]) -> Vec<Denial> {
-        hosts
-            .iter()
-            .map(|h| Denial {
-                time_ms: 1,
-                ip: "10.0.0.3".into(),
-                id: "run".into(),
-                host: h.to_string(),
-                port: 443,
-                reason: Reason::NotAllowed,
-            })
-            .collect()
-    }
-
-    #[test]
-    fn counts_hosts_most_blocked_first_then_by_name() {
-        let cases: &[(&[&str], Option<&str>)] = &[
-            (&[], None),
-            (&["a.test"], Some("crackbox: blocked a.test (1)")),
-            (
-                &[
-                    "b.test",
-                    "example.com",
-                    "example.com",
-                    "a.test",
-                    "example.com",
-                    "b.test",
-                ],
-                Some("crackbox: blocked example.com (3), b.test (2), a.test (1)"),
-            ),
-            (
-                &["a.test.", "a.test", ""],
-                Some("crackbox: blocked a.test (2), (no host name) (1)"),
-            ),
-        ];
-        for (hosts, want) in cases {
-            assert_eq!(blocked_line(&denials(hosts)).as_deref(), *want, "{hosts:?}");
+        Err(e) => {
+            tracing::debug!("cannot read denials: {e}");
+            None
         }
+    };
+    for line in render::lines(moved, groups.as_deref(), scope.switch) {
+        eprintln!("{line}");
     }
 }

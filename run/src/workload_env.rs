@@ -1,8 +1,14 @@
 //! The environment a jailed workload gets, built here only (both backends
-//! take it as it is): every proxy variable common clients read, pointing
+//! take it as it is): the proxy variables common clients read, pointing
 //! at the jail's proxy, and no bypass list; and, steered, a resolv.conf
 //! naming the proxy's DNS filter only. A docker workload gets nothing else
 //! from crackbox's environment; a netns command inherits the caller's.
+//!
+//! Which variables, as measured with real clients (README "SOCKS5 and raw
+//! TCP"): `HTTP_PROXY` and `HTTPS_PROXY` (and lower case) name the HTTP
+//! proxy, which every client that reads a proxy variable speaks; `ALL_PROXY`
+//! names the SOCKS5 listener (`socks5h://`, so crackbox resolves), for what
+//! reads only that. Never `ALL_PROXY` alone: pip and requests then fail.
 
 use std::net::{Ipv4Addr, SocketAddr};
 
@@ -11,23 +17,31 @@ pub fn resolv_conf(nameserver: Ipv4Addr) -> String {
     format!("# crackbox: names are resolved by crackbox only\nnameserver {nameserver}\noptions timeout:2 attempts:2\n")
 }
 
-/// The proxy variables common clients read (curl, Python, Node, Go, ...).
-const PROXY_VARIABLES: [&str; 6] = [
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "ALL_PROXY",
-    "http_proxy",
-    "https_proxy",
-    "all_proxy",
-];
+/// The HTTP proxy variables common clients read (curl, Python, Node, Go, ...).
+const HTTP_PROXY_VARIABLES: [&str; 4] = ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"];
+/// The variables that name a proxy for every other protocol (here: SOCKS5).
+const ALL_PROXY_VARIABLES: [&str; 2] = ["ALL_PROXY", "all_proxy"];
 
-/// The variables of a workload whose proxy listens at `proxy`.
-pub fn variables(proxy: SocketAddr) -> Vec<(String, String)> {
-    let url = format!("http://{proxy}");
-    let mut vars: Vec<(String, String)> = PROXY_VARIABLES
+/// Where the workload's proxy listens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Endpoints {
+    /// The HTTP proxy (forward and `CONNECT`).
+    pub forward: SocketAddr,
+    /// The SOCKS5 listener, when the proxy has one.
+    pub socks: Option<SocketAddr>,
+}
+
+/// The variables of a workload whose proxy listens at `at`.
+pub fn variables(at: Endpoints) -> Vec<(String, String)> {
+    let http = format!("http://{}", at.forward);
+    let mut vars: Vec<(String, String)> = HTTP_PROXY_VARIABLES
         .iter()
-        .map(|name| (name.to_string(), url.clone()))
+        .map(|name| (name.to_string(), http.clone()))
         .collect();
+    if let Some(socks) = at.socks {
+        let url = format!("socks5h://{socks}");
+        vars.extend(ALL_PROXY_VARIABLES.iter().map(|name| (name.to_string(), url.clone())));
+    }
     // An empty bypass list: an inherited NO_PROXY=* would otherwise send
     // clients straight at a network that does not route anywhere.
     vars.push(("NO_PROXY".into(), String::new()));
@@ -42,15 +56,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_proxy_variable_points_at_the_proxy_and_no_proxy_is_empty() {
-        let vars = variables(SocketAddr::from(([10, 213, 128, 2], 3128)));
-        let get = |name: &str| vars.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
-        for name in PROXY_VARIABLES {
-            assert_eq!(get(name), Some("http://10.213.128.2:3128"), "{name}");
+    fn http_variables_name_the_http_proxy_all_proxy_the_socks_listener_if_any() {
+        let forward = SocketAddr::from(([10, 213, 128, 2], 3128));
+        let socks = SocketAddr::from(([10, 213, 128, 2], 1080));
+        for socks in [Some(socks), None] {
+            let vars = variables(Endpoints { forward, socks });
+            let get = |name: &str| vars.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
+            for name in HTTP_PROXY_VARIABLES {
+                assert_eq!(get(name), Some("http://10.213.128.2:3128"), "{name}");
+            }
+            for name in ALL_PROXY_VARIABLES {
+                let want = socks.map(|_| "socks5h://10.213.128.2:1080");
+                assert_eq!(get(name), want, "{name}");
+            }
+            assert_eq!(get("NO_PROXY"), Some(""));
+            assert_eq!(get("no_proxy"), Some(""));
+            assert_eq!(get("NODE_USE_ENV_PROXY"), Some("1"));
+            let names: std::collections::HashSet<&str> = vars.iter().map(|(n, _)| n.as_str()).collect();
+            assert_eq!(names.len(), vars.len(), "each variable once");
         }
-        assert_eq!(get("NO_PROXY"), Some(""));
-        assert_eq!(get("no_proxy"), Some(""));
-        assert_eq!(get("NODE_USE_ENV_PROXY"), Some("1"));
     }
 
     #[test]

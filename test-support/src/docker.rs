@@ -14,11 +14,12 @@ pub use web::web_upstream;
 
 use crate::crackbox::binary;
 use crate::net::wait_until;
+use crate::run_probe::Services;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
-/// Tag of the workload image (busybox + curl); rebuilt when missing.
-pub const WORKLOAD_IMAGE: &str = "crackbox-test-workload:1";
+/// Tag of the workload image (busybox + curl + OpenBSD netcat); rebuilt when missing.
+pub const WORKLOAD_IMAGE: &str = "crackbox-test-workload:2";
 /// Tag of the workload image with node added; rebuilt when missing.
 pub const NODE_IMAGE: &str = "crackbox-test-node:1";
 /// Names the upstream answers to on the egress network.
@@ -27,6 +28,12 @@ pub const ALLOWED: &str = "allowed.test";
 pub const DENIED: &str = "denied.test";
 /// The upstream's index page.
 pub const UPSTREAM_BODY: &str = "crackbox upstream ok";
+/// Port of the raw TCP service of [`Upstream::start_with_services`].
+pub const ECHO_PORT: u16 = 7007;
+/// The line that service sends first (as an SSH server sends its banner).
+pub const ECHO_BANNER: &str = "crackbox-echo-banner";
+/// Size of `/bulk` on [`Upstream::start_with_services`]: 12 MiB.
+pub const BULK_BYTES: u64 = 12 << 20;
 
 /// The repository root (deploy/ scripts live there).
 pub fn repo() -> PathBuf {
@@ -138,9 +145,10 @@ fn remove_stale_test_images(current: &str) {
     }
 }
 
-/// The busybox + curl workload image.
+/// The busybox + curl + netcat workload image: `/usr/bin/nc` is OpenBSD
+/// netcat (`-X 5` speaks SOCKS5); a bare `nc` in its shell is busybox's.
 pub fn workload_image() -> String {
-    build_workload_image(WORKLOAD_IMAGE, &[])
+    build_workload_image(WORKLOAD_IMAGE, &["--add", "nc"])
 }
 
 /// The workload image with this machine's node added.
@@ -224,6 +232,19 @@ impl Upstream {
         Upstream::start_serving(&[ALLOWED, DENIED], &workload_image(), &httpd, &[])
     }
 
+    /// As [`Upstream::start`], also serving `/bulk` ([`BULK_BYTES`] bytes)
+    /// and, on [`ECHO_PORT`], a raw TCP service that sends [`ECHO_BANNER`]
+    /// and a newline, then echoes what it gets.
+    pub fn start_with_services() -> Self {
+        let script = format!(
+            "printf '#!/bin/sh\\necho {ECHO_BANNER}\\nexec cat\\n' >/tmp/echo && chmod +x /tmp/echo
+             busybox nc -ll -p {ECHO_PORT} -e /tmp/echo &
+             mkdir /tmp/www && cp /www/index.html /tmp/www/ && head -c {BULK_BYTES} /dev/zero >/tmp/www/bulk
+             exec httpd -f -p 80 -h /tmp/www"
+        );
+        Upstream::start_serving(&[ALLOWED, DENIED], &workload_image(), &["sh", "-c", &script], &[])
+    }
+
     /// As [`Upstream::start`], the server being `command` in `image`, known as
     /// `aliases` on the network, with `env` (`NAME=value`).
     pub fn start_serving(aliases: &[&str], image: &str, command: &[&str], env: &[String]) -> Self {
@@ -255,6 +276,23 @@ impl Upstream {
             ip,
         }
     }
+}
+
+/// The services of [`Upstream::start_with_services`] as a jail names them
+/// (the port after [`ECHO_PORT`] is not allowed).
+pub fn services() -> Services {
+    Services {
+        web: ALLOWED.into(),
+        body: UPSTREAM_BODY.into(),
+        raw: (ALLOWED.into(), ECHO_PORT),
+        refused_port: ECHO_PORT + 1,
+        denied: DENIED.into(),
+    }
+}
+
+/// An allowlist of exactly the web server and the raw service of [`services`].
+pub fn services_allow() -> String {
+    format!("{ALLOWED}:80,{ALLOWED}:{ECHO_PORT}")
 }
 
 impl Drop for Upstream {

@@ -2,9 +2,9 @@
 //! `crackbox` binary's tests: loopback sockets, raw HTTP, small real upstream
 //! servers and process facts; the `crackbox` binary under test as a daemon
 //! (`Daemon`, `Ports`) or one process (`Spawned`); the Docker fixtures
-//! (`docker`), the network-namespace lab (`netns_lab`) and the steering
-//! probe run inside jails (`steer_probe`). Dev-only, never published.
-//! Traffic goes to 127.0.0.0/8 or to networks and namespaces a test made.
+//! (`docker`), the network-namespace lab (`netns_lab`) and the probes run
+//! inside `crackbox run` jails (`steer_probe`, `run_probe`). Dev-only, never
+//! published. Traffic goes to 127.0.0.0/8 or to networks and namespaces a test made.
 
 mod bulk;
 mod crackbox;
@@ -17,6 +17,7 @@ mod net;
 pub mod netns_lab;
 mod ports;
 mod process;
+pub mod run_probe;
 mod spawned;
 pub mod steer_probe;
 

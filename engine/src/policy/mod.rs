@@ -1,15 +1,16 @@
 //! Policy core: who may reach what. Allowlist entries, `match_host`, the
-//! allowlist presets, source keys, snapshots and the registry holding the one
-//! in force, the one decision every front end asks (`decide`), the
-//! destination guard and the one vocabulary of denial reasons; and what each
-//! registration may use and has used: its bandwidth cap, the token buckets
-//! that hold it there, and its usage counters.
+//! allowlist presets and files, source keys, snapshots and the registry
+//! holding the one in force, the one decision every front end asks
+//! (`decide`), the destination guard and the one vocabulary of denial
+//! reasons; and what each registration may use and has used: its bandwidth
+//! cap, the token buckets that hold it there, and its usage counters.
 //!
 //! Pure code with no runtime dependency. Every data plane, the DNS filter,
 //! the control plane's validation, the benches and the fuzz targets use these
 //! functions, so there is exactly one definition of "allowed". Never does
 //! I/O and never imports `protocol` or `plane`.
 
+pub mod allow_file;
 mod allowlist;
 mod bandwidth;
 pub mod decide;

@@ -4,10 +4,11 @@
 //!
 //! `run` reaches the daemon's admin API at the one address it is bound to
 //! (the daemon's address on a network the host reaches and jails never
-//! join), and hands workloads the forward listener's port on whatever
-//! address the daemon gets on each jail network, so that listener must be
-//! bound to every address. A config file inside the container is not read:
-//! both listeners must be given as flags or environment variables.
+//! join), and hands workloads the forward listener's port, and the SOCKS5
+//! listener's when it has one, on whatever address the daemon gets on each
+//! jail network, so those listeners must be bound to every address. A
+//! config file inside the container is not read: the listeners must be
+//! given as flags or environment variables.
 //!
 //! A daemon steers jails (README "Steered interception") when it was started with `--steer
 //! 0.0.0.0` and its DNS filter on port 53 of every address (`--dns-listen
@@ -24,6 +25,8 @@ pub struct DaemonEndpoints {
     pub admin: SocketAddr,
     /// The forward listener's port (bound to every address).
     pub proxy_port: u16,
+    /// The SOCKS5 listener's port (bound to every address), if it has one.
+    pub socks_port: Option<u16>,
     /// `CRACKBOX_ADMIN_SECRET` from the container's environment, if set there.
     pub secret: Option<String>,
     /// Whether it steers every jail it joins (`--steer 0.0.0.0`, the DNS
@@ -64,6 +67,19 @@ pub fn endpoints(args: &[String], env: &[String]) -> Result<DaemonEndpoints, Str
              their own network, so it must listen on every address (--listen :PORT)"
         ));
     }
+    let socks_text = parsed
+        .socks_listen
+        .or_else(|| var("CRACKBOX_SOCKS_ADDR"))
+        .filter(|text| !text.is_empty());
+    let socks = socks_text
+        .map(|text| parse_addr(&text).map_err(|e| format!("SOCKS5 listener: {e}")))
+        .transpose()?;
+    if let Some(socks) = socks.filter(|socks| !socks.ip().is_unspecified()) {
+        return Err(format!(
+            "its SOCKS5 listener listens on {socks} only: jails reach it on the address it gets on \
+             their own network, so it must listen on every address (--socks :PORT)"
+        ));
+    }
     let steers_everywhere = parsed
         .steer
         .iter()
@@ -76,6 +92,7 @@ pub fn endpoints(args: &[String], env: &[String]) -> Result<DaemonEndpoints, Str
     Ok(DaemonEndpoints {
         admin,
         proxy_port: listen.port(),
+        socks_port: socks.map(|socks| socks.port()),
         secret: var("CRACKBOX_ADMIN_SECRET").filter(|s| !s.is_empty()),
         steers: steers_everywhere && dns_everywhere,
     })
@@ -136,6 +153,31 @@ mod tests {
     }
 
     #[test]
+    fn the_socks_listener_comes_from_the_flag_then_the_environment() {
+        let base = ["proxy", "serve", "--admin", "10.9.0.2:3129"];
+        /// Extra flags, environment, then the SOCKS5 port read.
+        type Case<'a> = (&'a [&'a str], &'a [&'a str], Option<u16>);
+        let cases: &[Case] = &[
+            (&[], &[], None),
+            (&["--socks", ":1080"], &[], Some(1080)),
+            (
+                &["--socks-listen=0.0.0.0:1081"],
+                &["CRACKBOX_SOCKS_ADDR=:9"],
+                Some(1081),
+            ),
+            (&["--socks", "[::]:1082"], &[], Some(1082)),
+            (&[], &["CRACKBOX_SOCKS_ADDR=:1083"], Some(1083)),
+            (&["--socks", ""], &["CRACKBOX_SOCKS_ADDR=:1083"], None),
+            (&[], &["CRACKBOX_SOCKS_ADDR="], None),
+        ];
+        for (extra, env, want) in cases {
+            let args: Vec<&str> = base.iter().chain(extra.iter()).copied().collect();
+            let got = endpoints(&strings(&args), &strings(env)).unwrap();
+            assert_eq!(got.socks_port, *want, "{extra:?} {env:?}");
+        }
+    }
+
+    #[test]
     fn a_daemon_steers_with_the_wildcard_and_dns_on_every_address_only() {
         let base = ["proxy", "serve", "--admin", "10.9.0.2:3129"];
         let cases: &[(&[&str], bool)] = &[
@@ -178,7 +220,29 @@ mod tests {
                     "10.0.0.2:3128",
                 ],
                 &[],
-                "must listen on every address",
+                "must listen on every address (--listen :PORT)",
+            ),
+            (
+                &[
+                    "proxy",
+                    "serve",
+                    "--admin",
+                    "10.0.0.2:3129",
+                    "--socks",
+                    "127.0.0.1:1080",
+                ],
+                &[],
+                "its SOCKS5 listener listens on 127.0.0.1:1080 only",
+            ),
+            (
+                &["proxy", "serve", "--admin", "10.0.0.2:3129"],
+                &["CRACKBOX_SOCKS_ADDR=10.0.0.2:1080"],
+                "must listen on every address (--socks :PORT)",
+            ),
+            (
+                &["proxy", "serve", "--admin", "10.0.0.2:3129", "--socks", "nonsense"],
+                &[],
+                "SOCKS5 listener",
             ),
         ];
         for (args, env, want) in cases {

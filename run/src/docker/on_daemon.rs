@@ -4,8 +4,9 @@
 //!
 //! Per run: NAME is checked (a running `crackbox proxy serve` whose admin API
 //! answers), connected to the run's jail network as `.2`, and the workload
-//! created as `.3`. When NAME steers every jail (see `daemon_config`), the
-//! workload's resolver is NAME's `.2`. The connection is recorded in the
+//! created as `.3`, told NAME's `.2` as its HTTP proxy and, when NAME has a
+//! SOCKS5 listener, as its SOCKS5 proxy. When NAME steers every jail (see
+//! `daemon_config`), the workload's resolver is NAME's `.2`. The connection is recorded in the
 //! journal before it is made, so teardown disconnects NAME on every exit
 //! path (the lifecycle unregisters the workload); NAME itself is never
 //! stopped, restarted or reconfigured.
@@ -19,6 +20,7 @@ use crate::error::{docker_message, docker_status, RunError};
 use crate::journal::{Journal, Kind};
 use crate::lifecycle::{Backend, Jail};
 use crate::plan::Plan;
+use crate::workload_env::Endpoints;
 use bollard::models::{NetworkConnectRequest, NetworkDisconnectRequest};
 use bollard::Docker;
 use crackbox_client::Client;
@@ -40,6 +42,7 @@ pub struct OnDaemon {
 struct Found {
     admin: Client,
     proxy_port: u16,
+    socks_port: Option<u16>,
     steers: bool,
 }
 
@@ -90,6 +93,7 @@ impl OnDaemon {
         Ok(Found {
             admin,
             proxy_port: endpoints.proxy_port,
+            socks_port: endpoints.socks_port,
             steers: endpoints.steers,
         })
     }
@@ -125,7 +129,10 @@ impl Backend for OnDaemon {
         let placed = Placed {
             network: &network,
             address,
-            proxy: SocketAddr::from((proxy, found.proxy_port)),
+            proxy: Endpoints {
+                forward: SocketAddr::from((proxy, found.proxy_port)),
+                socks: found.socks_port.map(|port| SocketAddr::from((proxy, port))),
+            },
             steered: self.plan.steer && found.steers,
         };
         let (connected, created) = tokio::join!(

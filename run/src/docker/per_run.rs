@@ -9,7 +9,7 @@ use super::workload::{self, Placed};
 use super::{image, ipv4_endpoint, proxy_spec, ProxySpec};
 use crate::admin::{jail_client, wait_healthy};
 use crate::error::{docker_message, RunError};
-use crate::jail_proxy::{JailProxy, Listeners, ADMIN_PORT, FORWARD_PORT};
+use crate::jail_proxy::{self, JailProxy, Listeners, ADMIN_PORT};
 use crate::journal::Journal;
 use crate::lifecycle::{Backend, Jail};
 use crate::plan::Plan;
@@ -228,7 +228,7 @@ impl Backend for PerRunProxy {
         let placed = Placed {
             network: &nets.internal,
             address: nets.workload,
-            proxy: SocketAddr::from((nets.proxy_internal, FORWARD_PORT)),
+            proxy: jail_proxy::endpoints(nets.proxy_internal.into()),
             steered: self.plan.steer,
         };
         // The workload is created while the proxy starts; it starts only

@@ -10,10 +10,10 @@ use crate::error::{docker_message, one_line, RunError};
 use crate::journal::{Journal, Kind};
 use crate::plan::Plan;
 use crate::terminal::RawMode;
-use crate::workload_env;
+use crate::workload_env::{self, Endpoints};
 use bollard::query_parameters::{AttachContainerOptionsBuilder, WaitContainerOptionsBuilder};
 use futures_util::StreamExt;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::Ipv4Addr;
 use std::time::Duration;
 
 /// Where the workload sits and what it is told.
@@ -22,8 +22,8 @@ pub struct Placed<'a> {
     pub network: &'a str,
     /// The workload's address there.
     pub address: Ipv4Addr,
-    /// The forward proxy it is pointed at.
-    pub proxy: SocketAddr,
+    /// The proxy it is pointed at.
+    pub proxy: Endpoints,
     /// Whether the proxy steers the jail (its DNS filter is then the only resolver).
     pub steered: bool,
 }
@@ -38,7 +38,7 @@ pub async fn create(
 ) -> Result<String, RunError> {
     journal.checkpoint()?;
     let name = run.name("workload");
-    let resolver_dir = match (at.steered, at.proxy.ip()) {
+    let resolver_dir = match (at.steered, at.proxy.forward.ip()) {
         (true, std::net::IpAddr::V4(nameserver)) => Some(resolver_dir(journal, nameserver)?),
         _ => None,
     };

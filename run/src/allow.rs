@@ -1,0 +1,130 @@
+//! The run's allowlist, decided before anything exists: the `--allow`
+//! entries and the lines of every `--allow-file` (README "crackbox run"),
+//! presets expanded, then validated and normalised exactly as the admin API
+//! does, so the run is registered with the names it enforces. Reads the
+//! allow files; never touches Docker, the network or a process.
+
+use crate::error::RunError;
+use crackbox_engine::policy::{allow_file, expand_presets, RegistrationSpec};
+use std::path::{Path, PathBuf};
+
+/// The normalised allowlist of `--allow` and `--allow-file` (in that order),
+/// for a registration named `id` (validated too).
+pub fn allowlist(id: &str, allow: &[String], files: &[PathBuf]) -> Result<Vec<String>, RunError> {
+    let mut entries = allow.to_vec();
+    for path in files {
+        entries.extend(read_allow_file(path)?);
+    }
+    if entries.is_empty() {
+        return Err(RunError::EmptyAllow);
+    }
+    let expanded = expand_presets(&entries)?;
+    let spec = RegistrationSpec::new("127.0.0.1", id, expanded);
+    Ok(spec.normalised()?.allowlist)
+}
+
+/// The entries of the allow file at `path`; an error names the file and,
+/// for a bad entry, its line.
+fn read_allow_file(path: &Path) -> Result<Vec<String>, RunError> {
+    let failed = |detail: String| RunError::AllowFile {
+        path: path.display().to_string(),
+        detail,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| failed(format!("cannot read it: {e}")))?;
+    allow_file::parse(&text).map_err(|e| failed(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(items: &[&str]) -> Vec<String> {
+        items.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn flags_and_files_combine_expand_and_normalise() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = |name: &str, text: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            path
+        };
+        let first = file("first", "# build\nFiles.PythonHosted.org:443\n\nexample.com\n");
+        let second = file("second", "@npm\n");
+        /// `--allow`, the files, then the allowlist.
+        type Case<'a> = (&'a [&'a str], Vec<PathBuf>, &'a [&'a str]);
+        let cases: Vec<Case> = vec![
+            (&["Example.COM."], vec![], &["example.com"]),
+            (
+                &["@pypi"],
+                vec![first.clone()],
+                &["pypi.org:443", "files.pythonhosted.org:443", "example.com"],
+            ),
+            (
+                &[],
+                vec![first.clone(), second],
+                &["files.pythonhosted.org:443", "example.com", "registry.npmjs.org:443"],
+            ),
+            (&["a.test", "a.test"], vec![], &["a.test"]),
+        ];
+        for (allow, files, want) in cases {
+            assert_eq!(
+                allowlist("run-1", &strings(allow), &files).unwrap(),
+                want,
+                "{allow:?} {files:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_bad_input_is_an_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let bad = dir.path().join("bad");
+        std::fs::write(&bad, "a.test\n\nbad host\n").unwrap();
+        let empty = dir.path().join("empty");
+        std::fs::write(&empty, "# nothing yet\n").unwrap();
+        let missing = dir.path().join("missing");
+        /// `--id`, `--allow`, the files, then words of the error.
+        type Case<'a> = (&'a str, &'a [&'a str], Vec<PathBuf>, Vec<String>);
+        let cases: Vec<Case> = vec![
+            ("run-1", &[], vec![], vec!["needs at least one entry".into()]),
+            (
+                "run-1",
+                &[],
+                vec![empty.clone()],
+                vec!["needs at least one entry".into()],
+            ),
+            ("run-1", &["*"], vec![], vec!["bare *".into()]),
+            ("run-1", &["bad host"], vec![], vec!["invalid allowlist entry".into()]),
+            (
+                "run-1",
+                &["@nosuch"],
+                vec![],
+                vec!["--allow: unknown preset \"@nosuch\"".into()],
+            ),
+            ("", &["example.com"], vec![], vec!["id:".into()]),
+            (
+                "run-1",
+                &["a.test"],
+                vec![bad.clone()],
+                vec![format!(
+                    "--allow-file {}: line 3: invalid allowlist entry \"bad host\"",
+                    bad.display()
+                )],
+            ),
+            (
+                "run-1",
+                &["a.test"],
+                vec![missing.clone()],
+                vec![format!("--allow-file {}: cannot read it: ", missing.display())],
+            ),
+        ];
+        for (id, allow, files, words) in cases {
+            let err = allowlist(id, &strings(allow), &files).unwrap_err().to_string();
+            for word in &words {
+                assert!(err.contains(word.as_str()), "{allow:?} {files:?}: {err}");
+            }
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! What a run's proxy blocked, grouped by what fixes it: names not on
+//! `--allow`, names refused as private destinations, an unregistered
+//! source, and the rarer reasons. One destination is listed once per group
+//! however often it was tried: a steered jail's DNS lookups of a name
+//! (`name.`, recorded with port 53) and its requests for it are one.
+//! Pure: the records come from `/v1/denials`.
+
+use crackbox_client::{Denial, Reason};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// What fixes a group of denials, in the order the summary lists them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Fix {
+    /// Adding the destination to `--allow`.
+    AddToAllow,
+    /// Letting allowed names reach private addresses (the proxy's operator),
+    /// or an IP-literal entry.
+    AllowPrivate,
+    /// Registering the source again (its registration went away).
+    Register,
+    /// Whatever the reason's remedy says.
+    Other(Reason),
+}
+
+impl Fix {
+    fn of(reason: Reason) -> Self {
+        match reason {
+            Reason::NotAllowed => Fix::AddToAllow,
+            Reason::PrivateAddress => Fix::AllowPrivate,
+            Reason::Unregistered => Fix::Register,
+            other => Fix::Other(other),
+        }
+    }
+}
+
+/// The destinations one fix would let through, sorted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Group {
+    /// What fixes them.
+    pub fix: Fix,
+    /// Each as the allowlist entry that names it: the host, with `:port`
+    /// when the port was not 80 or 443.
+    pub destinations: Vec<String>,
+}
+
+/// The groups of `denials`, in [`Fix`] order; empty when nothing was blocked.
+pub fn groups(denials: &[Denial]) -> Vec<Group> {
+    let mut grouped: BTreeMap<Fix, BTreeSet<String>> = BTreeMap::new();
+    for denial in denials {
+        grouped
+            .entry(Fix::of(denial.reason))
+            .or_default()
+            .insert(destination(denial));
+    }
+    grouped
+        .into_iter()
+        .map(|(fix, destinations)| Group {
+            fix,
+            destinations: destinations.into_iter().collect(),
+        })
+        .collect()
+}
+
+/// The destinations of all `groups`, each once.
+pub fn count(groups: &[Group]) -> usize {
+    groups
+        .iter()
+        .flat_map(|group| &group.destinations)
+        .collect::<BTreeSet<_>>()
+        .len()
+}
+
+/// The destination a denial names, as an allowlist entry would: lower
+/// case, a DNS question's trailing dot dropped (its port 53 is the
+/// resolver's, not the destination's), and the port only when it is
+/// neither 80 nor 443.
+fn destination(denial: &Denial) -> String {
+    let (host, asked_by_dns) = match denial.host.strip_suffix('.') {
+        Some(name) => (name, true),
+        None => (denial.host.as_str(), false),
+    };
+    if host.is_empty() {
+        return "(no host name)".into();
+    }
+    let host = host.to_ascii_lowercase();
+    match denial.port {
+        _ if asked_by_dns => host,
+        0 | 80 | 443 => host,
+        port if host.contains(':') && !host.starts_with('[') => format!("[{host}]:{port}"),
+        port => format!("{host}:{port}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A denial of `host:port` for `reason`.
+    fn denial(host: &str, port: u16, reason: Reason) -> Denial {
+        Denial {
+            time_ms: 1,
+            ip: "10.0.0.3".into(),
+            id: "run".into(),
+            host: host.into(),
+            port,
+            reason,
+        }
+    }
+
+    #[test]
+    fn denials_group_by_fix_and_each_destination_counts_once() {
+        use Reason::*;
+        /// Denials (host, port, reason), then the groups (fix, destinations).
+        type Case<'a> = (&'a [(&'a str, u16, Reason)], &'a [(Fix, &'a [&'a str])]);
+        let cases: &[Case] = &[
+            (&[], &[]),
+            (
+                // A steered jail: two lookups and a retry of one name.
+                &[
+                    ("denied.test.", 53, NotAllowed),
+                    ("denied.test.", 53, NotAllowed),
+                    ("Denied.Test.", 53, NotAllowed),
+                ],
+                &[(Fix::AddToAllow, &["denied.test"])],
+            ),
+            (
+                // A lookup, then the same name through the proxy on 443 and 80.
+                &[
+                    ("evil.test.", 53, NotAllowed),
+                    ("evil.test", 443, NotAllowed),
+                    ("example.com", 80, NotAllowed),
+                    ("evil.test", 80, NotAllowed),
+                ],
+                &[(Fix::AddToAllow, &["evil.test", "example.com"])],
+            ),
+            (
+                // Other ports are part of what to allow.
+                &[
+                    ("db.test", 5432, NotAllowed),
+                    ("db.test", 443, NotAllowed),
+                    ("203.0.113.7", 22, NotAllowed),
+                    ("[2001:db8::1]", 8443, NotAllowed),
+                    ("2001:db8::2", 8443, NotAllowed),
+                    ("10.0.0.9", 0, NotAllowed),
+                ],
+                &[(
+                    Fix::AddToAllow,
+                    &[
+                        "10.0.0.9",
+                        "203.0.113.7:22",
+                        "[2001:db8::1]:8443",
+                        "[2001:db8::2]:8443",
+                        "db.test",
+                        "db.test:5432",
+                    ],
+                )],
+            ),
+            (
+                &[
+                    ("newcomer-upstream", 80, PrivateAddress),
+                    ("b.test", 443, TooManyConnections),
+                    ("a.test", 443, Revoked),
+                    ("x.test", 443, Unregistered),
+                    ("z.test.", 53, NotAllowed),
+                    ("newcomer-upstream", 443, PrivateAddress),
+                    ("", 443, NotAllowed),
+                ],
+                &[
+                    (Fix::AddToAllow, &["(no host name)", "z.test"]),
+                    (Fix::AllowPrivate, &["newcomer-upstream"]),
+                    (Fix::Register, &["x.test"]),
+                    (Fix::Other(Revoked), &["a.test"]),
+                    (Fix::Other(TooManyConnections), &["b.test"]),
+                ],
+            ),
+        ];
+        for (records, want) in cases {
+            let denials: Vec<Denial> = records.iter().map(|(h, p, r)| denial(h, *p, *r)).collect();
+            let got = groups(&denials);
+            let got: Vec<(Fix, Vec<&str>)> = got
+                .iter()
+                .map(|g| (g.fix, g.destinations.iter().map(String::as_str).collect()))
+                .collect();
+            let want: Vec<(Fix, Vec<&str>)> = want.iter().map(|(f, d)| (*f, d.to_vec())).collect();
+            assert_eq!(got, want, "{records:?}");
+        }
+    }
+
+    #[test]
+    fn a_destination_in_two_groups_is_counted_once() {
+        let denials = [
+            denial("a.test", 443, Reason::NotAllowed),
+            denial("a.test", 443, Reason::Revoked),
+            denial("b.test.", 53, Reason::NotAllowed),
+        ];
+        assert_eq!(count(&groups(&denials)), 2);
+        assert_eq!(count(&[]), 0);
+    }
+}

@@ -1,0 +1,195 @@
+//! The exit summary's text (README "crackbox run"): one line of what the
+//! run moved and how many destinations were blocked, then one line per
+//! group of blocked destinations saying what fixes them. Pure.
+
+use super::blocked::{self, Fix, Group};
+
+/// Whose setting lets allowed names reach private addresses for this run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrivateSwitch {
+    /// The run's own proxy: `CRACKBOX_ALLOW_PRIVATE_DESTINATIONS=1` in `run`'s environment.
+    RunEnvironment,
+    /// A shared daemon (`--daemon`): its operator's `--allow-private-destinations`.
+    Daemon,
+}
+
+/// Bytes the run moved: out (workload -> upstream) and in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Moved {
+    /// Workload -> upstream.
+    pub bytes_out: u64,
+    /// Upstream -> workload.
+    pub bytes_in: u64,
+}
+
+/// The summary's lines: `moved` and how many destinations were blocked
+/// (left out when unknown), then a line per group in `blocked`.
+pub fn lines(moved: Option<Moved>, blocked: Option<&[Group]>, switch: PrivateSwitch) -> Vec<String> {
+    let mut head = Vec::new();
+    if let Some(moved) = moved {
+        head.push(format!("{} out, {} in", bytes(moved.bytes_out), bytes(moved.bytes_in)));
+    }
+    if let Some(groups) = blocked {
+        head.push(match blocked::count(groups) {
+            0 => "nothing blocked".to_string(),
+            1 => "1 host blocked".to_string(),
+            n => format!("{n} hosts blocked"),
+        });
+    }
+    let mut lines = Vec::new();
+    if !head.is_empty() {
+        lines.push(format!("crackbox: {}", head.join(", ")));
+    }
+    for group in blocked.unwrap_or_default() {
+        lines.push(format!(
+            "crackbox: blocked {} ({})",
+            group.destinations.join(", "),
+            why(group.fix, switch)
+        ));
+    }
+    lines
+}
+
+/// What fixes a group, in a few words.
+fn why(fix: Fix, switch: PrivateSwitch) -> String {
+    match (fix, switch) {
+        (Fix::AddToAllow, _) => "not on --allow".into(),
+        (Fix::AllowPrivate, PrivateSwitch::RunEnvironment) => {
+            "a private address: allowed with CRACKBOX_ALLOW_PRIVATE_DESTINATIONS=1 in run's environment \
+             or by an IP-literal entry, unless it is crackbox's own"
+                .into()
+        }
+        (Fix::AllowPrivate, PrivateSwitch::Daemon) => {
+            "a private address: allowed with the daemon's --allow-private-destinations or by an IP-literal \
+             entry, unless it is crackbox's own"
+                .into()
+        }
+        (Fix::Register, _) => "unregistered: the run's registration was removed while it ran".into(),
+        (Fix::Other(reason), _) => format!("{reason}: {}", reason.remedy()),
+    }
+}
+
+/// `n` bytes for people: `512 B`, `1.5 KiB`, `12.4 MiB`, `310 MiB`
+/// (binary units, one decimal below 100).
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = n as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    match unit {
+        0 => format!("{n} B"),
+        _ if value < 100.0 => format!("{value:.1} {}", UNITS[unit]),
+        _ => format!("{value:.0} {}", UNITS[unit]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crackbox_client::Reason;
+
+    #[test]
+    fn bytes_read_like_a_person_would_write_them() {
+        let cases = [
+            (0, "0 B"),
+            (1023, "1023 B"),
+            (1024, "1.0 KiB"),
+            (1536, "1.5 KiB"),
+            (12_582_912 + 240, "12.0 MiB"),
+            (13_002_342, "12.4 MiB"),
+            (310 << 20, "310 MiB"),
+            (100 << 20, "100 MiB"),
+            (3 << 30, "3.0 GiB"),
+            (u64::MAX, "16777216 TiB"),
+        ];
+        for (n, want) in cases {
+            assert_eq!(bytes(n), want, "{n}");
+        }
+    }
+
+    fn group(fix: Fix, destinations: &[&str]) -> Group {
+        Group {
+            fix,
+            destinations: destinations.iter().map(|d| d.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn the_summary_says_what_moved_then_what_fixes_each_group() {
+        let moved = Some(Moved {
+            bytes_out: 13_002_342,
+            bytes_in: 310 << 20,
+        });
+        let mixed = [
+            group(Fix::AddToAllow, &["evil.test", "example.com"]),
+            group(Fix::AllowPrivate, &["newcomer-upstream"]),
+            group(Fix::Register, &["x.test"]),
+            group(Fix::Other(Reason::Revoked), &["example.com"]),
+        ];
+        /// Moved, blocked, switch, then the lines.
+        type Case<'a> = (Option<Moved>, Option<&'a [Group]>, PrivateSwitch, &'a [&'a str]);
+        let cases: &[Case] = &[
+            (None, None, PrivateSwitch::RunEnvironment, &[]),
+            (
+                None,
+                Some(&[]),
+                PrivateSwitch::RunEnvironment,
+                &["crackbox: nothing blocked"],
+            ),
+            (
+                moved,
+                Some(&[]),
+                PrivateSwitch::RunEnvironment,
+                &["crackbox: 12.4 MiB out, 310 MiB in, nothing blocked"],
+            ),
+            (
+                moved,
+                None,
+                PrivateSwitch::Daemon,
+                &["crackbox: 12.4 MiB out, 310 MiB in"],
+            ),
+            (
+                Some(Moved {
+                    bytes_out: 90,
+                    bytes_in: 2048,
+                }),
+                Some(&mixed[..1]),
+                PrivateSwitch::RunEnvironment,
+                &[
+                    "crackbox: 90 B out, 2.0 KiB in, 2 hosts blocked",
+                    "crackbox: blocked evil.test, example.com (not on --allow)",
+                ],
+            ),
+            (
+                moved,
+                Some(&mixed),
+                PrivateSwitch::RunEnvironment,
+                &[
+                    "crackbox: 12.4 MiB out, 310 MiB in, 4 hosts blocked",
+                    "crackbox: blocked evil.test, example.com (not on --allow)",
+                    "crackbox: blocked newcomer-upstream (a private address: allowed with \
+                     CRACKBOX_ALLOW_PRIVATE_DESTINATIONS=1 in run's environment or by an IP-literal entry, \
+                     unless it is crackbox's own)",
+                    "crackbox: blocked x.test (unregistered: the run's registration was removed while it ran)",
+                    "crackbox: blocked example.com (revoked: a newer registration of the source no longer allows it)",
+                ],
+            ),
+            (
+                None,
+                Some(&mixed[1..2]),
+                PrivateSwitch::Daemon,
+                &[
+                    "crackbox: 1 host blocked",
+                    "crackbox: blocked newcomer-upstream (a private address: allowed with the daemon's \
+                     --allow-private-destinations or by an IP-literal entry, unless it is crackbox's own)",
+                ],
+            ),
+        ];
+        for (moved, blocked, switch, want) in cases {
+            assert_eq!(lines(*moved, *blocked, *switch), *want, "{moved:?} {blocked:?}");
+        }
+    }
+}
