@@ -90,6 +90,20 @@ fn bench_decide(c: &mut Criterion) {
             )
         })
     });
+    group.bench_function("decide-denied", |b| {
+        b.iter(|| {
+            matches!(
+                decide(
+                    &snapshot,
+                    cache.load(),
+                    black_box(registered),
+                    black_box("registry.npmjs.org"),
+                    Port::Number(443)
+                ),
+                Decision::Made(Verdict::Deny { .. })
+            )
+        })
+    });
     group.bench_function("decide-awaiting-registration", |b| {
         b.iter(|| {
             decide(&snapshot, cache.load(), black_box(waiting), black_box(host), Port::Any)

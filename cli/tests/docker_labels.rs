@@ -244,6 +244,53 @@ fn labelled_containers_get_their_allowlist_others_are_denied_with_the_reason() {
 }
 
 #[test]
+fn a_report_mode_label_lets_through_and_records_and_presets_expand() {
+    if !docker_ready() {
+        return;
+    }
+    let lab = Lab::start(&[]);
+    let allowed = format!("http://{ALLOWED}/");
+    let denied = format!("http://{DENIED}/");
+    let watched = unique("agent-watched");
+    let labels = [
+        &format!("io.crackbox.allow=@npm,{ALLOWED}") as &str,
+        "io.crackbox.mode=report",
+    ];
+    let ip = lab.start_agent(&watched, &labels);
+    let entry = format!(
+        "{{\"ip\":\"{ip}\",\"id\":\"docker:{watched}\",\"allowlist\":[\"registry.npmjs.org:443\",\"{ALLOWED}\"],\"mode\":\"report\"}}"
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || lab.daemon.get("/v1/state").contains(&entry)),
+        "{}",
+        lab.daemon.get("/v1/state")
+    );
+    let out = docker(&["exec", &watched, "sh", "-c", &probe(&[&allowed, &denied])]);
+    assert_eq!(out, "200: 200:", "the name off the list is let through");
+    let denials = lab.daemon.get("/v1/denials");
+    let record = format!(
+        "\"ip\":\"{ip}\",\"id\":\"docker:{watched}\",\"host\":\"{DENIED}\",\"port\":80,\"reason\":\"not-allowed\",\"enforced\":false"
+    );
+    assert!(denials.contains(&record), "{denials}");
+    assert!(lab.daemon.get("/health").contains("\"report_only\":1"));
+
+    let unreadable = unique("agent-mode-unreadable");
+    lab.start_agent(
+        &unreadable,
+        &[&format!("io.crackbox.allow={ALLOWED}"), "io.crackbox.mode=audit"],
+    );
+    let out = docker(&["exec", &unreadable, "sh", "-c", &probe(&[&allowed])]);
+    assert_eq!(out, "403:invalid-label");
+    let logs = lab.daemon.logs();
+    assert!(
+        logs.lines().any(|l| l.contains("invalid crackbox labels")
+            && l.contains(&unreadable)
+            && l.contains("io.crackbox.mode")),
+        "{logs}"
+    );
+}
+
+#[test]
 fn stopped_or_disconnected_container_is_unregistered_within_a_second() {
     if !docker_ready() {
         return;

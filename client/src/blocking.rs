@@ -4,7 +4,7 @@
 //! Do not use it from inside an async runtime (blocking there panics in
 //! tokio); use [`crate::Client`] there.
 
-use crate::{BulkAnswer, Denial, Error, Health, RegistrationSpec, SourceUsage};
+use crate::{BulkAnswer, Denial, Error, Health, HealthAnswer, RegistrationSpec, SourceUsage};
 use tokio::runtime::Runtime;
 
 /// A blocking client of one admin API, made by [`crate::Client::blocking`].
@@ -60,6 +60,11 @@ impl Client {
     /// See [`crate::Client::health`].
     pub fn health(&self) -> Result<Health, Error> {
         self.runtime.block_on(self.client.health())
+    }
+
+    /// See [`crate::Client::health_answer`].
+    pub fn health_answer(&self) -> Result<HealthAnswer, Error> {
+        self.runtime.block_on(self.client.health_answer())
     }
 
     /// See [`crate::Client::denials`].

@@ -2,8 +2,8 @@
 
 use crate::transport::{self, Answer, Call};
 use crate::url::{query_value, AdminUrl};
-use crate::{BulkAnswer, Denial, Error, Health, RegistrationSpec, SourceUsage};
-use crackbox_engine::admin_body::{BatchBody, ErrorAnswer, HealthAnswer, UnregisterAnswer, UnregisterBody};
+use crate::{BulkAnswer, Denial, Error, Health, HealthAnswer, RegistrationSpec, SourceUsage};
+use crackbox_engine::admin_body::{BatchBody, ErrorAnswer, UnregisterAnswer, UnregisterBody};
 use hyper::Method;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -129,12 +129,27 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn health(&self) -> Result<Health, Error> {
+        Ok(self.health_answer().await?.status)
+    }
+
+    /// `GET /health` whole: the [`Health`] and how many registered sources
+    /// are in report mode ([`Mode::Report`](crate::Mode::Report)), so an
+    /// orchestrator can refuse to leave one on by accident.
+    ///
+    /// ```no_run
+    /// # async fn demo(admin: crackbox_client::Client) -> Result<(), crackbox_client::Error> {
+    /// let health = admin.health_answer().await?;
+    /// if health.report_only > 0 {
+    ///     eprintln!("{} source(s) are only reported, not enforced", health.report_only);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn health_answer(&self) -> Result<HealthAnswer, Error> {
         let answer = self.send(Method::GET, "/health", None).await?;
         if answer.status != 200 && answer.status != 503 {
             return Err(self.refused(&answer));
         }
-        let health: HealthAnswer = self.decode(&answer)?;
-        Ok(health.status)
+        self.decode(&answer)
     }
 
     /// `GET /v1/denials?limit=N`: the newest `limit` denials (at most 1000),

@@ -6,9 +6,9 @@
 //! [`blocking`] variant. Every call has a timeout and opens its own
 //! connection; none retries by itself. A refusal keeps the server's status
 //! and `{"error": ...}` text ([`Error::Api`]). The documents are the ones the
-//! daemon itself uses ([`RegistrationSpec`], [`Denial`], [`SourceUsage`],
-//! [`Reason`], [`Health`], [`BulkAnswer`], [`Bandwidth`]), re-exported from
-//! `crackbox-engine`'s pure modules.
+//! daemon itself uses ([`RegistrationSpec`] with its [`Mode`], [`Denial`],
+//! [`SourceUsage`], [`Reason`], [`Health`], [`HealthAnswer`], [`BulkAnswer`],
+//! [`Bandwidth`]), re-exported from `crackbox-engine`'s pure modules.
 //!
 //! ```no_run
 //! use crackbox_client::{Client, RegistrationSpec};
@@ -34,8 +34,8 @@ mod transport;
 mod url;
 
 pub use client::Client;
-pub use crackbox_engine::admin_body::{BulkAnswer, Health};
-pub use crackbox_engine::policy::{Bandwidth, RegistrationSpec};
+pub use crackbox_engine::admin_body::{BulkAnswer, Health, HealthAnswer};
+pub use crackbox_engine::policy::{Bandwidth, Mode, RegistrationSpec};
 pub use crackbox_engine::reason::Reason;
 pub use crackbox_engine::wire::{Denial, SourceUsage};
 pub use error::Error;

@@ -73,10 +73,15 @@ pub struct ProxyArgs {
     #[arg(long)]
     pub allow_private_destinations: bool,
 
-    /// Register a source at start: IP=ID:host1,host2 (nothing after the colon = deny all),
-    /// then options after ';' as key=value: bandwidth=10MiB/s (KiB/s, MiB/s or GiB/s; each
-    /// direction). Repeatable; replaces a state-file entry for the same IP.
-    #[arg(long = "register", value_name = "IP=ID:HOSTS[;bandwidth=RATE]")]
+    /// Register a source at start: IP=ID:host1,host2 (nothing after the colon = deny all;
+    /// @presets expand, see `crackbox presets`), then options after ';' as key=value:
+    /// bandwidth=10MiB/s (KiB/s, MiB/s or GiB/s; each direction), mode=report (let through
+    /// and record what the list would deny), allow-file=PATH (entries one per line;
+    /// repeatable). Repeatable; replaces a state-file entry for the same IP.
+    #[arg(
+        long = "register",
+        value_name = "IP=ID:HOSTS[;bandwidth=RATE][;mode=report][;allow-file=PATH]"
+    )]
     pub register: Vec<String>,
 
     /// Register Docker containers by their io.crackbox.allow / io.crackbox.id labels

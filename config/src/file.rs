@@ -1,5 +1,6 @@
 //! The TOML config file: its schema (unknown keys are errors) and where it is looked up.
 
+use super::register::RegisterTable;
 use super::ConfigError;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -20,6 +21,8 @@ pub struct FileConfig {
     pub limits: LimitsSection,
     /// `[docker]`: the Docker label watcher.
     pub docker: DockerSection,
+    /// `[[register]]`: registrations made at start, as `--register` makes them.
+    pub register: Vec<RegisterTable>,
 }
 
 /// `[proxy]` keys.
@@ -211,6 +214,16 @@ mod tests {
             enabled = true
             networks = ["agents"]
             registration_hold_ms = 500
+            [[register]]
+            ip = "10.0.0.2"
+            id = "agent"
+            allow = ["@pypi", "github.com"]
+            allow_file = "agent.allow"
+            mode = "report"
+            bandwidth = "10MiB/s"
+            [[register]]
+            ip = "10.0.0.3"
+            id = "deny-all"
         "#;
         let config = parse(text).unwrap();
         assert_eq!(config.proxy.transparent_listen.as_deref(), Some(""));
@@ -221,6 +234,19 @@ mod tests {
         assert_eq!(config.policy.allow_private_destinations, Some(true));
         assert_eq!(config.proxy.io_driver.as_deref(), Some("epoll"));
         assert_eq!(config.docker.registration_hold_ms, Some(500));
+        let [agent, deny_all] = &config.register[..] else {
+            panic!("{:?}", config.register);
+        };
+        assert_eq!(
+            (agent.allow.len(), agent.mode.as_deref(), agent.bandwidth.as_deref()),
+            (2, Some("report"), Some("10MiB/s"))
+        );
+        assert_eq!(agent.allow_file.as_deref(), Some(Path::new("agent.allow")));
+        assert!(deny_all.allow.is_empty() && deny_all.allow_file.is_none() && deny_all.mode.is_none());
+        let err = parse("[[register]]\nip = \"10.0.0.2\"\nid = \"a\"\nallowlist = []\n").unwrap_err();
+        assert!(err.starts_with("line 4") && err.contains("allowlist"), "{err}");
+        let err = parse("[[register]]\nid = \"a\"\n").unwrap_err();
+        assert!(err.contains("ip"), "{err}");
     }
 
     #[test]

@@ -1,16 +1,55 @@
-//! `--register IP=ID:HOST,HOST[;KEY=VALUE...]`: a registration given on the
-//! command line.
+//! Registrations given at start: `--register IP=ID:HOST,HOST[;KEY=VALUE...]`
+//! on the command line and `[[register]]` tables in the config file, both
+//! resolved by [`resolve`] into a normalised registration.
 //!
-//! The allowlist ends at the first `;`; options follow, each `key=value`,
-//! separated by `;`. The one option today is `bandwidth` (the cap, written
-//! as everywhere on the command line: `10MiB/s`). An unknown or repeated
-//! key is an error naming it; an option added later is one more arm in
-//! [`apply_option`].
+//! On the command line the allowlist ends at the first `;`; options follow,
+//! each `key=value`, separated by `;`: `bandwidth` (the cap, written as
+//! everywhere on the command line: `10MiB/s`), `mode` (`enforce` or
+//! `report`) and `allow-file` (a file of entries, one per line; the one
+//! option that may be given more than once). An unknown or repeated key is
+//! an error naming it. Presets (`@pypi`) expand wherever entries are
+//! written, the files included. Reads the allowlist files; nothing else.
 
-use crackbox_engine::policy::{Bandwidth, RegistrationSpec};
+use crackbox_engine::policy::{parse_allow_file, Bandwidth, Mode, RegistrationSpec};
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
 
 /// What `--register` takes, for error messages.
-const FORM: &str = "IP=ID:host1,host2[;bandwidth=10MiB/s]";
+const FORM: &str = "IP=ID:host1,host2[;bandwidth=10MiB/s][;mode=report][;allow-file=PATH]";
+
+/// The options `--register` knows.
+const OPTIONS: &str = "bandwidth, mode, allow-file";
+
+/// One `[[register]]` table of the config file: `--register` as TOML.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegisterTable {
+    /// Client source address.
+    pub ip: String,
+    /// The registration id.
+    pub id: String,
+    /// Allowlist entries (presets too); none (and no file) denies everything.
+    #[serde(default)]
+    pub allow: Vec<String>,
+    /// A file of more entries, one per line; relative to the config file's
+    /// directory.
+    pub allow_file: Option<PathBuf>,
+    /// `enforce` (the default) or `report`.
+    pub mode: Option<String>,
+    /// The cap, e.g. `10MiB/s`.
+    pub bandwidth: Option<String>,
+}
+
+/// A registration as given, before it is resolved.
+#[derive(Debug, Default)]
+struct Seed<'a> {
+    ip: &'a str,
+    id: &'a str,
+    allow: Vec<String>,
+    allow_files: Vec<PathBuf>,
+    mode: Option<&'a str>,
+    bandwidth: Option<&'a str>,
+}
 
 /// Parses one `--register` value into a normalised registration; the error
 /// names the value and what is wrong with it.
@@ -23,32 +62,69 @@ pub(crate) fn parse_seed(raw: &str) -> Result<RegistrationSpec, String> {
         Some((hosts, options)) => (hosts, Some(options)),
         None => (rest, None),
     };
-    let allowlist = hosts.split(',').filter(|h| !h.is_empty());
-    let mut spec = RegistrationSpec::new(ip, id, allowlist);
+    let mut seed = Seed {
+        ip,
+        id,
+        allow: hosts.split(',').filter(|h| !h.is_empty()).map(str::to_owned).collect(),
+        ..Seed::default()
+    };
     let mut seen: Vec<&str> = Vec::new();
     for option in options.into_iter().flat_map(|options| options.split(';')) {
         let (key, value) = option
             .split_once('=')
-            .ok_or_else(|| format!("{raw:?}: option {option:?}: expected key=value, e.g. bandwidth=10MiB/s"))?;
-        if seen.contains(&key) {
+            .ok_or_else(|| format!("{raw:?}: option {option:?}: expected key=value, e.g. mode=report"))?;
+        if seen.contains(&key) && key != "allow-file" {
             return Err(format!("{raw:?}: option {key:?} given twice"));
         }
         seen.push(key);
-        apply_option(&mut spec, key, value).map_err(|err| format!("{raw:?}: option {key}: {err}"))?;
+        match key {
+            "bandwidth" => seed.bandwidth = Some(value),
+            "mode" => seed.mode = Some(value),
+            "allow-file" => seed.allow_files.push(PathBuf::from(value)),
+            _ => return Err(format!("{raw:?}: unknown option {key:?} (known: {OPTIONS})")),
+        }
     }
-    spec.normalised().map_err(|err| format!("{raw:?}: {err}"))
+    resolve(seed).map_err(|err| format!("{raw:?}: {err}"))
 }
 
-/// Sets option `key` of `spec` to `value`.
-fn apply_option(spec: &mut RegistrationSpec, key: &str, value: &str) -> Result<(), String> {
-    match key {
-        "bandwidth" => {
-            let cap = Bandwidth::parse(value).map_err(|err| err.to_string())?;
-            spec.bandwidth = Some(cap.bytes_per_second());
-            Ok(())
-        }
-        _ => Err(format!("unknown option {key:?} (known: bandwidth)")),
+/// Resolves the `[[register]]` table `table` of the config file in `dir`
+/// (where a relative `allow_file` is looked for) into a normalised
+/// registration.
+pub(crate) fn from_table(table: &RegisterTable, dir: &Path) -> Result<RegistrationSpec, String> {
+    let seed = Seed {
+        ip: &table.ip,
+        id: &table.id,
+        allow: table.allow.clone(),
+        allow_files: table.allow_file.iter().map(|file| dir.join(file)).collect(),
+        mode: table.mode.as_deref(),
+        bandwidth: table.bandwidth.as_deref(),
+    };
+    resolve(seed).map_err(|err| format!("{} ({}): {err}", table.ip, table.id))
+}
+
+/// The registration `seed` gives: its entries and those of its files,
+/// presets expanded, normalised; the error says which part is wrong.
+fn resolve(seed: Seed<'_>) -> Result<RegistrationSpec, String> {
+    let mut allow = seed.allow;
+    for path in &seed.allow_files {
+        allow.extend(read_allow_file(path)?);
     }
+    let mut spec = RegistrationSpec::new(seed.ip, seed.id, allow);
+    if let Some(mode) = seed.mode {
+        spec.mode = Mode::parse(mode).map_err(|err| format!("mode: {err}"))?;
+    }
+    if let Some(bandwidth) = seed.bandwidth {
+        let cap = Bandwidth::parse(bandwidth).map_err(|err| format!("bandwidth: {err}"))?;
+        spec.bandwidth = Some(cap.bytes_per_second());
+    }
+    spec.normalised().map_err(|err| err.to_string())
+}
+
+/// The entries of the allowlist file at `path`.
+fn read_allow_file(path: &Path) -> Result<Vec<String>, String> {
+    let shown = path.display();
+    let text = std::fs::read_to_string(path).map_err(|err| format!("allow-file {shown}: {err}"))?;
+    parse_allow_file(&text).map_err(|err| format!("allow-file {shown}: {err}"))
 }
 
 #[cfg(test)]
@@ -57,29 +133,32 @@ mod tests {
 
     #[test]
     fn registrations_and_their_options() {
-        /// The value, then the address, id, allowlist and cap it registers.
+        /// The value, then the address, id, allowlist, cap and mode it registers.
         type Case = (
             &'static str,
             &'static str,
             &'static str,
             &'static [&'static str],
             Option<u64>,
+            Mode,
         );
-        let cases: [Case; 6] = [
+        let cases: [Case; 9] = [
             (
                 "127.0.0.1=dev:LocalHost,bench.test.",
                 "127.0.0.1",
                 "dev",
                 &["localhost", "bench.test"],
                 None,
+                Mode::Enforce,
             ),
-            ("::ffff:10.0.0.9=jail:", "10.0.0.9", "jail", &[], None),
+            ("::ffff:10.0.0.9=jail:", "10.0.0.9", "jail", &[], None, Mode::Enforce),
             (
                 "10.0.0.2=agent:pypi.org;bandwidth=10MiB/s",
                 "10.0.0.2",
                 "agent",
                 &["pypi.org"],
                 Some(10 << 20),
+                Mode::Enforce,
             ),
             (
                 "10.0.0.2=agent:;bandwidth=1.5GiB/s",
@@ -87,6 +166,7 @@ mod tests {
                 "agent",
                 &[],
                 Some(3 << 29),
+                Mode::Enforce,
             ),
             (
                 "10.0.0.2=a;b:x.test,y.test:443",
@@ -94,6 +174,7 @@ mod tests {
                 "a;b",
                 &["x.test", "y.test:443"],
                 None,
+                Mode::Enforce,
             ),
             (
                 "::1=v6:[::1]:80;bandwidth=1KiB/s",
@@ -101,18 +182,94 @@ mod tests {
                 "v6",
                 &["[::1]:80"],
                 Some(1024),
+                Mode::Enforce,
+            ),
+            (
+                "10.0.0.2=agent:x.test;mode=report",
+                "10.0.0.2",
+                "agent",
+                &["x.test"],
+                None,
+                Mode::Report,
+            ),
+            (
+                "10.0.0.2=agent:;mode=enforce;bandwidth=1MiB/s",
+                "10.0.0.2",
+                "agent",
+                &[],
+                Some(1 << 20),
+                Mode::Enforce,
+            ),
+            (
+                "10.0.0.2=agent:@npm,x.test,registry.npmjs.org:443;mode=report",
+                "10.0.0.2",
+                "agent",
+                &["registry.npmjs.org:443", "x.test"],
+                None,
+                Mode::Report,
             ),
         ];
-        for (raw, ip, id, allowlist, bandwidth) in cases {
+        for (raw, ip, id, allowlist, bandwidth, mode) in cases {
             let spec = parse_seed(raw).unwrap_or_else(|err| panic!("{raw}: {err}"));
             assert_eq!((spec.ip.as_str(), spec.id.as_str()), (ip, id), "{raw}");
             assert_eq!(spec.allowlist, allowlist, "{raw}");
-            assert_eq!(spec.bandwidth, bandwidth, "{raw}");
+            assert_eq!((spec.bandwidth, spec.mode), (bandwidth, mode), "{raw}");
         }
     }
 
     #[test]
+    fn allow_files_add_their_entries_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = dir.path().join("first.allow");
+        let second = dir.path().join("second.allow");
+        std::fs::write(&first, "# learned\nPyPI.org\n\n@npm  # the registry\n").unwrap();
+        std::fs::write(&second, "files.pythonhosted.org:443\npypi.org\n").unwrap();
+        let raw = format!(
+            "10.0.0.2=agent:x.test;allow-file={};mode=report;allow-file={}",
+            first.display(),
+            second.display()
+        );
+        let spec = parse_seed(&raw).unwrap();
+        assert_eq!(
+            spec.allowlist,
+            [
+                "x.test",
+                "pypi.org",
+                "registry.npmjs.org:443",
+                "files.pythonhosted.org:443"
+            ]
+        );
+        assert_eq!(spec.mode, Mode::Report);
+        let table = RegisterTable {
+            ip: "10.0.0.3".into(),
+            id: "b".into(),
+            allow: vec!["@yarn".into()],
+            allow_file: Some("second.allow".into()),
+            mode: None,
+            bandwidth: Some("2MiB/s".into()),
+        };
+        let spec = from_table(&table, dir.path()).unwrap();
+        assert_eq!(
+            spec.allowlist,
+            ["registry.yarnpkg.com:443", "files.pythonhosted.org:443", "pypi.org"],
+            "a relative file is read beside the config file"
+        );
+        assert_eq!((spec.bandwidth, spec.mode), (Some(2 << 20), Mode::Enforce));
+    }
+
+    #[test]
     fn bad_values_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let bad_file = dir.path().join("bad.allow");
+        std::fs::write(&bad_file, "ok.test\n\nnot a host\n").unwrap();
+        let missing = dir.path().join("missing.allow");
+        let bad_file_value = format!("10.0.0.2=a:;allow-file={}", bad_file.display());
+        let bad_file_error = format!(
+            "allow-file {}: line 3: invalid allowlist entry \"not a host\"",
+            bad_file.display()
+        );
+        let missing_value = format!("10.0.0.2=a:;allow-file={}", missing.display());
+        let missing_error = format!("allow-file {}: No such file", missing.display());
         let cases = [
             ("127.0.0.1", "expected IP=ID:host1,host2"),
             ("127.0.0.1=dev", "nothing after ':' = deny all"),
@@ -120,16 +277,13 @@ mod tests {
             ("127.0.0.1=dev:*", "allowlist: "),
             (
                 "10.0.0.2=a:x.test;speed=1MiB/s",
-                "unknown option \"speed\" (known: bandwidth)",
+                "unknown option \"speed\" (known: bandwidth, mode, allow-file)",
             ),
             (
                 "10.0.0.2=a:x.test;bandwidth=10MB/s",
-                "option bandwidth: invalid bandwidth \"10MB/s\"",
+                "bandwidth: invalid bandwidth \"10MB/s\"",
             ),
-            (
-                "10.0.0.2=a:x.test;bandwidth=0KiB/s",
-                "option bandwidth: bandwidth 0 bytes",
-            ),
+            ("10.0.0.2=a:x.test;bandwidth=0KiB/s", "bandwidth: bandwidth 0 bytes"),
             (
                 "10.0.0.2=a:x.test;bandwidth",
                 "option \"bandwidth\": expected key=value",
@@ -139,11 +293,35 @@ mod tests {
                 "10.0.0.2=a:x.test;bandwidth=1MiB/s;bandwidth=2MiB/s",
                 "option \"bandwidth\" given twice",
             ),
+            (
+                "10.0.0.2=a:x.test;mode=audit",
+                "mode: invalid mode \"audit\": expected enforce or report",
+            ),
+            (
+                "10.0.0.2=a:x.test;mode=report;mode=report",
+                "option \"mode\" given twice",
+            ),
+            (
+                "10.0.0.2=a:@nosuch",
+                "allowlist: unknown preset \"@nosuch\" (known: @pypi, @npm",
+            ),
+            (&bad_file_value, &bad_file_error),
+            (&missing_value, &missing_error),
         ];
         for (raw, want) in cases {
             let err = parse_seed(raw).unwrap_err();
             assert!(err.starts_with(&format!("{raw:?}: ")), "{raw}: {err}");
             assert!(err.contains(want), "{raw}: {err}");
         }
+        let table = RegisterTable {
+            ip: "10.0.0.9".into(),
+            id: "c".into(),
+            mode: Some("Report".into()),
+            ..RegisterTable::default()
+        };
+        assert_eq!(
+            from_table(&table, dir.path()).unwrap_err(),
+            "10.0.0.9 (c): mode: invalid mode \"Report\": expected enforce or report"
+        );
     }
 }

@@ -69,7 +69,8 @@ pub struct Settings {
     pub admin_secret: Option<String>,
     /// Registry state file; `None` keeps the registry in memory only.
     pub state_path: Option<PathBuf>,
-    /// Registrations from `--register`, normalised.
+    /// Registrations from the config file's `[[register]]` tables and
+    /// `--register`, normalised.
     pub seeds: Vec<RegistrationSpec>,
     /// The control socket if one was given (`proxy serve` makes a private
     /// one otherwise).
@@ -178,16 +179,7 @@ impl Settings {
             Some(given) => Duration::from_millis(given.check(within(0..=MAX_REGISTRATION_HOLD_MS))?),
             None => DEFAULT_REGISTRATION_HOLD,
         };
-        let seeds = args
-            .register
-            .iter()
-            .map(|raw| {
-                crate::register::parse_seed(raw).map_err(|message| ConfigError::Invalid {
-                    origin: Origin::Flag("--register"),
-                    message,
-                })
-            })
-            .collect::<Result<_, _>>()?;
+        let seeds = resolve_seeds(args, &config, path.as_deref())?;
         let control_socket = control_socket.and_then(|given| given.value);
         let engine = EngineConfig {
             listen,
@@ -279,6 +271,29 @@ fn resolve_limits(sources: &mut Sources<'_>, args: &ProxyArgs, file: &LimitsSect
         },
         denial_logs_per_second: denial_logs.map_or(defaults.denial_logs_per_second, |given| given.value),
     })
+}
+
+/// The registrations made at start: the config file's `[[register]]`
+/// tables, then `--register` (a later one for the same address wins).
+fn resolve_seeds(
+    args: &ProxyArgs,
+    config: &FileConfig,
+    file: Option<&Path>,
+) -> Result<Vec<RegistrationSpec>, ConfigError> {
+    let dir = file.and_then(Path::parent).unwrap_or(Path::new("."));
+    let from_file = config.register.iter().enumerate().map(|(index, table)| {
+        crate::register::from_table(table, dir).map_err(|message| ConfigError::Invalid {
+            origin: Origin::File(file.unwrap_or(Path::new("")).to_path_buf(), "register"),
+            message: format!("[{index}] {message}"),
+        })
+    });
+    let from_flags = args.register.iter().map(|raw| {
+        crate::register::parse_seed(raw).map_err(|message| ConfigError::Invalid {
+            origin: Origin::Flag("--register"),
+            message,
+        })
+    });
+    from_file.chain(from_flags).collect()
 }
 
 /// `values`, or `None` when there are none (a repeatable flag not given).

@@ -22,18 +22,21 @@ pub fn render(report: &StatsReport, generation: Generation, registrations: usize
     let mut registry = Registry::with_prefix("crackbox");
     let allowed = Family::<Labels, Counter>::default();
     let denied = Family::<Labels, Counter>::default();
+    let reported = Family::<Labels, Counter>::default();
     for decision in &report.decisions {
-        match decision.reason {
-            None => allowed
+        let Some(reason) = decision.reason else {
+            allowed
                 .get_or_create(&vec![("id", decision.id.clone())])
-                .inc_by(decision.count),
-            Some(reason) => denied
-                .get_or_create(&vec![
-                    ("id", decision.id.clone()),
-                    ("reason", reason.as_str().to_string()),
-                ])
-                .inc_by(decision.count),
+                .inc_by(decision.count);
+            continue;
         };
+        let family = if decision.enforced { &denied } else { &reported };
+        family
+            .get_or_create(&vec![
+                ("id", decision.id.clone()),
+                ("reason", reason.as_str().to_string()),
+            ])
+            .inc_by(decision.count);
     }
     registry.register(
         "allowed",
@@ -44,6 +47,12 @@ pub fn render(report: &StatsReport, generation: Generation, registrations: usize
         "denied",
         "Denied connections and requests per registration id and reason",
         denied,
+    );
+    registry.register(
+        "reported",
+        "Connections, requests and DNS queries let through in report mode that the allowlist would deny, \
+         per registration id and the reason they would have had",
+        reported,
     );
     let bytes = Family::<Labels, Counter>::default();
     bytes
@@ -111,17 +120,26 @@ mod tests {
                 DecisionCount {
                     id: "agent".into(),
                     reason: None,
+                    enforced: true,
                     count: 5,
                 },
                 DecisionCount {
                     id: "agent".into(),
                     reason: Some(Reason::NotAllowed),
+                    enforced: true,
                     count: 2,
                 },
                 DecisionCount {
                     id: String::new(),
                     reason: Some(Reason::Unregistered),
+                    enforced: true,
                     count: 1,
+                },
+                DecisionCount {
+                    id: "watched".into(),
+                    reason: Some(Reason::NotAllowed),
+                    enforced: false,
+                    count: 9,
                 },
             ],
             active_tunnels: 4,
@@ -135,10 +153,12 @@ mod tests {
             }],
         };
         let text = render(&report, 7, 3);
+        assert!(!text.contains("crackbox_denied_total{id=\"watched\""), "{text}");
         for line in [
             "crackbox_allowed_total{id=\"agent\"} 5",
             "crackbox_denied_total{id=\"agent\",reason=\"not-allowed\"} 2",
             "crackbox_denied_total{id=\"\",reason=\"unregistered\"} 1",
+            "crackbox_reported_total{id=\"watched\",reason=\"not-allowed\"} 9",
             "crackbox_tunnels_opened_total{front_end=\"socks5\"} 8",
             "crackbox_tunnel_bytes_total{direction=\"up\"} 100",
             "crackbox_tunnel_bytes_total{direction=\"down\"} 2000",

@@ -1,7 +1,7 @@
 //! `crackbox state`: print the registry of a running daemon.
 
 use anyhow::Context;
-use crackbox_client::{Bandwidth, Client, RegistrationSpec};
+use crackbox_client::{Bandwidth, Client, Mode, RegistrationSpec};
 use std::io::Write;
 
 /// Admin API used when neither `--admin` nor `CRACKBOX_ADMIN` is given.
@@ -57,16 +57,34 @@ fn unreachable_hint(url: &str, err: crackbox_client::Error) -> anyhow::Error {
     )
 }
 
-/// A human table: one line per registration, with a BANDWIDTH column when
-/// any registration is capped.
+/// A human table: one line per registration, with a MODE column when any
+/// registration is report-only and a BANDWIDTH column when any is capped.
 fn table(entries: &[RegistrationSpec]) -> String {
     if entries.is_empty() {
         return "no registrations\n".to_string();
     }
+    let reporting = entries.iter().any(|e| e.mode == Mode::Report);
     let capped = entries.iter().any(|e| e.bandwidth.is_some());
-    let rows: Vec<[String; 4]> = entries
-        .iter()
-        .map(|e| {
+    let columns = |ip: String, id: String, mode: String, bandwidth: String, allowlist: String| {
+        let mut row = vec![ip, id];
+        if reporting {
+            row.push(mode);
+        }
+        if capped {
+            row.push(bandwidth);
+        }
+        row.push(allowlist);
+        row
+    };
+    let title = columns(
+        "IP".into(),
+        "ID".into(),
+        "MODE".into(),
+        "BANDWIDTH".into(),
+        "ALLOWLIST".into(),
+    );
+    let rows: Vec<Vec<String>> = std::iter::once(title)
+        .chain(entries.iter().map(|e| {
             let allowlist = if e.allowlist.is_empty() {
                 "(deny all)".to_string()
             } else {
@@ -76,21 +94,20 @@ fn table(entries: &[RegistrationSpec]) -> String {
                 .bandwidth
                 .and_then(|cap| Bandwidth::new(cap).ok())
                 .map_or_else(|| "-".to_string(), |cap| cap.to_string());
-            [e.ip.clone(), e.id.clone(), bandwidth, allowlist]
-        })
+            columns(e.ip.clone(), e.id.clone(), e.mode.to_string(), bandwidth, allowlist)
+        }))
         .collect();
-    let width = |column: usize, title: &str| {
-        let widest = rows.iter().map(|r| r[column].chars().count()).max().unwrap_or(0);
-        widest.max(title.len())
-    };
-    let (ip_width, id_width, cap_width) = (width(0, "IP"), width(1, "ID"), width(2, "BANDWIDTH"));
-    let line = |[ip, id, bandwidth, allowlist]: [&str; 4]| match capped {
-        true => format!("{ip:ip_width$}  {id:id_width$}  {bandwidth:cap_width$}  {allowlist}\n"),
-        false => format!("{ip:ip_width$}  {id:id_width$}  {allowlist}\n"),
-    };
-    let mut text = line(["IP", "ID", "BANDWIDTH", "ALLOWLIST"]);
-    for [ip, id, bandwidth, allowlist] in &rows {
-        text.push_str(&line([ip, id, bandwidth, allowlist]));
+    let last = rows[0].len() - 1;
+    let widths: Vec<usize> = (0..last)
+        .map(|column| rows.iter().map(|r| r[column].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut text = String::new();
+    for row in &rows {
+        for (cell, width) in row.iter().zip(&widths) {
+            text.push_str(&format!("{cell:width$}  "));
+        }
+        text.push_str(&row[last]);
+        text.push('\n');
     }
     text
 }
@@ -121,6 +138,16 @@ mod tests {
             "IP        ID     BANDWIDTH  ALLOWLIST\n\
              10.0.0.2  agent  10MiB/s    github.com\n\
              10.0.0.3  b      -          (deny all)\n"
+        );
+        let watched = [
+            RegistrationSpec::new("10.0.0.2", "agent", ["github.com"]).with_mode(Mode::Report),
+            RegistrationSpec::new("10.0.0.3", "b", ["x.test"]).with_bandwidth(Bandwidth::parse("1MiB/s").ok()),
+        ];
+        assert_eq!(
+            table(&watched),
+            "IP        ID     MODE     BANDWIDTH  ALLOWLIST\n\
+             10.0.0.2  agent  report   -          github.com\n\
+             10.0.0.3  b      enforce  1MiB/s     x.test\n"
         );
     }
 }

@@ -5,7 +5,7 @@
 //! allow files; never touches Docker, the network or a process.
 
 use crate::error::RunError;
-use crackbox_engine::policy::{allow_file, expand_presets, RegistrationSpec};
+use crackbox_engine::policy::{expand_presets, parse_allow_file, RegistrationSpec};
 use std::path::{Path, PathBuf};
 
 /// The normalised allowlist of `--allow` and `--allow-file` (in that order),
@@ -31,7 +31,7 @@ fn read_allow_file(path: &Path) -> Result<Vec<String>, RunError> {
         detail,
     };
     let text = std::fs::read_to_string(path).map_err(|e| failed(format!("cannot read it: {e}")))?;
-    allow_file::parse(&text).map_err(|e| failed(e.to_string()))
+    parse_allow_file(&text).map_err(|e| failed(e.to_string()))
 }
 
 #[cfg(test)]

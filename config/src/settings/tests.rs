@@ -1,5 +1,6 @@
 use super::*;
 use clap::Parser;
+use crackbox_engine::policy::Mode;
 use std::collections::HashMap;
 
 #[derive(Parser)]
@@ -220,6 +221,48 @@ fn register_flags_seed_normalised_registrations() {
         let err = Settings::resolve(&args(&["--register", bad]), &env_of(&[])).unwrap_err();
         assert!(err.to_string().starts_with("flag --register"), "{err}");
     }
+}
+
+#[test]
+fn config_file_tables_seed_registrations_before_the_flags() {
+    let (dir, path) = config_file(
+        "[[register]]\nip = \"10.0.0.2\"\nid = \"agent\"\nallow = [\"@pypi\"]\nallow_file = \"agent.allow\"\nmode = \"report\"\n\
+         [[register]]\nip = \"10.0.0.3\"\nid = \"file\"\nbandwidth = \"1MiB/s\"\n",
+    );
+    std::fs::write(dir.path().join("agent.allow"), "# learned\nnew.test\n").unwrap();
+    let flags = args(&["--config", &path, "--register", "10.0.0.3=flag:x.test;mode=report"]);
+    let settings = Settings::resolve(&flags, &env_of(&[])).unwrap();
+    /// Address, id, allowlist, mode and cap of one seed.
+    type Seed<'a> = (&'a str, &'a str, Vec<&'a str>, Mode, Option<u64>);
+    let seeds: Vec<Seed> = settings
+        .seeds
+        .iter()
+        .map(|s| {
+            let allow = s.allowlist.iter().map(String::as_str).collect();
+            (s.ip.as_str(), s.id.as_str(), allow, s.mode, s.bandwidth)
+        })
+        .collect();
+    assert_eq!(
+        seeds,
+        [
+            (
+                "10.0.0.2",
+                "agent",
+                vec!["pypi.org:443", "files.pythonhosted.org:443", "new.test"],
+                Mode::Report,
+                None
+            ),
+            ("10.0.0.3", "file", vec![], Mode::Enforce, Some(1 << 20)),
+            ("10.0.0.3", "flag", vec!["x.test"], Mode::Report, None),
+        ],
+        "the flag comes last, so it wins for its address"
+    );
+    let (_dir, bad) = config_file("[[register]]\nip = \"10.0.0.2\"\nid = \"a\"\nallow = [\"@nosuch\"]\n");
+    let err = Settings::resolve(&args(&["--config", &bad]), &env_of(&[]))
+        .unwrap_err()
+        .to_string();
+    let want = format!("{bad}: register: [0] 10.0.0.2 (a): allowlist: unknown preset \"@nosuch\"");
+    assert!(err.starts_with(&want), "{err}");
 }
 
 /// One engine setting given three ways: (flag arguments, env var, config

@@ -23,19 +23,21 @@ const MAX_DENIALS: usize = 1000;
 const SELF_TEST_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// `GET /health`: ok only when the forward listener accepts a TCP connection
-/// and a connected engine enforces the latest generation.
+/// and a connected engine enforces the latest generation; either way with
+/// the number of report-only sources.
 pub async fn health(State(state): State<AppState>) -> Response {
-    let generation = state.registry.current().generation;
-    let engine_ok = state.link.enforces(generation);
+    let current = state.registry.current();
+    let engine_ok = state.link.enforces(current.generation);
     let listener_ok = engine_ok && forward_accepts(state.forward).await;
-    if engine_ok && listener_ok {
-        (StatusCode::OK, Json(HealthAnswer { status: Health::Ok })).into_response()
-    } else {
-        let down = HealthAnswer {
-            status: Health::ProxyDown,
-        };
-        (StatusCode::SERVICE_UNAVAILABLE, Json(down)).into_response()
-    }
+    let (code, status) = match engine_ok && listener_ok {
+        true => (StatusCode::OK, Health::Ok),
+        false => (StatusCode::SERVICE_UNAVAILABLE, Health::ProxyDown),
+    };
+    let answer = HealthAnswer {
+        status,
+        report_only: current.report_only,
+    };
+    (code, Json(answer)).into_response()
 }
 
 /// `GET /metrics`: Prometheus text from the engine's counters.

@@ -25,7 +25,7 @@ pub async fn register(
         .await
         .map_err(store_failed)?;
     enforced(&state, generation).await?;
-    tracing::info!(ip = %stored.ip, id = %stored.id, entries = stored.allowlist.len(), generation, "registered");
+    tracing::info!(ip = %stored.ip, id = %stored.id, entries = stored.allowlist.len(), mode = %stored.mode, generation, "registered");
     Ok(Json(stored))
 }
 

@@ -111,11 +111,13 @@ fn canned_report() -> StatsReport {
         host: format!("h{n}.test"),
         port: 443,
         reason: Reason::NotAllowed,
+        enforced: true,
     };
     StatsReport {
         decisions: vec![DecisionCount {
             id: "agent".into(),
             reason: Some(Reason::NotAllowed),
+            enforced: true,
             count: 3,
         }],
         active_tunnels: 2,
@@ -378,7 +380,7 @@ async fn a_change_the_engine_does_not_ack_is_503_but_kept() {
     let health = admin.client.get("/health").await.unwrap();
     assert_eq!(
         (health.status, body_json(&health)),
-        (503, json!({"status": "proxy_down"}))
+        (503, json!({"status": "proxy_down", "report_only": 0}))
     );
 }
 
@@ -386,12 +388,15 @@ async fn a_change_the_engine_does_not_ack_is_503_but_kept() {
 async fn health_needs_both_the_forward_listener_and_an_enforcing_engine() {
     let mut admin = admin(None, Engine::Acking, false).await;
     let health = admin.client.get("/health").await.unwrap();
-    assert_eq!((health.status, body_json(&health)), (200, json!({"status": "ok"})));
+    assert_eq!(
+        (health.status, body_json(&health)),
+        (200, json!({"status": "ok", "report_only": 0}))
+    );
     drop(admin.forward.take());
     let health = admin.client.get("/health").await.unwrap();
     assert_eq!(
         (health.status, body_json(&health)),
-        (503, json!({"status": "proxy_down"}))
+        (503, json!({"status": "proxy_down", "report_only": 0}))
     );
     let absent = self::admin(None, Engine::Absent, false).await;
     let health = absent.client.get("/health").await.unwrap();
@@ -523,6 +528,68 @@ async fn a_bandwidth_cap_is_stored_and_listed_and_a_bad_one_is_400() {
         batch.error_message()
     );
     assert_eq!(admin.state().await, json!([uncapped]));
+}
+
+#[tokio::test]
+async fn the_mode_and_presets_go_through_every_registering_route_and_health_counts_report_only() {
+    let admin = admin(None, Engine::Acking, false).await;
+    let health = || async { body_json(&admin.client.get("/health").await.unwrap())["report_only"].clone() };
+    let watched = json!({"ip": "10.0.0.2", "id": "agent", "allowlist": ["@npm", "X.test"], "mode": "report"});
+    let response = admin.register(watched).await;
+    let stored =
+        json!({"ip": "10.0.0.2", "id": "agent", "allowlist": ["registry.npmjs.org:443", "x.test"], "mode": "report"});
+    assert_eq!((response.status, body_json(&response)), (200, stored.clone()));
+    assert_eq!(health().await, json!(1));
+    let batch = json!({"register": [
+        {"ip": "10.0.0.3", "id": "b", "allowlist": ["@pypi"], "mode": "report"},
+        {"ip": "10.0.0.2", "id": "agent", "allowlist": ["x.test"], "mode": "enforce"},
+    ]});
+    assert_eq!(admin.client.post_json("/v1/batch", &batch).await.unwrap().status, 200);
+    assert_eq!(
+        admin.state().await,
+        json!([
+            {"ip": "10.0.0.2", "id": "agent", "allowlist": ["x.test"]},
+            {"ip": "10.0.0.3", "id": "b", "allowlist": ["pypi.org:443", "files.pythonhosted.org:443"], "mode": "report"},
+        ]),
+        "enforce is the mode left out"
+    );
+    assert_eq!(health().await, json!(1));
+    let replace = json!([{"ip": "10.0.0.4", "id": "c", "allowlist": ["@yarn"]}]);
+    let put = admin.send("PUT", "/v1/state", "", replace.to_string().as_bytes()).await;
+    assert_eq!(put.status, 200, "{}", put.error_message());
+    assert_eq!(
+        admin.state().await,
+        json!([{"ip": "10.0.0.4", "id": "c", "allowlist": ["registry.yarnpkg.com:443"]}])
+    );
+    assert_eq!(health().await, json!(0));
+    for (body, want) in [
+        (
+            json!({"ip": "10.0.0.5", "id": "d", "allowlist": [], "mode": "audit"}),
+            "mode: unknown variant `audit`, expected `enforce` or `report`",
+        ),
+        (
+            json!({"ip": "10.0.0.5", "id": "d", "allowlist": ["@nosuch"]}),
+            "allowlist: unknown preset \"@nosuch\" (known: @pypi, @npm",
+        ),
+    ] {
+        let response = admin.register(body.clone()).await;
+        assert_eq!(response.status, 400, "{body}");
+        assert!(
+            response.error_message().starts_with(want),
+            "{body}: {}",
+            response.error_message()
+        );
+    }
+    let batch = json!({"register": [{"ip": "10.0.0.6", "id": "e", "allowlist": ["@nosuch"]}]});
+    let response = admin.client.post_json("/v1/batch", &batch).await.unwrap();
+    assert_eq!(response.status, 400);
+    assert!(
+        response
+            .error_message()
+            .starts_with("register[0]: allowlist: unknown preset"),
+        "{}",
+        response.error_message()
+    );
 }
 
 #[tokio::test]

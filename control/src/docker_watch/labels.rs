@@ -2,14 +2,17 @@
 //! passes the labels and name Docker reports.
 //!
 //! `io.crackbox.allow=host1,host2` (entries as in the admin API; empty =
-//! deny everything) opts a container in; `io.crackbox.id=NAME` names it
-//! (default: the container name); `io.crackbox.bandwidth=10MiB/s` caps it
-//! (the command line's syntax: a number with `KiB/s`, `MiB/s` or `GiB/s`).
+//! deny everything; `@presets` expand) opts a container in;
+//! `io.crackbox.id=NAME` names it (default: the container name);
+//! `io.crackbox.bandwidth=10MiB/s` caps it (the command line's syntax: a
+//! number with `KiB/s`, `MiB/s` or `GiB/s`); `io.crackbox.mode=report`
+//! registers it in report mode (`enforce`, the default, may be written too;
+//! any other value is an invalid label).
 //! Registrations the watcher makes carry the id with [`ID_PREFIX`] in front,
 //! which is how it tells them from registrations made through the admin API
 //! or `--register`.
 
-use crackbox_engine::policy::{Bandwidth, RegistrationSpec, SpecError};
+use crackbox_engine::policy::{Bandwidth, Mode, RegistrationSpec, SpecError};
 use std::collections::HashMap;
 
 /// The label that opts a container in: its allowlist.
@@ -18,6 +21,8 @@ pub const ALLOW_LABEL: &str = "io.crackbox.allow";
 pub const ID_LABEL: &str = "io.crackbox.id";
 /// The optional label capping the registration's bandwidth.
 pub const BANDWIDTH_LABEL: &str = "io.crackbox.bandwidth";
+/// The optional label setting the registration's mode (`report`).
+pub const MODE_LABEL: &str = "io.crackbox.mode";
 /// Prefix of every id the watcher registers (reserved for it).
 pub use crate::registry::WATCHER_ID_PREFIX as ID_PREFIX;
 
@@ -32,6 +37,8 @@ pub enum Labelled {
         allowlist: Vec<String>,
         /// The cap in bytes per second, if labelled.
         bandwidth: Option<u64>,
+        /// Enforced, or (labelled `report`) only reported.
+        mode: Mode,
     },
     /// Invalid labels: not registered.
     Invalid {
@@ -60,13 +67,25 @@ pub fn read(name: &str, labels: &HashMap<String, String>) -> Option<Labelled> {
             })
         }
     };
+    let mode = match labels.get(MODE_LABEL).map(|value| Mode::parse(value)).transpose() {
+        Ok(mode) => mode.unwrap_or_default(),
+        Err(err) => {
+            return Some(Labelled::Invalid {
+                id,
+                problem: format!("{MODE_LABEL}: {err}"),
+            })
+        }
+    };
     let entries = allow.split(',').map(str::trim).filter(|e| !e.is_empty());
-    let spec = RegistrationSpec::new("0.0.0.0", id.clone(), entries).with_bandwidth(bandwidth);
+    let spec = RegistrationSpec::new("0.0.0.0", id.clone(), entries)
+        .with_bandwidth(bandwidth)
+        .with_mode(mode);
     Some(match spec.normalised() {
         Ok(spec) => Labelled::Valid {
             id,
             allowlist: spec.allowlist,
             bandwidth: spec.bandwidth,
+            mode: spec.mode,
         },
         Err(err) => Labelled::Invalid {
             id,
@@ -93,6 +112,7 @@ mod tests {
                 id: id.into(),
                 allowlist: allow.iter().map(|s| s.to_string()).collect(),
                 bandwidth: None,
+                mode: Mode::Enforce,
             })
         };
         assert_eq!(read("agent-1", &labels(&[])), None);
@@ -121,7 +141,24 @@ mod tests {
                 id: "docker:agent-1".into(),
                 allowlist: vec!["a.test".into()],
                 bandwidth: Some(10 << 20),
+                mode: Mode::Enforce,
             })
+        );
+        assert_eq!(
+            read(
+                "agent-1",
+                &labels(&[(ALLOW_LABEL, "@npm,a.test"), (MODE_LABEL, "report")])
+            ),
+            Some(Labelled::Valid {
+                id: "docker:agent-1".into(),
+                allowlist: vec!["registry.npmjs.org:443".into(), "a.test".into()],
+                bandwidth: None,
+                mode: Mode::Report,
+            })
+        );
+        assert_eq!(
+            read("agent-1", &labels(&[(ALLOW_LABEL, "a.test"), (MODE_LABEL, "enforce")])),
+            valid("docker:agent-1", &["a.test"])
         );
         for (pairs, want) in [
             (vec![(ALLOW_LABEL, "ok.test,bad host")], "io.crackbox.allow: allowlist:"),
@@ -137,6 +174,18 @@ mod tests {
             (
                 vec![(ALLOW_LABEL, "ok.test"), (BANDWIDTH_LABEL, "0.1KiB/s")],
                 "io.crackbox.bandwidth: bandwidth 102 bytes per second is below",
+            ),
+            (
+                vec![(ALLOW_LABEL, "ok.test"), (MODE_LABEL, "audit")],
+                "io.crackbox.mode: invalid mode \"audit\": expected enforce or report",
+            ),
+            (
+                vec![(ALLOW_LABEL, "ok.test"), (MODE_LABEL, "")],
+                "io.crackbox.mode: invalid mode \"\"",
+            ),
+            (
+                vec![(ALLOW_LABEL, "@nosuch,ok.test")],
+                "io.crackbox.allow: allowlist: unknown preset \"@nosuch\"",
             ),
         ] {
             match read("agent-1", &labels(&pairs)) {

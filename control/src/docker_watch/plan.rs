@@ -64,6 +64,7 @@ pub fn plan(seen: &[Seen], scope: &Scope, holdings: &Holdings) -> Plan {
                 id,
                 allowlist,
                 bandwidth,
+                mode,
             } => {
                 for ip in addresses {
                     if holdings.others.contains(&ip) {
@@ -72,6 +73,7 @@ pub fn plan(seen: &[Seen], scope: &Scope, holdings: &Holdings) -> Plan {
                     }
                     let spec = RegistrationSpec {
                         bandwidth,
+                        mode,
                         ..RegistrationSpec::new(ip.to_string(), id.clone(), allowlist.clone())
                     };
                     wanted.insert(ip, spec);

@@ -248,6 +248,7 @@ async fn counters_are_requested_and_routed_back_by_request_number() {
             host: "evil.test".into(),
             port: 443,
             reason: Reason::NotAllowed,
+            enforced: true,
         }],
         ..StatsReport::default()
     };

@@ -8,7 +8,7 @@
 //! Runs on its own thread because the store's I/O blocks.
 
 use super::log::{Delta, Log};
-use super::{Change, Outcome, Published};
+use super::{is_report_only, warn_report_only, Change, Outcome, Published};
 use crate::store::{Entries, Store, StoreError};
 use crackbox_engine::policy::{Generation, RegistrationSpec, SourceChange};
 use std::collections::HashSet;
@@ -36,6 +36,7 @@ pub(super) fn spawn(
     let committer = Committer {
         store,
         entries: published.entries.clone(),
+        report_only: published.report_only,
         generation: published.generation,
         log,
         changed,
@@ -50,6 +51,8 @@ pub(super) fn spawn(
 struct Committer {
     store: Option<Store>,
     entries: Entries,
+    /// How many of `entries` are in report mode.
+    report_only: usize,
     generation: Generation,
     log: Arc<Mutex<Log>>,
     changed: watch::Sender<Generation>,
@@ -102,10 +105,16 @@ impl Committer {
     fn publish(&mut self, entries: Entries, changes: Vec<SourceChange>) {
         let base = self.generation;
         self.generation += 1;
+        let report_only = report_only_after(self.report_only, &self.entries, &entries, &changes);
+        if self.report_only == 0 {
+            warn_report_only(report_only);
+        }
+        self.report_only = report_only;
         self.entries = entries;
         let published = Arc::new(Published {
             generation: self.generation,
             entries: self.entries.clone(),
+            report_only,
         });
         let delta = Delta {
             base,
@@ -115,6 +124,21 @@ impl Committer {
         self.log.lock().expect("registry log lock").push(delta, published);
         self.changed.send_replace(self.generation);
     }
+}
+
+/// How many registrations are in report mode once `changes` took `before`
+/// (with `count` of them) to `after`: only the sources they touch are
+/// looked at, O(change).
+fn report_only_after(count: usize, before: &Entries, after: &Entries, changes: &[SourceChange]) -> usize {
+    let touched: HashSet<&str> = changes.iter().map(SourceChange::ip).collect();
+    let reporting = |entries: &Entries| {
+        touched
+            .iter()
+            .filter_map(|ip| ip.parse::<IpAddr>().ok())
+            .filter(|ip| entries.get(ip).is_some_and(|spec| is_report_only(spec)))
+            .count()
+    };
+    count - reporting(before) + reporting(after)
 }
 
 /// Applies `change` to `entries`, appending the source changes it makes (none

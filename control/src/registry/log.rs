@@ -94,6 +94,7 @@ mod tests {
         Arc::new(Published {
             generation,
             entries: Entries::new(),
+            report_only: 0,
         })
     }
 

@@ -7,6 +7,11 @@
 //! nothing), then publishes one new generation and the delta that produced
 //! it. Readers get the published map and never wait for a write; the engine
 //! link gets the deltas in order, or the full map when it fell behind.
+//!
+//! Each generation also carries how many registrations are in report mode,
+//! kept up to date in O(change); the registry warns at start when there are
+//! any, and whenever their number rises from none, so nobody leaves a
+//! report-only source on by accident.
 
 mod committer;
 mod log;
@@ -14,7 +19,7 @@ mod log;
 pub use log::{Delta, Update};
 
 use crate::store::{Entries, Store, StoreError};
-use crackbox_engine::policy::{Generation, RegistrationSpec};
+use crackbox_engine::policy::{Generation, Mode, RegistrationSpec};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::{mpsc, Arc, Mutex};
@@ -30,6 +35,22 @@ pub fn is_watchers(spec: &RegistrationSpec) -> bool {
     spec.id.starts_with(WATCHER_ID_PREFIX)
 }
 
+/// Whether `spec` lets through what its allowlist would deny.
+fn is_report_only(spec: &RegistrationSpec) -> bool {
+    spec.mode == Mode::Report
+}
+
+/// Says that `count` sources are report-only, when there are any.
+fn warn_report_only(count: usize) {
+    if count > 0 {
+        tracing::warn!(
+            report_only = count,
+            "{count} registered source(s) in report mode: what their allowlists would deny is let through \
+             and only recorded (enforced: false in /v1/denials); register them again without mode report to enforce"
+        );
+    }
+}
+
 /// One published generation of the registry.
 #[derive(Debug, Clone)]
 pub struct Published {
@@ -37,6 +58,8 @@ pub struct Published {
     pub generation: Generation,
     /// Every registration, normalised, by source address.
     pub entries: Entries,
+    /// How many of them are in report mode.
+    pub report_only: usize,
 }
 
 impl Published {
@@ -119,7 +142,13 @@ impl Registry {
                 tracing::warn!(error = %err, "cannot persist the --register seeds; they apply in memory only");
             }
         }
-        let published = Arc::new(Published { generation: 1, entries });
+        let report_only = entries.values().filter(|spec| is_report_only(spec)).count();
+        warn_report_only(report_only);
+        let published = Arc::new(Published {
+            generation: 1,
+            entries,
+            report_only,
+        });
         let log = Arc::new(Mutex::new(log::Log::new(published.clone())));
         let (changed_tx, changed) = watch::channel(1);
         let requests = committer::spawn(store, published, log.clone(), changed_tx);

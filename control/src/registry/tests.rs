@@ -165,3 +165,56 @@ async fn failed_write_changes_nothing() {
     assert_eq!(current.generation, 2);
     assert_eq!(current.registrations(), vec![spec("10.0.0.1", &[])]);
 }
+
+#[tokio::test]
+async fn report_only_sources_are_counted_through_every_change() {
+    let report = |ip: &str| spec(ip, &["a.test"]).with_mode(Mode::Report);
+    let registry = Registry::load(None, vec![report("10.0.0.1"), spec("10.0.0.2", &[])]);
+    assert_eq!(registry.current().report_only, 1, "seeds");
+    let steps: Vec<(Change, usize)> = vec![
+        (
+            Change::Edit {
+                register: vec![(ip("10.0.0.3"), report("10.0.0.3"))],
+                unregister: vec![],
+            },
+            2,
+        ),
+        (
+            Change::Edit {
+                register: vec![(ip("10.0.0.3"), report("10.0.0.3"))],
+                unregister: vec![],
+            },
+            2,
+        ),
+        (
+            Change::Edit {
+                register: vec![entry("10.0.0.1", &["a.test"]), (ip("10.0.0.2"), report("10.0.0.2"))],
+                unregister: vec![],
+            },
+            2,
+        ),
+        (
+            Change::Edit {
+                register: vec![],
+                unregister: vec![ip("10.0.0.3"), ip("10.0.0.9")],
+            },
+            1,
+        ),
+        (Change::Replace(vec![entry("10.0.0.2", &[]), entry("10.0.0.4", &[])]), 0),
+        (Change::Replace(vec![(ip("10.0.0.5"), report("10.0.0.5"))]), 1),
+    ];
+    for (step, (change, want)) in steps.into_iter().enumerate() {
+        registry.apply(change).await.unwrap();
+        let current = registry.current();
+        let counted = current
+            .registrations()
+            .iter()
+            .filter(|s| s.mode == Mode::Report)
+            .count();
+        assert_eq!((current.report_only, counted), (want, want), "step {step}");
+    }
+}
+
+fn ip(text: &str) -> IpAddr {
+    text.parse().unwrap()
+}

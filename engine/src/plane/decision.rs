@@ -2,8 +2,11 @@
 //!
 //! Asks the policy's one decision function against the snapshot and the
 //! label watcher's list in force, and records the outcome in the counters
-//! (and a registered source's denials in its usage account). Used by every
-//! TCP front end (the DNS filter asks the same function on its own threads).
+//! (and a registered source's denials in its usage account). A would-be
+//! denial of report mode is dialled like an allowed name (the destination
+//! guard judging it in full) and counted apart once the guard let it
+//! through. Used by every TCP front end (the DNS filter asks the same
+//! function on its own threads).
 
 use crate::plane::conn::Conn;
 use crate::plane::revocation::LiveEntry;
@@ -19,8 +22,8 @@ use std::sync::Arc;
 pub(crate) use crate::policy::Verdict as Decision;
 
 /// Decides whether `source` may reach `host:port` with the one policy
-/// decision ([`policy::decide()`]); counts denials. An allowed decision is
-/// counted by the caller once the destination guard has passed the dialled
+/// decision ([`policy::decide()`]); counts denials. An allowed or reported
+/// decision is counted once the destination guard has passed the dialled
 /// address (it may still deny as private-address). By now any registration
 /// hold is over (it runs right after accept), so a source still awaiting
 /// its registration is `unregistered`.
@@ -34,6 +37,58 @@ pub(crate) fn decide(worker: &Worker, source: IpAddr, host: &str, port: u16) -> 
         }
     }
     decision
+}
+
+/// A decision that lets the connection through: allowed, or reported.
+struct Passed {
+    /// How the name matched; a reported one is judged as a name.
+    matched: MatchedBy,
+    /// The reason a reported one would have been denied; `None` when allowed.
+    reported: Option<Reason>,
+    id: Arc<str>,
+    account: Arc<Account>,
+}
+
+impl Passed {
+    /// The decision's passage, or the denial's reason.
+    fn of(decision: Decision) -> Result<Passed, Reason> {
+        match decision {
+            Decision::Allow { matched, id, account } => Ok(Passed {
+                matched,
+                reported: None,
+                id,
+                account,
+            }),
+            Decision::Report { reason, id, account } => Ok(Passed {
+                matched: MatchedBy::Name,
+                reported: Some(reason),
+                id,
+                account,
+            }),
+            Decision::Deny { reason, .. } => Err(reason),
+        }
+    }
+
+    /// Counts the connection or request as allowed, or as a would-be
+    /// denial in the counters, the denials ring and the usage account.
+    fn count(&self, worker: &Worker, source: IpAddr, host: &str, port: u16) {
+        match self.reported {
+            None => worker.stats.record_allowed(&self.id),
+            Some(reason) => {
+                worker.stats.record_reported(source, &self.id, host, port, reason);
+                self.account.add_reported(reason);
+            }
+        }
+    }
+}
+
+/// Decides on a request to `host:port` sent on an upstream connection that
+/// was dialled (through the destination guard) for that very destination;
+/// counts the outcome. The account the request counts to, or the denial.
+pub(crate) fn reuse(worker: &Worker, source: IpAddr, host: &str, port: u16) -> Result<Arc<Account>, Reason> {
+    let passed = Passed::of(decide(worker, source, host, port))?;
+    passed.count(worker, source, host, port);
+    Ok(passed.account)
 }
 
 /// Why a destination was not connected to.
@@ -53,10 +108,8 @@ pub(crate) async fn reach(
     host: &str,
     port: u16,
 ) -> Result<(Conn, Arc<Account>), Unreached> {
-    match decide(worker, source, host, port) {
-        Decision::Allow { matched, id, account } => connect(worker, source, host, port, matched, id, account).await,
-        Decision::Deny { reason, .. } => Err(Unreached::Denied(reason)),
-    }
+    let passed = Passed::of(decide(worker, source, host, port)).map_err(Unreached::Denied)?;
+    connect(worker, source, host, port, passed).await
 }
 
 /// [`reach`] for a connection that then tunnels: once allowed it joins the
@@ -69,42 +122,44 @@ pub(crate) async fn reach_tracked(
     host: &str,
     port: u16,
 ) -> Result<(Conn, LiveEntry, Arc<Account>), Unreached> {
-    let (matched, id, account) = match decide(worker, source, host, port) {
-        Decision::Allow { matched, id, account } => (matched, id, account),
-        Decision::Deny { reason, .. } => return Err(Unreached::Denied(reason)),
-    };
+    let passed = Passed::of(decide(worker, source, host, port)).map_err(Unreached::Denied)?;
     let live = LiveEntry::register(&worker.live, source, host, port);
-    let (conn, account) = connect(worker, source, host, port, matched, id, account).await?;
+    let (conn, account) = connect(worker, source, host, port, passed).await?;
     Ok((conn, live, account))
 }
 
-/// Resolves, guards and connects an allowed `host:port` (`matched`, `id`
-/// and `account` from its [`Decision::Allow`]); counts the outcome.
+/// Resolves, guards and connects a `host:port` the decision let through;
+/// counts the outcome.
 async fn connect(
     worker: &Worker,
     source: IpAddr,
     host: &str,
     port: u16,
-    matched: MatchedBy,
-    id: Arc<str>,
-    account: Arc<Account>,
+    passed: Passed,
 ) -> Result<(Conn, Arc<Account>), Unreached> {
     // Boxed: dialling state is large and only needed until connected.
-    match Box::pin(crate::plane::resolve::dial(&worker.dialer(), host, port, matched)).await {
+    match Box::pin(crate::plane::resolve::dial(
+        &worker.dialer(),
+        host,
+        port,
+        passed.matched,
+    ))
+    .await
+    {
         Ok(mut conn) => {
-            worker.stats.record_allowed(&id);
+            passed.count(worker, source, host, port);
             conn.take_turns_of(worker.turns.of(source));
-            Ok((conn, account))
+            Ok((conn, passed.account))
         }
         Err(crate::plane::resolve::DialError::Private) => {
             worker
                 .stats
-                .record_denied(source, Some(&id), host, port, Reason::PrivateAddress);
-            account.add_denial(Reason::PrivateAddress);
+                .record_denied(source, Some(&passed.id), host, port, Reason::PrivateAddress);
+            passed.account.add_denial(Reason::PrivateAddress);
             Err(Unreached::Denied(Reason::PrivateAddress))
         }
         Err(err) => {
-            worker.stats.record_allowed(&id);
+            passed.count(worker, source, host, port);
             Err(Unreached::Failed(err))
         }
     }

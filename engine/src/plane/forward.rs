@@ -9,7 +9,7 @@
 //! and its bytes held to that registration's cap.
 
 use crate::plane::conn::Conn;
-use crate::plane::decision::{decide, reach, reach_tracked, Decision, Unreached};
+use crate::plane::decision::{decide, reach, reach_tracked, reuse, Decision, Unreached};
 use crate::plane::resolve::DialError;
 use crate::plane::revocation::LiveEntry;
 use crate::plane::stats::{Direction, FrontEnd};
@@ -422,12 +422,9 @@ impl<'w> Session<'w> {
             .take()
             .filter(|u| u.port == request.port && u.host == request.host);
         let (conn, account, was_reused) = match reused {
-            Some(upstream) => match decide(self.worker, self.source, &request.host, request.port) {
-                Decision::Allow { id, account, .. } => {
-                    self.worker.stats.record_allowed(&id);
-                    (upstream.conn, account, true)
-                }
-                Decision::Deny { reason, .. } => {
+            Some(upstream) => match reuse(self.worker, self.source, &request.host, request.port) {
+                Ok(account) => (upstream.conn, account, true),
+                Err(reason) => {
                     self.reply(&responses::denial(reason, &request.host, request.port))
                         .await;
                     return false;

@@ -5,7 +5,8 @@
 //! only the connections of the sources they touched (all of them after a
 //! full snapshot) with the policy's one decision, firing the
 //! [`CloseSignal`] of each one the new snapshot would deny, well within a
-//! second. Single-threaded by design.
+//! second (a source switched from report mode to enforce loses what its
+//! list does not cover). Single-threaded by design.
 
 use crate::plane::stats::Stats;
 use crate::plane::tunnel::{CloseSignal, Revocation};
@@ -150,7 +151,7 @@ impl LiveSet {
         for live in lives.filter(|live| !live.signal.is_fired()) {
             let (id, account) =
                 match decide(snapshot, watch, live.source, &live.host, Port::Number(live.port)).settled() {
-                    Verdict::Allow { .. } => continue,
+                    Verdict::Allow { .. } | Verdict::Report { .. } => continue,
                     Verdict::Deny { id, account, .. } => (id, account),
                 };
             if let Some(account) = account {

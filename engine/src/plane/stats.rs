@@ -1,7 +1,9 @@
 //! Engine counters: decisions per id and reason, bytes, active tunnels and
 //! the ring of recent denials, shared by all core threads and read by the
-//! control link. Denial logging is rate-limited per source; counters are
-//! always exact.
+//! control link. A would-be denial let through in report mode is counted
+//! and recorded apart from the denials (`enforced: false`). Denial logging
+//! (would-be denials too) is rate-limited per source; counters are always
+//! exact.
 
 use crate::policy::reason::Reason;
 use crate::protocol::wire::{DecisionCount, Denial, StatsReport, TunnelCount};
@@ -46,8 +48,9 @@ impl FrontEnd {
     }
 }
 
-/// Decision counts keyed by registration id and outcome (`None` = allowed).
-type DecisionCounts = FxHashMap<(Arc<str>, Option<Reason>), u64>;
+/// Decision counts keyed by registration id, outcome (`None` = allowed) and
+/// whether the outcome was enforced (false: a would-be denial let through).
+type DecisionCounts = FxHashMap<(Arc<str>, Option<Reason>, bool), u64>;
 
 /// One recent denial as the data path records it: no formatting, and no
 /// allocation once the ring is full (the host buffer is reused);
@@ -59,6 +62,7 @@ struct RecentDenial {
     host: String,
     port: u16,
     reason: Reason,
+    enforced: bool,
 }
 
 impl RecentDenial {
@@ -70,6 +74,7 @@ impl RecentDenial {
             host: self.host.to_string(),
             port: self.port,
             reason: self.reason,
+            enforced: self.enforced,
         }
     }
 }
@@ -122,20 +127,35 @@ impl Stats {
 
     /// Counts one allowed connection or request.
     pub fn record_allowed(&self, id: &Arc<str>) {
-        *lock(&self.decisions).entry((Arc::clone(id), None)).or_insert(0) += 1;
+        *lock(&self.decisions).entry((Arc::clone(id), None, true)).or_insert(0) += 1;
     }
 
     /// Counts, remembers and (rate-limited) logs one denial.
     pub fn record_denied(&self, source: IpAddr, id: Option<&Arc<str>>, host: &str, port: u16, reason: Reason) {
+        self.record(source, id, host, port, reason, true);
+    }
+
+    /// Counts, remembers and (rate-limited) logs one would-be denial let
+    /// through in report mode, apart from the denials.
+    pub fn record_reported(&self, source: IpAddr, id: &Arc<str>, host: &str, port: u16, reason: Reason) {
+        self.record(source, Some(id), host, port, reason, false);
+    }
+
+    fn record(&self, source: IpAddr, id: Option<&Arc<str>>, host: &str, port: u16, reason: Reason, enforced: bool) {
         let id = Arc::clone(id.unwrap_or(&self.no_id));
         *lock(&self.decisions)
-            .entry((Arc::clone(&id), Some(reason)))
+            .entry((Arc::clone(&id), Some(reason), enforced))
             .or_insert(0) += 1;
         let host = truncated(host, MAX_HOST_RECORDED);
         let time_ms = now_ms();
         if self.may_log(source, time_ms / 1000) {
             let remedy = reason.remedy();
-            tracing::info!(%source, id = %id, host = %host.escape_debug(), port, %reason, remedy, "denied");
+            let host = host.escape_debug();
+            if enforced {
+                tracing::info!(%source, id = %id, %host, port, %reason, remedy, "denied");
+            } else {
+                tracing::info!(%source, id = %id, %host, port, %reason, remedy, "let through, not enforced (report mode)");
+            }
         }
         let mut ring = lock(&self.denials);
         // A full ring's oldest record gives its host buffer to the newest.
@@ -152,6 +172,7 @@ impl Stats {
             host: recorded,
             port,
             reason,
+            enforced,
         });
     }
 
@@ -197,9 +218,10 @@ impl Stats {
     pub fn report(&self) -> StatsReport {
         let decisions = lock(&self.decisions)
             .iter()
-            .map(|((id, reason), count)| DecisionCount {
+            .map(|((id, reason, enforced), count)| DecisionCount {
                 id: id.to_string(),
                 reason: *reason,
+                enforced: *enforced,
                 count: *count,
             })
             .collect();
@@ -250,6 +272,7 @@ mod tests {
             );
         }
         stats.record_denied("127.0.0.3".parse().unwrap(), None, "x.test", 80, Reason::Unregistered);
+        stats.record_reported("127.0.0.4".parse().unwrap(), &id, "new.test", 443, Reason::NotAllowed);
         let tunnel = stats.open_tunnel();
         stats.count_tunnel(FrontEnd::Socks5);
         stats.count_tunnel(FrontEnd::Socks5);
@@ -265,18 +288,29 @@ mod tests {
         assert_eq!(report.active_tunnels, 1);
         assert_eq!(stats.report().active_tunnels, 0);
         assert_eq!(report.denials.len(), DENIAL_RING);
-        assert_eq!(report.denials.last().unwrap().reason, Reason::Unregistered);
-        assert_eq!(report.denials[0].host, "h6.test");
-        let count = |id: &str, reason| {
+        let last = report.denials.last().unwrap();
+        assert_eq!(
+            (last.reason, last.enforced, last.host.as_str()),
+            (Reason::NotAllowed, false, "new.test")
+        );
+        let before = &report.denials[report.denials.len() - 2];
+        assert_eq!((before.reason, before.enforced), (Reason::Unregistered, true));
+        assert_eq!(report.denials[0].host, "h7.test");
+        let count = |id: &str, reason, enforced| {
             report
                 .decisions
                 .iter()
-                .find(|d| d.id == id && d.reason == reason)
+                .find(|d| d.id == id && d.reason == reason && d.enforced == enforced)
                 .map_or(0, |d| d.count)
         };
-        assert_eq!(count("agent", None), 2);
-        assert_eq!(count("agent", Some(Reason::NotAllowed)), DENIAL_RING as u64 + 5);
-        assert_eq!(count("", Some(Reason::Unregistered)), 1);
+        assert_eq!(count("agent", None, true), 2);
+        assert_eq!(count("agent", Some(Reason::NotAllowed), true), DENIAL_RING as u64 + 5);
+        assert_eq!(
+            count("agent", Some(Reason::NotAllowed), false),
+            1,
+            "apart from the denials"
+        );
+        assert_eq!(count("", Some(Reason::Unregistered), true), 1);
     }
 
     #[test]

@@ -39,6 +39,7 @@ pub(crate) fn report(snapshot: &Snapshot, query: &UsageQuery, admission: &Admiss
                 tunnels: usage.tunnels,
                 requests: usage.requests,
                 denials: usage.denials.into_iter().collect(),
+                reported: usage.reported.into_iter().collect(),
                 connections: open.get(&ip).copied().unwrap_or(0) as u64,
                 bandwidth: registered.account.limiter().rate(),
                 since_ms: usage.since_ms,

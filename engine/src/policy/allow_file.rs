@@ -1,46 +1,53 @@
-//! Allowlist files: one entry per line, as `crackbox run --allow-file`
-//! reads them. Blank lines and `#` comments (a whole line, or the rest of
-//! one) are ignored; every other line is one allowlist entry or one preset
-//! (`@pypi`), checked here so an error can name its line. Pure: the caller
-//! reads the file and expands the presets.
+//! Allowlist files: one entry per line, the form `--allow-file`,
+//! `--register '...;allow-file=PATH'` and `allow_file` in the config file
+//! read. Blank lines and `#` comments (a whole line, or after an entry) are
+//! ignored, and whitespace around an entry too. Each entry is checked as it
+//! is read (a host entry as in every allowlist, or a known `@preset`), so a
+//! bad one is named with its line number.
+//!
+//! Pure: the caller reads the file and names it in its error; the entries
+//! come back as written, to be normalised (and presets expanded) with the
+//! rest of the registration.
 
 use super::entry::AllowEntry;
 use super::preset::{expand_presets, PRESET_MARK};
 
-/// The first unusable line of an allowlist file.
+/// A line of an allowlist file that is not an entry.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("line {line}: {problem}")]
-pub struct LineError {
-    /// Its number, from 1.
+pub struct AllowFileError {
+    /// The line, counted from 1.
     pub line: usize,
     /// What is wrong with it.
     pub problem: String,
 }
 
-/// The entries of an allowlist file's `text`, in order and as written
-/// (presets not expanded, entries not normalised).
+/// The entries of an allowlist file's `text`, in order.
 ///
 /// ```
-/// use crackbox_engine::policy::allow_file;
-/// let text = "# what the build needs\npypi.org\n\n@npm  # the registry\n";
-/// assert_eq!(allow_file::parse(text).unwrap(), ["pypi.org", "@npm"]);
-/// assert_eq!(allow_file::parse("a.test\nbad host\n").unwrap_err().line, 2);
+/// use crackbox_engine::policy::parse_allow_file;
+/// let text = "# learned 2026-12-02\npypi.org\n\nfiles.pythonhosted.org:443  # wheels\n@npm\n";
+/// assert_eq!(parse_allow_file(text).unwrap(), ["pypi.org", "files.pythonhosted.org:443", "@npm"]);
+/// assert_eq!(parse_allow_file("ok.test\nbad host\n").unwrap_err().line, 2);
 /// ```
-pub fn parse(text: &str) -> Result<Vec<String>, LineError> {
+pub fn parse_allow_file(text: &str) -> Result<Vec<String>, AllowFileError> {
     let mut entries = Vec::new();
     for (index, line) in text.lines().enumerate() {
-        let entry = line.split_once('#').map_or(line, |(before, _)| before).trim();
+        let entry = line.split_once('#').map_or(line, |(entry, _)| entry).trim();
         if entry.is_empty() {
             continue;
         }
-        let checked = match entry.starts_with(PRESET_MARK) {
-            true => expand_presets(&[entry]).map(drop).map_err(|e| e.to_string()),
-            false => AllowEntry::parse(entry).map(drop).map_err(|e| e.to_string()),
+        let problem = if entry.starts_with(PRESET_MARK) {
+            expand_presets(&[entry]).err().map(|err| err.to_string())
+        } else {
+            AllowEntry::parse(entry).err().map(|err| err.to_string())
         };
-        checked.map_err(|problem| LineError {
-            line: index + 1,
-            problem,
-        })?;
+        if let Some(problem) = problem {
+            return Err(AllowFileError {
+                line: index + 1,
+                problem,
+            });
+        }
         entries.push(entry.to_owned());
     }
     Ok(entries)
@@ -51,39 +58,45 @@ mod tests {
     use super::*;
 
     #[test]
-    fn lines_become_entries_and_the_first_bad_one_is_named() {
-        /// A file's text, then its entries or the line and a word of the problem.
-        type Case<'a> = (&'a str, Result<&'a [&'a str], (usize, &'a str)>);
-        let cases: &[Case] = &[
-            ("", Ok(&[])),
-            ("\n\n   \n# only a comment\n", Ok(&[])),
+    fn entries_table() {
+        let cases: &[(&str, &[&str])] = &[
+            ("", &[]),
+            ("\n\n   \n", &[]),
+            ("# only a comment\n", &[]),
+            ("pypi.org", &["pypi.org"]),
             (
-                "pypi.org\nfiles.pythonhosted.org\n",
-                Ok(&["pypi.org", "files.pythonhosted.org"]),
+                "pypi.org\r\nfiles.pythonhosted.org\r\n",
+                &["pypi.org", "files.pythonhosted.org"],
             ),
+            ("  PyPI.org.  \n", &["PyPI.org."]),
+            ("*.github.com:443 # the API\n", &["*.github.com:443"]),
             (
-                "  *.github.com:443  \r\n203.0.113.7\n[2001:db8::1]:22",
-                Ok(&["*.github.com:443", "203.0.113.7", "[2001:db8::1]:22"]),
+                "[2001:db8::1]:443\n203.0.113.7\n",
+                &["[2001:db8::1]:443", "203.0.113.7"],
             ),
-            ("db.test:5432 # the database\n#pypi.org\n", Ok(&["db.test:5432"])),
-            ("@pypi\nPyPI.org.\n", Ok(&["@pypi", "PyPI.org."])),
-            ("a.test\nbad host\nc.test\n", Err((2, "invalid allowlist entry"))),
-            ("a.test, b.test\n", Err((1, "invalid allowlist entry"))),
-            ("\n\n*\n", Err((3, "bare *"))),
-            ("https://pypi.org/simple\n", Err((1, "not a URL"))),
-            ("a.test\n@nosuch\n", Err((2, "unknown preset"))),
-            ("a.test:99999\n", Err((1, "port"))),
+            ("@pypi\n@NPM # presets expand later\n", &["@pypi", "@NPM"]),
+            ("a.test\na.test\n", &["a.test", "a.test"]),
         ];
         for (text, want) in cases {
-            match (parse(text), want) {
-                (Ok(got), Ok(want)) => assert_eq!(got, *want, "{text:?}"),
-                (Err(err), Err((line, word))) => {
-                    assert_eq!(err.line, *line, "{text:?}: {err}");
-                    assert!(err.to_string().contains(word), "{text:?}: {err}");
-                    assert!(err.to_string().starts_with(&format!("line {line}: ")), "{err}");
-                }
-                (got, want) => panic!("{text:?}: got {got:?}, want {want:?}"),
-            }
+            assert_eq!(parse_allow_file(text).unwrap(), *want, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn a_bad_line_is_named() {
+        let cases = [
+            ("ok.test\nbad host\n", 2, "invalid allowlist entry \"bad host\""),
+            ("a.test,b.test\n", 1, "invalid allowlist entry \"a.test,b.test\""),
+            ("# x\n\n*\n", 3, "a bare * would allow everything"),
+            ("https://pypi.org/simple\n", 1, "did you mean pypi.org?"),
+            ("ok.test\n@nosuch\n", 2, "unknown preset \"@nosuch\""),
+            ("ok.test\n10.0.0.0/8\n", 2, "CIDR ranges are not supported"),
+        ];
+        for (text, line, problem) in cases {
+            let err = parse_allow_file(text).unwrap_err();
+            assert_eq!(err.line, line, "{text:?}: {err}");
+            assert!(err.to_string().starts_with(&format!("line {line}: ")), "{err}");
+            assert!(err.problem.contains(problem), "{text:?}: {err}");
         }
     }
 }

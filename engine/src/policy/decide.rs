@@ -6,8 +6,15 @@
 //! out. It never waits, counts or logs; the front ends do that with what it
 //! returns, so they all agree on who is registered, which entry matched and
 //! why a denial happened. A front end owns only its wire format.
+//!
+//! A registration in report mode ([`Mode::Report`]) gets
+//! [`Verdict::Report`] where its allowlist would deny: only the allowlist is
+//! ever reported, so unregistered sources and invalid labels are denied in
+//! any mode, and the destination guard still judges what a front end dials.
 
 use super::allowlist::MatchedBy;
+use super::host::is_valid_host;
+use super::mode::Mode;
 use super::reason::Reason;
 use super::snapshot::{Registered, Snapshot};
 use super::source::canonical_ip;
@@ -52,11 +59,8 @@ impl Decision {
     }
 }
 
-/// Allowed or denied.
-///
-/// A later report-only mode of a registration (its allowlist denials let
-/// through and recorded as would-be denials) becomes one more variant here,
-/// so no front end can mistake it for a plain allow or deny.
+/// Allowed, denied, or let through in report mode: a variant of its own, so
+/// no front end can mistake a would-be denial for a plain allow or deny.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
     /// Allowed; how it matched decides what the destination guard accepts.
@@ -79,6 +83,20 @@ pub enum Verdict {
         /// The registration's usage account, which counts the denial;
         /// `None` for a source with no registration.
         account: Option<Arc<Account>>,
+    },
+    /// Not on the allowlist of a registration in report mode: let through
+    /// and recorded as a would-be denial (`"enforced": false`). A front end
+    /// dials it as a name match, so the destination guard applies in full
+    /// (an IP literal too: a private one is refused unless the operator
+    /// allows private destinations).
+    Report {
+        /// The reason it would have been denied: `not-allowed`.
+        reason: Reason,
+        /// The source's registration id.
+        id: Arc<str>,
+        /// The registration's usage account, which counts the connection
+        /// and the would-be denial.
+        account: Arc<Account>,
     },
 }
 
@@ -138,6 +156,13 @@ pub fn decide(snapshot: &Snapshot, watch: &Watch, source: IpAddr, host: &str, po
             id: Arc::clone(&registration.id),
             account: Arc::clone(&registration.account),
         }),
+        // Report mode lets through what could be reached: never a host that
+        // is no name or address at all (a request without `Host`).
+        None if registration.mode == Mode::Report && is_valid_host(host) => Decision::Made(Verdict::Report {
+            reason: Reason::NotAllowed,
+            id: Arc::clone(&registration.id),
+            account: Arc::clone(&registration.account),
+        }),
         None => deny(Reason::NotAllowed, Some(&registration.id), Some(&registration.account)),
     }
 }
@@ -155,6 +180,8 @@ mod tests {
                 spec("10.0.0.2", "agent", &["allowed.test", "port.test:443", "203.0.113.7"]),
                 spec("10.5.0.3", "labelled", &["allowed.test"]),
                 spec("10.0.0.4", "none", &[]),
+                spec("10.0.0.5", "watched", &["allowed.test:443", "203.0.113.7"]).with_mode(Mode::Report),
+                spec("10.5.0.4", "watched-labelled", &[]).with_mode(Mode::Report),
             ],
         )
         .unwrap()
@@ -173,6 +200,8 @@ mod tests {
                 "agent" => "10.0.0.2",
                 "labelled" => "10.5.0.3",
                 "none" => "10.0.0.4",
+                "watched" => "10.0.0.5",
+                "watched-labelled" => "10.5.0.4",
                 _ => return None,
             };
             Some(Arc::clone(&snapshot.lookup(source.parse().unwrap())?.account))
@@ -189,6 +218,13 @@ mod tests {
                 reason,
                 id: id.map(Into::into),
                 account: id.and_then(account),
+            })
+        };
+        let report = |id: &str| {
+            Decision::Made(Verdict::Report {
+                reason: Reason::NotAllowed,
+                id: id.into(),
+                account: account(id).unwrap(),
             })
         };
         let (name, literal) = (MatchedBy::Name, MatchedBy::IpLiteral);
@@ -269,6 +305,28 @@ mod tests {
                 deny(Reason::Unregistered, None),
             ),
             ("10.9.0.1", "allowed.test", Port::Any, deny(Reason::Unregistered, None)),
+            // Report mode: what the list allows is allowed, the rest reported.
+            ("10.0.0.5", "allowed.test", Port::Number(443), allow(name, "watched")),
+            ("10.0.0.5", "203.0.113.7", Port::Number(22), allow(literal, "watched")),
+            ("10.0.0.5", "allowed.test", Port::Number(80), report("watched")),
+            ("10.0.0.5", "evil.test", Port::Number(443), report("watched")),
+            ("10.0.0.5", "Evil.Test.", Port::Any, report("watched")),
+            ("10.0.0.5", "203.0.113.8", Port::Number(443), report("watched")),
+            ("::ffff:10.0.0.5", "[2001:db8::1]", Port::Number(443), report("watched")),
+            ("10.5.0.4", "anything.test", Port::Any, report("watched-labelled")),
+            // Nothing to let through: no name at all.
+            (
+                "10.0.0.5",
+                "",
+                Port::Number(80),
+                deny(Reason::NotAllowed, Some("watched")),
+            ),
+            (
+                "10.0.0.5",
+                "bad host",
+                Port::Number(80),
+                deny(Reason::NotAllowed, Some("watched")),
+            ),
         ];
         for (source, host, port, want) in cases {
             let got = decide(&snapshot, &watch, source.parse().unwrap(), host, port);

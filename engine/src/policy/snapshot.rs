@@ -12,16 +12,23 @@
 //! source is registered again under the same id, and its [`Limiter`] on
 //! under any id; a new cap is set on that limiter, so connections already
 //! open are held to it. A removed source's account is dropped.
+//!
+//! Allowlists written by hand may name presets (`@pypi`): compiling a spec
+//! expands them, so a normalised spec (what the registry stores, the state
+//! file keeps and the engine gets) holds only the names they stand for.
 
 use super::allowlist::Allowlist;
 use super::bandwidth::{Bandwidth, BandwidthError};
 use super::entry::{EntryError, MAX_ENTRIES};
 use super::limiter::Limiter;
+use super::mode::Mode;
+use super::preset::{expand_presets, UnknownPreset, PRESET_MARK};
 use super::source::{parse_source_ip, SourceIpError};
 use super::usage::Account;
 use imbl::shared_ptr::DefaultSharedPtr;
 use rustc_hash::FxBuildHasher;
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::net::IpAddr;
 use std::ops::Deref;
 use std::sync::Arc;
@@ -48,6 +55,10 @@ pub struct RegistrationSpec {
     /// source's connections; `None` (left out of the JSON): no cap.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bandwidth: Option<u64>,
+    /// `enforce` (left out of the JSON) or `report`: what the allowlist
+    /// does not allow is let through and recorded instead of denied.
+    #[serde(default, skip_serializing_if = "Mode::is_enforce")]
+    pub mode: Mode,
 }
 crate::object_only!(RegistrationSpec, Serialize);
 
@@ -86,6 +97,9 @@ pub enum SpecError {
     /// One allowlist entry is invalid.
     #[error("allowlist: {0}")]
     Entry(#[from] EntryError),
+    /// An allowlist entry names a preset that does not exist.
+    #[error("allowlist: {0}")]
+    Preset(#[from] UnknownPreset),
     /// The bandwidth cap is out of range.
     #[error("bandwidth: {0}")]
     Bandwidth(#[from] BandwidthError),
@@ -100,6 +114,8 @@ pub struct Registration {
     pub allowlist: Allowlist,
     /// The bandwidth cap, if any.
     pub bandwidth: Option<Bandwidth>,
+    /// Whether the allowlist is enforced or only reported.
+    pub mode: Mode,
 }
 
 impl RegistrationSpec {
@@ -120,6 +136,7 @@ impl RegistrationSpec {
             id: id.into(),
             allowlist: allowlist.into_iter().map(Into::into).collect(),
             bandwidth: None,
+            mode: Mode::Enforce,
         }
     }
 
@@ -136,14 +153,27 @@ impl RegistrationSpec {
         self
     }
 
-    /// Validates every field and compiles the allowlist.
+    /// The same registration in `mode`.
+    ///
+    /// ```
+    /// use crackbox_engine::policy::{Mode, RegistrationSpec};
+    /// let spec = RegistrationSpec::new("10.0.0.2", "agent", ["pypi.org"]).with_mode(Mode::Report);
+    /// assert_eq!(serde_json::to_string(&spec).unwrap(), r#"{"ip":"10.0.0.2","id":"agent","allowlist":["pypi.org"],"mode":"report"}"#);
+    /// ```
+    pub fn with_mode(mut self, mode: Mode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Validates every field, expands presets and compiles the allowlist.
     pub fn compile(&self) -> Result<(IpAddr, Registration), SpecError> {
         let ip = parse_source_ip(&self.ip)?;
         validate_id(&self.id)?;
-        if self.allowlist.len() > MAX_ENTRIES {
-            return Err(SpecError::TooManyEntries(self.allowlist.len()));
+        let allowlist = expanded(&self.allowlist)?;
+        if allowlist.len() > MAX_ENTRIES {
+            return Err(SpecError::TooManyEntries(allowlist.len()));
         }
-        let allowlist = Allowlist::parse(&self.allowlist)?;
+        let allowlist = Allowlist::parse(&allowlist)?;
         let bandwidth = self.bandwidth.map(Bandwidth::new).transpose()?;
         Ok((
             ip,
@@ -151,11 +181,18 @@ impl RegistrationSpec {
                 id: self.id.as_str().into(),
                 allowlist,
                 bandwidth,
+                mode: self.mode,
             },
         ))
     }
 
-    /// The same registration with the address and entries in normalised form.
+    /// The same registration with the address and entries in normalised
+    /// form, presets expanded.
+    ///
+    /// ```
+    /// let spec = crackbox_engine::policy::RegistrationSpec::new("10.0.0.2", "agent", ["@npm", "x.test"]);
+    /// assert_eq!(spec.normalised().unwrap().allowlist, ["registry.npmjs.org:443", "x.test"]);
+    /// ```
     pub fn normalised(&self) -> Result<RegistrationSpec, SpecError> {
         let (ip, registration) = self.compile()?;
         Ok(RegistrationSpec::from_registration(ip, &registration))
@@ -173,8 +210,22 @@ impl RegistrationSpec {
                 .map(ToString::to_string)
                 .collect(),
             bandwidth: registration.bandwidth.map(Bandwidth::bytes_per_second),
+            mode: registration.mode,
         }
     }
+}
+
+/// `allowlist` with its presets expanded; borrowed as it is when it names
+/// none (a normalised spec never does), so compiling costs no copy. Too
+/// many entries are refused before expanding, and again after.
+fn expanded(allowlist: &[String]) -> Result<Cow<'_, [String]>, SpecError> {
+    if allowlist.len() > MAX_ENTRIES {
+        return Err(SpecError::TooManyEntries(allowlist.len()));
+    }
+    if !allowlist.iter().any(|entry| entry.starts_with(PRESET_MARK)) {
+        return Ok(Cow::Borrowed(allowlist));
+    }
+    Ok(Cow::Owned(expand_presets(allowlist)?))
 }
 
 fn validate_id(id: &str) -> Result<(), SpecError> {
@@ -539,6 +590,63 @@ mod tests {
         .is_err());
         let normalised = capped.normalised().unwrap();
         assert_eq!(normalised.bandwidth, Some(10 << 20));
+    }
+
+    #[test]
+    fn the_mode_is_optional_in_json_and_enforce_when_left_out() {
+        let old: RegistrationSpec = serde_json::from_str(r#"{"ip":"10.0.0.2","id":"a","allowlist":[]}"#).unwrap();
+        assert_eq!(old.mode, Mode::Enforce);
+        let report: RegistrationSpec =
+            serde_json::from_str(r#"{"ip":"10.0.0.2","id":"a","allowlist":[],"mode":"report"}"#).unwrap();
+        assert_eq!(report.mode, Mode::Report);
+        assert_eq!(
+            serde_json::to_string(&report).unwrap(),
+            r#"{"ip":"10.0.0.2","id":"a","allowlist":[],"mode":"report"}"#
+        );
+        let explicit: RegistrationSpec =
+            serde_json::from_str(r#"{"ip":"10.0.0.2","id":"a","allowlist":[],"mode":"enforce"}"#).unwrap();
+        assert_eq!(
+            serde_json::to_string(&explicit).unwrap(),
+            r#"{"ip":"10.0.0.2","id":"a","allowlist":[]}"#
+        );
+        for bad in [r#""audit""#, r#""REPORT""#, "true", "null"] {
+            let text = format!(r#"{{"ip":"10.0.0.2","id":"a","allowlist":[],"mode":{bad}}}"#);
+            assert!(serde_json::from_str::<RegistrationSpec>(&text).is_err(), "{text}");
+        }
+        let (_, compiled) = report.compile().unwrap();
+        assert_eq!(compiled.mode, Mode::Report);
+        assert_eq!(report.normalised().unwrap().mode, Mode::Report);
+    }
+
+    #[test]
+    fn presets_expand_when_compiled_and_never_reach_a_normalised_spec() {
+        let cases: &[(&[&str], &[&str])] = &[
+            (&["@pypi"], &["pypi.org:443", "files.pythonhosted.org:443"]),
+            (&["X.test", "@NPM", "x.test"], &["x.test", "registry.npmjs.org:443"]),
+            (&["@npm", "registry.npmjs.org:443"], &["registry.npmjs.org:443"]),
+        ];
+        for (given, want) in cases {
+            let normalised = spec("10.0.0.2", "a", given).normalised().unwrap();
+            assert_eq!(normalised.allowlist, *want, "{given:?}");
+            assert!(!normalised.allowlist.iter().any(|entry| entry.contains('@')));
+            assert_eq!(
+                normalised.normalised().unwrap(),
+                normalised,
+                "normalising twice changes nothing"
+            );
+        }
+        let err = spec("10.0.0.2", "a", &["@nosuch"]).compile().unwrap_err().to_string();
+        assert!(
+            err.starts_with("allowlist: unknown preset \"@nosuch\" (known: @pypi"),
+            "{err}"
+        );
+        let many: Vec<String> = (0..999).map(|i| format!("h{i}.test")).chain(["@pypi".into()]).collect();
+        let many = RegistrationSpec::new("10.0.0.2", "a", many);
+        assert_eq!(
+            many.compile().unwrap_err(),
+            SpecError::TooManyEntries(1001),
+            "counted once expanded"
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Usage per registration: the bytes its connections moved each way, the
-//! tunnels and requests they opened and the denials they got, plus the
-//! [`Limiter`] that holds it to its cap.
+//! tunnels and requests they opened, the denials they got and (in report
+//! mode) the would-be denials let through, plus the [`Limiter`] that holds
+//! it to its cap.
 //!
 //! An [`Account`] lives as long as the registration: the snapshot that
 //! registers a source makes one, later snapshots hand it on while the source
@@ -8,8 +9,9 @@
 //! gives it a new id drops it. Counting takes no lock: every core thread
 //! adds to its own cache-line-sized slot with relaxed atomics (no two threads
 //! write one line, so the line never moves between cores), and a read sums
-//! the slots. Denials, rare by comparison and counted off the core threads
-//! too (the DNS filter), share one set of counters. Pure.
+//! the slots. Denials and would-be denials, rare by comparison and counted
+//! off the core threads too (the DNS filter), share one set of counters
+//! each. Pure.
 
 use super::direction::Direction;
 use super::limiter::Limiter;
@@ -33,6 +35,9 @@ struct Slot {
 pub struct Account {
     slots: Box<[Slot]>,
     denials: [AtomicU64; Reason::ALL.len()],
+    /// Would-be denials let through in report mode, by the reason they
+    /// would have had.
+    reported: [AtomicU64; Reason::ALL.len()],
     limiter: Arc<Limiter>,
     since_ms: u64,
 }
@@ -60,6 +65,9 @@ pub struct Usage {
     pub requests: u64,
     /// Denials by reason; reasons never seen are left out.
     pub denials: Vec<(Reason, u64)>,
+    /// Would-be denials let through in report mode, by reason; reasons
+    /// never seen are left out.
+    pub reported: Vec<(Reason, u64)>,
     /// When counting began (ms since the Unix epoch).
     pub since_ms: u64,
 }
@@ -71,6 +79,7 @@ impl Account {
         Account {
             slots: (0..threads.max(1)).map(|_| Slot::default()).collect(),
             denials: Default::default(),
+            reported: Default::default(),
             limiter,
             since_ms: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
@@ -109,6 +118,11 @@ impl Account {
         self.denials[reason.index()].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Counts one would-be denial let through in report mode.
+    pub fn add_reported(&self, reason: Reason) {
+        self.reported[reason.index()].fetch_add(1, Ordering::Relaxed);
+    }
+
     /// The cap this account's connections are held to.
     pub fn limiter(&self) -> &Arc<Limiter> {
         &self.limiter
@@ -122,17 +136,21 @@ impl Account {
                 .map(|slot| field(slot).load(Ordering::Relaxed))
                 .fold(0u64, u64::wrapping_add)
         };
+        let by_reason = |counters: &[AtomicU64; Reason::ALL.len()]| {
+            Reason::ALL
+                .iter()
+                .zip(counters)
+                .map(|(reason, count)| (*reason, count.load(Ordering::Relaxed)))
+                .filter(|(_, count)| *count > 0)
+                .collect()
+        };
         Usage {
             bytes_up: sum(|s| &s.bytes_up),
             bytes_down: sum(|s| &s.bytes_down),
             tunnels: sum(|s| &s.tunnels),
             requests: sum(|s| &s.requests),
-            denials: Reason::ALL
-                .iter()
-                .zip(&self.denials)
-                .map(|(reason, count)| (*reason, count.load(Ordering::Relaxed)))
-                .filter(|(_, count)| *count > 0)
-                .collect(),
+            denials: by_reason(&self.denials),
+            reported: by_reason(&self.reported),
             since_ms: self.since_ms,
         }
     }
@@ -163,8 +181,10 @@ mod tests {
         account.add_denial(Reason::NotAllowed);
         account.add_denial(Reason::Revoked);
         account.add_denial(Reason::NotAllowed);
+        account.add_reported(Reason::NotAllowed);
         account.add_bytes(7, Direction::Up, 1);
         let usage = account.usage();
+        assert_eq!(usage.reported, vec![(Reason::NotAllowed, 1)], "apart from the denials");
         assert_eq!((usage.bytes_up, usage.bytes_down), (6001, 10_000));
         assert_eq!((usage.tunnels, usage.requests), (2, 4));
         assert_eq!(usage.denials, vec![(Reason::NotAllowed, 2), (Reason::Revoked, 1)]);

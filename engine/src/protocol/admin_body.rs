@@ -26,11 +26,17 @@ pub struct UnregisterAnswer {
     pub removed: bool,
 }
 
-/// `GET /health` answer: `{"status": "ok"}` (200) or `{"status": "proxy_down"}` (503).
+/// `GET /health` answer: `{"status": "ok", "report_only": 0}` (200) or
+/// `{"status": "proxy_down", ...}` (503).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HealthAnswer {
     /// The daemon's health.
     pub status: Health,
+    /// Registered sources in report mode (what their allowlists would deny
+    /// is let through): 0 when every source is enforced, and from a daemon
+    /// that predates report mode.
+    #[serde(default)]
+    pub report_only: usize,
 }
 
 /// Whether the daemon enforces its registry.

@@ -17,9 +17,9 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 
-/// The protocol version both sides must speak (3: usage requests, and
-/// registrations with a bandwidth cap).
-pub const PROTOCOL: u32 = 3;
+/// The protocol version both sides must speak (4: registrations with a
+/// mode, and would-be denials of report mode in the counters).
+pub const PROTOCOL: u32 = 4;
 
 /// Largest frame accepted (a very large registry still fits).
 pub const MAX_FRAME: usize = 64 * 1024 * 1024;
@@ -141,6 +141,10 @@ pub struct SourceUsage {
     pub requests: u64,
     /// Denials by reason; reasons never seen are left out.
     pub denials: BTreeMap<Reason, u64>,
+    /// Would-be denials let through in report mode, by the reason they
+    /// would have had; left out when there were none.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub reported: BTreeMap<Reason, u64>,
     /// Client connections from the source's address open now.
     pub connections: u64,
     /// The bandwidth cap in force (bytes per second each way), if any.
@@ -210,13 +214,18 @@ pub struct TunnelCount {
 pub struct DecisionCount {
     /// Registration id; empty for unregistered sources.
     pub id: String,
-    /// `None` for allowed, otherwise why it was denied.
+    /// `None` for allowed, otherwise why it was denied (or, not enforced,
+    /// would have been).
     pub reason: Option<Reason>,
+    /// False for would-be denials let through in report mode.
+    #[serde(default = "enforced")]
+    pub enforced: bool,
     /// Number of decisions.
     pub count: u64,
 }
 
-/// One denied connection or request.
+/// One denied connection, request or DNS query; or, not enforced, one let
+/// through in report mode that the allowlist would have denied.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Denial {
@@ -230,8 +239,18 @@ pub struct Denial {
     pub host: String,
     /// Requested port.
     pub port: u16,
-    /// Why it was denied.
+    /// Why it was denied (or, not enforced, would have been).
     pub reason: Reason,
+    /// True for a denial; false for a would-be denial let through because
+    /// the source is registered in report mode (a record from a daemon that
+    /// predates report mode is a denial).
+    #[serde(default = "enforced")]
+    pub enforced: bool,
+}
+
+/// What a record without `enforced` was: a denial.
+fn enforced() -> bool {
+    true
 }
 
 /// A frame that could not be read or decoded.
@@ -323,6 +342,9 @@ mod tests {
                         RegistrationSpec::new("10.0.0.3", "b", ["b.test"])
                             .with_bandwidth(Some(crate::policy::Bandwidth::parse("10MiB/s").unwrap())),
                     ),
+                    SourceChange::Put(
+                        RegistrationSpec::new("10.0.0.4", "c", ["c.test"]).with_mode(crate::policy::Mode::Report),
+                    ),
                 ],
             },
             Message::Resync { generation: 2 },
@@ -340,11 +362,20 @@ mod tests {
             Message::Stats {
                 request: 9,
                 report: StatsReport {
-                    decisions: vec![DecisionCount {
-                        id: "agent".into(),
-                        reason: Some(Reason::NotAllowed),
-                        count: 2,
-                    }],
+                    decisions: vec![
+                        DecisionCount {
+                            id: "agent".into(),
+                            reason: Some(Reason::NotAllowed),
+                            enforced: true,
+                            count: 2,
+                        },
+                        DecisionCount {
+                            id: "watched".into(),
+                            reason: Some(Reason::NotAllowed),
+                            enforced: false,
+                            count: 3,
+                        },
+                    ],
                     denials: vec![Denial {
                         time_ms: 1,
                         ip: "10.0.0.2".into(),
@@ -352,6 +383,7 @@ mod tests {
                         host: "evil.test".into(),
                         port: 443,
                         reason: Reason::NotAllowed,
+                        enforced: false,
                     }],
                     ..StatsReport::default()
                 },
@@ -373,6 +405,7 @@ mod tests {
                     tunnels: 3,
                     requests: 4,
                     denials: [(Reason::NotAllowed, 5)].into(),
+                    reported: [(Reason::NotAllowed, 8)].into(),
                     connections: 6,
                     bandwidth: Some(1 << 20),
                     since_ms: 7,
@@ -420,7 +453,30 @@ mod tests {
             text.contains(r#""denials":{"not-allowed":2,"private-address":1}"#),
             "{text}"
         );
-        assert!(!text.contains("bandwidth"), "{text}");
+        assert!(!text.contains("bandwidth") && !text.contains("reported"), "{text}");
         assert_eq!(serde_json::from_str::<SourceUsage>(&text).unwrap(), usage);
+    }
+
+    #[test]
+    fn a_denial_says_whether_it_was_enforced() {
+        let record = |enforced| Denial {
+            time_ms: 1,
+            ip: "10.0.0.2".into(),
+            id: "a".into(),
+            host: "x.test".into(),
+            port: 443,
+            reason: Reason::NotAllowed,
+            enforced,
+        };
+        let text = serde_json::to_string(&record(false)).unwrap();
+        assert!(text.ends_with(r#""reason":"not-allowed","enforced":false}"#), "{text}");
+        let text = serde_json::to_string(&record(true)).unwrap();
+        assert!(text.ends_with(r#""enforced":true}"#), "{text}");
+        let old = r#"{"time_ms":1,"ip":"10.0.0.2","id":"a","host":"x.test","port":443,"reason":"not-allowed"}"#;
+        assert_eq!(
+            serde_json::from_str::<Denial>(old).unwrap(),
+            record(true),
+            "an older record was enforced"
+        );
     }
 }

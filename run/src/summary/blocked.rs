@@ -46,7 +46,7 @@ pub struct Group {
 /// The groups of `denials`, in [`Fix`] order; empty when nothing was blocked.
 pub fn groups(denials: &[Denial]) -> Vec<Group> {
     let mut grouped: BTreeMap<Fix, BTreeSet<String>> = BTreeMap::new();
-    for denial in denials {
+    for denial in denials.iter().filter(|denial| denial.enforced) {
         grouped
             .entry(Fix::of(denial.reason))
             .or_default()
@@ -104,6 +104,7 @@ mod tests {
             host: host.into(),
             port,
             reason,
+            enforced: true,
         }
     }
 

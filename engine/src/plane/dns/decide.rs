@@ -6,7 +6,9 @@
 //! one decision ([`policy::decide()`] on any port), as for every other front
 //! end; this module owns only the DNS side: unregistered and invalid-label
 //! sources are REFUSED, denied names get NXDOMAIN and never reach the
-//! upstream resolver, and a source awaiting its registration is held.
+//! upstream resolver, a name a report-mode source's list would deny is
+//! answered as if allowed and recorded as a would-be denial, and a source
+//! awaiting its registration is held.
 
 use super::{DenialHook, DnsDenial};
 use crate::policy::reason::Reason;
@@ -75,7 +77,7 @@ pub(crate) fn decide(
     // Sources that are not registered are refused whatever they ask.
     if let Verdict::Deny { reason, id, .. } = &verdict {
         if *reason != Reason::NotAllowed {
-            deny(on_denial, source, id.as_ref(), &name, *reason);
+            record(on_denial, source, id.as_ref(), &name, *reason, true);
             return Action::Reply(error_reply(&request, ResponseCode::Refused));
         }
     }
@@ -88,14 +90,21 @@ pub(crate) fn decide(
     if query.query_class() != DNSClass::IN || !forwarded_type(query.query_type()) {
         return Action::Reply(error_reply(&request, ResponseCode::Refused));
     }
-    if let Verdict::Deny { reason, id, account } = &verdict {
-        if let Some(account) = account {
-            account.add_denial(*reason);
+    match &verdict {
+        Verdict::Deny { reason, id, account } => {
+            if let Some(account) = account {
+                account.add_denial(*reason);
+            }
+            record(on_denial, source, id.as_ref(), &name, *reason, true);
+            Action::Reply(error_reply(&request, ResponseCode::NXDomain))
         }
-        deny(on_denial, source, id.as_ref(), &name, *reason);
-        return Action::Reply(error_reply(&request, ResponseCode::NXDomain));
+        Verdict::Report { reason, id, account } => {
+            account.add_reported(*reason);
+            record(on_denial, source, Some(id), &name, *reason, false);
+            Action::Forward(request)
+        }
+        Verdict::Allow { .. } => Action::Forward(request),
     }
-    Action::Forward(request)
 }
 
 /// The record types a workload needs to reach an allowed name.
@@ -127,16 +136,26 @@ fn header_only(header: &Header) -> Message {
     message
 }
 
-fn deny(on_denial: Option<&DenialHook>, source: IpAddr, id: Option<&Arc<str>>, name: &str, reason: Reason) {
+/// Reports a denied query, or (not `enforced`) a would-be denial answered
+/// as if allowed.
+fn record(
+    on_denial: Option<&DenialHook>,
+    source: IpAddr,
+    id: Option<&Arc<str>>,
+    name: &str,
+    reason: Reason,
+    enforced: bool,
+) {
     if let Some(hook) = on_denial {
         hook(&DnsDenial {
             source,
             id,
             name,
             reason,
+            enforced,
         });
     }
-    tracing::debug!(%source, id = id.map(|id| &**id), name, reason = reason.as_str(), "dns query denied");
+    tracing::debug!(%source, id = id.map(|id| &**id), name, reason = reason.as_str(), enforced, "dns query denied");
 }
 
 #[cfg(test)]

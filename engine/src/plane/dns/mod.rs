@@ -51,7 +51,8 @@ const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(3);
 /// Attempts at binding UDP and TCP to the same ephemeral port.
 const BIND_ATTEMPTS: usize = 16;
 
-/// One refused query, as reported to the stats hook.
+/// One refused query, or one answered as if allowed for a source in report
+/// mode, as reported to the stats hook.
 #[derive(Debug, Clone, Copy)]
 pub struct DnsDenial<'a> {
     /// Where the query came from.
@@ -62,9 +63,13 @@ pub struct DnsDenial<'a> {
     pub name: &'a str,
     /// `not-allowed`, `unregistered` or `invalid-label`.
     pub reason: Reason,
+    /// False when the query was answered anyway: the source is registered
+    /// in report mode and this is what its allowlist would have denied.
+    pub enforced: bool,
 }
 
-/// Called for every denied query, on the filter's own threads.
+/// Called for every denied (or, in report mode, would-be denied) query, on
+/// the filter's own threads.
 pub type DenialHook = Arc<dyn Fn(&DnsDenial<'_>) + Send + Sync>;
 
 /// A running DNS filter.
@@ -226,7 +231,10 @@ pub(crate) fn start(
         Some(upstream) => Answers::Upstream(upstream),
         None => Answers::Upstream(system_upstream()?),
     };
-    let hook: DenialHook = Arc::new(move |d: &DnsDenial<'_>| stats.record_denied(d.source, d.id, d.name, 53, d.reason));
+    let hook: DenialHook = Arc::new(move |d: &DnsDenial<'_>| match (d.enforced, d.id) {
+        (false, Some(id)) => stats.record_reported(d.source, id, d.name, 53, d.reason),
+        _ => stats.record_denied(d.source, d.id, d.name, 53, d.reason),
+    });
     let policy = Policy {
         registry,
         watched,

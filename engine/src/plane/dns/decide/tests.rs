@@ -15,6 +15,7 @@ fn snapshot() -> Snapshot {
         &[
             spec("10.0.0.2", &["allowed.test", "*.wild.test", "port.test:443"]),
             spec("10.0.0.3", &[]),
+            spec("10.0.0.4", &["allowed.test"]).with_mode(crate::policy::Mode::Report),
         ],
     )
     .unwrap()
@@ -103,6 +104,14 @@ fn decision_table() {
             Some((ResponseCode::FormErr, false)),
         ),
         (vec![0x12, 0x34, 0x81], "10.0.0.2", None),
+        // Report mode: what the list would deny is forwarded all the same;
+        // what no list may ask is refused as always.
+        (bytes(query("allowed.test.", RecordType::A)), "10.0.0.4", forward),
+        (bytes(query("evil.test.", RecordType::A)), "10.0.0.4", forward),
+        (bytes(query("Evil.Test.", RecordType::HTTPS)), "10.0.0.4", forward),
+        (bytes(query("evil.test.", RecordType::TXT)), "10.0.0.4", refused),
+        (bytes(query("evil.test.", RecordType::ANY)), "10.0.0.4", refused),
+        (bytes(query(".", RecordType::A)), "10.0.0.4", nxdomain),
         (vec![], "10.0.0.2", None),
     ];
     for (packet, source, want) in cases {
@@ -138,9 +147,13 @@ fn denials_reach_the_hook_with_reason() {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let sink = Arc::clone(&seen);
     let hook: DenialHook = Arc::new(move |d: &DnsDenial<'_>| {
-        sink.lock()
-            .unwrap()
-            .push((d.source, d.id.map(|id| id.to_string()), d.name.to_owned(), d.reason));
+        sink.lock().unwrap().push((
+            d.source,
+            d.id.map(|id| id.to_string()),
+            d.name.to_owned(),
+            d.reason,
+            d.enforced,
+        ));
     });
     let (snap, watch) = (snapshot(), watch());
     for (name, source, hold) in [
@@ -151,6 +164,8 @@ fn denials_reach_the_hook_with_reason() {
         // Awaiting its registration: held without a record, then unregistered.
         ("held.test.", "10.5.3.3", Hold::Allowed),
         ("late.test.", "10.5.3.3", Hold::Over),
+        ("new.test.", "10.0.0.4", Hold::Allowed),
+        ("allowed.test.", "10.0.0.4", Hold::Allowed),
     ] {
         let packet = query(name, RecordType::A).to_vec().unwrap();
         decide(&packet, source.parse().unwrap(), (&snap, &watch), hold, Some(&hook));
@@ -163,25 +178,36 @@ fn denials_reach_the_hook_with_reason() {
                 "10.0.0.2".parse().unwrap(),
                 Some("box-10.0.0.2".into()),
                 "evil.test.".into(),
-                Reason::NotAllowed
+                Reason::NotAllowed,
+                true
             ),
             (
                 "10.0.0.9".parse().unwrap(),
                 None,
                 "allowed.test.".into(),
-                Reason::Unregistered
+                Reason::Unregistered,
+                true
             ),
             (
                 "10.5.0.9".parse().unwrap(),
                 Some("docker:bad".into()),
                 "allowed.test.".into(),
-                Reason::InvalidLabel
+                Reason::InvalidLabel,
+                true
             ),
             (
                 "10.5.3.3".parse().unwrap(),
                 None,
                 "late.test.".into(),
-                Reason::Unregistered
+                Reason::Unregistered,
+                true
+            ),
+            (
+                "10.0.0.4".parse().unwrap(),
+                Some("box-10.0.0.4".into()),
+                "new.test.".into(),
+                Reason::NotAllowed,
+                false
             ),
         ]
     );

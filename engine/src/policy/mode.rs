@@ -1,0 +1,88 @@
+//! A registration's mode: whether its allowlist is enforced, or only
+//! reported (what it would deny is let through and recorded as a would-be
+//! denial, so a workload can be watched once to find the list it needs).
+//! Only the allowlist is ever reported: the destination guard, crackbox's
+//! own listeners, limits, revocation and unregistered sources hold in both
+//! modes. Pure.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// How a registration's allowlist applies.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// What the allowlist does not allow is denied (the default).
+    #[default]
+    Enforce,
+    /// What the allowlist does not allow is let through and recorded with
+    /// `"enforced": false`.
+    Report,
+}
+
+/// A mode that is neither `enforce` nor `report`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid mode {0:?}: expected enforce or report")]
+pub struct ModeError(pub String);
+
+impl Mode {
+    /// Parses the word used on the command line, in labels and in the
+    /// config file: `enforce` or `report`.
+    ///
+    /// ```
+    /// use crackbox_engine::policy::Mode;
+    /// assert_eq!(Mode::parse("report"), Ok(Mode::Report));
+    /// assert!(Mode::parse("audit").is_err());
+    /// ```
+    pub fn parse(text: &str) -> Result<Mode, ModeError> {
+        match text {
+            "enforce" => Ok(Mode::Enforce),
+            "report" => Ok(Mode::Report),
+            other => Err(ModeError(other.chars().take(100).collect())),
+        }
+    }
+
+    /// The word for this mode.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Enforce => "enforce",
+            Mode::Report => "report",
+        }
+    }
+
+    /// True for [`Mode::Enforce`], the mode a document leaves out.
+    pub fn is_enforce(&self) -> bool {
+        *self == Mode::Enforce
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_table() {
+        let cases = [
+            ("enforce", Ok(Mode::Enforce)),
+            ("report", Ok(Mode::Report)),
+            ("Report", Err(ModeError("Report".into()))),
+            ("", Err(ModeError(String::new()))),
+            ("audit", Err(ModeError("audit".into()))),
+        ];
+        for (text, want) in cases {
+            assert_eq!(Mode::parse(text), want, "{text:?}");
+        }
+        for mode in [Mode::Enforce, Mode::Report] {
+            assert_eq!(Mode::parse(mode.as_str()), Ok(mode));
+            assert_eq!(serde_json::to_string(&mode).unwrap(), format!("\"{mode}\""));
+        }
+        assert_eq!(Mode::default(), Mode::Enforce);
+        assert!(serde_json::from_str::<Mode>("\"audit\"").is_err());
+    }
+}
