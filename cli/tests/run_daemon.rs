@@ -83,6 +83,45 @@ fn daemon_run_allows_denies_summarises_and_cleans_up() {
 }
 
 /// A daemon with a SOCKS5 listener on every address.
+#[test]
+fn daemon_run_learns_what_the_command_reached_and_its_file_lets_a_second_run_through() {
+    if !docker_ready() {
+        return;
+    }
+    let httpd = ["httpd", "-f", "-p", "80", "-h", "/www"];
+    let upstream = Upstream::start_serving(&run_probe::LEARN_NAMES, &workload_image(), &httpd, &[]);
+    let daemon = Daemon::start(&upstream);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("learned");
+    let file = file.to_str().unwrap();
+    let script = run_probe::learn_script();
+    let id = unique("d-learn");
+    let out = daemon_run_command(
+        &daemon.name,
+        &id,
+        "none.invalid",
+        &["--learn-file", file],
+        &["sh", "-c", &script],
+    )
+    .output()
+    .unwrap();
+    run_probe::assert_learned(&out);
+    run_probe::assert_learn_file(std::path::Path::new(file), &["none.invalid"]);
+    assert_daemon_restored(&daemon, &upstream, &id);
+    let id = unique("d-learned");
+    let out = daemon_run_command(
+        &daemon.name,
+        &id,
+        "none.invalid",
+        &["--allow-file", file],
+        &["sh", "-c", &script],
+    )
+    .output()
+    .unwrap();
+    run_probe::assert_relearned_nothing(&out);
+    assert_daemon_restored(&daemon, &upstream, &id);
+}
+
 fn socks_daemon(upstream: &Upstream) -> Daemon {
     Daemon::start_with(upstream, &[], &[], &["--socks", ":1080"])
 }

@@ -1,7 +1,8 @@
 //! `crackbox run` with the docker backend and a proxy of the run's own,
 //! beyond plain HTTP: SOCKS5 to names and to a raw TCP service, a bandwidth
 //! cap, the usage and grouped denials of the exit summary, allowlist files
-//! and presets. The upstream lives on a network the test creates.
+//! and presets, learning what a command needs. The upstream lives on a
+//! network the test creates.
 
 use crackbox_test_support::describe;
 use crackbox_test_support::docker::*;
@@ -81,5 +82,44 @@ fn run_allow_files_and_presets_add_to_allow() {
         "{}",
         describe(&out)
     );
+    assert_eq!(leftovers(&id), Vec::<String>::new());
+}
+
+#[test]
+fn run_learn_prints_what_the_command_reached_and_its_file_lets_a_second_run_through() {
+    if !docker_ready() {
+        return;
+    }
+    let httpd = ["httpd", "-f", "-p", "80", "-h", "/www"];
+    let upstream = Upstream::start_serving(&run_probe::LEARN_NAMES, &workload_image(), &httpd, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("learned");
+    let file = file.to_str().unwrap();
+    let script = run_probe::learn_script();
+    let id = unique("learn");
+    let out = run_command_with(
+        &upstream,
+        &id,
+        "none.invalid",
+        &["--learn-file", file],
+        &["sh", "-c", &script],
+    )
+    .output()
+    .unwrap();
+    run_probe::assert_learned(&out);
+    run_probe::assert_learn_file(std::path::Path::new(file), &["none.invalid"]);
+    assert_eq!(leftovers(&id), Vec::<String>::new());
+
+    let id = unique("learned");
+    let out = run_command_with(
+        &upstream,
+        &id,
+        "none.invalid",
+        &["--allow-file", file],
+        &["sh", "-c", &script],
+    )
+    .output()
+    .unwrap();
+    run_probe::assert_relearned_nothing(&out);
     assert_eq!(leftovers(&id), Vec::<String>::new());
 }

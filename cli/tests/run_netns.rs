@@ -352,3 +352,48 @@ fn run_netns_lists_a_private_destination_apart_with_the_switch_that_allows_it() 
     );
     assert_eq!(upstream.accepts.load(std::sync::atomic::Ordering::SeqCst), 0);
 }
+
+/// `crackbox run --backend netns FLAGS -- sh -c SCRIPT` in a mount namespace
+/// of its own whose `/etc/hosts` (written to `dir`) names the learning
+/// probe's hosts at `at`, so the proxy `run` starts resolves them there; the
+/// host's file is untouched.
+fn netns_run_resolving(dir: &std::path::Path, at: &str, flags: &[&str], script: &str) -> Command {
+    let hosts = dir.join("hosts");
+    let names = run_probe::LEARN_NAMES.join(" ");
+    std::fs::write(&hosts, format!("127.0.0.1 localhost\n{at} {names}\n")).unwrap();
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg("mount --bind \"$0\" /etc/hosts && exec \"$@\"")
+        .arg(&hosts)
+        .arg(binary())
+        .args(["run", "--backend", "netns"])
+        .args(flags)
+        .args(["--", "sh", "-c", script])
+        .env("CRACKBOX_ALLOW_PRIVATE_DESTINATIONS", "1")
+        .stdin(Stdio::null());
+    cmd
+}
+
+#[test]
+fn run_netns_learn_prints_what_the_command_reached_and_its_file_lets_a_second_run_through() {
+    if !is_root() {
+        return;
+    }
+    // Port 80 of a loopback address of the test's own: the names are learned
+    // without a port.
+    let at = "127.0.77.1";
+    let _upstream = serve(&format!("{at}:80"));
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("learned");
+    let file = file.to_str().unwrap();
+    let script = run_probe::learn_script();
+    let out = netns_run_resolving(dir.path(), at, &["--learn-file", file], &script)
+        .output()
+        .unwrap();
+    run_probe::assert_learned(&out);
+    run_probe::assert_learn_file(std::path::Path::new(file), &[]);
+    let out = netns_run_resolving(dir.path(), at, &["--allow-file", file], &script)
+        .output()
+        .unwrap();
+    run_probe::assert_relearned_nothing(&out);
+}

@@ -9,13 +9,14 @@ use crackbox_engine::policy::{expand_presets, parse_allow_file, RegistrationSpec
 use std::path::{Path, PathBuf};
 
 /// The normalised allowlist of `--allow` and `--allow-file` (in that order),
-/// for a registration named `id` (validated too).
-pub fn allowlist(id: &str, allow: &[String], files: &[PathBuf]) -> Result<Vec<String>, RunError> {
+/// for a registration named `id` (validated too); empty only when the run
+/// `learning` lets everything through anyway.
+pub fn allowlist(id: &str, allow: &[String], files: &[PathBuf], learning: bool) -> Result<Vec<String>, RunError> {
     let mut entries = allow.to_vec();
     for path in files {
         entries.extend(read_allow_file(path)?);
     }
-    if entries.is_empty() {
+    if entries.is_empty() && !learning {
         return Err(RunError::EmptyAllow);
     }
     let expanded = expand_presets(&entries)?;
@@ -70,11 +71,17 @@ mod tests {
         ];
         for (allow, files, want) in cases {
             assert_eq!(
-                allowlist("run-1", &strings(allow), &files).unwrap(),
+                allowlist("run-1", &strings(allow), &files, false).unwrap(),
                 want,
                 "{allow:?} {files:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_learning_run_may_start_from_nothing() {
+        assert_eq!(allowlist("run-1", &[], &[], true).unwrap(), Vec::<String>::new());
+        assert!(allowlist("run-1", &strings(&["bad host"]), &[], true).is_err());
     }
 
     #[test]
@@ -121,7 +128,7 @@ mod tests {
             ),
         ];
         for (id, allow, files, words) in cases {
-            let err = allowlist(id, &strings(allow), &files).unwrap_err().to_string();
+            let err = allowlist(id, &strings(allow), &files, false).unwrap_err().to_string();
             for word in &words {
                 assert!(err.contains(word.as_str()), "{allow:?} {files:?}: {err}");
             }

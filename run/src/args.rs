@@ -26,12 +26,27 @@ pub struct RunArgs {
     /// blocks everything). Same forms as the admin API: `example.com`,
     /// `*.example.com`, `example.com:443`, IP literals; presets (`@pypi`,
     /// `crackbox presets` lists them) expand to their hosts.
-    #[arg(long, value_delimiter = ',', required_unless_present = "allow_file")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        required_unless_present_any = ["allow_file", "learn", "learn_file"]
+    )]
     pub allow: Vec<String>,
     /// A file of allowlist entries, one per line (`#` comments, blank lines
     /// ignored), added to --allow; repeatable.
     #[arg(long, value_name = "PATH")]
     pub allow_file: Vec<PathBuf>,
+    /// Learn what the command needs: nothing beyond the allowlist (which may
+    /// be empty) is blocked, everything it reaches is recorded, and at exit
+    /// crackbox prints the names to add (`crackbox: learned --allow ...`).
+    /// The destination guard still refuses private addresses.
+    #[arg(long)]
+    pub learn: bool,
+    /// With --learn (implied): also write the whole allowlist, the given
+    /// entries and the learned ones, to PATH, one per line (what
+    /// --allow-file reads).
+    #[arg(long, value_name = "PATH")]
+    pub learn_file: Option<PathBuf>,
     /// Cap the command's traffic at this rate in each direction: a number
     /// with KiB/s, MiB/s or GiB/s (`10MiB/s`) [default: no cap].
     #[arg(long, value_name = "RATE")]
@@ -144,6 +159,11 @@ impl RunArgs {
                 }
             }
         }
+    }
+
+    /// Whether the run learns (`--learn`, or `--learn-file` which implies it).
+    pub fn learning(&self) -> bool {
+        self.learn || self.learn_file.is_some()
     }
 
     /// The `--bandwidth` cap, if one was given.
@@ -272,6 +292,9 @@ mod tests {
         let parse = |words: &[&str]| Line::try_parse_from(words.iter().chain(&["--", "true"])).map(|l| l.args);
         assert!(parse(&[]).is_err());
         assert!(parse(&["--allow-file", "x"]).is_ok());
+        assert!(parse(&["--learn"]).unwrap().learning());
+        assert!(parse(&["--learn-file", "x"]).unwrap().learning());
+        assert!(!parse(&["--allow", "a.test"]).unwrap().learning());
         /// Flags, then the cap in bytes per second or the start of the error.
         type Case<'a> = (&'a [&'a str], Result<Option<u64>, &'a str>);
         let cases: &[Case] = &[

@@ -27,6 +27,14 @@ pub enum RunError {
         /// What is wrong: the read error, or the line and its problem.
         detail: String,
     },
+    /// The `--learn-file` cannot be written.
+    #[error("--learn-file {path}: {detail}")]
+    LearnFile {
+        /// The file as given.
+        path: String,
+        /// Why it cannot be written.
+        detail: String,
+    },
     /// `--bandwidth` is not a cap.
     #[error("--bandwidth: {0}")]
     Bandwidth(#[from] BandwidthError),

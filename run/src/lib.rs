@@ -21,6 +21,7 @@ mod docker;
 mod error;
 mod jail_proxy;
 mod journal;
+mod learn_file;
 mod lifecycle;
 mod netns;
 mod plan;
@@ -55,9 +56,16 @@ fn execute(args: RunArgs) -> Result<i32, RunError> {
     let placement = args.placement(&env)?;
     let run_id = token::random_hex(4).map_err(|e| RunError::io("reading /dev/urandom", e))?;
     let id = args.id.clone().unwrap_or_else(|| format!("run-{run_id}"));
+    let learning = args.learning();
     let plan = Plan {
-        allow: allow::allowlist(&id, &args.allow, &args.allow_file)?,
+        allow: allow::allowlist(&id, &args.allow, &args.allow_file, learning)?,
         bandwidth: args.bandwidth_cap()?,
+        learning,
+        learn_file: args
+            .learn_file
+            .as_deref()
+            .map(learn_file::LearnFile::create)
+            .transpose()?,
         run_id,
         id,
         command: args.command,

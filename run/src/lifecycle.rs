@@ -16,7 +16,7 @@ use crate::error::RunError;
 use crate::journal::{Journal, Kind};
 use crate::plan::Plan;
 use crate::signals::Signals;
-use crate::summary::{self, PrivateSwitch, Scope};
+use crate::summary::{Findings, PrivateSwitch, Scope};
 use crackbox_client::Client;
 use std::net::IpAddr;
 
@@ -84,12 +84,32 @@ pub async fn run<B: Backend>(plan: &Plan, backend: &B) -> Result<i32, RunError> 
     };
     tracing::debug!("workload done");
     // A workload that never started moved nothing: its error is the one line.
-    if let (Some((jail, scope)), Ok(_), false) = (&registered, &outcome, plan.quiet) {
-        summary::print(&jail.admin, *scope).await;
-    }
+    let learned = match (&registered, &outcome) {
+        (Some((jail, scope)), Ok(_)) => conclude(plan, &jail.admin, *scope).await,
+        _ => Ok(()),
+    };
     journal.undo().await;
     tracing::debug!("jail removed");
-    outcome
+    let code = outcome?;
+    learned.map(|()| code)
+}
+
+/// Reads what the proxy recorded of the run (before teardown unregisters
+/// it), prints the summary unless `--quiet`, and writes a learning run's
+/// `--learn-file`.
+async fn conclude(plan: &Plan, admin: &Client, scope: Scope) -> Result<(), RunError> {
+    if plan.quiet && plan.learn_file.is_none() {
+        return Ok(());
+    }
+    let findings = Findings::read(admin, scope).await;
+    if !plan.quiet {
+        findings.print();
+    }
+    match (&plan.learn_file, findings.learned()) {
+        (Some(file), Some(learned)) => file.write(&plan.allow, &learned),
+        (Some(file), None) => Err(file.not_written("the proxy's records of the run could not be read")),
+        (None, _) => Ok(()),
+    }
 }
 
 /// Registers the workload's source with the plan's allowlist and cap;
@@ -104,7 +124,7 @@ async fn register(plan: &Plan, jail: &Jail, journal: &Journal) -> Result<Scope, 
         true => PrivateSwitch::Daemon,
         false => PrivateSwitch::RunEnvironment,
     };
-    let scope = Scope::starting_now(jail.source, switch);
+    let scope = Scope::starting_now(jail.source, switch, plan.learning);
     let entry = match jail.shared {
         true => Some(journal.record(Kind::Leaf, admin::unregister(jail.admin.clone(), jail.source))?),
         false => None,

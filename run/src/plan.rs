@@ -1,8 +1,10 @@
 //! What one run is asked to do, decided before anything exists and the
-//! same for every backend: the names, the registration (allowlist and
-//! cap), the command and how it meets the user's terminal.
+//! same for every backend: the names, the registration (allowlist, cap and
+//! whether it only reports, to learn), the command and how it meets the
+//! user's terminal.
 
-use crackbox_engine::policy::{Bandwidth, RegistrationSpec};
+use crate::learn_file::LearnFile;
+use crackbox_engine::policy::{Bandwidth, Mode, RegistrationSpec};
 use std::net::IpAddr;
 
 /// One run, as every backend sees it.
@@ -16,6 +18,11 @@ pub struct Plan {
     pub allow: Vec<String>,
     /// The bandwidth cap (`--bandwidth`), if any.
     pub bandwidth: Option<Bandwidth>,
+    /// Whether the run learns (`--learn`): its source is registered
+    /// report-only, so nothing beyond the list is blocked, only recorded.
+    pub learning: bool,
+    /// Where a learning run writes its whole allowlist (`--learn-file`).
+    pub learn_file: Option<LearnFile>,
     /// The command and its arguments.
     pub command: Vec<String>,
     /// Steered interception asked for (no `--no-steer`).
@@ -29,6 +36,12 @@ pub struct Plan {
 impl Plan {
     /// The registration of the workload at `source`.
     pub fn registration(&self, source: IpAddr) -> RegistrationSpec {
-        RegistrationSpec::new(source.to_string(), &self.id, &self.allow).with_bandwidth(self.bandwidth)
+        let mode = match self.learning {
+            true => Mode::Report,
+            false => Mode::Enforce,
+        };
+        RegistrationSpec::new(source.to_string(), &self.id, &self.allow)
+            .with_bandwidth(self.bandwidth)
+            .with_mode(mode)
     }
 }

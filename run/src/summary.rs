@@ -1,8 +1,8 @@
-//! The exit summary (README "crackbox run"): what the run's source moved
-//! and what its proxy blocked, grouped by what fixes it, read from the
-//! proxy's admin API once the workload is done and before the source is
-//! unregistered (which drops its usage). Never fails the run: what cannot
-//! be read is left out.
+//! The exit summary (README "crackbox run"): what the run's source moved,
+//! what its proxy blocked, grouped by what fixes it, and for a learning run
+//! what it reached beyond its list, read from the proxy's admin API once
+//! the workload is done and before the source is unregistered (which drops
+//! its usage). Never fails the run: what cannot be read is left out.
 
 mod blocked;
 mod render;
@@ -10,7 +10,7 @@ mod render;
 pub use render::PrivateSwitch;
 
 use crackbox_client::{Client, Denial};
-use render::Moved;
+use render::{Met, Moved};
 use std::net::IpAddr;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -27,11 +27,13 @@ pub struct Scope {
     pub since_ms: u64,
     /// Who can let allowed names reach private addresses.
     pub switch: PrivateSwitch,
+    /// Whether the run learns (its source is registered report-only).
+    pub learning: bool,
 }
 
 impl Scope {
-    /// The scope of `source`, registered from now on.
-    pub fn starting_now(source: IpAddr, switch: PrivateSwitch) -> Self {
+    /// The scope of `source`, registered from now on, `learning` or not.
+    pub fn starting_now(source: IpAddr, switch: PrivateSwitch, learning: bool) -> Self {
         let since_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
@@ -39,6 +41,7 @@ impl Scope {
             source,
             since_ms,
             switch,
+            learning,
         }
     }
 
@@ -47,31 +50,60 @@ impl Scope {
     }
 }
 
-/// Prints the summary of `scope` from the proxy at `admin` on stderr.
-pub async fn print(admin: &Client, scope: Scope) {
-    let source = scope.source.to_string();
-    let (usage, denials) = tokio::join!(admin.usage(&source), admin.denials(DENIALS_LIMIT));
-    let moved = match usage {
-        Ok(usage) => usage.map(|u| Moved {
-            bytes_out: u.bytes_up,
-            bytes_in: u.bytes_down,
-        }),
-        Err(e) => {
-            tracing::debug!("cannot read the run's usage: {e}");
-            None
+/// What the proxy recorded of a run: its usage and its denial records
+/// (`None` where they could not be read).
+pub struct Findings {
+    scope: Scope,
+    moved: Option<Moved>,
+    denials: Option<Vec<Denial>>,
+}
+
+impl Findings {
+    /// Reads what the proxy at `admin` recorded of `scope`.
+    pub async fn read(admin: &Client, scope: Scope) -> Findings {
+        let source = scope.source.to_string();
+        let (usage, denials) = tokio::join!(admin.usage(&source), admin.denials(DENIALS_LIMIT));
+        let moved = match usage {
+            Ok(usage) => usage.map(|u| Moved {
+                bytes_out: u.bytes_up,
+                bytes_in: u.bytes_down,
+            }),
+            Err(e) => {
+                tracing::debug!("cannot read the run's usage: {e}");
+                None
+            }
+        };
+        let denials = match denials {
+            Ok(mut denials) => {
+                denials.retain(|denial| scope.holds(denial));
+                Some(denials)
+            }
+            Err(e) => {
+                tracing::debug!("cannot read denials: {e}");
+                None
+            }
+        };
+        Findings { scope, moved, denials }
+    }
+
+    /// What a learning run reached beyond its list, each as the entry that
+    /// allows it (`None` for a run that does not learn, or when the records
+    /// could not be read).
+    pub fn learned(&self) -> Option<Vec<String>> {
+        let denials = self.denials.as_deref().filter(|_| self.scope.learning)?;
+        Some(blocked::learned(denials))
+    }
+
+    /// Prints the summary on stderr.
+    pub fn print(&self) {
+        let groups = self.denials.as_deref().map(blocked::groups);
+        let learned = self.learned();
+        let met = groups.as_deref().map(|blocked| Met {
+            blocked,
+            learned: learned.as_deref(),
+        });
+        for line in render::lines(self.moved, met, self.scope.switch) {
+            eprintln!("{line}");
         }
-    };
-    let groups = match denials {
-        Ok(mut denials) => {
-            denials.retain(|denial| scope.holds(denial));
-            Some(blocked::groups(&denials))
-        }
-        Err(e) => {
-            tracing::debug!("cannot read denials: {e}");
-            None
-        }
-    };
-    for line in render::lines(moved, groups.as_deref(), scope.switch) {
-        eprintln!("{line}");
     }
 }

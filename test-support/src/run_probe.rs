@@ -2,7 +2,8 @@
 //! SOCKS5 clients (curl through `ALL_PROXY` and `--socks5-hostname` with
 //! the HTTP proxy variables unset, OpenBSD netcat's `nc -X 5` to a raw TCP
 //! service), a bulk download and an echoed upload for bandwidth caps and
-//! usage; and the reading of the exit summary that reports them.
+//! usage, the names a learning run reaches; and the reading of the exit
+//! summary that reports them.
 //!
 //! `nc` is called `/usr/bin/nc` (OpenBSD netcat on the host and in the
 //! Docker workload image, where a bare `nc` is busybox's applet).
@@ -199,4 +200,57 @@ pub fn summary_moved(stderr: &str) -> Option<(Shown, Shown)> {
     let (out, rest) = rest.split_once(" out, ")?;
     let (inbound, _) = rest.split_once(" in")?;
     Some((Shown::parse(out)?, Shown::parse(inbound)?))
+}
+
+/// The names a learning run's probe reaches, sorted as `learned` prints them.
+pub const LEARN_NAMES: [&str; 3] = ["one.test", "three.test", "two.test"];
+
+/// The learning probe: fetches `http://NAME/` of every name in
+/// [`LEARN_NAMES`] through the proxy, printing each status code.
+pub fn learn_script() -> String {
+    LEARN_NAMES
+        .iter()
+        .map(|name| format!("curl -sS -m 10 -o /dev/null -w '%{{http_code}}\\n' http://{name}/; "))
+        .collect()
+}
+
+/// A learning run reached every name of [`LEARN_NAMES`] (its probe printed
+/// 200 for each), blocked nothing and printed exactly them as the line to
+/// paste.
+pub fn assert_learned(out: &Output) {
+    let context = crate::describe(out);
+    assert_eq!(out.status.code(), Some(0), "{context}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "200\n200\n200\n", "{context}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let learned: Vec<&str> = stderr.lines().filter(|l| l.starts_with("crackbox: learned ")).collect();
+    assert_eq!(
+        learned,
+        [format!("crackbox: learned --allow {}", LEARN_NAMES.join(","))],
+        "{context}"
+    );
+    assert!(stderr.contains(" in, nothing blocked\n"), "{context}");
+}
+
+/// A run given a learning run's `--learn-file` as `--allow-file` reached
+/// every name and blocked nothing.
+pub fn assert_relearned_nothing(out: &Output) {
+    let context = crate::describe(out);
+    assert_eq!(out.status.code(), Some(0), "{context}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "200\n200\n200\n", "{context}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(" in, nothing blocked\n"),
+        "{context}"
+    );
+}
+
+/// The entries of a learning run's `--learn-file`: the `given` ones, then
+/// [`LEARN_NAMES`].
+pub fn assert_learn_file(path: &std::path::Path, given: &[&str]) {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let entries: Vec<&str> = text
+        .lines()
+        .filter(|line| !line.starts_with('#') && !line.is_empty())
+        .collect();
+    let want: Vec<&str> = given.iter().chain(&LEARN_NAMES).copied().collect();
+    assert_eq!(entries, want, "{text}");
 }

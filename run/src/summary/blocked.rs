@@ -1,9 +1,11 @@
 //! What a run's proxy blocked, grouped by what fixes it: names not on
 //! `--allow`, names refused as private destinations, an unregistered
-//! source, and the rarer reasons. One destination is listed once per group
-//! however often it was tried: a steered jail's DNS lookups of a name
-//! (`name.`, recorded with port 53) and its requests for it are one.
-//! Pure: the records come from `/v1/denials`.
+//! source, and the rarer reasons; and what a learning run reached beyond
+//! its list (the records let through, `"enforced": false`). One
+//! destination is listed once however often it was tried: a steered jail's
+//! DNS lookups of a name (`name.`, recorded with port 53) and its requests
+//! for it are one, and a name also reached on a port of its own is listed
+//! with that port only. Pure: the records come from `/v1/denials`.
 
 use crackbox_client::{Denial, Reason};
 use std::collections::{BTreeMap, BTreeSet};
@@ -43,22 +45,50 @@ pub struct Group {
     pub destinations: Vec<String>,
 }
 
-/// The groups of `denials`, in [`Fix`] order; empty when nothing was blocked.
+/// The groups of what `denials` blocked (the enforced records), in [`Fix`]
+/// order; empty when nothing was blocked.
 pub fn groups(denials: &[Denial]) -> Vec<Group> {
-    let mut grouped: BTreeMap<Fix, BTreeSet<String>> = BTreeMap::new();
+    let mut grouped: BTreeMap<Fix, Vec<&Denial>> = BTreeMap::new();
     for denial in denials.iter().filter(|denial| denial.enforced) {
-        grouped
-            .entry(Fix::of(denial.reason))
-            .or_default()
-            .insert(destination(denial));
+        grouped.entry(Fix::of(denial.reason)).or_default().push(denial);
     }
     grouped
         .into_iter()
-        .map(|(fix, destinations)| Group {
+        .map(|(fix, records)| Group {
             fix,
-            destinations: destinations.into_iter().collect(),
+            destinations: destinations(records),
         })
         .collect()
+}
+
+/// What a learning run reached beyond its list, each as the allowlist
+/// entry that allows it, sorted: the records its proxy let through and
+/// only reported.
+pub fn learned(denials: &[Denial]) -> Vec<String> {
+    destinations(denials.iter().filter(|denial| !denial.enforced).collect())
+}
+
+/// The destinations `records` name, sorted, each once: a name that was
+/// only looked up in DNS is listed as the name (any port), one that was
+/// also reached by TCP only with the ports it was reached on.
+fn destinations(records: Vec<&Denial>) -> Vec<String> {
+    let reached: BTreeSet<String> = records
+        .iter()
+        .filter(|record| !record.host.ends_with('.'))
+        .map(|record| host_of(&record.host))
+        .collect();
+    records
+        .iter()
+        .filter(|record| !record.host.ends_with('.') || !reached.contains(&host_of(&record.host)))
+        .map(|record| destination(record))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect()
+}
+
+/// A recorded host in lower case, a DNS question's trailing dot dropped.
+fn host_of(host: &str) -> String {
+    host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase()
 }
 
 /// The destinations of all `groups`, each once.
@@ -105,6 +135,66 @@ mod tests {
             port,
             reason,
             enforced: true,
+        }
+    }
+
+    /// A record of `host:port` let through by a learning run.
+    fn reported(host: &str, port: u16) -> Denial {
+        Denial {
+            enforced: false,
+            ..denial(host, port, Reason::NotAllowed)
+        }
+    }
+
+    #[test]
+    fn a_learning_run_learns_what_it_reached_each_as_the_entry_that_allows_it() {
+        /// Records (host, port, enforced), then what is learned.
+        type Case<'a> = (&'a [(&'a str, u16, bool)], &'a [&'a str]);
+        let cases: &[Case] = &[
+            (&[], &[]),
+            (
+                // A steered jail: the lookups, then the request on 443.
+                &[
+                    ("PyPI.org.", 53, false),
+                    ("pypi.org.", 53, false),
+                    ("pypi.org", 443, false),
+                ],
+                &["pypi.org"],
+            ),
+            (
+                // Looked up, then reached on a port of its own: that port only.
+                &[("db.test.", 53, false), ("db.test", 5432, false)],
+                &["db.test:5432"],
+            ),
+            (
+                // Only looked up: the name, any port.
+                &[
+                    ("lookup.test.", 53, false),
+                    ("b.test", 80, false),
+                    ("a.test", 8443, false),
+                ],
+                &["a.test:8443", "b.test", "lookup.test"],
+            ),
+            (
+                // What was refused for real is not learned.
+                &[("inner.test", 443, true), ("out.test", 443, false)],
+                &["out.test"],
+            ),
+        ];
+        for (records, want) in cases {
+            let denials: Vec<Denial> = records
+                .iter()
+                .map(|(host, port, enforced)| match enforced {
+                    true => denial(host, *port, Reason::PrivateAddress),
+                    false => reported(host, *port),
+                })
+                .collect();
+            assert_eq!(learned(&denials), *want, "{records:?}");
+            let blocked = groups(&denials);
+            assert!(
+                blocked.iter().all(|g| g.fix == Fix::AllowPrivate),
+                "only the enforced records are blocked: {blocked:?}"
+            );
         }
     }
 

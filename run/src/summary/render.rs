@@ -1,6 +1,7 @@
 //! The exit summary's text (README "crackbox run"): one line of what the
-//! run moved and how many destinations were blocked, then one line per
-//! group of blocked destinations saying what fixes them. Pure.
+//! run moved and how many destinations were blocked, for a learning run the
+//! line to paste (`crackbox: learned --allow a,b`), then one line per group
+//! of blocked destinations saying what fixes them. Pure.
 
 use super::blocked::{self, Fix, Group};
 
@@ -22,9 +23,22 @@ pub struct Moved {
     pub bytes_in: u64,
 }
 
+/// What the records say a run met: the groups of what was blocked and,
+/// for a learning run, what it reached beyond its list.
+#[derive(Debug, Clone, Copy)]
+pub struct Met<'a> {
+    /// What was blocked, grouped by what fixes it.
+    pub blocked: &'a [Group],
+    /// A learning run's destinations beyond its list (`None`: not learning).
+    pub learned: Option<&'a [String]>,
+}
+
 /// The summary's lines: `moved` and how many destinations were blocked
-/// (left out when unknown), then a line per group in `blocked`.
-pub fn lines(moved: Option<Moved>, blocked: Option<&[Group]>, switch: PrivateSwitch) -> Vec<String> {
+/// (left out when unknown), a learning run's line to paste, then a line per
+/// group of what was blocked.
+pub fn lines(moved: Option<Moved>, met: Option<Met<'_>>, switch: PrivateSwitch) -> Vec<String> {
+    let blocked = met.map(|met| met.blocked);
+    let learning = met.is_some_and(|met| met.learned.is_some());
     let mut head = Vec::new();
     if let Some(moved) = moved {
         head.push(format!("{} out, {} in", bytes(moved.bytes_out), bytes(moved.bytes_in)));
@@ -40,9 +54,18 @@ pub fn lines(moved: Option<Moved>, blocked: Option<&[Group]>, switch: PrivateSwi
     if !head.is_empty() {
         lines.push(format!("crackbox: {}", head.join(", ")));
     }
+    match met.and_then(|met| met.learned) {
+        Some([]) => lines.push("crackbox: learned nothing beyond --allow".into()),
+        Some(learned) => lines.push(format!("crackbox: learned --allow {}", learned.join(","))),
+        None => {}
+    }
     for group in blocked.unwrap_or_default() {
+        let what = match (learning, group.fix) {
+            (true, Fix::AllowPrivate) => "not learnable:",
+            _ => "blocked",
+        };
         lines.push(format!(
-            "crackbox: blocked {} ({})",
+            "crackbox: {what} {} ({})",
             group.destinations.join(", "),
             why(group.fix, switch)
         ));
@@ -131,6 +154,9 @@ mod tests {
         ];
         /// Moved, blocked, switch, then the lines.
         type Case<'a> = (Option<Moved>, Option<&'a [Group]>, PrivateSwitch, &'a [&'a str]);
+        fn met(blocked: Option<&[Group]>) -> Option<Met<'_>> {
+            blocked.map(|blocked| Met { blocked, learned: None })
+        }
         let cases: &[Case] = &[
             (None, None, PrivateSwitch::RunEnvironment, &[]),
             (
@@ -189,7 +215,34 @@ mod tests {
             ),
         ];
         for (moved, blocked, switch, want) in cases {
-            assert_eq!(lines(*moved, *blocked, *switch), *want, "{moved:?} {blocked:?}");
+            assert_eq!(lines(*moved, met(*blocked), *switch), *want, "{moved:?} {blocked:?}");
         }
+    }
+
+    #[test]
+    fn a_learning_run_says_what_to_paste_and_what_cannot_be_learned() {
+        let moved = Some(Moved {
+            bytes_out: 2048,
+            bytes_in: 4096,
+        });
+        let private = [group(Fix::AllowPrivate, &["inner.test"])];
+        let learned = ["files.pythonhosted.org".to_string(), "pypi.org".to_string()];
+        let met = |blocked, learned| Some(Met { blocked, learned });
+        assert_eq!(
+            lines(moved, met(&[], Some(&learned)), PrivateSwitch::RunEnvironment),
+            [
+                "crackbox: 2.0 KiB out, 4.0 KiB in, nothing blocked",
+                "crackbox: learned --allow files.pythonhosted.org,pypi.org",
+            ]
+        );
+        assert_eq!(
+            lines(moved, met(&private, Some(&[])), PrivateSwitch::Daemon),
+            [
+                "crackbox: 2.0 KiB out, 4.0 KiB in, 1 host blocked",
+                "crackbox: learned nothing beyond --allow",
+                "crackbox: not learnable: inner.test (a private address: allowed with the daemon's \
+                 --allow-private-destinations or by an IP-literal entry, unless it is crackbox's own)",
+            ]
+        );
     }
 }
