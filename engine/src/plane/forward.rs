@@ -373,6 +373,11 @@ impl<'w> Session<'w> {
         if live.signal().is_fired() {
             return self.reply(&responses::denial(Reason::Revoked, &host, port)).await;
         }
+        // Counted before the client hears 200, so a client that reads the
+        // usage after its reply finds its tunnel there.
+        account.add_tunnel(self.worker.thread);
+        self.worker.stats.count_tunnel(FrontEnd::Connect);
+        let _active = self.worker.stats.open_tunnel();
         if self
             .client
             .write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")
@@ -381,7 +386,6 @@ impl<'w> Session<'w> {
         {
             return;
         }
-        account.add_tunnel(self.worker.thread);
         // The head buffer goes (bytes sent early by the client go on first):
         // an idle tunnel holds no buffer, not even an empty one's capacity.
         let early = std::mem::take(&mut self.inbox);
@@ -392,8 +396,6 @@ impl<'w> Session<'w> {
             self.worker.plumbing(&account).charged(Direction::Up, early.len());
         }
         drop(early);
-        self.worker.stats.count_tunnel(FrontEnd::Connect);
-        let _active = self.worker.stats.open_tunnel();
         tunnel::run(self.worker.plumbing(&account), &self.client, &upstream, live.signal()).await;
     }
 

@@ -120,11 +120,15 @@ pub(crate) fn serve<'w>(worker: &'w Rc<Worker>, client: Conn, source: IpAddr) ->
         if live.signal().is_fired() {
             return outbox.refuse(&client, Refusal::Reply(Reply::NotAllowed)).await;
         }
+        // Counted before the client hears success, so a client that reads
+        // the usage after its reply finds its tunnel there.
+        account.add_tunnel(worker.thread);
+        worker.stats.count_tunnel(FrontEnd::Socks5);
+        let _active = worker.stats.open_tunnel();
         outbox.push(&Reply::Succeeded.bytes());
         if outbox.flush(&client).await.is_err() {
             return;
         }
-        account.add_tunnel(worker.thread);
         // Bytes sent early by the client go on first, and their buffer goes:
         // an idle tunnel holds none.
         if !early.is_empty() {
@@ -134,8 +138,6 @@ pub(crate) fn serve<'w>(worker: &'w Rc<Worker>, client: Conn, source: IpAddr) ->
             worker.plumbing(&account).charged(Direction::Up, early.len());
         }
         drop(early);
-        worker.stats.count_tunnel(FrontEnd::Socks5);
-        let _active = worker.stats.open_tunnel();
         tunnel::run(worker.plumbing(&account), &client, &upstream, live.signal()).await;
     }
 }
