@@ -16,7 +16,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{channel, RecvTimeoutError, Sender};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
@@ -134,10 +134,11 @@ fn session(
                 );
                 None
             }
-            Message::StatsRequest { request } => Some(Message::Stats {
-                request,
-                report: stats.report(),
-            }),
+            Message::StatsRequest { request } => {
+                let report = stats.report();
+                stats.forget_departed(registry.load().ids(), Instant::now());
+                Some(Message::Stats { request, report })
+            }
             other => {
                 tracing::warn!(message = ?other, "unexpected message from control ignored");
                 None

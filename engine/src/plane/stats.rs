@@ -1,16 +1,18 @@
 //! Engine counters: decisions per id and reason, bytes, active tunnels and
 //! the ring of recent denials, shared by all core threads and read by the
 //! control link. Denial logging is rate-limited per source; counters are
-//! always exact.
+//! always exact. The counters of an id that is no longer registered are
+//! dropped once they have not moved for [`DEPARTED_KEPT`], so they never
+//! outgrow the registry however many sandboxes come and go.
 
 use crate::policy::reason::Reason;
 use crate::protocol::wire::{DecisionCount, Denial, StatsReport};
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::VecDeque;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Denials kept for `/v1/denials`.
 const DENIAL_RING: usize = 1000;
@@ -18,6 +20,10 @@ const DENIAL_RING: usize = 1000;
 const MAX_HOST_RECORDED: usize = 255;
 /// Sources tracked for log rate limiting before the table is reset.
 const LOG_TABLE_LIMIT: usize = 10_000;
+/// How long the counters of an id that is not registered are still
+/// reported after they last moved: long enough for every scraper to read a
+/// departed sandbox's last counts.
+pub(crate) const DEPARTED_KEPT: Duration = Duration::from_secs(300);
 
 /// Which way bytes moved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +71,9 @@ pub struct Stats {
     /// allocates none.
     no_id: Arc<str>,
     log_budget: Mutex<FxHashMap<IpAddr, (u64, u32)>>,
+    /// Ids with counters but no registration: since when their counters
+    /// stood at this total.
+    departed: Mutex<FxHashMap<Arc<str>, (Instant, u64)>>,
     active: AtomicU64,
     bytes_up: AtomicU64,
     bytes_down: AtomicU64,
@@ -168,6 +177,42 @@ impl Stats {
         self.generation.store(generation, Ordering::Relaxed);
     }
 
+    /// Drops the counters of every id that is not in `registered` (the ids
+    /// of the registry in force) and whose counters have not moved for
+    /// [`DEPARTED_KEPT`] as of `now`. The unregistered sources' counters
+    /// (id `""`) are always kept. Called after each report, so a report
+    /// shows an id's last counts before they go.
+    pub fn forget_departed<'a>(&self, registered: impl IntoIterator<Item = &'a str>, now: Instant) {
+        let registered: FxHashSet<&str> = registered.into_iter().collect();
+        let mut decisions = lock(&self.decisions);
+        let mut totals: FxHashMap<Arc<str>, u64> = FxHashMap::default();
+        for ((id, _), count) in decisions.iter() {
+            if !id.is_empty() && !registered.contains(&**id) {
+                *totals.entry(Arc::clone(id)).or_insert(0) += count;
+            }
+        }
+        let mut departed = lock(&self.departed);
+        departed.retain(|id, _| totals.contains_key(id));
+        for (id, total) in totals {
+            match departed.get_mut(&id) {
+                Some(seen) if seen.1 == total => {}
+                Some(seen) => *seen = (now, total),
+                None => {
+                    departed.insert(id, (now, total));
+                }
+            }
+        }
+        let gone: FxHashSet<Arc<str>> = departed
+            .iter()
+            .filter(|(_, (since, _))| now.saturating_duration_since(*since) >= DEPARTED_KEPT)
+            .map(|(id, _)| Arc::clone(id))
+            .collect();
+        if !gone.is_empty() {
+            decisions.retain(|(id, _), _| !gone.contains(id));
+            departed.retain(|id, _| !gone.contains(id));
+        }
+    }
+
     /// Everything, for the control plane.
     pub fn report(&self) -> StatsReport {
         let decisions = lock(&self.decisions)
@@ -248,6 +293,49 @@ mod tests {
         assert_eq!(report.denials[0].ip, "127.0.0.2");
         assert_eq!(report.denials[0].id, "");
         assert_eq!(truncated("ok.test", 255), "ok.test");
+    }
+
+    #[test]
+    fn counters_of_departed_ids_go_once_they_stood_still_long_enough() {
+        let stats = Stats::new(0);
+        let (live, gone, back, still_denied): (Arc<str>, Arc<str>, Arc<str>, Arc<str>) =
+            ("live".into(), "gone".into(), "back".into(), "docker:bad-labels".into());
+        let source: IpAddr = "127.0.0.2".parse().unwrap();
+        for id in [&live, &gone, &back] {
+            stats.record_allowed(id);
+        }
+        stats.record_denied(source, None, "x.test", 80, Reason::Unregistered);
+        let t0 = Instant::now();
+        let minutes = |m: u64| t0 + Duration::from_secs(60 * m);
+        let ids = |stats: &Stats| {
+            let mut ids: Vec<String> = stats.report().decisions.into_iter().map(|d| d.id).collect();
+            ids.sort();
+            ids.dedup();
+            ids
+        };
+        // (minute, registered ids, whether the unregistered `docker:bad-labels`
+        // is denied again before the report, ids still reported after it)
+        type Step<'a> = (u64, &'a [&'a str], bool, &'a [&'a str]);
+        let steps: [Step; 6] = [
+            (0, &["live"], false, &["", "back", "gone", "live"]),
+            (2, &["live"], true, &["", "back", "docker:bad-labels", "gone", "live"]),
+            (
+                4,
+                &["live", "back"],
+                false,
+                &["", "back", "docker:bad-labels", "gone", "live"],
+            ),
+            (5, &["live"], true, &["", "back", "docker:bad-labels", "live"]),
+            (9, &["live"], false, &["", "back", "docker:bad-labels", "live"]),
+            (10, &["live"], false, &["", "live"]),
+        ];
+        for (minute, registered, denied_again, after) in steps {
+            if denied_again {
+                stats.record_denied(source, Some(&still_denied), "x.test", 443, Reason::InvalidLabel);
+            }
+            stats.forget_departed(registered.iter().copied(), minutes(minute));
+            assert_eq!(ids(&stats), after, "minute {minute}");
+        }
     }
 
     #[test]
