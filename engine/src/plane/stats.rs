@@ -18,7 +18,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 const DENIAL_RING: usize = 1000;
 /// Longest host kept in a denial record.
 const MAX_HOST_RECORDED: usize = 255;
-/// Sources tracked for log rate limiting before the table is reset.
+/// Sources tracked for log rate limiting within one second before the
+/// table is reset (a flood from more sources than this logs more).
 const LOG_TABLE_LIMIT: usize = 10_000;
 /// How long the counters of an id that is not registered are still
 /// reported after they last moved: long enough for every scraper to read a
@@ -70,7 +71,9 @@ pub struct Stats {
     /// The id counted for unregistered sources (empty), shared so a denial
     /// allocates none.
     no_id: Arc<str>,
-    log_budget: Mutex<FxHashMap<IpAddr, (u64, u32)>>,
+    /// Denials logged per source in the current second (the second, and
+    /// the count of each source denied in it).
+    log_budget: Mutex<(u64, FxHashMap<IpAddr, u32>)>,
     /// Ids with counters but no registration: since when their counters
     /// stood at this total.
     departed: Mutex<FxHashMap<Arc<str>, (Instant, u64)>>,
@@ -144,17 +147,20 @@ impl Stats {
         });
     }
 
+    /// Whether a denial of `source` in `second` may be logged. Only the
+    /// current second's counts matter, so the table starts empty with each
+    /// new second: it holds the sources denied in one second, not every
+    /// source ever denied.
     fn may_log(&self, source: IpAddr, second: u64) -> bool {
         let mut budget = lock(&self.log_budget);
-        if budget.len() >= LOG_TABLE_LIMIT {
-            budget.clear();
+        let (current, counts) = &mut *budget;
+        if *current != second || counts.len() >= LOG_TABLE_LIMIT {
+            *current = second;
+            counts.clear();
         }
-        let slot = budget.entry(source).or_insert((second, 0));
-        if slot.0 != second {
-            *slot = (second, 0);
-        }
-        slot.1 += 1;
-        slot.1 <= self.denial_logs_per_second
+        let count = counts.entry(source).or_insert(0);
+        *count += 1;
+        *count <= self.denial_logs_per_second
     }
 
     /// Adds bytes moved in one direction.
@@ -347,5 +353,16 @@ mod tests {
         assert!(!stats.may_log(a, 10));
         assert!(stats.may_log(b, 10));
         assert!(stats.may_log(a, 11));
+        // Only the current second's sources are held, however many were
+        // denied before (the table used to keep every source up to 10,000).
+        for i in 0..5000u32 {
+            stats.may_log(
+                IpAddr::V4(std::net::Ipv4Addr::from(0x7f01_0000 + i)),
+                20 + u64::from(i / 100),
+            );
+        }
+        assert_eq!(lock(&stats.log_budget).1.len(), 100);
+        assert!(stats.may_log(a, 100));
+        assert_eq!(lock(&stats.log_budget).1.len(), 1);
     }
 }
