@@ -1,6 +1,9 @@
 //! DNS questions to crackbox's DNS filter from one soak source, over UDP or
 //! TCP, with the answer checked: an allowed name is steered to crackbox's
 //! own address, a denied one is NXDOMAIN, an unregistered source REFUSED.
+//! Over UDP a question unanswered within a third of the timeout is sent
+//! again, twice at most, as resolvers do (a datagram may be lost); the
+//! retries are counted.
 
 use hickory_proto::op::{Message, Query, ResponseCode};
 use hickory_proto::rr::{Name, RData, RecordType};
@@ -29,7 +32,11 @@ pub enum Transport {
     Tcp,
 }
 
-/// Asks `server` for the A record of `name` from `source` and checks the answer.
+/// UDP sends of one question at most.
+const UDP_ATTEMPTS: u32 = 3;
+
+/// Asks `server` for the A record of `name` from `source` and checks the
+/// answer; the number of UDP retries it took.
 pub fn ask(
     server: SocketAddr,
     source: IpAddr,
@@ -37,15 +44,15 @@ pub fn ask(
     transport: Transport,
     timeout: Duration,
     expect: Expect,
-) -> Result<(), String> {
+) -> Result<u32, String> {
     let mut query = Message::query();
     query.metadata.recursion_desired = true;
     let qname = Name::from_str(&format!("{name}.")).map_err(|e| format!("bad name {name}: {e}"))?;
     query.add_query(Query::query(qname, RecordType::A));
     let packet = query.to_vec().map_err(|e| format!("encoding a query: {e}"))?;
-    let answer = match transport {
+    let (answer, retries) = match transport {
         Transport::Udp => over_udp(server, source, &packet, timeout),
-        Transport::Tcp => over_tcp(server, source, &packet, timeout),
+        Transport::Tcp => over_tcp(server, source, &packet, timeout).map(|answer| (answer, 0)),
     }
     .map_err(|e| format!("DNS {name} from {source} ({transport:?}): {e}"))?;
     let reply = Message::from_vec(&answer).map_err(|e| format!("DNS {name}: undecodable answer: {e}"))?;
@@ -70,22 +77,30 @@ pub fn ask(
         Expect::Refused => code == ResponseCode::Refused,
     };
     match ok {
-        true => Ok(()),
+        true => Ok(retries),
         false => Err(format!(
             "DNS {name} from {source} ({transport:?}): {code} {addresses:?}, expected {expect:?}"
         )),
     }
 }
 
-fn over_udp(server: SocketAddr, source: IpAddr, packet: &[u8], timeout: Duration) -> std::io::Result<Vec<u8>> {
+fn over_udp(server: SocketAddr, source: IpAddr, packet: &[u8], timeout: Duration) -> std::io::Result<(Vec<u8>, u32)> {
     let socket = UdpSocket::bind(SocketAddr::new(source, 0))?;
-    socket.set_read_timeout(Some(timeout))?;
+    socket.set_read_timeout(Some(timeout / UDP_ATTEMPTS))?;
     socket.connect(server)?;
-    socket.send(packet)?;
     let mut buf = vec![0u8; 4096];
-    let n = socket.recv(&mut buf)?;
-    buf.truncate(n);
-    Ok(buf)
+    let mut attempt = 0;
+    loop {
+        socket.send(packet)?;
+        match socket.recv(&mut buf) {
+            Ok(n) => {
+                buf.truncate(n);
+                return Ok((buf, attempt));
+            }
+            Err(err) if attempt + 1 < UDP_ATTEMPTS && err.kind() == std::io::ErrorKind::WouldBlock => attempt += 1,
+            Err(err) => return Err(err),
+        }
+    }
 }
 
 fn over_tcp(server: SocketAddr, source: IpAddr, packet: &[u8], timeout: Duration) -> std::io::Result<Vec<u8>> {

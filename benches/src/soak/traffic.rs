@@ -29,6 +29,10 @@ const MIX: [(&str, u64); 6] = [
 /// Kind name of the idle tunnels in the counts.
 const IDLE: &str = "idle tunnel";
 
+/// Kind name of DNS questions sent again over UDP (no answer within a third
+/// of the timeout): counted, not failed, as a resolver would retry.
+const UDP_RESENT: &str = "DNS question sent again (UDP)";
+
 /// Bytes each way of one bulk transfer, at most.
 const BULK_MAX: u64 = 8 << 20;
 
@@ -108,7 +112,11 @@ fn dns_question(setup: &Setup, lease: &Lease, rng: &mut Rng) -> Result<(), Strin
         true => (DNS_ALLOWED, Expect::Steered(setup.site.steer)),
         false => (DENIED_HOST, Expect::NxDomain),
     };
-    dns::ask(setup.site.dns, lease.ip(), name, transport, setup.timeout, expect)
+    let retries = dns::ask(setup.site.dns, lease.ip(), name, transport, setup.timeout, expect)?;
+    for _ in 0..retries {
+        setup.tallies.record(UDP_RESENT, Ok(()), false);
+    }
+    Ok(())
 }
 
 /// An idle tunnel being held.

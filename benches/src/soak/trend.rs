@@ -1,16 +1,10 @@
-//! Trends in sampled series: least-squares slopes, and one common slope over
-//! several segments that each keep their own level (an engine restarted by
-//! the soak starts again from a lower RSS; only growth within a lifetime
-//! is a trend). Pure arithmetic.
+//! Trends in sampled series: one least-squares slope over several segments
+//! that each keep their own level (an engine restarted by the soak starts
+//! again from a lower RSS; only growth within a lifetime is a trend). One
+//! segment is a plain least-squares fit. Pure arithmetic.
 
-/// The least-squares slope of `points` (x, y), in y per x; `None` with
-/// fewer than two distinct x.
-pub fn slope(points: &[(f64, f64)]) -> Option<f64> {
-    pooled_slope(&[points])
-}
-
-/// The slope of one line fitted to every segment at once, each segment
-/// with its own intercept: Σ (x - x̄ₛ)(y - ȳₛ) / Σ (x - x̄ₛ)² over all
+/// The slope, in y per x, of one line fitted to every segment at once,
+/// each segment with its own intercept: Σ (x - x̄ₛ)(y - ȳₛ) / Σ (x - x̄ₛ)² over all
 /// segments s. `None` when no segment has two distinct x.
 pub fn pooled_slope(segments: &[&[(f64, f64)]]) -> Option<f64> {
     let (mut num, mut den) = (0.0, 0.0);
@@ -29,6 +23,10 @@ pub fn pooled_slope(segments: &[&[(f64, f64)]]) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn slope(points: &[(f64, f64)]) -> Option<f64> {
+        pooled_slope(&[points])
+    }
 
     fn close(a: Option<f64>, b: f64) -> bool {
         a.is_some_and(|a| (a - b).abs() < 1e-9)

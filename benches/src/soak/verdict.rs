@@ -8,7 +8,7 @@ use super::containers::DockerReport;
 use super::daemon::{Holding, LogScan};
 use super::sampler::Sample;
 use super::tally::Count;
-use super::trend::{pooled_slope, slope};
+use super::trend::pooled_slope;
 use std::collections::BTreeMap;
 
 /// The stated bounds.
@@ -217,19 +217,16 @@ struct Trend {
 }
 
 /// The four trend criteria (RSS and fds of control and the engine), fitted
-/// to the samples taken under load (not the one after it).
+/// to the samples taken under load (not the one after it) while the
+/// engine in force was at least `engine_warmup_s` old, one segment per
+/// engine with its own level: what both processes hold follows the
+/// engine's age (its counters of departed ids fill for 5 minutes, and
+/// control decodes them on every scrape).
 fn trends(f: &Findings<'_>, b: &Bounds) -> Vec<Criterion> {
     let from = f.seconds / 4.0;
     let judged = f.seconds / 60.0 >= b.min_trend_minutes;
-    let control = |field: fn(&Holding) -> u64| -> Points {
-        f.samples
-            .iter()
-            .filter(|s| s.at_s >= from && s.at_s <= f.seconds)
-            .filter_map(|s| s.control.as_ref().map(|h| (s.at_s / 60.0, field(h) as f64)))
-            .collect()
-    };
-    let engine = |name, field: fn(&Holding) -> u64, bound, unit| {
-        let segments = engine_segments(f, b, from, field);
+    let trend = |name, field: fn(&Sample) -> Option<u64>, bound, unit| {
+        let segments = lifetimes(f, b, from, field);
         let slices: Vec<&[(f64, f64)]> = segments.iter().map(Vec::as_slice).collect();
         Trend {
             name,
@@ -239,35 +236,39 @@ fn trends(f: &Findings<'_>, b: &Bounds) -> Vec<Criterion> {
             points: segments.concat(),
         }
     };
-    let whole = |name, field, bound, unit| {
-        let points = control(field);
-        Trend {
-            name,
-            slope: slope(&points),
-            bound,
-            unit,
-            points,
-        }
-    };
-    let rss = |h: &Holding| h.rss_kib;
-    let fds = |h: &Holding| h.fds;
     let all = [
-        whole("control RSS trend", rss, b.rss_kib_per_min, "KiB/min"),
-        engine(
-            "engine RSS trend (per engine lifetime)",
-            rss,
+        trend(
+            "control RSS trend",
+            |s| s.control.map(|h| h.rss_kib),
             b.rss_kib_per_min,
             "KiB/min",
         ),
-        whole("control fds trend", fds, b.fds_per_min, "fds/min"),
-        engine("engine fds trend (per engine lifetime)", fds, b.fds_per_min, "fds/min"),
+        trend(
+            "engine RSS trend",
+            |s| s.engine.map(|(_, h)| h.rss_kib),
+            b.rss_kib_per_min,
+            "KiB/min",
+        ),
+        trend(
+            "control fds trend",
+            |s| s.control.map(|h| h.fds),
+            b.fds_per_min,
+            "fds/min",
+        ),
+        trend(
+            "engine fds trend",
+            |s| s.engine.map(|(_, h)| h.fds),
+            b.fds_per_min,
+            "fds/min",
+        ),
     ];
     all.into_iter()
         .map(|t| {
             let band = band(&t.points);
             let (unit, bound) = (t.unit, t.bound);
             let bound_text = format!(
-                "≤ {bound} {unit} over the last 3/4 (runs ≥ {} min)",
+                "≤ {bound} {unit} over the last 3/4, engines ≥ {:.0} min old (runs ≥ {} min)",
+                b.engine_warmup_s / 60.0,
                 b.min_trend_minutes
             );
             match (judged, t.slope) {
@@ -288,20 +289,23 @@ fn trends(f: &Findings<'_>, b: &Bounds) -> Vec<Criterion> {
         .collect()
 }
 
-/// One engine's samples.
+/// One engine's time, with the samples taken during it.
 struct Lifetime {
     pid: i32,
     started: f64,
     points: Points,
 }
 
-/// The engine's samples from `from` on, one segment per engine pid, each
-/// without its first `engine_warmup_s`; x in minutes.
-fn engine_segments(f: &Findings<'_>, b: &Bounds, from: f64, field: fn(&Holding) -> u64) -> Vec<Points> {
+/// `field` of the samples from `from` until the load stopped, one segment
+/// per engine pid, each without its engine's first `engine_warmup_s` (the
+/// first engine's counted from the load's start); x in minutes.
+fn lifetimes(f: &Findings<'_>, b: &Bounds, from: f64, field: fn(&Sample) -> Option<u64>) -> Vec<Points> {
     let mut lifetimes: Vec<Lifetime> = Vec::new();
     for s in f.samples {
-        let Some((pid, held)) = &s.engine else { continue };
-        let point = (s.at_s, field(held) as f64);
+        let (Some((pid, _)), Some(value)) = (&s.engine, field(s)) else {
+            continue;
+        };
+        let point = (s.at_s, value as f64);
         match lifetimes.last_mut() {
             Some(last) if last.pid == *pid => last.points.push(point),
             _ => lifetimes.push(Lifetime {
