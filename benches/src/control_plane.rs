@@ -31,8 +31,14 @@ pub struct Admin(pub SocketAddr);
 impl Admin {
     /// One request on its own connection; the status code.
     pub fn request(&self, method: &str, path: &str, body: &[u8]) -> anyhow::Result<u16> {
+        Ok(self.call(method, path, body)?.0)
+    }
+
+    /// One request on its own connection; the status code and the body.
+    pub fn call(&self, method: &str, path: &str, body: &[u8]) -> anyhow::Result<(u16, Vec<u8>)> {
         let mut stream = TcpStream::connect(self.0).context("admin API")?;
         stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+        stream.set_write_timeout(Some(Duration::from_secs(30)))?;
         let head = format!(
             "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
             self.0,
@@ -44,8 +50,10 @@ impl Admin {
         stream.read_to_end(&mut answer)?;
         let status = answer
             .get(9..12)
-            .and_then(|s| std::str::from_utf8(s).ok()?.parse().ok());
-        status.context("no HTTP status in the answer")
+            .and_then(|s| std::str::from_utf8(s).ok()?.parse().ok())
+            .context("no HTTP status in the answer")?;
+        let body = crate::upstream::find_head_end(&answer).map_or_else(Vec::new, |end| answer.split_off(end));
+        Ok((status, body))
     }
 
     /// A request that must answer 200.

@@ -275,6 +275,8 @@ pub struct ResponseHead {
     pub content_length: Option<u64>,
     /// The response says the connection closes after it.
     pub close: bool,
+    /// crackbox's `X-Crackbox-Reason` header, when given (a denial's reason).
+    pub reason: Option<String>,
 }
 
 /// Reads until a whole response head is in `buf` (which may then hold body
@@ -309,12 +311,15 @@ fn parse_response_head(head: &[u8]) -> Result<ResponseHead, Failure> {
     match resp.parse(head) {
         Ok(httparse::Status::Complete(len)) => {
             let mut content_length = None;
+            let mut reason = None;
             let mut close = resp.version == Some(0);
             for header in resp.headers.iter() {
                 if header.name.eq_ignore_ascii_case("content-length") {
                     content_length = std::str::from_utf8(header.value)
                         .ok()
                         .and_then(|v| v.trim().parse().ok());
+                } else if header.name.eq_ignore_ascii_case("x-crackbox-reason") {
+                    reason = Some(String::from_utf8_lossy(header.value).trim().to_owned());
                 } else if header.name.eq_ignore_ascii_case("connection")
                     || header.name.eq_ignore_ascii_case("proxy-connection")
                 {
@@ -331,6 +336,7 @@ fn parse_response_head(head: &[u8]) -> Result<ResponseHead, Failure> {
                 status: resp.code.unwrap_or(0),
                 content_length,
                 close,
+                reason,
             })
         }
         Ok(httparse::Status::Partial) => Err(Failure::Unexpected("partial response head".into())),
@@ -381,7 +387,13 @@ mod tests {
                 (got.len, got.status, got.content_length, got.close),
                 (head.len(), status, length, close)
             );
+            assert_eq!(got.reason, None);
         }
+        let denial = b"HTTP/1.1 403 Forbidden\r\nX-Crackbox-Reason:  unregistered \r\n\r\n";
+        assert_eq!(
+            parse_response_head(denial).unwrap().reason.as_deref(),
+            Some("unregistered")
+        );
         assert!(parse_response_head(b"HTTP/1.1 200").is_err());
         assert!(parse_response_head(b"garbage\r\n\r\n").is_err());
     }

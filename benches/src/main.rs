@@ -6,13 +6,15 @@
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
+use crackbox_benches::control_plane::Admin;
 use crackbox_benches::dial::{Endpoint, Tunnelling};
 use crackbox_benches::limits;
 use crackbox_benches::modes::{self, Run};
 use crackbox_benches::report::{self, Outcome};
+use crackbox_benches::soak;
 use crackbox_benches::upstream::{Role, Upstream};
 use std::io::BufRead;
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -86,6 +88,9 @@ enum Command {
         #[command(flatten)]
         timed: Timed,
     },
+    /// Churn, traffic and faults against a running `proxy serve` for a while,
+    /// then the pass criteria (see benches/soak.sh, which sets it all up).
+    Soak(SoakArgs),
     /// Print the comparison table from JSON lines written with `--json`.
     Report {
         /// Files of JSON lines (`-` for stdin).
@@ -107,6 +112,127 @@ struct UpstreamArgs {
     /// Stop after this many seconds.
     #[arg(long = "for", default_value_t = 3600)]
     for_secs: u64,
+}
+
+#[derive(Args)]
+struct SoakArgs {
+    /// Seconds of load.
+    #[arg(long)]
+    seconds: f64,
+    /// `proxy serve`'s pid.
+    #[arg(long)]
+    daemon_pid: i32,
+    /// The forward proxy.
+    #[arg(long)]
+    proxy: SocketAddr,
+    /// The admin API.
+    #[arg(long)]
+    admin: SocketAddr,
+    /// The DNS filter.
+    #[arg(long)]
+    dns: SocketAddr,
+    /// The daemon's `--steer` address.
+    #[arg(long)]
+    steer: Ipv4Addr,
+    /// A free loopback address whose port 80 serves steered HTTP.
+    #[arg(long)]
+    steered_upstream: Ipv4Addr,
+    /// The daemon's state file.
+    #[arg(long)]
+    state: PathBuf,
+    /// The daemon's log.
+    #[arg(long)]
+    log: PathBuf,
+    /// The Docker network the daemon watches.
+    #[arg(long)]
+    docker_network: String,
+    /// The image labelled containers run (`sleep` must work).
+    #[arg(long)]
+    docker_image: String,
+    /// `key=value` label put on every container the soak starts.
+    #[arg(long)]
+    run_label: String,
+    /// Soak sources live at a time.
+    #[arg(long, default_value_t = 300)]
+    live: usize,
+    /// Registry changes per second.
+    #[arg(long, default_value_t = 10.0)]
+    changes_per_second: f64,
+    /// Traffic threads.
+    #[arg(long, default_value_t = 3)]
+    workers: usize,
+    /// Pause of each traffic thread between operations, ms.
+    #[arg(long, default_value_t = 20)]
+    pause_ms: u64,
+    /// Idle tunnels held at a time.
+    #[arg(long, default_value_t = 100)]
+    idle_tunnels: usize,
+    /// Seconds between engine kills (default: 240 in the first half of a run
+    /// of 20 minutes or more, else 2/5 of the run all through).
+    #[arg(long)]
+    kill_every: Option<f64>,
+    /// Seconds between enforcement checks.
+    #[arg(long, default_value_t = 60.0)]
+    check_every: f64,
+    /// Seconds between resource samples.
+    #[arg(long, default_value_t = 10.0)]
+    sample_every: f64,
+    /// Seconds between `PUT /v1/state` replacements.
+    #[arg(long, default_value_t = 30.0)]
+    replace_every: f64,
+    /// Seconds between bursts of labelled containers.
+    #[arg(long, default_value_t = 60.0)]
+    burst_every: f64,
+    /// Labelled containers per burst.
+    #[arg(long, default_value_t = 5)]
+    burst: usize,
+    /// The engine's core threads (`--threads` of the daemon).
+    #[arg(long, default_value_t = 2)]
+    engine_threads: usize,
+}
+
+impl SoakArgs {
+    fn pace(&self) -> anyhow::Result<soak::Pace> {
+        let long = self.seconds >= 1200.0;
+        let kill_every = self.kill_every.unwrap_or(if long { 240.0 } else { self.seconds * 0.4 });
+        let kill_until = if long { self.seconds / 2.0 } else { self.seconds };
+        anyhow::ensure!(
+            self.changes_per_second > 0.0 && self.live > 0 && self.workers > 0,
+            "--changes-per-second, --live and --workers must be positive"
+        );
+        Ok(soak::Pace {
+            live: self.live,
+            changes_per_second: self.changes_per_second,
+            replace_every: seconds(self.replace_every)?,
+            workers: self.workers,
+            pause: Duration::from_millis(self.pause_ms),
+            idle_tunnels: self.idle_tunnels,
+            idle_hold: seconds((self.seconds / 3.0).min(300.0))?,
+            kill_every: seconds(kill_every)?,
+            kill_until: seconds(kill_until)?,
+            check_every: seconds(self.check_every)?,
+            sample_every: seconds(self.sample_every)?,
+            burst_every: seconds(self.burst_every)?,
+            burst: self.burst,
+            engine_threads: self.engine_threads,
+        })
+    }
+
+    fn site(&self) -> soak::Site {
+        soak::Site {
+            proxy: self.proxy,
+            admin: Admin(self.admin),
+            dns: self.dns,
+            steer: self.steer,
+            steered_upstream: self.steered_upstream,
+            daemon: self.daemon_pid,
+            state: self.state.clone(),
+            log: self.log.clone(),
+            network: self.docker_network.clone(),
+            image: self.docker_image.clone(),
+            run_label: self.run_label.clone(),
+        }
+    }
 }
 
 #[derive(Args)]
@@ -169,6 +295,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Report { files } => return print_report(&files),
         Command::HttpRate { common, .. } | Command::Denied { common, .. } if common.socks5 => {
             anyhow::bail!("http-rate and denied speak HTTP to the proxy: not with --socks5")
+        }
+        Command::Soak(args) => {
+            let passed = soak::run(args.site(), args.pace()?, args.seconds)?;
+            return Ok(if passed { ExitCode::SUCCESS } else { ExitCode::FAILURE });
         }
         Command::ConnectBulk { common, tunnels, mib } => {
             let run = prepare(&common, "connect-bulk")?;

@@ -75,19 +75,32 @@ pub fn sample(root: i32) -> io::Result<Usage> {
     if read_stat(root).is_none() {
         return Err(io::Error::new(io::ErrorKind::NotFound, format!("no process {root}")));
     }
-    let ticks_per_s = ticks_per_second();
-    let page_kib = page_kib();
     let mut usage = Usage::default();
     for pid in tree(root)? {
-        let Some(stat) = read_stat(pid) else { continue };
-        usage.cpu_us += stat.cpu_ticks * 1_000_000 / ticks_per_s;
-        usage.rss_kib += stat.rss_pages * page_kib;
-        usage.threads += stat.threads;
-        usage.fds += fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count() as u64);
-        usage.processes += 1;
-        usage.runq_wait_us += runq_wait_ns(pid) / 1000;
+        add_process(&mut usage, pid);
     }
     Ok(usage)
+}
+
+/// The usage of the one process `pid` (its children not counted); an error
+/// if it is gone.
+pub fn process(pid: i32) -> io::Result<Usage> {
+    let mut usage = Usage::default();
+    add_process(&mut usage, pid);
+    match usage.processes {
+        0 => Err(io::Error::new(io::ErrorKind::NotFound, format!("no process {pid}"))),
+        _ => Ok(usage),
+    }
+}
+
+fn add_process(usage: &mut Usage, pid: i32) {
+    let Some(stat) = read_stat(pid) else { return };
+    usage.cpu_us += stat.cpu_ticks * 1_000_000 / ticks_per_second();
+    usage.rss_kib += stat.rss_pages * page_kib();
+    usage.threads += stat.threads;
+    usage.fds += fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count() as u64);
+    usage.processes += 1;
+    usage.runq_wait_us += runq_wait_ns(pid) / 1000;
 }
 
 /// Run-queue wait of every thread of `pid`, ns (second schedstat field).
@@ -131,6 +144,12 @@ mod tests {
         let usage = sample(me).unwrap();
         assert!(usage.threads >= 1 && usage.fds >= 3 && usage.rss_kib > 0, "{usage:?}");
         assert!(sample(-5).is_err());
+        let alone = process(me).unwrap();
+        assert!(
+            alone.processes == 1 && alone.threads >= 1 && alone.fds >= 3,
+            "{alone:?}"
+        );
+        assert!(process(-5).is_err());
     }
 
     #[test]

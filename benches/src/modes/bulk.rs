@@ -58,7 +58,7 @@ pub fn connect_bulk(run: &Run, tunnels: usize, mib: u64) -> Outcome {
 
 /// Writes `bytes` of the pattern on one thread while reading and checking
 /// the echo on this one.
-fn echo_transfer(stream: TcpStream, bytes: u64, block: &[u8]) -> Result<(), Failure> {
+pub(crate) fn echo_transfer(stream: TcpStream, bytes: u64, block: &[u8]) -> Result<(), Failure> {
     let mut writer = stream.try_clone().map_err(Failure::io("clone socket"))?;
     let mut reader = stream;
     std::thread::scope(|scope| {

@@ -82,7 +82,16 @@ fn exchange(
     stream
         .write_all(request.as_bytes())
         .map_err(Failure::io("send request"))?;
-    let buf = &mut client.buf;
+    if read_checked_response(stream, &mut client.buf, path)? {
+        client.stream = None;
+    }
+    Ok(())
+}
+
+/// Reads the response to a GET of `path` from the built-in HTTP upstream
+/// and checks status, length and body; true when the connection closes
+/// after it.
+pub(crate) fn read_checked_response(stream: &mut TcpStream, buf: &mut Vec<u8>, path: &str) -> Result<bool, Failure> {
     buf.clear();
     let head = read_response_head(stream, buf)?;
     if head.status != 200 {
@@ -112,8 +121,5 @@ fn exchange(
     if buf[head.len..] != want[..] {
         return Err(Failure::Unexpected("body differs".into()));
     }
-    if head.close {
-        client.stream = None;
-    }
-    Ok(())
+    Ok(head.close)
 }

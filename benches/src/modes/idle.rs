@@ -65,7 +65,8 @@ fn per_tunnel(before: Usage, held: Usage, tunnels: u64) -> Option<IdleFigures> {
     })
 }
 
-fn ping(stream: &mut TcpStream, n: u64) -> Result<(), Failure> {
+/// An 8-byte echo of `n` on an open tunnel to the echo upstream.
+pub(crate) fn ping(stream: &mut TcpStream, n: u64) -> Result<(), Failure> {
     let sent = n.to_be_bytes();
     stream.write_all(&sent).map_err(Failure::io("write"))?;
     let mut got = [0u8; 8];

@@ -15,6 +15,10 @@ pub use http::http_rate;
 pub use idle::idle;
 pub use rate::connect_rate;
 
+pub(crate) use bulk::echo_transfer;
+pub(crate) use http::read_checked_response;
+pub(crate) use idle::ping;
+
 use crate::dial::{Endpoint, Failure};
 use crate::latency::Samples;
 use crate::proctree;

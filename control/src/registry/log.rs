@@ -3,16 +3,25 @@
 //! The committer appends each delta and the map it produced together, under
 //! one lock, so an engine link always sees a consistent pair. Old deltas are
 //! dropped past a bound; a link further behind than that gets the full map.
+//!
+//! The history is kept for links that fall behind, not for the record: an
+//! engine link pushes every generation as it is published and gives up on
+//! an engine that does not take a frame within 5 s, so deltas older than
+//! [`HISTORY`] are never asked for. Keeping them (up to the count bounds)
+//! held megabytes under steady churn for nothing.
 
 use super::Published;
 use crackbox_engine::policy::{Generation, SourceChange};
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Deltas kept at most.
 const MAX_DELTAS: usize = 4096;
 /// Source changes kept at most across the kept deltas.
 const MAX_CHANGES: usize = 100_000;
+/// Deltas older than this are dropped (twice an engine link's write timeout).
+const HISTORY: Duration = Duration::from_secs(10);
 
 /// The changes that take the registry from `base` to `generation` (= base + 1).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,7 +47,8 @@ pub enum Update {
 #[derive(Debug)]
 pub(super) struct Log {
     current: Arc<Published>,
-    deltas: VecDeque<Arc<Delta>>,
+    /// The kept deltas, oldest first, each with when it was published.
+    deltas: VecDeque<(Instant, Arc<Delta>)>,
     changes: usize,
 }
 
@@ -59,14 +69,23 @@ impl Log {
 
     /// Records that `delta` produced `published`.
     pub fn push(&mut self, delta: Delta, published: Arc<Published>) {
+        self.push_at(delta, published, Instant::now());
+    }
+
+    /// [`Log::push`] at `now`.
+    fn push_at(&mut self, delta: Delta, published: Arc<Published>, now: Instant) {
         debug_assert_eq!(delta.base, self.current.generation);
         self.changes += delta.changes.len();
-        self.deltas.push_back(Arc::new(delta));
+        self.deltas.push_back((now, Arc::new(delta)));
         self.current = published;
-        while self.deltas.len() > 1 && (self.deltas.len() > MAX_DELTAS || self.changes > MAX_CHANGES) {
-            if let Some(old) = self.deltas.pop_front() {
-                self.changes -= old.changes.len();
+        while self.deltas.len() > 1 {
+            let (at, oldest) = &self.deltas[0];
+            let stale = now.saturating_duration_since(*at) > HISTORY;
+            if !stale && self.deltas.len() <= MAX_DELTAS && self.changes <= MAX_CHANGES {
+                break;
             }
+            self.changes -= oldest.changes.len();
+            self.deltas.pop_front();
         }
     }
 
@@ -76,9 +95,9 @@ impl Log {
             return Update::Deltas(Vec::new());
         }
         match self.deltas.front() {
-            Some(first) if first.base <= generation && generation < self.current.generation => {
+            Some((_, first)) if first.base <= generation && generation < self.current.generation => {
                 let skip = (generation - first.base) as usize;
-                Update::Deltas(self.deltas.iter().skip(skip).cloned().collect())
+                Update::Deltas(self.deltas.iter().skip(skip).map(|(_, delta)| delta.clone()).collect())
             }
             _ => Update::Full(self.current.clone()),
         }
@@ -142,5 +161,23 @@ mod tests {
         assert_eq!(generations(log.since(1)), None, "the big delta was dropped");
         log.push(delta(3, MAX_CHANGES + 1), published(4));
         assert_eq!(generations(log.since(3)), Some(vec![4]), "the newest is always kept");
+    }
+
+    #[test]
+    fn history_older_than_its_time_bound_is_dropped() {
+        // Steady churn: one delta a second for a minute holds ten seconds of
+        // history, not a minute of it; the newest is kept however old.
+        let start = Instant::now();
+        let mut log = Log::new(published(1));
+        for base in 1..=60 {
+            log.push_at(delta(base, 3), published(base + 1), start + Duration::from_secs(base));
+        }
+        assert_eq!(log.deltas.len(), 11, "{:?}", generations(log.since(50)));
+        assert_eq!(log.changes, 33);
+        assert_eq!(generations(log.since(51)), Some((52..=61).collect()));
+        assert_eq!(generations(log.since(49)), None, "older than the history");
+        log.push_at(delta(61, 1), published(62), start + Duration::from_secs(3600));
+        assert_eq!(generations(log.since(61)), Some(vec![62]));
+        assert_eq!((log.deltas.len(), log.changes), (1, 1));
     }
 }

@@ -20,7 +20,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{channel, RecvTimeoutError, Sender};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
@@ -141,10 +141,13 @@ fn session(
                 );
                 None
             }
-            Message::StatsRequest { request } => Some(Message::Stats {
-                request,
-                report: engine.stats.report(),
-            }),
+            Message::StatsRequest { request } => {
+                let report = engine.stats.report();
+                engine
+                    .stats
+                    .forget_departed(engine.registry.load().ids(), Instant::now());
+                Some(Message::Stats { request, report })
+            }
             Message::UsageRequest { request, query } => Some(Message::Usage {
                 request,
                 sources: usage_report::report(&engine.registry.load(), &query, &engine.admission),

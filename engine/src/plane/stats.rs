@@ -3,23 +3,30 @@
 //! control link. A would-be denial let through in report mode is counted
 //! and recorded apart from the denials (`enforced: false`). Denial logging
 //! (would-be denials too) is rate-limited per source; counters are always
-//! exact.
+//! exact. The counters of an id that is no longer registered are dropped
+//! once they have not moved for [`DEPARTED_KEPT`], so they never outgrow
+//! the registry however many sandboxes come and go.
 
 use crate::policy::reason::Reason;
 use crate::protocol::wire::{DecisionCount, Denial, StatsReport, TunnelCount};
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::VecDeque;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Denials kept for `/v1/denials`.
 const DENIAL_RING: usize = 1000;
 /// Longest host kept in a denial record.
 const MAX_HOST_RECORDED: usize = 255;
-/// Sources tracked for log rate limiting before the table is reset.
+/// Sources tracked for log rate limiting within one second before the
+/// table is reset (a flood from more sources than this logs more).
 const LOG_TABLE_LIMIT: usize = 10_000;
+/// How long the counters of an id that is not registered are still
+/// reported after they last moved: long enough for every scraper to read a
+/// departed sandbox's last counts.
+pub(crate) const DEPARTED_KEPT: Duration = Duration::from_secs(300);
 
 pub(crate) use crate::policy::Direction;
 
@@ -87,7 +94,12 @@ pub struct Stats {
     /// The id counted for unregistered sources (empty), shared so a denial
     /// allocates none.
     no_id: Arc<str>,
-    log_budget: Mutex<FxHashMap<IpAddr, (u64, u32)>>,
+    /// Denials logged per source in the current second (the second, and
+    /// the count of each source denied in it).
+    log_budget: Mutex<(u64, FxHashMap<IpAddr, u32>)>,
+    /// Ids with counters but no registration: since when their counters
+    /// stood at this total.
+    departed: Mutex<FxHashMap<Arc<str>, (Instant, u64)>>,
     active: AtomicU64,
     bytes_up: AtomicU64,
     bytes_down: AtomicU64,
@@ -176,17 +188,20 @@ impl Stats {
         });
     }
 
+    /// Whether a denial of `source` in `second` may be logged. Only the
+    /// current second's counts matter, so the table starts empty with each
+    /// new second: it holds the sources denied in one second, not every
+    /// source ever denied.
     fn may_log(&self, source: IpAddr, second: u64) -> bool {
         let mut budget = lock(&self.log_budget);
-        if budget.len() >= LOG_TABLE_LIMIT {
-            budget.clear();
+        let (current, counts) = &mut *budget;
+        if *current != second || counts.len() >= LOG_TABLE_LIMIT {
+            *current = second;
+            counts.clear();
         }
-        let slot = budget.entry(source).or_insert((second, 0));
-        if slot.0 != second {
-            *slot = (second, 0);
-        }
-        slot.1 += 1;
-        slot.1 <= self.denial_logs_per_second
+        let count = counts.entry(source).or_insert(0);
+        *count += 1;
+        *count <= self.denial_logs_per_second
     }
 
     /// Adds bytes moved in one direction.
@@ -212,6 +227,42 @@ impl Stats {
     /// Records the snapshot generation now enforced.
     pub fn set_generation(&self, generation: u64) {
         self.generation.store(generation, Ordering::Relaxed);
+    }
+
+    /// Drops the counters of every id that is not in `registered` (the ids
+    /// of the registry in force) and whose counters have not moved for
+    /// [`DEPARTED_KEPT`] as of `now`. The unregistered sources' counters
+    /// (id `""`) are always kept. Called after each report, so a report
+    /// shows an id's last counts before they go.
+    pub fn forget_departed<'a>(&self, registered: impl IntoIterator<Item = &'a str>, now: Instant) {
+        let registered: FxHashSet<&str> = registered.into_iter().collect();
+        let mut decisions = lock(&self.decisions);
+        let mut totals: FxHashMap<Arc<str>, u64> = FxHashMap::default();
+        for ((id, _, _), count) in decisions.iter() {
+            if !id.is_empty() && !registered.contains(&**id) {
+                *totals.entry(Arc::clone(id)).or_insert(0) += count;
+            }
+        }
+        let mut departed = lock(&self.departed);
+        departed.retain(|id, _| totals.contains_key(id));
+        for (id, total) in totals {
+            match departed.get_mut(&id) {
+                Some(seen) if seen.1 == total => {}
+                Some(seen) => *seen = (now, total),
+                None => {
+                    departed.insert(id, (now, total));
+                }
+            }
+        }
+        let gone: FxHashSet<Arc<str>> = departed
+            .iter()
+            .filter(|(_, (since, _))| now.saturating_duration_since(*since) >= DEPARTED_KEPT)
+            .map(|(id, _)| Arc::clone(id))
+            .collect();
+        if !gone.is_empty() {
+            decisions.retain(|(id, _, _), _| !gone.contains(id));
+            departed.retain(|id, _| !gone.contains(id));
+        }
     }
 
     /// Everything, for the control plane.
@@ -326,6 +377,49 @@ mod tests {
     }
 
     #[test]
+    fn counters_of_departed_ids_go_once_they_stood_still_long_enough() {
+        let stats = Stats::new(0);
+        let (live, gone, back, still_denied): (Arc<str>, Arc<str>, Arc<str>, Arc<str>) =
+            ("live".into(), "gone".into(), "back".into(), "docker:bad-labels".into());
+        let source: IpAddr = "127.0.0.2".parse().unwrap();
+        for id in [&live, &gone, &back] {
+            stats.record_allowed(id);
+        }
+        stats.record_denied(source, None, "x.test", 80, Reason::Unregistered);
+        let t0 = Instant::now();
+        let minutes = |m: u64| t0 + Duration::from_secs(60 * m);
+        let ids = |stats: &Stats| {
+            let mut ids: Vec<String> = stats.report().decisions.into_iter().map(|d| d.id).collect();
+            ids.sort();
+            ids.dedup();
+            ids
+        };
+        // (minute, registered ids, whether the unregistered `docker:bad-labels`
+        // is denied again before the report, ids still reported after it)
+        type Step<'a> = (u64, &'a [&'a str], bool, &'a [&'a str]);
+        let steps: [Step; 6] = [
+            (0, &["live"], false, &["", "back", "gone", "live"]),
+            (2, &["live"], true, &["", "back", "docker:bad-labels", "gone", "live"]),
+            (
+                4,
+                &["live", "back"],
+                false,
+                &["", "back", "docker:bad-labels", "gone", "live"],
+            ),
+            (5, &["live"], true, &["", "back", "docker:bad-labels", "live"]),
+            (9, &["live"], false, &["", "back", "docker:bad-labels", "live"]),
+            (10, &["live"], false, &["", "live"]),
+        ];
+        for (minute, registered, denied_again, after) in steps {
+            if denied_again {
+                stats.record_denied(source, Some(&still_denied), "x.test", 443, Reason::InvalidLabel);
+            }
+            stats.forget_departed(registered.iter().copied(), minutes(minute));
+            assert_eq!(ids(&stats), after, "minute {minute}");
+        }
+    }
+
+    #[test]
     fn log_budget_is_per_source_per_second() {
         let stats = Stats::new(2);
         let a: IpAddr = "127.0.0.2".parse().unwrap();
@@ -334,5 +428,16 @@ mod tests {
         assert!(!stats.may_log(a, 10));
         assert!(stats.may_log(b, 10));
         assert!(stats.may_log(a, 11));
+        // Only the current second's sources are held, however many were
+        // denied before (the table used to keep every source up to 10,000).
+        for i in 0..5000u32 {
+            stats.may_log(
+                IpAddr::V4(std::net::Ipv4Addr::from(0x7f01_0000 + i)),
+                20 + u64::from(i / 100),
+            );
+        }
+        assert_eq!(lock(&stats.log_budget).1.len(), 100);
+        assert!(stats.may_log(a, 100));
+        assert_eq!(lock(&stats.log_budget).1.len(), 1);
     }
 }

@@ -397,6 +397,12 @@ impl Snapshot {
     pub fn is_empty(&self) -> bool {
         self.by_source.is_empty()
     }
+
+    /// The id of every registration (an id registered for several sources
+    /// comes once per source).
+    pub fn ids(&self) -> impl Iterator<Item = &str> + '_ {
+        self.by_source.values().map(|registration| &*registration.id)
+    }
 }
 
 #[cfg(test)]
@@ -467,6 +473,9 @@ mod tests {
             "the base is unchanged"
         );
         assert_eq!(base.len(), 2);
+        let mut ids: Vec<&str> = next.ids().collect();
+        ids.sort_unstable();
+        assert_eq!(ids, ["a2", "c"], "the ids in force");
         let bad = [
             SourceChange::Put(spec("10.0.0.4", "d", &[])),
             SourceChange::Put(spec("10.0.0.5", "e", &["*"])),
