@@ -13,8 +13,8 @@
 use crackbox_client::{blocking, Client, Denial, Mode, Reason, RegistrationSpec};
 use crackbox_test_support::netns_lab::{can_run, in_ns, Lab, ADMIN, PROXY, REAL, WEB, WORKLOAD};
 use crackbox_test_support::{
-    closed_within, curl, echo_round, free_port, metric, proxied, read_head, read_to_end, run, wait_until, Daemon, Echo,
-    Ports, Upstream,
+    assert_cut, assert_untouched, curl, echo_round, free_port, metric, proxied, read_head, read_to_end, run,
+    wait_until, Daemon, Echo, Ports, Upstream,
 };
 use hickory_proto::op::ResponseCode;
 use hickory_proto::rr::rdata::A;
@@ -23,11 +23,6 @@ use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::Duration;
-
-/// Revoked connections close within this long.
-const REVOKE_WITHIN: Duration = Duration::from_secs(1);
-/// How long a connection that must stay open is watched.
-const STAYS_OPEN: Duration = Duration::from_millis(1500);
 
 fn client(admin: SocketAddr) -> blocking::Client {
     Client::from_addr(admin).blocking().unwrap()
@@ -203,21 +198,6 @@ fn private_destinations_and_unregistered_sources_are_refused_in_report_mode() {
     );
     let metrics = proxy.metrics();
     assert!(!metrics.contains("crackbox_reported_total{"), "{metrics}");
-}
-
-/// Asserts the peer closes `stream` within [`REVOKE_WITHIN`] of now.
-fn assert_cut(stream: &mut TcpStream, what: &str) {
-    let took = closed_within(stream, Duration::from_secs(5));
-    eprintln!("{what}: closed after {took:?}");
-    let took = took.unwrap_or_else(|| panic!("{what}: still open 5 s later"));
-    assert!(took < REVOKE_WITHIN, "{what}: closed only after {took:?}");
-}
-
-/// Asserts `stream` is not closed for [`STAYS_OPEN`] and still echoes.
-fn assert_untouched(stream: &mut TcpStream, what: &str) {
-    assert_eq!(closed_within(stream, STAYS_OPEN), None, "{what} was closed");
-    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    echo_round(stream, "still here");
 }
 
 #[test]

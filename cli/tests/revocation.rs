@@ -3,15 +3,12 @@
 //! connections it would now deny within 1 s, leaves everyone else's alone,
 //! and counts each as reason `revoked`.
 
-use crackbox_test_support::{closed_within, echo_round, metric, read_head, Daemon, Echo, Upstream};
+use crackbox_test_support::{
+    assert_cut, assert_untouched, closed_within, echo_round, metric, read_head, Daemon, Echo, Upstream, STAYS_OPEN,
+};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
-
-/// Revoked connections close within this long.
-const REVOKE_WITHIN: Duration = Duration::from_secs(1);
-/// How long a connection that must stay open is watched.
-const STAYS_OPEN: Duration = Duration::from_millis(1500);
 
 fn daemon(registrations: &[&str]) -> Daemon {
     let mut args = vec!["--allow-private-destinations"];
@@ -28,21 +25,6 @@ fn revoked(proxy: &Daemon, id: &str) -> f64 {
         &[("id", id), ("reason", "revoked")],
     )
     .unwrap_or(0.0)
-}
-
-/// Asserts the peer closes `stream` within [`REVOKE_WITHIN`] of now.
-fn assert_cut(stream: &mut TcpStream, what: &str) {
-    let took = closed_within(stream, Duration::from_secs(5));
-    eprintln!("{what}: closed after {took:?}");
-    let took = took.unwrap_or_else(|| panic!("{what}: still open 5 s after revocation"));
-    assert!(took < REVOKE_WITHIN, "{what}: closed only after {took:?}");
-}
-
-/// Asserts `stream` is not closed for [`STAYS_OPEN`] and still echoes.
-fn assert_untouched(stream: &mut TcpStream, what: &str) {
-    assert_eq!(closed_within(stream, STAYS_OPEN), None, "{what} was closed");
-    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    echo_round(stream, "still here");
 }
 
 #[test]
