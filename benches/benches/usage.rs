@@ -1,6 +1,6 @@
 //! What counting usage and holding a cap cost per splice, and the designs
 //! the engine did not take, side by side (benches/README.md, "Usage and
-//! bandwidth").
+//! bandwidth caps").
 //!
 //! - `usage-count`: adding a splice's bytes to a registration's counters
 //!   from two threads at once: one shared atomic (every add moves the cache
