@@ -92,34 +92,14 @@ fn daemon_run_learns_what_the_command_reached_and_its_file_lets_a_second_run_thr
     let upstream = Upstream::start_serving(&run_probe::LEARN_NAMES, &workload_image(), &httpd, &[]);
     let daemon = Daemon::start(&upstream);
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("learned");
-    let file = file.to_str().unwrap();
-    let script = run_probe::learn_script();
-    let id = unique("d-learn");
-    let out = daemon_run_command(
-        &daemon.name,
-        &id,
-        "none.invalid",
-        &["--learn-file", file],
-        &["sh", "-c", &script],
-    )
-    .output()
-    .unwrap();
-    run_probe::assert_learned(&out);
-    run_probe::assert_learn_file(std::path::Path::new(file), &["none.invalid"]);
-    assert_daemon_restored(&daemon, &upstream, &id);
-    let id = unique("d-learned");
-    let out = daemon_run_command(
-        &daemon.name,
-        &id,
-        "none.invalid",
-        &["--allow-file", file],
-        &["sh", "-c", &script],
-    )
-    .output()
-    .unwrap();
-    run_probe::assert_relearned_nothing(&out);
-    assert_daemon_restored(&daemon, &upstream, &id);
+    run_probe::learn_then_rerun(dir.path(), &["none.invalid"], |flags, script| {
+        let id = unique("d-learn");
+        let out = daemon_run_command(&daemon.name, &id, "none.invalid", flags, &["sh", "-c", script])
+            .output()
+            .unwrap();
+        assert_daemon_restored(&daemon, &upstream, &id);
+        out
+    });
 }
 
 fn socks_daemon(upstream: &Upstream) -> Daemon {

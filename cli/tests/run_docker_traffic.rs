@@ -93,33 +93,12 @@ fn run_learn_prints_what_the_command_reached_and_its_file_lets_a_second_run_thro
     let httpd = ["httpd", "-f", "-p", "80", "-h", "/www"];
     let upstream = Upstream::start_serving(&run_probe::LEARN_NAMES, &workload_image(), &httpd, &[]);
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("learned");
-    let file = file.to_str().unwrap();
-    let script = run_probe::learn_script();
-    let id = unique("learn");
-    let out = run_command_with(
-        &upstream,
-        &id,
-        "none.invalid",
-        &["--learn-file", file],
-        &["sh", "-c", &script],
-    )
-    .output()
-    .unwrap();
-    run_probe::assert_learned(&out);
-    run_probe::assert_learn_file(std::path::Path::new(file), &["none.invalid"]);
-    assert_eq!(leftovers(&id), Vec::<String>::new());
-
-    let id = unique("learned");
-    let out = run_command_with(
-        &upstream,
-        &id,
-        "none.invalid",
-        &["--allow-file", file],
-        &["sh", "-c", &script],
-    )
-    .output()
-    .unwrap();
-    run_probe::assert_relearned_nothing(&out);
-    assert_eq!(leftovers(&id), Vec::<String>::new());
+    run_probe::learn_then_rerun(dir.path(), &["none.invalid"], |flags, script| {
+        let id = unique("learn");
+        let out = run_command_with(&upstream, &id, "none.invalid", flags, &["sh", "-c", script])
+            .output()
+            .unwrap();
+        assert_eq!(leftovers(&id), Vec::<String>::new());
+        out
+    });
 }

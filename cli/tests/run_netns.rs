@@ -384,16 +384,7 @@ fn run_netns_learn_prints_what_the_command_reached_and_its_file_lets_a_second_ru
     let at = "127.0.77.1";
     let _upstream = serve(&format!("{at}:80"));
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("learned");
-    let file = file.to_str().unwrap();
-    let script = run_probe::learn_script();
-    let out = netns_run_resolving(dir.path(), at, &["--learn-file", file], &script)
-        .output()
-        .unwrap();
-    run_probe::assert_learned(&out);
-    run_probe::assert_learn_file(std::path::Path::new(file), &[]);
-    let out = netns_run_resolving(dir.path(), at, &["--allow-file", file], &script)
-        .output()
-        .unwrap();
-    run_probe::assert_relearned_nothing(&out);
+    run_probe::learn_then_rerun(dir.path(), &[], |flags, script| {
+        netns_run_resolving(dir.path(), at, flags, script).output().unwrap()
+    });
 }

@@ -205,9 +205,24 @@ pub fn summary_moved(stderr: &str) -> Option<(Shown, Shown)> {
 /// The names a learning run's probe reaches, sorted as `learned` prints them.
 pub const LEARN_NAMES: [&str; 3] = ["one.test", "three.test", "two.test"];
 
+/// A learning run and the run after it, as every backend's test makes
+/// them: `run(flags, script)` runs the command `sh -c script` with `flags`
+/// added to a `crackbox run` whose `--allow` is `given` (empty: none). The
+/// first run (`--learn-file`) must reach every name of [`LEARN_NAMES`] and
+/// print exactly them; the second, given that file as `--allow-file`, must
+/// reach them all with nothing blocked. The file goes in `dir`.
+pub fn learn_then_rerun(dir: &std::path::Path, given: &[&str], mut run: impl FnMut(&[&str], &str) -> Output) {
+    let file = dir.join("learned");
+    let path = file.to_str().unwrap();
+    let script = learn_script();
+    assert_learned(&run(&["--learn-file", path], &script));
+    assert_learn_file(&file, given);
+    assert_relearned_nothing(&run(&["--allow-file", path], &script));
+}
+
 /// The learning probe: fetches `http://NAME/` of every name in
 /// [`LEARN_NAMES`] through the proxy, printing each status code.
-pub fn learn_script() -> String {
+fn learn_script() -> String {
     LEARN_NAMES
         .iter()
         .map(|name| format!("curl -sS -m 10 -o /dev/null -w '%{{http_code}}\\n' http://{name}/; "))
@@ -217,7 +232,7 @@ pub fn learn_script() -> String {
 /// A learning run reached every name of [`LEARN_NAMES`] (its probe printed
 /// 200 for each), blocked nothing and printed exactly them as the line to
 /// paste.
-pub fn assert_learned(out: &Output) {
+fn assert_learned(out: &Output) {
     let context = crate::describe(out);
     assert_eq!(out.status.code(), Some(0), "{context}");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "200\n200\n200\n", "{context}");
@@ -233,7 +248,7 @@ pub fn assert_learned(out: &Output) {
 
 /// A run given a learning run's `--learn-file` as `--allow-file` reached
 /// every name and blocked nothing.
-pub fn assert_relearned_nothing(out: &Output) {
+fn assert_relearned_nothing(out: &Output) {
     let context = crate::describe(out);
     assert_eq!(out.status.code(), Some(0), "{context}");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "200\n200\n200\n", "{context}");
@@ -245,7 +260,7 @@ pub fn assert_relearned_nothing(out: &Output) {
 
 /// The entries of a learning run's `--learn-file`: the `given` ones, then
 /// [`LEARN_NAMES`].
-pub fn assert_learn_file(path: &std::path::Path, given: &[&str]) {
+fn assert_learn_file(path: &std::path::Path, given: &[&str]) {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let entries: Vec<&str> = text
         .lines()
