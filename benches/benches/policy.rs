@@ -5,8 +5,8 @@
 //! per-thread cache as the engine loads it, the host matched) against the
 //! bare lookup and match.
 
-use crackbox_engine::policy::watch::{Watch, Watched};
-use crackbox_engine::policy::{decide, match_host, Allowlist, Decision, Port, RegistrationSpec, Snapshot, Verdict};
+use crackbox_policy::watch::{Watch, Watched};
+use crackbox_policy::{decide, match_host, Allowlist, Decision, Port, RegistrationSpec, Snapshot, Verdict};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use std::hint::black_box;
 

@@ -4,9 +4,9 @@
 //! source replaced) decoded and applied to it, which must not grow with the
 //! registry.
 
-use crackbox_engine::policy::{RegistrationSpec, Snapshot, SourceChange};
-use crackbox_engine::registry::Registry;
-use crackbox_engine::wire::{decode_frame, encode, Message};
+use crackbox_policy::registry::Registry;
+use crackbox_policy::wire::{decode_frame, encode, Message};
+use crackbox_policy::{RegistrationSpec, Snapshot, SourceChange};
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use std::hint::black_box;
 

@@ -12,9 +12,9 @@
 //!   floor of the per-thread-bucket design (the same GCRA arithmetic on a
 //!   plain cell, no atomics; it would need periodic rebalancing on top).
 
-use crackbox_engine::policy::limiter::{Grant, Limiter};
-use crackbox_engine::policy::usage::Account;
-use crackbox_engine::policy::{Bandwidth, Direction};
+use crackbox_policy::limiter::{Grant, Limiter};
+use crackbox_policy::usage::Account;
+use crackbox_policy::{Bandwidth, Direction};
 use criterion::{criterion_group, criterion_main, Criterion};
 use std::cell::Cell;
 use std::hint::black_box;

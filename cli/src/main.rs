@@ -81,7 +81,7 @@ fn main() -> ExitCode {
 /// a busy listener) exits with `EXIT_START_FAILED` so `proxy serve` does not
 /// restart it; one that stops after serving exits 1 and is restarted.
 fn run_engine(args: &EngineArgs) -> ExitCode {
-    use crackbox_engine::startup::EXIT_START_FAILED;
+    use crackbox_policy::startup::EXIT_START_FAILED;
     let config = match crackbox_config::engine_config(args) {
         Ok(config) => config,
         Err(err) => {
@@ -100,7 +100,7 @@ fn run_engine(args: &EngineArgs) -> ExitCode {
 
 /// `crackbox presets`: each preset's name and purpose, then its hosts.
 fn print_presets() {
-    use crackbox_engine::policy::{presets, PRESET_MARK};
+    use crackbox_policy::{presets, PRESET_MARK};
     for preset in presets() {
         println!("{PRESET_MARK}{:<12} {}", preset.name, preset.about);
         println!("{:13} {}", "", preset.hosts.join(", "));

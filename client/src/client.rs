@@ -3,7 +3,7 @@
 use crate::transport::{self, Answer, Call};
 use crate::url::{query_value, AdminUrl};
 use crate::{BulkAnswer, Denial, Error, Health, HealthAnswer, RegistrationSpec, SourceUsage};
-use crackbox_engine::admin_body::{BatchBody, ErrorAnswer, UnregisterAnswer, UnregisterBody};
+use crackbox_policy::admin_body::{BatchBody, ErrorAnswer, UnregisterAnswer, UnregisterBody};
 use hyper::Method;
 use serde::de::DeserializeOwned;
 use serde::Serialize;

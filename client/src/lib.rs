@@ -34,8 +34,8 @@ mod transport;
 mod url;
 
 pub use client::Client;
-pub use crackbox_engine::admin_body::{BulkAnswer, Health, HealthAnswer};
-pub use crackbox_engine::policy::{Bandwidth, Mode, RegistrationSpec};
-pub use crackbox_engine::reason::Reason;
-pub use crackbox_engine::wire::{Denial, SourceUsage};
+pub use crackbox_policy::admin_body::{BulkAnswer, Health, HealthAnswer};
+pub use crackbox_policy::reason::Reason;
+pub use crackbox_policy::wire::{Denial, SourceUsage};
+pub use crackbox_policy::{Bandwidth, Mode, RegistrationSpec};
 pub use error::Error;

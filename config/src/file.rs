@@ -89,7 +89,7 @@ pub struct DockerSection {
     pub registration_hold_ms: Option<u64>,
 }
 
-/// `[limits]` keys, as in `crackbox_engine::config::Limits`.
+/// `[limits]` keys, as in `crackbox_policy::engine_config::Limits`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LimitsSection {

@@ -27,7 +27,7 @@ pub use origin::Origin;
 pub use settings::parse_addr;
 pub use settings::{DockerWatch, Settings, DEFAULT_CONTROL_SOCKET};
 
-use crackbox_engine::config::EngineConfig;
+use crackbox_policy::engine_config::EngineConfig;
 
 /// A setting that cannot be used; the message names its source and the fix.
 #[derive(Debug, thiserror::Error)]

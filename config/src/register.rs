@@ -10,7 +10,7 @@
 //! an error naming it. Presets (`@pypi`) expand wherever entries are
 //! written, the files included. Reads the allowlist files; nothing else.
 
-use crackbox_engine::policy::{parse_allow_file, Bandwidth, Mode, RegistrationSpec};
+use crackbox_policy::{parse_allow_file, Bandwidth, Mode, RegistrationSpec};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 

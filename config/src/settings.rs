@@ -5,9 +5,9 @@
 use super::file::{self, FileConfig, LimitsSection};
 use super::layers::{boolean, list, number, text, within, Given, Key, Sources};
 use super::{ConfigError, Origin, ProxyArgs};
-use crackbox_engine::config::resolv_conf::first_nameserver;
-use crackbox_engine::config::{EngineConfig, IoDriver, Limits, DEFAULT_REGISTRATION_HOLD};
-use crackbox_engine::policy::RegistrationSpec;
+use crackbox_policy::engine_config::resolv_conf::first_nameserver;
+use crackbox_policy::engine_config::{EngineConfig, IoDriver, Limits, DEFAULT_REGISTRATION_HOLD};
+use crackbox_policy::RegistrationSpec;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;

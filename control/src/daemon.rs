@@ -6,7 +6,7 @@ use crate::registry::Registry;
 use crate::supervisor::Supervisor;
 use anyhow::Context;
 use crackbox_config::{handoff, ProxyArgs, Settings};
-use crackbox_engine::startup::{check_engine_listeners, ListenError, Listener};
+use crackbox_policy::startup::{check_engine_listeners, ListenError, Listener};
 use std::sync::Arc;
 
 /// Which daemon runs.

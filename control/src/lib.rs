@@ -11,21 +11,23 @@
 //! [`EngineLink`](publisher::EngineLink) which generation they enforce;
 //! [`api::router`] is the admin API as an axum `Router` (mount it in your own
 //! server, or run it with [`api::serve`]). The engine is
-//! `crackbox_engine::run` with the same socket, in a thread of this program
-//! or in another process. A whole daemon in one program:
+//! `crackbox_engine::run` with the same socket, in a thread of a program that
+//! links both crates (only the `crackbox` binary does) or in another process. A whole daemon in one program:
 //!
 //! ```no_run
 //! use crackbox_control::{api, publisher, registry::Registry};
-//! use crackbox_engine::policy::RegistrationSpec;
+//! use crackbox_policy::RegistrationSpec;
 //! use std::{path::Path, sync::Arc, time::Duration};
 //!
-//! # async fn demo(engine_config: crackbox_engine::config::EngineConfig) -> anyhow::Result<()> {
+//! # async fn demo(engine_config: crackbox_policy::engine_config::EngineConfig) -> anyhow::Result<()> {
 //! let socket = Path::new("/run/my-orchestrator/crackbox.sock");
 //! let registry = Arc::new(Registry::load(None, vec![]));
 //! let link = Arc::new(publisher::EngineLink::default());
 //! tokio::spawn(publisher::accept(publisher::bind(socket)?, registry.clone(), link.clone()));
-//! // The data plane: engine_config.control_socket is `socket`.
-//! std::thread::spawn(move || crackbox_engine::run(engine_config));
+//! // The data plane, with engine_config.control_socket = `socket`:
+//! // `crackbox_engine::run(engine_config)` in a thread of the binary that
+//! // links both crates, or a `crackbox proxy engine` process.
+//! # let _ = engine_config;
 //!
 //! // Register without HTTP: validate and normalise, store, wait until enforced.
 //! let spec = RegistrationSpec::new("10.0.0.2", "agent-7", ["pypi.org"]).normalised()?;

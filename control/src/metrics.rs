@@ -3,8 +3,8 @@
 //! The engine owns the counters (since engine start); control renders them
 //! fresh on every scrape, so a restarted engine shows as a counter reset.
 
-use crackbox_engine::policy::Generation;
-use crackbox_engine::wire::StatsReport;
+use crackbox_policy::wire::StatsReport;
+use crackbox_policy::Generation;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -110,8 +110,8 @@ pub fn render(report: &StatsReport, generation: Generation, registrations: usize
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crackbox_engine::reason::Reason;
-    use crackbox_engine::wire::{DecisionCount, TunnelCount};
+    use crackbox_policy::reason::Reason;
+    use crackbox_policy::wire::{DecisionCount, TunnelCount};
 
     #[test]
     fn renders_every_family_with_its_labels() {

@@ -2,12 +2,10 @@
 //! here with hickory-proto, the real filter, and clients on distinct
 //! 127.0.0.x source addresses (registered and not).
 
-#![cfg(feature = "runtime")]
-
 use crackbox_engine::dns::{self, Answers, DenialHook, DnsDenial, SteerTo};
-use crackbox_engine::policy::{RegistrationSpec, Snapshot};
-use crackbox_engine::reason::Reason;
-use crackbox_engine::registry::Registry;
+use crackbox_policy::reason::Reason;
+use crackbox_policy::registry::Registry;
+use crackbox_policy::{RegistrationSpec, Snapshot};
 use hickory_proto::op::{Edns, Message, MessageType, Query, ResponseCode};
 use hickory_proto::rr::rdata::{A, AAAA};
 use hickory_proto::rr::{Name, RData, Record, RecordType};

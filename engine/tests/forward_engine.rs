@@ -1,5 +1,3 @@
-#![cfg(feature = "runtime")]
-
 //! Engine-level forward-mode tests: a real engine on loopback, real sockets.
 
 mod support;

@@ -9,7 +9,7 @@
 
 #![no_main]
 
-use crackbox_engine::policy::{parse_source_ip, MAX_ENTRIES};
+use crackbox_policy::{parse_source_ip, MAX_ENTRIES};
 use crackbox_fuzz::admin;
 use libfuzzer_sys::fuzz_target;
 

@@ -8,7 +8,7 @@
 
 #![no_main]
 
-use crackbox_engine::policy::{match_host, AllowEntry, Allowlist, Target};
+use crackbox_policy::{match_host, AllowEntry, Allowlist, Target};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -9,7 +9,7 @@
 
 #![no_main]
 
-use crackbox_engine::policy::{match_host, AllowEntry, Allowlist, MatchedBy, Target};
+use crackbox_policy::{match_host, AllowEntry, Allowlist, MatchedBy, Target};
 use crackbox_fuzz::{naive, Input};
 use libfuzzer_sys::fuzz_target;
 

@@ -11,8 +11,8 @@
 
 #![no_main]
 
-use crackbox_engine::policy::{parse_source_ip, Snapshot, SourceChange};
-use crackbox_engine::wire::{decode_frame, decode_payload, encode, read_message, Message, WireError};
+use crackbox_policy::{parse_source_ip, Snapshot, SourceChange};
+use crackbox_policy::wire::{decode_frame, decode_payload, encode, read_message, Message, WireError};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -2,8 +2,8 @@
 //! the engine crate's strict JSON decoder (the very function the API calls),
 //! then the policy validation.
 
-use crackbox_engine::admin_body::{decode, UnregisterBody};
-use crackbox_engine::policy::{parse_source_ip, RegistrationSpec};
+use crackbox_policy::admin_body::{decode, UnregisterBody};
+use crackbox_policy::{parse_source_ip, RegistrationSpec};
 use std::net::IpAddr;
 
 /// Decodes a register body as given; the error is the message a client would see.

@@ -5,7 +5,7 @@
 //! allow files; never touches Docker, the network or a process.
 
 use crate::error::RunError;
-use crackbox_engine::policy::{expand_presets, parse_allow_file, RegistrationSpec};
+use crackbox_policy::{expand_presets, parse_allow_file, RegistrationSpec};
 use std::path::{Path, PathBuf};
 
 /// The normalised allowlist of `--allow` and `--allow-file` (in that order),

@@ -7,7 +7,7 @@
 #![allow(rustdoc::broken_intra_doc_links)]
 
 use crate::error::RunError;
-use crackbox_engine::policy::Bandwidth;
+use crackbox_policy::Bandwidth;
 use std::path::PathBuf;
 
 /// Where the workload runs.

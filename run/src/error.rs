@@ -2,7 +2,7 @@
 //! that tells the user what to do; `run` prints it and exits with
 //! [`RunError::exit_code`] (125, or 126/127 for a command that cannot start).
 
-use crackbox_engine::policy::{BandwidthError, SpecError, UnknownPreset};
+use crackbox_policy::{BandwidthError, SpecError, UnknownPreset};
 
 /// Exit code for crackbox's own failures (as `docker run` uses it).
 pub const EXIT_CRACKBOX_ERROR: i32 = 125;

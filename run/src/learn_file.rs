@@ -60,7 +60,7 @@ fn text(given: &[String], learned: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crackbox_engine::policy::parse_allow_file;
+    use crackbox_policy::parse_allow_file;
 
     fn strings(items: &[&str]) -> Vec<String> {
         items.iter().map(|s| s.to_string()).collect()

@@ -4,7 +4,7 @@
 //! user's terminal.
 
 use crate::learn_file::LearnFile;
-use crackbox_engine::policy::{Bandwidth, Mode, RegistrationSpec};
+use crackbox_policy::{Bandwidth, Mode, RegistrationSpec};
 use std::net::IpAddr;
 
 /// One run, as every backend sees it.

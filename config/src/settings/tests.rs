@@ -1,6 +1,6 @@
 use super::*;
 use clap::Parser;
-use crackbox_engine::policy::Mode;
+use crackbox_policy::Mode;
 use std::collections::HashMap;
 
 #[derive(Parser)]

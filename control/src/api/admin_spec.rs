@@ -3,7 +3,7 @@
 //! with such an id would be taken for the watcher's and removed by it).
 
 use crate::registry::WATCHER_ID_PREFIX;
-use crackbox_engine::policy::{Registration, RegistrationSpec};
+use crackbox_policy::{Registration, RegistrationSpec};
 use std::net::IpAddr;
 
 /// Validates and compiles `spec`; the error is the 400's text.

@@ -12,8 +12,8 @@ use crate::registry::{Change, Outcome};
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::Json;
-use crackbox_engine::admin_body::BulkAnswer;
-use crackbox_engine::policy::{parse_source_ip, RegistrationSpec};
+use crackbox_policy::admin_body::BulkAnswer;
+use crackbox_policy::{parse_source_ip, RegistrationSpec};
 use std::collections::HashMap;
 use std::net::IpAddr;
 

@@ -6,8 +6,8 @@ use super::{ApiError, AppState, ENFORCE_TIMEOUT};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
-use crackbox_engine::admin_body::UnregisterAnswer;
-use crackbox_engine::policy::{parse_source_ip, Generation, RegistrationSpec};
+use crackbox_policy::admin_body::UnregisterAnswer;
+use crackbox_policy::{parse_source_ip, Generation, RegistrationSpec};
 
 /// `POST /v1/register {"ip","id","allowlist"}` -> the stored (normalised) entry.
 pub async fn register(

@@ -4,9 +4,9 @@
 use super::raw_http::{parse_response, RawClient, Response};
 use super::*;
 use crate::publisher::{self, EngineLink};
-use crackbox_engine::policy::RegistrationSpec;
-use crackbox_engine::reason::Reason;
-use crackbox_engine::wire::{self, DecisionCount, Denial, Message, Role, SourceUsage, StatsReport, PROTOCOL};
+use crackbox_policy::reason::Reason;
+use crackbox_policy::wire::{self, DecisionCount, Denial, Message, Role, SourceUsage, StatsReport, PROTOCOL};
+use crackbox_policy::RegistrationSpec;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UnixStream};

@@ -12,7 +12,7 @@
 //! which is how it tells them from registrations made through the admin API
 //! or `--register`.
 
-use crackbox_engine::policy::{Bandwidth, Mode, RegistrationSpec, SpecError};
+use crackbox_policy::{Bandwidth, Mode, RegistrationSpec, SpecError};
 use std::collections::HashMap;
 
 /// The label that opts a container in: its allowlist.

@@ -26,7 +26,7 @@ use bollard::models::{EventMessage, EventMessageTypeEnum};
 use bollard::query_parameters::{EventsOptionsBuilder, ListContainersOptionsBuilder};
 use bollard::Docker;
 use crackbox_config::DockerWatch;
-use crackbox_engine::wire::WatchList;
+use crackbox_policy::wire::WatchList;
 use departures::{Departures, Event};
 use futures_util::{FutureExt, StreamExt};
 use plan::Seen;

@@ -4,8 +4,8 @@
 
 use super::labels::{self, Labelled};
 use super::registrations::Holdings;
-use crackbox_engine::policy::RegistrationSpec;
-use crackbox_engine::wire::InvalidSource;
+use crackbox_policy::wire::InvalidSource;
+use crackbox_policy::RegistrationSpec;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 

@@ -5,7 +5,7 @@
 
 use crate::registry::{is_watchers, Change, Registry};
 use crate::store::StoreError;
-use crackbox_engine::policy::RegistrationSpec;
+use crackbox_policy::RegistrationSpec;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 

@@ -3,8 +3,8 @@
 
 use super::{frames, EngineLink, Query};
 use crate::registry::{Published, Registry, Update};
-use crackbox_engine::policy::Generation;
-use crackbox_engine::wire::{Message, Role, SourceUsage, StatsReport, WatchList, WireError, PROTOCOL};
+use crackbox_policy::wire::{Message, Role, SourceUsage, StatsReport, WatchList, WireError, PROTOCOL};
+use crackbox_policy::Generation;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;

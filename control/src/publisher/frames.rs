@@ -1,6 +1,6 @@
-//! Async reading and writing of `crackbox_engine::wire` frames on tokio streams.
+//! Async reading and writing of `crackbox_policy::wire` frames on tokio streams.
 
-use crackbox_engine::wire::{self, Message, WireError};
+use crackbox_policy::wire::{self, Message, WireError};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Reads one message (not cancel-safe: run it in its own task or to completion).

@@ -13,8 +13,8 @@ mod socket;
 pub use socket::bind;
 
 use crate::registry::Registry;
-use crackbox_engine::policy::Generation;
-use crackbox_engine::wire::{SourceUsage, StatsReport, UsageQuery, WatchList};
+use crackbox_policy::wire::{SourceUsage, StatsReport, UsageQuery, WatchList};
+use crackbox_policy::Generation;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::UnixListener;

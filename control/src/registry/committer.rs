@@ -10,7 +10,7 @@
 use super::log::{Delta, Log};
 use super::{is_report_only, warn_report_only, Change, Outcome, Published};
 use crate::store::{Entries, Store, StoreError};
-use crackbox_engine::policy::{Generation, RegistrationSpec, SourceChange};
+use crackbox_policy::{Generation, RegistrationSpec, SourceChange};
 use std::collections::HashSet;
 use std::net::IpAddr;
 use std::sync::{mpsc, Arc, Mutex};

@@ -11,7 +11,7 @@
 //! held megabytes under steady churn for nothing.
 
 use super::Published;
-use crackbox_engine::policy::{Generation, SourceChange};
+use crackbox_policy::{Generation, SourceChange};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

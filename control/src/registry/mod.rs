@@ -19,7 +19,7 @@ mod log;
 pub use log::{Delta, Update};
 
 use crate::store::{Entries, Store, StoreError};
-use crackbox_engine::policy::{Generation, Mode, RegistrationSpec};
+use crackbox_policy::{Generation, Mode, RegistrationSpec};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::{mpsc, Arc, Mutex};

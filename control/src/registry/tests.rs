@@ -1,5 +1,5 @@
 use super::*;
-use crackbox_engine::policy::SourceChange;
+use crackbox_policy::SourceChange;
 
 fn spec(ip: &str, allowlist: &[&str]) -> RegistrationSpec {
     RegistrationSpec::new(ip, "t", allowlist.iter().copied())

@@ -5,7 +5,7 @@
 //! bytes before it are the valid prefix, the rest is reported so the owner can
 //! drop it with a warning. Blocking I/O: never on the data path.
 
-use crackbox_engine::policy::SourceChange;
+use crackbox_policy::SourceChange;
 use serde::{Deserialize, Serialize};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -149,7 +149,7 @@ impl Journal {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crackbox_engine::policy::RegistrationSpec;
+    use crackbox_policy::RegistrationSpec;
 
     fn put(ip: &str) -> SourceChange {
         SourceChange::Put(RegistrationSpec::new(ip, "t", Vec::<String>::new()))

@@ -16,7 +16,7 @@ mod snapshot;
 
 pub use snapshot::STATE_VERSION;
 
-use crackbox_engine::policy::{parse_source_ip, RegistrationSpec, SourceChange};
+use crackbox_policy::{parse_source_ip, RegistrationSpec, SourceChange};
 use journal::Journal;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};

@@ -6,7 +6,7 @@
 //! journal record the entries include (absent in files written before the
 //! journal: 0). Blocking I/O: never on the data path.
 
-use crackbox_engine::policy::RegistrationSpec;
+use crackbox_policy::RegistrationSpec;
 use serde::{Deserialize, Serialize};
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;

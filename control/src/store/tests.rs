@@ -191,7 +191,7 @@ fn a_cap_is_kept_in_the_snapshot_and_the_journal_and_left_out_when_unset() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("state.json");
     let (mut store, mut entries) = Store::open(path.clone());
-    let cap = crackbox_engine::policy::Bandwidth::parse("10MiB/s").ok();
+    let cap = crackbox_policy::Bandwidth::parse("10MiB/s").ok();
     let capped = |ip: &str| spec(ip, &["pypi.org"]).with_bandwidth(cap);
     commit(&mut store, &mut entries, vec![SourceChange::Put(capped("10.0.0.1"))]);
     commit(&mut store, &mut entries, vec![SourceChange::Put(capped("10.0.0.2"))]);

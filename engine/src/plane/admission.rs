@@ -1,7 +1,7 @@
 //! Admission: caps on concurrent client connections, per source and total,
 //! so one sandbox cannot starve the others or exhaust the fd table.
 
-use crate::config::Limits;
+use crackbox_policy::engine_config::Limits;
 use rustc_hash::FxHashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};

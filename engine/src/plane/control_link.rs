@@ -12,10 +12,10 @@
 use crate::plane::admission::Admission;
 use crate::plane::stats::Stats;
 use crate::plane::usage_report;
-use crate::policy::registry::Registry;
-use crate::policy::watch::{Watch, Watched};
-use crate::policy::{parse_source_ip, Generation, RegistrationSpec, Snapshot, SourceChange};
-use crate::protocol::wire::{self, Message, Role, WireError, PROTOCOL};
+use crackbox_policy::registry::Registry;
+use crackbox_policy::watch::{Watch, Watched};
+use crackbox_policy::wire::{self, Message, Role, WireError, PROTOCOL};
+use crackbox_policy::{parse_source_ip, Generation, RegistrationSpec, Snapshot, SourceChange};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{channel, RecvTimeoutError, Sender};

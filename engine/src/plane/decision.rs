@@ -11,25 +11,26 @@
 use crate::plane::conn::Conn;
 use crate::plane::revocation::LiveEntry;
 use crate::plane::worker::Worker;
-use crate::policy::reason::Reason;
-use crate::policy::usage::Account;
-use crate::policy::{self, MatchedBy, Port};
+use crackbox_policy::reason::Reason;
+use crackbox_policy::usage::Account;
+use crackbox_policy::{MatchedBy, Port};
 use std::net::IpAddr;
 use std::sync::Arc;
 
 /// What the policy says about one destination, once any registration hold
-/// is over (the policy's settled [`Verdict`](crate::policy::Verdict)).
-pub(crate) use crate::policy::Verdict as Decision;
+/// is over (the policy's settled [`Verdict`](crackbox_policy::Verdict)).
+pub(crate) use crackbox_policy::Verdict as Decision;
 
 /// Decides whether `source` may reach `host:port` with the one policy
-/// decision ([`policy::decide()`]); counts denials. An allowed or reported
+/// decision ([`crackbox_policy::decide()`]); counts denials. An allowed or reported
 /// decision is counted once the destination guard has passed the dialled
 /// address (it may still deny as private-address). By now any registration
 /// hold is over (it runs right after accept), so a source still awaiting
 /// its registration is `unregistered`.
 pub(crate) fn decide(worker: &Worker, source: IpAddr, host: &str, port: u16) -> Decision {
-    let decision = worker
-        .with_policy(|snapshot, watch| policy::decide(snapshot, watch, source, host, Port::Number(port)).settled());
+    let decision = worker.with_policy(|snapshot, watch| {
+        crackbox_policy::decide(snapshot, watch, source, host, Port::Number(port)).settled()
+    });
     if let Decision::Deny { reason, id, account } = &decision {
         worker.stats.record_denied(source, id.as_ref(), host, port, *reason);
         if let Some(account) = account {

@@ -13,7 +13,7 @@
 //! wait.
 
 use crate::plane::worker::Worker;
-use crate::policy::decide::{standing, Standing};
+use crackbox_policy::decide::{standing, Standing};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 

@@ -35,7 +35,7 @@ impl LocalAddresses {
 
     /// True when `ip` is one of this host's interface addresses.
     pub(crate) fn contains(&self, ip: IpAddr) -> bool {
-        self.current.load().contains(&crate::policy::canonical_ip(ip))
+        self.current.load().contains(&crackbox_policy::canonical_ip(ip))
     }
 }
 

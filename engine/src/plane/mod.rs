@@ -1,11 +1,11 @@
-//! The monoio data plane (feature `runtime`): sockets, tunnels and the
+//! The monoio data plane: sockets, tunnels and the
 //! engine process.
 //!
 //! Front ends take connections: `forward` (absolute-form HTTP and CONNECT,
 //! and origin-form for redirected or steered port 80), `transparent`
 //! (redirected and steered connections: where they go, and TLS by its SNI),
 //! `socks` (SOCKS5 `CONNECT`) and `dns`. Front ends never import each other. They decide with
-//! `decision` against the `policy` core and parse with `protocol`; `resolve`
+//! `decision` against the `crackbox-policy` model and parse with `protocol`; `resolve`
 //! dials through the destination guard, `tunnel` moves bytes, `revocation`
 //! closes what a new snapshot denies, `stats` counts and `control_link`
 //! receives snapshots (and answers for usage with `usage_report`);
@@ -25,7 +25,7 @@
 //! a wait with a timer that only some connections need, or only for a while
 //! (monoio's `Sleep` is 640 bytes and 128-byte aligned), is boxed.
 //! Parsing and policy decisions that need no socket belong in `protocol` and
-//! `policy`, never here.
+//! `crackbox-policy`, never here.
 
 pub(crate) mod admission;
 pub(crate) mod conn;

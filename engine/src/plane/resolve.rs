@@ -7,8 +7,8 @@
 
 use crate::plane::conn::Conn;
 use crate::plane::local_addrs::LocalAddresses;
-use crate::policy::guard::{DestinationGuard, Verdict};
-use crate::policy::{normalise_host, HostKind, MatchedBy};
+use crackbox_policy::guard::{DestinationGuard, Verdict};
+use crackbox_policy::{normalise_host, HostKind, MatchedBy};
 use futures_channel::oneshot;
 use rustc_hash::FxHashMap;
 use std::cell::RefCell;

@@ -10,11 +10,11 @@
 
 use crate::plane::stats::Stats;
 use crate::plane::tunnel::{CloseSignal, Revocation};
-use crate::policy::canonical_ip;
-use crate::policy::reason::Reason;
-use crate::policy::registry::{Registry, Touched};
-use crate::policy::watch::{Watch, Watched};
-use crate::policy::{decide, Port, Snapshot, Verdict};
+use crackbox_policy::canonical_ip;
+use crackbox_policy::reason::Reason;
+use crackbox_policy::registry::{Registry, Touched};
+use crackbox_policy::watch::{Watch, Watched};
+use crackbox_policy::{decide, Port, Snapshot, Verdict};
 use rustc_hash::FxHashMap;
 use std::cell::RefCell;
 use std::net::IpAddr;

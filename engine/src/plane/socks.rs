@@ -16,8 +16,8 @@ use crate::plane::resolve::DialError;
 use crate::plane::stats::{Direction, FrontEnd};
 use crate::plane::tunnel;
 use crate::plane::worker::Worker;
-use crate::policy::is_valid_host;
 use crate::protocol::socks5::{Handshake, Progress, Refusal, Reply};
+use crackbox_policy::is_valid_host;
 use std::future::Future;
 use std::net::IpAddr;
 use std::rc::Rc;
@@ -213,7 +213,7 @@ async fn negotiate(client: &Conn, source: IpAddr) -> Result<Request, Ended> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::reason::Reason;
+    use crackbox_policy::reason::Reason;
 
     #[test]
     fn each_way_of_not_reaching_a_target_has_its_reply_code() {

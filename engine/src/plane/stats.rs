@@ -7,8 +7,8 @@
 //! once they have not moved for [`DEPARTED_KEPT`], so they never outgrow
 //! the registry however many sandboxes come and go.
 
-use crate::policy::reason::Reason;
-use crate::protocol::wire::{DecisionCount, Denial, StatsReport, TunnelCount};
+use crackbox_policy::reason::Reason;
+use crackbox_policy::wire::{DecisionCount, Denial, StatsReport, TunnelCount};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::VecDeque;
 use std::net::IpAddr;
@@ -28,7 +28,7 @@ const LOG_TABLE_LIMIT: usize = 10_000;
 /// departed sandbox's last counts.
 pub(crate) const DEPARTED_KEPT: Duration = Duration::from_secs(300);
 
-pub(crate) use crate::policy::Direction;
+pub(crate) use crackbox_policy::Direction;
 
 /// The front end that opened a tunnel: the `front_end` label of
 /// `crackbox_tunnels_opened_total`.

@@ -5,8 +5,8 @@
 //! and most connections never wait (see `plane`, on task size). A source
 //! without a cap pays one relaxed load per call and never awaits anything.
 
-use crate::policy::limiter::{Grant, Limiter};
-use crate::policy::Direction;
+use crackbox_policy::limiter::{Grant, Limiter};
+use crackbox_policy::Direction;
 use std::time::Duration;
 
 /// Waits until the tokens of some of `want` bytes going `direction` are

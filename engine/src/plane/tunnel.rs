@@ -17,7 +17,7 @@
 use crate::plane::conn::{nix_result, Conn};
 use crate::plane::stats::{Direction, Stats};
 use crate::plane::throttle;
-use crate::policy::usage::Account;
+use crackbox_policy::usage::Account;
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::io;

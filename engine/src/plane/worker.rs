@@ -6,7 +6,6 @@
 //! the live set), so they never import this module, and `runtime`, which
 //! builds it, sits above it.
 
-use crate::config::{EngineConfig, Limits};
 use crate::plane::admission::Admission;
 use crate::plane::fair::Turns;
 use crate::plane::local_addrs::LocalAddresses;
@@ -14,11 +13,12 @@ use crate::plane::resolve::{Dialer, NameCache, Resolver};
 use crate::plane::revocation::LiveSet;
 use crate::plane::stats::Stats;
 use crate::plane::tunnel::{Plumbing, Pools};
-use crate::policy::guard::DestinationGuard;
-use crate::policy::registry::{Registry, SnapshotCache};
-use crate::policy::usage::Account;
-use crate::policy::watch::{Watch, WatchCache, Watched};
-use crate::policy::Snapshot;
+use crackbox_policy::engine_config::{EngineConfig, Limits};
+use crackbox_policy::guard::DestinationGuard;
+use crackbox_policy::registry::{Registry, SnapshotCache};
+use crackbox_policy::usage::Account;
+use crackbox_policy::watch::{Watch, WatchCache, Watched};
+use crackbox_policy::Snapshot;
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;

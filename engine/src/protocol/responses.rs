@@ -4,9 +4,9 @@
 //! crackbox policy decision, and never include resolved addresses or
 //! internal error text.
 
-use crate::policy::reason::Reason;
 use crate::protocol::decimal::{decimal, push_decimal};
 use crate::protocol::http_head::push_status_line;
+use crackbox_policy::reason::Reason;
 
 fn reason_phrase(status: u16) -> &'static str {
     match status {

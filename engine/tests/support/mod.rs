@@ -4,9 +4,9 @@
 
 #![allow(dead_code)]
 
-use crackbox_engine::config::{EngineConfig, IoDriver, Limits, DEFAULT_REGISTRATION_HOLD, IO_DRIVER_ENV};
-use crackbox_engine::policy::RegistrationSpec;
-use crackbox_engine::wire::{self, Message, Role, PROTOCOL};
+use crackbox_policy::engine_config::{EngineConfig, IoDriver, Limits, DEFAULT_REGISTRATION_HOLD, IO_DRIVER_ENV};
+use crackbox_policy::wire::{self, Message, Role, PROTOCOL};
+use crackbox_policy::RegistrationSpec;
 pub use crackbox_test_support::*;
 use std::net::{SocketAddr, TcpStream};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -102,7 +102,7 @@ impl Engine {
     }
 
     /// The engine's counters.
-    pub fn stats(&self) -> crackbox_engine::wire::StatsReport {
+    pub fn stats(&self) -> crackbox_policy::wire::StatsReport {
         let mut control = self.control.lock().unwrap();
         wire::write_message(&mut *control, &Message::StatsRequest { request: 1 }).unwrap();
         loop {

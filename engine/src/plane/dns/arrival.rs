@@ -93,7 +93,7 @@ impl ArrivalSocket {
         }
         let iov = [IoSlice::new(reply)];
         let fd = self.socket.as_raw_fd();
-        let from = crate::policy::canonical_ip(from);
+        let from = crackbox_policy::canonical_ip(from);
         match (to, from) {
             (SocketAddr::V4(to), IpAddr::V4(from)) => {
                 let info = libc::in_pktinfo {

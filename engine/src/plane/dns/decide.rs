@@ -3,7 +3,7 @@
 //!
 //! No I/O here: a packet, its source, the snapshot and the label watcher's
 //! list in, an [`Action`] out. Who may ask about which name is the policy's
-//! one decision ([`policy::decide()`] on any port), as for every other front
+//! one decision ([`crackbox_policy::decide()`] on any port), as for every other front
 //! end; this module owns only the DNS side: unregistered and invalid-label
 //! sources are REFUSED, denied names get NXDOMAIN and never reach the
 //! upstream resolver, a name a report-mode source's list would deny is
@@ -11,9 +11,9 @@
 //! awaiting its registration is held.
 
 use super::{DenialHook, DnsDenial};
-use crate::policy::reason::Reason;
-use crate::policy::watch::Watch;
-use crate::policy::{self, Decision, Port, Snapshot, Verdict};
+use crackbox_policy::reason::Reason;
+use crackbox_policy::watch::Watch;
+use crackbox_policy::{Decision, Port, Snapshot, Verdict};
 use hickory_proto::op::{Edns, Header, Message, MessageType, OpCode, ResponseCode};
 use hickory_proto::rr::{DNSClass, RecordType};
 use hickory_proto::serialize::binary::BinDecodable;
@@ -70,7 +70,7 @@ pub(crate) fn decide(
     };
     let name = request.queries.first().map(|q| q.name().to_ascii()).unwrap_or_default();
     let (snapshot, watch) = policy;
-    let verdict = match policy::decide(snapshot, watch, source, &name, Port::Any) {
+    let verdict = match crackbox_policy::decide(snapshot, watch, source, &name, Port::Any) {
         Decision::AwaitRegistration if hold == Hold::Allowed => return Action::Hold,
         decision => decision.settled(),
     };

@@ -20,9 +20,9 @@
 //! query beyond that gets no answer (as a datagram dropped on a full queue)
 //! and its client asks again.
 
-use crate::policy::decide::{standing, Standing};
-use crate::policy::registry::Registry;
-use crate::policy::watch::Watched;
+use crackbox_policy::decide::{standing, Standing};
+use crackbox_policy::registry::Registry;
+use crackbox_policy::watch::Watched;
 use std::io;
 use std::net::IpAddr;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};

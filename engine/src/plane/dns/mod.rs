@@ -23,14 +23,14 @@ mod tcp;
 mod udp;
 mod upstream;
 
-pub use crate::config::resolv_conf::{first_nameserver, system_upstream};
+pub use crackbox_policy::engine_config::resolv_conf::{first_nameserver, system_upstream};
 pub use steer::SteerTo;
 
 use crate::plane::local_addrs::LocalAddresses;
-use crate::policy::canonical_ip;
-use crate::policy::reason::Reason;
-use crate::policy::registry::Registry;
-use crate::policy::watch::Watched;
+use crackbox_policy::canonical_ip;
+use crackbox_policy::reason::Reason;
+use crackbox_policy::registry::Registry;
+use crackbox_policy::watch::Watched;
 use decide::{decide, error_reply, Action, Hold};
 use hickory_proto::op::{Message, ResponseCode};
 use hold::HeldQueries;
@@ -218,7 +218,7 @@ impl OwnAddresses {
 /// to them; otherwise they are forwarded to `dns_upstream`, or without it to
 /// the first nameserver of /etc/resolv.conf.
 pub(crate) fn start(
-    config: &crate::config::EngineConfig,
+    config: &crackbox_policy::engine_config::EngineConfig,
     registry: Arc<Registry>,
     watched: Arc<Watched>,
     stats: Arc<crate::plane::stats::Stats>,

@@ -78,7 +78,7 @@ fn answer_address(steer: IpAddr, arrived: IpAddr) -> Option<IpAddr> {
     if !steer.is_unspecified() {
         return Some(steer);
     }
-    let arrived = crate::policy::canonical_ip(arrived);
+    let arrived = crackbox_policy::canonical_ip(arrived);
     (arrived.is_ipv4() == steer.is_ipv4() && !arrived.is_unspecified()).then_some(arrived)
 }
 

@@ -2,7 +2,7 @@
 //! dropped messages.
 
 use super::*;
-use crate::policy::RegistrationSpec;
+use crackbox_policy::RegistrationSpec;
 use hickory_proto::op::Query;
 use hickory_proto::rr::Name;
 use std::str::FromStr;
@@ -15,7 +15,7 @@ fn snapshot() -> Snapshot {
         &[
             spec("10.0.0.2", &["allowed.test", "*.wild.test", "port.test:443"]),
             spec("10.0.0.3", &[]),
-            spec("10.0.0.4", &["allowed.test"]).with_mode(crate::policy::Mode::Report),
+            spec("10.0.0.4", &["allowed.test"]).with_mode(crackbox_policy::Mode::Report),
         ],
     )
     .unwrap()

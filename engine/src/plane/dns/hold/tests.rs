@@ -5,10 +5,10 @@
 
 use super::MAX_PER_SOURCE;
 use crate::plane::dns::{spawn_filter, Answers, DenialHook, DnsDenial, Policy, SteerTo};
-use crate::policy::reason::Reason;
-use crate::policy::registry::Registry;
-use crate::policy::watch::{Watch, Watched};
-use crate::policy::{RegistrationSpec, Snapshot};
+use crackbox_policy::reason::Reason;
+use crackbox_policy::registry::Registry;
+use crackbox_policy::watch::{Watch, Watched};
+use crackbox_policy::{RegistrationSpec, Snapshot};
 use hickory_proto::op::{Message, Query, ResponseCode};
 use hickory_proto::rr::{Name, RecordType};
 use std::io::{Read, Write};

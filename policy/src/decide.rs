@@ -170,7 +170,7 @@ pub fn decide(snapshot: &Snapshot, watch: &Watch, source: IpAddr, host: &str, po
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::RegistrationSpec;
+    use crate::RegistrationSpec;
 
     fn snapshot() -> Snapshot {
         let spec = |ip: &str, id: &str, allow: &[&str]| RegistrationSpec::new(ip, id, allow.iter().copied());

@@ -428,7 +428,7 @@ mod tests {
         let snap = Snapshot::build(1, &[spec("10.0.0.1", "deny", &[])]).unwrap();
         let reg = snap.lookup("10.0.0.1".parse().unwrap()).unwrap();
         assert!(reg.allowlist.is_empty());
-        assert!(!crate::policy::match_host(&reg.allowlist, "example.com", 443));
+        assert!(!crate::match_host(&reg.allowlist, "example.com", 443));
     }
 
     #[test]

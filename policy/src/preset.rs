@@ -98,7 +98,7 @@ pub fn expand_presets<S: AsRef<str>>(entries: &[S]) -> Result<Vec<String>, Unkno
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::AllowEntry;
+    use crate::AllowEntry;
 
     #[test]
     fn every_preset_is_named_described_and_valid() {

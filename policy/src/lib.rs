@@ -1,5 +1,6 @@
-//! Policy core: who may reach what. Allowlist entries, `match_host`, the
-//! allowlist presets and files, a registration's mode (enforced or only
+//! crackbox-policy: the model every crackbox crate shares.
+//!
+//! Who may reach what: allowlist entries, `match_host`, the allowlist presets and files, a registration's mode (enforced or only
 //! reported), source keys, snapshots and the registry holding the one in
 //! force, the one decision every front end asks (`decide`), the
 //! destination guard and the one vocabulary of denial reasons; and what each
@@ -9,16 +10,36 @@
 //! Pure code with no runtime dependency. Every data plane, the DNS filter,
 //! the control plane's validation, the benches and the fuzz targets use these
 //! functions, so there is exactly one definition of "allowed". Never does
-//! I/O and never imports `protocol` or `plane`.
+//! I/O beyond the start-up port probe in [`startup`].
+//!
+//! Also the values that cross a process boundary: the control <-> engine
+//! [`wire`] protocol, the admin API bodies ([`admin_body`]), the engine's
+//! resolved settings ([`engine_config`]) and its start-up failures
+//! ([`startup`]). Each value is parsed once where it enters and travels as
+//! its type.
+//!
+//! ```
+//! use crackbox_policy::{match_host, Allowlist};
+//!
+//! let allowlist = Allowlist::parse(&["github.com", "*.pypi.org:443"]).unwrap();
+//! assert!(match_host(&allowlist, "api.github.com", 443));
+//! assert!(!match_host(&allowlist, "evilgithub.com", 443));
+//! assert!(!match_host(&allowlist, "files.pypi.org", 80));
+//! ```
 
+#![warn(missing_docs)]
+
+pub mod admin_body;
 mod allow_file;
 mod allowlist;
 mod bandwidth;
 pub mod decide;
 mod direction;
+pub mod engine_config;
 mod entry;
 pub mod guard;
 mod host;
+pub mod json_object;
 pub mod limiter;
 mod mode;
 mod preset;
@@ -26,8 +47,10 @@ pub mod reason;
 pub mod registry;
 mod snapshot;
 mod source;
+pub mod startup;
 pub mod usage;
 pub mod watch;
+pub mod wire;
 
 pub use allow_file::{parse_allow_file, AllowFileError};
 pub use allowlist::{match_host, Allowlist, MatchedBy};

@@ -11,8 +11,8 @@
 //! usage per registration with [`Message::UsageRequest`]. Pure code: it is
 //! fuzzed as it runs.
 
-use crate::policy::reason::Reason;
-use crate::policy::{Generation, RegistrationSpec, SourceChange};
+use crate::reason::Reason;
+use crate::{Generation, RegistrationSpec, SourceChange};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
@@ -340,10 +340,10 @@ mod tests {
                     SourceChange::Remove("10.0.0.2".into()),
                     SourceChange::Put(
                         RegistrationSpec::new("10.0.0.3", "b", ["b.test"])
-                            .with_bandwidth(Some(crate::policy::Bandwidth::parse("10MiB/s").unwrap())),
+                            .with_bandwidth(Some(crate::Bandwidth::parse("10MiB/s").unwrap())),
                     ),
                     SourceChange::Put(
-                        RegistrationSpec::new("10.0.0.4", "c", ["c.test"]).with_mode(crate::policy::Mode::Report),
+                        RegistrationSpec::new("10.0.0.4", "c", ["c.test"]).with_mode(crate::Mode::Report),
                     ),
                 ],
             },

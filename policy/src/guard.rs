@@ -62,7 +62,7 @@ impl DestinationGuard {
 }
 
 fn canonical(ip: IpAddr) -> IpAddr {
-    crate::policy::canonical_ip(ip)
+    crate::canonical_ip(ip)
 }
 
 /// Addresses that always reach this host, whatever its interfaces.

@@ -6,7 +6,7 @@
 //! errors whose message names the field or the problem. Pure, so the admin
 //! API, its client and the fuzz targets share exactly these definitions.
 
-use crate::policy::RegistrationSpec;
+use crate::RegistrationSpec;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 

@@ -11,7 +11,7 @@
 //! any listener on the address, where a reuse-port bind would silently share
 //! the port with another crackbox of the same user. Pure std, no runtime.
 
-use crate::config::EngineConfig;
+use crate::engine_config::EngineConfig;
 use std::fmt;
 use std::io;
 use std::net::{SocketAddr, TcpListener, UdpSocket};

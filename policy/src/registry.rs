@@ -8,7 +8,7 @@
 //! only their connections; that small history sits behind a mutex taken only
 //! by the link and the per-thread revocation check, never by a decision.
 
-use crate::policy::Snapshot;
+use crate::Snapshot;
 use arc_swap::{ArcSwap, Cache};
 use rustc_hash::FxHashSet;
 use std::collections::VecDeque;
@@ -154,7 +154,7 @@ impl SnapshotCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::RegistrationSpec;
+    use crate::RegistrationSpec;
 
     #[test]
     fn cache_sees_swaps() {
