@@ -45,14 +45,15 @@ fn bench_decide(c: &mut Criterion) {
     let entries: Vec<String> = allowlist(10).entries().iter().map(ToString::to_string).collect();
     let specs: Vec<RegistrationSpec> = (0..1000u32)
         .map(|i| {
-            RegistrationSpec::new(
-                format!("10.1.{}.{}", i / 250, i % 250 + 1),
-                format!("box-{i}"),
-                entries.clone(),
+            RegistrationSpec::parse(
+                &format!("10.1.{}.{}", i / 250, i % 250 + 1),
+                &format!("box-{i}"),
+                &entries.clone(),
             )
+            .unwrap()
         })
         .collect();
-    let snapshot = Snapshot::build(1, &specs).expect("bench registrations are valid");
+    let snapshot = Snapshot::build(1, &specs);
     let watched = Watched::default();
     watched.swap(Watch::build(
         ["10.9.0.0/16", "fd00:9::/64"],
@@ -71,7 +72,7 @@ fn bench_decide(c: &mut Criterion) {
                 .and_then(|r| {
                     r.allowlist
                         .matching(black_box(host), 443)
-                        .map(|_| std::sync::Arc::clone(&r.id))
+                        .map(|_| std::sync::Arc::clone(r.id.shared()))
                 })
                 .is_some()
         })

@@ -5,6 +5,7 @@
 //! tokio); use [`crate::Client`] there.
 
 use crate::{BulkAnswer, Denial, Error, Health, HealthAnswer, RegistrationSpec, SourceUsage};
+use std::net::IpAddr;
 use tokio::runtime::Runtime;
 
 /// A blocking client of one admin API, made by [`crate::Client::blocking`].
@@ -38,12 +39,12 @@ impl Client {
     }
 
     /// See [`crate::Client::unregister`].
-    pub fn unregister(&self, ip: &str) -> Result<bool, Error> {
+    pub fn unregister(&self, ip: IpAddr) -> Result<bool, Error> {
         self.runtime.block_on(self.client.unregister(ip))
     }
 
     /// See [`crate::Client::batch`].
-    pub fn batch(&self, register: &[RegistrationSpec], unregister: &[&str]) -> Result<BulkAnswer, Error> {
+    pub fn batch(&self, register: &[RegistrationSpec], unregister: &[IpAddr]) -> Result<BulkAnswer, Error> {
         self.runtime.block_on(self.client.batch(register, unregister))
     }
 

@@ -7,7 +7,7 @@ use crackbox_policy::admin_body::{BatchBody, ErrorAnswer, UnregisterAnswer, Unre
 use hyper::Method;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 /// Client of one crackbox admin API.
@@ -82,9 +82,9 @@ impl Client {
     /// ```no_run
     /// # async fn demo(admin: crackbox_client::Client) -> Result<(), crackbox_client::Error> {
     /// use crackbox_client::RegistrationSpec;
-    /// let spec = RegistrationSpec::new("10.0.0.2", "agent-7", ["PyPI.org", "*.github.com:443"]);
+    /// let spec = RegistrationSpec::parse("10.0.0.2", "agent-7", &["PyPI.org", "*.github.com:443"]).unwrap();
     /// let stored = admin.register(&spec).await?;
-    /// assert_eq!(stored.allowlist, ["pypi.org", "*.github.com:443"]);
+    /// assert_eq!(stored.allowlist.texts(), ["pypi.org", "*.github.com:443"]);
     /// # Ok(()) }
     /// ```
     pub async fn register(&self, spec: &RegistrationSpec) -> Result<RegistrationSpec, Error> {
@@ -95,11 +95,11 @@ impl Client {
     ///
     /// ```no_run
     /// # async fn demo(admin: crackbox_client::Client) -> Result<(), crackbox_client::Error> {
-    /// let removed = admin.unregister("10.0.0.2").await?;
+    /// let removed = admin.unregister("10.0.0.2".parse().unwrap()).await?;
     /// # Ok(()) }
     /// ```
-    pub async fn unregister(&self, ip: &str) -> Result<bool, Error> {
-        let body = UnregisterBody { ip: ip.to_string() };
+    pub async fn unregister(&self, ip: IpAddr) -> Result<bool, Error> {
+        let body = UnregisterBody { ip };
         let answer: UnregisterAnswer = self.post("/v1/unregister", &body).await?;
         Ok(answer.removed)
     }
@@ -109,7 +109,7 @@ impl Client {
     /// ```no_run
     /// # async fn demo(admin: crackbox_client::Client) -> Result<(), crackbox_client::Error> {
     /// for entry in admin.state().await? {
-    ///     println!("{} {} {}", entry.ip, entry.id, entry.allowlist.join(","));
+    ///     println!("{} {} {}", entry.ip, entry.id, entry.allowlist.texts().join(","));
     /// }
     /// # Ok(()) }
     /// ```
@@ -203,20 +203,17 @@ impl Client {
     /// # async fn demo(admin: crackbox_client::Client) -> Result<(), crackbox_client::Error> {
     /// use crackbox_client::RegistrationSpec;
     /// let started = [
-    ///     RegistrationSpec::new("10.0.0.2", "agent-1", ["pypi.org"]),
-    ///     RegistrationSpec::new("10.0.0.3", "agent-2", ["github.com"]),
+    ///     RegistrationSpec::parse("10.0.0.2", "agent-1", &["pypi.org"]).unwrap(),
+    ///     RegistrationSpec::parse("10.0.0.3", "agent-2", &["github.com"]).unwrap(),
     /// ];
-    /// let answer = admin.batch(&started, &["10.0.0.9"]).await?;
+    /// let answer = admin.batch(&started, &["10.0.0.9".parse().unwrap()]).await?;
     /// assert_eq!(answer.registered, 2);
     /// # Ok(()) }
     /// ```
-    pub async fn batch(&self, register: &[RegistrationSpec], unregister: &[&str]) -> Result<BulkAnswer, Error> {
+    pub async fn batch(&self, register: &[RegistrationSpec], unregister: &[IpAddr]) -> Result<BulkAnswer, Error> {
         let body = BatchBody {
             register: register.to_vec(),
-            unregister: unregister
-                .iter()
-                .map(|ip| UnregisterBody { ip: ip.to_string() })
-                .collect(),
+            unregister: unregister.iter().map(|&ip| UnregisterBody { ip }).collect(),
         };
         self.post("/v1/batch", &body).await
     }

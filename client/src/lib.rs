@@ -15,13 +15,13 @@
 //!
 //! # async fn demo() -> Result<(), crackbox_client::Error> {
 //! let admin = Client::new("http://127.0.0.1:3129")?.with_secret(std::env::var("CRACKBOX_ADMIN_SECRET").unwrap_or_default());
-//! let sandbox = RegistrationSpec::new("10.0.0.2", "agent-7", ["pypi.org", "files.pythonhosted.org"]);
+//! let sandbox = RegistrationSpec::parse("10.0.0.2", "agent-7", &["pypi.org", "files.pythonhosted.org"]).unwrap();
 //! admin.register(&sandbox).await?; // enforced once this returns
 //! // ... run the sandbox ...
 //! for denial in admin.denials(100).await? {
 //!     eprintln!("blocked {} ({})", denial.host, denial.reason);
 //! }
-//! admin.unregister(&sandbox.ip).await?;
+//! admin.unregister(sandbox.ip).await?;
 //! # Ok(()) }
 //! ```
 

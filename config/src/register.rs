@@ -109,15 +109,14 @@ fn resolve(seed: Seed<'_>) -> Result<RegistrationSpec, String> {
     for path in &seed.allow_files {
         allow.extend(read_allow_file(path)?);
     }
-    let mut spec = RegistrationSpec::new(seed.ip, seed.id, allow);
+    let mut spec = RegistrationSpec::parse(seed.ip, seed.id, &allow).map_err(|err| err.to_string())?;
     if let Some(mode) = seed.mode {
         spec.mode = Mode::parse(mode).map_err(|err| format!("mode: {err}"))?;
     }
     if let Some(bandwidth) = seed.bandwidth {
-        let cap = Bandwidth::parse(bandwidth).map_err(|err| format!("bandwidth: {err}"))?;
-        spec.bandwidth = Some(cap.bytes_per_second());
+        spec.bandwidth = Some(Bandwidth::parse(bandwidth).map_err(|err| format!("bandwidth: {err}"))?);
     }
-    spec.normalised().map_err(|err| err.to_string())
+    Ok(spec)
 }
 
 /// The entries of the allowlist file at `path`.
@@ -211,9 +210,13 @@ mod tests {
         ];
         for (raw, ip, id, allowlist, bandwidth, mode) in cases {
             let spec = parse_seed(raw).unwrap_or_else(|err| panic!("{raw}: {err}"));
-            assert_eq!((spec.ip.as_str(), spec.id.as_str()), (ip, id), "{raw}");
-            assert_eq!(spec.allowlist, allowlist, "{raw}");
-            assert_eq!((spec.bandwidth, spec.mode), (bandwidth, mode), "{raw}");
+            assert_eq!((spec.ip.to_string().as_str(), spec.id.as_str()), (ip, id), "{raw}");
+            assert_eq!(spec.allowlist.texts(), allowlist, "{raw}");
+            assert_eq!(
+                (spec.bandwidth.map(Bandwidth::bytes_per_second), spec.mode),
+                (bandwidth, mode),
+                "{raw}"
+            );
         }
     }
 
@@ -231,7 +234,7 @@ mod tests {
         );
         let spec = parse_seed(&raw).unwrap();
         assert_eq!(
-            spec.allowlist,
+            spec.allowlist.texts(),
             [
                 "x.test",
                 "pypi.org",
@@ -250,11 +253,14 @@ mod tests {
         };
         let spec = from_table(&table, dir.path()).unwrap();
         assert_eq!(
-            spec.allowlist,
+            spec.allowlist.texts(),
             ["registry.yarnpkg.com:443", "files.pythonhosted.org:443", "pypi.org"],
             "a relative file is read beside the config file"
         );
-        assert_eq!((spec.bandwidth, spec.mode), (Some(2 << 20), Mode::Enforce));
+        assert_eq!(
+            (spec.bandwidth.map(Bandwidth::bytes_per_second), spec.mode),
+            (Some(2 << 20), Mode::Enforce)
+        );
     }
 
     #[test]

@@ -9,8 +9,8 @@
 
 #![no_main]
 
-use crackbox_policy::{match_host, AllowEntry, Allowlist, MatchedBy, Target};
 use crackbox_fuzz::{naive, Input};
+use crackbox_policy::{match_host, AllowEntry, Allowlist, MatchedBy, Target};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -3,11 +3,19 @@
 //! An allowlist is compiled into hash maps once, when a snapshot is built, so
 //! a lookup costs at most one hash probe per label of the host (O(labels),
 //! never O(entries)) and allocates nothing.
+//!
+//! A list written by hand (an admin body, a label, a flag, a config file)
+//! enters through [`Allowlist::from_config`] or serde, which expand presets
+//! and bound its length once; from then on it travels compiled, and a clone
+//! shares the compiled maps.
 
-use super::entry::{AllowEntry, EntryError, Target};
+use super::entry::{AllowEntry, EntryError, Target, MAX_ENTRIES};
 use super::host::{normalise_into, HostRef, NameBuf};
+use super::preset::{expand_presets, UnknownPreset, PRESET_MARK};
 use rustc_hash::{FxHashMap, FxHashSet};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 /// How a host was allowed; the destination guard treats the two differently.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,9 +72,27 @@ struct NameRule {
     below: Option<PortRule>,
 }
 
-/// A compiled allowlist; an empty one denies everything.
+/// A compiled allowlist; an empty one denies everything. Cloning shares it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Allowlist {
+pub struct Allowlist(Arc<Compiled>);
+
+/// Why a list written by hand was refused; says which entry.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ListError {
+    /// More than [`MAX_ENTRIES`] entries (counted again once presets expand).
+    #[error("{0} entries, at most 1000 are allowed")]
+    TooManyEntries(usize),
+    /// One entry is invalid.
+    #[error(transparent)]
+    Entry(#[from] EntryError),
+    /// An entry names a preset that does not exist.
+    #[error(transparent)]
+    Preset(#[from] UnknownPreset),
+}
+
+/// The maps one lookup probes, with the entries they were built from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Compiled {
     entries: Vec<AllowEntry>,
     names: FxHashMap<Box<[u8]>, NameRule>,
     ips: FxHashMap<IpAddr, PortRule>,
@@ -77,7 +103,8 @@ pub struct Allowlist {
 }
 
 impl Allowlist {
-    /// Parses and compiles raw entries; the first invalid one is the error.
+    /// Parses and compiles raw entries (no presets, no length bound); the
+    /// first invalid one is the error.
     pub fn parse<S: AsRef<str>>(raw: &[S]) -> Result<Self, EntryError> {
         raw.iter()
             .map(|entry| AllowEntry::parse(entry.as_ref()))
@@ -85,11 +112,80 @@ impl Allowlist {
             .map(Self::from_entries)
     }
 
+    /// A list as written by hand: presets (`@pypi`) expanded, at most
+    /// [`MAX_ENTRIES`] entries before and after expanding, each validated.
+    ///
+    /// ```
+    /// let list = crackbox_policy::Allowlist::from_config(&["@npm", "X.test."]).unwrap();
+    /// let entries: Vec<String> = list.entries().iter().map(ToString::to_string).collect();
+    /// assert_eq!(entries, ["registry.npmjs.org:443", "x.test"]);
+    /// ```
+    pub fn from_config<S: AsRef<str>>(raw: &[S]) -> Result<Self, ListError> {
+        if raw.len() > MAX_ENTRIES {
+            return Err(ListError::TooManyEntries(raw.len()));
+        }
+        if !raw.iter().any(|entry| entry.as_ref().starts_with(PRESET_MARK)) {
+            return Ok(Allowlist::parse(raw)?);
+        }
+        let expanded = expand_presets(raw)?;
+        if expanded.len() > MAX_ENTRIES {
+            return Err(ListError::TooManyEntries(expanded.len()));
+        }
+        Ok(Allowlist::parse(&expanded)?)
+    }
+
     /// Compiles validated entries, dropping exact duplicates.
     pub fn from_entries(entries: Vec<AllowEntry>) -> Self {
-        let mut list = Allowlist {
+        Allowlist(Arc::new(Compiled::new(entries)))
+    }
+
+    /// The normalised entries, in the order given, without duplicates.
+    pub fn entries(&self) -> &[AllowEntry] {
+        &self.0.entries
+    }
+
+    /// The normalised entries as text, as the JSON carries them.
+    pub fn texts(&self) -> Vec<String> {
+        self.entries().iter().map(ToString::to_string).collect()
+    }
+
+    /// True when the list denies everything.
+    pub fn is_empty(&self) -> bool {
+        self.0.entries.is_empty()
+    }
+
+    /// Decides `host:port`, saying which kind of entry allowed it.
+    pub fn matching(&self, host: &str, port: u16) -> Option<MatchedBy> {
+        self.0.decide(host, |rule| rule.allows(port))
+    }
+
+    /// Decides `host` on any port: the DNS filter sees names, never ports.
+    pub fn matching_any_port(&self, host: &str) -> Option<MatchedBy> {
+        self.0.decide(host, |_| true)
+    }
+}
+
+/// The entries in normalised form, as the admin API and the state file
+/// carry them.
+impl Serialize for Allowlist {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.entries().iter().map(ToString::to_string))
+    }
+}
+
+/// A list of entry strings, checked as [`Allowlist::from_config`] checks it.
+impl<'de> Deserialize<'de> for Allowlist {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = Vec::<String>::deserialize(deserializer)?;
+        Allowlist::from_config(&raw).map_err(serde::de::Error::custom)
+    }
+}
+
+impl Compiled {
+    fn new(entries: Vec<AllowEntry>) -> Self {
+        let mut list = Compiled {
             min_labels: usize::MAX,
-            ..Allowlist::default()
+            ..Compiled::default()
         };
         let mut seen = FxHashSet::default();
         for entry in entries {
@@ -121,26 +217,6 @@ impl Allowlist {
         self.min_labels = self.min_labels.min(labels);
         self.max_labels = self.max_labels.max(labels);
         self.names.entry(name.as_bytes().into()).or_default()
-    }
-
-    /// The normalised entries, in the order given, without duplicates.
-    pub fn entries(&self) -> &[AllowEntry] {
-        &self.entries
-    }
-
-    /// True when the list denies everything.
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-
-    /// Decides `host:port`, saying which kind of entry allowed it.
-    pub fn matching(&self, host: &str, port: u16) -> Option<MatchedBy> {
-        self.decide(host, |rule| rule.allows(port))
-    }
-
-    /// Decides `host` on any port: the DNS filter sees names, never ports.
-    pub fn matching_any_port(&self, host: &str) -> Option<MatchedBy> {
-        self.decide(host, |_| true)
     }
 
     fn decide(&self, host: &str, allows: impl Fn(&PortRule) -> bool) -> Option<MatchedBy> {

@@ -153,17 +153,21 @@ pub fn decide(snapshot: &Snapshot, watch: &Watch, source: IpAddr, host: &str, po
     match matched {
         Some(matched) => Decision::Made(Verdict::Allow {
             matched,
-            id: Arc::clone(&registration.id),
+            id: Arc::clone(registration.id.shared()),
             account: Arc::clone(&registration.account),
         }),
         // Report mode lets through what could be reached: never a host that
         // is no name or address at all (a request without `Host`).
         None if registration.mode == Mode::Report && is_valid_host(host) => Decision::Made(Verdict::Report {
             reason: Reason::NotAllowed,
-            id: Arc::clone(&registration.id),
+            id: Arc::clone(registration.id.shared()),
             account: Arc::clone(&registration.account),
         }),
-        None => deny(Reason::NotAllowed, Some(&registration.id), Some(&registration.account)),
+        None => deny(
+            Reason::NotAllowed,
+            Some(registration.id.shared()),
+            Some(&registration.account),
+        ),
     }
 }
 
@@ -173,7 +177,7 @@ mod tests {
     use crate::RegistrationSpec;
 
     fn snapshot() -> Snapshot {
-        let spec = |ip: &str, id: &str, allow: &[&str]| RegistrationSpec::new(ip, id, allow.iter().copied());
+        let spec = |ip: &str, id: &str, allow: &[&str]| RegistrationSpec::parse(ip, id, allow).unwrap();
         Snapshot::build(
             1,
             &[
@@ -184,7 +188,6 @@ mod tests {
                 spec("10.5.0.4", "watched-labelled", &[]).with_mode(Mode::Report),
             ],
         )
-        .unwrap()
     }
 
     fn watch() -> Watch {

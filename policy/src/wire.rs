@@ -331,19 +331,22 @@ mod tests {
             },
             Message::Snapshot {
                 generation: 3,
-                registrations: vec![RegistrationSpec::new("10.0.0.2", "agent", ["github.com"])],
+                registrations: vec![RegistrationSpec::parse("10.0.0.2", "agent", &["github.com"]).unwrap()],
             },
             Message::Delta {
                 base: 3,
                 generation: 4,
                 changes: vec![
-                    SourceChange::Remove("10.0.0.2".into()),
+                    SourceChange::Remove("10.0.0.2".parse().unwrap()),
                     SourceChange::Put(
-                        RegistrationSpec::new("10.0.0.3", "b", ["b.test"])
+                        RegistrationSpec::parse("10.0.0.3", "b", &["b.test"])
+                            .unwrap()
                             .with_bandwidth(Some(crate::Bandwidth::parse("10MiB/s").unwrap())),
                     ),
                     SourceChange::Put(
-                        RegistrationSpec::new("10.0.0.4", "c", ["c.test"]).with_mode(crate::Mode::Report),
+                        RegistrationSpec::parse("10.0.0.4", "c", &["c.test"])
+                            .unwrap()
+                            .with_mode(crate::Mode::Report),
                     ),
                 ],
             },

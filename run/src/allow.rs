@@ -5,13 +5,12 @@
 //! allow files; never touches Docker, the network or a process.
 
 use crate::error::RunError;
-use crackbox_policy::{expand_presets, parse_allow_file, RegistrationSpec};
+use crackbox_policy::{parse_allow_file, Allowlist, ListError, SpecError};
 use std::path::{Path, PathBuf};
 
-/// The normalised allowlist of `--allow` and `--allow-file` (in that order),
-/// for a registration named `id` (validated too); empty only when the run
-/// `learning` lets everything through anyway.
-pub fn allowlist(id: &str, allow: &[String], files: &[PathBuf], learning: bool) -> Result<Vec<String>, RunError> {
+/// The compiled allowlist of `--allow` and `--allow-file` (in that order);
+/// empty only when the run `learning` lets everything through anyway.
+pub fn allowlist(allow: &[String], files: &[PathBuf], learning: bool) -> Result<Allowlist, RunError> {
     let mut entries = allow.to_vec();
     for path in files {
         entries.extend(read_allow_file(path)?);
@@ -19,9 +18,10 @@ pub fn allowlist(id: &str, allow: &[String], files: &[PathBuf], learning: bool) 
     if entries.is_empty() && !learning {
         return Err(RunError::EmptyAllow);
     }
-    let expanded = expand_presets(&entries)?;
-    let spec = RegistrationSpec::new("127.0.0.1", id, expanded);
-    Ok(spec.normalised()?.allowlist)
+    Allowlist::from_config(&entries).map_err(|err| match err {
+        ListError::Preset(unknown) => RunError::UnknownPreset(unknown),
+        other => RunError::InvalidRegistration(SpecError::Allowlist(other)),
+    })
 }
 
 /// The entries of the allow file at `path`; an error names the file and,
@@ -71,7 +71,7 @@ mod tests {
         ];
         for (allow, files, want) in cases {
             assert_eq!(
-                allowlist("run-1", &strings(allow), &files, false).unwrap(),
+                allowlist(&strings(allow), &files, false).unwrap().texts(),
                 want,
                 "{allow:?} {files:?}"
             );
@@ -80,8 +80,8 @@ mod tests {
 
     #[test]
     fn a_learning_run_may_start_from_nothing() {
-        assert_eq!(allowlist("run-1", &[], &[], true).unwrap(), Vec::<String>::new());
-        assert!(allowlist("run-1", &strings(&["bad host"]), &[], true).is_err());
+        assert!(allowlist(&[], &[], true).unwrap().is_empty());
+        assert!(allowlist(&strings(&["bad host"]), &[], true).is_err());
     }
 
     #[test]
@@ -92,27 +92,15 @@ mod tests {
         let empty = dir.path().join("empty");
         std::fs::write(&empty, "# nothing yet\n").unwrap();
         let missing = dir.path().join("missing");
-        /// `--id`, `--allow`, the files, then words of the error.
-        type Case<'a> = (&'a str, &'a [&'a str], Vec<PathBuf>, Vec<String>);
+        /// `--allow`, the files, then words of the error.
+        type Case<'a> = (&'a [&'a str], Vec<PathBuf>, Vec<String>);
         let cases: Vec<Case> = vec![
-            ("run-1", &[], vec![], vec!["needs at least one entry".into()]),
+            (&[], vec![], vec!["needs at least one entry".into()]),
+            (&[], vec![empty.clone()], vec!["needs at least one entry".into()]),
+            (&["*"], vec![], vec!["bare *".into()]),
+            (&["bad host"], vec![], vec!["invalid allowlist entry".into()]),
+            (&["@nosuch"], vec![], vec!["--allow: unknown preset \"@nosuch\"".into()]),
             (
-                "run-1",
-                &[],
-                vec![empty.clone()],
-                vec!["needs at least one entry".into()],
-            ),
-            ("run-1", &["*"], vec![], vec!["bare *".into()]),
-            ("run-1", &["bad host"], vec![], vec!["invalid allowlist entry".into()]),
-            (
-                "run-1",
-                &["@nosuch"],
-                vec![],
-                vec!["--allow: unknown preset \"@nosuch\"".into()],
-            ),
-            ("", &["example.com"], vec![], vec!["id:".into()]),
-            (
-                "run-1",
                 &["a.test"],
                 vec![bad.clone()],
                 vec![format!(
@@ -121,14 +109,13 @@ mod tests {
                 )],
             ),
             (
-                "run-1",
                 &["a.test"],
                 vec![missing.clone()],
                 vec![format!("--allow-file {}: cannot read it: ", missing.display())],
             ),
         ];
-        for (id, allow, files, words) in cases {
-            let err = allowlist(id, &strings(allow), &files, false).unwrap_err().to_string();
+        for (allow, files, words) in cases {
+            let err = allowlist(&strings(allow), &files, false).unwrap_err().to_string();
             for word in &words {
                 assert!(err.contains(word.as_str()), "{allow:?} {files:?}: {err}");
             }

@@ -36,6 +36,7 @@ pub use args::{BackendKind, RunArgs};
 pub use error::{RunError, EXIT_CRACKBOX_ERROR};
 
 use args::Placement;
+use crackbox_policy::SandboxId;
 use jail_proxy::JailProxy;
 use plan::Plan;
 
@@ -56,9 +57,10 @@ fn execute(args: RunArgs) -> Result<i32, RunError> {
     let placement = args.placement(&env)?;
     let run_id = token::random_hex(4).map_err(|e| RunError::io("reading /dev/urandom", e))?;
     let id = args.id.clone().unwrap_or_else(|| format!("run-{run_id}"));
+    let id = SandboxId::parse(&id).map_err(|err| RunError::InvalidRegistration(err.into()))?;
     let learning = args.learning();
     let plan = Plan {
-        allow: allow::allowlist(&id, &args.allow, &args.allow_file, learning)?,
+        allow: allow::allowlist(&args.allow, &args.allow_file, learning)?,
         bandwidth: args.bandwidth_cap()?,
         learning,
         learn_file: args

@@ -106,7 +106,7 @@ async fn conclude(plan: &Plan, admin: &Client, scope: Scope) -> Result<(), RunEr
         findings.print();
     }
     match (&plan.learn_file, findings.learned()) {
-        (Some(file), Some(learned)) => file.write(&plan.allow, &learned),
+        (Some(file), Some(learned)) => file.write(&plan.allow.texts(), &learned),
         (Some(file), None) => Err(file.not_written("the proxy's records of the run could not be read")),
         (None, _) => Ok(()),
     }

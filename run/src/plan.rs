@@ -4,7 +4,7 @@
 //! user's terminal.
 
 use crate::learn_file::LearnFile;
-use crackbox_policy::{Bandwidth, Mode, RegistrationSpec};
+use crackbox_policy::{Allowlist, Bandwidth, Mode, RegistrationSpec, SandboxId};
 use std::net::IpAddr;
 
 /// One run, as every backend sees it.
@@ -13,9 +13,9 @@ pub struct Plan {
     /// Random id naming every object of this run.
     pub run_id: String,
     /// Registration id (shown in denials and metrics).
-    pub id: String,
-    /// Normalised allowlist entries (presets expanded).
-    pub allow: Vec<String>,
+    pub id: SandboxId,
+    /// The compiled allowlist (presets expanded).
+    pub allow: Allowlist,
     /// The bandwidth cap (`--bandwidth`), if any.
     pub bandwidth: Option<Bandwidth>,
     /// Whether the run learns (`--learn`): its source is registered
@@ -40,7 +40,7 @@ impl Plan {
             true => Mode::Report,
             false => Mode::Enforce,
         };
-        RegistrationSpec::new(source.to_string(), &self.id, &self.allow)
+        RegistrationSpec::new(source, self.id.clone(), self.allow.clone())
             .with_bandwidth(self.bandwidth)
             .with_mode(mode)
     }

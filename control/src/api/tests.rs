@@ -523,7 +523,7 @@ async fn a_bandwidth_cap_is_stored_and_listed_and_a_bad_one_is_400() {
         .unwrap();
     assert_eq!(batch.status, 400);
     assert!(
-        batch.error_message().starts_with("register[0]: bandwidth: "),
+        batch.error_message().starts_with("register[0].bandwidth: "),
         "{}",
         batch.error_message()
     );
@@ -586,7 +586,7 @@ async fn the_mode_and_presets_go_through_every_registering_route_and_health_coun
     assert!(
         response
             .error_message()
-            .starts_with("register[0]: allowlist: unknown preset"),
+            .starts_with("register[0].allowlist: unknown preset"),
         "{}",
         response.error_message()
     );
@@ -689,17 +689,17 @@ async fn a_bad_entry_rejects_the_whole_batch_or_replace_naming_it() {
         (
             "/v1/batch",
             json!({"register": [good.clone(), entry("10.0.0.6", &["ok.test", "*"])]}),
-            "register[1]: allowlist",
+            "register[1].allowlist",
         ),
         (
             "/v1/batch",
             json!({"register": [good.clone(), entry("10.0.0.6:80", &[])]}),
-            "register[1]: ip",
+            "register[1].ip",
         ),
         (
             "/v1/batch",
             json!({"register": [good.clone()], "unregister": [{"ip": "10.0.0.1"}, {"ip": "nope"}]}),
-            "unregister[1]: ip",
+            "unregister[1].ip",
         ),
         (
             "/v1/batch",
@@ -719,7 +719,7 @@ async fn a_bad_entry_rejects_the_whole_batch_or_replace_naming_it() {
         (
             "/v1/state",
             json!([good.clone(), entry("10.0.0.7", &["*"])]),
-            "[1]: allowlist",
+            "[1].allowlist",
         ),
         ("/v1/state", json!([good.clone(), {"ip": "10.0.0.8", "id": "a"}]), "[1]"),
         (

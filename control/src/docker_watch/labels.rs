@@ -12,7 +12,7 @@
 //! which is how it tells them from registrations made through the admin API
 //! or `--register`.
 
-use crackbox_policy::{Bandwidth, Mode, RegistrationSpec, SpecError};
+use crackbox_policy::{Allowlist, Bandwidth, Mode, SandboxId, SpecError};
 use std::collections::HashMap;
 
 /// The label that opts a container in: its allowlist.
@@ -29,14 +29,15 @@ pub use crate::registry::WATCHER_ID_PREFIX as ID_PREFIX;
 /// A labelled container's registration, or why its labels are refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Labelled {
-    /// Valid labels: the id (prefixed) and normalised allowlist to register.
+    /// Valid labels: what to register for each of the container's
+    /// addresses, parsed once here.
     Valid {
         /// `docker:<io.crackbox.id or container name>`.
-        id: String,
-        /// Normalised entries.
-        allowlist: Vec<String>,
-        /// The cap in bytes per second, if labelled.
-        bandwidth: Option<u64>,
+        id: SandboxId,
+        /// The compiled entries.
+        allowlist: Allowlist,
+        /// The cap, if labelled.
+        bandwidth: Option<Bandwidth>,
         /// Enforced, or (labelled `report`) only reported.
         mode: Mode,
     },
@@ -76,23 +77,24 @@ pub fn read(name: &str, labels: &HashMap<String, String>) -> Option<Labelled> {
             })
         }
     };
-    let entries = allow.split(',').map(str::trim).filter(|e| !e.is_empty());
-    let spec = RegistrationSpec::new("0.0.0.0", id.clone(), entries)
-        .with_bandwidth(bandwidth)
-        .with_mode(mode);
-    Some(match spec.normalised() {
-        Ok(spec) => Labelled::Valid {
-            id,
-            allowlist: spec.allowlist,
-            bandwidth: spec.bandwidth,
-            mode: spec.mode,
+    let sandbox = match SandboxId::parse(&id) {
+        Ok(sandbox) => sandbox,
+        Err(err) => {
+            let problem = format!("{ID_LABEL}: {}", SpecError::from(err));
+            return Some(Labelled::Invalid { id, problem });
+        }
+    };
+    let entries: Vec<&str> = allow.split(',').map(str::trim).filter(|e| !e.is_empty()).collect();
+    Some(match Allowlist::from_config(&entries) {
+        Ok(allowlist) => Labelled::Valid {
+            id: sandbox,
+            allowlist,
+            bandwidth,
+            mode,
         },
         Err(err) => Labelled::Invalid {
             id,
-            problem: match err {
-                SpecError::Id(_) => format!("{ID_LABEL}: {err}"),
-                _ => format!("{ALLOW_LABEL}: {err}"),
-            },
+            problem: format!("{ALLOW_LABEL}: {}", SpecError::from(err)),
         },
     })
 }
@@ -107,14 +109,15 @@ mod tests {
 
     #[test]
     fn labels_become_a_prefixed_registration_or_a_named_problem() {
-        let valid = |id: &str, allow: &[&str]| {
+        let labelled = |id: &str, allow: &[&str], bandwidth: Option<u64>, mode| {
             Some(Labelled::Valid {
-                id: id.into(),
-                allowlist: allow.iter().map(|s| s.to_string()).collect(),
-                bandwidth: None,
-                mode: Mode::Enforce,
+                id: SandboxId::parse(id).unwrap(),
+                allowlist: Allowlist::parse(allow).unwrap(),
+                bandwidth: bandwidth.map(|cap| Bandwidth::new(cap).unwrap()),
+                mode,
             })
         };
+        let valid = |id: &str, allow: &[&str]| labelled(id, allow, None, Mode::Enforce);
         assert_eq!(read("agent-1", &labels(&[])), None);
         assert_eq!(read("agent-1", &labels(&[(ID_LABEL, "x")])), None);
         assert_eq!(
@@ -137,24 +140,19 @@ mod tests {
                 "agent-1",
                 &labels(&[(ALLOW_LABEL, "a.test"), (BANDWIDTH_LABEL, "10MiB/s")])
             ),
-            Some(Labelled::Valid {
-                id: "docker:agent-1".into(),
-                allowlist: vec!["a.test".into()],
-                bandwidth: Some(10 << 20),
-                mode: Mode::Enforce,
-            })
+            labelled("docker:agent-1", &["a.test"], Some(10 << 20), Mode::Enforce)
         );
         assert_eq!(
             read(
                 "agent-1",
                 &labels(&[(ALLOW_LABEL, "@npm,a.test"), (MODE_LABEL, "report")])
             ),
-            Some(Labelled::Valid {
-                id: "docker:agent-1".into(),
-                allowlist: vec!["registry.npmjs.org:443".into(), "a.test".into()],
-                bandwidth: None,
-                mode: Mode::Report,
-            })
+            labelled(
+                "docker:agent-1",
+                &["registry.npmjs.org:443", "a.test"],
+                None,
+                Mode::Report
+            )
         );
         assert_eq!(
             read("agent-1", &labels(&[(ALLOW_LABEL, "a.test"), (MODE_LABEL, "enforce")])),

@@ -15,7 +15,7 @@ use crate::plane::usage_report;
 use crackbox_policy::registry::Registry;
 use crackbox_policy::watch::{Watch, Watched};
 use crackbox_policy::wire::{self, Message, Role, WireError, PROTOCOL};
-use crackbox_policy::{parse_source_ip, Generation, RegistrationSpec, Snapshot, SourceChange};
+use crackbox_policy::{Generation, RegistrationSpec, Snapshot, SourceChange};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{channel, RecvTimeoutError, Sender};
@@ -123,7 +123,7 @@ fn session(
             Message::Snapshot {
                 generation,
                 registrations,
-            } => link.full(generation, &registrations),
+            } => Some(link.full(generation, &registrations)),
             Message::Delta {
                 base,
                 generation,
@@ -176,42 +176,30 @@ struct Session<'a> {
 
 impl Session<'_> {
     /// Swaps in a full snapshot (built on the one in force, whose accounts
-    /// it hands on); the ack, or nothing when it is invalid.
-    fn full(&mut self, generation: Generation, registrations: &[RegistrationSpec]) -> Option<Message> {
-        match self.registry.load().rebuild(generation, registrations) {
-            Ok(snapshot) => {
-                let sources = snapshot.len();
-                let _ = self.retired.send(self.registry.swap(snapshot));
-                self.resync_asked = false;
-                tracing::debug!(generation, sources, "full snapshot in force");
-                Some(self.in_force(generation))
-            }
-            Err(err) => {
-                tracing::error!(generation, error = %err, "rejected an invalid snapshot; keeping the last one");
-                None
-            }
-        }
+    /// it hands on); the ack. The registrations were validated as the frame
+    /// was decoded (a frame with an invalid one ends the session, keeping
+    /// the snapshot in force).
+    fn full(&mut self, generation: Generation, registrations: &[RegistrationSpec]) -> Message {
+        let snapshot = self.registry.load().rebuild(generation, registrations);
+        let sources = snapshot.len();
+        let _ = self.retired.send(self.registry.swap(snapshot));
+        self.resync_asked = false;
+        tracing::debug!(generation, sources, "full snapshot in force");
+        self.in_force(generation)
     }
 
     /// Applies a delta to the snapshot in force; the ack, or a resync
-    /// request when it does not follow on from it or is invalid.
+    /// request when it does not follow on from it.
     fn delta(&mut self, base: Generation, generation: Generation, changes: &[SourceChange]) -> Option<Message> {
         let current = self.registry.load();
         if self.synced != Some(base) || current.generation() != base {
             return self.resync(base, "a delta that does not follow on from the snapshot in force");
         }
-        match current.apply(generation, changes) {
-            Ok(snapshot) => {
-                let sources = changes.iter().filter_map(|c| parse_source_ip(c.ip()).ok()).collect();
-                let _ = self.retired.send(self.registry.swap_changed(snapshot, sources));
-                tracing::debug!(generation, changes = changes.len(), "delta in force");
-                Some(self.in_force(generation))
-            }
-            Err(err) => {
-                tracing::error!(generation, error = %err, "rejected an invalid delta");
-                self.resync(base, "an invalid delta")
-            }
-        }
+        let snapshot = current.apply(generation, changes);
+        let sources = changes.iter().map(SourceChange::ip).collect();
+        let _ = self.retired.send(self.registry.swap_changed(snapshot, sources));
+        tracing::debug!(generation, changes = changes.len(), "delta in force");
+        Some(self.in_force(generation))
     }
 
     fn in_force(&mut self, generation: Generation) -> Message {

@@ -47,7 +47,7 @@ impl DockerRun {
         Ok(DockerRun {
             docker,
             run_id: plan.run_id.clone(),
-            id: plan.id.clone(),
+            id: plan.id.to_string(),
         })
     }
 
