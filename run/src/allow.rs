@@ -1,5 +1,5 @@
 //! The run's allowlist, decided before anything exists: the `--allow`
-//! entries and the lines of every `--allow-file` (README "crackbox run"),
+//! entries and the lines of every `--allow-file` (docs/run.md),
 //! presets expanded, then validated and normalised exactly as the admin API
 //! does, so the run is registered with the names it enforces. Reads the
 //! allow files; never touches Docker, the network or a process.
