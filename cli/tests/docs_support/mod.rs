@@ -58,22 +58,30 @@ pub fn read(file: &str) -> String {
 /// `sh`, `bash`, `shell` and `console` blocks of `text`, each with the line
 /// it starts on.
 pub fn shell_lines(text: &str) -> Vec<(usize, String)> {
-    let mut lines = Vec::new();
-    let mut in_shell = None::<bool>;
+    shell_blocks(text).into_iter().flatten().collect()
+}
+
+/// The fenced `sh`, `bash`, `shell` and `console` blocks of `text`, each as
+/// its logical lines (continuations joined, `$ ` prompts removed) with the
+/// line each starts on.
+pub fn shell_blocks(text: &str) -> Vec<Vec<(usize, String)>> {
+    let mut blocks = Vec::new();
+    let mut block: Option<Vec<(usize, String)>> = None;
+    let mut in_fence = false;
     let mut pending: Option<(usize, String)> = None;
     for (index, raw) in text.lines().enumerate() {
         let trimmed = raw.trim_start();
         if let Some(info) = trimmed.strip_prefix("```") {
-            in_shell = match in_shell {
-                Some(_) => None,
-                None => Some(matches!(info.trim(), "sh" | "bash" | "shell" | "console")),
-            };
+            if in_fence {
+                blocks.extend(block.take());
+            } else if matches!(info.trim(), "sh" | "bash" | "shell" | "console") {
+                block = Some(Vec::new());
+            }
+            in_fence = !in_fence;
             pending = None;
             continue;
         }
-        if in_shell != Some(true) {
-            continue;
-        }
+        let Some(lines) = block.as_mut() else { continue };
         let line = trimmed.strip_prefix("$ ").unwrap_or(trimmed);
         let (start, mut joined) = pending.take().unwrap_or((index + 1, String::new()));
         match line.strip_suffix('\\') {
@@ -88,7 +96,7 @@ pub fn shell_lines(text: &str) -> Vec<(usize, String)> {
             }
         }
     }
-    lines
+    blocks
 }
 
 /// A shell word or an operator that ends a simple command.

@@ -1,0 +1,190 @@
+//! The README's `crackbox run` quick starts, run end to end as the README
+//! writes them: the commands are read from README.md (so the README cannot
+//! drift from what works), with only what must differ on a shared machine
+//! replaced (the crackbox under test for `./target/release/crackbox`, a free
+//! port for the upstream's, a free Docker network and subnet for the
+//! README's). Local upstreams only. The netns quick start needs root; the
+//! Docker one root and a Docker engine (`CRACKBOX_REQUIRE_DOCKER=1` makes a
+//! missing one a failure, as for every Docker test).
+
+mod docs_support;
+
+use crackbox_test_support::docker::{create_network, docker_ready, remove_network, repo, unique};
+use crackbox_test_support::{free_port, wait_until};
+use docs_support::{crackbox_start, read, shell_blocks, simple_commands};
+use std::net::TcpStream;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+/// The quick start block of README.md whose text contains `marker`, as its
+/// simple commands (each with the line it is on).
+fn quick_start(marker: &str) -> Vec<(usize, Vec<String>)> {
+    let readme = read("README.md");
+    let block = shell_blocks(&readme)
+        .into_iter()
+        .find(|block| block.iter().any(|(_, line)| line.contains(marker)))
+        .unwrap_or_else(|| panic!("README.md has no shell block with {marker:?}"));
+    block
+        .into_iter()
+        .flat_map(|(line, text)| simple_commands(&text).into_iter().map(move |words| (line, words)))
+        .collect()
+}
+
+/// What the test puts in place of the README's machine-specific values.
+struct Substitutions(Vec<(String, String)>);
+
+impl Substitutions {
+    fn apply(&self, words: &[String]) -> Vec<String> {
+        words
+            .iter()
+            .map(|word| self.0.iter().fold(word.clone(), |w, (from, to)| w.replace(from, to)))
+            .collect()
+    }
+}
+
+/// A background process of the quick start (the upstream), stopped on drop.
+struct Background(Child);
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `words` (the README's upstream) in an empty directory with one
+/// file, and waits until it accepts on `addr`.
+fn start_upstream(words: &[String], addr: &str, dir: &std::path::Path) -> Background {
+    std::fs::write(dir.join("quick-start.txt"), "quick start upstream\n").unwrap();
+    let child = Command::new(&words[0])
+        .args(&words[1..])
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|err| panic!("{words:?}: {err}"));
+    let upstream = Background(child);
+    assert!(
+        wait_until(Duration::from_secs(10), || TcpStream::connect(addr).is_ok()),
+        "the upstream {words:?} does not accept on {addr}"
+    );
+    upstream
+}
+
+/// Runs a crackbox command of the README (`words[start]` is crackbox) with the binary under test.
+fn run_crackbox(words: &[String], start: usize) -> Output {
+    let mut command = Command::new(crackbox_test_support::binary());
+    for word in &words[..start] {
+        if let Some((name, value)) = word.split_once('=') {
+            command.env(name, value);
+        }
+    }
+    command
+        .args(&words[start + 1..])
+        .env("CRACKBOX_LOG", "warn")
+        .stdin(Stdio::null())
+        .output()
+        .expect("crackbox run")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Checks the two outcomes the README promises: the first run reaches the
+/// upstream and blocks nothing, a run that asks for another host is told so.
+fn check(outputs: &[(usize, Output)]) {
+    assert!(!outputs.is_empty(), "no crackbox command in the quick start");
+    let (line, first) = &outputs[0];
+    let (stdout, stderr) = (text(&first.stdout), text(&first.stderr));
+    assert_eq!(first.status.code(), Some(0), "README.md:{line}: {stdout}\n{stderr}");
+    assert!(
+        stdout.contains("quick-start.txt"),
+        "README.md:{line}: no directory listing: {stdout}\n{stderr}"
+    );
+    assert!(stderr.contains(", nothing blocked"), "README.md:{line}: {stderr}");
+    if let Some((line, blocked)) = outputs.get(1) {
+        let stderr = text(&blocked.stderr);
+        assert!(
+            stderr.contains("crackbox: blocked blocked.test (not on --allow)"),
+            "README.md:{line}: {}\n{stderr}",
+            text(&blocked.stdout)
+        );
+    }
+}
+
+#[test]
+fn the_readme_netns_quick_start_runs_as_written() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: the netns quick start needs root");
+        return;
+    }
+    let port = free_port().to_string();
+    let subs = Substitutions(vec![("8000".into(), port.clone())]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut upstream = None;
+    let mut outputs = Vec::new();
+    for (line, words) in quick_start("--backend netns") {
+        let words = subs.apply(&words);
+        match (words[0].as_str(), crackbox_start(&words)) {
+            (_, Some(start)) => outputs.push((line, run_crackbox(&words, start))),
+            ("cargo", None) => {}
+            ("python3", None) => upstream = Some(start_upstream(&words, &format!("127.0.0.1:{port}"), dir.path())),
+            _ => panic!("README.md:{line}: a quick start step this test does not know: {words:?}"),
+        }
+    }
+    assert!(upstream.is_some(), "the quick start starts no upstream");
+    check(&outputs);
+}
+
+#[test]
+fn the_readme_docker_quick_start_runs_as_written() {
+    if !docker_ready() {
+        return;
+    }
+    let network = unique("crackbox-test-quick-start");
+    let mut created = None;
+    let mut subs = Substitutions(vec![("8001".into(), free_port().to_string())]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut upstream = None;
+    let mut outputs = Vec::new();
+    for (line, words) in quick_start("--egress-network") {
+        let words = subs.apply(&words);
+        let step = words.iter().take(3).map(String::as_str).collect::<Vec<_>>();
+        match (step.as_slice(), crackbox_start(&words)) {
+            (_, Some(start)) => outputs.push((line, run_crackbox(&words, start))),
+            (["deploy/ci-docker.sh", "start"], None) => {} // docker_ready() ran it when no engine answered
+            (["deploy/build-workload-image.sh", ..], None) => {
+                let status = Command::new("bash")
+                    .arg(repo().join(&words[0]))
+                    .args(&words[1..])
+                    .status()
+                    .expect("build-workload-image.sh");
+                assert!(status.success(), "README.md:{line}: {words:?} failed");
+            }
+            (["docker", "network", "create"], None) => {
+                // The README's network on a free subnet of the tests' range, under a unique name.
+                let subnet = words.iter().position(|w| w == "--subnet").map(|i| words[i + 1].clone());
+                let subnet = subnet.unwrap_or_else(|| panic!("README.md:{line}: no --subnet: {words:?}"));
+                let (a, b, c, _) = create_network(&network, 24, &[]);
+                let readme_prefix = subnet.trim_end_matches("0/24").to_string();
+                subs.0.push((words.last().unwrap().clone(), network.clone()));
+                subs.0.push((readme_prefix, format!("{a}.{b}.{c}.")));
+                created = Some(network.clone());
+            }
+            (["python3", ..], None) => {
+                let bind = words.iter().position(|w| w == "--bind").map(|i| words[i + 1].clone());
+                let port = &words[3];
+                let addr = format!("{}:{port}", bind.expect("--bind"));
+                upstream = Some(start_upstream(&words, &addr, dir.path()));
+            }
+            _ => panic!("README.md:{line}: a quick start step this test does not know: {words:?}"),
+        }
+    }
+    drop(upstream);
+    if let Some(network) = created {
+        remove_network(&network);
+    }
+    check(&outputs);
+}
