@@ -188,3 +188,26 @@ fn the_readme_docker_quick_start_runs_as_written() {
     }
     check(&outputs);
 }
+
+#[test]
+fn a_workload_image_that_cannot_be_pulled_names_the_script_that_builds_one() {
+    if !docker_ready() {
+        return;
+    }
+    // A registry on a closed loopback port: the pull fails at once, offline.
+    let image = format!("127.0.0.1:{}/crackbox-no-such-image:0", free_port());
+    let out = Command::new(crackbox_test_support::binary())
+        .args(["run", "--allow", "a.test", "--image", &image, "--", "true"])
+        .env("CRACKBOX_LOG", "warn")
+        .stdin(Stdio::null())
+        .output()
+        .expect("crackbox run");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{stderr}");
+    assert!(
+        stderr.contains(&format!("workload image {image} not found and could not be pulled"))
+            && stderr.contains("deploy/build-workload-image.sh builds crackbox-workload:latest")
+            && stderr.contains("--image crackbox-workload:latest"),
+        "{stderr}"
+    );
+}

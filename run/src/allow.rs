@@ -12,6 +12,9 @@ use std::path::{Path, PathBuf};
 /// for a registration named `id` (validated too); empty only when the run
 /// `learning` lets everything through anyway.
 pub fn allowlist(id: &str, allow: &[String], files: &[PathBuf], learning: bool) -> Result<Vec<String>, RunError> {
+    if allow.is_empty() && files.is_empty() && !learning {
+        return Err(RunError::NoAllowlist);
+    }
     let mut entries = allow.to_vec();
     for path in files {
         entries.extend(read_allow_file(path)?);
@@ -95,14 +98,28 @@ mod tests {
         /// `--id`, `--allow`, the files, then words of the error.
         type Case<'a> = (&'a str, &'a [&'a str], Vec<PathBuf>, Vec<String>);
         let cases: Vec<Case> = vec![
-            ("run-1", &[], vec![], vec!["needs at least one entry".into()]),
+            (
+                "run-1",
+                &[],
+                vec![],
+                vec![
+                    "run needs an allowlist: --allow".into(),
+                    "--allow-file PATH".into(),
+                    "--learn".into(),
+                ],
+            ),
             (
                 "run-1",
                 &[],
                 vec![empty.clone()],
                 vec!["needs at least one entry".into()],
             ),
-            ("run-1", &["*"], vec![], vec!["bare *".into()]),
+            (
+                "run-1",
+                &["*"],
+                vec![],
+                vec!["bare *".into(), "name the hosts".into(), "--learn".into()],
+            ),
             ("run-1", &["bad host"], vec![], vec!["invalid allowlist entry".into()]),
             (
                 "run-1",
