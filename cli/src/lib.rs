@@ -69,18 +69,40 @@ pub enum Command {
 #[derive(Subcommand)]
 pub enum ProxyCommand {
     /// Run control plane and engine together (the usual way).
-    #[command(after_help = "Examples:\n  \
+    #[command(
+        mut_args(common_first),
+        after_help = "Examples:\n  \
         crackbox proxy serve\n  \
         crackbox proxy serve --state /var/lib/crackbox/state.json --register 10.0.0.2=agent:@pypi\n  \
         crackbox proxy serve --docker --docker-network agents --dns-listen :53 --steer 0.0.0.0\n\n\
-        Guide: docs/daemon.md; every flag, variable and config key: docs/configuration.md.")]
+        Guide: docs/daemon.md; every flag, variable and config key: docs/configuration.md."
+    )]
     Serve(ProxyArgs),
     /// Run the control plane alone, for an engine supervised separately.
-    #[command(after_help = "Example:\n  \
+    #[command(
+        mut_args(common_first),
+        after_help = "Example:\n  \
         crackbox proxy control --control-socket /run/crackbox/control.sock --state /var/lib/crackbox/state.json\n\n\
-        Guide: docs/daemon.md, \"Processes\"; every flag: docs/configuration.md.")]
+        Guide: docs/daemon.md, \"Processes\"; every flag: docs/configuration.md."
+    )]
     Control(ProxyArgs),
     /// Run the engine alone, connecting to the control plane's socket.
     #[command(hide = true)]
     Engine(EngineArgs),
+}
+
+/// The daemon flags most set-ups use, in the order `--help` lists them first.
+const COMMON_DAEMON_FLAGS: [&str; 6] = ["listen", "admin", "register", "state", "docker", "config"];
+
+/// `proxy serve|control --help`: the common flags first, then the others in
+/// their declared order.
+fn common_first(arg: clap::Arg) -> clap::Arg {
+    let rank = arg
+        .get_long()
+        .and_then(|long| COMMON_DAEMON_FLAGS.iter().position(|common| *common == long));
+    let order = match rank {
+        Some(rank) => rank,
+        None => COMMON_DAEMON_FLAGS.len() + arg.get_display_order(),
+    };
+    arg.display_order(order)
 }

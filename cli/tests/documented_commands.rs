@@ -90,7 +90,18 @@ fn every_help_example_parses() {
                 }
             }
         }
-        stack.extend(command.get_subcommands().filter(|c| !c.is_hide_set()).cloned());
+        // Every command: a one-line summary, an example, and where its guide is.
+        if command.get_name() != "help" {
+            let about = command.get_about().map(|a| a.to_string()).unwrap_or_default();
+            assert!(!about.is_empty() && !about.contains('\n'), "{}: summary {about:?}", command.get_name());
+            assert!(help.contains("Example") && help.contains("Guide: "), "{}:\n{help}", command.get_name());
+        }
+        stack.extend(
+            command
+                .get_subcommands()
+                .filter(|c| !c.is_hide_set() && c.get_name() != "help")
+                .cloned(),
+        );
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     assert!(examples >= 8, "only {examples} help examples found");
