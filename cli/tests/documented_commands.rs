@@ -93,8 +93,16 @@ fn every_help_example_parses() {
         // Every command: a one-line summary, an example, and where its guide is.
         if command.get_name() != "help" {
             let about = command.get_about().map(|a| a.to_string()).unwrap_or_default();
-            assert!(!about.is_empty() && !about.contains('\n'), "{}: summary {about:?}", command.get_name());
-            assert!(help.contains("Example") && help.contains("Guide: "), "{}:\n{help}", command.get_name());
+            assert!(
+                !about.is_empty() && !about.contains('\n'),
+                "{}: summary {about:?}",
+                command.get_name()
+            );
+            assert!(
+                help.contains("Example") && help.contains("Guide: "),
+                "{}:\n{help}",
+                command.get_name()
+            );
         }
         stack.extend(
             command

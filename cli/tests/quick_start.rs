@@ -1,10 +1,11 @@
-//! The README's `crackbox run` quick starts, run end to end as the README
-//! writes them: the commands are read from README.md (so the README cannot
-//! drift from what works), with only what must differ on a shared machine
-//! replaced (the crackbox under test for `./target/release/crackbox`, a free
-//! port for the upstream's, a free Docker network and subnet for the
+//! The README's quick starts (`crackbox run` on both backends, the daemon
+//! with Docker labels), run end to end as the README writes them: the
+//! commands are read from README.md (so the README cannot drift from what
+//! works), with only what must differ on a shared machine replaced (the
+//! crackbox under test for `./target/release/crackbox`, free ports for the
+//! upstream's and the daemon's, a free Docker network and subnet for the
 //! README's). Local upstreams only. The netns quick start needs root; the
-//! Docker one root and a Docker engine (`CRACKBOX_REQUIRE_DOCKER=1` makes a
+//! Docker ones root and a Docker engine (`CRACKBOX_REQUIRE_DOCKER=1` makes a
 //! missing one a failure, as for every Docker test).
 
 mod docs_support;
@@ -138,24 +139,33 @@ fn the_readme_netns_quick_start_runs_as_written() {
     check(&outputs);
 }
 
-#[test]
-fn the_readme_docker_quick_start_runs_as_written() {
-    if !docker_ready() {
-        return;
+/// The Docker quick start's set-up as the README writes it: Docker, the
+/// workload image, the network (on a free subnet, under a unique name) and
+/// the upstream on the network's host address. Removed on drop.
+struct DockerSetUp {
+    subs: Substitutions,
+    network: Option<String>,
+    upstream: Option<Background>,
+    dir: tempfile::TempDir,
+}
+
+impl DockerSetUp {
+    fn new() -> Self {
+        DockerSetUp {
+            subs: Substitutions(vec![("8001".into(), free_port().to_string())]),
+            network: None,
+            upstream: None,
+            dir: tempfile::tempdir().unwrap(),
+        }
     }
-    let network = unique("crackbox-test-quick-start");
-    let mut created = None;
-    let mut subs = Substitutions(vec![("8001".into(), free_port().to_string())]);
-    let dir = tempfile::tempdir().unwrap();
-    let mut upstream = None;
-    let mut outputs = Vec::new();
-    for (line, words) in quick_start("--egress-network") {
-        let words = subs.apply(&words);
-        let step = words.iter().take(3).map(String::as_str).collect::<Vec<_>>();
-        match (step.as_slice(), crackbox_start(&words)) {
-            (_, Some(start)) => outputs.push((line, run_crackbox(&words, start))),
-            (["deploy/ci-docker.sh", "start"], None) => {} // docker_ready() ran it when no engine answered
-            (["deploy/build-workload-image.sh", ..], None) => {
+
+    /// Takes one set-up step of the README (`words` substituted already);
+    /// false when `words` is not a set-up step.
+    fn step(&mut self, line: usize, words: &[String]) -> bool {
+        let head = words.iter().take(3).map(String::as_str).collect::<Vec<_>>();
+        match head.as_slice() {
+            ["deploy/ci-docker.sh", "start"] => {} // docker_ready() ran it when no engine answered
+            ["deploy/build-workload-image.sh", ..] => {
                 let status = Command::new("bash")
                     .arg(repo().join(&words[0]))
                     .args(&words[1..])
@@ -163,30 +173,136 @@ fn the_readme_docker_quick_start_runs_as_written() {
                     .expect("build-workload-image.sh");
                 assert!(status.success(), "README.md:{line}: {words:?} failed");
             }
-            (["docker", "network", "create"], None) => {
+            ["docker", "network", "create"] => {
                 // The README's network on a free subnet of the tests' range, under a unique name.
                 let subnet = words.iter().position(|w| w == "--subnet").map(|i| words[i + 1].clone());
                 let subnet = subnet.unwrap_or_else(|| panic!("README.md:{line}: no --subnet: {words:?}"));
+                let network = unique("crackbox-test-quick-start");
                 let (a, b, c, _) = create_network(&network, 24, &[]);
-                let readme_prefix = subnet.trim_end_matches("0/24").to_string();
-                subs.0.push((words.last().unwrap().clone(), network.clone()));
-                subs.0.push((readme_prefix, format!("{a}.{b}.{c}.")));
-                created = Some(network.clone());
+                self.subs.0.push((words.last().unwrap().clone(), network.clone()));
+                self.subs
+                    .0
+                    .push((subnet.trim_end_matches("0/24").to_string(), format!("{a}.{b}.{c}.")));
+                self.network = Some(network);
             }
-            (["python3", ..], None) => {
+            ["python3", ..] => {
                 let bind = words.iter().position(|w| w == "--bind").map(|i| words[i + 1].clone());
-                let port = &words[3];
-                let addr = format!("{}:{port}", bind.expect("--bind"));
-                upstream = Some(start_upstream(&words, &addr, dir.path()));
+                let addr = format!("{}:{}", bind.expect("--bind"), words[3]);
+                self.upstream = Some(start_upstream(words, &addr, self.dir.path()));
+            }
+            _ => return false,
+        }
+        true
+    }
+}
+
+impl Drop for DockerSetUp {
+    fn drop(&mut self) {
+        self.upstream.take();
+        if let Some(network) = self.network.take() {
+            remove_network(&network);
+        }
+    }
+}
+
+#[test]
+fn the_readme_docker_quick_start_runs_as_written() {
+    if !docker_ready() {
+        return;
+    }
+    let mut set_up = DockerSetUp::new();
+    let mut outputs = Vec::new();
+    for (line, words) in quick_start("--egress-network") {
+        let words = set_up.subs.apply(&words);
+        match crackbox_start(&words) {
+            Some(start) => outputs.push((line, run_crackbox(&words, start))),
+            None => assert!(
+                set_up.step(line, &words),
+                "README.md:{line}: a quick start step this test does not know: {words:?}"
+            ),
+        }
+    }
+    drop(set_up);
+    check(&outputs);
+}
+
+#[test]
+fn the_readme_label_quick_start_runs_as_written() {
+    if !docker_ready() {
+        return;
+    }
+    // Quick start 2 runs on the network, upstream and image of quick start 1.
+    let mut set_up = DockerSetUp::new();
+    for (line, words) in quick_start("--egress-network") {
+        let words = set_up.subs.apply(&words);
+        if crackbox_start(&words).is_none() {
+            assert!(set_up.step(line, &words), "README.md:{line}: unknown step {words:?}");
+        }
+    }
+    let gateway = set_up.subs.apply(&["10.77.0.1".to_string()])[0].clone();
+    // The daemon's default ports may be taken on a shared machine: free ones, named where the README names them.
+    let (forward, admin) = (free_port(), free_port());
+    set_up.subs.0.push((":3128".into(), format!(":{forward}")));
+    set_up
+        .subs
+        .0
+        .push(("127.0.0.1:3129".into(), format!("127.0.0.1:{admin}")));
+    let mut daemon = None;
+    let mut outputs = Vec::new();
+    for (line, words) in quick_start("io.crackbox.allow=") {
+        let words = set_up.subs.apply(&words);
+        match (words[0].as_str(), crackbox_start(&words)) {
+            (_, Some(start)) => {
+                let child = Command::new(crackbox_test_support::binary())
+                    .args(&words[start + 1..])
+                    .args([
+                        "--listen",
+                        &format!("{gateway}:{forward}"),
+                        "--admin",
+                        &format!("127.0.0.1:{admin}"),
+                    ])
+                    .args(["--transparent", ""])
+                    .env("CRACKBOX_LOG", "warn")
+                    .stdin(Stdio::null())
+                    .spawn()
+                    .expect("crackbox proxy serve");
+                daemon = Some(Background(child));
+                let health = format!("127.0.0.1:{admin}");
+                assert!(
+                    wait_until(Duration::from_secs(15), || TcpStream::connect(&health).is_ok()),
+                    "README.md:{line}: the daemon's admin API does not answer"
+                );
+            }
+            ("docker" | "curl", None) => {
+                let out = Command::new(&words[0])
+                    .args(&words[1..])
+                    .output()
+                    .expect("docker / curl");
+                outputs.push((line, words[0].clone(), text(&out.stdout), text(&out.stderr)));
             }
             _ => panic!("README.md:{line}: a quick start step this test does not know: {words:?}"),
         }
     }
-    drop(upstream);
-    if let Some(network) = created {
-        remove_network(&network);
-    }
-    check(&outputs);
+    drop(daemon);
+    drop(set_up);
+    let [allowed, refused, denials] = outputs.as_slice() else {
+        panic!("quick start 2 has other steps than two containers and a curl: {outputs:#?}")
+    };
+    assert!(
+        allowed.2.contains("quick-start.txt"),
+        "README.md:{}: {allowed:?}",
+        allowed.0
+    );
+    assert!(
+        refused.2.starts_with("HTTP/1.1 403") && refused.2.contains("X-Crackbox-Reason: not-allowed"),
+        "README.md:{}: {refused:?}",
+        refused.0
+    );
+    assert!(
+        denials.2.contains("\"host\":\"other.test\"") && denials.2.contains("\"reason\":\"not-allowed\""),
+        "README.md:{}: {denials:?}",
+        denials.0
+    );
 }
 
 #[test]

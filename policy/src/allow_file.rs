@@ -25,7 +25,7 @@ pub struct AllowFileError {
 /// The entries of an allowlist file's `text`, in order.
 ///
 /// ```
-/// use crackbox_engine::policy::parse_allow_file;
+/// use crackbox_policy::parse_allow_file;
 /// let text = "# learned 2026-12-02\npypi.org\n\nfiles.pythonhosted.org:443  # wheels\n@npm\n";
 /// assert_eq!(parse_allow_file(text).unwrap(), ["pypi.org", "files.pythonhosted.org:443", "@npm"]);
 /// assert_eq!(parse_allow_file("ok.test\nbad host\n").unwrap_err().line, 2);

@@ -30,7 +30,7 @@ impl Mode {
     /// config file: `enforce` or `report`.
     ///
     /// ```
-    /// use crackbox_engine::policy::Mode;
+    /// use crackbox_policy::Mode;
     /// assert_eq!(Mode::parse("report"), Ok(Mode::Report));
     /// assert!(Mode::parse("audit").is_err());
     /// ```

@@ -123,7 +123,7 @@ impl RegistrationSpec {
     /// [`compile`](Self::compile) and by the admin API).
     ///
     /// ```
-    /// let spec = crackbox_engine::policy::RegistrationSpec::new("10.0.0.2", "agent", ["PyPI.org"]);
+    /// let spec = crackbox_policy::RegistrationSpec::new("10.0.0.2", "agent", ["PyPI.org"]);
     /// assert_eq!(spec.normalised().unwrap().allowlist, ["pypi.org"]);
     /// ```
     pub fn new<S: Into<String>>(
@@ -143,7 +143,7 @@ impl RegistrationSpec {
     /// The same registration capped at `bandwidth` (see [`Bandwidth`]).
     ///
     /// ```
-    /// use crackbox_engine::policy::{Bandwidth, RegistrationSpec};
+    /// use crackbox_policy::{Bandwidth, RegistrationSpec};
     /// let cap = Bandwidth::parse("10MiB/s").unwrap();
     /// let spec = RegistrationSpec::new("10.0.0.2", "agent", ["pypi.org"]).with_bandwidth(Some(cap));
     /// assert_eq!(spec.bandwidth, Some(10 * 1024 * 1024));
@@ -156,7 +156,7 @@ impl RegistrationSpec {
     /// The same registration in `mode`.
     ///
     /// ```
-    /// use crackbox_engine::policy::{Mode, RegistrationSpec};
+    /// use crackbox_policy::{Mode, RegistrationSpec};
     /// let spec = RegistrationSpec::new("10.0.0.2", "agent", ["pypi.org"]).with_mode(Mode::Report);
     /// assert_eq!(serde_json::to_string(&spec).unwrap(), r#"{"ip":"10.0.0.2","id":"agent","allowlist":["pypi.org"],"mode":"report"}"#);
     /// ```
@@ -190,7 +190,7 @@ impl RegistrationSpec {
     /// form, presets expanded.
     ///
     /// ```
-    /// let spec = crackbox_engine::policy::RegistrationSpec::new("10.0.0.2", "agent", ["@npm", "x.test"]);
+    /// let spec = crackbox_policy::RegistrationSpec::new("10.0.0.2", "agent", ["@npm", "x.test"]);
     /// assert_eq!(spec.normalised().unwrap().allowlist, ["registry.npmjs.org:443", "x.test"]);
     /// ```
     pub fn normalised(&self) -> Result<RegistrationSpec, SpecError> {
