@@ -2,8 +2,8 @@
 //! command in the shell blocks of README.md and docs/*.md, and every example
 //! in a command's `--help`, parses with the real CLI (no network, nothing
 //! run); docs/configuration.md names exactly the flags, `CRACKBOX_*`
-//! variables and config-file keys that exist; and every `CRACKBOX_*` name in
-//! the documentation is one the code reads.
+//! variables and config-file keys that exist; every `CRACKBOX_*` name in the
+//! documentation is one the code reads; and every config file shown parses.
 
 mod docs_support;
 
@@ -403,4 +403,28 @@ fn shell_lines_are_split_as_sh_splits_them() {
         table_cells("| `--backend docker\\|netns` | | x |"),
         Some(vec!["`--backend docker|netns`".to_string(), String::new(), "x".into()])
     );
+}
+
+#[test]
+fn every_documented_config_file_parses() {
+    let mut files = 0;
+    for file in documents() {
+        let text = read(&file);
+        let mut lines = text.lines().enumerate();
+        while let Some((start, line)) = lines.next() {
+            if line.trim() != "```toml" {
+                continue;
+            }
+            let body: Vec<&str> = lines
+                .by_ref()
+                .map(|(_, l)| l)
+                .take_while(|l| l.trim() != "```")
+                .collect();
+            files += 1;
+            if let Err(err) = toml::from_str::<crackbox_config::FileConfig>(&body.join("\n")) {
+                panic!("{file}:{}: the config file shown does not parse: {err}", start + 1);
+            }
+        }
+    }
+    assert!(files >= 1, "no config file example in the documentation");
 }
