@@ -15,10 +15,12 @@ deploy/ci-docker.sh start --owner "$dockerd_owner"
 
 # What the tests leave behind: their images (crackbox-test*, the README
 # quick start's crackbox-workload, and the jail proxy images crackbox:<hash>
-# that `crackbox run` builds) and the engine tests' crackbox-engine-test-*
-# directories. Listed before, removed after.
+# that `crackbox run` builds, and the untagged ones their rebuilds leave)
+# and the engine tests' crackbox-engine-test-* directories. Listed before,
+# removed after.
 test_images() {
     docker images --format '{{.Repository}}:{{.Tag}}' | grep -E '^crackbox-test|^crackbox-workload:|^crackbox:[0-9a-f]{12}$' || true
+    docker images --filter dangling=true --quiet --no-trunc # the images a rebuild of those tags left untagged
 }
 test_dirs() {
     find "${TMPDIR:-/tmp}" -maxdepth 1 -name 'crackbox-engine-test-*' 2>/dev/null || true
