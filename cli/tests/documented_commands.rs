@@ -1,9 +1,10 @@
 //! The documentation cannot drift from the command line: every `crackbox ...`
 //! command in the shell blocks of README.md, docs/*.md, deploy/README.md and
 //! benches/README.md, and every example in a command's `--help`, parses with
-//! the real CLI (no network, nothing run); docs/configuration.md names exactly the flags, `CRACKBOX_*`
-//! variables and config-file keys that exist; every `CRACKBOX_*` name in the
-//! documentation is one the code reads; and every config file shown parses.
+//! the real CLI (no network, nothing run); docs/configuration.md names
+//! exactly the flags, `CRACKBOX_*` variables and config-file keys that exist;
+//! every `CRACKBOX_*` name in the documentation is one the code reads; and
+//! every config file shown parses.
 
 mod docs_support;
 
