@@ -1,49 +1,10 @@
 //! The `crackbox` binary: parses arguments and hands over to the engine, the
 //! control plane or `crackbox run`. Nothing else lives here.
 
-use clap::{Parser, Subcommand};
-use crackbox_config::{EngineArgs, ProxyArgs};
-use crackbox_control::state_cmd::StateArgs;
-use crackbox_run::RunArgs;
+use clap::Parser;
+use crackbox_cli::{Cli, Command, ProxyCommand};
+use crackbox_config::EngineArgs;
 use std::process::ExitCode;
-
-/// crackbox: an egress gate for AI-agent sandboxes. A workload's only route
-/// to the network is crackbox, which lets through exactly the allowlisted
-/// host names.
-#[derive(Parser)]
-#[command(name = "crackbox", version, propagate_version = true)]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
-// Parsed once at start: boxing the large proxy arguments would buy nothing.
-#[allow(clippy::large_enum_variant)]
-#[derive(Subcommand)]
-enum Command {
-    /// Run the proxy daemon.
-    Proxy {
-        #[command(subcommand)]
-        command: ProxyCommand,
-    },
-    /// Run a command in a jail whose only network route is a private crackbox.
-    Run(RunArgs),
-    /// Show the registry of a running daemon.
-    State(StateArgs),
-    /// List the allowlist presets (`--allow @pypi,@github`) and the hosts each expands to.
-    Presets,
-}
-
-#[derive(Subcommand)]
-enum ProxyCommand {
-    /// Run control plane and engine together (the usual way).
-    Serve(ProxyArgs),
-    /// Run the control plane alone, for an engine supervised separately.
-    Control(ProxyArgs),
-    /// Run the engine alone, connecting to the control plane's socket.
-    #[command(hide = true)]
-    Engine(EngineArgs),
-}
 
 fn main() -> ExitCode {
     if let Err(err) = init_logging() {

@@ -170,7 +170,7 @@ fn daemon_run_registers_its_cap_and_expanded_allowlist_and_sums_up_its_usage() {
     assert_daemon_restored(&daemon, &upstream, &id);
 }
 
-/// A daemon that steers every jail it joins, as README's set-up starts it:
+/// A daemon that steers every jail it joins, as docs/daemon.md ("crackbox run --daemon") starts it:
 /// no capability, unprivileged ports from 0 in its own namespace.
 fn steering_daemon(upstream: &Upstream) -> Daemon {
     Daemon::start_with(

@@ -1,5 +1,5 @@
 //! The run's allowlist, decided before anything exists: the `--allow`
-//! entries and the lines of every `--allow-file` (README "crackbox run"),
+//! entries and the lines of every `--allow-file` (docs/run.md),
 //! presets expanded, then validated and normalised exactly as the admin API
 //! does, so the run is registered with the names it enforces. Reads the
 //! allow files; never touches Docker, the network or a process.
@@ -11,6 +11,9 @@ use std::path::{Path, PathBuf};
 /// The compiled allowlist of `--allow` and `--allow-file` (in that order);
 /// empty only when the run `learning` lets everything through anyway.
 pub fn allowlist(allow: &[String], files: &[PathBuf], learning: bool) -> Result<Allowlist, RunError> {
+    if allow.is_empty() && files.is_empty() && !learning {
+        return Err(RunError::NoAllowlist);
+    }
     let mut entries = allow.to_vec();
     for path in files {
         entries.extend(read_allow_file(path)?);
@@ -95,9 +98,21 @@ mod tests {
         /// `--allow`, the files, then words of the error.
         type Case<'a> = (&'a [&'a str], Vec<PathBuf>, Vec<String>);
         let cases: Vec<Case> = vec![
-            (&[], vec![], vec!["needs at least one entry".into()]),
+            (
+                &[],
+                vec![],
+                vec![
+                    "run needs an allowlist: --allow".into(),
+                    "--allow-file PATH".into(),
+                    "--learn".into(),
+                ],
+            ),
             (&[], vec![empty.clone()], vec!["needs at least one entry".into()]),
-            (&["*"], vec![], vec!["bare *".into()]),
+            (
+                &["*"],
+                vec![],
+                vec!["bare *".into(), "name the hosts".into(), "--learn".into()],
+            ),
             (&["bad host"], vec![], vec!["invalid allowlist entry".into()]),
             (&["@nosuch"], vec![], vec!["--allow: unknown preset \"@nosuch\"".into()]),
             (

@@ -12,7 +12,7 @@
 //! - `crackbox-R-proxy`: `crackbox proxy serve` with a random admin secret
 //!   (`per_run`).
 //! - `crackbox-R-workload`: the command, on the internal network only, with
-//!   the proxy variables. Steered (the default; README "crackbox run"), its
+//!   the proxy variables. Steered (the default; docs/run.md), its
 //!   resolv.conf is bind-mounted from a file of the run's own and names the
 //!   proxy's DNS filter only (so Docker's embedded resolver is never asked),
 //!   and the proxy's steered listeners take ports 80 and 443; otherwise its

@@ -4,7 +4,7 @@
 //! naming the proxy's DNS filter only. A docker workload gets nothing else
 //! from crackbox's environment; a netns command inherits the caller's.
 //!
-//! Which variables, as measured with real clients (README "SOCKS5 and raw
+//! Which variables, as measured with real clients (docs/run.md, "SOCKS5 and raw
 //! TCP"): `HTTP_PROXY` and `HTTPS_PROXY` (and lower case) name the HTTP
 //! proxy, which every client that reads a proxy variable speaks; `ALL_PROXY`
 //! names the SOCKS5 listener (`socks5h://`, so crackbox resolves), for what

@@ -1,4 +1,4 @@
-//! The admin API (README "Admin API"): register, unregister, batch, state (read and
+//! The admin API (docs/admin-api.md): register, unregister, batch, state (read and
 //! replace), health, metrics, denials, usage.
 //!
 //! Every error is JSON `{"error": "..."}`. Mutations need the bearer secret

@@ -1,4 +1,4 @@
-//! Transparent mode (README "Transparent mode and DNS filter"): connections redirected here by iptables
+//! Transparent mode (docs/daemon.md, "Transparent mode"): connections redirected here by iptables
 //! `REDIRECT`, decided by the name the client itself sends; and steered
 //! interception (docs/architecture.md, "Steered interception"), the same plane for connections a steered DNS
 //! answer sent to crackbox's own address, where the listener's port says

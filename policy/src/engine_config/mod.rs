@@ -2,7 +2,7 @@
 //!
 //! Pure data: the engine never reads a config file or an environment
 //! variable for it. `crackbox proxy serve` resolves it once (flags, env,
-//! config file, defaults; see the README's "Configuration") and hands it to
+//! config file, defaults; see docs/configuration.md) and hands it to
 //! its engine child as a JSON document, so a restarted engine runs with
 //! exactly the settings the first one had.
 

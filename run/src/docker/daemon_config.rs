@@ -10,7 +10,7 @@
 //! config file inside the container is not read: the listeners must be
 //! given as flags or environment variables.
 //!
-//! A daemon steers jails (README "Steered interception") when it was started with `--steer
+//! A daemon steers jails (docs/daemon.md, "Steered interception") when it was started with `--steer
 //! 0.0.0.0` and its DNS filter on port 53 of every address (`--dns-listen
 //! :53`): it then answers each jail with its own address on that jail's
 //! network, and `run` points the workload's resolver there.
