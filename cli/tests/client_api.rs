@@ -88,12 +88,7 @@ fn refusals_keep_the_servers_status_and_error_text() {
         ),
         (
             Some(SECRET),
-            spec("10.0.0.2", "a", &["*"]),
-            &["Authorization: Bearer s3cret"][..],
-        ),
-        (
-            Some(SECRET),
-            spec("10.0.0.2:80", "a", &[]),
+            spec("10.0.0.2", "docker:a", &["a.test"]),
             &["Authorization: Bearer s3cret"][..],
         ),
     ];
@@ -161,11 +156,14 @@ fn batch_and_replace_apply_as_one_change_or_not_at_all() {
     let after_batch = [spec("127.0.0.3", "a", &["localhost"]), spec("127.0.0.5", "b", &[])];
     assert_eq!(client.state().unwrap(), after_batch);
 
-    let bad = [spec("127.0.0.6", "c", &["ok.test"]), spec("127.0.0.7", "d", &["*"])];
+    let bad = [
+        spec("127.0.0.6", "c", &["ok.test"]),
+        spec("127.0.0.7", "docker:d", &["ok.test"]),
+    ];
     let err = client.batch(&bad, &["127.0.0.3".parse().unwrap()]).unwrap_err();
     assert_eq!(err.status(), Some(400), "{err}");
     assert!(
-        err.refused() && err.to_string().contains('*'),
+        err.refused() && err.to_string().contains("register[1]: id: the prefix docker:"),
         "names the bad entry: {err}"
     );
     let err = client.replace(&bad).unwrap_err();

@@ -52,6 +52,15 @@ keys! {
     HOLD = "--registration-hold-ms", "CRACKBOX_REGISTRATION_HOLD_MS", "docker.registration_hold_ms";
 }
 
+/// `CRACKBOX_ALLOW_PRIVATE_DESTINATIONS` as every command reads it (`env`
+/// standing in for the environment): unset or empty is false; the error
+/// names the variable and what it accepts.
+pub fn allow_private_destinations(env: &dyn Fn(&str) -> Option<String>) -> Result<bool, ConfigError> {
+    let mut sources = Sources::new(env, None);
+    let given = sources.pick(PRIVATE, None, None, boolean)?;
+    Ok(given.is_some_and(|given| given.value))
+}
+
 /// Every setting, resolved and validated: the engine's, exactly as the
 /// engine gets them, and the control plane's own.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,6 +114,25 @@ impl Settings {
             Some((path, config)) => (Some(path), config),
             None => (None, FileConfig::default()),
         };
+        Settings::resolve_layers(args, env, path, config)
+    }
+
+    /// Resolves the settings of a daemon this process cannot see the files
+    /// of (a crackbox container `run --daemon` uses): its flags, then `env`,
+    /// then defaults; no config file is read.
+    pub fn resolve_without_file(
+        args: &ProxyArgs,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Settings, ConfigError> {
+        Settings::resolve_layers(args, env, None, FileConfig::default())
+    }
+
+    fn resolve_layers(
+        args: &ProxyArgs,
+        env: &dyn Fn(&str) -> Option<String>,
+        path: Option<PathBuf>,
+        config: FileConfig,
+    ) -> Result<Settings, ConfigError> {
         let mut sources = Sources::new(env, path.as_deref());
         let p = &config.proxy;
         let listen = sources.pick(LISTEN, args.listen.clone(), p.listen.clone(), text)?;

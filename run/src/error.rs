@@ -19,6 +19,9 @@ pub enum RunError {
          --allow-file PATH (one entry per line), or --learn to find it by running the command once"
     )]
     NoAllowlist,
+    /// A `CRACKBOX_*` variable of `run`'s environment is unusable.
+    #[error("{0}")]
+    Setting(#[from] crackbox_config::ConfigError),
     /// `--allow` and `--allow-file` gave no entry.
     #[error("the allowlist needs at least one entry (use --allow none.invalid to block everything)")]
     EmptyAllow,

@@ -75,7 +75,7 @@ fn execute(args: RunArgs) -> Result<i32, RunError> {
         tty: terminal::stdin_is_tty(),
         quiet: args.quiet,
     };
-    let proxy = JailProxy::from_env(&env);
+    let proxy = JailProxy::from_env(&env)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
