@@ -80,7 +80,7 @@ pub struct ProxyArgs {
     /// repeatable). Repeatable; replaces a state-file entry for the same IP.
     #[arg(
         long = "register",
-        value_name = "IP=ID:HOSTS[;bandwidth=RATE][;mode=report][;allow-file=PATH]"
+        value_name = "IP=ID:HOSTS[;bandwidth=RATE][;mode=report][;deny=HOSTS][;allow-file=PATH]"
     )]
     pub register: Vec<String>,
 

@@ -5,8 +5,9 @@
 //! On the command line the allowlist ends at the first `;`; options follow,
 //! each `key=value`, separated by `;`: `bandwidth` (the cap, written as
 //! everywhere on the command line: `10MiB/s`), `mode` (`enforce` or
-//! `report`) and `allow-file` (a file of entries, one per line; the one
-//! option that may be given more than once). An unknown or repeated key is
+//! `report`), `deny` (entries refused even where the allowlist reaches,
+//! comma-separated) and `allow-file` (a file of entries, one per line; the
+//! one option that may be given more than once). An unknown or repeated key is
 //! an error naming it. Presets (`@pypi`) expand wherever entries are
 //! written, the files included. Reads the allowlist files; nothing else.
 
@@ -15,10 +16,10 @@ use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
 /// What `--register` takes, for error messages.
-const FORM: &str = "IP=ID:host1,host2[;bandwidth=10MiB/s][;mode=report][;allow-file=PATH]";
+const FORM: &str = "IP=ID:host1,host2[;bandwidth=10MiB/s][;mode=report][;deny=host3,host4][;allow-file=PATH]";
 
 /// The options `--register` knows.
-const OPTIONS: &str = "bandwidth, mode, allow-file";
+const OPTIONS: &str = "bandwidth, mode, deny, allow-file";
 
 /// One `[[register]]` table of the config file: `--register` as TOML.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -34,6 +35,9 @@ pub struct RegisterTable {
     /// A file of more entries, one per line; relative to the config file's
     /// directory.
     pub allow_file: Option<PathBuf>,
+    /// Entries refused even where the allowlist reaches them.
+    #[serde(default)]
+    pub deny: Vec<String>,
     /// `enforce` (the default) or `report`.
     pub mode: Option<String>,
     /// The cap, e.g. `10MiB/s`.
@@ -47,6 +51,7 @@ struct Seed<'a> {
     id: &'a str,
     allow: Vec<String>,
     allow_files: Vec<PathBuf>,
+    deny: Vec<String>,
     mode: Option<&'a str>,
     bandwidth: Option<&'a str>,
 }
@@ -80,6 +85,7 @@ pub(crate) fn parse_seed(raw: &str) -> Result<RegistrationSpec, String> {
         match key {
             "bandwidth" => seed.bandwidth = Some(value),
             "mode" => seed.mode = Some(value),
+            "deny" => seed.deny = value.split(',').filter(|h| !h.is_empty()).map(str::to_owned).collect(),
             "allow-file" => seed.allow_files.push(PathBuf::from(value)),
             _ => return Err(format!("{raw:?}: unknown option {key:?} (known: {OPTIONS})")),
         }
@@ -96,6 +102,7 @@ pub(crate) fn from_table(table: &RegisterTable, dir: &Path) -> Result<Registrati
         id: &table.id,
         allow: table.allow.clone(),
         allow_files: table.allow_file.iter().map(|file| dir.join(file)).collect(),
+        deny: table.deny.clone(),
         mode: table.mode.as_deref(),
         bandwidth: table.bandwidth.as_deref(),
     };
@@ -109,7 +116,9 @@ fn resolve(seed: Seed<'_>) -> Result<RegistrationSpec, String> {
     for path in &seed.allow_files {
         allow.extend(read_allow_file(path)?);
     }
-    let mut spec = RegistrationSpec::parse(seed.ip, seed.id, &allow).map_err(|err| err.to_string())?;
+    let mut spec = RegistrationSpec::parse(seed.ip, seed.id, &allow)
+        .and_then(|spec| spec.with_deny(&seed.deny))
+        .map_err(|err| err.to_string())?;
     if let Some(mode) = seed.mode {
         spec.mode = Mode::parse(mode).map_err(|err| format!("mode: {err}"))?;
     }
@@ -248,10 +257,16 @@ mod tests {
             id: "b".into(),
             allow: vec!["@yarn".into()],
             allow_file: Some("second.allow".into()),
+            deny: vec!["Files.PythonHosted.org:443".into()],
             mode: None,
             bandwidth: Some("2MiB/s".into()),
         };
         let spec = from_table(&table, dir.path()).unwrap();
+        assert_eq!(spec.allowlist.denied_texts(), ["files.pythonhosted.org:443"]);
+        let flagged = parse_seed("10.0.0.4=d:github.com;deny=gist.github.com,raw.github.com").unwrap();
+        assert_eq!(flagged.allowlist.denied_texts(), ["gist.github.com", "raw.github.com"]);
+        let err = parse_seed("10.0.0.4=d:github.com;deny=*").unwrap_err();
+        assert!(err.contains("deny: invalid allowlist entry \"*\""), "{err}");
         assert_eq!(
             spec.allowlist.texts(),
             ["registry.yarnpkg.com:443", "files.pythonhosted.org:443", "pypi.org"],
@@ -283,7 +298,7 @@ mod tests {
             ("127.0.0.1=dev:*", "allowlist: "),
             (
                 "10.0.0.2=a:x.test;speed=1MiB/s",
-                "unknown option \"speed\" (known: bandwidth, mode, allow-file)",
+                "unknown option \"speed\" (known: bandwidth, mode, deny, allow-file)",
             ),
             (
                 "10.0.0.2=a:x.test;bandwidth=10MB/s",

@@ -13,7 +13,6 @@ use super::entry::{AllowEntry, EntryError, Target, MAX_ENTRIES};
 use super::host::{normalise_into, HostRef, NameBuf};
 use super::preset::{expand_presets, UnknownPreset, PRESET_MARK};
 use rustc_hash::{FxHashMap, FxHashSet};
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -62,14 +61,80 @@ fn add_port(rule: &mut Option<PortRule>, port: Option<u16>) {
     }
 }
 
-/// What the entries on one name allow: the name itself, and names below it.
+/// What the entries on one name say of the name itself and of names below it.
 ///
 /// `example.com` adds its port to both, `*.example.com` only to `below`, so
 /// one probe per suffix of a host answers for both kinds of entry.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-struct NameRule {
+struct Reach {
     apex: Option<PortRule>,
     below: Option<PortRule>,
+}
+
+impl Reach {
+    fn add(&mut self, target: &Target, port: Option<u16>) {
+        if let Target::Domain(_) = target {
+            add_port(&mut self.apex, port);
+        }
+        add_port(&mut self.below, port);
+    }
+
+    fn at(&self, apex: bool) -> Option<&PortRule> {
+        match apex {
+            true => self.apex.as_ref(),
+            false => self.below.as_ref(),
+        }
+    }
+}
+
+/// The allow and deny entries on one name, found by the same probe.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct NameRule {
+    allow: Reach,
+    deny: Reach,
+}
+
+/// The allow and deny entries on one IP literal.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct IpRule {
+    allow: Option<PortRule>,
+    deny: Option<PortRule>,
+}
+
+/// What the lists say of one host and port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lookup {
+    /// An allow entry covers it and no deny entry does.
+    Allowed(MatchedBy),
+    /// A deny entry covers it (whatever the allow entries say).
+    Denied,
+    /// Neither list covers it.
+    Unlisted,
+}
+
+/// Which ports a lookup asks about: one, or (the DNS filter) any. A deny
+/// entry with a port refuses only that port, so a name asked about on any
+/// port is denied only by a deny entry without one.
+#[derive(Debug, Clone, Copy)]
+enum Ports {
+    One(u16),
+    Any,
+}
+
+impl Ports {
+    fn allowed_by(self, rule: &PortRule) -> bool {
+        match self {
+            Ports::One(port) => rule.allows(port),
+            Ports::Any => true,
+        }
+    }
+
+    fn denied_by(self, rule: &PortRule) -> bool {
+        match self {
+            Ports::One(port) => rule.allows(port),
+            Ports::Any => *rule == PortRule::Any,
+        }
+    }
 }
 
 /// A compiled allowlist; an empty one denies everything. Cloning shares it.
@@ -94,8 +159,9 @@ pub enum ListError {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct Compiled {
     entries: Vec<AllowEntry>,
+    denied: Vec<AllowEntry>,
     names: FxHashMap<Box<[u8]>, NameRule>,
-    ips: FxHashMap<IpAddr, PortRule>,
+    ips: FxHashMap<IpAddr, IpRule>,
     /// Fewest and most labels of any name entry: suffixes outside that
     /// range cannot match, so lookups skip them.
     min_labels: usize,
@@ -121,22 +187,18 @@ impl Allowlist {
     /// assert_eq!(entries, ["registry.npmjs.org:443", "x.test"]);
     /// ```
     pub fn from_config<S: AsRef<str>>(raw: &[S]) -> Result<Self, ListError> {
-        if raw.len() > MAX_ENTRIES {
-            return Err(ListError::TooManyEntries(raw.len()));
-        }
-        if !raw.iter().any(|entry| entry.as_ref().starts_with(PRESET_MARK)) {
-            return Ok(Allowlist::parse(raw)?);
-        }
-        let expanded = expand_presets(raw)?;
-        if expanded.len() > MAX_ENTRIES {
-            return Err(ListError::TooManyEntries(expanded.len()));
-        }
-        Ok(Allowlist::parse(&expanded)?)
+        Ok(Allowlist::from_entries(entries_from_config(raw)?))
     }
 
     /// Compiles validated entries, dropping exact duplicates.
     pub fn from_entries(entries: Vec<AllowEntry>) -> Self {
-        Allowlist(Arc::new(Compiled::new(entries)))
+        Allowlist::with_deny(entries, Vec::new())
+    }
+
+    /// Compiles validated allow and deny entries into one matcher, dropping
+    /// exact duplicates within each list.
+    pub fn with_deny(allow: Vec<AllowEntry>, deny: Vec<AllowEntry>) -> Self {
+        Allowlist(Arc::new(Compiled::new(allow, deny)))
     }
 
     /// The normalised entries, in the order given, without duplicates.
@@ -144,9 +206,19 @@ impl Allowlist {
         &self.0.entries
     }
 
+    /// The normalised deny entries, in the order given, without duplicates.
+    pub fn denied(&self) -> &[AllowEntry] {
+        &self.0.denied
+    }
+
     /// The normalised entries as text, as the JSON carries them.
     pub fn texts(&self) -> Vec<String> {
         self.entries().iter().map(ToString::to_string).collect()
+    }
+
+    /// The normalised deny entries as text.
+    pub fn denied_texts(&self) -> Vec<String> {
+        self.denied().iter().map(ToString::to_string).collect()
     }
 
     /// True when the list denies everything.
@@ -154,61 +226,105 @@ impl Allowlist {
         self.0.entries.is_empty()
     }
 
-    /// Decides `host:port`, saying which kind of entry allowed it.
+    /// What the lists say of `host:port`, in one probe per label.
+    pub fn lookup(&self, host: &str, port: u16) -> Lookup {
+        self.0.lookup(host, Ports::One(port))
+    }
+
+    /// What the lists say of `host` on any port: the DNS filter sees names,
+    /// never ports.
+    pub fn lookup_any_port(&self, host: &str) -> Lookup {
+        self.0.lookup(host, Ports::Any)
+    }
+
+    /// Decides `host:port`, saying which kind of entry allowed it; `None`
+    /// when no allow entry covers it or a deny entry does.
     pub fn matching(&self, host: &str, port: u16) -> Option<MatchedBy> {
-        self.0.decide(host, |rule| rule.allows(port))
-    }
-
-    /// Decides `host` on any port: the DNS filter sees names, never ports.
-    pub fn matching_any_port(&self, host: &str) -> Option<MatchedBy> {
-        self.0.decide(host, |_| true)
+        match self.lookup(host, port) {
+            Lookup::Allowed(by) => Some(by),
+            Lookup::Denied | Lookup::Unlisted => None,
+        }
     }
 }
 
-/// The entries in normalised form, as the admin API and the state file
-/// carry them.
-impl Serialize for Allowlist {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_seq(self.entries().iter().map(ToString::to_string))
+/// Entries as written by hand (an allow or a deny list): presets (`@pypi`)
+/// expanded, at most [`MAX_ENTRIES`] before and after expanding, each
+/// validated and normalised.
+pub fn entries_from_config<S: AsRef<str>>(raw: &[S]) -> Result<Vec<AllowEntry>, ListError> {
+    if raw.len() > MAX_ENTRIES {
+        return Err(ListError::TooManyEntries(raw.len()));
     }
+    let parse = |raw: &[S]| -> Result<Vec<AllowEntry>, ListError> {
+        Ok(raw
+            .iter()
+            .map(|entry| AllowEntry::parse(entry.as_ref()))
+            .collect::<Result<_, _>>()?)
+    };
+    if !raw.iter().any(|entry| entry.as_ref().starts_with(PRESET_MARK)) {
+        return parse(raw);
+    }
+    let expanded = expand_presets(raw)?;
+    if expanded.len() > MAX_ENTRIES {
+        return Err(ListError::TooManyEntries(expanded.len()));
+    }
+    Ok(expanded
+        .iter()
+        .map(|entry| AllowEntry::parse(entry))
+        .collect::<Result<_, _>>()?)
 }
 
-/// A list of entry strings, checked as [`Allowlist::from_config`] checks it.
-impl<'de> Deserialize<'de> for Allowlist {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+/// A list of entries as the JSON carries it: their normalised text, each
+/// checked as [`entries_from_config`] checks it where it enters.
+pub(crate) mod entry_texts {
+    use super::{entries_from_config, AllowEntry};
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// Writes each entry's normalised text.
+    pub fn serialize<S: Serializer>(entries: &[AllowEntry], serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(entries.iter().map(ToString::to_string))
+    }
+
+    /// Reads a list of entry strings.
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<AllowEntry>, D::Error> {
         let raw = Vec::<String>::deserialize(deserializer)?;
-        Allowlist::from_config(&raw).map_err(serde::de::Error::custom)
+        entries_from_config(&raw).map_err(serde::de::Error::custom)
     }
 }
 
 impl Compiled {
-    fn new(entries: Vec<AllowEntry>) -> Self {
+    fn new(allow: Vec<AllowEntry>, deny: Vec<AllowEntry>) -> Self {
         let mut list = Compiled {
             min_labels: usize::MAX,
             ..Compiled::default()
         };
+        list.entries = list.add(allow, false);
+        list.denied = list.add(deny, true);
+        list
+    }
+
+    /// Adds `entries` to the allow side (or the deny side); the entries
+    /// without duplicates.
+    fn add(&mut self, entries: Vec<AllowEntry>, deny: bool) -> Vec<AllowEntry> {
         let mut seen = FxHashSet::default();
+        let mut kept = Vec::with_capacity(entries.len());
         for entry in entries {
             if !seen.insert(entry.clone()) {
                 continue;
             }
             match &entry.target {
-                Target::Domain(name) => {
-                    let rule = list.name_rule(name);
-                    add_port(&mut rule.apex, entry.port);
-                    add_port(&mut rule.below, entry.port);
+                Target::Domain(name) | Target::Subdomains(name) => {
+                    let rule = self.name_rule(name);
+                    let reach = if deny { &mut rule.deny } else { &mut rule.allow };
+                    reach.add(&entry.target, entry.port);
                 }
-                Target::Subdomains(name) => add_port(&mut list.name_rule(name).below, entry.port),
-                Target::Ip(ip) => match list.ips.get_mut(ip) {
-                    Some(rule) => rule.widen(entry.port),
-                    None => {
-                        list.ips.insert(*ip, PortRule::new(entry.port));
-                    }
-                },
+                Target::Ip(ip) => {
+                    let rule = self.ips.entry(*ip).or_default();
+                    add_port(if deny { &mut rule.deny } else { &mut rule.allow }, entry.port);
+                }
             }
-            list.entries.push(entry);
+            kept.push(entry);
         }
-        list
+        kept
     }
 
     /// The rule for a name entry, counting its labels into the skip range.
@@ -219,26 +335,50 @@ impl Compiled {
         self.names.entry(name.as_bytes().into()).or_default()
     }
 
-    fn decide(&self, host: &str, allows: impl Fn(&PortRule) -> bool) -> Option<MatchedBy> {
+    fn lookup(&self, host: &str, ports: Ports) -> Lookup {
         let mut buf = NameBuf::new();
-        match normalise_into(host, &mut buf)? {
-            HostRef::Ip(ip) => self.ips.get(&ip).filter(|r| allows(r)).map(|_| MatchedBy::IpLiteral),
-            HostRef::Name(name) => self.matches_name(name, &allows).then_some(MatchedBy::Name),
+        match normalise_into(host, &mut buf) {
+            None => Lookup::Unlisted,
+            Some(HostRef::Ip(ip)) => match self.ips.get(&ip) {
+                Some(rule) if rule.deny.as_ref().is_some_and(|r| ports.denied_by(r)) => Lookup::Denied,
+                Some(rule) if rule.allow.as_ref().is_some_and(|r| ports.allowed_by(r)) => {
+                    Lookup::Allowed(MatchedBy::IpLiteral)
+                }
+                _ => Lookup::Unlisted,
+            },
+            Some(HostRef::Name(name)) => self.lookup_name(name, ports),
         }
     }
 
-    /// Probes the suffixes of `name` whose label count an entry has.
-    fn matches_name(&self, name: &NameBuf, allows: &impl Fn(&PortRule) -> bool) -> bool {
+    /// Probes the suffixes of `name` whose label count an entry has, most
+    /// specific first. Without deny entries the first allowing suffix
+    /// settles it; with them every suffix in range is probed, since a deny
+    /// entry wins wherever it sits.
+    fn lookup_name(&self, name: &NameBuf, ports: Ports) -> Lookup {
         let labels = name.labels();
         let Some(last) = labels.checked_sub(self.min_labels) else {
-            return false;
+            return Lookup::Unlisted;
         };
-        (labels.saturating_sub(self.max_labels)..=last).any(|first| {
-            self.names.get(name.suffix(first)).is_some_and(|rule| {
-                let rule = if first == 0 { &rule.apex } else { &rule.below };
-                rule.as_ref().is_some_and(allows)
-            })
-        })
+        let mut allowed = false;
+        for first in labels.saturating_sub(self.max_labels)..=last {
+            let Some(rule) = self.names.get(name.suffix(first)) else {
+                continue;
+            };
+            let apex = first == 0;
+            if rule.deny.at(apex).is_some_and(|r| ports.denied_by(r)) {
+                return Lookup::Denied;
+            }
+            if !allowed && rule.allow.at(apex).is_some_and(|r| ports.allowed_by(r)) {
+                if self.denied.is_empty() {
+                    return Lookup::Allowed(MatchedBy::Name);
+                }
+                allowed = true;
+            }
+        }
+        match allowed {
+            true => Lookup::Allowed(MatchedBy::Name),
+            false => Lookup::Unlisted,
+        }
     }
 }
 
@@ -321,6 +461,104 @@ mod tests {
                 "{entries:?} {host}:{port}"
             );
         }
+    }
+
+    #[test]
+    fn deny_entries_win_over_allow_entries_in_one_lookup() {
+        let lists = |allow: &[&str], deny: &[&str]| {
+            Allowlist::with_deny(entries_from_config(allow).unwrap(), entries_from_config(deny).unwrap())
+        };
+        let name = Lookup::Allowed(MatchedBy::Name);
+        /// Allow entries, deny entries, host, port, then what the lists say.
+        type Case<'a> = (&'a [&'a str], &'a [&'a str], &'a str, u16, Lookup);
+        let cases: &[Case] = &[
+            (&["github.com"], &["gist.github.com"], "api.github.com", 443, name),
+            (
+                &["github.com"],
+                &["gist.github.com"],
+                "gist.github.com",
+                443,
+                Lookup::Denied,
+            ),
+            (
+                &["github.com"],
+                &["gist.github.com"],
+                "a.gist.github.com",
+                443,
+                Lookup::Denied,
+            ),
+            (
+                &["github.com"],
+                &["gist.github.com"],
+                "GIST.github.com.",
+                443,
+                Lookup::Denied,
+            ),
+            (&["github.com"], &["*.gist.github.com"], "gist.github.com", 443, name),
+            (
+                &["github.com"],
+                &["*.gist.github.com"],
+                "x.gist.github.com",
+                443,
+                Lookup::Denied,
+            ),
+            (&["github.com"], &["gist.github.com:22"], "gist.github.com", 443, name),
+            (
+                &["github.com"],
+                &["gist.github.com:22"],
+                "gist.github.com",
+                22,
+                Lookup::Denied,
+            ),
+            (
+                &["api.github.com"],
+                &["github.com"],
+                "api.github.com",
+                443,
+                Lookup::Denied,
+            ),
+            (&["a.test"], &["b.test"], "b.test", 80, Lookup::Denied),
+            (&["a.test"], &["b.test"], "c.test", 80, Lookup::Unlisted),
+            (&["a.test"], &["b.test"], "evilb.test", 80, Lookup::Unlisted),
+            (&["203.0.113.7"], &["203.0.113.7:22"], "203.0.113.7", 22, Lookup::Denied),
+            (
+                &["203.0.113.7"],
+                &["203.0.113.7:22"],
+                "203.0.113.7",
+                443,
+                Lookup::Allowed(MatchedBy::IpLiteral),
+            ),
+            (&[], &["b.test"], "b.test", 80, Lookup::Denied),
+            (
+                &["@npm"],
+                &["registry.npmjs.org:443"],
+                "registry.npmjs.org",
+                443,
+                Lookup::Denied,
+            ),
+        ];
+        for &(allow, deny, host, port, want) in cases {
+            let list = lists(allow, deny);
+            assert_eq!(
+                list.lookup(host, port),
+                want,
+                "allow {allow:?} deny {deny:?}: {host}:{port}"
+            );
+            assert_eq!(
+                match_host(&list, host, port),
+                matches!(want, Lookup::Allowed(_)),
+                "{host}:{port}"
+            );
+        }
+        let list = lists(&["github.com"], &["gist.github.com:22", "raw.github.com"]);
+        assert_eq!(
+            list.lookup_any_port("gist.github.com"),
+            name,
+            "a port-bound deny leaves DNS alone"
+        );
+        assert_eq!(list.lookup_any_port("raw.github.com"), Lookup::Denied);
+        assert_eq!(list.denied_texts(), ["gist.github.com:22", "raw.github.com"]);
+        assert_eq!(list.texts(), ["github.com"]);
     }
 
     #[test]

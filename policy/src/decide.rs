@@ -11,8 +11,10 @@
 //! [`Verdict::Report`] where its allowlist would deny: only the allowlist is
 //! ever reported, so unregistered sources and invalid labels are denied in
 //! any mode, and the destination guard still judges what a front end dials.
+//! A deny entry that covers the destination refuses it in every mode
+//! (`denied-entry`), however an allow entry covers it too.
 
-use super::allowlist::MatchedBy;
+use super::allowlist::{Lookup, MatchedBy};
 use super::host::is_valid_host;
 use super::mode::Mode;
 use super::reason::Reason;
@@ -75,7 +77,7 @@ pub enum Verdict {
     },
     /// Denied.
     Deny {
-        /// Why: `not-allowed`, `unregistered` or `invalid-label`.
+        /// Why: `not-allowed`, `denied-entry`, `unregistered` or `invalid-label`.
         reason: Reason,
         /// The registration id, or the container of an `invalid-label`
         /// source; `None` for an unregistered source.
@@ -146,9 +148,20 @@ pub fn decide(snapshot: &Snapshot, watch: &Watch, source: IpAddr, host: &str, po
         Standing::AwaitingRegistration => return Decision::AwaitRegistration,
         Standing::Unregistered => return deny(Reason::Unregistered, None, None),
     };
-    let matched = match port {
-        Port::Number(port) => registration.allowlist.matching(host, port),
-        Port::Any => registration.allowlist.matching_any_port(host),
+    let lookup = match port {
+        Port::Number(port) => registration.allowlist.lookup(host, port),
+        Port::Any => registration.allowlist.lookup_any_port(host),
+    };
+    let matched = match lookup {
+        Lookup::Allowed(matched) => Some(matched),
+        Lookup::Denied => {
+            return deny(
+                Reason::DeniedEntry,
+                Some(registration.id.shared()),
+                Some(&registration.account),
+            )
+        }
+        Lookup::Unlisted => None,
     };
     match matched {
         Some(matched) => Decision::Made(Verdict::Allow {

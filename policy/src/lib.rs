@@ -54,7 +54,7 @@ pub mod watch;
 pub mod wire;
 
 pub use allow_file::{parse_allow_file, AllowFileError};
-pub use allowlist::{match_host, Allowlist, ListError, MatchedBy};
+pub use allowlist::{entries_from_config, match_host, Allowlist, ListError, Lookup, MatchedBy};
 pub use bandwidth::{Bandwidth, BandwidthError, MIN_BANDWIDTH};
 pub use decide::{decide, Decision, Port, Verdict};
 pub use direction::Direction;

@@ -21,17 +21,21 @@ pub enum Reason {
     TooManyConnections,
     /// The source is a Docker container whose crackbox labels are invalid.
     InvalidLabel,
+    /// A deny entry of the source's registration covers the destination
+    /// (whatever its allow entries say, in every mode).
+    DeniedEntry,
 }
 
 impl Reason {
     /// Every reason, in declaration order (`ALL[r.index()] == r`).
-    pub const ALL: [Reason; 6] = [
+    pub const ALL: [Reason; 7] = [
         Reason::NotAllowed,
         Reason::Unregistered,
         Reason::PrivateAddress,
         Reason::Revoked,
         Reason::TooManyConnections,
         Reason::InvalidLabel,
+        Reason::DeniedEntry,
     ];
 
     /// The reason's place in [`Reason::ALL`], for tables indexed by reason.
@@ -48,6 +52,7 @@ impl Reason {
             Reason::Revoked => "revoked",
             Reason::TooManyConnections => "too-many-connections",
             Reason::InvalidLabel => "invalid-label",
+            Reason::DeniedEntry => "denied-entry",
         }
     }
 
@@ -66,6 +71,7 @@ impl Reason {
             Reason::Revoked => "a newer registration of the source no longer allows it",
             Reason::TooManyConnections => "close connections, or raise --max-connections-per-source",
             Reason::InvalidLabel => "fix the container's io.crackbox.* labels (the warning names the bad one)",
+            Reason::DeniedEntry => "the registration's deny entries refuse it; remove the entry to allow it",
         }
     }
 }

@@ -10,8 +10,9 @@
 //! downstream validates it again. Its JSON is the registration object of the
 //! admin API, the state file and the wire protocol (docs/admin-api.md).
 
-use super::allowlist::{Allowlist, ListError};
+use super::allowlist::{entries_from_config, entry_texts, Allowlist, ListError};
 use super::bandwidth::{Bandwidth, BandwidthError};
+use super::entry::AllowEntry;
 use super::mode::Mode;
 use super::source::{canonical_ip, parse_source_ip, SourceIpError};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -26,25 +27,67 @@ const MAX_ID_LEN: usize = 128;
 /// A registration as the admin API, the state file and the wire carry it,
 /// validated; decoded from a JSON object only (never the array form).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(remote = "Self", deny_unknown_fields)]
+#[serde(from = "Fields", into = "Fields")]
 pub struct RegistrationSpec {
     /// Client source address in canonical form, the registry key.
-    #[serde(with = "source_ip_text")]
     pub ip: IpAddr,
     /// Operator-chosen name of the sandbox, used in metrics and denials.
     pub id: SandboxId,
-    /// Allowlist entries, compiled; empty means deny everything.
+    /// The allow entries (JSON `allowlist`; empty denies everything) and
+    /// the deny entries (JSON `deny`) compiled into one matcher.
     pub allowlist: Allowlist,
     /// Cap each direction on its own, over all the source's connections;
     /// `None` (left out of the JSON): no cap.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bandwidth: Option<Bandwidth>,
     /// `enforce` (left out of the JSON) or `report`: what the allowlist
     /// does not allow is let through and recorded instead of denied.
-    #[serde(default, skip_serializing_if = "Mode::is_enforce")]
     pub mode: Mode,
 }
-crate::object_only!(RegistrationSpec, Serialize);
+
+/// The JSON object field by field, each field parsed into its type as it
+/// is decoded (so an error names the field); the two entry lists are
+/// compiled together once both are read.
+#[derive(Serialize, Deserialize)]
+#[serde(remote = "Self", deny_unknown_fields)]
+struct Fields {
+    #[serde(with = "source_ip_text")]
+    ip: IpAddr,
+    id: SandboxId,
+    #[serde(with = "entry_texts")]
+    allowlist: Vec<AllowEntry>,
+    #[serde(default, with = "entry_texts", skip_serializing_if = "Vec::is_empty")]
+    deny: Vec<AllowEntry>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    bandwidth: Option<Bandwidth>,
+    #[serde(default, skip_serializing_if = "Mode::is_enforce")]
+    mode: Mode,
+}
+crate::object_only!(Fields, Serialize);
+
+impl From<Fields> for RegistrationSpec {
+    fn from(fields: Fields) -> Self {
+        RegistrationSpec {
+            ip: fields.ip,
+            id: fields.id,
+            allowlist: Allowlist::with_deny(fields.allowlist, fields.deny),
+            bandwidth: fields.bandwidth,
+            mode: fields.mode,
+        }
+    }
+}
+
+impl From<RegistrationSpec> for Fields {
+    fn from(spec: RegistrationSpec) -> Self {
+        Fields {
+            ip: spec.ip,
+            id: spec.id,
+            allowlist: spec.allowlist.entries().to_vec(),
+            deny: spec.allowlist.denied().to_vec(),
+            bandwidth: spec.bandwidth,
+            mode: spec.mode,
+        }
+    }
+}
 
 /// Why a registration was rejected; the message names the field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -58,6 +101,9 @@ pub enum SpecError {
     /// The allowlist is too long, or names an invalid entry or preset.
     #[error("allowlist: {0}")]
     Allowlist(#[from] ListError),
+    /// The deny list is too long, or names an invalid entry or preset.
+    #[error("deny: {0}")]
+    Deny(ListError),
     /// The bandwidth cap is out of range.
     #[error("bandwidth: {0}")]
     Bandwidth(#[from] BandwidthError),
@@ -89,6 +135,24 @@ impl RegistrationSpec {
             SandboxId::parse(id)?,
             Allowlist::from_config(allowlist)?,
         ))
+    }
+
+    /// The same registration with `deny` (entries as written, presets
+    /// expanded) refused even where its allow entries reach.
+    ///
+    /// ```
+    /// let spec = crackbox_policy::RegistrationSpec::parse("10.0.0.2", "agent", &["github.com"])
+    ///     .unwrap()
+    ///     .with_deny(&["Gist.GitHub.com"])
+    ///     .unwrap();
+    /// assert!(spec.allowlist.matching("api.github.com", 443).is_some());
+    /// assert!(spec.allowlist.matching("gist.github.com", 443).is_none());
+    /// assert_eq!(serde_json::to_string(&spec).unwrap(), r#"{"ip":"10.0.0.2","id":"agent","allowlist":["github.com"],"deny":["gist.github.com"]}"#);
+    /// ```
+    pub fn with_deny<S: AsRef<str>>(mut self, deny: &[S]) -> Result<Self, SpecError> {
+        let deny = entries_from_config(deny).map_err(SpecError::Deny)?;
+        self.allowlist = Allowlist::with_deny(self.allowlist.entries().to_vec(), deny);
+        Ok(self)
     }
 
     /// The same registration capped at `bandwidth`.

@@ -5,12 +5,13 @@
 //! allow files; never touches Docker, the network or a process.
 
 use crate::error::RunError;
-use crackbox_policy::{parse_allow_file, Allowlist, ListError, SpecError};
+use crackbox_policy::{entries_from_config, parse_allow_file, Allowlist, ListError, SpecError};
 use std::path::{Path, PathBuf};
 
-/// The compiled allowlist of `--allow` and `--allow-file` (in that order);
-/// empty only when the run `learning` lets everything through anyway.
-pub fn allowlist(allow: &[String], files: &[PathBuf], learning: bool) -> Result<Allowlist, RunError> {
+/// The compiled allowlist of `--allow` and `--allow-file` (in that order)
+/// with the `--deny` entries; empty only when the run `learning` lets
+/// everything through anyway.
+pub fn allowlist(allow: &[String], files: &[PathBuf], deny: &[String], learning: bool) -> Result<Allowlist, RunError> {
     if allow.is_empty() && files.is_empty() && !learning {
         return Err(RunError::NoAllowlist);
     }
@@ -21,10 +22,12 @@ pub fn allowlist(allow: &[String], files: &[PathBuf], learning: bool) -> Result<
     if entries.is_empty() && !learning {
         return Err(RunError::EmptyAllow);
     }
-    Allowlist::from_config(&entries).map_err(|err| match err {
+    let allow = entries_from_config(&entries).map_err(|err| match err {
         ListError::Preset(unknown) => RunError::UnknownPreset(unknown),
         other => RunError::InvalidRegistration(SpecError::Allowlist(other)),
-    })
+    })?;
+    let deny = entries_from_config(deny).map_err(|err| RunError::InvalidRegistration(SpecError::Deny(err)))?;
+    Ok(Allowlist::with_deny(allow, deny))
 }
 
 /// The entries of the allow file at `path`; an error names the file and,
@@ -74,7 +77,7 @@ mod tests {
         ];
         for (allow, files, want) in cases {
             assert_eq!(
-                allowlist(&strings(allow), &files, false).unwrap().texts(),
+                allowlist(&strings(allow), &files, &[], false).unwrap().texts(),
                 want,
                 "{allow:?} {files:?}"
             );
@@ -82,9 +85,24 @@ mod tests {
     }
 
     #[test]
+    fn deny_entries_join_the_list_and_are_checked_like_allow_entries() {
+        let list = allowlist(&strings(&["github.com"]), &[], &strings(&["Gist.GitHub.com"]), false).unwrap();
+        assert_eq!(
+            (list.texts(), list.denied_texts()),
+            (strings(&["github.com"]), strings(&["gist.github.com"]))
+        );
+        assert!(list.matching("gist.github.com", 443).is_none());
+        let err = allowlist(&strings(&["github.com"]), &[], &strings(&["*"]), false).unwrap_err();
+        assert!(
+            err.to_string().starts_with("deny: invalid allowlist entry \"*\""),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn a_learning_run_may_start_from_nothing() {
-        assert!(allowlist(&[], &[], true).unwrap().is_empty());
-        assert!(allowlist(&strings(&["bad host"]), &[], true).is_err());
+        assert!(allowlist(&[], &[], &[], true).unwrap().is_empty());
+        assert!(allowlist(&strings(&["bad host"]), &[], &[], true).is_err());
     }
 
     #[test]
@@ -130,7 +148,7 @@ mod tests {
             ),
         ];
         for (allow, files, words) in cases {
-            let err = allowlist(&strings(allow), &files, false).unwrap_err().to_string();
+            let err = allowlist(&strings(allow), &files, &[], false).unwrap_err().to_string();
             for word in &words {
                 assert!(err.contains(word.as_str()), "{allow:?} {files:?}: {err}");
             }

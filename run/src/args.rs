@@ -34,6 +34,11 @@ pub struct RunArgs {
     /// ignored), added to --allow; repeatable.
     #[arg(long, value_name = "PATH")]
     pub allow_file: Vec<PathBuf>,
+    /// Hosts the command may never reach, even where --allow covers them
+    /// (`--allow github.com --deny gist.github.com`): the same forms as
+    /// --allow, comma-separated or repeated.
+    #[arg(long, value_delimiter = ',')]
+    pub deny: Vec<String>,
     /// Learn what the command needs: nothing beyond the allowlist (which may
     /// be empty) is blocked, everything it reaches is recorded, and at exit
     /// crackbox prints the names to add (`crackbox: learned --allow ...`).

@@ -60,7 +60,7 @@ fn execute(args: RunArgs) -> Result<i32, RunError> {
     let id = SandboxId::parse(&id).map_err(|err| RunError::InvalidRegistration(err.into()))?;
     let learning = args.learning();
     let plan = Plan {
-        allow: allow::allowlist(&args.allow, &args.allow_file, learning)?,
+        allow: allow::allowlist(&args.allow, &args.allow_file, &args.deny, learning)?,
         bandwidth: args.bandwidth_cap()?,
         learning,
         learn_file: args

@@ -7,12 +7,13 @@
 //! `io.crackbox.bandwidth=10MiB/s` caps it (the command line's syntax: a
 //! number with `KiB/s`, `MiB/s` or `GiB/s`); `io.crackbox.mode=report`
 //! registers it in report mode (`enforce`, the default, may be written too;
-//! any other value is an invalid label).
+//! any other value is an invalid label); `io.crackbox.deny=host1,host2`
+//! (entries as in the allow label) refuses names its allow entries reach.
 //! Registrations the watcher makes carry the id with [`ID_PREFIX`] in front,
 //! which is how it tells them from registrations made through the admin API
 //! or `--register`.
 
-use crackbox_policy::{Allowlist, Bandwidth, Mode, SandboxId, SpecError};
+use crackbox_policy::{entries_from_config, Allowlist, Bandwidth, Mode, SandboxId, SpecError};
 use std::collections::HashMap;
 
 /// The label that opts a container in: its allowlist.
@@ -23,6 +24,8 @@ pub const ID_LABEL: &str = "io.crackbox.id";
 pub const BANDWIDTH_LABEL: &str = "io.crackbox.bandwidth";
 /// The optional label setting the registration's mode (`report`).
 pub const MODE_LABEL: &str = "io.crackbox.mode";
+/// The optional label listing deny entries.
+pub const DENY_LABEL: &str = "io.crackbox.deny";
 /// Prefix of every id the watcher registers (reserved for it).
 pub use crate::registry::WATCHER_ID_PREFIX as ID_PREFIX;
 
@@ -34,7 +37,7 @@ pub enum Labelled {
     Valid {
         /// `docker:<io.crackbox.id or container name>`.
         id: SandboxId,
-        /// The compiled entries.
+        /// The compiled allow and deny entries.
         allowlist: Allowlist,
         /// The cap, if labelled.
         bandwidth: Option<Bandwidth>,
@@ -84,18 +87,34 @@ pub fn read(name: &str, labels: &HashMap<String, String>) -> Option<Labelled> {
             return Some(Labelled::Invalid { id, problem });
         }
     };
-    let entries: Vec<&str> = allow.split(',').map(str::trim).filter(|e| !e.is_empty()).collect();
-    Some(match Allowlist::from_config(&entries) {
-        Ok(allowlist) => Labelled::Valid {
-            id: sandbox,
-            allowlist,
-            bandwidth,
-            mode,
-        },
-        Err(err) => Labelled::Invalid {
-            id,
-            problem: format!("{ALLOW_LABEL}: {}", SpecError::from(err)),
-        },
+    let entries = |value: &str| -> Vec<String> {
+        value
+            .split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .map(str::to_owned)
+            .collect()
+    };
+    let allow = match entries_from_config(&entries(allow)) {
+        Ok(allow) => allow,
+        Err(err) => {
+            let problem = format!("{ALLOW_LABEL}: {}", SpecError::from(err));
+            return Some(Labelled::Invalid { id, problem });
+        }
+    };
+    let deny = labels.get(DENY_LABEL).map_or_else(Vec::new, |value| entries(value));
+    let deny = match entries_from_config(&deny) {
+        Ok(deny) => deny,
+        Err(err) => {
+            let problem = format!("{DENY_LABEL}: {}", SpecError::Deny(err));
+            return Some(Labelled::Invalid { id, problem });
+        }
+    };
+    Some(Labelled::Valid {
+        id: sandbox,
+        allowlist: Allowlist::with_deny(allow, deny),
+        bandwidth,
+        mode,
     })
 }
 
@@ -158,6 +177,14 @@ mod tests {
             read("agent-1", &labels(&[(ALLOW_LABEL, "a.test"), (MODE_LABEL, "enforce")])),
             valid("docker:agent-1", &["a.test"])
         );
+        let Some(Labelled::Valid { allowlist, .. }) = read(
+            "agent-1",
+            &labels(&[(ALLOW_LABEL, "github.com"), (DENY_LABEL, " Gist.GitHub.com , ")]),
+        ) else {
+            panic!("a deny label is valid");
+        };
+        assert_eq!(allowlist.denied_texts(), ["gist.github.com"]);
+        assert!(allowlist.matching("gist.github.com", 443).is_none());
         for (pairs, want) in [
             (vec![(ALLOW_LABEL, "ok.test,bad host")], "io.crackbox.allow: allowlist:"),
             (vec![(ALLOW_LABEL, "*")], "io.crackbox.allow: allowlist:"),
@@ -184,6 +211,10 @@ mod tests {
             (
                 vec![(ALLOW_LABEL, "@nosuch,ok.test")],
                 "io.crackbox.allow: allowlist: unknown preset \"@nosuch\"",
+            ),
+            (
+                vec![(ALLOW_LABEL, "ok.test"), (DENY_LABEL, "bad host")],
+                "io.crackbox.deny: deny: invalid allowlist entry \"bad host\"",
             ),
         ] {
             match read("agent-1", &labels(&pairs)) {

@@ -67,6 +67,7 @@ pub fn denial(reason: Reason, host: &str, port: u16) -> Vec<u8> {
         Reason::Revoked => ["access to ", host, ":", port, " was revoked"],
         Reason::TooManyConnections => only("this client has too many open connections"),
         Reason::InvalidLabel => only("this container's io.crackbox labels are invalid (see crackbox's log)"),
+        Reason::DeniedEntry => [host, ":", port, " is refused by a deny entry of this sandbox", ""],
     };
     let [a, b, c, d, e] = what;
     let body = [

@@ -129,3 +129,39 @@ fn a_spec_written_by_an_older_crackbox_decodes_to_its_normal_form() {
         r#"{"ip":"10.0.0.1","id":"a","allowlist":["github.com","[::1]:80"]}"#
     );
 }
+
+#[test]
+fn deny_entries_are_optional_in_json_checked_like_allow_entries_and_kept_normalised() {
+    let open = body(r#"{"ip":"10.0.0.2","id":"a","allowlist":["github.com"]}"#).unwrap();
+    assert!(open.allowlist.denied().is_empty());
+    let text = r#"{"ip":"10.0.0.2","id":"a","allowlist":["github.com"],"deny":["Gist.GitHub.com.","@npm"]}"#;
+    let denying = body(text).unwrap();
+    assert_eq!(
+        serde_json::to_string(&denying).unwrap(),
+        r#"{"ip":"10.0.0.2","id":"a","allowlist":["github.com"],"deny":["gist.github.com","registry.npmjs.org:443"]}"#
+    );
+    assert_eq!(
+        serde_json::to_string(&body(r#"{"ip":"10.0.0.2","id":"a","allowlist":[],"deny":[]}"#).unwrap()).unwrap(),
+        r#"{"ip":"10.0.0.2","id":"a","allowlist":[]}"#,
+        "an empty deny list is left out"
+    );
+    for (bad, named) in [
+        (
+            r#"{"ip":"10.0.0.2","id":"a","allowlist":[],"deny":["*"]}"#,
+            "deny: invalid allowlist entry \"*\"",
+        ),
+        (
+            r#"{"ip":"10.0.0.2","id":"a","allowlist":[],"deny":["@nosuch"]}"#,
+            "deny: unknown preset",
+        ),
+        (
+            r#"{"ip":"10.0.0.2","id":"a","allowlist":[],"deny":"x.test"}"#,
+            "deny: invalid type",
+        ),
+    ] {
+        let err = body(bad).unwrap_err();
+        assert!(err.starts_with(named), "{bad}: {err}");
+    }
+    let err = spec("10.0.0.2", "a", &[]).with_deny(&["bad host"]).unwrap_err();
+    assert!(err.to_string().starts_with("deny: invalid allowlist entry"), "{err}");
+}
