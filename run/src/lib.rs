@@ -26,6 +26,7 @@ mod lifecycle;
 mod netns;
 mod plan;
 mod signals;
+mod steps;
 mod subnet;
 mod summary;
 mod terminal;

@@ -7,6 +7,7 @@ use super::{labels, network_spec};
 use crate::error::{docker_message, docker_status, one_line, RunError};
 use crate::journal::{Journal, Kind};
 use crate::plan::Plan;
+use crate::steps::timed;
 use crate::subnet::{self, Ipv4Net};
 use crate::token;
 use bollard::models::{ContainerCreateBody, NetworkDisconnectRequest};
@@ -90,7 +91,10 @@ impl DockerRun {
     /// the check and the create.
     pub async fn create_network(&self, journal: &Journal, name: &str, internal: bool) -> Result<Ipv4Net, RunError> {
         let pool = Ipv4Net::parse(POOL).ok_or_else(|| RunError::NoFreeSubnet(POOL.into()))?;
-        journal.record(Kind::Holder, remove_network(self.docker.clone(), name.to_string()))?;
+        journal.record(
+            Kind::Holder,
+            timed("network remove", remove_network(self.docker.clone(), name.to_string())),
+        )?;
         let mut last_error = None;
         for _ in 0..16 {
             journal.checkpoint()?;
@@ -136,7 +140,13 @@ impl DockerRun {
         body: ContainerCreateBody,
         step: &'static str,
     ) -> Result<(), RunError> {
-        journal.record(Kind::Leaf, remove_container(self.docker.clone(), name.to_string()))?;
+        journal.record(
+            Kind::Leaf,
+            timed(
+                "container remove",
+                remove_container(self.docker.clone(), name.to_string()),
+            ),
+        )?;
         let options = CreateContainerOptionsBuilder::default().name(name).build();
         self.docker
             .create_container(Some(options), body)

@@ -20,6 +20,7 @@ use crate::error::{docker_message, docker_status, RunError};
 use crate::journal::{Journal, Kind};
 use crate::lifecycle::{Backend, Jail};
 use crate::plan::Plan;
+use crate::steps::timed;
 use crate::workload_env::Endpoints;
 use bollard::models::{NetworkConnectRequest, NetworkDisconnectRequest};
 use bollard::Docker;
@@ -50,7 +51,7 @@ impl OnDaemon {
     /// Connects to Docker for `plan`'s run behind `daemon`.
     pub async fn connect(plan: &Plan, image: String, daemon: String) -> Result<Self, RunError> {
         Ok(OnDaemon {
-            run: DockerRun::connect(plan).await?,
+            run: timed("docker connect", DockerRun::connect(plan)).await?,
             plan: plan.clone(),
             image,
             daemon,
@@ -101,7 +102,10 @@ impl OnDaemon {
     async fn connect_daemon(&self, journal: &Journal, network: &str, address: Ipv4Addr) -> Result<(), RunError> {
         journal.record(
             Kind::Leaf,
-            disconnect(self.run.docker.clone(), self.daemon.clone(), network.to_string()),
+            timed(
+                "daemon disconnect",
+                disconnect(self.run.docker.clone(), self.daemon.clone(), network.to_string()),
+            ),
         )?;
         let connect = NetworkConnectRequest {
             container: self.daemon.clone(),
@@ -119,12 +123,15 @@ impl Backend for OnDaemon {
     type Workload = String;
 
     async fn set_up(&self, journal: &Journal) -> Result<(Jail, String), RunError> {
-        let (found, image) = tokio::join!(self.find_daemon(journal), self.run.ensure_workload_image(&self.image));
+        let (found, image) = tokio::join!(
+            timed("daemon check", self.find_daemon(journal)),
+            timed("image check", self.run.ensure_workload_image(&self.image))
+        );
         let found = found?;
         image?;
         journal.checkpoint()?;
         let network = self.run.name("");
-        let subnet = self.run.create_network(journal, &network, true).await?;
+        let subnet = timed("network create", self.run.create_network(journal, &network, true)).await?;
         let (proxy, address) = (host(&subnet, 2)?, host(&subnet, 3)?);
         let placed = Placed {
             network: &network,
@@ -136,8 +143,11 @@ impl Backend for OnDaemon {
             steered: self.plan.steer && found.steers,
         };
         let (connected, created) = tokio::join!(
-            self.connect_daemon(journal, &network, proxy),
-            workload::create(&self.run, journal, &self.plan, &self.image, placed)
+            timed("daemon connect", self.connect_daemon(journal, &network, proxy)),
+            timed(
+                "container create",
+                workload::create(&self.run, journal, &self.plan, &self.image, placed)
+            )
         );
         connected?;
         let jail = Jail {

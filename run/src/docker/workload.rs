@@ -9,6 +9,7 @@ use super::{workload_spec, WorkloadSpec};
 use crate::error::{docker_message, one_line, RunError};
 use crate::journal::{Journal, Kind};
 use crate::plan::Plan;
+use crate::steps::timed;
 use crate::terminal::RawMode;
 use crate::workload_env::{self, Endpoints};
 use bollard::query_parameters::{AttachContainerOptionsBuilder, WaitContainerOptionsBuilder};
@@ -89,9 +90,7 @@ pub async fn run(run: &DockerRun, name: &str, tty: bool) -> Result<i32, RunError
         .stdout(true)
         .stderr(true)
         .build();
-    let attached = run
-        .docker
-        .attach_container(name, Some(options))
+    let attached = timed("container attach", run.docker.attach_container(name, Some(options)))
         .await
         .map_err(|e| RunError::docker("attaching to the workload", e))?;
     let _raw = match tty {
@@ -100,13 +99,15 @@ pub async fn run(run: &DockerRun, name: &str, tty: bool) -> Result<i32, RunError
     };
     let output = tokio::spawn(attach::pump_output(attached.output));
     let input = tokio::spawn(attach::pump_input(attached.input));
-    run.docker.start_container(name, None).await.map_err(start_error)?;
+    timed("container start", run.docker.start_container(name, None))
+        .await
+        .map_err(start_error)?;
     let resize = tty.then(|| tokio::spawn(attach::follow_terminal_size(run.docker.clone(), name.to_string())));
     tracing::debug!("workload started");
-    let code = wait_exit(run, name).await;
+    let code = timed("wait", wait_exit(run, name)).await;
     // The attach stream ends when the container does; a short grace keeps
     // its last output without hanging on a stream that never closes.
-    let _ = tokio::time::timeout(Duration::from_secs(2), output).await;
+    let _ = timed("output drain", tokio::time::timeout(Duration::from_secs(2), output)).await;
     input.abort();
     if let Some(resize) = resize {
         resize.abort();
