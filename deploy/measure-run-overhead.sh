@@ -25,7 +25,7 @@ work="$(mktemp -d)"
 started=""
 cleanup() {
     if [ -n "$started" ]; then
-        docker rm -f "$started" >/dev/null 2>&1 || true
+        docker rm -f "$started" $(docker ps -aq --filter "label=io.crackbox.pool=$started") >/dev/null 2>&1 || true
         for net in $(docker network ls -q --filter "label=io.crackbox.pool=$started"); do
             docker network rm "$net" >/dev/null 2>&1 || true
         done

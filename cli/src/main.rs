@@ -32,6 +32,9 @@ enum Command {
     State(StateArgs),
     /// List the allowlist presets (`--allow @pypi,@github`) and the hosts each expands to.
     Presets,
+    /// Hold a pooled jail network of `run --daemon` open until SIGTERM.
+    #[command(hide = true)]
+    Hold,
 }
 
 #[derive(Subcommand)]
@@ -63,6 +66,7 @@ fn main() -> ExitCode {
         } => return run_engine(&args),
         Command::Run(args) => return ExitCode::from(clamp_exit(crackbox_run::run(args))),
         Command::State(args) => crackbox_control::state_cmd::state(args),
+        Command::Hold => return ExitCode::from(clamp_exit(crackbox_run::hold())),
         Command::Presets => {
             print_presets();
             Ok(())
