@@ -69,9 +69,11 @@ if [ -n "${DAEMON:-}" ]; then daemon=(--daemon "$DAEMON"); fi
 
 now() { date +%s.%N; }
 median() { sort -g | awk '{v[NR]=$1} END {if (NR) print (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}'; }
+# One crackbox run, its log in $work/log (shown when it fails).
 crackbox_run() {
     CRACKBOX_LOG=crackbox_run=debug CRACKBOX_LOG_FORMAT=text NO_COLOR=1 \
-        "$crackbox" run --quiet --allow x "${daemon[@]}" --image "$image" -- true </dev/null
+        "$crackbox" run --quiet --allow x "${daemon[@]}" --image "$image" -- true </dev/null 2>"$work/log" ||
+        { cat "$work/log" >&2; echo "measure-run-overhead: crackbox run failed" >&2; exit 1; }
 }
 
 # Step spans close as `step{name="network create"}: ... close
@@ -83,7 +85,7 @@ steps() {
             { printf "%s|%.6f\n", $1, sec($2) + sec($3) }'
 }
 
-crackbox_run 2>/dev/null
+crackbox_run
 
 plain=()
 jailed=()
@@ -91,7 +93,7 @@ for i in $(seq 1 "$n"); do
     t0=$(now)
     docker run --rm --network none "$image" true
     t1=$(now)
-    crackbox_run 2>"$work/log"
+    crackbox_run
     t2=$(now)
     plain+=("$(awk -v a="$t0" -v b="$t1" 'BEGIN {print b - a}')")
     jailed+=("$(awk -v a="$t1" -v b="$t2" 'BEGIN {print b - a}')")

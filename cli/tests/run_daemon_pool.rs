@@ -138,6 +138,18 @@ fn the_claim_of_a_killed_run_is_taken_back_after_the_grace() {
         docker(&["inspect", "-f", "{{.State.Running}}", &workload]) == "false"
     }));
     assert!(daemon.get("/v1/state").contains(&killed), "not registered");
+    // The killed run's /etc files are left on the host: the test removes them.
+    let mounts = docker(&["inspect", "-f", "{{range .Mounts}}{{.Source}}\n{{end}}", &workload]);
+    let etc_dir = std::path::Path::new(mounts.lines().next().expect("the run's /etc files"))
+        .parent()
+        .expect("their directory")
+        .to_path_buf();
+    assert!(
+        etc_dir
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("crackbox-run-")),
+        "{mounts}"
+    );
     assert_eq!(daemon.pool_networks().len(), 1);
     // Within the grace the jail stays the killed run's: the next run makes another.
     let early = unique("d-early");
@@ -189,4 +201,5 @@ fn the_claim_of_a_killed_run_is_taken_back_after_the_grace() {
     }
     // The killed run's registration was replaced, then undone: none is left.
     daemon.assert_pool_free(&upstream);
+    std::fs::remove_dir_all(&etc_dir).unwrap();
 }

@@ -28,8 +28,9 @@
 //! `NET_ADMIN`; its /etc files are the run's own, mounted read-only).
 //!
 //! What is never lost: when no jail is free a run makes one and adds it to
-//! the pool (up to [`KEEP`] jails; beyond that it makes a jail of its own,
-//! unlabelled as pool, removed at its teardown). A crashed run leaves at
+//! the pool (while the pool has fewer than [`KEEP`] jails, a bound runs that
+//! start together may each pass by one; beyond it a run makes a jail of its
+//! own, labelled as the run's and not the pool's, removed at its teardown). A crashed run leaves at
 //! most its claim (and its registration, which the next run of the jail
 //! replaces): a claim whose container stopped more than [`GRACE`] ago, or
 //! was created and never started that long ago, is removed by the next run
@@ -53,7 +54,8 @@ use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// The most jails a daemon's pool keeps.
+/// The pool size from which a run makes a jail of its own instead of a
+/// pooled one (runs that survey the pool at once may each add one).
 pub const KEEP: usize = 32;
 /// How long a stopped (or never started) claim stays before another run
 /// may take it back: far beyond the time between a run's workload stopping
@@ -196,7 +198,9 @@ impl<'a> Pool<'a> {
             }
             let transient = survey.jails.len() >= KEEP;
             let jail = timed("jail create", self.create(journal, transient)).await?;
-            if let Some(claimed) = self.try_claim(journal, &jail, connected, &body).await? {
+            let mut here = connected.clone();
+            here.insert(jail.network.clone(), Some(host(&jail.subnet, 2)?));
+            if let Some(claimed) = self.try_claim(journal, &jail, &here, &body).await? {
                 return Ok(claimed);
             }
         }
