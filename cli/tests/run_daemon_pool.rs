@@ -1,8 +1,9 @@
 //! The pool of jails behind `crackbox run --daemon NAME`, against the real
 //! Docker engine: a run takes a free jail of the daemon's pool and gives it
 //! back, a later run finds nothing of an earlier one in it, runs at once
-//! never share one, and the jail of a run that was killed is taken back
-//! once its claim is stale.
+//! never share one, the jail of a run that was killed is taken back once
+//! its claim is stale, and a run finding the pool full makes a jail of its
+//! own and removes it.
 
 use crackbox_test_support::docker::*;
 use crackbox_test_support::{describe, wait_until};
@@ -202,4 +203,87 @@ fn the_claim_of_a_killed_run_is_taken_back_after_the_grace() {
     // The killed run's registration was replaced, then undone: none is left.
     daemon.assert_pool_free(&upstream);
     std::fs::remove_dir_all(&etc_dir).unwrap();
+}
+
+#[test]
+fn a_run_finding_the_pool_full_gets_a_jail_of_its_own_removed_at_its_end() {
+    if !docker_ready() {
+        return;
+    }
+    let upstream = Upstream::start();
+    let daemon = Daemon::start(&upstream);
+    // 32 jail networks of the pool, none with a holder (so none free) and
+    // just made (so none taken back as broken).
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let labels = [
+        format!("io.crackbox.pool={}", daemon.name),
+        format!("io.crackbox.pool.created={now}"),
+    ];
+    let mut full = fake_jail_networks(&labels);
+    full.sort();
+    let id = unique("d-own-jail");
+    let mut child = daemon
+        .run_command(
+            &id,
+            ALLOWED,
+            &["sh", "-c", &format!("read go; curl -sS -m 10 http://{ALLOWED}/")],
+        )
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (workload, _) = running_workload(&id);
+    let mode = docker(&["inspect", "-f", "{{.HostConfig.NetworkMode}}", &workload]);
+    let holder = mode.strip_prefix("container:").unwrap();
+    // The jail is the run's (its labels), not the pool's.
+    let labels = docker(&["inspect", "-f", "{{json .Config.Labels}}", holder]);
+    assert!(labels.contains(&format!("\"io.crackbox.id\":\"{id}\"")), "{labels}");
+    assert!(!labels.contains("io.crackbox.pool"), "{labels}");
+    assert_eq!(daemon.pool_networks(), full);
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_eq!(stdout(&out), format!("{UPSTREAM_BODY}\n"), "{}", describe(&out));
+    // Removed with the run: its network, holder and workload, the daemon's
+    // connection and the registration; the pool is as it was.
+    assert_eq!(leftovers(&id), Vec::<String>::new());
+    assert_eq!(daemon.networks(), vec![upstream.network.clone()]);
+    assert_eq!(daemon.get("/v1/state"), "[]");
+    assert_eq!(daemon.pool_containers(), Vec::<String>::new());
+    assert_eq!(daemon.pool_networks(), full);
+}
+
+/// 32 internal networks labelled `labels`, the /29s of one free /24 of
+/// 10.214.0.0/16 (no test makes networks there, and no `run` takes one
+/// there); removed with the daemon's pool.
+fn fake_jail_networks(labels: &[String]) -> Vec<String> {
+    let start = std::process::id() % 200;
+    for third in (0..50).map(|n| (start + n) % 250) {
+        let mut made = Vec::new();
+        for i in 0..32 {
+            let name = unique(&format!("crackbox-test-full-{i}"));
+            let subnet = format!("10.214.{third}.{}/29", i * 8);
+            let mut args = vec!["network", "create", "--internal", "--subnet", &subnet];
+            for label in labels {
+                args.extend(["--label", label.as_str()]);
+            }
+            args.push(&name);
+            if !docker_try(&args) {
+                break;
+            }
+            made.push(name);
+        }
+        if made.len() == 32 {
+            return made;
+        }
+        for name in made {
+            remove_network(&name);
+        }
+    }
+    panic!("no free /24 in 10.214.0.0/16 for the test's networks");
 }
