@@ -287,3 +287,38 @@ fn fake_jail_networks(labels: &[String]) -> Vec<String> {
     }
     panic!("no free /24 in 10.214.0.0/16 for the test's networks");
 }
+
+#[test]
+fn a_signal_while_a_run_makes_a_jail_leaves_the_pool_whole() {
+    if !docker_ready() {
+        return;
+    }
+    let upstream = Upstream::start();
+    // A daemon with an empty pool each time, so the run makes a jail; the
+    // signal lands before, during or after that (network, daemon
+    // connection, holder, claim, registration). What the run made is
+    // removed, or kept as a whole jail of the pool.
+    for delay_ms in [100u64, 250, 400, 600, 900] {
+        let daemon = Daemon::start(&upstream);
+        let id = unique("d-setup-signal");
+        let child = daemon
+            .run_command(&id, ALLOWED, &["sleep", "60"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        let pid = libc::pid_t::try_from(child.id()).unwrap();
+        // SAFETY: signals the crackbox child this test spawned.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(130), "after {delay_ms} ms: {}", describe(&out));
+        assert_eq!(leftovers(&id), Vec::<String>::new(), "after {delay_ms} ms");
+        daemon.assert_pool_free(&upstream);
+        for network in daemon.pool_networks() {
+            let holder = format!("{network}-holder");
+            let running = docker(&["inspect", "-f", "{{.State.Running}}", &holder]);
+            assert_eq!(running, "true", "after {delay_ms} ms: {holder}");
+        }
+    }
+}
