@@ -13,6 +13,7 @@ use crate::jail_proxy::{self, JailProxy, Listeners, ADMIN_PORT};
 use crate::journal::Journal;
 use crate::lifecycle::{Backend, Jail};
 use crate::plan::Plan;
+use crate::steps::timed;
 use crate::subnet::{self, Ipv4Net};
 use crate::token;
 use bollard::models::NetworkConnectRequest;
@@ -51,7 +52,7 @@ impl PerRunProxy {
         proxy: JailProxy,
     ) -> Result<Self, RunError> {
         Ok(PerRunProxy {
-            run: DockerRun::connect(plan).await?,
+            run: timed("docker connect", DockerRun::connect(plan)).await?,
             plan: plan.clone(),
             image,
             proxy_image,

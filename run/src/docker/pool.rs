@@ -34,7 +34,8 @@
 //! most its claim (and its registration, which the next run of the jail
 //! replaces): a claim whose container stopped more than [`GRACE`] ago, or
 //! was created and never started that long ago, is removed by the next run
-//! that finds no free jail, and so is a jail whose holder is not running.
+//! that finds no free jail, and so is an unclaimed jail whose holder is not
+//! running (or missing) that long after it was made.
 //! Nothing here removes a running workload. `docker rm -f` of the holders
 //! and `docker network rm` of the networks labelled `io.crackbox.pool=NAME`
 //! empties the pool of a daemon that is gone.
