@@ -63,6 +63,9 @@ pub enum Command {
         Guide: docs/policy.md, \"Presets\"."
     )]
     Presets,
+    /// Hold a pooled jail network of `run --daemon` open until SIGTERM.
+    #[command(hide = true)]
+    Hold,
 }
 
 /// The parts of the daemon.

@@ -24,6 +24,7 @@ fn main() -> ExitCode {
         } => return run_engine(&args),
         Command::Run(args) => return ExitCode::from(clamp_exit(crackbox_run::run(args))),
         Command::State(args) => crackbox_control::state_cmd::state(args),
+        Command::Hold => return ExitCode::from(clamp_exit(crackbox_run::hold())),
         Command::Presets => {
             print_presets();
             Ok(())
@@ -72,7 +73,8 @@ fn clamp_exit(code: i32) -> u8 {
     u8::try_from(code).unwrap_or(125)
 }
 
-/// Logs to stderr, filtered by `CRACKBOX_LOG` (default `info`): plain text,
+/// Logs to stderr, filtered by `CRACKBOX_LOG` (default `info`), each span's
+/// close with its timing (`run` times its steps in debug spans): plain text,
 /// coloured only when stderr is a terminal and `NO_COLOR` is unset or empty,
 /// or with `CRACKBOX_LOG_FORMAT=json` one JSON object per line (timestamp,
 /// level, target, fields with the message) for log shippers. The engine
@@ -84,6 +86,7 @@ fn init_logging() -> anyhow::Result<()> {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
         .with_writer(std::io::stderr);
     match std::env::var("CRACKBOX_LOG_FORMAT").as_deref() {
         Ok("json") => builder.json().init(),

@@ -19,6 +19,7 @@ mod allow;
 mod args;
 mod docker;
 mod error;
+mod hold;
 mod jail_proxy;
 mod journal;
 mod learn_file;
@@ -26,6 +27,7 @@ mod lifecycle;
 mod netns;
 mod plan;
 mod signals;
+mod steps;
 mod subnet;
 mod summary;
 mod terminal;
@@ -34,6 +36,7 @@ mod workload_env;
 
 pub use args::{BackendKind, RunArgs};
 pub use error::{RunError, EXIT_CRACKBOX_ERROR};
+pub use hold::hold;
 
 use args::Placement;
 use crackbox_policy::SandboxId;

@@ -16,6 +16,7 @@ use crate::error::RunError;
 use crate::journal::{Journal, Kind};
 use crate::plan::Plan;
 use crate::signals::Signals;
+use crate::steps::timed;
 use crate::summary::{Findings, PrivateSwitch, Scope};
 use crackbox_client::Client;
 use std::net::IpAddr;
@@ -54,7 +55,7 @@ pub async fn run<B: Backend>(plan: &Plan, backend: &B) -> Result<i32, RunError> 
     let journal = Journal::default();
     let set_up = async {
         let (jail, workload) = backend.set_up(&journal).await?;
-        let scope = register(plan, &jail, &journal).await?;
+        let scope = timed("register", register(plan, &jail, &journal)).await?;
         Ok::<_, RunError>((jail, scope, workload))
     };
     tokio::pin!(set_up);
@@ -85,10 +86,10 @@ pub async fn run<B: Backend>(plan: &Plan, backend: &B) -> Result<i32, RunError> 
     tracing::debug!("workload done");
     // A workload that never started moved nothing: its error is the one line.
     let learned = match (&registered, &outcome) {
-        (Some((jail, scope)), Ok(_)) => conclude(plan, &jail.admin, *scope).await,
+        (Some((jail, scope)), Ok(_)) => timed("summary", conclude(plan, &jail.admin, *scope)).await,
         _ => Ok(()),
     };
-    journal.undo().await;
+    timed("teardown", journal.undo()).await;
     tracing::debug!("jail removed");
     let code = outcome?;
     learned.map(|()| code)
@@ -126,7 +127,10 @@ async fn register(plan: &Plan, jail: &Jail, journal: &Journal) -> Result<Scope, 
     };
     let scope = Scope::starting_now(jail.source, switch, plan.learning);
     let entry = match jail.shared {
-        true => Some(journal.record(Kind::Leaf, admin::unregister(jail.admin.clone(), jail.source))?),
+        true => Some(journal.record(
+            Kind::Leaf,
+            timed("unregister", admin::unregister(jail.admin.clone(), jail.source)),
+        )?),
         false => None,
     };
     match jail.admin.register(&spec).await {

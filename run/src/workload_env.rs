@@ -17,6 +17,14 @@ pub fn resolv_conf(nameserver: Ipv4Addr) -> String {
     format!("# crackbox: names are resolved by crackbox only\nnameserver {nameserver}\noptions timeout:2 attempts:2\n")
 }
 
+/// A resolv.conf naming a resolver where nothing listens (`--no-steer`, or
+/// a daemon that does not steer): no name is ever resolved in the jail.
+pub const NO_RESOLVER: &str =
+    "# crackbox: names are resolved by crackbox only\nnameserver 127.0.0.1\noptions timeout:1 attempts:1\n";
+
+/// The hosts file of a jail: loopback names only.
+pub const HOSTS: &str = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n";
+
 /// The HTTP proxy variables common clients read (curl, Python, Node, Go, ...).
 const HTTP_PROXY_VARIABLES: [&str; 4] = ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"];
 /// The variables that name a proxy for every other protocol (here: SOCKS5).

@@ -9,7 +9,7 @@
 
 mod daemon;
 mod web;
-pub use daemon::{admin_call, daemon_run_command, Daemon, DAEMON_ADMIN_PORT};
+pub use daemon::{admin_call, daemon_run_command, running_workload, Daemon, DAEMON_ADMIN_PORT, PRINT_ADDRESS};
 pub use web::web_upstream;
 
 use crate::crackbox::binary;
