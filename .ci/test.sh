@@ -11,7 +11,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 dockerd_owner="$(mktemp -u /tmp/crackbox-ci-dockerd-owner.XXXXXX)"
 deploy/ci-docker.sh start --owner "$dockerd_owner"
 trap 'deploy/ci-docker.sh stop "$dockerd_owner"' EXIT
-# Docker is set up above, so a Docker test that would skip must fail instead.
+# Docker is set up above and this runs as root, so a Docker or root-only
+# (network namespace) test that would skip must fail instead.
 export CRACKBOX_REQUIRE_DOCKER=1
+export CRACKBOX_REQUIRE_ROOT=1
 
 cargo nextest run --workspace --no-fail-fast

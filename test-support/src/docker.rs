@@ -42,8 +42,7 @@ pub fn repo() -> PathBuf {
 
 /// Whether the test may run: root and a working Docker engine.
 pub fn docker_ready() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !crate::root::is_root() {
         return skip("not root");
     }
     if docker_ok() {

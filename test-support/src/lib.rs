@@ -1,6 +1,6 @@
 //! The end-to-end test helpers of crackbox, shared by the engine's and the
 //! `crackbox` binary's tests: loopback sockets, raw HTTP, small real upstream
-//! servers and process facts; the `crackbox` binary under test as a daemon
+//! servers and process facts, the root gate (`root_or_skip`); the `crackbox` binary under test as a daemon
 //! (`Daemon`, `Ports`) or one process (`Spawned`); the Docker fixtures
 //! (`docker`), the network-namespace lab (`netns_lab`) and the probes run
 //! inside `crackbox run` jails (`steer_probe`, `run_probe`). Dev-only, never
@@ -18,6 +18,7 @@ pub mod netns_lab;
 mod ports;
 mod process;
 mod revocation;
+mod root;
 pub mod run_probe;
 mod spawned;
 pub mod steer_probe;
@@ -32,4 +33,5 @@ pub use net::{closed_within, connect_from, free_addr, free_port, holding_upstrea
 pub use ports::{admin, proxied, Ports};
 pub use process::{alive, cpu_ticks, describe, raise_fd_limit, ticks_per_second};
 pub use revocation::{assert_cut, assert_untouched, REVOKE_WITHIN, STAYS_OPEN};
+pub use root::{is_root, root_or_skip};
 pub use spawned::Spawned;

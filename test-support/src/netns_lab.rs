@@ -30,6 +30,7 @@ mod servers;
 pub use client::{closed_silently, read_response, tls_echo, tls_open, tls_roundtrip, Hello, TlsSession};
 
 use crate::crackbox::{binary, isolated};
+use crate::root::root_or_skip;
 use crate::spawned::Spawned;
 use hickory_proto::op::{Message, Query, ResponseCode};
 use hickory_proto::rr::{Name, RecordType};
@@ -76,13 +77,10 @@ pub const ALLOWLIST: &str = "allowed.test,echo.test,keep.test";
 /// How long any single network step may take before the test fails.
 pub const WAIT: Duration = Duration::from_secs(15);
 
-/// True when the tests can build namespaces; prints why not otherwise.
+/// True when the tests can build namespaces (as root); see [`root_or_skip`]
+/// for what happens otherwise.
 pub fn can_run() -> bool {
-    if nix::unistd::geteuid().is_root() {
-        return true;
-    }
-    eprintln!("SKIPPED: network-namespace tests need root (ip netns, iptables)");
-    false
+    root_or_skip("network-namespace test (ip netns, iptables)")
 }
 
 /// Runs `f` on a thread that has entered namespace `ns`; sockets it
