@@ -1,6 +1,6 @@
 //! The end-to-end test helpers of crackbox, shared by the engine's and the
 //! `crackbox` binary's tests: loopback sockets, raw HTTP, small real upstream
-//! servers and process facts, the root gate (`root_or_skip`); the `crackbox` binary under test as a daemon
+//! servers and process facts, the root gate (`root_or_skip`), load generators (`load`); the `crackbox` binary under test as a daemon
 //! (`Daemon`, `Ports`) or one process (`Spawned`); the Docker fixtures
 //! (`docker`), the network-namespace lab (`netns_lab`) and the probes run
 //! inside `crackbox run` jails (`steer_probe`, `run_probe`). Dev-only, never
@@ -12,6 +12,7 @@ mod daemon;
 pub mod docker;
 mod echo;
 mod http;
+pub mod load;
 mod metrics;
 mod net;
 pub mod netns_lab;
