@@ -1,7 +1,7 @@
 //! Bandwidth caps on the transparent and steered front ends (root: the
 //! network-namespace lab of test-support). The workload, capped at 2 MiB/s,
-//! downloads and uploads by plain HTTP on port 80 and downloads over TLS on
-//! 443 with curl; each transfer moves no more than the cap over its time
+//! downloads and uploads with curl by plain HTTP on port 80 and over TLS on
+//! 443; each transfer moves no more than the cap over its time
 //! plus the 100 ms burst (README, "Usage and bandwidth caps"). The loopback
 //! front ends are in `bandwidth`.
 
@@ -60,8 +60,8 @@ fn assert_within_cap(what: &str, bytes: u64, seconds: f64) {
     );
 }
 
-/// A plain HTTP download and upload to `allowed.test` at `http_at` and a
-/// TLS download from `web.test` at `https_at`, each within the cap.
+/// A download and an upload by plain HTTP to `allowed.test` at `http_at`
+/// and over TLS to `web.test` at `https_at`, each within the cap.
 fn transfers_keep_to_the_cap(lab: &Lab, http_at: Ipv4Addr, https_at: Ipv4Addr) {
     cap_the_workload(lab);
     let dir = tempfile::tempdir().unwrap();
@@ -95,18 +95,25 @@ fn transfers_keep_to_the_cap(lab: &Lab, http_at: Ipv4Addr, https_at: Ipv4Addr) {
     assert_eq!(up, SIZE);
     assert_within_cap("port 80 upload", up, seconds);
 
+    let ca = ca.display().to_string();
+    let over_tls = ["--resolve", tls.as_str(), "--cacert", ca.as_str()];
     let (down, _, seconds) = curl(
         lab,
-        &[
-            "--resolve",
-            &tls,
-            "--cacert",
-            &ca.display().to_string(),
-            &format!("https://web.test/bytes/{SIZE}"),
-        ],
+        &[&over_tls[..], &[&format!("https://web.test/bytes/{SIZE}")]].concat(),
     );
     assert_eq!(down, SIZE);
     assert_within_cap("port 443 download", down, seconds);
+
+    let (_, up, seconds) = curl(
+        lab,
+        &[
+            &over_tls[..],
+            &["-H", "Expect:", "--data-binary", &upload, "https://web.test/upload"],
+        ]
+        .concat(),
+    );
+    assert_eq!(up, SIZE);
+    assert_within_cap("port 443 upload", up, seconds);
 }
 
 #[test]
