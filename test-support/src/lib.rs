@@ -1,7 +1,8 @@
 //! The end-to-end test helpers of crackbox, shared by the engine's and the
 //! `crackbox` binary's tests: loopback sockets, raw HTTP, small real upstream
-//! servers and process facts, the root gate (`root_or_skip`), load generators (`load`); the `crackbox` binary under test as a daemon
-//! (`Daemon`, `Ports`) or one process (`Spawned`); the Docker fixtures
+//! servers and process facts, the gate of root-only tests (`root_or_skip`),
+//! the fault tests' load generators (`load`); the `crackbox` binary under
+//! test as a daemon (`Daemon`, `Ports`) or one process (`Spawned`); the Docker fixtures
 //! (`docker`), the network-namespace lab (`netns_lab`) and the probes run
 //! inside `crackbox run` jails (`steer_probe`, `run_probe`). Dev-only, never
 //! published. Traffic goes to 127.0.0.0/8 or to networks and namespaces a test made.
