@@ -33,7 +33,9 @@ cleanup() {
     deploy/ci-docker.sh stop "$dockerd_owner"
 }
 trap cleanup EXIT
-# Docker is set up above, so a Docker test that would skip must fail instead.
+# Docker is set up above and this runs as root, so a Docker or root-only
+# (network namespace) test that would skip must fail instead.
 export CRACKBOX_REQUIRE_DOCKER=1
+export CRACKBOX_REQUIRE_ROOT=1
 
 cargo nextest run --workspace --no-fail-fast

@@ -6,7 +6,7 @@
 //! `run` is driven on the netns backend (root), which starts its own proxy;
 //! a refused value stops it with exit 125 before anything exists.
 
-use crackbox_test_support::{command, Ports};
+use crackbox_test_support::{command, root_or_skip, Ports};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -92,12 +92,7 @@ fn run_takes(variable: &str, value: &str) -> Result<(), String> {
 
 #[test]
 fn every_value_of_every_boolean_variable_means_the_same_to_serve_and_run() {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    assert!(
-        root || std::env::var("CRACKBOX_REQUIRE_ROOT").is_err(),
-        "CRACKBOX_REQUIRE_ROOT is set and this test is not root"
-    );
+    let root = root_or_skip("crackbox run on the netns backend, beside proxy serve");
     for variable in VARIABLES {
         for (value, taken) in VALUES {
             let serve = serve_takes(variable, value);
@@ -109,7 +104,6 @@ fn every_value_of_every_boolean_variable_means_the_same_to_serve_and_run() {
                 );
             }
             if !root {
-                eprintln!("SKIPPED: run with {variable}={value:?}: the netns backend needs root");
                 continue;
             }
             let run = run_takes(variable, value);
