@@ -4,7 +4,10 @@
 //! Do not use it from inside an async runtime (blocking there panics in
 //! tokio); use [`crate::Client`] there.
 
-use crate::{BulkAnswer, Denial, Error, Health, HealthAnswer, RegistrationSpec, SourceUsage};
+use crate::{
+    Answer, BulkAnswer, DecidedRequest, Denial, Error, Health, HealthAnswer, PendingId, PendingRequest,
+    RegistrationSpec, SourceUsage,
+};
 use tokio::runtime::Runtime;
 
 /// A blocking client of one admin API, made by [`crate::Client::blocking`].
@@ -30,6 +33,16 @@ impl Client {
             .build()
             .map_err(Error::Runtime)?;
         Ok(Client { client, runtime })
+    }
+
+    /// See [`crate::Client::pending`].
+    pub fn pending(&self) -> Result<Vec<PendingRequest>, Error> {
+        self.runtime.block_on(self.client.pending())
+    }
+
+    /// See [`crate::Client::decide`].
+    pub fn decide(&self, id: PendingId, decision: Answer) -> Result<DecidedRequest, Error> {
+        self.runtime.block_on(self.client.decide(id, decision))
     }
 
     /// See [`crate::Client::register`].

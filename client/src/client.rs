@@ -4,11 +4,18 @@ use crate::transport::{self, Answer, Call};
 use crate::url::{query_value, AdminUrl};
 use crate::{BulkAnswer, Denial, Error, Health, HealthAnswer, RegistrationSpec, SourceUsage};
 use crackbox_policy::admin_body::{BatchBody, ErrorAnswer, UnregisterAnswer, UnregisterBody};
+use crackbox_policy::ask::{self, DecideBody, DecidedRequest, PendingId, PendingRequest};
 use hyper::Method;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::net::SocketAddr;
 use std::time::Duration;
+
+/// `GET /v1/pending` answer.
+#[derive(serde::Deserialize)]
+struct PendingAnswer {
+    pending: Vec<PendingRequest>,
+}
 
 /// Client of one crackbox admin API.
 ///
@@ -233,6 +240,29 @@ impl Client {
     /// ```
     pub async fn replace(&self, entries: &[RegistrationSpec]) -> Result<BulkAnswer, Error> {
         self.send_json(Method::PUT, "/v1/state", &entries).await
+    }
+
+    /// The requests held in ask mode waiting for a decision, oldest first
+    /// (`GET /v1/pending`).
+    pub async fn pending(&self) -> Result<Vec<PendingRequest>, Error> {
+        let answer: PendingAnswer = self.get("/v1/pending").await?;
+        Ok(answer.pending)
+    }
+
+    /// Decides pending request `id` (`POST /v1/pending/{id}`): the request as
+    /// decided; a 404 [`Error::Api`] when it is not pending (any more).
+    ///
+    /// ```no_run
+    /// # async fn demo(admin: crackbox_client::Client) -> Result<(), crackbox_client::Error> {
+    /// use crackbox_client::Answer;
+    /// for request in admin.pending().await? {
+    ///     let answer = if request.host.ends_with(".pypi.org") { Answer::Always } else { Answer::Deny };
+    ///     admin.decide(request.id, answer).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn decide(&self, id: PendingId, decision: ask::Answer) -> Result<DecidedRequest, Error> {
+        self.post(&format!("/v1/pending/{id}"), &DecideBody { decision }).await
     }
 
     async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, Error> {

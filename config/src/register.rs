@@ -15,7 +15,7 @@ use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
 /// What `--register` takes, for error messages.
-const FORM: &str = "IP=ID:host1,host2[;bandwidth=10MiB/s][;mode=report][;allow-file=PATH]";
+const FORM: &str = "IP=ID:host1,host2[;bandwidth=10MiB/s][;mode=MODE][;allow-file=PATH]";
 
 /// The options `--register` knows.
 const OPTIONS: &str = "bandwidth, mode, allow-file";
@@ -295,7 +295,7 @@ mod tests {
             ),
             (
                 "10.0.0.2=a:x.test;mode=audit",
-                "mode: invalid mode \"audit\": expected enforce or report",
+                "mode: invalid mode \"audit\": expected enforce, report or ask",
             ),
             (
                 "10.0.0.2=a:x.test;mode=report;mode=report",
@@ -321,7 +321,7 @@ mod tests {
         };
         assert_eq!(
             from_table(&table, dir.path()).unwrap_err(),
-            "10.0.0.9 (c): mode: invalid mode \"Report\": expected enforce or report"
+            "10.0.0.9 (c): mode: invalid mode \"Report\": expected enforce, report or ask"
         );
     }
 }

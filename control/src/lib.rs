@@ -45,6 +45,7 @@
 #![warn(missing_docs)]
 
 pub mod api;
+pub mod asks;
 mod daemon;
 pub mod docker_watch;
 pub mod metrics;

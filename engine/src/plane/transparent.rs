@@ -16,7 +16,7 @@
 //! without a Host gets the 403 of a denied one instead.
 
 use crate::plane::conn::Conn;
-use crate::plane::decision::{reach_tracked, Unreached};
+use crate::plane::decision::{reach_tracked, Client, Unreached};
 use crate::plane::stats::{Direction, FrontEnd};
 use crate::plane::tunnel;
 use crate::plane::worker::Worker;
@@ -86,7 +86,12 @@ pub(crate) fn serve_tls(worker: &Rc<Worker>, client: Conn, source: IpAddr, port:
         let Some((name, peeked)) = Box::pin(read_client_hello(&client, source)).await else {
             return;
         };
-        let (upstream, live, account) = match reach_tracked(worker, source, &name, port).await {
+        let asker = Client {
+            source,
+            conn: &client,
+            front_end: "transparent",
+        };
+        let (upstream, live, account) = match reach_tracked(worker, asker, &name, port).await {
             Ok(reached) => reached,
             Err(Unreached::Denied(reason)) => {
                 return tracing::debug!(%source, name, reason = reason.as_str(), "transparent: denied, closed");

@@ -67,6 +67,8 @@ pub fn denial(reason: Reason, host: &str, port: u16) -> Vec<u8> {
         Reason::Revoked => ["access to ", host, ":", port, " was revoked"],
         Reason::TooManyConnections => only("this client has too many open connections"),
         Reason::InvalidLabel => only("this container's io.crackbox labels are invalid (see crackbox's log)"),
+        Reason::AskTimeout => ["nobody decided on ", host, ":", port, " in time (ask mode)"],
+        Reason::AskLimit => only("this sandbox has too many requests waiting for a decision (ask mode)"),
     };
     let [a, b, c, d, e] = what;
     let body = [
