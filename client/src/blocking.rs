@@ -10,6 +10,20 @@ use crate::{
 };
 use tokio::runtime::Runtime;
 
+/// The events of `GET /v1/events`, each waited for in turn.
+pub struct Events<'a> {
+    runtime: &'a Runtime,
+    events: crate::Events,
+}
+
+impl Iterator for Events<'_> {
+    type Item = Result<crate::Event, Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.runtime.block_on(self.events.next())
+    }
+}
+
 /// A blocking client of one admin API, made by [`crate::Client::blocking`].
 ///
 /// ```no_run
@@ -43,6 +57,16 @@ impl Client {
     /// See [`crate::Client::decide`].
     pub fn decide(&self, id: PendingId, decision: Answer) -> Result<DecidedRequest, Error> {
         self.runtime.block_on(self.client.decide(id, decision))
+    }
+
+    /// See [`crate::Client::events`]: the events as an iterator that waits
+    /// for each.
+    pub fn events(&self) -> Result<Events<'_>, Error> {
+        let events = self.runtime.block_on(self.client.events())?;
+        Ok(Events {
+            runtime: &self.runtime,
+            events,
+        })
     }
 
     /// See [`crate::Client::register`].

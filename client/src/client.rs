@@ -1,5 +1,6 @@
 //! The async client: one typed method per admin API endpoint.
 
+use crate::events::Events;
 use crate::transport::{self, Answer, Call};
 use crate::url::{query_value, AdminUrl};
 use crate::{BulkAnswer, Denial, Error, Health, HealthAnswer, RegistrationSpec, SourceUsage};
@@ -263,6 +264,34 @@ impl Client {
     /// ```
     pub async fn decide(&self, id: PendingId, decision: ask::Answer) -> Result<DecidedRequest, Error> {
         self.post(&format!("/v1/pending/{id}"), &DecideBody { decision }).await
+    }
+
+    /// Subscribes to `GET /v1/events`: every `pending` and `decided` event
+    /// from now on (what is pending already: [`pending`](Client::pending)).
+    /// The client's timeout bounds only the opening; the events come as
+    /// long as the daemon runs.
+    ///
+    /// ```no_run
+    /// # async fn demo(admin: crackbox_client::Client) -> Result<(), crackbox_client::Error> {
+    /// use crackbox_client::Event;
+    /// let mut events = admin.events().await?;
+    /// while let Some(event) = events.next().await {
+    ///     if let Event::Pending(request) = event? {
+    ///         println!("{} wants {}:{}", request.sandbox, request.host, request.port);
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn events(&self) -> Result<Events, Error> {
+        let call = Call {
+            method: Method::GET,
+            path: "/v1/events",
+            body: None,
+        };
+        match transport::open_stream(&self.url, self.secret.as_deref(), self.timeout, call).await? {
+            Ok(streaming) => Ok(Events::new(streaming, self.url.text.clone())),
+            Err(answer) => Err(self.refused(&answer)),
+        }
     }
 
     async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, Error> {

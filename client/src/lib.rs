@@ -31,6 +31,7 @@
 pub mod blocking;
 mod client;
 mod error;
+mod events;
 mod transport;
 mod url;
 
@@ -41,3 +42,4 @@ pub use crackbox_policy::reason::Reason;
 pub use crackbox_policy::wire::{Denial, SourceUsage};
 pub use crackbox_policy::{Bandwidth, Mode, RegistrationSpec};
 pub use error::Error;
+pub use events::{Event, Events};
