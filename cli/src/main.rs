@@ -3,6 +3,7 @@
 
 use clap::{Parser, Subcommand};
 use crackbox_config::{EngineArgs, ProxyArgs};
+use crackbox_control::ask_cmd::{DecideArgs, PendingArgs};
 use crackbox_control::state_cmd::StateArgs;
 use crackbox_run::RunArgs;
 use std::process::ExitCode;
@@ -30,6 +31,10 @@ enum Command {
     Run(RunArgs),
     /// Show the registry of a running daemon.
     State(StateArgs),
+    /// List the requests held in ask mode, waiting for a decision.
+    Pending(PendingArgs),
+    /// Decide a pending request: `crackbox decide ID once|always|deny`.
+    Decide(DecideArgs),
     /// List the allowlist presets (`--allow @pypi,@github`) and the hosts each expands to.
     Presets,
 }
@@ -63,6 +68,8 @@ fn main() -> ExitCode {
         } => return run_engine(&args),
         Command::Run(args) => return ExitCode::from(clamp_exit(crackbox_run::run(args))),
         Command::State(args) => crackbox_control::state_cmd::state(args),
+        Command::Pending(args) => crackbox_control::ask_cmd::pending(args),
+        Command::Decide(args) => crackbox_control::ask_cmd::decide(args),
         Command::Presets => {
             print_presets();
             Ok(())

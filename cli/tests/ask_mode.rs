@@ -11,7 +11,7 @@
 //! asks.
 
 use crackbox_client::{blocking, Answer, Client, Mode, PendingRequest, Reason};
-use crackbox_test_support::{curl, echo_round, free_port, metric, read_head, wait_until, Daemon, Echo, Upstream};
+use crackbox_test_support::{curl, echo_round, free_port, metric, read_head, run, wait_until, Daemon, Echo, Upstream};
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::thread::JoinHandle;
@@ -281,4 +281,35 @@ fn a_client_that_goes_away_leaves_its_request() {
     let request = pending_for(proxy.admin, "left.test", port);
     client(proxy.admin).decide(request.id, Answer::Deny).unwrap();
     assert!(read_head(&mut staying).contains("X-Crackbox-Reason: not-allowed"));
+}
+
+#[test]
+fn crackbox_pending_and_decide_on_the_command_line() {
+    let echo = Echo::start();
+    let proxy = asking_daemon(&[]);
+    let admin = format!("http://{}", proxy.admin);
+    let target = format!("localhost:{}", echo.addr.port());
+    let mut held = connect(&proxy, ASKER, &target);
+    let request = pending_for(proxy.admin, "localhost", echo.addr.port());
+    let listed = run(&["pending", "--admin", &admin], &[]);
+    let text = String::from_utf8_lossy(&listed.stdout);
+    let row = text.lines().nth(1).unwrap_or_default();
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(
+        cells[..4],
+        [request.id.to_string().as_str(), "asker", ASKER, target.as_str()],
+        "{text}"
+    );
+    let json = run(&["pending", "--json"], &[("CRACKBOX_ADMIN", &admin)]);
+    let parsed: Vec<PendingRequest> = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(parsed, [request.clone()].map(|r| PendingRequest { waiting: 1, ..r }));
+
+    let bad = run(&["decide", &request.id.to_string(), "maybe", "--admin", &admin], &[]);
+    assert!(!bad.status.success());
+    let decided = run(&["decide", &request.id.to_string(), "once", "--admin", &admin], &[]);
+    assert!(decided.status.success(), "{}", String::from_utf8_lossy(&decided.stderr));
+    assert!(read_head(&mut held).starts_with("HTTP/1.1 200"));
+    let again = run(&["decide", &request.id.to_string(), "once", "--admin", &admin], &[]);
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(!again.status.success() && err.contains("404"), "{err}");
 }

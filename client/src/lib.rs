@@ -32,6 +32,7 @@ pub mod blocking;
 mod client;
 mod error;
 mod events;
+pub mod live_runs;
 mod transport;
 mod url;
 

@@ -45,7 +45,7 @@ pub fn state(args: StateArgs) -> anyhow::Result<()> {
 
 /// The client's error, or for a daemon that cannot be reached at all, one
 /// line saying why and how to start one.
-fn unreachable_hint(url: &str, err: crackbox_client::Error) -> anyhow::Error {
+pub(crate) fn unreachable_hint(url: &str, err: crackbox_client::Error) -> anyhow::Error {
     let why = match &err {
         crackbox_client::Error::Unreachable { source, .. } => source.to_string(),
         crackbox_client::Error::Timeout { timeout, .. } => format!("no answer within {timeout:?}"),
