@@ -61,6 +61,11 @@ impl Client {
         }
     }
 
+    /// The bearer secret sent on every call, if any.
+    pub fn secret(&self) -> Option<&str> {
+        self.secret.as_deref()
+    }
+
     /// Sends `Authorization: Bearer <secret>` on every call (the daemon's
     /// `CRACKBOX_ADMIN_SECRET`); an empty secret sends none.
     pub fn with_secret(mut self, secret: impl Into<String>) -> Self {

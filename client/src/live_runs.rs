@@ -18,6 +18,10 @@ pub struct LiveRun {
     pub pid: u32,
     /// The admin API URL that decides for it.
     pub admin: String,
+    /// The bearer secret of that admin API, if it has one (the file is
+    /// readable by its user only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
     /// The run's registration id.
     pub sandbox: String,
 }
@@ -65,14 +69,15 @@ pub struct Announcement {
 
 impl Announcement {
     /// Says that this process asks through `admin` for `sandbox`.
-    pub fn write(admin: &str, sandbox: &str) -> std::io::Result<Announcement> {
+    pub fn write(admin: &crate::Client, sandbox: &str) -> std::io::Result<Announcement> {
         use std::io::Write;
         use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
         let dir = runs_dir();
         std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir)?;
         let run = LiveRun {
             pid: std::process::id(),
-            admin: admin.to_string(),
+            admin: admin.url().to_string(),
+            secret: admin.secret().map(str::to_string),
             sandbox: sandbox.to_string(),
         };
         let path = dir.join(format!("{}.json", run.pid));
@@ -103,7 +108,8 @@ mod tests {
         // The only test here that sets the variable.
         std::env::set_var("CRACKBOX_RUNS_DIR", dir.path());
         assert!(live_runs().is_empty());
-        let announced = Announcement::write("http://127.0.0.1:9", "run-1").unwrap();
+        let admin = crate::Client::new("http://127.0.0.1:9").unwrap().with_secret("s3");
+        let announced = Announcement::write(&admin, "run-1").unwrap();
         std::fs::write(
             dir.path().join("999999999.json"),
             r#"{"pid":999999999,"admin":"http://x","sandbox":"gone"}"#,

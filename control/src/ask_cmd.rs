@@ -42,24 +42,25 @@ pub struct DecideArgs {
     pub admin: Option<String>,
 }
 
-/// The admin API to talk to (see the module comment).
-fn admin_url(given: Option<String>) -> String {
-    given
-        .or_else(|| std::env::var("CRACKBOX_ADMIN").ok().filter(|v| !v.is_empty()))
-        .or_else(|| live_runs::live_runs().into_iter().next().map(|run| run.admin))
-        .unwrap_or_else(|| DEFAULT_ADMIN_URL.to_string())
-}
-
-fn client(url: &str) -> anyhow::Result<crackbox_client::blocking::Client> {
-    Ok(Client::new(url)?
-        .with_secret(std::env::var("CRACKBOX_ADMIN_SECRET").unwrap_or_default())
-        .blocking()?)
+/// The admin API to talk to (see the module comment), with its secret:
+/// a live run's own, else `CRACKBOX_ADMIN_SECRET`.
+fn admin(given: Option<String>) -> anyhow::Result<(String, crackbox_client::blocking::Client)> {
+    let env_secret = || std::env::var("CRACKBOX_ADMIN_SECRET").unwrap_or_default();
+    let (url, secret) = match given.or_else(|| std::env::var("CRACKBOX_ADMIN").ok().filter(|v| !v.is_empty())) {
+        Some(url) => (url, env_secret()),
+        None => match live_runs::live_runs().into_iter().next() {
+            Some(run) => (run.admin, run.secret.unwrap_or_default()),
+            None => (DEFAULT_ADMIN_URL.to_string(), env_secret()),
+        },
+    };
+    let client = Client::new(&url)?.with_secret(secret).blocking()?;
+    Ok((url, client))
 }
 
 /// `crackbox pending`: prints the pending requests.
 pub fn pending(args: PendingArgs) -> anyhow::Result<()> {
-    let url = admin_url(args.admin);
-    let pending = client(&url)?.pending().map_err(|err| unreachable_hint(&url, err))?;
+    let (url, client) = admin(args.admin)?;
+    let pending = client.pending().map_err(|err| unreachable_hint(&url, err))?;
     let text = if args.json {
         let mut text = serde_json::to_string_pretty(&pending)?;
         text.push('\n');
@@ -74,9 +75,9 @@ pub fn pending(args: PendingArgs) -> anyhow::Result<()> {
 
 /// `crackbox decide ID once|always|deny`.
 pub fn decide(args: DecideArgs) -> anyhow::Result<()> {
-    let url = admin_url(args.admin);
+    let (url, client) = admin(args.admin)?;
     let answer = Answer::parse(&args.decision).context("the decision is once, always or deny")?;
-    let decided = client(&url)?
+    let decided = client
         .decide(args.id, answer)
         .map_err(|err| unreachable_hint(&url, err))?;
     let request = decided.request;

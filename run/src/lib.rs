@@ -17,6 +17,7 @@
 mod admin;
 mod allow;
 mod args;
+mod asking;
 mod docker;
 mod error;
 mod jail_proxy;
@@ -58,9 +59,10 @@ fn execute(args: RunArgs) -> Result<i32, RunError> {
     let id = args.id.clone().unwrap_or_else(|| format!("run-{run_id}"));
     let learning = args.learning();
     let plan = Plan {
-        allow: allow::allowlist(&id, &args.allow, &args.allow_file, learning)?,
+        allow: allow::allowlist(&id, &args.allow, &args.allow_file, learning || args.ask)?,
         bandwidth: args.bandwidth_cap()?,
         learning,
+        asking: args.ask,
         learn_file: args
             .learn_file
             .as_deref()
