@@ -313,3 +313,56 @@ fn crackbox_pending_and_decide_on_the_command_line() {
     let err = String::from_utf8_lossy(&again.stderr);
     assert!(!again.status.success() && err.contains("404"), "{err}");
 }
+
+#[test]
+fn forward_connect_and_socks5_each_decided_once_always_and_deny() {
+    let upstream = Upstream::echo_request_line();
+    let socks: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let proxy = asking_daemon(&["--socks", &socks.to_string()]);
+    let port = upstream.port();
+    let url = format!("http://localhost:{port}/case");
+    for front_end in ["forward", "connect", "socks5"] {
+        for answer in [Answer::Once, Answer::Always, Answer::Deny] {
+            // Back to a list without the name before each case.
+            let spec = crackbox_client::RegistrationSpec::new(ASKER, "asker", ["allowed.test"]).with_mode(Mode::Ask);
+            client(proxy.admin).register(&spec).unwrap();
+            let through = |code: i32, out: &str| match front_end {
+                "forward" => out == "200 ",
+                _ => code == 0 && out == "GET /case HTTP/1.1",
+            };
+            let args: Vec<String> = match front_end {
+                "forward" => vec![
+                    "--write-out".into(),
+                    "%{http_code} %header{x-crackbox-reason}".into(),
+                    "--output".into(),
+                    "/dev/null".into(),
+                    "--proxy".into(),
+                    proxy.proxy_url(),
+                ],
+                "connect" => vec!["--proxytunnel".into(), "--proxy".into(), proxy.proxy_url()],
+                _ => vec!["--socks5-hostname".into(), socks.to_string()],
+            };
+            let held = curl_later(
+                ["--silent", "--max-time", "20", "--interface", ASKER]
+                    .map(String::from)
+                    .into_iter()
+                    .chain(args)
+                    .chain([url.clone()])
+                    .collect(),
+            );
+            let request = pending_for(proxy.admin, "localhost", port);
+            assert_eq!(request.front_end, front_end);
+            client(proxy.admin).decide(request.id, answer).unwrap();
+            let (code, out, err) = held.join().unwrap();
+            assert_eq!(
+                through(code, &out),
+                answer != Answer::Deny,
+                "{front_end} {answer}: {code} {out} {err}"
+            );
+            let listed = client(proxy.admin).state().unwrap()[0]
+                .allowlist
+                .contains(&format!("localhost:{port}"));
+            assert_eq!(listed, answer == Answer::Always, "{front_end} {answer}");
+        }
+    }
+}
