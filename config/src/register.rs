@@ -142,7 +142,7 @@ mod tests {
             Option<u64>,
             Mode,
         );
-        let cases: [Case; 9] = [
+        let cases: [Case; 10] = [
             (
                 "127.0.0.1=dev:LocalHost,bench.test.",
                 "127.0.0.1",
@@ -191,6 +191,14 @@ mod tests {
                 &["x.test"],
                 None,
                 Mode::Report,
+            ),
+            (
+                "10.0.0.2=agent:x.test;mode=ask",
+                "10.0.0.2",
+                "agent",
+                &["x.test"],
+                None,
+                Mode::Ask,
             ),
             (
                 "10.0.0.2=agent:;mode=enforce;bandwidth=1MiB/s",
