@@ -134,6 +134,12 @@ fn steered_names_are_answered_then_held_and_always_covers_every_port() {
     let ca = dir.path().join("ca.pem");
     std::fs::write(&ca, &lab.cert_pem).unwrap();
 
+    let once = web_request(&lab, &ca, PROXY, 443, "/once");
+    let request = pending_web(&lab, 443);
+    assert_eq!(request.front_end, "steered");
+    decide(&lab, request.id, Answer::Once);
+    assert_eq!(body(once.join().unwrap()), "web web.test web.test /once");
+
     let plain = web_request(&lab, &ca, PROXY, 80, "/plain");
     let request = pending_web(&lab, 80);
     assert_eq!(request.front_end, "steered");

@@ -78,9 +78,16 @@ pub(crate) fn route_port(source: IpAddr, port: u16) -> Option<Intercepted> {
 }
 
 /// TLS: peek the SNI, decide, dial the name, replay, tunnel (not an `async
-/// fn`: see `plane`, on task size).
+/// fn`: see `plane`, on task size). `front_end` names it in pending
+/// requests: `transparent` or `steered`.
 #[expect(clippy::manual_async_fn, reason = "an async fn keeps its arguments twice")]
-pub(crate) fn serve_tls(worker: &Rc<Worker>, client: Conn, source: IpAddr, port: u16) -> impl Future<Output = ()> + '_ {
+pub(crate) fn serve_tls<'w>(
+    worker: &'w Rc<Worker>,
+    client: Conn,
+    source: IpAddr,
+    port: u16,
+    front_end: &'static str,
+) -> impl Future<Output = ()> + 'w {
     async move {
         // Boxed: its timer is needed only until the ClientHello is in.
         let Some((name, peeked)) = Box::pin(read_client_hello(&client, source)).await else {
@@ -89,7 +96,7 @@ pub(crate) fn serve_tls(worker: &Rc<Worker>, client: Conn, source: IpAddr, port:
         let asker = Client {
             source,
             conn: &client,
-            front_end: "transparent",
+            front_end,
         };
         let (upstream, live, account) = match reach_tracked(worker, asker, &name, port).await {
             Ok(reached) => reached,
