@@ -5,6 +5,7 @@
 
 use clap::{Parser, Subcommand};
 use crackbox_config::{EngineArgs, ProxyArgs};
+use crackbox_control::ask_cmd::{DecideArgs, PendingArgs};
 use crackbox_control::state_cmd::StateArgs;
 use crackbox_run::RunArgs;
 
@@ -57,6 +58,14 @@ pub enum Command {
     #[command(after_help = "Example:\n  crackbox state --admin http://127.0.0.1:3129 --json\n\n\
         Guide: docs/admin-api.md.")]
     State(StateArgs),
+    /// List the requests held in ask mode, waiting for a decision.
+    #[command(after_help = "Example:\n  crackbox pending --json\n\n\
+        Guide: docs/ask.md.")]
+    Pending(PendingArgs),
+    /// Decide a pending request: `crackbox decide ID once|always|deny`.
+    #[command(after_help = "Example:\n  crackbox decide 7 always\n\n\
+        Guide: docs/ask.md.")]
+    Decide(DecideArgs),
     /// List the allowlist presets (`--allow @pypi,@github`) and the hosts each expands to.
     #[command(
         after_help = "Example:\n  crackbox run --allow @pypi,@github -- pip install requests\n\n\

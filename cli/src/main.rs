@@ -25,6 +25,8 @@ fn main() -> ExitCode {
         Command::Run(args) => return ExitCode::from(clamp_exit(crackbox_run::run(args))),
         Command::State(args) => crackbox_control::state_cmd::state(args),
         Command::Hold => return ExitCode::from(clamp_exit(crackbox_run::hold())),
+        Command::Pending(args) => crackbox_control::ask_cmd::pending(args),
+        Command::Decide(args) => crackbox_control::ask_cmd::decide(args),
         Command::Presets => {
             print_presets();
             Ok(())

@@ -16,7 +16,7 @@ use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
 /// What `--register` takes, for error messages.
-const FORM: &str = "IP=ID:host1,host2[;bandwidth=10MiB/s][;mode=report][;deny=host3,host4][;allow-file=PATH]";
+const FORM: &str = "IP=ID:host1,host2[;bandwidth=10MiB/s][;mode=MODE][;deny=host3,host4][;allow-file=PATH]";
 
 /// The options `--register` knows.
 const OPTIONS: &str = "bandwidth, mode, deny, allow-file";
@@ -150,7 +150,7 @@ mod tests {
             Option<u64>,
             Mode,
         );
-        let cases: [Case; 9] = [
+        let cases: [Case; 10] = [
             (
                 "127.0.0.1=dev:LocalHost,bench.test.",
                 "127.0.0.1",
@@ -199,6 +199,14 @@ mod tests {
                 &["x.test"],
                 None,
                 Mode::Report,
+            ),
+            (
+                "10.0.0.2=agent:x.test;mode=ask",
+                "10.0.0.2",
+                "agent",
+                &["x.test"],
+                None,
+                Mode::Ask,
             ),
             (
                 "10.0.0.2=agent:;mode=enforce;bandwidth=1MiB/s",
@@ -316,7 +324,7 @@ mod tests {
             ),
             (
                 "10.0.0.2=a:x.test;mode=audit",
-                "mode: invalid mode \"audit\": expected enforce or report",
+                "mode: invalid mode \"audit\": expected enforce, report or ask",
             ),
             (
                 "10.0.0.2=a:x.test;mode=report;mode=report",
@@ -342,7 +350,7 @@ mod tests {
         };
         assert_eq!(
             from_table(&table, dir.path()).unwrap_err(),
-            "10.0.0.9 (c): mode: invalid mode \"Report\": expected enforce or report"
+            "10.0.0.9 (c): mode: invalid mode \"Report\": expected enforce, report or ask"
         );
     }
 }

@@ -49,6 +49,7 @@ keys! {
     TOTAL = "--max-connections-total", "CRACKBOX_MAX_CONNECTIONS_TOTAL", "limits.max_connections_total";
     IDLE = "--tunnel-idle-timeout", "CRACKBOX_TUNNEL_IDLE_TIMEOUT", "limits.tunnel_idle_timeout";
     DENIAL_LOGS = "--denial-logs-per-second", "CRACKBOX_DENIAL_LOGS_PER_SECOND", "limits.denial_logs_per_second";
+    ASK_TIMEOUT = "--ask-timeout", "CRACKBOX_ASK_TIMEOUT", "limits.ask_timeout";
     HOLD = "--registration-hold-ms", "CRACKBOX_REGISTRATION_HOLD_MS", "docker.registration_hold_ms";
 }
 
@@ -289,6 +290,7 @@ fn resolve_limits(sources: &mut Sources<'_>, args: &ProxyArgs, file: &LimitsSect
         file.denial_logs_per_second,
         number,
     )?;
+    let ask_timeout = sources.pick(ASK_TIMEOUT, args.ask_timeout, file.ask_timeout, number)?;
     Ok(Limits {
         max_connections_per_source: checked(per_source, within(1..=usize::MAX), defaults.max_connections_per_source)?,
         max_connections_total: checked(total, within(1..=usize::MAX), defaults.max_connections_total)?,
@@ -298,6 +300,7 @@ fn resolve_limits(sources: &mut Sources<'_>, args: &ProxyArgs, file: &LimitsSect
             None => defaults.tunnel_idle_timeout,
         },
         denial_logs_per_second: denial_logs.map_or(defaults.denial_logs_per_second, |given| given.value),
+        ask_timeout: Duration::from_secs(checked(ask_timeout, within(1..=3600), defaults.ask_timeout.as_secs())?),
     })
 }
 

@@ -44,6 +44,8 @@
 #![warn(missing_docs)]
 
 pub mod api;
+pub mod ask_cmd;
+pub mod asks;
 mod daemon;
 pub mod docker_watch;
 pub mod metrics;

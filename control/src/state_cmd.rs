@@ -45,7 +45,7 @@ pub fn state(args: StateArgs) -> anyhow::Result<()> {
 
 /// The client's error, or for a daemon that cannot be reached at all, one
 /// line saying why and how to start one.
-fn unreachable_hint(url: &str, err: crackbox_client::Error) -> anyhow::Error {
+pub(crate) fn unreachable_hint(url: &str, err: crackbox_client::Error) -> anyhow::Error {
     let why = match &err {
         crackbox_client::Error::Unreachable { source, .. } => source.to_string(),
         crackbox_client::Error::Timeout { timeout, .. } => format!("no answer within {timeout:?}"),
@@ -58,12 +58,13 @@ fn unreachable_hint(url: &str, err: crackbox_client::Error) -> anyhow::Error {
 }
 
 /// A human table: one line per registration, with a MODE column when any
-/// registration is report-only and a BANDWIDTH column when any is capped.
+/// registration is not enforced (report or ask) and a BANDWIDTH column when
+/// any is capped.
 fn table(entries: &[RegistrationSpec]) -> String {
     if entries.is_empty() {
         return "no registrations\n".to_string();
     }
-    let reporting = entries.iter().any(|e| e.mode == Mode::Report);
+    let reporting = entries.iter().any(|e| e.mode != Mode::Enforce);
     let capped = entries.iter().any(|e| e.bandwidth.is_some());
     let columns = |ip: String, id: String, mode: String, bandwidth: String, allowlist: String| {
         let mut row = vec![ip, id];

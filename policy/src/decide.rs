@@ -11,8 +11,12 @@
 //! [`Verdict::Report`] where its allowlist would deny: only the allowlist is
 //! ever reported, so unregistered sources and invalid labels are denied in
 //! any mode, and the destination guard still judges what a front end dials.
+//! A registration in ask mode ([`Mode::Ask`]) gets [`Verdict::Ask`] there
+//! instead: the front end holds the connection until someone decides (see
+//! the engine's `ask`). Only `not-allowed` is ever asked about.
 //! A deny entry that covers the destination refuses it in every mode
-//! (`denied-entry`), however an allow entry covers it too.
+//! (`denied-entry`), however an allow entry covers it too: it is never
+//! reported as let through and never asked about.
 
 use super::allowlist::{Lookup, MatchedBy};
 use super::host::is_valid_host;
@@ -100,6 +104,17 @@ pub enum Verdict {
         /// and the would-be denial.
         account: Arc<Account>,
     },
+    /// Not on the allowlist of a registration in ask mode: held until
+    /// someone decides (allowed once or always, or denied) or the ask
+    /// timeout passes. A connection let through is dialled as a name
+    /// match, so the destination guard applies in full. The DNS filter
+    /// answers the name, so that the connection that follows can ask.
+    Ask {
+        /// The source's registration id.
+        id: Arc<str>,
+        /// The registration's usage account.
+        account: Arc<Account>,
+    },
 }
 
 /// Where a source stands, before any destination is looked at: the first
@@ -176,6 +191,10 @@ pub fn decide(snapshot: &Snapshot, watch: &Watch, source: IpAddr, host: &str, po
             id: Arc::clone(registration.id.shared()),
             account: Arc::clone(&registration.account),
         }),
+        None if registration.mode == Mode::Ask && is_valid_host(host) => Decision::Made(Verdict::Ask {
+            id: Arc::clone(registration.id.shared()),
+            account: Arc::clone(&registration.account),
+        }),
         None => deny(
             Reason::NotAllowed,
             Some(registration.id.shared()),
@@ -199,6 +218,7 @@ mod tests {
                 spec("10.0.0.4", "none", &[]),
                 spec("10.0.0.5", "watched", &["allowed.test:443", "203.0.113.7"]).with_mode(Mode::Report),
                 spec("10.5.0.4", "watched-labelled", &[]).with_mode(Mode::Report),
+                spec("10.0.0.6", "asking", &["allowed.test:443"]).with_mode(Mode::Ask),
             ],
         )
     }
@@ -218,6 +238,7 @@ mod tests {
                 "none" => "10.0.0.4",
                 "watched" => "10.0.0.5",
                 "watched-labelled" => "10.5.0.4",
+                "asking" => "10.0.0.6",
                 _ => return None,
             };
             Some(Arc::clone(&snapshot.lookup(source.parse().unwrap())?.account))
@@ -239,6 +260,12 @@ mod tests {
         let report = |id: &str| {
             Decision::Made(Verdict::Report {
                 reason: Reason::NotAllowed,
+                id: id.into(),
+                account: account(id).unwrap(),
+            })
+        };
+        let ask = |id: &str| {
+            Decision::Made(Verdict::Ask {
                 id: id.into(),
                 account: account(id).unwrap(),
             })
@@ -342,6 +369,18 @@ mod tests {
                 "bad host",
                 Port::Number(80),
                 deny(Reason::NotAllowed, Some("watched")),
+            ),
+            // Ask mode: what the list allows is allowed, the rest asked about.
+            ("10.0.0.6", "allowed.test", Port::Number(443), allow(name, "asking")),
+            ("10.0.0.6", "allowed.test", Port::Number(80), ask("asking")),
+            ("10.0.0.6", "new.test", Port::Number(443), ask("asking")),
+            ("10.0.0.6", "new.test", Port::Any, ask("asking")),
+            ("10.0.0.6", "203.0.113.9", Port::Number(22), ask("asking")),
+            (
+                "10.0.0.6",
+                "",
+                Port::Number(80),
+                deny(Reason::NotAllowed, Some("asking")),
             ),
         ];
         for (source, host, port, want) in cases {

@@ -32,6 +32,7 @@
 pub mod admin_body;
 mod allow_file;
 mod allowlist;
+pub mod ask;
 mod bandwidth;
 pub mod decide;
 mod direction;

@@ -43,8 +43,18 @@ pub struct RunArgs {
     /// be empty) is blocked, everything it reaches is recorded, and at exit
     /// crackbox prints the names to add (`crackbox: learned --allow ...`).
     /// The destination guard still refuses private addresses.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "ask")]
     pub learn: bool,
+    /// Ask while the command runs: a connection to a name the allowlist does not
+    /// cover waits until someone decides it. When crackbox's stdin is not a terminal
+    /// (the command is not given the terminal, e.g. `< /dev/null`) but the run has
+    /// one, crackbox asks there: `sandbox NAME wants HOST:PORT: allow [o]nce,
+    /// [a]lways, [d]eny?`; otherwise it prints the `crackbox decide ID
+    /// once|always|deny` command to run in another terminal (`crackbox pending`
+    /// lists what waits). At exit it prints the names answered always as an
+    /// --allow line.
+    #[arg(long, conflicts_with = "learn_file")]
+    pub ask: bool,
     /// With --learn (implied): also write the whole allowlist, the given
     /// entries and the learned ones, to PATH, one per line (what
     /// --allow-file reads).

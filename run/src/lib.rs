@@ -17,6 +17,7 @@
 mod admin;
 mod allow;
 mod args;
+mod asking;
 mod docker;
 mod error;
 mod hold;
@@ -63,9 +64,10 @@ fn execute(args: RunArgs) -> Result<i32, RunError> {
     let id = SandboxId::parse(&id).map_err(|err| RunError::InvalidRegistration(err.into()))?;
     let learning = args.learning();
     let plan = Plan {
-        allow: allow::allowlist(&args.allow, &args.allow_file, &args.deny, learning)?,
+        allow: allow::allowlist(&args.allow, &args.allow_file, &args.deny, learning || args.ask)?,
         bandwidth: args.bandwidth_cap()?,
         learning,
+        asking: args.ask,
         learn_file: args
             .learn_file
             .as_deref()

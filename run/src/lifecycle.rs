@@ -1,6 +1,7 @@
 //! The one lifecycle of `crackbox run`, whatever the backend: signals
 //! caught from the start, set-up raced against a signal, the source
-//! registered, the workload raced against a signal, the exit summary and
+//! registered (and, with `--ask`, its pending requests followed), the
+//! workload raced against a signal, the exit summary and
 //! teardown from the undo journal on every exit path. The exit code is the
 //! workload's own, `128 + signal` when a signal stopped the run, and an
 //! error (125, or 126/127 for a command that cannot start) otherwise.
@@ -56,7 +57,16 @@ pub async fn run<B: Backend>(plan: &Plan, backend: &B) -> Result<i32, RunError> 
     let set_up = async {
         let (jail, workload) = backend.set_up(&journal).await?;
         let scope = timed("register", register(plan, &jail, &journal)).await?;
-        Ok::<_, RunError>((jail, scope, workload))
+        // Following the proxy's events before the workload can ask anything.
+        let asking = match plan.asking {
+            true => Some(
+                crate::asking::start(plan, &jail.admin, jail.source)
+                    .await
+                    .map_err(|e| admin::failed("following the proxy's pending requests", &e))?,
+            ),
+            false => None,
+        };
+        Ok::<_, RunError>((jail, scope, workload, asking))
     };
     tokio::pin!(set_up);
     // A signal during set-up stops it at its next step rather than dropping
@@ -72,15 +82,16 @@ pub async fn run<B: Backend>(plan: &Plan, backend: &B) -> Result<i32, RunError> 
             }
         }
     };
-    let (outcome, registered) = match (interrupted, prepared) {
-        (Some(code), prepared) => (Ok(code), prepared.ok().map(|(jail, scope, _)| (jail, scope))),
-        (None, Err(err)) => (Err(err), None),
-        (None, Ok((jail, scope, workload))) => {
+    let (outcome, registered, asking) = match (interrupted, prepared) {
+        (Some(code), Ok((jail, scope, _, asking))) => (Ok(code), Some((jail, scope)), asking),
+        (Some(code), Err(_)) => (Ok(code), None, None),
+        (None, Err(err)) => (Err(err), None, None),
+        (None, Ok((jail, scope, workload, asking))) => {
             let outcome = tokio::select! {
                 outcome = backend.run_workload(workload) => outcome,
                 code = signals.next() => Ok(code),
             };
-            (outcome, Some((jail, scope)))
+            (outcome, Some((jail, scope)), asking)
         }
     };
     tracing::debug!("workload done");
@@ -89,6 +100,9 @@ pub async fn run<B: Backend>(plan: &Plan, backend: &B) -> Result<i32, RunError> 
         (Some((jail, scope)), Ok(_)) => timed("summary", conclude(plan, &jail.admin, *scope)).await,
         _ => Ok(()),
     };
+    if let Some(asking) = asking {
+        asking.finish(plan.quiet);
+    }
     timed("teardown", journal.undo()).await;
     tracing::debug!("jail removed");
     let code = outcome?;

@@ -21,6 +21,9 @@ pub struct Plan {
     /// Whether the run learns (`--learn`): its source is registered
     /// report-only, so nothing beyond the list is blocked, only recorded.
     pub learning: bool,
+    /// Whether the run asks (`--ask`): its source is registered in ask
+    /// mode, and what its list does not cover waits for a decision.
+    pub asking: bool,
     /// Where a learning run writes its whole allowlist (`--learn-file`).
     pub learn_file: Option<LearnFile>,
     /// The command and its arguments.
@@ -36,9 +39,10 @@ pub struct Plan {
 impl Plan {
     /// The registration of the workload at `source`.
     pub fn registration(&self, source: IpAddr) -> RegistrationSpec {
-        let mode = match self.learning {
-            true => Mode::Report,
-            false => Mode::Enforce,
+        let mode = match (self.learning, self.asking) {
+            (true, _) => Mode::Report,
+            (false, true) => Mode::Ask,
+            (false, false) => Mode::Enforce,
         };
         RegistrationSpec::new(source, self.id.clone(), self.allow.clone())
             .with_bandwidth(self.bandwidth)

@@ -202,7 +202,7 @@ mod tests {
             ),
             (
                 vec![(ALLOW_LABEL, "ok.test"), (MODE_LABEL, "audit")],
-                "io.crackbox.mode: invalid mode \"audit\": expected enforce or report",
+                "io.crackbox.mode: invalid mode \"audit\": expected enforce, report or ask",
             ),
             (
                 vec![(ALLOW_LABEL, "ok.test"), (MODE_LABEL, "")],

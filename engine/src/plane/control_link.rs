@@ -7,11 +7,17 @@
 //! force, and answers stats and usage requests. When control goes away the last snapshot stays in force
 //! and the link reconnects with backoff. A full snapshot is built on the one
 //! in force, so the usage counters of sources registered under the same id
-//! survive a reconnect (a control restart).
+//! survive a reconnect (a control restart). Ask mode: it hands control's
+//! decisions to the pending requests, lists them when asked, settles those
+//! a new snapshot no longer asks about, and shares its stream with the `ask`
+//! thread, which tells control of requests as they start and end.
 
 use crate::plane::admission::Admission;
+use crate::plane::ask::{Asks, Outcome};
 use crate::plane::stats::Stats;
 use crate::plane::usage_report;
+use crackbox_policy::ask::Answer;
+use crackbox_policy::reason::Reason;
 use crackbox_policy::registry::Registry;
 use crackbox_policy::watch::{Watch, Watched};
 use crackbox_policy::wire::{self, Message, Role, WireError, PROTOCOL};
@@ -19,7 +25,7 @@ use crackbox_policy::{Generation, RegistrationSpec, Snapshot, SourceChange};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{channel, RecvTimeoutError, Sender};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
@@ -34,6 +40,7 @@ pub(crate) struct Engine {
     pub(crate) watched: Arc<Watched>,
     pub(crate) stats: Arc<Stats>,
     pub(crate) admission: Arc<Admission>,
+    pub(crate) asks: Arc<Asks>,
 }
 
 /// Starts the link thread (and the thread that frees retired snapshots).
@@ -111,7 +118,11 @@ fn session(
     }
     *connected = true;
     tracing::info!(socket = %path.display(), "connected to control");
+    // Frames go out whole: the `ask` thread writes on the same stream.
+    let writer = Arc::new(Mutex::new(stream.try_clone()?));
+    engine.asks.connected(Arc::clone(&writer));
     let mut link = Session {
+        asks: &engine.asks,
         registry: &engine.registry,
         stats: &engine.stats,
         retired,
@@ -152,19 +163,35 @@ fn session(
                 request,
                 sources: usage_report::report(&engine.registry.load(), &query, &engine.admission),
             }),
+            Message::PendingQuery { request } => Some(Message::PendingList {
+                request,
+                pending: engine.asks.list(),
+            }),
+            Message::Decide { request, id, decision } => {
+                let outcome = match decision {
+                    Answer::Once | Answer::Always => Outcome::Allow,
+                    Answer::Deny => Outcome::Refuse(Reason::NotAllowed),
+                };
+                Some(Message::DecideOutcome {
+                    request,
+                    decided: engine.asks.settle(id, decision.into(), outcome),
+                })
+            }
             other => {
                 tracing::warn!(message = ?other, "unexpected message from control ignored");
                 None
             }
         };
         if let Some(reply) = reply {
-            wire::write_message(&mut stream, &reply)?;
+            let mut writer = writer.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            wire::write_message(&mut *writer, &reply)?;
         }
     }
 }
 
 /// What one control connection has brought the registry to.
 struct Session<'a> {
+    asks: &'a Asks,
     registry: &'a Registry,
     stats: &'a Stats,
     retired: &'a Sender<Arc<Snapshot>>,
@@ -203,6 +230,7 @@ impl Session<'_> {
     }
 
     fn in_force(&mut self, generation: Generation) -> Message {
+        self.asks.revisit(&self.registry.load());
         self.synced = Some(generation);
         self.stats.set_generation(generation);
         Message::Ack { generation }

@@ -9,7 +9,7 @@
 //! and its bytes held to that registration's cap.
 
 use crate::plane::conn::Conn;
-use crate::plane::decision::{decide, reach, reach_tracked, reuse, Decision, Unreached};
+use crate::plane::decision::{decide, reach, reach_tracked, reuse, Client, Decision, Unreached};
 use crate::plane::resolve::DialError;
 use crate::plane::revocation::LiveEntry;
 use crate::plane::stats::{Direction, FrontEnd};
@@ -337,6 +337,24 @@ impl<'w> Session<'w> {
         }
     }
 
+    /// Who asks, for the decision.
+    fn asker(&self, front_end: &'static str) -> Client<'_> {
+        Client {
+            source: self.source,
+            conn: &self.client,
+            front_end,
+        }
+    }
+
+    /// The front end requests on this connection come through.
+    fn requests_front_end(&self) -> &'static str {
+        match self.origin {
+            None => "forward",
+            Some(Origin { steered: false, .. }) => "transparent",
+            Some(Origin { steered: true, .. }) => "steered",
+        }
+    }
+
     /// Sends crackbox's own response; the connection closes right after.
     async fn reply(&self, response: &[u8]) {
         let _ = self.client.write_last(response).await;
@@ -366,7 +384,7 @@ impl<'w> Session<'w> {
         if Self::refuse_invalid_host(&host) {
             return self.reply(&responses::error(400, "invalid host in CONNECT")).await;
         }
-        let (upstream, live, account) = match reach_tracked(self.worker, self.source, &host, port).await {
+        let (upstream, live, account) = match reach_tracked(self.worker, self.asker("connect"), &host, port).await {
             Ok(reached) => reached,
             Err(why) => return self.reply_unreachable(&host, port, why).await,
         };
@@ -424,7 +442,14 @@ impl<'w> Session<'w> {
             .take()
             .filter(|u| u.port == request.port && u.host == request.host);
         let (conn, account, was_reused) = match reused {
-            Some(upstream) => match reuse(self.worker, self.source, &request.host, request.port) {
+            Some(upstream) => match reuse(
+                self.worker,
+                self.asker(self.requests_front_end()),
+                &request.host,
+                request.port,
+            )
+            .await
+            {
                 Ok(account) => (upstream.conn, account, true),
                 Err(reason) => {
                     self.reply(&responses::denial(reason, &request.host, request.port))
@@ -432,7 +457,14 @@ impl<'w> Session<'w> {
                     return false;
                 }
             },
-            None => match reach(self.worker, self.source, &request.host, request.port).await {
+            None => match reach(
+                self.worker,
+                self.asker(self.requests_front_end()),
+                &request.host,
+                request.port,
+            )
+            .await
+            {
                 Ok((conn, account)) => (conn, account, false),
                 Err(why) => {
                     self.reply_unreachable(&request.host, request.port, why).await;
@@ -449,7 +481,14 @@ impl<'w> Session<'w> {
         let (mut conn, mut account) = (conn, account);
         let mut outcome = self.exchange_watched(&conn, &request, &account).await;
         if was_reused && matches!(outcome, Err(ExchangeError::NoResponse)) && request.framing == Framing::Empty {
-            (conn, account) = match reach(self.worker, self.source, &request.host, request.port).await {
+            (conn, account) = match reach(
+                self.worker,
+                self.asker(self.requests_front_end()),
+                &request.host,
+                request.port,
+            )
+            .await
+            {
                 Ok(reached) => reached,
                 Err(why) => {
                     self.reply_unreachable(&request.host, request.port, why).await;

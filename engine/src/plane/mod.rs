@@ -28,6 +28,7 @@
 //! `crackbox-policy`, never here.
 
 pub(crate) mod admission;
+pub(crate) mod ask;
 pub(crate) mod conn;
 pub(crate) mod control_link;
 pub(crate) mod decision;

@@ -11,7 +11,7 @@
 //! counters are the same. Never decides, resolves or copies bytes itself.
 
 use crate::plane::conn::Conn;
-use crate::plane::decision::{reach_tracked, Unreached};
+use crate::plane::decision::{reach_tracked, Client, Unreached};
 use crate::plane::resolve::DialError;
 use crate::plane::stats::{Direction, FrontEnd};
 use crate::plane::tunnel;
@@ -112,7 +112,12 @@ pub(crate) fn serve<'w>(worker: &'w Rc<Worker>, client: Conn, source: IpAddr) ->
             tracing::debug!(%source, host = %host.escape_debug(), "socks5: invalid host name");
             return outbox.refuse(&client, Refusal::Reply(Reply::GeneralFailure)).await;
         }
-        let (upstream, live, account) = match reach_tracked(worker, source, &host, port).await {
+        let asker = Client {
+            source,
+            conn: &client,
+            front_end: "socks5",
+        };
+        let (upstream, live, account) = match reach_tracked(worker, asker, &host, port).await {
             Ok(reached) => reached,
             Err(why) => return outbox.refuse(&client, Refusal::Reply(reply_for(why))).await,
         };

@@ -16,7 +16,7 @@
 //! without a Host gets the 403 of a denied one instead.
 
 use crate::plane::conn::Conn;
-use crate::plane::decision::{reach_tracked, Unreached};
+use crate::plane::decision::{reach_tracked, Client, Unreached};
 use crate::plane::stats::{Direction, FrontEnd};
 use crate::plane::tunnel;
 use crate::plane::worker::Worker;
@@ -78,15 +78,27 @@ pub(crate) fn route_port(source: IpAddr, port: u16) -> Option<Intercepted> {
 }
 
 /// TLS: peek the SNI, decide, dial the name, replay, tunnel (not an `async
-/// fn`: see `plane`, on task size).
+/// fn`: see `plane`, on task size). `front_end` names it in pending
+/// requests: `transparent` or `steered`.
 #[expect(clippy::manual_async_fn, reason = "an async fn keeps its arguments twice")]
-pub(crate) fn serve_tls(worker: &Rc<Worker>, client: Conn, source: IpAddr, port: u16) -> impl Future<Output = ()> + '_ {
+pub(crate) fn serve_tls<'w>(
+    worker: &'w Rc<Worker>,
+    client: Conn,
+    source: IpAddr,
+    port: u16,
+    front_end: &'static str,
+) -> impl Future<Output = ()> + 'w {
     async move {
         // Boxed: its timer is needed only until the ClientHello is in.
         let Some((name, peeked)) = Box::pin(read_client_hello(&client, source)).await else {
             return;
         };
-        let (upstream, live, account) = match reach_tracked(worker, source, &name, port).await {
+        let asker = Client {
+            source,
+            conn: &client,
+            front_end,
+        };
+        let (upstream, live, account) = match reach_tracked(worker, asker, &name, port).await {
             Ok(reached) => reached,
             Err(Unreached::Denied(reason)) => {
                 return tracing::debug!(%source, name, reason = reason.as_str(), "transparent: denied, closed");

@@ -7,6 +7,7 @@
 //! builds it, sits above it.
 
 use crate::plane::admission::Admission;
+use crate::plane::ask::Asks;
 use crate::plane::fair::Turns;
 use crate::plane::local_addrs::LocalAddresses;
 use crate::plane::resolve::{Dialer, NameCache, Resolver};
@@ -31,6 +32,8 @@ pub(crate) struct Shared {
     pub(crate) watched: Arc<Watched>,
     pub(crate) stats: Arc<Stats>,
     pub(crate) admission: Arc<Admission>,
+    /// Ask mode's pending requests.
+    pub(crate) asks: Arc<Asks>,
     pub(crate) resolver: Arc<Resolver>,
     pub(crate) guard: DestinationGuard,
     pub(crate) local_addresses: LocalAddresses,

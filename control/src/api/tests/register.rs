@@ -214,7 +214,7 @@ async fn the_mode_and_presets_go_through_every_registering_route_and_health_coun
     for (body, want) in [
         (
             json!({"ip": "10.0.0.5", "id": "d", "allowlist": [], "mode": "audit"}),
-            "mode: unknown variant `audit`, expected `enforce` or `report`",
+            "mode: unknown variant `audit`, expected one of `enforce`, `report`, `ask`",
         ),
         (
             json!({"ip": "10.0.0.5", "id": "d", "allowlist": ["@nosuch"]}),

@@ -94,7 +94,10 @@ fn serve_connection(worker: Rc<Worker>, mut conn: Conn, source: IpAddr, plane: P
         // origin-form session; no route closes it.
         match route {
             // Boxed so forward connections do not pay for transparent-mode state.
-            Some(Intercepted::Tls(port)) => Box::pin(transparent::serve_tls(&worker, conn, source, port)).await,
+            Some(Intercepted::Tls(port)) => {
+                let front_end = if steered { "steered" } else { "transparent" };
+                Box::pin(transparent::serve_tls(&worker, conn, source, port, front_end)).await
+            }
             Some(Intercepted::Http(port)) => {
                 forward::serve_origin(&worker, conn, source, Origin { port, steered }).await
             }
