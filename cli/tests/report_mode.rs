@@ -387,6 +387,8 @@ fn presets_and_allowlist_files_expand_in_register_the_config_file_and_the_admin_
     let body = br#"{"ip":"127.0.0.4","id":"api","allowlist":["@nosuch"]}"#;
     let (status, refused) = admin(proxy.admin, "POST", "/v1/register", Some(body), &[]);
     assert_eq!(status, 400, "{refused}");
+    let refused: serde_json::Value = serde_json::from_str(&refused).unwrap();
+    let refused = refused["error"].as_str().unwrap_or_default();
     assert!(
         refused.contains("unknown preset \"@nosuch\" (known: @pypi, @npm"),
         "{refused}"
