@@ -51,28 +51,48 @@ pub(crate) async fn exchange(
 }
 
 async fn exchange_once(url: &AdminUrl, secret: Option<&str>, call: Call<'_>) -> Result<Answer, Error> {
-    let unreachable = |source: std::io::Error| Error::Unreachable {
-        url: url.text.clone(),
-        source,
-    };
-    let broken = |err: hyper::Error| unreachable(std::io::Error::other(err));
+    let (response, _connection) = send(url, secret, call).await?;
+    let status = response.status().as_u16();
+    let body = read_whole(url, response.into_body()).await?;
+    Ok(Answer { status, body })
+}
+
+/// Connects to the admin API, sends `call` and waits for the answer's
+/// head; the connection is served while the returned guard lives.
+async fn send(
+    url: &AdminUrl,
+    secret: Option<&str>,
+    call: Call<'_>,
+) -> Result<(hyper::Response<hyper::body::Incoming>, AbortOnDrop), Error> {
+    let broken = |err: hyper::Error| unreachable(url, std::io::Error::other(err));
     let request = build(url, secret, call)?;
     let stream = TcpStream::connect((url.host.as_str(), url.port))
         .await
-        .map_err(unreachable)?;
-    stream.set_nodelay(true).map_err(unreachable)?;
+        .map_err(|err| unreachable(url, err))?;
+    stream.set_nodelay(true).map_err(|err| unreachable(url, err))?;
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(broken)?;
-    let _connection = AbortOnDrop(tokio::spawn(connection));
+    let connection = AbortOnDrop(tokio::spawn(connection));
     let response = sender.send_request(request).await.map_err(broken)?;
-    let status = response.status().as_u16();
-    let body = Limited::new(response.into_body(), MAX_ANSWER)
+    Ok((response, connection))
+}
+
+/// A whole answer body, at most [`MAX_ANSWER`] bytes.
+async fn read_whole(url: &AdminUrl, body: hyper::body::Incoming) -> Result<Bytes, Error> {
+    Ok(Limited::new(body, MAX_ANSWER)
         .collect()
         .await
-        .map_err(|err| unreachable(std::io::Error::other(err)))?
-        .to_bytes();
-    Ok(Answer { status, body })
+        .map_err(|err| unreachable(url, std::io::Error::other(err)))?
+        .to_bytes())
+}
+
+/// The admin API at `url` could not be reached or broke off.
+fn unreachable(url: &AdminUrl, source: std::io::Error) -> Error {
+    Error::Unreachable {
+        url: url.text.clone(),
+        source,
+    }
 }
 
 /// An answer whose body is read as it arrives (`GET /v1/events`).
@@ -93,20 +113,7 @@ pub(crate) async fn open_stream(
     call: Call<'_>,
 ) -> Result<Result<Streaming, Answer>, Error> {
     let opened = async {
-        let unreachable = |source: std::io::Error| Error::Unreachable {
-            url: url.text.clone(),
-            source,
-        };
-        let broken = |err: hyper::Error| unreachable(std::io::Error::other(err));
-        let request = build(url, secret, call)?;
-        let stream = TcpStream::connect((url.host.as_str(), url.port))
-            .await
-            .map_err(unreachable)?;
-        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(broken)?;
-        let connection = AbortOnDrop(tokio::spawn(connection));
-        let response = sender.send_request(request).await.map_err(broken)?;
+        let (response, connection) = send(url, secret, call).await?;
         let status = response.status().as_u16();
         if status == 200 {
             return Ok(Ok(Streaming {
@@ -114,11 +121,7 @@ pub(crate) async fn open_stream(
                 _connection: connection,
             }));
         }
-        let body = Limited::new(response.into_body(), MAX_ANSWER)
-            .collect()
-            .await
-            .map_err(|err| unreachable(std::io::Error::other(err)))?
-            .to_bytes();
+        let body = read_whole(url, response.into_body()).await?;
         Ok(Err(Answer { status, body }))
     };
     tokio::time::timeout(timeout, opened)
