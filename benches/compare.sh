@@ -12,13 +12,15 @@
 # skips the HTTP modes (http-*, denied). The target crackbox-base is
 # another crackbox binary (CRACKBOX_BASE_BIN, e.g. a build of main) for A/B
 # runs of a change; crackbox-capped is the binary under test with every
-# source capped far above the traffic (CAP, default 1024GiB/s).
+# source capped far above the traffic (CAP, default 1024GiB/s);
+# crackbox-asking is it with every source in ask mode and 100 deny entries
+# under the allowed name (what an allowed tunnel of such a source costs).
 #
 #   benches/compare.sh            full run (several minutes)
 #   QUICK=1 benches/compare.sh    short run (under 3 minutes)
 #
 # Knobs (env): QUICK, TARGETS ("direct crackbox squid tinyproxy"; also
-# crackbox-epoll, crackbox-socks5, crackbox-base, crackbox-capped and bare), MODES (every mode), ROUNDS (1: runs of each mode per
+# crackbox-epoll, crackbox-socks5, crackbox-base, crackbox-capped, crackbox-asking and bare), MODES (every mode), ROUNDS (1: runs of each mode per
 # target, alternating targets), DURATION (seconds per timed mode),
 # PROXY_CORE (0), LOAD_CORE (1), BASE_PORT (18000), OUT (results dir),
 # CRACKBOX_BIN, CRACKBOX_LOAD (prebuilt binaries), CRACKBOX_BASE_BIN, CAP,
@@ -58,6 +60,8 @@ BASE_BIN_PORT=$((BASE_PORT + 138))
 BASE_BIN_ADMIN_PORT=$((BASE_PORT + 139))
 CAPPED_PORT=$((BASE_PORT + 140))
 CAPPED_ADMIN_PORT=$((BASE_PORT + 141))
+ASKING_PORT=$((BASE_PORT + 142))
+ASKING_ADMIN_PORT=$((BASE_PORT + 143))
 ROUNDS=${ROUNDS:-1}
 ALLOWED=localhost
 DENIED=denied.invalid:$ECHO_PORT
@@ -193,6 +197,12 @@ start_crackbox-capped() {
     start_crackbox_as crackbox-capped "$CAPPED_PORT" "$CAPPED_ADMIN_PORT" "$CRACKBOX" ";bandwidth=$CAP"
 }
 
+start_crackbox-asking() {
+    local deny
+    deny=$(seq -s, -f "deny%g.$ALLOWED" 0 99)
+    start_crackbox_as crackbox-asking "$ASKING_PORT" "$ASKING_ADMIN_PORT" "$CRACKBOX" ";mode=ask;deny=$deny"
+}
+
 start_crackbox-socks5() {
     start_crackbox_as crackbox-socks5 "$SOCKS_FORWARD_PORT" "$SOCKS_ADMIN_PORT" "$CRACKBOX" "" \
         CRACKBOX_SOCKS_ADDR="127.0.0.1:$SOCKS_PORT" && wait_for 20 socks_ready "$SOCKS_PORT"
@@ -276,6 +286,7 @@ proxy_port() {
         crackbox-socks5) echo "$SOCKS_PORT" ;;
         crackbox-base) echo "$BASE_BIN_PORT" ;;
         crackbox-capped) echo "$CAPPED_PORT" ;;
+        crackbox-asking) echo "$ASKING_PORT" ;;
         squid) echo "$SQUID_PORT" ;;
         tinyproxy) echo "$TINYPROXY_PORT" ;;
     esac
@@ -300,7 +311,7 @@ measure() {
 # the bare relay forwards no plain HTTP, SOCKS5 speaks no HTTP to the proxy.
 skipped() {
     case $2:$1 in
-        direct:denied | bare:http-* | crackbox-socks5:http-* | crackbox-socks5:denied) return 0 ;;
+        direct:denied | bare:http-* | crackbox-socks5:http-* | crackbox-socks5:denied | crackbox-asking:denied) return 0 ;;
         *) return 1 ;;
     esac
 }
