@@ -6,12 +6,12 @@
 //! the loop logs, pauses briefly and goes on; existing tunnels keep running.
 
 use super::{ready_accept, Plane};
-use crate::plane::conn::Conn;
-use crate::plane::forward::{self, Origin};
-use crate::plane::hold;
-use crate::plane::socks;
-use crate::plane::transparent::{self, Intercepted};
-use crate::plane::worker::Worker;
+use crate::plane::front::forward::{self, Origin};
+use crate::plane::front::socks;
+use crate::plane::front::transparent::{self, Intercepted};
+use crate::plane::services::conn::Conn;
+use crate::plane::services::hold;
+use crate::plane::services::worker::Worker;
 use crate::protocol::responses;
 use crackbox_policy::canonical_ip;
 use crackbox_policy::reason::Reason;

@@ -10,12 +10,12 @@
 //! so caps, fairness, revocation, idle timeout, denial records and
 //! counters are the same. Never decides, resolves or copies bytes itself.
 
-use crate::plane::conn::Conn;
-use crate::plane::decision::{reach_tracked, Unreached};
-use crate::plane::resolve::DialError;
-use crate::plane::stats::{Direction, FrontEnd};
-use crate::plane::tunnel;
-use crate::plane::worker::Worker;
+use crate::plane::services::conn::Conn;
+use crate::plane::services::decision::{reach_tracked, Unreached};
+use crate::plane::services::resolve::DialError;
+use crate::plane::services::stats::{Direction, FrontEnd};
+use crate::plane::services::tunnel;
+use crate::plane::services::worker::Worker;
 use crate::protocol::socks5::{Handshake, Progress, Refusal, Reply};
 use crackbox_policy::is_valid_host;
 use std::future::Future;
@@ -131,11 +131,13 @@ pub(crate) fn serve<'w>(worker: &'w Rc<Worker>, client: Conn, source: IpAddr) ->
         }
         // Bytes sent early by the client go on first, and their buffer goes:
         // an idle tunnel holds none.
-        if !early.is_empty() {
-            if upstream.write_all(&early).await.is_err() {
-                return;
-            }
-            worker.plumbing(&account).charged(Direction::Up, early.len());
+        if worker
+            .meter(&account)
+            .send(&upstream, &early, Direction::Up)
+            .await
+            .is_err()
+        {
+            return;
         }
         drop(early);
         tunnel::run(worker.plumbing(&account), &client, &upstream, live.signal()).await;

@@ -15,11 +15,11 @@
 //! original destination is crackbox itself. A steered port-80 request
 //! without a Host gets the 403 of a denied one instead.
 
-use crate::plane::conn::Conn;
-use crate::plane::decision::{reach_tracked, Unreached};
-use crate::plane::stats::{Direction, FrontEnd};
-use crate::plane::tunnel;
-use crate::plane::worker::Worker;
+use crate::plane::services::conn::Conn;
+use crate::plane::services::decision::{reach_tracked, Unreached};
+use crate::plane::services::stats::{Direction, FrontEnd};
+use crate::plane::services::tunnel;
+use crate::plane::services::worker::Worker;
 use crate::protocol::tls_peek::{peek_sni, Peek, MAX_PEEK_LEN};
 use crackbox_policy::guard::Verdict;
 use nix::sys::socket::{getsockopt, sockopt};
@@ -95,11 +95,18 @@ pub(crate) fn serve_tls(worker: &Rc<Worker>, client: Conn, source: IpAddr, port:
                 return tracing::debug!(%source, name, ?error, "transparent: dial failed, closed")
             }
         };
-        if live.signal().is_fired() || upstream.write_all(&peeked).await.is_err() {
+        if live.signal().is_fired() {
+            return;
+        }
+        if worker
+            .meter(&account)
+            .send(&upstream, &peeked, Direction::Up)
+            .await
+            .is_err()
+        {
             return;
         }
         account.add_tunnel(worker.thread);
-        worker.plumbing(&account).charged(Direction::Up, peeked.len());
         drop(peeked);
         worker.stats.count_tunnel(FrontEnd::Transparent);
         let _active = worker.stats.open_tunnel();

@@ -8,9 +8,9 @@
 //! through. Used by every TCP front end (the DNS filter asks the same
 //! function on its own threads).
 
-use crate::plane::conn::Conn;
-use crate::plane::revocation::LiveEntry;
-use crate::plane::worker::Worker;
+use crate::plane::services::conn::Conn;
+use crate::plane::services::revocation::LiveEntry;
+use crate::plane::services::worker::Worker;
 use crackbox_policy::reason::Reason;
 use crackbox_policy::usage::Account;
 use crackbox_policy::{MatchedBy, Port};
@@ -97,7 +97,7 @@ pub(crate) enum Unreached {
     /// Denied by policy or by the destination guard.
     Denied(Reason),
     /// Allowed, but the destination could not be reached.
-    Failed(crate::plane::resolve::DialError),
+    Failed(crate::plane::services::resolve::DialError),
 }
 
 /// Decides on `host:port` for `source`, then resolves, guards and connects;
@@ -139,7 +139,7 @@ async fn connect(
     passed: Passed,
 ) -> Result<(Conn, Arc<Account>), Unreached> {
     // Boxed: dialling state is large and only needed until connected.
-    match Box::pin(crate::plane::resolve::dial(
+    match Box::pin(crate::plane::services::resolve::dial(
         &worker.dialer(),
         host,
         port,
@@ -152,7 +152,7 @@ async fn connect(
             conn.take_turns_of(worker.turns.of(source));
             Ok((conn, passed.account))
         }
-        Err(crate::plane::resolve::DialError::Private) => {
+        Err(crate::plane::services::resolve::DialError::Private) => {
             worker
                 .stats
                 .record_denied(source, Some(&passed.id), host, port, Reason::PrivateAddress);

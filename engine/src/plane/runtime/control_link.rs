@@ -9,9 +9,9 @@
 //! in force, so the usage counters of sources registered under the same id
 //! survive a reconnect (a control restart).
 
-use crate::plane::admission::Admission;
-use crate::plane::stats::Stats;
-use crate::plane::usage_report;
+use super::usage_report;
+use crate::plane::services::admission::Admission;
+use crate::plane::services::stats::Stats;
 use crackbox_policy::registry::Registry;
 use crackbox_policy::watch::{Watch, Watched};
 use crackbox_policy::wire::{self, Message, Role, WireError, PROTOCOL};
