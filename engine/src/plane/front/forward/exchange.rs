@@ -104,9 +104,14 @@ impl Session<'_> {
             }
             Ok(Exchange::Upgraded) => {
                 let early = std::mem::take(&mut self.inbox);
-                let sent = self.worker.meter(&account).send(&conn, &early, Direction::Up).await;
+                let sent = self
+                    .worker
+                    .meter(&account)
+                    .send(&conn, &early, Direction::Up)
+                    .await
+                    .is_ok();
                 drop(early);
-                if sent.is_ok() {
+                if sent {
                     let signal = self.live.as_ref().map(LiveEntry::revocation).unwrap_or_default();
                     tunnel::run(self.worker.plumbing(&account), &self.client, &conn, &signal).await;
                 }

@@ -148,8 +148,13 @@ impl Session<'_> {
         // The head buffer goes (bytes sent early by the client go on first):
         // an idle tunnel holds no buffer, not even an empty one's capacity.
         let early = std::mem::take(&mut self.inbox);
-        let meter = self.worker.meter(&account);
-        if meter.send(&upstream, &early, Direction::Up).await.is_err() {
+        if self
+            .worker
+            .meter(&account)
+            .send(&upstream, &early, Direction::Up)
+            .await
+            .is_err()
+        {
             return;
         }
         drop(early);
