@@ -175,7 +175,22 @@ pub(crate) fn pump<'a>(
                     break Ok(moved);
                 }
                 Ok(n) => {
-                    if let Err(e) = drain(&p, dst, n).await {
+                    // Drained here, not in a future of its own: its write
+                    // wait then shares the task's space with the read wait
+                    // an idle tunnel holds (see `plane`, on task size).
+                    let mut left = n;
+                    let drained = loop {
+                        match drain_now(&p, dst, &mut left) {
+                            Ok(true) => break Ok(()),
+                            Ok(false) => {
+                                if let Err(e) = dst.writable().await {
+                                    break Err(e);
+                                }
+                            }
+                            Err(e) => break Err(e),
+                        }
+                    };
+                    if let Err(e) = drained {
                         break Err(e);
                     }
                     plumbing.meter.count(direction, n);
@@ -199,18 +214,19 @@ pub(crate) fn pump<'a>(
     }
 }
 
-/// Empties `n` bytes from the pipe into `dst`.
-async fn drain(pipe: &Pipe, dst: &Conn, mut n: usize) -> io::Result<()> {
-    while n > 0 {
-        match splice(pipe.read.as_raw_fd(), dst.fd(), n) {
+/// Moves what it can of the `left` bytes in the pipe into `dst` without
+/// waiting; true once all are out, false when `dst` is full.
+fn drain_now(pipe: &Pipe, dst: &Conn, left: &mut usize) -> io::Result<bool> {
+    while *left > 0 {
+        match splice(pipe.read.as_raw_fd(), dst.fd(), *left) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(m) => n -= m,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => dst.writable().await?,
+            Ok(m) => *left -= m,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
     }
-    Ok(())
+    Ok(true)
 }
 
 /// The buffered fallback: one read and its write; 0 means EOF.
