@@ -19,7 +19,10 @@
 //! Never blocks a core thread (name resolution runs on a small thread pool).
 //!
 //! A connection's whole state is one task, and an idle tunnel's memory is
-//! mostly that task, so the path from accept to tunnel keeps it small: the
+//! mostly its task: a tunnel a front end opens (CONNECT, SOCKS5, TLS by
+//! SNI) is handed to `runtime` and runs as a task of its own holding only
+//! the tunnel (`services::handoff`); and the path from accept on keeps every
+//! task small: the
 //! functions on it that take a connection or other state by value are plain
 //! functions returning one `async move` block, not `async fn`s (an `async
 //! fn` keeps its arguments twice: as passed and as moved into its body), and

@@ -17,8 +17,8 @@
 
 use crate::plane::services::conn::Conn;
 use crate::plane::services::decision::{reach_tracked, Unreached};
+use crate::plane::services::handoff::Handoff;
 use crate::plane::services::stats::{Direction, FrontEnd};
-use crate::plane::services::tunnel;
 use crate::plane::services::worker::Worker;
 use crate::protocol::tls_peek::{peek_sni, Peek, MAX_PEEK_LEN};
 use crackbox_policy::guard::Verdict;
@@ -77,26 +77,32 @@ pub(crate) fn route_port(source: IpAddr, port: u16) -> Option<Intercepted> {
     }
 }
 
-/// TLS: peek the SNI, decide, dial the name, replay, tunnel (not an `async
-/// fn`: see `plane`, on task size).
+/// TLS: peek the SNI, decide, dial the name, replay; the tunnel, once
+/// open, is handed back to run (not an `async fn`: see `plane`, on task
+/// size).
 #[expect(clippy::manual_async_fn, reason = "an async fn keeps its arguments twice")]
-pub(crate) fn serve_tls(worker: &Rc<Worker>, client: Conn, source: IpAddr, port: u16) -> impl Future<Output = ()> + '_ {
+pub(crate) fn serve_tls(
+    worker: &Rc<Worker>,
+    client: Conn,
+    source: IpAddr,
+    port: u16,
+) -> impl Future<Output = Option<Handoff>> + '_ {
     async move {
         // Boxed: its timer is needed only until the ClientHello is in.
-        let Some((name, peeked)) = Box::pin(read_client_hello(&client, source)).await else {
-            return;
-        };
+        let (name, peeked) = Box::pin(read_client_hello(&client, source)).await?;
         let (upstream, live, account) = match reach_tracked(worker, source, &name, port).await {
             Ok(reached) => reached,
             Err(Unreached::Denied(reason)) => {
-                return tracing::debug!(%source, name, reason = reason.as_str(), "transparent: denied, closed");
+                tracing::debug!(%source, name, reason = reason.as_str(), "transparent: denied, closed");
+                return None;
             }
             Err(Unreached::Failed(error)) => {
-                return tracing::debug!(%source, name, ?error, "transparent: dial failed, closed")
+                tracing::debug!(%source, name, ?error, "transparent: dial failed, closed");
+                return None;
             }
         };
         if live.signal().is_fired() {
-            return;
+            return None;
         }
         if worker
             .meter(&account)
@@ -104,13 +110,18 @@ pub(crate) fn serve_tls(worker: &Rc<Worker>, client: Conn, source: IpAddr, port:
             .await
             .is_err()
         {
-            return;
+            return None;
         }
         account.add_tunnel(worker.thread);
         drop(peeked);
         worker.stats.count_tunnel(FrontEnd::Transparent);
-        let _active = worker.stats.open_tunnel();
-        tunnel::run(worker.plumbing(&account), &client, &upstream, live.signal()).await;
+        Some(Handoff {
+            client,
+            upstream,
+            live,
+            account,
+            active: worker.stats.open_tunnel(),
+        })
     }
 }
 

@@ -9,7 +9,8 @@
 //!   resolution and dialling through the destination guard
 //!   (`local_addrs`: crackbox's own addresses);
 //! - `tunnel`: zero-copy byte pumps; `meter`: every relayed byte, spliced
-//!   or copied, reserved against its source's cap and counted;
+//!   or copied, reserved against its source's cap and counted; `handoff`:
+//!   an opened tunnel, run by `runtime` as a task of its own;
 //! - `revocation`: closes what a new snapshot denies, and idle tunnels;
 //! - `stats`: the engine's counters;
 //! - `worker`: one core thread's state, built by `runtime`.
@@ -20,6 +21,7 @@ pub(crate) mod admission;
 pub(crate) mod conn;
 pub(crate) mod decision;
 pub(crate) mod fair;
+pub(crate) mod handoff;
 pub(crate) mod hold;
 pub(crate) mod local_addrs;
 pub(crate) mod meter;

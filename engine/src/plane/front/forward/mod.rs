@@ -27,8 +27,11 @@ mod head;
 mod response;
 mod session;
 
+use session::Opened;
+
 use crate::plane::services::conn::Conn;
 use crate::plane::services::decision::Unreached;
+use crate::plane::services::handoff::Handoff;
 use crate::plane::services::resolve::DialError;
 use crate::plane::services::revocation::LiveEntry;
 use crate::plane::services::worker::Worker;
@@ -41,12 +44,20 @@ use std::rc::Rc;
 /// Bytes read from a socket at a time while reading heads and chunked bodies.
 const READ_CHUNK: usize = 16 * 1024;
 
-/// Serves one client connection of the forward listener to the end. The
-/// session, built first and moved into the future, is the connection's only
-/// copy in the task (see `plane`, on task size).
-pub(crate) fn serve<'w>(worker: &'w Rc<Worker>, client: Conn, source: IpAddr) -> impl Future<Output = ()> + 'w {
+/// Serves one client connection of the forward listener to the end, or
+/// until it is a CONNECT tunnel, handed back open to run. The session, built
+/// first and moved into the future, is the connection's only copy in the
+/// task (see `plane`, on task size).
+pub(crate) fn serve<'w>(
+    worker: &'w Rc<Worker>,
+    client: Conn,
+    source: IpAddr,
+) -> impl Future<Output = Option<Handoff>> + 'w {
     let mut session = Session::new(worker, client, source, None);
-    async move { session.run().await }
+    async move {
+        let opened = session.run().await?;
+        Some(session.hand_off(opened))
+    }
 }
 
 /// Where an origin-form connection (transparent or steered port 80) goes.
@@ -59,15 +70,19 @@ pub(crate) struct Origin {
 }
 
 /// Serves a transparently redirected or steered port-80 connection:
-/// origin-form requests, each decided by its `Host` (without port).
+/// origin-form requests, each decided by its `Host` (without port); it
+/// never opens a CONNECT tunnel.
 pub(crate) fn serve_origin<'w>(
     worker: &'w Rc<Worker>,
     client: Conn,
     source: IpAddr,
     origin: Origin,
-) -> impl Future<Output = ()> + 'w {
+) -> impl Future<Output = Option<Handoff>> + 'w {
     let mut session = Session::new(worker, client, source, Some(origin));
-    async move { session.run().await }
+    async move {
+        let opened = session.run().await?;
+        Some(session.hand_off(opened))
+    }
 }
 
 /// One client connection's state: the task's only copy of it.
@@ -121,6 +136,17 @@ impl<'w> Session<'w> {
             }
         };
         self.reply(&response).await;
+    }
+
+    /// The CONNECT tunnel this session opened, with its client connection.
+    fn hand_off(self, opened: Opened) -> Handoff {
+        Handoff {
+            client: self.client,
+            upstream: opened.upstream,
+            live: opened.live,
+            account: opened.account,
+            active: opened.active,
+        }
     }
 
     fn refuse_invalid_host(host: &str) -> bool {

@@ -8,17 +8,28 @@
 
 use super::head::{head_refusal, HeadRead, Prepared};
 use super::{Origin, Session};
+use crate::plane::services::conn::Conn;
 use crate::plane::services::decision::{decide, reach_tracked, Decision};
 use crate::plane::services::revocation::LiveEntry;
-use crate::plane::services::stats::{Direction, FrontEnd};
-use crate::plane::services::tunnel;
+use crate::plane::services::stats::{ActiveTunnel, Direction, FrontEnd};
 use crate::protocol::http_head::{self, Target};
 use crate::protocol::responses;
 use crackbox_policy::reason::Reason;
+use crackbox_policy::usage::Account;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// An idle keep-alive connection is closed after this long.
 const KEEPALIVE_IDLE: Duration = Duration::from_secs(60);
+
+/// A CONNECT tunnel the session opened: all of it but the client
+/// connection, which the session owns.
+pub(super) struct Opened {
+    pub(super) upstream: Conn,
+    pub(super) live: LiveEntry,
+    pub(super) account: Arc<Account>,
+    pub(super) active: ActiveTunnel,
+}
 
 /// What a complete request head asks for.
 enum Step {
@@ -33,13 +44,15 @@ enum Step {
 }
 
 impl Session<'_> {
-    pub(super) async fn run(&mut self) {
+    /// Serves requests until the connection closes or becomes a CONNECT
+    /// tunnel, which is handed back open.
+    pub(super) async fn run(&mut self) -> Option<Opened> {
         let mut first = true;
         loop {
             // Most heads are there in full on the first read: the waits
             // (boxed: see `plane`, on task size) are entered only when not.
             if !first && self.inbox.is_empty() && !Box::pin(self.await_next_request()).await {
-                return;
+                return None;
             }
             first = false;
             let mut scanned = 0;
@@ -49,20 +62,29 @@ impl Session<'_> {
             };
             let head_len = match read {
                 HeadRead::Complete(len) => len,
-                HeadRead::Closed => return,
-                HeadRead::Refuse(status, message) => return self.reply(&responses::error(status, message)).await,
+                HeadRead::Closed => return None,
+                HeadRead::Refuse(status, message) => {
+                    self.reply(&responses::error(status, message)).await;
+                    return None;
+                }
             };
             // Decided before any await, so an idle tunnel's task does not
             // keep the parsed head.
             match self.next_step(head_len) {
                 Step::Tunnel(host, port) => return self.tunnel(host, port).await,
-                Step::Reply(response) => return self.reply(&response).await,
-                Step::Unnamed => return self.refuse_unnamed().await,
+                Step::Reply(response) => {
+                    self.reply(&response).await;
+                    return None;
+                }
+                Step::Unnamed => {
+                    self.refuse_unnamed().await;
+                    return None;
+                }
                 // Boxed: the HTTP exchange state is large and would otherwise be
                 // paid for by every connection, idle CONNECT tunnels included.
                 Step::Forward(prepared) => {
                     if !Box::pin(self.forward(prepared)).await {
-                        return;
+                        return None;
                     }
                 }
             }
@@ -120,30 +142,36 @@ impl Session<'_> {
         }
     }
 
-    /// CONNECT: decide, dial, answer 200, replay early bytes, then tunnel.
-    async fn tunnel(&mut self, host: String, port: u16) {
+    /// CONNECT: decide, dial, answer 200, replay early bytes; the tunnel,
+    /// once open, is handed back to run.
+    async fn tunnel(&mut self, host: String, port: u16) -> Option<Opened> {
         if Self::refuse_invalid_host(&host) {
-            return self.reply(&responses::error(400, "invalid host in CONNECT")).await;
+            self.reply(&responses::error(400, "invalid host in CONNECT")).await;
+            return None;
         }
         let (upstream, live, account) = match reach_tracked(self.worker, self.source, &host, port).await {
             Ok(reached) => reached,
-            Err(why) => return self.reply_unreachable(&host, port, why).await,
+            Err(why) => {
+                self.reply_unreachable(&host, port, why).await;
+                return None;
+            }
         };
         if live.signal().is_fired() {
-            return self.reply(&responses::denial(Reason::Revoked, &host, port)).await;
+            self.reply(&responses::denial(Reason::Revoked, &host, port)).await;
+            return None;
         }
         // Counted before the client hears 200, so a client that reads the
         // usage after its reply finds its tunnel there.
         account.add_tunnel(self.worker.thread);
         self.worker.stats.count_tunnel(FrontEnd::Connect);
-        let _active = self.worker.stats.open_tunnel();
+        let active = self.worker.stats.open_tunnel();
         if self
             .client
             .write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")
             .await
             .is_err()
         {
-            return;
+            return None;
         }
         // The head buffer goes (bytes sent early by the client go on first):
         // an idle tunnel holds no buffer, not even an empty one's capacity.
@@ -155,9 +183,13 @@ impl Session<'_> {
             .await
             .is_err()
         {
-            return;
+            return None;
         }
-        drop(early);
-        tunnel::run(self.worker.plumbing(&account), &self.client, &upstream, live.signal()).await;
+        Some(Opened {
+            upstream,
+            live,
+            account,
+            active,
+        })
     }
 }
