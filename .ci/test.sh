@@ -2,7 +2,9 @@
 # The whole test suite on a fresh Debian machine, as root: installs the
 # system packages the tests use, starts the Docker engine (and stops the
 # one it started at exit), then runs every test. The `crackbox run` tests
-# build their images from the binary under test, with no pulls.
+# build their images from the binary under test, with no pulls; at exit the
+# images and the engine tests' temporary directories that this run made are
+# removed (those that were there before it stay).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -10,8 +12,30 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # Stops at exit only a dockerd this script started (none if one was running).
 dockerd_owner="$(mktemp -u /tmp/crackbox-ci-dockerd-owner.XXXXXX)"
 deploy/ci-docker.sh start --owner "$dockerd_owner"
-trap 'deploy/ci-docker.sh stop "$dockerd_owner"' EXIT
-# Docker is set up above, so a Docker test that would skip must fail instead.
+
+# What the tests leave behind: their images (crackbox-test*, the README
+# quick start's crackbox-workload, and the jail proxy images crackbox:<hash>
+# that `crackbox run` builds, and the untagged ones their rebuilds leave)
+# and the engine tests' crackbox-engine-test-* directories. Listed before,
+# removed after.
+test_images() {
+    docker images --format '{{.Repository}}:{{.Tag}}' | grep -E '^crackbox-test|^crackbox-workload:|^crackbox:[0-9a-f]{12}$' || true
+    docker images --filter dangling=true --quiet --no-trunc # the images a rebuild of those tags left untagged
+}
+test_dirs() {
+    find "${TMPDIR:-/tmp}" -maxdepth 1 -name 'crackbox-engine-test-*' 2>/dev/null || true
+}
+images_before="$(test_images)"
+dirs_before="$(test_dirs)"
+cleanup() {
+    comm -13 <(echo "$images_before" | sort) <(test_images | sort) | xargs -r docker rmi -f >/dev/null || true
+    comm -13 <(echo "$dirs_before" | sort) <(test_dirs | sort) | xargs -r rm -rf || true
+    deploy/ci-docker.sh stop "$dockerd_owner"
+}
+trap cleanup EXIT
+# Docker is set up above and this runs as root, so a Docker or root-only
+# (network namespace) test that would skip must fail instead.
 export CRACKBOX_REQUIRE_DOCKER=1
+export CRACKBOX_REQUIRE_ROOT=1
 
 cargo nextest run --workspace --no-fail-fast

@@ -21,7 +21,7 @@ set -euo pipefail
 seconds=${1:?usage: fuzz/run.sh SECONDS}
 jobs=${FUZZ_JOBS:-2}
 sanitizer=${FUZZ_SANITIZER:-address}
-read -ra targets <<<"${FUZZ_TARGETS:-http_head tls_peek allowlist match_host wire admin_body socks5}"
+read -ra targets <<<"${FUZZ_TARGETS:-http_head tls_peek allowlist match_host wire admin_body socks5 decide_body}"
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
 export RUSTC_BOOTSTRAP=1

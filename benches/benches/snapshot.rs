@@ -6,7 +6,7 @@
 
 use crackbox_policy::registry::Registry;
 use crackbox_policy::wire::{decode_frame, encode, Message};
-use crackbox_policy::{RegistrationSpec, Snapshot, SourceChange};
+use crackbox_policy::{Allowlist, RegistrationSpec, Snapshot, SourceChange};
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use std::hint::black_box;
 
@@ -16,10 +16,10 @@ const REGISTRATIONS: u32 = 10_000;
 fn specs() -> Vec<RegistrationSpec> {
     (0..REGISTRATIONS)
         .map(|i| {
-            RegistrationSpec::new(
-                format!("10.{}.{}.{}", i >> 16, (i >> 8) & 0xff, i & 0xff),
-                format!("sandbox-{i}"),
-                [
+            RegistrationSpec::parse(
+                &format!("10.{}.{}.{}", i >> 16, (i >> 8) & 0xff, i & 0xff),
+                &format!("sandbox-{i}"),
+                &[
                     "github.com".into(),
                     "*.githubusercontent.com".into(),
                     "pypi.org:443".into(),
@@ -27,6 +27,7 @@ fn specs() -> Vec<RegistrationSpec> {
                     "203.0.113.7".into(),
                 ],
             )
+            .unwrap()
         })
         .collect()
 }
@@ -44,9 +45,7 @@ fn bench_snapshot(c: &mut Criterion) {
     let registry = Registry::deny_all();
     let mut group = c.benchmark_group("snapshot-10k");
     group.sample_size(20);
-    group.bench_function("build", |b| {
-        b.iter(|| Snapshot::build(2, black_box(&specs)).expect("valid specs"))
-    });
+    group.bench_function("build", |b| b.iter(|| Snapshot::build(2, black_box(&specs))));
     group.bench_function("encode", |b| {
         b.iter_batched(
             || message(specs.clone()),
@@ -63,7 +62,7 @@ fn bench_snapshot(c: &mut Criterion) {
     });
     group.bench_function("swap", |b| {
         b.iter_batched(
-            || Snapshot::build(2, &specs).expect("valid specs"),
+            || Snapshot::build(2, &specs),
             |snapshot| registry.swap(snapshot),
             BatchSize::LargeInput,
         )
@@ -83,20 +82,22 @@ fn bench_snapshot(c: &mut Criterion) {
                 else {
                     panic!("not a snapshot frame");
                 };
-                registry.swap(Snapshot::build(generation, &registrations).expect("valid specs"));
+                registry.swap(Snapshot::build(generation, &registrations));
             },
             BatchSize::LargeInput,
         )
     });
     group.bench_function("delta-one-change-decode-apply-swap", |b| {
         let mut changed = specs[REGISTRATIONS as usize / 2].clone();
-        changed.allowlist.push("files.pythonhosted.org".into());
+        let mut entries = changed.allowlist.texts();
+        entries.push("files.pythonhosted.org".into());
+        changed.allowlist = Allowlist::from_config(&entries).expect("valid entries");
         let delta = encode(&Message::Delta {
             base: 2,
             generation: 3,
             changes: vec![SourceChange::Put(changed)],
         });
-        let base = Snapshot::build(2, &specs).expect("valid specs");
+        let base = Snapshot::build(2, &specs);
         b.iter(|| {
             let Some((
                 Message::Delta {
@@ -107,7 +108,7 @@ fn bench_snapshot(c: &mut Criterion) {
             else {
                 panic!("not a delta frame");
             };
-            let next = base.apply(generation, &changes).expect("valid delta");
+            let next = base.apply(generation, &changes);
             registry.swap_changed(next, vec![]);
         })
     });

@@ -1,6 +1,9 @@
 //! The splice path: one tunnel through a live crackbox on loopback moving
 //! 64 MiB per iteration to the built-in sink, against the same transfer
-//! straight to the sink.
+//! straight to the sink, and the same tunnel while another source, capped
+//! at 4 MiB/s, keeps its own tunnel busy (a cap holds only its source: the
+//! uncapped one is not slowed; this measures it, the end-to-end tests only
+//! check that caps are never exceeded).
 //!
 //! The crackbox binary is `$CRACKBOX_BIN`, else `release/crackbox` under
 //! `$CARGO_TARGET_DIR` or the workspace `target/`; build it with
@@ -12,9 +15,11 @@ use crackbox_benches::modes::sink_transfer;
 use crackbox_benches::pattern;
 use crackbox_benches::upstream::{Role, Upstream};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const BYTES: u64 = 64 << 20;
@@ -82,6 +87,7 @@ fn start_crackbox() -> Result<Crackbox, String> {
         .args(["--admin", &format!("127.0.0.1:{admin_port}")])
         .args(["--transparent", "", "--allow-private-destinations"])
         .args(["--register", "127.0.0.1=bench:localhost,127.0.0.1"])
+        .args(["--register", "127.0.0.2=capped:localhost;bandwidth=4MiB/s"])
         .arg("--control-socket")
         .arg(dir.0.join("control.sock"))
         .env(
@@ -99,12 +105,13 @@ fn start_crackbox() -> Result<Crackbox, String> {
     })
 }
 
-/// A tunnel to `sink` through crackbox, retried while crackbox starts up.
-fn tunnel(crackbox: &mut Crackbox, sink: SocketAddr) -> Result<TcpStream, String> {
+/// A tunnel from `source` to `sink` through crackbox, retried while
+/// crackbox starts up.
+fn tunnel(crackbox: &mut Crackbox, sink: SocketAddr, source: IpAddr) -> Result<TcpStream, String> {
     let endpoint = Endpoint::new(
         Some(crackbox.proxy),
         &format!("localhost:{}", sink.port()),
-        vec![],
+        vec![source],
         TIMEOUT,
     )
     .map_err(|e| e.to_string())?;
@@ -136,16 +143,50 @@ fn bench_splice(c: &mut Criterion) {
         b.iter(|| sink_transfer(&mut direct, BYTES, &block).expect("direct transfer"))
     });
 
-    let through = start_crackbox().and_then(|mut crackbox| tunnel(&mut crackbox, sink).map(|t| (crackbox, t)));
+    let through = start_crackbox().and_then(|mut crackbox| {
+        let free = tunnel(&mut crackbox, sink, Ipv4Addr::LOCALHOST.into())?;
+        let capped = tunnel(&mut crackbox, sink, Ipv4Addr::new(127, 0, 0, 2).into())?;
+        Ok((crackbox, free, capped))
+    });
     match through {
-        Ok((_crackbox, mut tunnel)) => {
+        Ok((_crackbox, mut free, capped)) => {
             group.bench_function("crackbox", |b| {
-                b.iter(|| sink_transfer(&mut tunnel, BYTES, &block).expect("transfer through crackbox"))
+                b.iter(|| sink_transfer(&mut free, BYTES, &block).expect("transfer through crackbox"))
             });
+            let busy = CappedNeighbour::start(capped, block.clone());
+            group.bench_function("crackbox-beside-a-capped-source", |b| {
+                b.iter(|| sink_transfer(&mut free, BYTES, &block).expect("transfer beside the capped source"))
+            });
+            busy.stop();
         }
         Err(reason) => eprintln!("tunnel-64MiB/crackbox skipped: {reason}"),
     }
     group.finish();
+}
+
+/// The capped source's tunnel kept busy with 1 MiB frames on a thread of
+/// its own until stopped.
+struct CappedNeighbour {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl CappedNeighbour {
+    fn start(mut tunnel: TcpStream, block: Vec<u8>) -> CappedNeighbour {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            while !stopped.load(Ordering::Relaxed) {
+                sink_transfer(&mut tunnel, 1 << 20, &block).expect("transfer of the capped source");
+            }
+        });
+        CappedNeighbour { stop, thread }
+    }
+
+    fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().expect("capped source's thread");
+    }
 }
 
 criterion_group!(benches, bench_splice);

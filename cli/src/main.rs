@@ -1,49 +1,10 @@
 //! The `crackbox` binary: parses arguments and hands over to the engine, the
 //! control plane or `crackbox run`. Nothing else lives here.
 
-use clap::{Parser, Subcommand};
-use crackbox_config::{EngineArgs, ProxyArgs};
-use crackbox_control::state_cmd::StateArgs;
-use crackbox_run::RunArgs;
+use clap::Parser;
+use crackbox_cli::{Cli, Command, ProxyCommand};
+use crackbox_config::EngineArgs;
 use std::process::ExitCode;
-
-/// crackbox: an egress gate for AI-agent sandboxes. A workload's only route
-/// to the network is crackbox, which lets through exactly the allowlisted
-/// host names.
-#[derive(Parser)]
-#[command(name = "crackbox", version, propagate_version = true)]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
-// Parsed once at start: boxing the large proxy arguments would buy nothing.
-#[allow(clippy::large_enum_variant)]
-#[derive(Subcommand)]
-enum Command {
-    /// Run the proxy daemon.
-    Proxy {
-        #[command(subcommand)]
-        command: ProxyCommand,
-    },
-    /// Run a command in a jail whose only network route is a private crackbox.
-    Run(RunArgs),
-    /// Show the registry of a running daemon.
-    State(StateArgs),
-    /// List the allowlist presets (`--allow @pypi,@github`) and the hosts each expands to.
-    Presets,
-}
-
-#[derive(Subcommand)]
-enum ProxyCommand {
-    /// Run control plane and engine together (the usual way).
-    Serve(ProxyArgs),
-    /// Run the control plane alone, for an engine supervised separately.
-    Control(ProxyArgs),
-    /// Run the engine alone, connecting to the control plane's socket.
-    #[command(hide = true)]
-    Engine(EngineArgs),
-}
 
 fn main() -> ExitCode {
     if let Err(err) = init_logging() {
@@ -63,6 +24,9 @@ fn main() -> ExitCode {
         } => return run_engine(&args),
         Command::Run(args) => return ExitCode::from(clamp_exit(crackbox_run::run(args))),
         Command::State(args) => crackbox_control::state_cmd::state(args),
+        Command::Hold => return ExitCode::from(clamp_exit(crackbox_run::hold())),
+        Command::Pending(args) => crackbox_control::ask_cmd::pending(args),
+        Command::Decide(args) => crackbox_control::ask_cmd::decide(args),
         Command::Presets => {
             print_presets();
             Ok(())
@@ -111,7 +75,8 @@ fn clamp_exit(code: i32) -> u8 {
     u8::try_from(code).unwrap_or(125)
 }
 
-/// Logs to stderr, filtered by `CRACKBOX_LOG` (default `info`): plain text,
+/// Logs to stderr, filtered by `CRACKBOX_LOG` (default `info`), each span's
+/// close with its timing (`run` times its steps in debug spans): plain text,
 /// coloured only when stderr is a terminal and `NO_COLOR` is unset or empty,
 /// or with `CRACKBOX_LOG_FORMAT=json` one JSON object per line (timestamp,
 /// level, target, fields with the message) for log shippers. The engine
@@ -123,6 +88,7 @@ fn init_logging() -> anyhow::Result<()> {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
         .with_writer(std::io::stderr);
     match std::env::var("CRACKBOX_LOG_FORMAT").as_deref() {
         Ok("json") => builder.json().init(),

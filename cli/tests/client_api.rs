@@ -11,7 +11,7 @@ use std::time::Duration;
 const SECRET: &str = "s3cret";
 
 fn spec(ip: &str, id: &str, allowlist: &[&str]) -> RegistrationSpec {
-    RegistrationSpec::new(ip, id, allowlist.iter().copied())
+    RegistrationSpec::parse(ip, id, allowlist).unwrap()
 }
 
 /// A daemon with an admin secret, a loopback upstream, and a client of the
@@ -61,8 +61,11 @@ fn register_state_denials_and_unregister_through_the_client() {
         ("127.0.0.3", "agent", "bench.test", upstream.port(), Reason::NotAllowed)
     );
 
-    assert!(client.unregister("127.0.0.3").unwrap());
-    assert!(!client.unregister("127.0.0.3").unwrap(), "already gone");
+    assert!(client.unregister("127.0.0.3".parse().unwrap()).unwrap());
+    assert!(
+        !client.unregister("127.0.0.3".parse().unwrap()).unwrap(),
+        "already gone"
+    );
     assert_eq!(
         ports.fetch("127.0.0.3", &allowed),
         403,
@@ -85,12 +88,7 @@ fn refusals_keep_the_servers_status_and_error_text() {
         ),
         (
             Some(SECRET),
-            spec("10.0.0.2", "a", &["*"]),
-            &["Authorization: Bearer s3cret"][..],
-        ),
-        (
-            Some(SECRET),
-            spec("10.0.0.2:80", "a", &[]),
+            spec("10.0.0.2", "docker:a", &["a.test"]),
             &["Authorization: Bearer s3cret"][..],
         ),
     ];
@@ -151,18 +149,21 @@ fn batch_and_replace_apply_as_one_change_or_not_at_all() {
     client.register(&spec("127.0.0.4", "gone", &["localhost"])).unwrap();
 
     let started = [spec("127.0.0.3", "a", &["LocalHost"]), spec("127.0.0.5", "b", &[])];
-    let answer = client.batch(&started, &["127.0.0.4"]).unwrap();
+    let answer = client.batch(&started, &["127.0.0.4".parse().unwrap()]).unwrap();
     assert_eq!((answer.registered, answer.removed), (2, 1));
     assert_eq!(ports.fetch("127.0.0.3", &url), 200, "enforced once batch returned");
     assert_eq!(ports.fetch("127.0.0.4", &url), 403, "removed in the same change");
     let after_batch = [spec("127.0.0.3", "a", &["localhost"]), spec("127.0.0.5", "b", &[])];
     assert_eq!(client.state().unwrap(), after_batch);
 
-    let bad = [spec("127.0.0.6", "c", &["ok.test"]), spec("127.0.0.7", "d", &["*"])];
-    let err = client.batch(&bad, &["127.0.0.3"]).unwrap_err();
+    let bad = [
+        spec("127.0.0.6", "c", &["ok.test"]),
+        spec("127.0.0.7", "docker:d", &["ok.test"]),
+    ];
+    let err = client.batch(&bad, &["127.0.0.3".parse().unwrap()]).unwrap_err();
     assert_eq!(err.status(), Some(400), "{err}");
     assert!(
-        err.refused() && err.to_string().contains('*'),
+        err.refused() && err.to_string().contains("register[1]: id: the prefix docker:"),
         "names the bad entry: {err}"
     );
     let err = client.replace(&bad).unwrap_err();

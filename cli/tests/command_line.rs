@@ -399,14 +399,23 @@ fn a_busy_listener_address_makes_serve_exit_naming_it() {
     let mut runs: Vec<(Vec<&str>, &str)> = cases.iter().map(|(flags, what)| (flags.to_vec(), *what)).collect();
     runs.push((dns.to_vec(), "DNS"));
     runs.push((socks.to_vec(), "SOCKS5"));
+    // Each message names the flag that moves the listener.
+    let remedy = |what: &str| match what {
+        "forward proxy" => "choose another address with --listen",
+        "transparent" => "choose another address with --transparent, or '' to turn it off",
+        "admin API" => "choose another address with --admin",
+        "DNS" => "choose another address with --dns-listen",
+        _ => "choose another address with --socks",
+    };
     for (flags, what) in runs {
+        let flag = remedy(what);
         let mut args = vec!["proxy".to_owned(), "serve".to_owned()];
         args.extend(flags.iter().map(|f| f.to_string()));
         let (code, stderr) = exit_of(&args);
         assert_eq!(code, Some(1), "{args:?}: {stderr}");
         assert_eq!(
             stderr,
-            format!("crackbox: cannot listen on {busy} ({what}): address in use\n"),
+            format!("crackbox: cannot listen on {busy} ({what}): address in use; {flag}\n"),
             "{args:?}"
         );
     }
@@ -420,7 +429,9 @@ fn a_busy_listener_address_makes_serve_exit_naming_it() {
     let (code, stderr) = exit_of(&engine);
     assert_eq!(code, Some(78), "the engine's start-failure status: {stderr}");
     assert!(
-        stderr.contains(&format!("cannot listen on {busy} (forward proxy): address in use")),
+        stderr.contains(&format!(
+            "cannot listen on {busy} (forward proxy): address in use; choose another address with --listen"
+        )),
         "{stderr}"
     );
 }
@@ -441,7 +452,7 @@ fn a_second_daemon_on_the_same_ports_exits_instead_of_sharing_them() {
     assert_eq!(
         stderr,
         format!(
-            "crackbox: cannot listen on {} (forward proxy): address in use\n",
+            "crackbox: cannot listen on {} (forward proxy): address in use; choose another address with --listen\n",
             listeners.proxy
         )
     );
@@ -497,8 +508,23 @@ fn run_refuses_bad_allow_files_presets_and_caps_in_one_line_with_exit_125() {
         assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
         assert!(stderr.starts_with(&want), "{args:?}:\n{stderr}\nwant {want}");
     }
-    // Neither --allow nor --allow-file: clap's usage error.
+    // No allowlist at all: one line naming every way to give one.
     let (code, stderr) = run_refused(&[]);
-    assert_eq!(code, Some(2), "{stderr}");
-    assert!(stderr.contains("--allow"), "{stderr}");
+    assert_eq!(code, Some(125), "{stderr}");
+    assert_eq!(
+        stderr,
+        "crackbox: run needs an allowlist: --allow HOST,HOST (presets too: --allow @pypi; crackbox presets lists \
+         them), --allow-file PATH (one entry per line), or --learn to find it by running the command once\n"
+    );
+    // `*` is refused with what to write instead.
+    let (code, stderr) = run_refused(&["--allow", "*"]);
+    assert_eq!(code, Some(125), "{stderr}");
+    assert!(
+        stderr.contains("a bare * would allow everything: name the hosts"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("crackbox presets") && stderr.contains("--learn"),
+        "{stderr}"
+    );
 }

@@ -2,12 +2,23 @@
 //! namespace, forwarding to a resolver in the upstream namespace (see
 //! `transparent_lab` for the topology). Root only.
 
-use crackbox_test_support::netns_lab::{can_run, Lab, REAL};
+use crackbox_test_support::netns_lab::{can_run, in_ns, Lab, ADMIN, REAL, WORKLOAD};
 use hickory_proto::op::{Message, MessageType, Query, ResponseCode};
 use hickory_proto::rr::{Name, RData, RecordType};
 use std::str::FromStr;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+
+/// The workload's record in `/v1/usage`.
+fn usage(lab: &Lab) -> serde_json::Value {
+    let path = format!("/v1/usage?ip={WORKLOAD}");
+    let (status, body) = in_ns(&lab.proxy_ns, move || {
+        crackbox_test_support::http(ADMIN.parse().unwrap(), "GET", &path, None, &[])
+    });
+    assert_eq!(status, 200, "{body}");
+    let records: serde_json::Value = serde_json::from_str(&body).unwrap();
+    records[0].clone()
+}
 
 fn addresses(reply: &Message) -> Vec<std::net::IpAddr> {
     reply
@@ -70,4 +81,38 @@ fn dns_filter_never_answers_a_response_packet() {
         ResponseCode::NoError,
         "the filter is still serving"
     );
+}
+
+/// README, "Usage and bandwidth caps": `denials` in `/v1/usage` counts the
+/// DNS filter's denials too, by reason; an allowed name or a refused record
+/// type adds none, and no query moves bytes or opens a tunnel.
+#[test]
+fn dns_filter_denials_are_counted_in_usage() {
+    if !can_run() {
+        return;
+    }
+    let lab = Lab::start();
+    let before = usage(&lab);
+    assert_eq!(before["ip"], WORKLOAD.to_string());
+    let not_allowed = |record: &serde_json::Value| record["denials"]["not-allowed"].as_u64().unwrap_or(0);
+
+    for (name, kind) in [
+        ("denied.test.", RecordType::A),
+        ("denied.test.", RecordType::AAAA),
+        ("elsewhere.example.test.", RecordType::A),
+    ] {
+        let reply = lab.dns_query(name, kind);
+        assert_eq!(reply.metadata.response_code, ResponseCode::NXDomain, "{name} {kind}");
+    }
+    let allowed = lab.dns_query("allowed.test.", RecordType::A);
+    assert_eq!(allowed.metadata.response_code, ResponseCode::NoError);
+    let refused = lab.dns_query("allowed.test.", RecordType::TXT);
+    assert_eq!(refused.metadata.response_code, ResponseCode::Refused);
+
+    let after = usage(&lab);
+    assert_eq!(not_allowed(&after) - not_allowed(&before), 3, "{before} -> {after}");
+    assert_eq!(after["denials"].as_object().map(|d| d.len()), Some(1), "{after}");
+    for field in ["bytes_up", "bytes_down", "tunnels", "requests"] {
+        assert_eq!(after[field], before[field], "{field}: {before} -> {after}");
+    }
 }

@@ -3,7 +3,9 @@
 //! addresses on the networks crackbox shares with them and unregistered when
 //! they stop; reconciliation after a crackbox restart and after the
 //! connection to Docker is lost; a labelled container's first request is
-//! never denied for a registration still in flight. Upstreams live on
+//! never denied for a registration still in flight; a container labelled
+//! `io.crackbox.mode=ask` waits for a decision it cannot reach the admin API
+//! to make. Upstreams live on
 //! networks these tests create.
 
 use crackbox_test_support::docker::*;
@@ -527,4 +529,54 @@ fn lost_docker_connection_is_reconciled_on_reconnect() {
     let state = admin_call(&admin, "", "/v1/state", None);
     drop(crackbox);
     assert!(reconciled, "{state}");
+}
+
+#[test]
+fn an_ask_mode_container_waits_for_a_decision_it_cannot_make_itself() {
+    if !docker_ready() {
+        return;
+    }
+    let lab = Lab::start(&[]);
+    let name = unique("ask-agent");
+    let script = format!(
+        r#"for a in {proxy}:3129 {admin}; do
+          curl -s -m 2 --noproxy '*' http://$a/v1/pending && echo REACHED $a
+          curl -s -m 2 --noproxy '*' -X POST -d '{{"decision":"once"}}' http://$a/v1/pending/1 && echo DECIDED $a
+        done
+        curl -sS -m 60 http://{DENIED}/; echo"#,
+        proxy = lab.proxy,
+        admin = lab.daemon.admin,
+    );
+    let labels = [
+        format!("io.crackbox.allow={ALLOWED}"),
+        "io.crackbox.mode=ask".to_string(),
+    ];
+    let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
+    let agent = lab
+        .agent(&name, false, &labels, &["sh", "-c", &script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut id = None;
+    let pending = wait_until(Duration::from_secs(60), || {
+        let listed: serde_json::Value = serde_json::from_str(&lab.daemon.get("/v1/pending")).unwrap();
+        id = listed["pending"]
+            .as_array()
+            .and_then(|all| all.iter().find(|p| p["host"] == DENIED))
+            .and_then(|p| p["id"].as_u64());
+        id.is_some()
+    });
+    assert!(pending, "no pending request: {}", lab.daemon.logs());
+    let decided = lab
+        .daemon
+        .post(&format!("/v1/pending/{}", id.unwrap()), r#"{"decision":"once"}"#);
+    assert!(decided.contains(r#""decision":"once""#), "{decided}");
+    let out = agent.wait_with_output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        UPSTREAM_BODY,
+        "{}",
+        describe(&out)
+    );
 }

@@ -369,7 +369,7 @@ fn a_bad_entry_makes_a_batch_or_a_replace_change_nothing_in_control_or_engine() 
     let bad_replace = json!([entry("127.0.8.2", &["localhost"]), entry("127.0.8.3:80", &[])]);
     for (method, path, body, named) in [
         ("POST", "/v1/batch", bad_batch, "register[1]"),
-        ("PUT", "/v1/state", bad_replace, "[1]: ip"),
+        ("PUT", "/v1/state", bad_replace, "[1].ip"),
     ] {
         let (status, text) = http(proxy.admin, method, path, Some(&body.to_string()), &[]);
         assert_eq!(status, 400, "{text}");

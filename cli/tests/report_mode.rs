@@ -13,7 +13,7 @@
 use crackbox_client::{blocking, Client, Denial, Mode, Reason, RegistrationSpec};
 use crackbox_test_support::netns_lab::{can_run, in_ns, Lab, ADMIN, PROXY, REAL, WEB, WORKLOAD};
 use crackbox_test_support::{
-    assert_cut, assert_untouched, curl, echo_round, free_port, metric, proxied, read_head, read_to_end, run,
+    admin, assert_cut, assert_untouched, curl, echo_round, free_port, metric, proxied, read_head, read_to_end, run,
     wait_until, Daemon, Echo, Ports, Upstream,
 };
 use hickory_proto::op::ResponseCode;
@@ -213,7 +213,7 @@ fn switching_to_enforce_revokes_within_a_second_what_the_list_does_not_cover() {
     echo_round(&mut covered, "listed");
     echo_round(&mut reported, "let through");
     let admin = client(proxy.admin);
-    let spec = RegistrationSpec::new("127.0.0.2", "watched", ["localhost", "other.test"]);
+    let spec = RegistrationSpec::parse("127.0.0.2", "watched", &["localhost", "other.test"]).unwrap();
 
     admin.register(&spec.clone().with_mode(Mode::Report)).unwrap();
     assert_untouched(&mut reported, "a reported tunnel after another report-mode change");
@@ -285,10 +285,14 @@ fn health_the_log_and_crackbox_state_say_how_many_sources_are_report_only() {
     );
 
     for ip in ["127.0.0.2", "127.0.0.3"] {
-        admin.register(&RegistrationSpec::new(ip, "x", ["x.test"])).unwrap();
+        admin
+            .register(&RegistrationSpec::parse(ip, "x", &["x.test"]).unwrap())
+            .unwrap();
     }
     assert_eq!(admin.health_answer().unwrap().report_only, 0);
-    let watched = RegistrationSpec::new("127.0.0.5", "d", ["x.test"]).with_mode(Mode::Report);
+    let watched = RegistrationSpec::parse("127.0.0.5", "d", &["x.test"])
+        .unwrap()
+        .with_mode(Mode::Report);
     admin.register(&watched).unwrap();
     assert_eq!(admin.health_answer().unwrap().report_only, 1);
     assert_eq!(
@@ -298,7 +302,9 @@ fn health_the_log_and_crackbox_state_say_how_many_sources_are_report_only() {
         log_text()
     );
     admin.register(&watched.clone().with_mode(Mode::Report)).unwrap();
-    let another = RegistrationSpec::new("127.0.0.6", "e", ["x.test"]).with_mode(Mode::Report);
+    let another = RegistrationSpec::parse("127.0.0.6", "e", &["x.test"])
+        .unwrap()
+        .with_mode(Mode::Report);
     admin.register(&another).unwrap();
     assert_eq!(admin.health_answer().unwrap().report_only, 2);
     assert_eq!(warnings(&log_text(), 2), 1, "only from none to some: {}", log_text());
@@ -330,9 +336,13 @@ fn presets_and_allowlist_files_expand_in_register_the_config_file_and_the_admin_
         &[&register],
     );
     let state = client(proxy.admin).state().unwrap();
-    let listed: Vec<(&str, Vec<&str>, Mode)> = state
+    let listed: Vec<(String, Vec<String>, Mode)> = state
         .iter()
-        .map(|e| (e.ip.as_str(), e.allowlist.iter().map(String::as_str).collect(), e.mode))
+        .map(|e| (e.ip.to_string(), e.allowlist.texts(), e.mode))
+        .collect();
+    let listed: Vec<(&str, Vec<&str>, Mode)> = listed
+        .iter()
+        .map(|(ip, allow, mode)| (ip.as_str(), allow.iter().map(String::as_str).collect(), *mode))
         .collect();
     let local = format!("localhost:{}", upstream.port());
     assert_eq!(
@@ -364,17 +374,21 @@ fn presets_and_allowlist_files_expand_in_register_the_config_file_and_the_admin_
     let other = format!("http://localhost:{}/", free_port());
     assert_eq!(proxied(proxy.proxy, "127.0.0.2", &other, false), 403);
 
-    let stored = client(proxy.admin)
-        .register(&RegistrationSpec::new("127.0.0.4", "api", ["@github", "x.test"]))
-        .unwrap();
-    assert!(stored.allowlist.len() > 3, "{stored:?}");
-    assert_eq!(stored.allowlist[0], "github.com");
-    assert_eq!(stored.allowlist.last().map(String::as_str), Some("x.test"));
-    assert!(!stored.allowlist.iter().any(|e| e.contains('@')), "{stored:?}");
-    let refused = client(proxy.admin)
-        .register(&RegistrationSpec::new("127.0.0.4", "api", ["@nosuch"]))
-        .unwrap_err()
-        .to_string();
+    // The admin API expands presets itself (a client that is not ours may send them).
+    let body = br#"{"ip":"127.0.0.4","id":"api","allowlist":["@github","x.test"]}"#;
+    let (status, stored) = admin(proxy.admin, "POST", "/v1/register", Some(body), &[]);
+    assert_eq!(status, 200, "{stored}");
+    let stored: RegistrationSpec = serde_json::from_str(&stored).unwrap();
+    let stored = stored.allowlist.texts();
+    assert!(stored.len() > 3, "{stored:?}");
+    assert_eq!(stored[0], "github.com");
+    assert_eq!(stored.last().map(String::as_str), Some("x.test"));
+    assert!(!stored.iter().any(|e| e.contains('@')), "{stored:?}");
+    let body = br#"{"ip":"127.0.0.4","id":"api","allowlist":["@nosuch"]}"#;
+    let (status, refused) = admin(proxy.admin, "POST", "/v1/register", Some(body), &[]);
+    assert_eq!(status, 400, "{refused}");
+    let refused: serde_json::Value = serde_json::from_str(&refused).unwrap();
+    let refused = refused["error"].as_str().unwrap_or_default();
     assert!(
         refused.contains("unknown preset \"@nosuch\" (known: @pypi, @npm"),
         "{refused}"
@@ -415,13 +429,20 @@ fn old_state_files_load_as_enforce_and_the_mode_survives_a_restart() {
     assert_eq!(proxied(proxy.proxy, "127.0.0.2", &url, false), 403);
     let (_, listed) = crackbox_test_support::http(proxy.admin, "GET", "/v1/state", None, &[]);
     assert!(!listed.contains("mode"), "enforce is left out: {listed}");
-    let watched = RegistrationSpec::new("127.0.0.3", "watched", ["allowed.test"]).with_mode(Mode::Report);
+    let watched = RegistrationSpec::parse("127.0.0.3", "watched", &["allowed.test"])
+        .unwrap()
+        .with_mode(Mode::Report);
     admin.register(&watched).unwrap();
     drop(proxy);
 
     let proxy = daemon(&flags, &[]);
     let admin = client(proxy.admin);
-    let modes: Vec<(String, Mode)> = admin.state().unwrap().into_iter().map(|e| (e.ip, e.mode)).collect();
+    let modes: Vec<(String, Mode)> = admin
+        .state()
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.ip.to_string(), e.mode))
+        .collect();
     assert_eq!(
         modes,
         [("127.0.0.2".into(), Mode::Enforce), ("127.0.0.3".into(), Mode::Report)]
@@ -456,7 +477,7 @@ fn workload_curl(lab: &Lab, args: &[&str]) -> (i32, String) {
 /// Registers the workload in report mode with `allowlist`.
 fn watch_workload(lab: &Lab, allowlist: &'static [&'static str]) {
     in_ns(&lab.proxy_ns, move || {
-        let spec = RegistrationSpec::new(WORKLOAD.to_string(), "agent", allowlist.iter().copied());
+        let spec = RegistrationSpec::parse(&WORKLOAD.to_string(), "agent", allowlist).unwrap();
         client(ADMIN.parse().unwrap())
             .register(&spec.with_mode(Mode::Report))
             .unwrap();

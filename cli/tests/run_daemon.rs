@@ -1,7 +1,8 @@
 //! `crackbox run --daemon NAME` against the real Docker engine: workloads run
-//! behind one long-lived crackbox container, each on its own network, and
-//! every exit path leaves the daemon as it was (no registration, no extra
-//! network) and nothing of the run behind.
+//! behind one long-lived crackbox container, each in a jail of its own taken
+//! from the daemon's pool, and every exit path leaves the daemon as it was
+//! (no registration, attached to no network but its own and its pool's,
+//! every jail of the pool free again) and nothing of the run behind.
 
 use crackbox_test_support::docker::*;
 use crackbox_test_support::{describe, run_probe, steer_probe, wait_until};
@@ -16,29 +17,12 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-/// The daemon holds no registration and no network but its own, and the
-/// run left no object.
+/// The daemon holds no registration, is attached to no network but its own
+/// and its pool's, every jail of the pool is free (its holder and no
+/// workload), and the run left no object.
 fn assert_daemon_restored(daemon: &Daemon, upstream: &Upstream, id: &str) {
-    assert_eq!(daemon.get("/v1/state"), "[]", "registrations left on the daemon");
-    assert_eq!(
-        daemon.networks(),
-        vec![upstream.network.clone()],
-        "daemon still attached"
-    );
+    daemon.assert_pool_free(upstream);
     assert_eq!(leftovers(id), Vec::<String>::new());
-}
-
-/// Waits for the run labelled `id` to have a running workload; returns its
-/// name and address.
-fn running_workload(id: &str) -> (String, String) {
-    let name = workload_container(id);
-    let ip = docker(&[
-        "inspect",
-        "-f",
-        "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
-        &name,
-    ]);
-    (name, ip)
 }
 
 #[test]
@@ -170,7 +154,7 @@ fn daemon_run_registers_its_cap_and_expanded_allowlist_and_sums_up_its_usage() {
     assert_daemon_restored(&daemon, &upstream, &id);
 }
 
-/// A daemon that steers every jail it joins, as README's set-up starts it:
+/// A daemon that steers every jail it joins, as docs/daemon.md ("crackbox run --daemon") starts it:
 /// no capability, unprivileged ports from 0 in its own namespace.
 fn steering_daemon(upstream: &Upstream) -> Daemon {
     Daemon::start_with(
@@ -481,6 +465,5 @@ fn daemon_many_concurrent_runs_all_work_and_all_clean_up() {
         );
         assert_eq!(leftovers(&id), Vec::<String>::new(), "run {i}");
     }
-    assert_eq!(daemon.get("/v1/state"), "[]");
-    assert_eq!(daemon.networks(), vec![upstream.network.clone()]);
+    daemon.assert_pool_free(&upstream);
 }

@@ -5,7 +5,7 @@
 //! destinations allowed, as documented for tests).
 
 use crackbox_test_support::run_probe::{self, Services};
-use crackbox_test_support::{binary, describe, free_port, Bulk, Echo, Upstream};
+use crackbox_test_support::{binary, describe, free_port, root_or_skip, Bulk, Echo, Upstream};
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
@@ -14,12 +14,7 @@ use std::time::Duration;
 const BODY: &str = "netns upstream ok";
 
 fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    if !root {
-        eprintln!("SKIPPED: crackbox run netns test: not root");
-    }
-    root
+    root_or_skip("crackbox run netns test")
 }
 
 /// An HTTP server on `addr` answering every request with [`BODY`].

@@ -4,7 +4,9 @@
 //! loopback (and on a Docker network the test makes).
 
 use crackbox_test_support::docker;
-use crackbox_test_support::{closed_within, connect_from, curl, echo_round, free_port, metric, Daemon, Echo};
+use crackbox_test_support::{
+    closed_within, connect_from, curl, echo_round, free_port, metric, wait_until, Daemon, Echo,
+};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::process::{Command, Output, Stdio};
@@ -21,9 +23,15 @@ impl Socks {
     /// Private destinations allowed (the upstreams are on loopback) and
     /// `registrations` (`IP=ID:HOSTS`) in force.
     fn start(registrations: &[&str]) -> Socks {
+        Socks::start_with(&[], registrations)
+    }
+
+    /// As [`Socks::start`], with extra `proxy serve` flags.
+    fn start_with(flags: &[&str], registrations: &[&str]) -> Socks {
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let addr_text = addr.to_string();
         let mut args = vec!["--allow-private-destinations", "--socks", &addr_text];
+        args.extend_from_slice(flags);
         for registration in registrations {
             args.extend(["--register", registration]);
         }
@@ -59,6 +67,19 @@ impl Socks {
         let mut reply = [0u8; 10];
         stream.read_exact(&mut reply).unwrap();
         (stream, reply)
+    }
+
+    /// As [`Socks::request`], but a connection closed during the handshake
+    /// is `(None, [0; 10])` instead of a panic.
+    fn try_request(&self, source: &str, request: &[u8]) -> (Option<TcpStream>, [u8; 10]) {
+        let mut stream = connect_from(source, self.addr);
+        let mut method = [0u8; 2];
+        let mut reply = [0u8; 10];
+        let answered = stream.write_all(&[5, 1, 0]).is_ok()
+            && stream.read_exact(&mut method).is_ok()
+            && stream.write_all(request).is_ok()
+            && stream.read_exact(&mut reply).is_ok();
+        (answered.then_some(stream), reply)
     }
 
     /// An open SOCKS5 tunnel from `source` to `host:port`; panics unless 0x00.
@@ -404,6 +425,93 @@ fn unregistering_a_source_cuts_its_socks_tunnel_within_a_second() {
         socks.metric("crackbox_denied_total", &[("id", ""), ("reason", "revoked")]),
         1.0
     );
+}
+
+/// README, "SOCKS5 and raw TCP": "A source over its connection cap is
+/// closed at once", the cap counting its connections on every front end.
+#[test]
+fn a_source_over_its_connection_cap_is_closed_at_once_and_others_are_served() {
+    let echo = Echo::start();
+    let socks = Socks::start_with(
+        &["--max-connections-per-source", "2"],
+        &["127.0.0.2=capped:localhost", "127.0.0.3=other:localhost"],
+    );
+    let port = echo.addr.port();
+    let mut held = vec![
+        socks.tunnel("127.0.0.2", "localhost", port),
+        socks.daemon.tunnel("127.0.0.2", &format!("localhost:{port}")),
+    ];
+    let too_many = || {
+        socks.metric(
+            "crackbox_denied_total",
+            &[("id", ""), ("reason", "too-many-connections")],
+        )
+    };
+    assert_eq!(too_many(), 0.0);
+
+    // Over the cap: closed before the client says anything, without a byte.
+    let mut over = connect_from("127.0.0.2", socks.addr);
+    let mut answer = Vec::new();
+    over.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let closed = over.read_to_end(&mut answer);
+    assert!(
+        matches!(closed, Ok(0)) || closed.is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+        "the connection over the cap is closed, not left open: {answer:?}"
+    );
+    assert!(answer.is_empty(), "closed without a SOCKS5 answer: {answer:?}");
+    // A client that sends its greeting at once gets nothing either.
+    let mut eager = connect_from("127.0.0.2", socks.addr);
+    let _ = eager.write_all(&[5, 1, 0]);
+    assert!(closed_within(&mut eager, Duration::from_secs(5)).is_some());
+    assert_eq!(too_many(), 2.0, "{}", socks.daemon.metrics());
+
+    let mut other = socks.tunnel("127.0.0.3", "localhost", port);
+    echo_round(&mut other, "another source is served");
+    for tunnel in &mut held {
+        echo_round(tunnel, "the held tunnels keep working");
+    }
+    drop(held.pop());
+    let mut admitted = None;
+    assert!(
+        wait_until(Duration::from_secs(5), || {
+            let (stream, reply) = socks.try_request("127.0.0.2", &connect_name("localhost", port));
+            admitted = stream.filter(|_| reply[1] == 0x00);
+            admitted.is_some()
+        }),
+        "a freed slot admits the source again"
+    );
+    echo_round(admitted.as_mut().unwrap(), "admitted again");
+}
+
+/// README, "SOCKS5 and raw TCP": a SOCKS5 tunnel has the same idle timeout
+/// as a CONNECT one (`--tunnel-idle-timeout`); one that keeps moving bytes
+/// is never cut.
+#[test]
+fn an_idle_socks5_tunnel_is_closed_after_the_idle_timeout_and_an_active_one_is_not() {
+    let echo = Echo::start();
+    let socks = Socks::start_with(&["--tunnel-idle-timeout", "2"], &["127.0.0.2=idle:localhost"]);
+    let port = echo.addr.port();
+    let mut idle = socks.tunnel("127.0.0.2", "localhost", port);
+    let mut active = socks.tunnel("127.0.0.2", "localhost", port);
+    echo_round(&mut idle, "last bytes");
+    let quiet_since = Instant::now();
+    let watcher =
+        std::thread::spawn(move || closed_within(&mut idle, Duration::from_secs(10)).map(|_| quiet_since.elapsed()));
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(4) {
+        echo_round(&mut active, "keep-alive bytes");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let closed = watcher.join().unwrap().expect("the idle SOCKS5 tunnel was closed");
+    assert!(
+        closed >= Duration::from_millis(1900),
+        "closed before the timeout: {closed:?}"
+    );
+    assert!(
+        closed < Duration::from_secs(8),
+        "closed long after the timeout: {closed:?}"
+    );
+    echo_round(&mut active, "the active tunnel outlived the timeout twice over");
 }
 
 #[test]

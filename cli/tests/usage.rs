@@ -235,7 +235,7 @@ fn counters_live_as_long_as_the_registration() {
     let first = usage_of(&admin, "127.0.0.2");
     assert!(first.bytes_down >= 100_000, "{first:?}");
 
-    let spec = |id: &str, hosts: &[&str]| RegistrationSpec::new("127.0.0.2", id, hosts.iter().copied());
+    let spec = |id: &str, hosts: &[&str]| RegistrationSpec::parse("127.0.0.2", id, hosts).unwrap();
     admin.register(&spec("agent", &["localhost", "bench.test"])).unwrap();
     let kept = usage_of(&admin, "127.0.0.2");
     assert_eq!(
@@ -254,7 +254,7 @@ fn counters_live_as_long_as_the_registration() {
     );
 
     assert_eq!(via_proxy(&ports, "127.0.0.2", false, &[&url]).status, 200);
-    assert!(admin.unregister("127.0.0.2").unwrap());
+    assert!(admin.unregister("127.0.0.2".parse().unwrap()).unwrap());
     assert_eq!(admin.usage("127.0.0.2").unwrap(), None, "unregistered: no counters");
     admin.register(&spec("renamed", &["localhost"])).unwrap();
     let again = usage_of(&admin, "127.0.0.2");
@@ -324,7 +324,7 @@ fn lab_usage(lab: &Lab) -> SourceUsage {
 /// Registers the workload for `allowed.test` and `web.test` (HTTP over TLS).
 fn allow_web(lab: &Lab) {
     in_ns(&lab.proxy_ns, || {
-        let spec = RegistrationSpec::new("10.200.1.2", "agent", ["allowed.test", "web.test"]);
+        let spec = RegistrationSpec::parse("10.200.1.2", "agent", &["allowed.test", "web.test"]).unwrap();
         client(ADMIN.parse().unwrap()).register(&spec).unwrap();
     });
 }

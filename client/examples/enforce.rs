@@ -41,7 +41,7 @@ pub fn main() -> Result<()> {
     daemon.wait_healthy(&admin)?;
 
     // The sandbox is this process (source 127.0.0.1); it may reach the upstream only.
-    let sandbox = RegistrationSpec::new("127.0.0.1", "example", [upstream.to_string()]);
+    let sandbox = RegistrationSpec::parse("127.0.0.1", "example", &[upstream.to_string()]).unwrap();
     let stored = admin.register(&sandbox)?;
     println!("registered {} as {:?}: {:?}", stored.ip, stored.id, stored.allowlist);
 
@@ -67,7 +67,7 @@ pub fn main() -> Result<()> {
     check(seen, format!("the denial is listed: {denials:?}"))?;
     println!("denials list it: localhost:{} not-allowed", upstream.port());
 
-    check(admin.unregister(&stored.ip)?, "unregister removed the entry".into())?;
+    check(admin.unregister(stored.ip)?, "unregister removed the entry".into())?;
     let (status, reason) = connect(daemon.proxy, &upstream.to_string())?;
     check(
         status == 403 && reason == "unregistered",

@@ -4,8 +4,26 @@
 //! Do not use it from inside an async runtime (blocking there panics in
 //! tokio); use [`crate::Client`] there.
 
-use crate::{BulkAnswer, Denial, Error, Health, HealthAnswer, RegistrationSpec, SourceUsage};
+use crate::{
+    Answer, BulkAnswer, DecidedRequest, Denial, Error, Health, HealthAnswer, PendingId, PendingRequest,
+    RegistrationSpec, SourceUsage,
+};
+use std::net::IpAddr;
 use tokio::runtime::Runtime;
+
+/// The events of `GET /v1/events`, each waited for in turn.
+pub struct Events<'a> {
+    runtime: &'a Runtime,
+    events: crate::Events,
+}
+
+impl Iterator for Events<'_> {
+    type Item = Result<crate::Event, Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.runtime.block_on(self.events.next())
+    }
+}
 
 /// A blocking client of one admin API, made by [`crate::Client::blocking`].
 ///
@@ -32,18 +50,38 @@ impl Client {
         Ok(Client { client, runtime })
     }
 
+    /// See [`crate::Client::pending`].
+    pub fn pending(&self) -> Result<Vec<PendingRequest>, Error> {
+        self.runtime.block_on(self.client.pending())
+    }
+
+    /// See [`crate::Client::decide`].
+    pub fn decide(&self, id: PendingId, decision: Answer) -> Result<DecidedRequest, Error> {
+        self.runtime.block_on(self.client.decide(id, decision))
+    }
+
+    /// See [`crate::Client::events`]: the events as an iterator that waits
+    /// for each.
+    pub fn events(&self) -> Result<Events<'_>, Error> {
+        let events = self.runtime.block_on(self.client.events())?;
+        Ok(Events {
+            runtime: &self.runtime,
+            events,
+        })
+    }
+
     /// See [`crate::Client::register`].
     pub fn register(&self, spec: &RegistrationSpec) -> Result<RegistrationSpec, Error> {
         self.runtime.block_on(self.client.register(spec))
     }
 
     /// See [`crate::Client::unregister`].
-    pub fn unregister(&self, ip: &str) -> Result<bool, Error> {
+    pub fn unregister(&self, ip: IpAddr) -> Result<bool, Error> {
         self.runtime.block_on(self.client.unregister(ip))
     }
 
     /// See [`crate::Client::batch`].
-    pub fn batch(&self, register: &[RegistrationSpec], unregister: &[&str]) -> Result<BulkAnswer, Error> {
+    pub fn batch(&self, register: &[RegistrationSpec], unregister: &[IpAddr]) -> Result<BulkAnswer, Error> {
         self.runtime.block_on(self.client.batch(register, unregister))
     }
 

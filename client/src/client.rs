@@ -1,14 +1,22 @@
 //! The async client: one typed method per admin API endpoint.
 
+use crate::events::Events;
 use crate::transport::{self, Answer, Call};
 use crate::url::{query_value, AdminUrl};
 use crate::{BulkAnswer, Denial, Error, Health, HealthAnswer, RegistrationSpec, SourceUsage};
 use crackbox_policy::admin_body::{BatchBody, ErrorAnswer, UnregisterAnswer, UnregisterBody};
+use crackbox_policy::ask::{self, DecideBody, DecidedRequest, PendingId, PendingRequest};
 use hyper::Method;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
+
+/// `GET /v1/pending` answer.
+#[derive(serde::Deserialize)]
+struct PendingAnswer {
+    pending: Vec<PendingRequest>,
+}
 
 /// Client of one crackbox admin API.
 ///
@@ -53,6 +61,11 @@ impl Client {
         }
     }
 
+    /// The bearer secret sent on every call, if any.
+    pub fn secret(&self) -> Option<&str> {
+        self.secret.as_deref()
+    }
+
     /// Sends `Authorization: Bearer <secret>` on every call (the daemon's
     /// `CRACKBOX_ADMIN_SECRET`); an empty secret sends none.
     pub fn with_secret(mut self, secret: impl Into<String>) -> Self {
@@ -82,9 +95,9 @@ impl Client {
     /// ```no_run
     /// # async fn demo(admin: crackbox_client::Client) -> Result<(), crackbox_client::Error> {
     /// use crackbox_client::RegistrationSpec;
-    /// let spec = RegistrationSpec::new("10.0.0.2", "agent-7", ["PyPI.org", "*.github.com:443"]);
+    /// let spec = RegistrationSpec::parse("10.0.0.2", "agent-7", &["PyPI.org", "*.github.com:443"]).unwrap();
     /// let stored = admin.register(&spec).await?;
-    /// assert_eq!(stored.allowlist, ["pypi.org", "*.github.com:443"]);
+    /// assert_eq!(stored.allowlist.texts(), ["pypi.org", "*.github.com:443"]);
     /// # Ok(()) }
     /// ```
     pub async fn register(&self, spec: &RegistrationSpec) -> Result<RegistrationSpec, Error> {
@@ -95,11 +108,11 @@ impl Client {
     ///
     /// ```no_run
     /// # async fn demo(admin: crackbox_client::Client) -> Result<(), crackbox_client::Error> {
-    /// let removed = admin.unregister("10.0.0.2").await?;
+    /// let removed = admin.unregister("10.0.0.2".parse().unwrap()).await?;
     /// # Ok(()) }
     /// ```
-    pub async fn unregister(&self, ip: &str) -> Result<bool, Error> {
-        let body = UnregisterBody { ip: ip.to_string() };
+    pub async fn unregister(&self, ip: IpAddr) -> Result<bool, Error> {
+        let body = UnregisterBody { ip };
         let answer: UnregisterAnswer = self.post("/v1/unregister", &body).await?;
         Ok(answer.removed)
     }
@@ -109,7 +122,7 @@ impl Client {
     /// ```no_run
     /// # async fn demo(admin: crackbox_client::Client) -> Result<(), crackbox_client::Error> {
     /// for entry in admin.state().await? {
-    ///     println!("{} {} {}", entry.ip, entry.id, entry.allowlist.join(","));
+    ///     println!("{} {} {}", entry.ip, entry.id, entry.allowlist.texts().join(","));
     /// }
     /// # Ok(()) }
     /// ```
@@ -203,20 +216,17 @@ impl Client {
     /// # async fn demo(admin: crackbox_client::Client) -> Result<(), crackbox_client::Error> {
     /// use crackbox_client::RegistrationSpec;
     /// let started = [
-    ///     RegistrationSpec::new("10.0.0.2", "agent-1", ["pypi.org"]),
-    ///     RegistrationSpec::new("10.0.0.3", "agent-2", ["github.com"]),
+    ///     RegistrationSpec::parse("10.0.0.2", "agent-1", &["pypi.org"]).unwrap(),
+    ///     RegistrationSpec::parse("10.0.0.3", "agent-2", &["github.com"]).unwrap(),
     /// ];
-    /// let answer = admin.batch(&started, &["10.0.0.9"]).await?;
+    /// let answer = admin.batch(&started, &["10.0.0.9".parse().unwrap()]).await?;
     /// assert_eq!(answer.registered, 2);
     /// # Ok(()) }
     /// ```
-    pub async fn batch(&self, register: &[RegistrationSpec], unregister: &[&str]) -> Result<BulkAnswer, Error> {
+    pub async fn batch(&self, register: &[RegistrationSpec], unregister: &[IpAddr]) -> Result<BulkAnswer, Error> {
         let body = BatchBody {
             register: register.to_vec(),
-            unregister: unregister
-                .iter()
-                .map(|ip| UnregisterBody { ip: ip.to_string() })
-                .collect(),
+            unregister: unregister.iter().map(|&ip| UnregisterBody { ip }).collect(),
         };
         self.post("/v1/batch", &body).await
     }
@@ -233,6 +243,57 @@ impl Client {
     /// ```
     pub async fn replace(&self, entries: &[RegistrationSpec]) -> Result<BulkAnswer, Error> {
         self.send_json(Method::PUT, "/v1/state", &entries).await
+    }
+
+    /// The requests held in ask mode waiting for a decision, oldest first
+    /// (`GET /v1/pending`).
+    pub async fn pending(&self) -> Result<Vec<PendingRequest>, Error> {
+        let answer: PendingAnswer = self.get("/v1/pending").await?;
+        Ok(answer.pending)
+    }
+
+    /// Decides pending request `id` (`POST /v1/pending/{id}`): the request as
+    /// decided; a 404 [`Error::Api`] when it is not pending (any more).
+    ///
+    /// ```no_run
+    /// # async fn demo(admin: crackbox_client::Client) -> Result<(), crackbox_client::Error> {
+    /// use crackbox_client::Answer;
+    /// for request in admin.pending().await? {
+    ///     let answer = if request.host.ends_with(".pypi.org") { Answer::Always } else { Answer::Deny };
+    ///     admin.decide(request.id, answer).await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn decide(&self, id: PendingId, decision: ask::Answer) -> Result<DecidedRequest, Error> {
+        self.post(&format!("/v1/pending/{id}"), &DecideBody { decision }).await
+    }
+
+    /// Subscribes to `GET /v1/events`: every `pending` and `decided` event
+    /// from now on (what is pending already: [`pending`](Client::pending)).
+    /// The client's timeout bounds only the opening; the events come as
+    /// long as the daemon runs.
+    ///
+    /// ```no_run
+    /// # async fn demo(admin: crackbox_client::Client) -> Result<(), crackbox_client::Error> {
+    /// use crackbox_client::Event;
+    /// let mut events = admin.events().await?;
+    /// while let Some(event) = events.next().await {
+    ///     if let Event::Pending(request) = event? {
+    ///         println!("{} wants {}:{}", request.sandbox, request.host, request.port);
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn events(&self) -> Result<Events, Error> {
+        let call = Call {
+            method: Method::GET,
+            path: "/v1/events",
+            body: None,
+        };
+        match transport::open_stream(&self.url, self.secret.as_deref(), self.timeout, call).await? {
+            Ok(streaming) => Ok(Events::new(streaming, self.url.text.clone())),
+            Err(answer) => Err(self.refused(&answer)),
+        }
     }
 
     async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, Error> {

@@ -1,6 +1,7 @@
 //! Client of the crackbox admin API (register, unregister, batch, state and
-//! its replacement, health, denials, usage), for orchestrators that start and
-//! stop sandboxes.
+//! its replacement, health, denials, usage, and ask mode's pending requests,
+//! decisions and events), for orchestrators that start and stop sandboxes
+//! and for policy services that decide for them.
 //!
 //! Async on tokio (only its `net`, `rt` and `time` parts), with a
 //! [`blocking`] variant. Every call has a timeout and opens its own
@@ -15,13 +16,13 @@
 //!
 //! # async fn demo() -> Result<(), crackbox_client::Error> {
 //! let admin = Client::new("http://127.0.0.1:3129")?.with_secret(std::env::var("CRACKBOX_ADMIN_SECRET").unwrap_or_default());
-//! let sandbox = RegistrationSpec::new("10.0.0.2", "agent-7", ["pypi.org", "files.pythonhosted.org"]);
+//! let sandbox = RegistrationSpec::parse("10.0.0.2", "agent-7", &["pypi.org", "files.pythonhosted.org"]).unwrap();
 //! admin.register(&sandbox).await?; // enforced once this returns
 //! // ... run the sandbox ...
 //! for denial in admin.denials(100).await? {
 //!     eprintln!("blocked {} ({})", denial.host, denial.reason);
 //! }
-//! admin.unregister(&sandbox.ip).await?;
+//! admin.unregister(sandbox.ip).await?;
 //! # Ok(()) }
 //! ```
 
@@ -30,12 +31,16 @@
 pub mod blocking;
 mod client;
 mod error;
+mod events;
+pub mod live_runs;
 mod transport;
 mod url;
 
 pub use client::Client;
 pub use crackbox_policy::admin_body::{BulkAnswer, Health, HealthAnswer};
+pub use crackbox_policy::ask::{Answer, DecidedRequest, PendingId, PendingRequest, Settlement};
 pub use crackbox_policy::reason::Reason;
 pub use crackbox_policy::wire::{Denial, SourceUsage};
 pub use crackbox_policy::{Bandwidth, Mode, RegistrationSpec};
 pub use error::Error;
+pub use events::{Event, Events};

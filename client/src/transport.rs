@@ -75,6 +75,60 @@ async fn exchange_once(url: &AdminUrl, secret: Option<&str>, call: Call<'_>) -> 
     Ok(Answer { status, body })
 }
 
+/// An answer whose body is read as it arrives (`GET /v1/events`).
+pub(crate) struct Streaming {
+    /// The body, still arriving.
+    pub body: hyper::body::Incoming,
+    /// Keeps the connection served while the body is read.
+    _connection: AbortOnDrop,
+}
+
+/// Sends `call` and waits for the answer's head only (within `timeout`): a
+/// 200's body is handed back to read as it arrives; any other status is
+/// read whole.
+pub(crate) async fn open_stream(
+    url: &AdminUrl,
+    secret: Option<&str>,
+    timeout: Duration,
+    call: Call<'_>,
+) -> Result<Result<Streaming, Answer>, Error> {
+    let opened = async {
+        let unreachable = |source: std::io::Error| Error::Unreachable {
+            url: url.text.clone(),
+            source,
+        };
+        let broken = |err: hyper::Error| unreachable(std::io::Error::other(err));
+        let request = build(url, secret, call)?;
+        let stream = TcpStream::connect((url.host.as_str(), url.port))
+            .await
+            .map_err(unreachable)?;
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(broken)?;
+        let connection = AbortOnDrop(tokio::spawn(connection));
+        let response = sender.send_request(request).await.map_err(broken)?;
+        let status = response.status().as_u16();
+        if status == 200 {
+            return Ok(Ok(Streaming {
+                body: response.into_body(),
+                _connection: connection,
+            }));
+        }
+        let body = Limited::new(response.into_body(), MAX_ANSWER)
+            .collect()
+            .await
+            .map_err(|err| unreachable(std::io::Error::other(err)))?
+            .to_bytes();
+        Ok(Err(Answer { status, body }))
+    };
+    tokio::time::timeout(timeout, opened)
+        .await
+        .unwrap_or(Err(Error::Timeout {
+            url: url.text.clone(),
+            timeout,
+        }))
+}
+
 fn build(url: &AdminUrl, secret: Option<&str>, call: Call<'_>) -> Result<Request<Full<Bytes>>, Error> {
     let mut request = Request::builder()
         .method(call.method)

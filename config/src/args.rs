@@ -76,11 +76,12 @@ pub struct ProxyArgs {
     /// Register a source at start: IP=ID:host1,host2 (nothing after the colon = deny all;
     /// @presets expand, see `crackbox presets`), then options after ';' as key=value:
     /// bandwidth=10MiB/s (KiB/s, MiB/s or GiB/s; each direction), mode=report (let through
-    /// and record what the list would deny), allow-file=PATH (entries one per line;
+    /// and record what the list would deny) or mode=ask (hold it until decided through
+    /// /v1/pending), allow-file=PATH (entries one per line;
     /// repeatable). Repeatable; replaces a state-file entry for the same IP.
     #[arg(
         long = "register",
-        value_name = "IP=ID:HOSTS[;bandwidth=RATE][;mode=report][;allow-file=PATH]"
+        value_name = "IP=ID:HOSTS[;bandwidth=RATE][;mode=MODE][;deny=HOSTS][;allow-file=PATH]"
     )]
     pub register: Vec<String>,
 
@@ -120,6 +121,11 @@ pub struct ProxyArgs {
     /// [env CRACKBOX_DENIAL_LOGS_PER_SECOND, [limits] denial_logs_per_second; default 5].
     #[arg(long, value_name = "N")]
     pub denial_logs_per_second: Option<u32>,
+
+    /// How long a connection held in ask mode waits for a decision before it is refused,
+    /// 1 to 3600 [env CRACKBOX_ASK_TIMEOUT, [limits] ask_timeout; default 30].
+    #[arg(long, value_name = "SECS")]
+    pub ask_timeout: Option<u64>,
 
     /// With --docker: how long a new connection or DNS query from an unregistered address
     /// in a watched network waits for its registration, 0 never, at most 10000

@@ -55,6 +55,7 @@ impl ProxyArgs {
             max_connections_total,
             tunnel_idle_timeout,
             denial_logs_per_second,
+            ask_timeout,
         } = self;
         let mut words = Vec::new();
         let mut value = |name: &str, value: Option<String>| {
@@ -91,6 +92,7 @@ impl ProxyArgs {
         value("max-connections-total", max_connections_total.map(|n| n.to_string()));
         value("tunnel-idle-timeout", tunnel_idle_timeout.map(|n| n.to_string()));
         value("denial-logs-per-second", denial_logs_per_second.map(|n| n.to_string()));
+        value("ask-timeout", ask_timeout.map(|n| n.to_string()));
         let switches = [
             ("--allow-private-destinations", *allow_private_destinations),
             ("--docker", *docker),
@@ -154,6 +156,7 @@ mod tests {
                 max_connections_total: Some(70),
                 tunnel_idle_timeout: Some(0),
                 denial_logs_per_second: Some(2),
+                ask_timeout: Some(5),
             },
             ProxyArgs {
                 listen: Some("-odd".into()),

@@ -101,6 +101,8 @@ pub struct LimitsSection {
     pub tunnel_idle_timeout: Option<u64>,
     /// Denials logged per second per source.
     pub denial_logs_per_second: Option<u32>,
+    /// Seconds a connection held in ask mode waits for a decision.
+    pub ask_timeout: Option<u64>,
 }
 
 /// Where a config file is looked for when `--config` is not given, in order.

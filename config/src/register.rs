@@ -5,8 +5,9 @@
 //! On the command line the allowlist ends at the first `;`; options follow,
 //! each `key=value`, separated by `;`: `bandwidth` (the cap, written as
 //! everywhere on the command line: `10MiB/s`), `mode` (`enforce` or
-//! `report`) and `allow-file` (a file of entries, one per line; the one
-//! option that may be given more than once). An unknown or repeated key is
+//! `report`), `deny` (entries refused even where the allowlist reaches,
+//! comma-separated) and `allow-file` (a file of entries, one per line; the
+//! one option that may be given more than once). An unknown or repeated key is
 //! an error naming it. Presets (`@pypi`) expand wherever entries are
 //! written, the files included. Reads the allowlist files; nothing else.
 
@@ -15,10 +16,10 @@ use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
 /// What `--register` takes, for error messages.
-const FORM: &str = "IP=ID:host1,host2[;bandwidth=10MiB/s][;mode=report][;allow-file=PATH]";
+const FORM: &str = "IP=ID:host1,host2[;bandwidth=10MiB/s][;mode=MODE][;deny=host3,host4][;allow-file=PATH]";
 
 /// The options `--register` knows.
-const OPTIONS: &str = "bandwidth, mode, allow-file";
+const OPTIONS: &str = "bandwidth, mode, deny, allow-file";
 
 /// One `[[register]]` table of the config file: `--register` as TOML.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -34,6 +35,9 @@ pub struct RegisterTable {
     /// A file of more entries, one per line; relative to the config file's
     /// directory.
     pub allow_file: Option<PathBuf>,
+    /// Entries refused even where the allowlist reaches them.
+    #[serde(default)]
+    pub deny: Vec<String>,
     /// `enforce` (the default) or `report`.
     pub mode: Option<String>,
     /// The cap, e.g. `10MiB/s`.
@@ -47,6 +51,7 @@ struct Seed<'a> {
     id: &'a str,
     allow: Vec<String>,
     allow_files: Vec<PathBuf>,
+    deny: Vec<String>,
     mode: Option<&'a str>,
     bandwidth: Option<&'a str>,
 }
@@ -80,6 +85,7 @@ pub(crate) fn parse_seed(raw: &str) -> Result<RegistrationSpec, String> {
         match key {
             "bandwidth" => seed.bandwidth = Some(value),
             "mode" => seed.mode = Some(value),
+            "deny" => seed.deny = value.split(',').filter(|h| !h.is_empty()).map(str::to_owned).collect(),
             "allow-file" => seed.allow_files.push(PathBuf::from(value)),
             _ => return Err(format!("{raw:?}: unknown option {key:?} (known: {OPTIONS})")),
         }
@@ -96,6 +102,7 @@ pub(crate) fn from_table(table: &RegisterTable, dir: &Path) -> Result<Registrati
         id: &table.id,
         allow: table.allow.clone(),
         allow_files: table.allow_file.iter().map(|file| dir.join(file)).collect(),
+        deny: table.deny.clone(),
         mode: table.mode.as_deref(),
         bandwidth: table.bandwidth.as_deref(),
     };
@@ -109,15 +116,16 @@ fn resolve(seed: Seed<'_>) -> Result<RegistrationSpec, String> {
     for path in &seed.allow_files {
         allow.extend(read_allow_file(path)?);
     }
-    let mut spec = RegistrationSpec::new(seed.ip, seed.id, allow);
+    let mut spec = RegistrationSpec::parse(seed.ip, seed.id, &allow)
+        .and_then(|spec| spec.with_deny(&seed.deny))
+        .map_err(|err| err.to_string())?;
     if let Some(mode) = seed.mode {
         spec.mode = Mode::parse(mode).map_err(|err| format!("mode: {err}"))?;
     }
     if let Some(bandwidth) = seed.bandwidth {
-        let cap = Bandwidth::parse(bandwidth).map_err(|err| format!("bandwidth: {err}"))?;
-        spec.bandwidth = Some(cap.bytes_per_second());
+        spec.bandwidth = Some(Bandwidth::parse(bandwidth).map_err(|err| format!("bandwidth: {err}"))?);
     }
-    spec.normalised().map_err(|err| err.to_string())
+    Ok(spec)
 }
 
 /// The entries of the allowlist file at `path`.
@@ -142,7 +150,7 @@ mod tests {
             Option<u64>,
             Mode,
         );
-        let cases: [Case; 9] = [
+        let cases: [Case; 10] = [
             (
                 "127.0.0.1=dev:LocalHost,bench.test.",
                 "127.0.0.1",
@@ -193,6 +201,14 @@ mod tests {
                 Mode::Report,
             ),
             (
+                "10.0.0.2=agent:x.test;mode=ask",
+                "10.0.0.2",
+                "agent",
+                &["x.test"],
+                None,
+                Mode::Ask,
+            ),
+            (
                 "10.0.0.2=agent:;mode=enforce;bandwidth=1MiB/s",
                 "10.0.0.2",
                 "agent",
@@ -211,9 +227,13 @@ mod tests {
         ];
         for (raw, ip, id, allowlist, bandwidth, mode) in cases {
             let spec = parse_seed(raw).unwrap_or_else(|err| panic!("{raw}: {err}"));
-            assert_eq!((spec.ip.as_str(), spec.id.as_str()), (ip, id), "{raw}");
-            assert_eq!(spec.allowlist, allowlist, "{raw}");
-            assert_eq!((spec.bandwidth, spec.mode), (bandwidth, mode), "{raw}");
+            assert_eq!((spec.ip.to_string().as_str(), spec.id.as_str()), (ip, id), "{raw}");
+            assert_eq!(spec.allowlist.texts(), allowlist, "{raw}");
+            assert_eq!(
+                (spec.bandwidth.map(Bandwidth::bytes_per_second), spec.mode),
+                (bandwidth, mode),
+                "{raw}"
+            );
         }
     }
 
@@ -231,7 +251,7 @@ mod tests {
         );
         let spec = parse_seed(&raw).unwrap();
         assert_eq!(
-            spec.allowlist,
+            spec.allowlist.texts(),
             [
                 "x.test",
                 "pypi.org",
@@ -245,16 +265,25 @@ mod tests {
             id: "b".into(),
             allow: vec!["@yarn".into()],
             allow_file: Some("second.allow".into()),
+            deny: vec!["Files.PythonHosted.org:443".into()],
             mode: None,
             bandwidth: Some("2MiB/s".into()),
         };
         let spec = from_table(&table, dir.path()).unwrap();
+        assert_eq!(spec.allowlist.denied_texts(), ["files.pythonhosted.org:443"]);
+        let flagged = parse_seed("10.0.0.4=d:github.com;deny=gist.github.com,raw.github.com").unwrap();
+        assert_eq!(flagged.allowlist.denied_texts(), ["gist.github.com", "raw.github.com"]);
+        let err = parse_seed("10.0.0.4=d:github.com;deny=*").unwrap_err();
+        assert!(err.contains("deny: invalid allowlist entry \"*\""), "{err}");
         assert_eq!(
-            spec.allowlist,
+            spec.allowlist.texts(),
             ["registry.yarnpkg.com:443", "files.pythonhosted.org:443", "pypi.org"],
             "a relative file is read beside the config file"
         );
-        assert_eq!((spec.bandwidth, spec.mode), (Some(2 << 20), Mode::Enforce));
+        assert_eq!(
+            (spec.bandwidth.map(Bandwidth::bytes_per_second), spec.mode),
+            (Some(2 << 20), Mode::Enforce)
+        );
     }
 
     #[test]
@@ -277,7 +306,7 @@ mod tests {
             ("127.0.0.1=dev:*", "allowlist: "),
             (
                 "10.0.0.2=a:x.test;speed=1MiB/s",
-                "unknown option \"speed\" (known: bandwidth, mode, allow-file)",
+                "unknown option \"speed\" (known: bandwidth, mode, deny, allow-file)",
             ),
             (
                 "10.0.0.2=a:x.test;bandwidth=10MB/s",
@@ -295,7 +324,7 @@ mod tests {
             ),
             (
                 "10.0.0.2=a:x.test;mode=audit",
-                "mode: invalid mode \"audit\": expected enforce or report",
+                "mode: invalid mode \"audit\": expected enforce, report or ask",
             ),
             (
                 "10.0.0.2=a:x.test;mode=report;mode=report",
@@ -321,7 +350,7 @@ mod tests {
         };
         assert_eq!(
             from_table(&table, dir.path()).unwrap_err(),
-            "10.0.0.9 (c): mode: invalid mode \"Report\": expected enforce or report"
+            "10.0.0.9 (c): mode: invalid mode \"Report\": expected enforce, report or ask"
         );
     }
 }

@@ -49,7 +49,17 @@ keys! {
     TOTAL = "--max-connections-total", "CRACKBOX_MAX_CONNECTIONS_TOTAL", "limits.max_connections_total";
     IDLE = "--tunnel-idle-timeout", "CRACKBOX_TUNNEL_IDLE_TIMEOUT", "limits.tunnel_idle_timeout";
     DENIAL_LOGS = "--denial-logs-per-second", "CRACKBOX_DENIAL_LOGS_PER_SECOND", "limits.denial_logs_per_second";
+    ASK_TIMEOUT = "--ask-timeout", "CRACKBOX_ASK_TIMEOUT", "limits.ask_timeout";
     HOLD = "--registration-hold-ms", "CRACKBOX_REGISTRATION_HOLD_MS", "docker.registration_hold_ms";
+}
+
+/// `CRACKBOX_ALLOW_PRIVATE_DESTINATIONS` as every command reads it (`env`
+/// standing in for the environment): unset or empty is false; the error
+/// names the variable and what it accepts.
+pub fn allow_private_destinations(env: &dyn Fn(&str) -> Option<String>) -> Result<bool, ConfigError> {
+    let mut sources = Sources::new(env, None);
+    let given = sources.pick(PRIVATE, None, None, boolean)?;
+    Ok(given.is_some_and(|given| given.value))
 }
 
 /// Every setting, resolved and validated: the engine's, exactly as the
@@ -105,6 +115,25 @@ impl Settings {
             Some((path, config)) => (Some(path), config),
             None => (None, FileConfig::default()),
         };
+        Settings::resolve_layers(args, env, path, config)
+    }
+
+    /// Resolves the settings of a daemon this process cannot see the files
+    /// of (a crackbox container `run --daemon` uses): its flags, then `env`,
+    /// then defaults; no config file is read.
+    pub fn resolve_without_file(
+        args: &ProxyArgs,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Settings, ConfigError> {
+        Settings::resolve_layers(args, env, None, FileConfig::default())
+    }
+
+    fn resolve_layers(
+        args: &ProxyArgs,
+        env: &dyn Fn(&str) -> Option<String>,
+        path: Option<PathBuf>,
+        config: FileConfig,
+    ) -> Result<Settings, ConfigError> {
         let mut sources = Sources::new(env, path.as_deref());
         let p = &config.proxy;
         let listen = sources.pick(LISTEN, args.listen.clone(), p.listen.clone(), text)?;
@@ -261,6 +290,7 @@ fn resolve_limits(sources: &mut Sources<'_>, args: &ProxyArgs, file: &LimitsSect
         file.denial_logs_per_second,
         number,
     )?;
+    let ask_timeout = sources.pick(ASK_TIMEOUT, args.ask_timeout, file.ask_timeout, number)?;
     Ok(Limits {
         max_connections_per_source: checked(per_source, within(1..=usize::MAX), defaults.max_connections_per_source)?,
         max_connections_total: checked(total, within(1..=usize::MAX), defaults.max_connections_total)?,
@@ -270,6 +300,7 @@ fn resolve_limits(sources: &mut Sources<'_>, args: &ProxyArgs, file: &LimitsSect
             None => defaults.tunnel_idle_timeout,
         },
         denial_logs_per_second: denial_logs.map_or(defaults.denial_logs_per_second, |given| given.value),
+        ask_timeout: Duration::from_secs(checked(ask_timeout, within(1..=3600), defaults.ask_timeout.as_secs())?),
     })
 }
 

@@ -29,10 +29,9 @@
 //! // links both crates, or a `crackbox proxy engine` process.
 //! # let _ = engine_config;
 //!
-//! // Register without HTTP: validate and normalise, store, wait until enforced.
-//! let spec = RegistrationSpec::new("10.0.0.2", "agent-7", ["pypi.org"]).normalised()?;
-//! let (ip, _) = spec.compile()?;
-//! let generation = registry.register(ip, spec).await?;
+//! // Register without HTTP: parse once, store, wait until enforced.
+//! let spec = RegistrationSpec::parse("10.0.0.2", "agent-7", &["pypi.org"])?;
+//! let generation = registry.register(spec.ip, spec).await?;
 //! assert!(link.wait_enforced(generation, Duration::from_secs(2)).await);
 //!
 //! // Or serve the admin API (or nest `api::router(state)` in your own app).
@@ -45,6 +44,8 @@
 #![warn(missing_docs)]
 
 pub mod api;
+pub mod ask_cmd;
+pub mod asks;
 mod daemon;
 pub mod docker_watch;
 pub mod metrics;

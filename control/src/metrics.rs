@@ -3,6 +3,7 @@
 //! The engine owns the counters (since engine start); control renders them
 //! fresh on every scrape, so a restarted engine shows as a counter reset.
 
+use crate::asks::Asks;
 use crackbox_policy::wire::StatsReport;
 use crackbox_policy::Generation;
 use prometheus_client::encoding::text::encode;
@@ -17,8 +18,9 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 
 type Labels = Vec<(&'static str, String)>;
 
-/// Renders the engine's `report` plus control's own `generation` and registry size.
-pub fn render(report: &StatsReport, generation: Generation, registrations: usize) -> String {
+/// Renders the engine's `report` plus control's own `generation`, registry
+/// size and ask-mode figures.
+pub fn render(report: &StatsReport, generation: Generation, registrations: usize, asks: &Asks) -> String {
     let mut registry = Registry::with_prefix("crackbox");
     let allowed = Family::<Labels, Counter>::default();
     let denied = Family::<Labels, Counter>::default();
@@ -102,6 +104,7 @@ pub fn render(report: &StatsReport, generation: Generation, registrations: usize
         "Registered source addresses",
         gauge(registrations as u64),
     );
+    asks.register_metrics(&mut registry);
     let mut text = String::new();
     encode(&mut text, &registry).expect("writing to a String cannot fail");
     text
@@ -152,7 +155,7 @@ mod tests {
                 count: 8,
             }],
         };
-        let text = render(&report, 7, 3);
+        let text = render(&report, 7, 3, &Asks::default());
         assert!(!text.contains("crackbox_denied_total{id=\"watched\""), "{text}");
         for line in [
             "crackbox_allowed_total{id=\"agent\"} 5",

@@ -1,7 +1,7 @@
 //! `crackbox state`: print the registry of a running daemon.
 
 use anyhow::Context;
-use crackbox_client::{Bandwidth, Client, Mode, RegistrationSpec};
+use crackbox_client::{Client, Mode, RegistrationSpec};
 use std::io::Write;
 
 /// Admin API used when neither `--admin` nor `CRACKBOX_ADMIN` is given.
@@ -45,7 +45,7 @@ pub fn state(args: StateArgs) -> anyhow::Result<()> {
 
 /// The client's error, or for a daemon that cannot be reached at all, one
 /// line saying why and how to start one.
-fn unreachable_hint(url: &str, err: crackbox_client::Error) -> anyhow::Error {
+pub(crate) fn unreachable_hint(url: &str, err: crackbox_client::Error) -> anyhow::Error {
     let why = match &err {
         crackbox_client::Error::Unreachable { source, .. } => source.to_string(),
         crackbox_client::Error::Timeout { timeout, .. } => format!("no answer within {timeout:?}"),
@@ -58,12 +58,13 @@ fn unreachable_hint(url: &str, err: crackbox_client::Error) -> anyhow::Error {
 }
 
 /// A human table: one line per registration, with a MODE column when any
-/// registration is report-only and a BANDWIDTH column when any is capped.
+/// registration is not enforced (report or ask) and a BANDWIDTH column when
+/// any is capped.
 fn table(entries: &[RegistrationSpec]) -> String {
     if entries.is_empty() {
         return "no registrations\n".to_string();
     }
-    let reporting = entries.iter().any(|e| e.mode == Mode::Report);
+    let reporting = entries.iter().any(|e| e.mode != Mode::Enforce);
     let capped = entries.iter().any(|e| e.bandwidth.is_some());
     let columns = |ip: String, id: String, mode: String, bandwidth: String, allowlist: String| {
         let mut row = vec![ip, id];
@@ -88,13 +89,16 @@ fn table(entries: &[RegistrationSpec]) -> String {
             let allowlist = if e.allowlist.is_empty() {
                 "(deny all)".to_string()
             } else {
-                e.allowlist.join(", ")
+                e.allowlist.texts().join(", ")
             };
-            let bandwidth = e
-                .bandwidth
-                .and_then(|cap| Bandwidth::new(cap).ok())
-                .map_or_else(|| "-".to_string(), |cap| cap.to_string());
-            columns(e.ip.clone(), e.id.clone(), e.mode.to_string(), bandwidth, allowlist)
+            let bandwidth = e.bandwidth.map_or_else(|| "-".to_string(), |cap| cap.to_string());
+            columns(
+                e.ip.to_string(),
+                e.id.to_string(),
+                e.mode.to_string(),
+                bandwidth,
+                allowlist,
+            )
         }))
         .collect();
     let last = rows[0].len() - 1;
@@ -115,12 +119,13 @@ fn table(entries: &[RegistrationSpec]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crackbox_client::Bandwidth;
 
     #[test]
     fn table_aligns_columns_and_marks_deny_all() {
         let entries = vec![
-            RegistrationSpec::new("10.0.0.2", "agent", ["github.com", "pypi.org:443"]),
-            RegistrationSpec::new("2001:db8::1", "x", Vec::<String>::new()),
+            RegistrationSpec::parse("10.0.0.2", "agent", &["github.com", "pypi.org:443"]).unwrap(),
+            RegistrationSpec::parse("2001:db8::1", "x", &Vec::<String>::new()).unwrap(),
         ];
         assert_eq!(
             table(&entries),
@@ -130,8 +135,10 @@ mod tests {
         );
         assert_eq!(table(&[]), "no registrations\n");
         let capped = [
-            RegistrationSpec::new("10.0.0.2", "agent", ["github.com"]).with_bandwidth(Bandwidth::parse("10MiB/s").ok()),
-            RegistrationSpec::new("10.0.0.3", "b", Vec::<String>::new()),
+            RegistrationSpec::parse("10.0.0.2", "agent", &["github.com"])
+                .unwrap()
+                .with_bandwidth(Bandwidth::parse("10MiB/s").ok()),
+            RegistrationSpec::parse("10.0.0.3", "b", &Vec::<String>::new()).unwrap(),
         ];
         assert_eq!(
             table(&capped),
@@ -140,8 +147,12 @@ mod tests {
              10.0.0.3  b      -          (deny all)\n"
         );
         let watched = [
-            RegistrationSpec::new("10.0.0.2", "agent", ["github.com"]).with_mode(Mode::Report),
-            RegistrationSpec::new("10.0.0.3", "b", ["x.test"]).with_bandwidth(Bandwidth::parse("1MiB/s").ok()),
+            RegistrationSpec::parse("10.0.0.2", "agent", &["github.com"])
+                .unwrap()
+                .with_mode(Mode::Report),
+            RegistrationSpec::parse("10.0.0.3", "b", &["x.test"])
+                .unwrap()
+                .with_bandwidth(Bandwidth::parse("1MiB/s").ok()),
         ];
         assert_eq!(
             table(&watched),

@@ -97,17 +97,14 @@ fn write_framed(stream: &mut TcpStream, message: &[u8]) {
 /// 127.0.0.22 has an empty allowlist; anything else is unregistered.
 fn registry() -> Arc<Registry> {
     let registry = Arc::new(Registry::deny_all());
-    let spec = |ip: &str, id: &str, allowlist: &[&str]| RegistrationSpec::new(ip, id, allowlist.iter().copied());
-    registry.swap(
-        Snapshot::build(
-            1,
-            &[
-                spec("127.0.0.21", "agent", &["allowed.test", "big.test:443"]),
-                spec("127.0.0.22", "jailed", &[]),
-            ],
-        )
-        .unwrap(),
-    );
+    let spec = |ip: &str, id: &str, allowlist: &[&str]| RegistrationSpec::parse(ip, id, allowlist).unwrap();
+    registry.swap(Snapshot::build(
+        1,
+        &[
+            spec("127.0.0.21", "agent", &["allowed.test", "big.test:443"]),
+            spec("127.0.0.22", "jailed", &[]),
+        ],
+    ));
     registry
 }
 

@@ -9,13 +9,15 @@
 use crate::RegistrationSpec;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use std::net::IpAddr;
 
 /// `POST /v1/unregister` body (a JSON object only).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(remote = "Self", deny_unknown_fields)]
 pub struct UnregisterBody {
-    /// The source address to remove.
-    pub ip: String,
+    /// The source address to remove, canonical.
+    #[serde(with = "crate::registration::source_ip_text")]
+    pub ip: IpAddr,
 }
 crate::object_only!(UnregisterBody, Serialize);
 
@@ -97,13 +99,24 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, BodyError> {
         if path == "." || inner.is_syntax() || inner.is_eof() {
             BodyError(format!("invalid JSON body: {inner}"))
         } else {
-            BodyError(format!("{path}: {inner}"))
+            BodyError(format!("{path}: {}", without_position(&inner)))
         }
     })?;
     deserializer
         .end()
         .map_err(|err| BodyError(format!("invalid JSON body: {err}")))?;
     Ok(value)
+}
+
+/// A data error's message without serde_json's " at line L column C": the
+/// path already says where, and the client's body is usually one line.
+fn without_position(err: &serde_json::Error) -> String {
+    let text = err.to_string();
+    let position = format!(" at line {} column {}", err.line(), err.column());
+    match text.strip_suffix(&position) {
+        Some(message) => message.to_owned(),
+        None => text,
+    }
 }
 
 #[cfg(test)]
@@ -145,9 +158,9 @@ mod tests {
             assert!(parse_spec(text).is_err(), "{text:?}");
         }
         let ok = parse_spec(" {\"ip\":\"10.0.0.1\",\"id\":\"a\",\"allowlist\":[]}\n").unwrap();
-        assert_eq!(ok.ip, "10.0.0.1");
+        assert_eq!(ok.ip.to_string(), "10.0.0.1");
         let unregister: UnregisterBody = decode(br#"{"ip":"::1"}"#).unwrap();
-        assert_eq!(unregister.ip, "::1");
+        assert_eq!(unregister.ip.to_string(), "::1");
     }
 
     #[test]
@@ -166,7 +179,7 @@ mod tests {
     fn batch_and_replace_bodies_name_the_entry() {
         let batch: BatchBody = decode(br#"{"unregister":[{"ip":"10.0.0.1"}]}"#).unwrap();
         assert!(batch.register.is_empty());
-        assert_eq!(batch.unregister[0].ip, "10.0.0.1");
+        assert_eq!(batch.unregister[0].ip.to_string(), "10.0.0.1");
         let cases: [(&str, &str); 5] = [
             (r#"{"register":[{"ip":"10.0.0.1","id":"a"}]}"#, "register[0]"),
             (r#"{"unregister":["10.0.0.1"]}"#, "unregister[0]"),

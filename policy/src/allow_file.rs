@@ -25,7 +25,7 @@ pub struct AllowFileError {
 /// The entries of an allowlist file's `text`, in order.
 ///
 /// ```
-/// use crackbox_engine::policy::parse_allow_file;
+/// use crackbox_policy::parse_allow_file;
 /// let text = "# learned 2026-12-02\npypi.org\n\nfiles.pythonhosted.org:443  # wheels\n@npm\n";
 /// assert_eq!(parse_allow_file(text).unwrap(), ["pypi.org", "files.pythonhosted.org:443", "@npm"]);
 /// assert_eq!(parse_allow_file("ok.test\nbad host\n").unwrap_err().line, 2);
@@ -87,7 +87,7 @@ mod tests {
         let cases = [
             ("ok.test\nbad host\n", 2, "invalid allowlist entry \"bad host\""),
             ("a.test,b.test\n", 1, "invalid allowlist entry \"a.test,b.test\""),
-            ("# x\n\n*\n", 3, "a bare * would allow everything"),
+            ("# x\n\n*\n", 3, "a bare * would allow everything: name the hosts"),
             ("https://pypi.org/simple\n", 1, "did you mean pypi.org?"),
             ("ok.test\n@nosuch\n", 2, "unknown preset \"@nosuch\""),
             ("ok.test\n10.0.0.0/8\n", 2, "CIDR ranges are not supported"),

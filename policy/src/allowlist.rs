@@ -3,11 +3,18 @@
 //! An allowlist is compiled into hash maps once, when a snapshot is built, so
 //! a lookup costs at most one hash probe per label of the host (O(labels),
 //! never O(entries)) and allocates nothing.
+//!
+//! A list written by hand (an admin body, a label, a flag, a config file)
+//! enters through [`Allowlist::from_config`] or serde, which expand presets
+//! and bound its length once; from then on it travels compiled, and a clone
+//! shares the compiled maps.
 
-use super::entry::{AllowEntry, EntryError, Target};
+use super::entry::{AllowEntry, EntryError, Target, MAX_ENTRIES};
 use super::host::{normalise_into, HostRef, NameBuf};
+use super::preset::{expand_presets, UnknownPreset, PRESET_MARK};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 /// How a host was allowed; the destination guard treats the two differently.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,22 +61,107 @@ fn add_port(rule: &mut Option<PortRule>, port: Option<u16>) {
     }
 }
 
-/// What the entries on one name allow: the name itself, and names below it.
+/// What the entries on one name say of the name itself and of names below it.
 ///
 /// `example.com` adds its port to both, `*.example.com` only to `below`, so
 /// one probe per suffix of a host answers for both kinds of entry.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-struct NameRule {
+struct Reach {
     apex: Option<PortRule>,
     below: Option<PortRule>,
 }
 
-/// A compiled allowlist; an empty one denies everything.
+impl Reach {
+    fn add(&mut self, target: &Target, port: Option<u16>) {
+        if let Target::Domain(_) = target {
+            add_port(&mut self.apex, port);
+        }
+        add_port(&mut self.below, port);
+    }
+
+    fn at(&self, apex: bool) -> Option<&PortRule> {
+        match apex {
+            true => self.apex.as_ref(),
+            false => self.below.as_ref(),
+        }
+    }
+}
+
+/// The allow and deny entries on one name, found by the same probe.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Allowlist {
+struct NameRule {
+    allow: Reach,
+    deny: Reach,
+}
+
+/// The allow and deny entries on one IP literal.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct IpRule {
+    allow: Option<PortRule>,
+    deny: Option<PortRule>,
+}
+
+/// What the lists say of one host and port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lookup {
+    /// An allow entry covers it and no deny entry does.
+    Allowed(MatchedBy),
+    /// A deny entry covers it (whatever the allow entries say).
+    Denied,
+    /// Neither list covers it.
+    Unlisted,
+}
+
+/// Which ports a lookup asks about: one, or (the DNS filter) any. A deny
+/// entry with a port refuses only that port, so a name asked about on any
+/// port is denied only by a deny entry without one.
+#[derive(Debug, Clone, Copy)]
+enum Ports {
+    One(u16),
+    Any,
+}
+
+impl Ports {
+    fn allowed_by(self, rule: &PortRule) -> bool {
+        match self {
+            Ports::One(port) => rule.allows(port),
+            Ports::Any => true,
+        }
+    }
+
+    fn denied_by(self, rule: &PortRule) -> bool {
+        match self {
+            Ports::One(port) => rule.allows(port),
+            Ports::Any => *rule == PortRule::Any,
+        }
+    }
+}
+
+/// A compiled allowlist; an empty one denies everything. Cloning shares it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Allowlist(Arc<Compiled>);
+
+/// Why a list written by hand was refused; says which entry.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ListError {
+    /// More than [`MAX_ENTRIES`] entries (counted again once presets expand).
+    #[error("{0} entries, at most 1000 are allowed")]
+    TooManyEntries(usize),
+    /// One entry is invalid.
+    #[error(transparent)]
+    Entry(#[from] EntryError),
+    /// An entry names a preset that does not exist.
+    #[error(transparent)]
+    Preset(#[from] UnknownPreset),
+}
+
+/// The maps one lookup probes, with the entries they were built from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Compiled {
     entries: Vec<AllowEntry>,
+    denied: Vec<AllowEntry>,
     names: FxHashMap<Box<[u8]>, NameRule>,
-    ips: FxHashMap<IpAddr, PortRule>,
+    ips: FxHashMap<IpAddr, IpRule>,
     /// Fewest and most labels of any name entry: suffixes outside that
     /// range cannot match, so lookups skip them.
     min_labels: usize,
@@ -77,7 +169,8 @@ pub struct Allowlist {
 }
 
 impl Allowlist {
-    /// Parses and compiles raw entries; the first invalid one is the error.
+    /// Parses and compiles raw entries (no presets, no length bound); the
+    /// first invalid one is the error.
     pub fn parse<S: AsRef<str>>(raw: &[S]) -> Result<Self, EntryError> {
         raw.iter()
             .map(|entry| AllowEntry::parse(entry.as_ref()))
@@ -85,34 +178,153 @@ impl Allowlist {
             .map(Self::from_entries)
     }
 
+    /// A list as written by hand: presets (`@pypi`) expanded, at most
+    /// [`MAX_ENTRIES`] entries before and after expanding, each validated.
+    ///
+    /// ```
+    /// let list = crackbox_policy::Allowlist::from_config(&["@npm", "X.test."]).unwrap();
+    /// let entries: Vec<String> = list.entries().iter().map(ToString::to_string).collect();
+    /// assert_eq!(entries, ["registry.npmjs.org:443", "x.test"]);
+    /// ```
+    pub fn from_config<S: AsRef<str>>(raw: &[S]) -> Result<Self, ListError> {
+        Ok(Allowlist::from_entries(entries_from_config(raw)?))
+    }
+
     /// Compiles validated entries, dropping exact duplicates.
     pub fn from_entries(entries: Vec<AllowEntry>) -> Self {
-        let mut list = Allowlist {
+        Allowlist::with_deny(entries, Vec::new())
+    }
+
+    /// Compiles validated allow and deny entries into one matcher, dropping
+    /// exact duplicates within each list.
+    pub fn with_deny(allow: Vec<AllowEntry>, deny: Vec<AllowEntry>) -> Self {
+        Allowlist(Arc::new(Compiled::new(allow, deny)))
+    }
+
+    /// The normalised entries, in the order given, without duplicates.
+    pub fn entries(&self) -> &[AllowEntry] {
+        &self.0.entries
+    }
+
+    /// The normalised deny entries, in the order given, without duplicates.
+    pub fn denied(&self) -> &[AllowEntry] {
+        &self.0.denied
+    }
+
+    /// The normalised entries as text, as the JSON carries them.
+    pub fn texts(&self) -> Vec<String> {
+        self.entries().iter().map(ToString::to_string).collect()
+    }
+
+    /// The normalised deny entries as text.
+    pub fn denied_texts(&self) -> Vec<String> {
+        self.denied().iter().map(ToString::to_string).collect()
+    }
+
+    /// True when the list denies everything.
+    pub fn is_empty(&self) -> bool {
+        self.0.entries.is_empty()
+    }
+
+    /// What the lists say of `host:port`, in one probe per label.
+    pub fn lookup(&self, host: &str, port: u16) -> Lookup {
+        self.0.lookup(host, Ports::One(port))
+    }
+
+    /// What the lists say of `host` on any port: the DNS filter sees names,
+    /// never ports.
+    pub fn lookup_any_port(&self, host: &str) -> Lookup {
+        self.0.lookup(host, Ports::Any)
+    }
+
+    /// Decides `host:port`, saying which kind of entry allowed it; `None`
+    /// when no allow entry covers it or a deny entry does.
+    pub fn matching(&self, host: &str, port: u16) -> Option<MatchedBy> {
+        match self.lookup(host, port) {
+            Lookup::Allowed(by) => Some(by),
+            Lookup::Denied | Lookup::Unlisted => None,
+        }
+    }
+}
+
+/// Entries as written by hand (an allow or a deny list): presets (`@pypi`)
+/// expanded, at most [`MAX_ENTRIES`] before and after expanding, each
+/// validated and normalised.
+pub fn entries_from_config<S: AsRef<str>>(raw: &[S]) -> Result<Vec<AllowEntry>, ListError> {
+    if raw.len() > MAX_ENTRIES {
+        return Err(ListError::TooManyEntries(raw.len()));
+    }
+    let parse = |raw: &[S]| -> Result<Vec<AllowEntry>, ListError> {
+        Ok(raw
+            .iter()
+            .map(|entry| AllowEntry::parse(entry.as_ref()))
+            .collect::<Result<_, _>>()?)
+    };
+    if !raw.iter().any(|entry| entry.as_ref().starts_with(PRESET_MARK)) {
+        return parse(raw);
+    }
+    let expanded = expand_presets(raw)?;
+    if expanded.len() > MAX_ENTRIES {
+        return Err(ListError::TooManyEntries(expanded.len()));
+    }
+    Ok(expanded
+        .iter()
+        .map(|entry| AllowEntry::parse(entry))
+        .collect::<Result<_, _>>()?)
+}
+
+/// A list of entries as the JSON carries it: their normalised text, each
+/// checked as [`entries_from_config`] checks it where it enters.
+pub(crate) mod entry_texts {
+    use super::{entries_from_config, AllowEntry};
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// Writes each entry's normalised text.
+    pub fn serialize<S: Serializer>(entries: &[AllowEntry], serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(entries.iter().map(ToString::to_string))
+    }
+
+    /// Reads a list of entry strings.
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<AllowEntry>, D::Error> {
+        let raw = Vec::<String>::deserialize(deserializer)?;
+        entries_from_config(&raw).map_err(serde::de::Error::custom)
+    }
+}
+
+impl Compiled {
+    fn new(allow: Vec<AllowEntry>, deny: Vec<AllowEntry>) -> Self {
+        let mut list = Compiled {
             min_labels: usize::MAX,
-            ..Allowlist::default()
+            ..Compiled::default()
         };
+        list.entries = list.add(allow, false);
+        list.denied = list.add(deny, true);
+        list
+    }
+
+    /// Adds `entries` to the allow side (or the deny side); the entries
+    /// without duplicates.
+    fn add(&mut self, entries: Vec<AllowEntry>, deny: bool) -> Vec<AllowEntry> {
         let mut seen = FxHashSet::default();
+        let mut kept = Vec::with_capacity(entries.len());
         for entry in entries {
             if !seen.insert(entry.clone()) {
                 continue;
             }
             match &entry.target {
-                Target::Domain(name) => {
-                    let rule = list.name_rule(name);
-                    add_port(&mut rule.apex, entry.port);
-                    add_port(&mut rule.below, entry.port);
+                Target::Domain(name) | Target::Subdomains(name) => {
+                    let rule = self.name_rule(name);
+                    let reach = if deny { &mut rule.deny } else { &mut rule.allow };
+                    reach.add(&entry.target, entry.port);
                 }
-                Target::Subdomains(name) => add_port(&mut list.name_rule(name).below, entry.port),
-                Target::Ip(ip) => match list.ips.get_mut(ip) {
-                    Some(rule) => rule.widen(entry.port),
-                    None => {
-                        list.ips.insert(*ip, PortRule::new(entry.port));
-                    }
-                },
+                Target::Ip(ip) => {
+                    let rule = self.ips.entry(*ip).or_default();
+                    add_port(if deny { &mut rule.deny } else { &mut rule.allow }, entry.port);
+                }
             }
-            list.entries.push(entry);
+            kept.push(entry);
         }
-        list
+        kept
     }
 
     /// The rule for a name entry, counting its labels into the skip range.
@@ -123,46 +335,50 @@ impl Allowlist {
         self.names.entry(name.as_bytes().into()).or_default()
     }
 
-    /// The normalised entries, in the order given, without duplicates.
-    pub fn entries(&self) -> &[AllowEntry] {
-        &self.entries
-    }
-
-    /// True when the list denies everything.
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-
-    /// Decides `host:port`, saying which kind of entry allowed it.
-    pub fn matching(&self, host: &str, port: u16) -> Option<MatchedBy> {
-        self.decide(host, |rule| rule.allows(port))
-    }
-
-    /// Decides `host` on any port: the DNS filter sees names, never ports.
-    pub fn matching_any_port(&self, host: &str) -> Option<MatchedBy> {
-        self.decide(host, |_| true)
-    }
-
-    fn decide(&self, host: &str, allows: impl Fn(&PortRule) -> bool) -> Option<MatchedBy> {
+    fn lookup(&self, host: &str, ports: Ports) -> Lookup {
         let mut buf = NameBuf::new();
-        match normalise_into(host, &mut buf)? {
-            HostRef::Ip(ip) => self.ips.get(&ip).filter(|r| allows(r)).map(|_| MatchedBy::IpLiteral),
-            HostRef::Name(name) => self.matches_name(name, &allows).then_some(MatchedBy::Name),
+        match normalise_into(host, &mut buf) {
+            None => Lookup::Unlisted,
+            Some(HostRef::Ip(ip)) => match self.ips.get(&ip) {
+                Some(rule) if rule.deny.as_ref().is_some_and(|r| ports.denied_by(r)) => Lookup::Denied,
+                Some(rule) if rule.allow.as_ref().is_some_and(|r| ports.allowed_by(r)) => {
+                    Lookup::Allowed(MatchedBy::IpLiteral)
+                }
+                _ => Lookup::Unlisted,
+            },
+            Some(HostRef::Name(name)) => self.lookup_name(name, ports),
         }
     }
 
-    /// Probes the suffixes of `name` whose label count an entry has.
-    fn matches_name(&self, name: &NameBuf, allows: &impl Fn(&PortRule) -> bool) -> bool {
+    /// Probes the suffixes of `name` whose label count an entry has, most
+    /// specific first. Without deny entries the first allowing suffix
+    /// settles it; with them every suffix in range is probed, since a deny
+    /// entry wins wherever it sits.
+    fn lookup_name(&self, name: &NameBuf, ports: Ports) -> Lookup {
         let labels = name.labels();
         let Some(last) = labels.checked_sub(self.min_labels) else {
-            return false;
+            return Lookup::Unlisted;
         };
-        (labels.saturating_sub(self.max_labels)..=last).any(|first| {
-            self.names.get(name.suffix(first)).is_some_and(|rule| {
-                let rule = if first == 0 { &rule.apex } else { &rule.below };
-                rule.as_ref().is_some_and(allows)
-            })
-        })
+        let mut allowed = false;
+        for first in labels.saturating_sub(self.max_labels)..=last {
+            let Some(rule) = self.names.get(name.suffix(first)) else {
+                continue;
+            };
+            let apex = first == 0;
+            if rule.deny.at(apex).is_some_and(|r| ports.denied_by(r)) {
+                return Lookup::Denied;
+            }
+            if !allowed && rule.allow.at(apex).is_some_and(|r| ports.allowed_by(r)) {
+                if self.denied.is_empty() {
+                    return Lookup::Allowed(MatchedBy::Name);
+                }
+                allowed = true;
+            }
+        }
+        match allowed {
+            true => Lookup::Allowed(MatchedBy::Name),
+            false => Lookup::Unlisted,
+        }
     }
 }
 
@@ -176,145 +392,4 @@ pub fn match_host(allowlist: &Allowlist, host: &str, port: u16) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    fn list(entries: &[&str]) -> Allowlist {
-        Allowlist::parse(entries).unwrap()
-    }
-
-    #[test]
-    fn match_table() {
-        let most_labels = format!("{}a", "a.".repeat(126));
-        let too_many_labels = format!("a.{most_labels}");
-        let cases: &[(&[&str], &str, u16, bool)] = &[
-            (&["github.com"], "github.com", 443, true),
-            (&["github.com"], "api.github.com", 443, true),
-            (&["github.com"], "a.b.github.com", 443, true),
-            (&["github.com"], "evilgithub.com", 443, false),
-            (&["github.com"], "github.com.evil.com", 443, false),
-            (&["github.com"], "com", 443, false),
-            (&["github.com"], "GitHub.COM", 443, true),
-            (&["GITHUB.com"], "api.github.com", 443, true),
-            (&["github.com"], "github.com.", 443, true),
-            (&["github.com."], "github.com", 443, true),
-            (&["github.com"], "github.com..", 443, false),
-            (&["*.github.com"], "github.com", 443, false),
-            (&["*.github.com"], "api.github.com", 443, true),
-            (&["*.github.com"], "x.api.github.com", 443, true),
-            (&["github.com:443"], "github.com", 443, true),
-            (&["github.com:443"], "github.com", 80, false),
-            (&["github.com:443"], "api.github.com", 443, true),
-            (&["github.com:443", "github.com:80"], "github.com", 80, true),
-            (&["github.com:443", "github.com"], "github.com", 22, true),
-            (&["*.github.com:443"], "api.github.com", 8443, false),
-            (&["*.example.com:443", "example.com:80"], "example.com", 443, false),
-            (&["*.example.com:443", "example.com:80"], "example.com", 80, true),
-            (&["*.example.com:443", "example.com:80"], "a.example.com", 443, true),
-            (&["*.example.com:443", "example.com:80"], "a.example.com", 80, true),
-            (&["*.example.com:443", "example.com:80"], "a.example.com", 22, false),
-            (&["deep.a.example.com", "org"], "x.example.org", 80, true),
-            (&["deep.a.example.com", "org"], "a.example.com", 80, false),
-            (&["deep.a.example.com", "org"], "X.Deep.A.example.com.", 80, true),
-            (&["deep.a.example.com", "org"], "org", 80, true),
-            (&["a.a"], &most_labels, 80, true),
-            (&["a.a"], &too_many_labels, 80, false),
-            (&["_acme.example.com"], "_acme.example.com", 80, true),
-            (&["xn--bcher-kva.example"], "XN--BCHER-KVA.example", 80, true),
-            (&["xn--bcher-kva.example"], "bücher.example", 80, false),
-            (&["203.0.113.7"], "203.0.113.7", 443, true),
-            (&["203.0.113.7"], "203.0.113.8", 443, false),
-            (&["203.0.113.7:443"], "203.0.113.7", 80, false),
-            (&["[::1]"], "::1", 80, true),
-            (&["[::1]"], "[0:0::1]", 80, true),
-            (&["::1"], "[::1]", 80, true),
-            (&["[2001:db8::1]:443"], "[2001:db8:0:0::1]", 443, true),
-            (&["192.0.2.1"], "[::ffff:192.0.2.1]", 80, true),
-            (&["localhost"], "127.0.0.1", 80, false),
-            (&["127.0.0.1"], "localhost", 80, false),
-            (&["example.com"], "", 80, false),
-            (&["example.com"], "exa mple.com", 80, false),
-            (&["example.com"], "a..example.com", 80, false),
-            (&[], "example.com", 80, false),
-        ];
-        for &(entries, host, port, want) in cases {
-            assert_eq!(
-                match_host(&list(entries), host, port),
-                want,
-                "{entries:?} {host}:{port}"
-            );
-        }
-    }
-
-    #[test]
-    fn ip_literal_is_reported_as_such() {
-        let allow = list(&["example.com", "198.51.100.1"]);
-        assert_eq!(allow.matching("www.example.com", 80), Some(MatchedBy::Name));
-        assert_eq!(allow.matching("198.51.100.1", 80), Some(MatchedBy::IpLiteral));
-    }
-
-    #[test]
-    fn duplicates_are_dropped_and_order_kept() {
-        let allow = list(&["b.example", "A.example", "a.example", "b.example."]);
-        let shown: Vec<String> = allow.entries().iter().map(ToString::to_string).collect();
-        assert_eq!(shown, ["b.example", "a.example"]);
-    }
-
-    /// The obviously-correct reference: scan every entry as a string.
-    fn naive(entries: &[String], host: &str, port: u16) -> bool {
-        let host = host.to_ascii_lowercase();
-        let host = host.strip_suffix('.').unwrap_or(&host);
-        entries.iter().any(|entry| {
-            let (pattern, entry_port) = match entry.split_once(':') {
-                Some((p, port)) => (p, Some(port.parse::<u16>().unwrap())),
-                None => (entry.as_str(), None),
-            };
-            if entry_port.is_some_and(|p| p != port) {
-                return false;
-            }
-            match pattern.strip_prefix("*.") {
-                Some(base) => host.ends_with(&format!(".{base}")),
-                None => host == pattern || host.ends_with(&format!(".{pattern}")),
-            }
-        })
-    }
-
-    fn label() -> impl Strategy<Value = String> {
-        prop_oneof!["[a-c]{1,2}", Just("x".to_owned()), Just("com".to_owned())]
-    }
-
-    fn name() -> impl Strategy<Value = String> {
-        prop::collection::vec(label(), 1..4).prop_map(|labels| labels.join("."))
-    }
-
-    fn entry() -> impl Strategy<Value = String> {
-        (
-            any::<bool>(),
-            name(),
-            prop::option::of(prop_oneof![Just(80u16), Just(443u16)]),
-        )
-            .prop_map(|(wild, name, port)| {
-                let base = if wild { format!("*.{name}") } else { name };
-                port.map_or(base.clone(), |p| format!("{base}:{p}"))
-            })
-    }
-
-    proptest! {
-        #[test]
-        fn agrees_with_naive_reference(
-            entries in prop::collection::vec(entry(), 0..6),
-            host in name(),
-            upper in any::<bool>(),
-            dot in any::<bool>(),
-            port in prop_oneof![Just(80u16), Just(443u16), Just(8080u16)],
-        ) {
-            let mut query = if upper { host.to_ascii_uppercase() } else { host.clone() };
-            if dot {
-                query.push('.');
-            }
-            let compiled = Allowlist::parse(&entries).unwrap();
-            prop_assert_eq!(match_host(&compiled, &query, port), naive(&entries, &query, port));
-        }
-    }
-}
+mod tests;

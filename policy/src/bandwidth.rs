@@ -4,6 +4,7 @@
 //! (`10MiB/s`, `1.5GiB/s`). JSON bodies carry the plain number of bytes per
 //! second. Pure.
 
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 
 /// The smallest cap accepted: 1 KiB/s.
@@ -78,6 +79,20 @@ impl Bandwidth {
     /// Bytes per second.
     pub fn bytes_per_second(self) -> u64 {
         self.0
+    }
+}
+
+/// The plain number of bytes per second, as JSON bodies carry it.
+impl Serialize for Bandwidth {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_u64(self.0)
+    }
+}
+
+/// A number of bytes per second, checked as [`Bandwidth::new`] checks it.
+impl<'de> Deserialize<'de> for Bandwidth {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Bandwidth::new(u64::deserialize(deserializer)?).map_err(serde::de::Error::custom)
     }
 }
 

@@ -11,8 +11,14 @@
 //! [`Verdict::Report`] where its allowlist would deny: only the allowlist is
 //! ever reported, so unregistered sources and invalid labels are denied in
 //! any mode, and the destination guard still judges what a front end dials.
+//! A registration in ask mode ([`Mode::Ask`]) gets [`Verdict::Ask`] there
+//! instead: the front end holds the connection until someone decides (see
+//! the engine's `ask`). Only `not-allowed` is ever asked about.
+//! A deny entry that covers the destination refuses it in every mode
+//! (`denied-entry`), however an allow entry covers it too: it is never
+//! reported as let through and never asked about.
 
-use super::allowlist::MatchedBy;
+use super::allowlist::{Lookup, MatchedBy};
 use super::host::is_valid_host;
 use super::mode::Mode;
 use super::reason::Reason;
@@ -75,7 +81,7 @@ pub enum Verdict {
     },
     /// Denied.
     Deny {
-        /// Why: `not-allowed`, `unregistered` or `invalid-label`.
+        /// Why: `not-allowed`, `denied-entry`, `unregistered` or `invalid-label`.
         reason: Reason,
         /// The registration id, or the container of an `invalid-label`
         /// source; `None` for an unregistered source.
@@ -96,6 +102,17 @@ pub enum Verdict {
         id: Arc<str>,
         /// The registration's usage account, which counts the connection
         /// and the would-be denial.
+        account: Arc<Account>,
+    },
+    /// Not on the allowlist of a registration in ask mode: held until
+    /// someone decides (allowed once or always, or denied) or the ask
+    /// timeout passes. A connection let through is dialled as a name
+    /// match, so the destination guard applies in full. The DNS filter
+    /// answers the name, so that the connection that follows can ask.
+    Ask {
+        /// The source's registration id.
+        id: Arc<str>,
+        /// The registration's usage account.
         account: Arc<Account>,
     },
 }
@@ -146,24 +163,43 @@ pub fn decide(snapshot: &Snapshot, watch: &Watch, source: IpAddr, host: &str, po
         Standing::AwaitingRegistration => return Decision::AwaitRegistration,
         Standing::Unregistered => return deny(Reason::Unregistered, None, None),
     };
-    let matched = match port {
-        Port::Number(port) => registration.allowlist.matching(host, port),
-        Port::Any => registration.allowlist.matching_any_port(host),
+    let lookup = match port {
+        Port::Number(port) => registration.allowlist.lookup(host, port),
+        Port::Any => registration.allowlist.lookup_any_port(host),
+    };
+    let matched = match lookup {
+        Lookup::Allowed(matched) => Some(matched),
+        Lookup::Denied => {
+            return deny(
+                Reason::DeniedEntry,
+                Some(registration.id.shared()),
+                Some(&registration.account),
+            )
+        }
+        Lookup::Unlisted => None,
     };
     match matched {
         Some(matched) => Decision::Made(Verdict::Allow {
             matched,
-            id: Arc::clone(&registration.id),
+            id: Arc::clone(registration.id.shared()),
             account: Arc::clone(&registration.account),
         }),
         // Report mode lets through what could be reached: never a host that
         // is no name or address at all (a request without `Host`).
         None if registration.mode == Mode::Report && is_valid_host(host) => Decision::Made(Verdict::Report {
             reason: Reason::NotAllowed,
-            id: Arc::clone(&registration.id),
+            id: Arc::clone(registration.id.shared()),
             account: Arc::clone(&registration.account),
         }),
-        None => deny(Reason::NotAllowed, Some(&registration.id), Some(&registration.account)),
+        None if registration.mode == Mode::Ask && is_valid_host(host) => Decision::Made(Verdict::Ask {
+            id: Arc::clone(registration.id.shared()),
+            account: Arc::clone(&registration.account),
+        }),
+        None => deny(
+            Reason::NotAllowed,
+            Some(registration.id.shared()),
+            Some(&registration.account),
+        ),
     }
 }
 
@@ -173,7 +209,7 @@ mod tests {
     use crate::RegistrationSpec;
 
     fn snapshot() -> Snapshot {
-        let spec = |ip: &str, id: &str, allow: &[&str]| RegistrationSpec::new(ip, id, allow.iter().copied());
+        let spec = |ip: &str, id: &str, allow: &[&str]| RegistrationSpec::parse(ip, id, allow).unwrap();
         Snapshot::build(
             1,
             &[
@@ -182,9 +218,9 @@ mod tests {
                 spec("10.0.0.4", "none", &[]),
                 spec("10.0.0.5", "watched", &["allowed.test:443", "203.0.113.7"]).with_mode(Mode::Report),
                 spec("10.5.0.4", "watched-labelled", &[]).with_mode(Mode::Report),
+                spec("10.0.0.6", "asking", &["allowed.test:443"]).with_mode(Mode::Ask),
             ],
         )
-        .unwrap()
     }
 
     fn watch() -> Watch {
@@ -202,6 +238,7 @@ mod tests {
                 "none" => "10.0.0.4",
                 "watched" => "10.0.0.5",
                 "watched-labelled" => "10.5.0.4",
+                "asking" => "10.0.0.6",
                 _ => return None,
             };
             Some(Arc::clone(&snapshot.lookup(source.parse().unwrap())?.account))
@@ -223,6 +260,12 @@ mod tests {
         let report = |id: &str| {
             Decision::Made(Verdict::Report {
                 reason: Reason::NotAllowed,
+                id: id.into(),
+                account: account(id).unwrap(),
+            })
+        };
+        let ask = |id: &str| {
+            Decision::Made(Verdict::Ask {
                 id: id.into(),
                 account: account(id).unwrap(),
             })
@@ -326,6 +369,18 @@ mod tests {
                 "bad host",
                 Port::Number(80),
                 deny(Reason::NotAllowed, Some("watched")),
+            ),
+            // Ask mode: what the list allows is allowed, the rest asked about.
+            ("10.0.0.6", "allowed.test", Port::Number(443), allow(name, "asking")),
+            ("10.0.0.6", "allowed.test", Port::Number(80), ask("asking")),
+            ("10.0.0.6", "new.test", Port::Number(443), ask("asking")),
+            ("10.0.0.6", "new.test", Port::Any, ask("asking")),
+            ("10.0.0.6", "203.0.113.9", Port::Number(22), ask("asking")),
+            (
+                "10.0.0.6",
+                "",
+                Port::Number(80),
+                deny(Reason::NotAllowed, Some("asking")),
             ),
         ];
         for (source, host, port, want) in cases {

@@ -9,6 +9,11 @@ use super::host::{normalise_host, HostKind};
 use std::fmt;
 use std::net::IpAddr;
 
+/// Why `*` alone is refused, and what to write instead.
+const BARE_STAR: &str = "a bare * would allow everything: name the hosts (example.com also covers its \
+                         subdomains), use a preset such as @pypi (crackbox presets lists them), or find them with \
+                         crackbox run --learn";
+
 /// Most entries one registration may carry.
 pub const MAX_ENTRIES: usize = 1000;
 
@@ -65,7 +70,7 @@ impl AllowEntry {
             return Err(fail("not ASCII (write international names in punycode, xn--...)"));
         }
         if raw == "*" {
-            return Err(fail("a bare * would allow everything"));
+            return Err(fail(BARE_STAR));
         }
         let (host, port) = split_port(raw).map_err(fail)?;
         let port = port.map(parse_port).transpose().map_err(fail)?;
@@ -249,7 +254,9 @@ mod tests {
         let err = AllowEntry::parse("*").unwrap_err();
         assert_eq!(
             err.to_string(),
-            "invalid allowlist entry \"*\": a bare * would allow everything"
+            "invalid allowlist entry \"*\": a bare * would allow everything: name the hosts (example.com also \
+             covers its subdomains), use a preset such as @pypi (crackbox presets lists them), or find them \
+             with crackbox run --learn"
         );
     }
 }

@@ -11,8 +11,10 @@
 //! head) are charged after the fact ([`Limiter::charge`]). Lock-free (a
 //! compare-and-swap per reservation), exact across threads, and free for a
 //! source without a cap: [`Limiter::reserve`] then reads one relaxed atomic
-//! and nothing else. Pure: time comes in as an [`Instant`]; the data plane
-//! does the waiting.
+//! and nothing else. Pure: each public call reads the clock once and hands
+//! the instant to a function of it (`reserve_at`, `charge_at`, `debt_at`),
+//! which the tests drive with a clock of their own; the data plane does the
+//! waiting.
 
 use super::bandwidth::Bandwidth;
 use super::direction::Direction;
@@ -166,7 +168,11 @@ impl Limiter {
         if rate == 0 || bytes == 0 {
             return;
         }
-        let now = self.nanos(Instant::now());
+        self.charge_at(direction, bytes, Instant::now(), rate);
+    }
+
+    fn charge_at(&self, direction: Direction, bytes: usize, now: Instant, rate: u64) {
+        let now = self.nanos(now);
         let cost = cost(bytes as u64, rate, Rounding::Up);
         let _ = self
             .lane(direction)
@@ -179,7 +185,11 @@ impl Limiter {
         if self.rate.load(Ordering::Relaxed) == 0 {
             return None;
         }
-        let now = self.nanos(Instant::now());
+        self.debt_at(direction, Instant::now())
+    }
+
+    fn debt_at(&self, direction: Direction, now: Instant) -> Option<Duration> {
+        let now = self.nanos(now);
         let ready = self
             .lane(direction)
             .load(Ordering::Relaxed)
@@ -293,24 +303,83 @@ mod tests {
     #[test]
     fn refunds_and_charges_move_the_bucket_by_what_moved() {
         let limiter = capped(MIB);
-        let Grant::Bytes { bytes, wait } = limiter.reserve(Direction::Up, 100_000) else {
+        let t0 = limiter.epoch + Duration::from_secs(1);
+        let Grant::Bytes { bytes, wait } = limiter.reserve_at(Direction::Up, 100_000, t0, MIB) else {
             panic!("a fresh bucket grants at once");
         };
         assert_eq!((bytes, wait), ((MIB / 40) as usize, Duration::ZERO));
         let before = limiter.up.load(Ordering::Relaxed);
         limiter.refund(Direction::Up, bytes);
         let after = limiter.up.load(Ordering::Relaxed);
-        assert!(before - after >= cost(bytes as u64, MIB, Rounding::Down));
-        // A charge of a second's worth puts the bucket in debt: the next
-        // reservation is turned away until the debt is within the horizon.
-        assert_eq!(limiter.debt(Direction::Up), None);
-        limiter.charge(Direction::Up, MIB as usize);
-        let debt = limiter.debt(Direction::Up).expect("in debt");
-        assert!(debt > ms(890) && debt <= ms(900), "{debt:?}");
-        match limiter.reserve(Direction::Up, 1024) {
-            Grant::Retry { wait } => assert!(wait > ms(700) && wait <= ms(802), "{wait:?}"),
+        assert_eq!(before - after, cost(bytes as u64, MIB, Rounding::Down));
+        // A refund of everything reserved leaves the bucket where it was,
+        // but for rounding: a full burst is still free at t0.
+        assert_eq!(limiter.debt_at(Direction::Up, t0), None);
+        // A charge of a second's worth puts the bucket in debt: 1 s less
+        // the 100 ms burst, then the next reservation is turned away until
+        // the debt is within the horizon.
+        limiter.charge_at(Direction::Up, MIB as usize, t0, MIB);
+        let near = |got: Duration, want: Duration| got.abs_diff(want) <= Duration::from_micros(1);
+        let debt = limiter.debt_at(Direction::Up, t0).expect("in debt");
+        assert!(near(debt, ms(900)), "{debt:?}");
+        let kib = Duration::from_nanos(cost(1024, MIB, Rounding::Up));
+        match limiter.reserve_at(Direction::Up, 1024, t0, MIB) {
+            Grant::Retry { wait } => assert!(near(wait, ms(800) + kib), "{wait:?}"),
             other => panic!("{other:?}"),
         }
+        // Once that wait has passed the same reservation is booked, to go
+        // when its bytes fit in the burst again.
+        let later = t0 + ms(801);
+        assert!(near(limiter.debt_at(Direction::Up, later).unwrap(), ms(99)));
+        match limiter.reserve_at(Direction::Up, 1024, later, MIB) {
+            Grant::Bytes { bytes: 1024, wait } => assert!(near(wait, ms(99) + kib), "{wait:?}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Three connections sharing a 1 MiB/s bucket for ten seconds of a
+    /// clock the test moves, each asking for 64 KiB, waiting what it is told
+    /// and sometimes moving less than granted: by any moment, what moved is
+    /// at most the rate times the time elapsed plus the burst, and the
+    /// bucket does not sit idle while they ask (at least 95% of the rate).
+    #[test]
+    fn shared_bytes_never_exceed_the_rate_plus_the_burst() {
+        let limiter = capped(MIB);
+        let t0 = limiter.epoch + Duration::from_secs(1);
+        // Per connection: when it asks next.
+        let mut next = [t0; 3];
+        let mut moved = Vec::new();
+        let end = t0 + Duration::from_secs(10);
+        let mut step = 0u64;
+        while let Some((conn, &now)) = next.iter().enumerate().min_by_key(|(_, at)| **at) {
+            if now >= end {
+                break;
+            }
+            step += 1;
+            match limiter.reserve_at(Direction::Down, 64 << 10, now, MIB) {
+                Grant::Bytes { bytes, wait } => {
+                    // Every seventh grant moves only half and gives the rest back.
+                    let used = if step.is_multiple_of(7) { bytes / 2 } else { bytes };
+                    limiter.refund(Direction::Down, bytes - used);
+                    moved.push((now + wait, used as u64));
+                    next[conn] = now + wait;
+                }
+                Grant::Retry { wait } => next[conn] = now + wait,
+                Grant::Unlimited => panic!("capped"),
+            }
+        }
+        moved.sort();
+        let mut total = 0;
+        for (at, bytes) in &moved {
+            total += bytes;
+            let allowed = (at.duration_since(t0) + BURST).as_secs_f64() * MIB as f64;
+            assert!(
+                total as f64 <= allowed + 1.0,
+                "{total} bytes by {:?}",
+                at.duration_since(t0)
+            );
+        }
+        assert!(total as f64 >= 9.5 * MIB as f64, "{total}");
     }
 
     #[test]

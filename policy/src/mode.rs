@@ -1,9 +1,10 @@
-//! A registration's mode: whether its allowlist is enforced, or only
+//! A registration's mode: whether its allowlist is enforced, only
 //! reported (what it would deny is let through and recorded as a would-be
-//! denial, so a workload can be watched once to find the list it needs).
-//! Only the allowlist is ever reported: the destination guard, crackbox's
-//! own listeners, limits, revocation and unregistered sources hold in both
-//! modes. Pure.
+//! denial, so a workload can be watched once to find the list it needs), or
+//! asked about (what it would deny is held until someone decides: README,
+//! "Ask while it runs"). Only the allowlist is ever reported or asked
+//! about: the destination guard, crackbox's own listeners, limits,
+//! revocation and unregistered sources hold in every mode. Pure.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -18,19 +19,23 @@ pub enum Mode {
     /// What the allowlist does not allow is let through and recorded with
     /// `"enforced": false`.
     Report,
+    /// What the allowlist does not allow is held until it is decided
+    /// through the admin API (`/v1/pending`), or refused when nobody
+    /// decides in time.
+    Ask,
 }
 
-/// A mode that is neither `enforce` nor `report`.
+/// A mode that is not `enforce`, `report` or `ask`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid mode {0:?}: expected enforce or report")]
+#[error("invalid mode {0:?}: expected enforce, report or ask")]
 pub struct ModeError(pub String);
 
 impl Mode {
     /// Parses the word used on the command line, in labels and in the
-    /// config file: `enforce` or `report`.
+    /// config file: `enforce`, `report` or `ask`.
     ///
     /// ```
-    /// use crackbox_engine::policy::Mode;
+    /// use crackbox_policy::Mode;
     /// assert_eq!(Mode::parse("report"), Ok(Mode::Report));
     /// assert!(Mode::parse("audit").is_err());
     /// ```
@@ -38,6 +43,7 @@ impl Mode {
         match text {
             "enforce" => Ok(Mode::Enforce),
             "report" => Ok(Mode::Report),
+            "ask" => Ok(Mode::Ask),
             other => Err(ModeError(other.chars().take(100).collect())),
         }
     }
@@ -47,6 +53,7 @@ impl Mode {
         match self {
             Mode::Enforce => "enforce",
             Mode::Report => "report",
+            Mode::Ask => "ask",
         }
     }
 
@@ -71,6 +78,7 @@ mod tests {
         let cases = [
             ("enforce", Ok(Mode::Enforce)),
             ("report", Ok(Mode::Report)),
+            ("ask", Ok(Mode::Ask)),
             ("Report", Err(ModeError("Report".into()))),
             ("", Err(ModeError(String::new()))),
             ("audit", Err(ModeError("audit".into()))),
@@ -78,7 +86,7 @@ mod tests {
         for (text, want) in cases {
             assert_eq!(Mode::parse(text), want, "{text:?}");
         }
-        for mode in [Mode::Enforce, Mode::Report] {
+        for mode in [Mode::Enforce, Mode::Report, Mode::Ask] {
             assert_eq!(Mode::parse(mode.as_str()), Ok(mode));
             assert_eq!(serde_json::to_string(&mode).unwrap(), format!("\"{mode}\""));
         }

@@ -63,7 +63,7 @@ pub fn preset(name: &str) -> Option<&'static Preset> {
 /// order, each entry once.
 ///
 /// ```
-/// use crackbox_engine::policy::expand_presets;
+/// use crackbox_policy::expand_presets;
 /// let expanded = expand_presets(&["@pypi", "example.com"]).unwrap();
 /// assert_eq!(expanded, ["pypi.org:443", "files.pythonhosted.org:443", "example.com"]);
 /// assert!(expand_presets(&["@nosuch"]).is_err());

@@ -21,17 +21,28 @@ pub enum Reason {
     TooManyConnections,
     /// The source is a Docker container whose crackbox labels are invalid.
     InvalidLabel,
+    /// A deny entry of the source's registration covers the destination
+    /// (whatever its allow entries say, in every mode).
+    DeniedEntry,
+    /// Held in ask mode and nobody decided within the ask timeout.
+    AskTimeout,
+    /// Asked in ask mode while the source had the most pending requests
+    /// it may have.
+    AskLimit,
 }
 
 impl Reason {
     /// Every reason, in declaration order (`ALL[r.index()] == r`).
-    pub const ALL: [Reason; 6] = [
+    pub const ALL: [Reason; 9] = [
         Reason::NotAllowed,
         Reason::Unregistered,
         Reason::PrivateAddress,
         Reason::Revoked,
         Reason::TooManyConnections,
         Reason::InvalidLabel,
+        Reason::DeniedEntry,
+        Reason::AskTimeout,
+        Reason::AskLimit,
     ];
 
     /// The reason's place in [`Reason::ALL`], for tables indexed by reason.
@@ -48,6 +59,9 @@ impl Reason {
             Reason::Revoked => "revoked",
             Reason::TooManyConnections => "too-many-connections",
             Reason::InvalidLabel => "invalid-label",
+            Reason::DeniedEntry => "denied-entry",
+            Reason::AskTimeout => "ask-timeout",
+            Reason::AskLimit => "ask-limit",
         }
     }
 
@@ -66,6 +80,9 @@ impl Reason {
             Reason::Revoked => "a newer registration of the source no longer allows it",
             Reason::TooManyConnections => "close connections, or raise --max-connections-per-source",
             Reason::InvalidLabel => "fix the container's io.crackbox.* labels (the warning names the bad one)",
+            Reason::DeniedEntry => "the registration's deny entries refuse it; remove the entry to allow it",
+            Reason::AskTimeout => "answer sooner (crackbox pending, crackbox decide), or raise --ask-timeout",
+            Reason::AskLimit => "decide the source's pending requests (crackbox pending) before it asks more",
         }
     }
 }

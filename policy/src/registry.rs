@@ -161,8 +161,8 @@ mod tests {
         let registry = Arc::new(Registry::deny_all());
         let mut cache = registry.cache();
         assert_eq!(cache.load().generation(), 0);
-        let spec = RegistrationSpec::new("127.0.0.1", "a", Vec::<String>::new());
-        registry.swap(Snapshot::build(4, &[spec]).unwrap());
+        let spec = RegistrationSpec::parse("127.0.0.1", "a", &Vec::<String>::new()).unwrap();
+        registry.swap(Snapshot::build(4, &[spec]));
         assert_eq!(cache.load().generation(), 4);
         assert_eq!(registry.load().len(), 1);
     }
@@ -171,7 +171,7 @@ mod tests {
     fn touched_sources_accumulate_over_the_swaps_since_last_look() {
         let registry = Registry::deny_all();
         let ip = |s: &str| -> IpAddr { s.parse().unwrap() };
-        let snapshot = |generation| Snapshot::build(generation, &[]).unwrap();
+        let snapshot = |generation| Snapshot::build(generation, &[]);
         let sources = |list: &[&str]| Touched::Sources(list.iter().map(|s| ip(s)).collect());
         assert_eq!(registry.changes_since(0).touched, sources(&[]));
         registry.swap(snapshot(1));

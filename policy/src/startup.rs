@@ -54,9 +54,23 @@ impl fmt::Display for Listener {
     }
 }
 
-/// A listener that cannot be bound.
+impl Listener {
+    /// What moves the listener elsewhere, named in its bind error.
+    pub fn remedy(&self) -> &'static str {
+        match self {
+            Listener::Forward => "choose another address with --listen",
+            Listener::Transparent => "choose another address with --transparent, or '' to turn it off",
+            Listener::Steered => "steer another address with --steer, or none (crackbox run: --no-steer)",
+            Listener::Admin => "choose another address with --admin",
+            Listener::Dns => "choose another address with --dns-listen",
+            Listener::Socks => "choose another address with --socks",
+        }
+    }
+}
+
+/// A listener that cannot be bound; the message names the flag that moves it.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot listen on {addr} ({listener}): {}", cause(.error))]
+#[error("cannot listen on {addr} ({listener}): {}; {}", cause(.error), .listener.remedy())]
 pub struct ListenError {
     /// The address asked for.
     pub addr: SocketAddr,
@@ -178,7 +192,7 @@ mod tests {
         let err = check_free(addr, Listener::Forward).unwrap_err();
         assert_eq!(
             err.to_string(),
-            format!("cannot listen on {addr} (forward proxy): address in use")
+            format!("cannot listen on {addr} (forward proxy): address in use; choose another address with --listen")
         );
         assert_eq!(EngineError::from(err).exit_status(), EXIT_START_FAILED);
         drop(held);
@@ -202,6 +216,10 @@ mod tests {
         let held = UdpSocket::bind("127.0.0.1:0").unwrap();
         let addr = held.local_addr().unwrap();
         let err = check_free(addr, Listener::Dns).unwrap_err();
-        assert!(err.to_string().ends_with("(DNS): address in use"), "{err}");
+        assert!(
+            err.to_string()
+                .ends_with("(DNS): address in use; choose another address with --dns-listen"),
+            "{err}"
+        );
     }
 }

@@ -8,18 +8,23 @@
 //! each with [`Message::Ack`], and a delta whose base is not the generation it
 //! holds with [`Message::Resync`], which control answers with a full
 //! snapshot. Control polls counters with [`Message::StatsRequest`] and
-//! usage per registration with [`Message::UsageRequest`]. Pure code: it is
-//! fuzzed as it runs.
+//! usage per registration with [`Message::UsageRequest`]. In ask mode the
+//! engine tells control of each request it starts holding
+//! ([`Message::Asked`], again for each still pending after a reconnect) and
+//! of each that ends ([`Message::Settled`]); control lists them with
+//! [`Message::PendingQuery`] and answers one with [`Message::Decide`].
+//! Pure code: it is fuzzed as it runs.
 
+use crate::ask::{Answer, DecidedRequest, PendingId, PendingRequest};
 use crate::reason::Reason;
 use crate::{Generation, RegistrationSpec, SourceChange};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 
-/// The protocol version both sides must speak (4: registrations with a
-/// mode, and would-be denials of report mode in the counters).
-pub const PROTOCOL: u32 = 4;
+/// The protocol version both sides must speak (5: ask mode and its
+/// pending requests).
+pub const PROTOCOL: u32 = 5;
 
 /// Largest frame accepted (a very large registry still fits).
 pub const MAX_FRAME: usize = 64 * 1024 * 1024;
@@ -104,6 +109,46 @@ pub enum Message {
         request: u64,
         /// One record per registration.
         sources: Vec<SourceUsage>,
+    },
+    /// A request started waiting for a decision (engine -> control; also
+    /// sent for every request still pending when control connects).
+    Asked {
+        /// The request.
+        pending: PendingRequest,
+    },
+    /// A pending request ended: decided, timed out or withdrawn
+    /// (engine -> control).
+    Settled {
+        /// The request and how it ended.
+        decided: DecidedRequest,
+    },
+    /// Ask the engine for its pending requests (control -> engine).
+    PendingQuery {
+        /// Echoed in the reply.
+        request: u64,
+    },
+    /// The pending requests, oldest first (engine -> control).
+    PendingList {
+        /// The request this answers.
+        request: u64,
+        /// Every pending request.
+        pending: Vec<PendingRequest>,
+    },
+    /// Decide a pending request (control -> engine).
+    Decide {
+        /// Echoed in the reply.
+        request: u64,
+        /// The pending request.
+        id: PendingId,
+        /// The answer.
+        decision: Answer,
+    },
+    /// The outcome of a [`Message::Decide`] (engine -> control).
+    DecideOutcome {
+        /// The request this answers.
+        request: u64,
+        /// The request decided; `None` when it was unknown or decided already.
+        decided: Option<DecidedRequest>,
     },
 }
 
@@ -331,19 +376,22 @@ mod tests {
             },
             Message::Snapshot {
                 generation: 3,
-                registrations: vec![RegistrationSpec::new("10.0.0.2", "agent", ["github.com"])],
+                registrations: vec![RegistrationSpec::parse("10.0.0.2", "agent", &["github.com"]).unwrap()],
             },
             Message::Delta {
                 base: 3,
                 generation: 4,
                 changes: vec![
-                    SourceChange::Remove("10.0.0.2".into()),
+                    SourceChange::Remove("10.0.0.2".parse().unwrap()),
                     SourceChange::Put(
-                        RegistrationSpec::new("10.0.0.3", "b", ["b.test"])
+                        RegistrationSpec::parse("10.0.0.3", "b", &["b.test"])
+                            .unwrap()
                             .with_bandwidth(Some(crate::Bandwidth::parse("10MiB/s").unwrap())),
                     ),
                     SourceChange::Put(
-                        RegistrationSpec::new("10.0.0.4", "c", ["c.test"]).with_mode(crate::Mode::Report),
+                        RegistrationSpec::parse("10.0.0.4", "c", &["c.test"])
+                            .unwrap()
+                            .with_mode(crate::Mode::Report),
                     ),
                 ],
             },
@@ -411,7 +459,41 @@ mod tests {
                     since_ms: 7,
                 }],
             },
+            Message::Asked { pending: pending() },
+            Message::Settled {
+                decided: DecidedRequest {
+                    request: pending(),
+                    decision: crate::ask::Settlement::Timeout,
+                },
+            },
+            Message::PendingQuery { request: 11 },
+            Message::PendingList {
+                request: 11,
+                pending: vec![pending()],
+            },
+            Message::Decide {
+                request: 12,
+                id: 3,
+                decision: Answer::Always,
+            },
+            Message::DecideOutcome {
+                request: 12,
+                decided: None,
+            },
         ]
+    }
+
+    fn pending() -> PendingRequest {
+        PendingRequest {
+            id: 3,
+            ip: "10.0.0.2".into(),
+            sandbox: "agent".into(),
+            host: "pypi.org".into(),
+            port: 443,
+            front_end: "connect".into(),
+            since: 5,
+            waiting: 1,
+        }
     }
 
     #[test]

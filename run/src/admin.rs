@@ -49,7 +49,7 @@ pub async fn wait_healthy(
 /// Undoes a registration of `source` (teardown on a shared daemon).
 pub async fn unregister(admin: Client, source: IpAddr) -> Result<(), String> {
     admin
-        .unregister(&source.to_string())
+        .unregister(source)
         .await
         .map(drop)
         .map_err(|e| format!("cannot unregister {source}: {e}"))

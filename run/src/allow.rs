@@ -1,17 +1,20 @@
 //! The run's allowlist, decided before anything exists: the `--allow`
-//! entries and the lines of every `--allow-file` (README "crackbox run"),
+//! entries and the lines of every `--allow-file` (docs/run.md),
 //! presets expanded, then validated and normalised exactly as the admin API
 //! does, so the run is registered with the names it enforces. Reads the
 //! allow files; never touches Docker, the network or a process.
 
 use crate::error::RunError;
-use crackbox_policy::{expand_presets, parse_allow_file, RegistrationSpec};
+use crackbox_policy::{entries_from_config, parse_allow_file, Allowlist, ListError, SpecError};
 use std::path::{Path, PathBuf};
 
-/// The normalised allowlist of `--allow` and `--allow-file` (in that order),
-/// for a registration named `id` (validated too); empty only when the run
-/// `learning` lets everything through anyway.
-pub fn allowlist(id: &str, allow: &[String], files: &[PathBuf], learning: bool) -> Result<Vec<String>, RunError> {
+/// The compiled allowlist of `--allow` and `--allow-file` (in that order)
+/// with the `--deny` entries; empty only when the run `learning` lets
+/// everything through anyway.
+pub fn allowlist(allow: &[String], files: &[PathBuf], deny: &[String], learning: bool) -> Result<Allowlist, RunError> {
+    if allow.is_empty() && files.is_empty() && !learning {
+        return Err(RunError::NoAllowlist);
+    }
     let mut entries = allow.to_vec();
     for path in files {
         entries.extend(read_allow_file(path)?);
@@ -19,9 +22,12 @@ pub fn allowlist(id: &str, allow: &[String], files: &[PathBuf], learning: bool) 
     if entries.is_empty() && !learning {
         return Err(RunError::EmptyAllow);
     }
-    let expanded = expand_presets(&entries)?;
-    let spec = RegistrationSpec::new("127.0.0.1", id, expanded);
-    Ok(spec.normalised()?.allowlist)
+    let allow = entries_from_config(&entries).map_err(|err| match err {
+        ListError::Preset(unknown) => RunError::UnknownPreset(unknown),
+        other => RunError::InvalidRegistration(SpecError::Allowlist(other)),
+    })?;
+    let deny = entries_from_config(deny).map_err(|err| RunError::InvalidRegistration(SpecError::Deny(err)))?;
+    Ok(Allowlist::with_deny(allow, deny))
 }
 
 /// The entries of the allow file at `path`; an error names the file and,
@@ -71,7 +77,7 @@ mod tests {
         ];
         for (allow, files, want) in cases {
             assert_eq!(
-                allowlist("run-1", &strings(allow), &files, false).unwrap(),
+                allowlist(&strings(allow), &files, &[], false).unwrap().texts(),
                 want,
                 "{allow:?} {files:?}"
             );
@@ -79,9 +85,24 @@ mod tests {
     }
 
     #[test]
+    fn deny_entries_join_the_list_and_are_checked_like_allow_entries() {
+        let list = allowlist(&strings(&["github.com"]), &[], &strings(&["Gist.GitHub.com"]), false).unwrap();
+        assert_eq!(
+            (list.texts(), list.denied_texts()),
+            (strings(&["github.com"]), strings(&["gist.github.com"]))
+        );
+        assert!(list.matching("gist.github.com", 443).is_none());
+        let err = allowlist(&strings(&["github.com"]), &[], &strings(&["*"]), false).unwrap_err();
+        assert!(
+            err.to_string().starts_with("deny: invalid allowlist entry \"*\""),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn a_learning_run_may_start_from_nothing() {
-        assert_eq!(allowlist("run-1", &[], &[], true).unwrap(), Vec::<String>::new());
-        assert!(allowlist("run-1", &strings(&["bad host"]), &[], true).is_err());
+        assert!(allowlist(&[], &[], &[], true).unwrap().is_empty());
+        assert!(allowlist(&strings(&["bad host"]), &[], &[], true).is_err());
     }
 
     #[test]
@@ -92,27 +113,27 @@ mod tests {
         let empty = dir.path().join("empty");
         std::fs::write(&empty, "# nothing yet\n").unwrap();
         let missing = dir.path().join("missing");
-        /// `--id`, `--allow`, the files, then words of the error.
-        type Case<'a> = (&'a str, &'a [&'a str], Vec<PathBuf>, Vec<String>);
+        /// `--allow`, the files, then words of the error.
+        type Case<'a> = (&'a [&'a str], Vec<PathBuf>, Vec<String>);
         let cases: Vec<Case> = vec![
-            ("run-1", &[], vec![], vec!["needs at least one entry".into()]),
             (
-                "run-1",
                 &[],
-                vec![empty.clone()],
-                vec!["needs at least one entry".into()],
-            ),
-            ("run-1", &["*"], vec![], vec!["bare *".into()]),
-            ("run-1", &["bad host"], vec![], vec!["invalid allowlist entry".into()]),
-            (
-                "run-1",
-                &["@nosuch"],
                 vec![],
-                vec!["--allow: unknown preset \"@nosuch\"".into()],
+                vec![
+                    "run needs an allowlist: --allow".into(),
+                    "--allow-file PATH".into(),
+                    "--learn".into(),
+                ],
             ),
-            ("", &["example.com"], vec![], vec!["id:".into()]),
+            (&[], vec![empty.clone()], vec!["needs at least one entry".into()]),
             (
-                "run-1",
+                &["*"],
+                vec![],
+                vec!["bare *".into(), "name the hosts".into(), "--learn".into()],
+            ),
+            (&["bad host"], vec![], vec!["invalid allowlist entry".into()]),
+            (&["@nosuch"], vec![], vec!["--allow: unknown preset \"@nosuch\"".into()]),
+            (
                 &["a.test"],
                 vec![bad.clone()],
                 vec![format!(
@@ -121,14 +142,13 @@ mod tests {
                 )],
             ),
             (
-                "run-1",
                 &["a.test"],
                 vec![missing.clone()],
                 vec![format!("--allow-file {}: cannot read it: ", missing.display())],
             ),
         ];
-        for (id, allow, files, words) in cases {
-            let err = allowlist(id, &strings(allow), &files, false).unwrap_err().to_string();
+        for (allow, files, words) in cases {
+            let err = allowlist(&strings(allow), &files, &[], false).unwrap_err().to_string();
             for word in &words {
                 assert!(err.contains(word.as_str()), "{allow:?} {files:?}: {err}");
             }

@@ -26,22 +26,35 @@ pub struct RunArgs {
     /// blocks everything). Same forms as the admin API: `example.com`,
     /// `*.example.com`, `example.com:443`, IP literals; presets (`@pypi`,
     /// `crackbox presets` lists them) expand to their hosts.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        required_unless_present_any = ["allow_file", "learn", "learn_file"]
-    )]
+    /// One of --allow, --allow-file and --learn is needed (checked by the
+    /// run, which names all three, rather than by clap).
+    #[arg(long, value_delimiter = ',')]
     pub allow: Vec<String>,
     /// A file of allowlist entries, one per line (`#` comments, blank lines
     /// ignored), added to --allow; repeatable.
     #[arg(long, value_name = "PATH")]
     pub allow_file: Vec<PathBuf>,
+    /// Hosts the command may never reach, even where --allow covers them
+    /// (`--allow github.com --deny gist.github.com`): the same forms as
+    /// --allow, comma-separated or repeated.
+    #[arg(long, value_delimiter = ',')]
+    pub deny: Vec<String>,
     /// Learn what the command needs: nothing beyond the allowlist (which may
     /// be empty) is blocked, everything it reaches is recorded, and at exit
     /// crackbox prints the names to add (`crackbox: learned --allow ...`).
     /// The destination guard still refuses private addresses.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "ask")]
     pub learn: bool,
+    /// Ask while the command runs: a connection to a name the allowlist does not
+    /// cover waits until someone decides it. When crackbox's stdin is not a terminal
+    /// (the command is not given the terminal, e.g. `< /dev/null`) but the run has
+    /// one, crackbox asks there: `sandbox NAME wants HOST:PORT: allow [o]nce,
+    /// [a]lways, [d]eny?`; otherwise it prints the `crackbox decide ID
+    /// once|always|deny` command to run in another terminal (`crackbox pending`
+    /// lists what waits). At exit it prints the names answered always as an
+    /// --allow line.
+    #[arg(long, conflicts_with = "learn_file")]
+    pub ask: bool,
     /// With --learn (implied): also write the whole allowlist, the given
     /// entries and the learned ones, to PATH, one per line (what
     /// --allow-file reads).
@@ -288,9 +301,10 @@ mod tests {
     }
 
     #[test]
-    fn allow_or_allow_file_is_required_and_bandwidth_parses_like_everywhere() {
+    fn learning_is_told_apart_and_bandwidth_parses_like_everywhere() {
         let parse = |words: &[&str]| Line::try_parse_from(words.iter().chain(&["--", "true"])).map(|l| l.args);
-        assert!(parse(&[]).is_err());
+        // No allowlist parses: the run refuses it with a message naming every way to give one (allow.rs).
+        assert!(parse(&[]).unwrap().allow.is_empty());
         assert!(parse(&["--allow-file", "x"]).is_ok());
         assert!(parse(&["--learn"]).unwrap().learning());
         assert!(parse(&["--learn-file", "x"]).unwrap().learning());

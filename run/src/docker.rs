@@ -12,15 +12,16 @@
 //! - `crackbox-R-proxy`: `crackbox proxy serve` with a random admin secret
 //!   (`per_run`).
 //! - `crackbox-R-workload`: the command, on the internal network only, with
-//!   the proxy variables. Steered (the default; README "crackbox run"), its
+//!   the proxy variables. Steered (the default; docs/run.md), its
 //!   resolv.conf is bind-mounted from a file of the run's own and names the
 //!   proxy's DNS filter only (so Docker's embedded resolver is never asked),
 //!   and the proxy's steered listeners take ports 80 and 443; otherwise its
 //!   resolver (127.0.0.1) answers nothing.
 //!
 //! With `--daemon NAME` (`on_daemon`) there is no proxy or egress network
-//! of the run's own: the long-lived crackbox container NAME is connected to
-//! `crackbox-R` as `.2`.
+//! of the run's own: the workload joins a jail of NAME's pool (`pool`), a
+//! network like `crackbox-R` kept with NAME connected as `.2` and a holder
+//! container at `.3` whose network namespace the workload shares.
 
 mod attach;
 mod calls;
@@ -28,6 +29,7 @@ mod daemon_config;
 mod image;
 mod on_daemon;
 mod per_run;
+mod pool;
 mod workload;
 
 pub use on_daemon::OnDaemon;
@@ -39,12 +41,14 @@ use bollard::models::{
 };
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
-use std::path::Path;
+use std::path::PathBuf;
 
 /// Label carrying the run id on every object a run creates.
 pub const RUN_LABEL: &str = "io.crackbox.run";
 /// Label carrying the registration id (`--id`) on every object a run creates.
 pub const ID_LABEL: &str = "io.crackbox.id";
+/// Label carrying the daemon's name on every object of its pool of jails.
+pub const POOL_LABEL: &str = "io.crackbox.pool";
 /// The bridge option that leaves the host without an address on a network.
 const INHIBIT_IPV4: &str = "com.docker.network.bridge.inhibit_ipv4";
 
@@ -128,6 +132,15 @@ pub fn proxy_spec(spec: ProxySpec<'_>, labels: HashMap<String, String>) -> Conta
     }
 }
 
+/// Where a workload container's network comes from.
+#[derive(Debug, Clone, Copy)]
+pub enum Place<'a> {
+    /// An endpoint of its own on a network, at an address.
+    On(&'a str, Ipv4Addr),
+    /// The network namespace of a running holder container (a pooled jail).
+    Joined(&'a str),
+}
+
 /// What the workload container runs and where.
 pub struct WorkloadSpec<'a> {
     /// The workload image.
@@ -138,30 +151,43 @@ pub struct WorkloadSpec<'a> {
     pub env: Vec<(String, String)>,
     /// Whether it gets a TTY.
     pub tty: bool,
-    /// The jail network and its address there.
-    pub network: (&'a str, Ipv4Addr),
-    /// Steered: the resolv.conf (naming only the proxy) to mount over its own.
-    pub resolv_conf: Option<&'a Path>,
+    /// Where its network comes from.
+    pub place: Place<'a>,
+    /// Files of the run's own mounted read-only over the image's, as (host
+    /// file, path in the container): steered, a resolv.conf naming only the
+    /// proxy; joined, also hosts and hostname (the holder's would outlive
+    /// the run).
+    pub etc: &'a [(PathBuf, &'static str)],
 }
 
 /// The workload container: the jail network only, stdin/stdout/stderr
 /// attachable, no raw sockets, and a resolver that is crackbox's or none.
 pub fn workload_spec(spec: WorkloadSpec<'_>, labels: HashMap<String, String>) -> ContainerCreateBody {
-    let (network, address) = spec.network;
-    let resolver = match spec.resolv_conf {
-        // Bind-mounted read-only over the one Docker would write, which
-        // would send every name to Docker's embedded resolver first.
-        Some(file) => HostConfig {
-            binds: Some(vec![format!("{}:/etc/resolv.conf:ro", file.display())]),
+    // A resolv.conf of the run's own is bind-mounted read-only over the one
+    // Docker would write, which would send every name to Docker's embedded
+    // resolver first.
+    let binds: Vec<String> = spec
+        .etc
+        .iter()
+        .map(|(file, path)| format!("{}:{path}:ro", file.display()))
+        .collect();
+    let resolver = match spec.etc.iter().any(|(_, path)| *path == RESOLV_CONF) {
+        true => HostConfig {
+            binds: Some(binds),
             ..Default::default()
         },
         // Nothing listens there: no name ever reaches Docker's embedded
         // resolver or the host's upstream DNS.
-        None => HostConfig {
+        false => HostConfig {
             dns: Some(vec!["127.0.0.1".into()]),
             dns_options: Some(vec!["timeout:1".into(), "attempts:1".into()]),
+            binds: Some(binds),
             ..Default::default()
         },
+    };
+    let (network_mode, networking_config) = match spec.place {
+        Place::On(network, address) => (network.to_string(), Some(endpoint(network, address))),
+        Place::Joined(holder) => (format!("container:{holder}"), None),
     };
     ContainerCreateBody {
         image: Some(spec.image.to_string()),
@@ -175,12 +201,39 @@ pub fn workload_spec(spec: WorkloadSpec<'_>, labels: HashMap<String, String>) ->
         attach_stderr: Some(true),
         labels: Some(labels),
         host_config: Some(HostConfig {
-            network_mode: Some(network.to_string()),
+            network_mode: Some(network_mode),
             // Raw sockets would let the workload hand-craft frames to the
             // proxy's other addresses (the admin API's among them): a
             // host accepts packets for any of its addresses on any link.
             cap_drop: Some(vec!["NET_RAW".into()]),
             ..resolver
+        }),
+        networking_config,
+        ..Default::default()
+    }
+}
+
+/// Where the workload finds its resolver.
+pub const RESOLV_CONF: &str = "/etc/resolv.conf";
+
+/// A pooled jail's holder: `crackbox hold` on `network` at `address`,
+/// read-only, with no capability; it only keeps the network namespace alive.
+pub fn holder_spec(
+    image: &str,
+    network: &str,
+    address: Ipv4Addr,
+    labels: HashMap<String, String>,
+) -> ContainerCreateBody {
+    ContainerCreateBody {
+        image: Some(image.to_string()),
+        cmd: Some(vec!["hold".into()]),
+        labels: Some(labels),
+        host_config: Some(HostConfig {
+            network_mode: Some(network.to_string()),
+            readonly_rootfs: Some(true),
+            cap_drop: Some(vec!["ALL".into()]),
+            security_opt: Some(vec!["no-new-privileges".into()]),
+            ..Default::default()
         }),
         networking_config: Some(endpoint(network, address)),
         ..Default::default()
@@ -248,29 +301,37 @@ mod tests {
         assert_eq!(host.readonly_rootfs, Some(true));
         assert_eq!(proxy.env, Some(vec!["CRACKBOX_ADMIN_SECRET=s".to_string()]));
         let command = ["sh".to_string()];
-        let file = Path::new("/tmp/r/resolv.conf");
-        for resolv_conf in [None, Some(file)] {
+        let resolv = [(PathBuf::from("/tmp/r/resolv.conf"), RESOLV_CONF)];
+        let on = Place::On("jail", Ipv4Addr::new(10, 0, 1, 3));
+        /// Where, the files mounted, then the network mode and whether Docker's resolver option is set.
+        type Case<'a> = (Place<'a>, &'a [(PathBuf, &'static str)], &'a str, bool);
+        let cases: &[Case] = &[
+            (on, &[], "jail", true),
+            (on, &resolv, "jail", false),
+            (Place::Joined("holder"), &resolv, "container:holder", false),
+        ];
+        for (place, etc, mode, dns) in cases {
             let workload = workload_spec(
                 WorkloadSpec {
                     image: "busybox",
                     command: &command,
                     env: Vec::new(),
                     tty: false,
-                    network: ("jail", Ipv4Addr::new(10, 0, 1, 3)),
-                    resolv_conf,
+                    place: *place,
+                    etc,
                 },
                 labelled(),
             );
             let host = workload.host_config.unwrap();
             assert_eq!(host.cap_drop, Some(vec!["NET_RAW".to_string()]));
-            assert_eq!(host.network_mode.as_deref(), Some("jail"));
-            match resolv_conf {
-                Some(_) => assert_eq!(
-                    host.binds,
-                    Some(vec!["/tmp/r/resolv.conf:/etc/resolv.conf:ro".to_string()])
-                ),
-                None => assert_eq!(host.dns, Some(vec!["127.0.0.1".to_string()])),
-            }
+            assert_eq!(host.network_mode.as_deref(), Some(*mode));
+            assert_eq!(host.dns.is_some(), *dns, "{mode}");
+            assert_eq!(workload.networking_config.is_some(), matches!(place, Place::On(..)));
+            let want: Vec<String> = etc.iter().map(|(f, p)| format!("{}:{p}:ro", f.display())).collect();
+            assert_eq!(host.binds, Some(want), "{mode}");
         }
+        let holder = holder_spec("crackbox:x", "jail", Ipv4Addr::new(10, 0, 1, 3), labelled());
+        assert_eq!(holder.cmd, Some(vec!["hold".to_string()]));
+        assert_eq!(holder.host_config.unwrap().cap_drop, Some(vec!["ALL".to_string()]));
     }
 }

@@ -13,6 +13,15 @@ pub enum RunError {
     /// An `--allow` entry or the `--id` failed validation.
     #[error("{0}")]
     InvalidRegistration(#[from] SpecError),
+    /// Neither `--allow` nor `--allow-file` nor `--learn` was given.
+    #[error(
+        "run needs an allowlist: --allow HOST,HOST (presets too: --allow @pypi; crackbox presets lists them), \
+         --allow-file PATH (one entry per line), or --learn to find it by running the command once"
+    )]
+    NoAllowlist,
+    /// A `CRACKBOX_*` variable of `run`'s environment is unusable.
+    #[error("{0}")]
+    Setting(#[from] crackbox_config::ConfigError),
     /// `--allow` and `--allow-file` gave no entry.
     #[error("the allowlist needs at least one entry (use --allow none.invalid to block everything)")]
     EmptyAllow,
@@ -58,7 +67,11 @@ pub enum RunError {
         detail: String,
     },
     /// The workload image is missing and could not be pulled.
-    #[error("workload image {image} not found and could not be pulled: {detail}")]
+    #[error(
+        "workload image {image} not found and could not be pulled: {detail} (offline? \
+         deploy/build-workload-image.sh builds crackbox-workload:latest from this machine's busybox and curl; \
+         then --image crackbox-workload:latest)"
+    )]
     WorkloadImageMissing {
         /// The image reference given with `--image`.
         image: String,

@@ -6,7 +6,7 @@
 //! run. Starts nothing itself.
 
 use crate::workload_env::Endpoints;
-use crackbox_config::ProxyArgs;
+use crackbox_config::{ConfigError, ProxyArgs};
 use std::net::{IpAddr, SocketAddr};
 
 /// Port of the forward listener on the proxy's jail-side address.
@@ -50,18 +50,19 @@ pub fn endpoints(jail_side: IpAddr) -> Endpoints {
 }
 
 impl JailProxy {
-    /// Reads the settings `run`'s environment passes on (`env` stands in for it).
-    pub fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Self {
-        let allow_private =
-            env("CRACKBOX_ALLOW_PRIVATE_DESTINATIONS").is_some_and(|v| matches!(v.trim(), "1" | "true" | "yes" | "on"));
+    /// Reads the settings `run`'s environment passes on (`env` stands in
+    /// for it), each variable as `proxy serve` reads it (crackbox-config):
+    /// a value one refuses, the other refuses with the same message.
+    pub fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let allow_private = crackbox_config::allow_private_destinations(env)?;
         let inherited = INHERITED
             .iter()
             .filter_map(|name| env(name).map(|value| (name.to_string(), value)))
             .collect();
-        JailProxy {
+        Ok(JailProxy {
             allow_private,
             inherited,
-        }
+        })
     }
 
     /// The proxy's `proxy serve` settings.
@@ -150,7 +151,7 @@ mod tests {
             "CRACKBOX_STATE_PATH" | "CRACKBOX_ADMIN_SECRET" => Some("nope".to_string()),
             _ => None,
         };
-        let proxy = JailProxy::from_env(&env);
+        let proxy = JailProxy::from_env(&env).unwrap();
         assert!(proxy.allow_private);
         assert_eq!(
             proxy.env("s3"),

@@ -17,8 +17,10 @@
 mod admin;
 mod allow;
 mod args;
+mod asking;
 mod docker;
 mod error;
+mod hold;
 mod jail_proxy;
 mod journal;
 mod learn_file;
@@ -26,6 +28,7 @@ mod lifecycle;
 mod netns;
 mod plan;
 mod signals;
+mod steps;
 mod subnet;
 mod summary;
 mod terminal;
@@ -34,8 +37,10 @@ mod workload_env;
 
 pub use args::{BackendKind, RunArgs};
 pub use error::{RunError, EXIT_CRACKBOX_ERROR};
+pub use hold::hold;
 
 use args::Placement;
+use crackbox_policy::SandboxId;
 use jail_proxy::JailProxy;
 use plan::Plan;
 
@@ -56,11 +61,13 @@ fn execute(args: RunArgs) -> Result<i32, RunError> {
     let placement = args.placement(&env)?;
     let run_id = token::random_hex(4).map_err(|e| RunError::io("reading /dev/urandom", e))?;
     let id = args.id.clone().unwrap_or_else(|| format!("run-{run_id}"));
+    let id = SandboxId::parse(&id).map_err(|err| RunError::InvalidRegistration(err.into()))?;
     let learning = args.learning();
     let plan = Plan {
-        allow: allow::allowlist(&id, &args.allow, &args.allow_file, learning)?,
+        allow: allow::allowlist(&args.allow, &args.allow_file, &args.deny, learning || args.ask)?,
         bandwidth: args.bandwidth_cap()?,
         learning,
+        asking: args.ask,
         learn_file: args
             .learn_file
             .as_deref()
@@ -73,7 +80,7 @@ fn execute(args: RunArgs) -> Result<i32, RunError> {
         tty: terminal::stdin_is_tty(),
         quiet: args.quiet,
     };
-    let proxy = JailProxy::from_env(&env);
+    let proxy = JailProxy::from_env(&env)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -1,6 +1,7 @@
 //! The one lifecycle of `crackbox run`, whatever the backend: signals
 //! caught from the start, set-up raced against a signal, the source
-//! registered, the workload raced against a signal, the exit summary and
+//! registered (and, with `--ask`, its pending requests followed), the
+//! workload raced against a signal, the exit summary and
 //! teardown from the undo journal on every exit path. The exit code is the
 //! workload's own, `128 + signal` when a signal stopped the run, and an
 //! error (125, or 126/127 for a command that cannot start) otherwise.
@@ -16,6 +17,7 @@ use crate::error::RunError;
 use crate::journal::{Journal, Kind};
 use crate::plan::Plan;
 use crate::signals::Signals;
+use crate::steps::timed;
 use crate::summary::{Findings, PrivateSwitch, Scope};
 use crackbox_client::Client;
 use std::net::IpAddr;
@@ -54,8 +56,17 @@ pub async fn run<B: Backend>(plan: &Plan, backend: &B) -> Result<i32, RunError> 
     let journal = Journal::default();
     let set_up = async {
         let (jail, workload) = backend.set_up(&journal).await?;
-        let scope = register(plan, &jail, &journal).await?;
-        Ok::<_, RunError>((jail, scope, workload))
+        let scope = timed("register", register(plan, &jail, &journal)).await?;
+        // Following the proxy's events before the workload can ask anything.
+        let asking = match plan.asking {
+            true => Some(
+                crate::asking::start(plan, &jail.admin, jail.source)
+                    .await
+                    .map_err(|e| admin::failed("following the proxy's pending requests", &e))?,
+            ),
+            false => None,
+        };
+        Ok::<_, RunError>((jail, scope, workload, asking))
     };
     tokio::pin!(set_up);
     // A signal during set-up stops it at its next step rather than dropping
@@ -71,24 +82,28 @@ pub async fn run<B: Backend>(plan: &Plan, backend: &B) -> Result<i32, RunError> 
             }
         }
     };
-    let (outcome, registered) = match (interrupted, prepared) {
-        (Some(code), prepared) => (Ok(code), prepared.ok().map(|(jail, scope, _)| (jail, scope))),
-        (None, Err(err)) => (Err(err), None),
-        (None, Ok((jail, scope, workload))) => {
+    let (outcome, registered, asking) = match (interrupted, prepared) {
+        (Some(code), Ok((jail, scope, _, asking))) => (Ok(code), Some((jail, scope)), asking),
+        (Some(code), Err(_)) => (Ok(code), None, None),
+        (None, Err(err)) => (Err(err), None, None),
+        (None, Ok((jail, scope, workload, asking))) => {
             let outcome = tokio::select! {
                 outcome = backend.run_workload(workload) => outcome,
                 code = signals.next() => Ok(code),
             };
-            (outcome, Some((jail, scope)))
+            (outcome, Some((jail, scope)), asking)
         }
     };
     tracing::debug!("workload done");
     // A workload that never started moved nothing: its error is the one line.
     let learned = match (&registered, &outcome) {
-        (Some((jail, scope)), Ok(_)) => conclude(plan, &jail.admin, *scope).await,
+        (Some((jail, scope)), Ok(_)) => timed("summary", conclude(plan, &jail.admin, *scope)).await,
         _ => Ok(()),
     };
-    journal.undo().await;
+    if let Some(asking) = asking {
+        asking.finish(plan.quiet);
+    }
+    timed("teardown", journal.undo()).await;
     tracing::debug!("jail removed");
     let code = outcome?;
     learned.map(|()| code)
@@ -106,7 +121,7 @@ async fn conclude(plan: &Plan, admin: &Client, scope: Scope) -> Result<(), RunEr
         findings.print();
     }
     match (&plan.learn_file, findings.learned()) {
-        (Some(file), Some(learned)) => file.write(&plan.allow, &learned),
+        (Some(file), Some(learned)) => file.write(&plan.allow.texts(), &learned),
         (Some(file), None) => Err(file.not_written("the proxy's records of the run could not be read")),
         (None, _) => Ok(()),
     }
@@ -126,7 +141,10 @@ async fn register(plan: &Plan, jail: &Jail, journal: &Journal) -> Result<Scope, 
     };
     let scope = Scope::starting_now(jail.source, switch, plan.learning);
     let entry = match jail.shared {
-        true => Some(journal.record(Kind::Leaf, admin::unregister(jail.admin.clone(), jail.source))?),
+        true => Some(journal.record(
+            Kind::Leaf,
+            timed("unregister", admin::unregister(jail.admin.clone(), jail.source)),
+        )?),
         false => None,
     };
     match jail.admin.register(&spec).await {

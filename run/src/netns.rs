@@ -7,7 +7,7 @@
 //! `run` starts `crackbox proxy serve` (this same executable, its forward
 //! and SOCKS5 listeners on that address), the namespace
 //! end (`.2`) is registered and the command runs there. No default route.
-//! Steered (the default; README "crackbox run"), the proxy's DNS filter and
+//! Steered (the default; docs/run.md), the proxy's DNS filter and
 //! steered listeners (80, 443) sit on the host end too, and the command sees
 //! the jail's own resolv.conf and hosts (`etc`), so any client reaches
 //! allowed names on 80 and 443; with `--no-steer` no DNS server is

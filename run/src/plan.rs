@@ -4,7 +4,7 @@
 //! user's terminal.
 
 use crate::learn_file::LearnFile;
-use crackbox_policy::{Bandwidth, Mode, RegistrationSpec};
+use crackbox_policy::{Allowlist, Bandwidth, Mode, RegistrationSpec, SandboxId};
 use std::net::IpAddr;
 
 /// One run, as every backend sees it.
@@ -13,14 +13,17 @@ pub struct Plan {
     /// Random id naming every object of this run.
     pub run_id: String,
     /// Registration id (shown in denials and metrics).
-    pub id: String,
-    /// Normalised allowlist entries (presets expanded).
-    pub allow: Vec<String>,
+    pub id: SandboxId,
+    /// The compiled allowlist (presets expanded).
+    pub allow: Allowlist,
     /// The bandwidth cap (`--bandwidth`), if any.
     pub bandwidth: Option<Bandwidth>,
     /// Whether the run learns (`--learn`): its source is registered
     /// report-only, so nothing beyond the list is blocked, only recorded.
     pub learning: bool,
+    /// Whether the run asks (`--ask`): its source is registered in ask
+    /// mode, and what its list does not cover waits for a decision.
+    pub asking: bool,
     /// Where a learning run writes its whole allowlist (`--learn-file`).
     pub learn_file: Option<LearnFile>,
     /// The command and its arguments.
@@ -36,11 +39,12 @@ pub struct Plan {
 impl Plan {
     /// The registration of the workload at `source`.
     pub fn registration(&self, source: IpAddr) -> RegistrationSpec {
-        let mode = match self.learning {
-            true => Mode::Report,
-            false => Mode::Enforce,
+        let mode = match (self.learning, self.asking) {
+            (true, _) => Mode::Report,
+            (false, true) => Mode::Ask,
+            (false, false) => Mode::Enforce,
         };
-        RegistrationSpec::new(source.to_string(), &self.id, &self.allow)
+        RegistrationSpec::new(source, self.id.clone(), self.allow.clone())
             .with_bandwidth(self.bandwidth)
             .with_mode(mode)
     }

@@ -1,4 +1,4 @@
-//! The exit summary (README "crackbox run"): what the run's source moved,
+//! The exit summary (docs/run.md): what the run's source moved,
 //! what its proxy blocked, grouped by what fixes it, and for a learning run
 //! what it reached beyond its list, read from the proxy's admin API once
 //! the workload is done and before the source is unregistered (which drops

@@ -4,7 +4,7 @@
 //! naming the proxy's DNS filter only. A docker workload gets nothing else
 //! from crackbox's environment; a netns command inherits the caller's.
 //!
-//! Which variables, as measured with real clients (README "SOCKS5 and raw
+//! Which variables, as measured with real clients (docs/run.md, "SOCKS5 and raw
 //! TCP"): `HTTP_PROXY` and `HTTPS_PROXY` (and lower case) name the HTTP
 //! proxy, which every client that reads a proxy variable speaks; `ALL_PROXY`
 //! names the SOCKS5 listener (`socks5h://`, so crackbox resolves), for what
@@ -16,6 +16,14 @@ use std::net::{Ipv4Addr, SocketAddr};
 pub fn resolv_conf(nameserver: Ipv4Addr) -> String {
     format!("# crackbox: names are resolved by crackbox only\nnameserver {nameserver}\noptions timeout:2 attempts:2\n")
 }
+
+/// A resolv.conf naming a resolver where nothing listens (`--no-steer`, or
+/// a daemon that does not steer): no name is ever resolved in the jail.
+pub const NO_RESOLVER: &str =
+    "# crackbox: names are resolved by crackbox only\nnameserver 127.0.0.1\noptions timeout:1 attempts:1\n";
+
+/// The hosts file of a jail: loopback names only.
+pub const HOSTS: &str = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n";
 
 /// The HTTP proxy variables common clients read (curl, Python, Node, Go, ...).
 const HTTP_PROXY_VARIABLES: [&str; 4] = ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"];

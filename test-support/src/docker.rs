@@ -5,11 +5,12 @@
 //! makes and removes, and an upstream web server on one of them.
 //!
 //! Tests skip (saying so) only when not root or when Docker cannot be
-//! started; with `CRACKBOX_REQUIRE_DOCKER=1` (CI) they fail instead.
+//! started; with `CRACKBOX_REQUIRE_DOCKER=1` (CI) they fail instead, and
+//! with `CRACKBOX_REQUIRE_ROOT=1` when not root.
 
 mod daemon;
 mod web;
-pub use daemon::{admin_call, daemon_run_command, Daemon, DAEMON_ADMIN_PORT};
+pub use daemon::{admin_call, daemon_run_command, running_workload, Daemon, DAEMON_ADMIN_PORT, PRINT_ADDRESS};
 pub use web::web_upstream;
 
 use crate::crackbox::binary;
@@ -40,11 +41,12 @@ pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// Whether the test may run: root and a working Docker engine.
+/// Whether the test may run: root (the gate of every root-only test,
+/// `root_or_skip`) and a working Docker engine.
 pub fn docker_ready() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return skip("not root");
+    if !crate::root::root_or_skip("crackbox run docker test") {
+        required("not root");
+        return false;
     }
     if docker_ok() {
         return true;
@@ -70,11 +72,16 @@ fn docker_ok() -> bool {
 }
 
 fn skip(why: &str) -> bool {
+    required(why);
+    eprintln!("SKIPPED: crackbox run docker test: {why}");
+    false
+}
+
+/// Panics under `CRACKBOX_REQUIRE_DOCKER=1`: the test cannot run, `why`.
+fn required(why: &str) {
     if std::env::var("CRACKBOX_REQUIRE_DOCKER").is_ok_and(|v| v == "1") {
         panic!("CRACKBOX_REQUIRE_DOCKER=1 but {why}");
     }
-    eprintln!("SKIPPED: crackbox run docker test: {why}");
-    false
 }
 
 /// Runs `docker ARGS`; panics with its stderr when it fails.

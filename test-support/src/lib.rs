@@ -1,7 +1,8 @@
 //! The end-to-end test helpers of crackbox, shared by the engine's and the
 //! `crackbox` binary's tests: loopback sockets, raw HTTP, small real upstream
-//! servers and process facts; the `crackbox` binary under test as a daemon
-//! (`Daemon`, `Ports`) or one process (`Spawned`); the Docker fixtures
+//! servers and process facts, the gate of root-only tests (`root_or_skip`),
+//! the fault tests' load generators (`load`); the `crackbox` binary under
+//! test as a daemon (`Daemon`, `Ports`) or one process (`Spawned`); the Docker fixtures
 //! (`docker`), the network-namespace lab (`netns_lab`) and the probes run
 //! inside `crackbox run` jails (`steer_probe`, `run_probe`). Dev-only, never
 //! published. Traffic goes to 127.0.0.0/8 or to networks and namespaces a test made.
@@ -12,12 +13,14 @@ mod daemon;
 pub mod docker;
 mod echo;
 mod http;
+pub mod load;
 mod metrics;
 mod net;
 pub mod netns_lab;
 mod ports;
 mod process;
 mod revocation;
+mod root;
 pub mod run_probe;
 mod spawned;
 pub mod steer_probe;
@@ -32,4 +35,5 @@ pub use net::{closed_within, connect_from, free_addr, free_port, holding_upstrea
 pub use ports::{admin, proxied, Ports};
 pub use process::{alive, cpu_ticks, describe, raise_fd_limit, ticks_per_second};
 pub use revocation::{assert_cut, assert_untouched, REVOKE_WITHIN, STAYS_OPEN};
+pub use root::{is_root, root_or_skip};
 pub use spawned::Spawned;

@@ -30,6 +30,7 @@ mod servers;
 pub use client::{closed_silently, read_response, tls_echo, tls_open, tls_roundtrip, Hello, TlsSession};
 
 use crate::crackbox::{binary, isolated};
+use crate::root::root_or_skip;
 use crate::spawned::Spawned;
 use hickory_proto::op::{Message, Query, ResponseCode};
 use hickory_proto::rr::{Name, RecordType};
@@ -76,13 +77,10 @@ pub const ALLOWLIST: &str = "allowed.test,echo.test,keep.test";
 /// How long any single network step may take before the test fails.
 pub const WAIT: Duration = Duration::from_secs(15);
 
-/// True when the tests can build namespaces; prints why not otherwise.
+/// True when the tests can build namespaces (as root); see [`root_or_skip`]
+/// for what happens otherwise.
 pub fn can_run() -> bool {
-    if nix::unistd::geteuid().is_root() {
-        return true;
-    }
-    eprintln!("SKIPPED: network-namespace tests need root (ip netns, iptables)");
-    false
+    root_or_skip("network-namespace test (ip netns, iptables)")
 }
 
 /// Runs `f` on a thread that has entered namespace `ns`; sockets it
@@ -375,14 +373,26 @@ impl Lab {
     }
 
     /// Waits until the engine has the registrations: the DNS filter, which
-    /// reads the same registry, stops answering REFUSED for the workload.
+    /// reads the same registry, stops answering REFUSED. It asks from the
+    /// proxy namespace's own address (registered in the same snapshot as the
+    /// workload), so the denials the wait may cause (`unregistered`, while
+    /// the snapshot is on its way) are never the workload's.
     fn wait_enforcing(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(30);
+        let query = query_for("allowed.test.", RecordType::A).to_vec().unwrap();
         while Instant::now() < deadline {
             if let Some(status) = self.crackbox.as_mut().and_then(Spawned::exited) {
                 panic!("crackbox exited at start: {status}");
             }
-            let reply = self.dns_query_once("allowed.test.", RecordType::A, Duration::from_millis(300));
+            let socket = in_ns(&self.proxy_ns, || UdpSocket::bind((PROXY, 0)).unwrap());
+            socket.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+            socket.connect((PROXY, 53)).unwrap();
+            socket.send(&query).unwrap();
+            let mut buf = [0u8; 4096];
+            let reply = socket
+                .recv(&mut buf)
+                .ok()
+                .and_then(|len| Message::from_vec(&buf[..len]).ok());
             if reply.is_some_and(|r| r.metadata.response_code != ResponseCode::Refused) {
                 return;
             }

@@ -24,6 +24,7 @@ mod probe;
 mod rng;
 mod sampler;
 mod setup;
+mod tables;
 mod tally;
 mod traffic;
 mod trend;
@@ -125,11 +126,11 @@ pub fn run(site: Site, pace: Pace, seconds: f64) -> anyhow::Result<bool> {
     };
     let criteria = verdict::judge(&findings, &verdict::Bounds::default());
     println!("## The daemon, minute by minute\n");
-    println!("{}", verdict::minutes_table(&samples, &churned));
+    println!("{}", tables::minutes_table(&samples, &churned));
     println!("## The mix\n");
-    println!("{}", verdict::mix_table(&counts, &churned, &docker));
+    println!("{}", tables::mix_table(&counts, &churned, &docker));
     println!("## Pass criteria\n");
-    print!("{}", verdict::criteria_table(&criteria));
+    print!("{}", tables::criteria_table(&criteria));
     let passed = criteria.iter().all(|c| c.pass);
     println!("\nsoak: {}", if passed { "PASS" } else { "FAIL" });
     Ok(passed)

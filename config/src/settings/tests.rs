@@ -214,8 +214,8 @@ fn register_flags_seed_normalised_registrations() {
         "::ffff:10.0.0.9=jail:",
     ]);
     let settings = Settings::resolve(&flags, &env_of(&[])).unwrap();
-    assert_eq!(settings.seeds[0].allowlist, vec!["localhost", "bench.test"]);
-    assert_eq!(settings.seeds[1].ip, "10.0.0.9");
+    assert_eq!(settings.seeds[0].allowlist.texts(), ["localhost", "bench.test"]);
+    assert_eq!(settings.seeds[1].ip.to_string(), "10.0.0.9");
     assert!(settings.seeds[1].allowlist.is_empty());
     for bad in ["127.0.0.1", "127.0.0.1=dev", "host=dev:a.test", "127.0.0.1=dev:*"] {
         let err = Settings::resolve(&args(&["--register", bad]), &env_of(&[])).unwrap_err();
@@ -234,12 +234,23 @@ fn config_file_tables_seed_registrations_before_the_flags() {
     let settings = Settings::resolve(&flags, &env_of(&[])).unwrap();
     /// Address, id, allowlist, mode and cap of one seed.
     type Seed<'a> = (&'a str, &'a str, Vec<&'a str>, Mode, Option<u64>);
-    let seeds: Vec<Seed> = settings
+    let texts: Vec<(String, String, Vec<String>)> = settings
         .seeds
         .iter()
-        .map(|s| {
-            let allow = s.allowlist.iter().map(String::as_str).collect();
-            (s.ip.as_str(), s.id.as_str(), allow, s.mode, s.bandwidth)
+        .map(|s| (s.ip.to_string(), s.id.to_string(), s.allowlist.texts()))
+        .collect();
+    let seeds: Vec<Seed> = texts
+        .iter()
+        .zip(&settings.seeds)
+        .map(|((ip, id, allow), s)| {
+            let allow = allow.iter().map(String::as_str).collect();
+            (
+                ip.as_str(),
+                id.as_str(),
+                allow,
+                s.mode,
+                s.bandwidth.map(crackbox_policy::Bandwidth::bytes_per_second),
+            )
         })
         .collect();
     assert_eq!(

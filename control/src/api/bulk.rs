@@ -13,7 +13,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::Json;
 use crackbox_policy::admin_body::BulkAnswer;
-use crackbox_policy::{parse_source_ip, RegistrationSpec};
+use crackbox_policy::RegistrationSpec;
 use std::collections::HashMap;
 use std::net::IpAddr;
 
@@ -26,13 +26,12 @@ pub async fn batch(
     authorise(&state, &headers)?;
     let request: BatchBody = body::parse(body)?;
     let mut seen = HashMap::new();
-    let register = compile_all(&request.register, "register", &mut seen)?;
+    let register = checked_all(&request.register, "register", &mut seen)?;
     let mut unregister = Vec::with_capacity(request.unregister.len());
     for (index, entry) in request.unregister.iter().enumerate() {
         let name = format!("unregister[{index}]");
-        let ip = parse_source_ip(&entry.ip).map_err(|err| ApiError::bad_request(format!("{name}: ip: {err}")))?;
-        claim(&mut seen, ip, name)?;
-        unregister.push(ip);
+        claim(&mut seen, entry.ip, name)?;
+        unregister.push(entry.ip);
     }
     let outcome = commit(&state, Change::Edit { register, unregister }).await?;
     tracing::info!(
@@ -53,7 +52,7 @@ pub async fn replace(
 ) -> Result<Json<BulkAnswer>, ApiError> {
     authorise(&state, &headers)?;
     let request: ReplaceBody = body::parse(body)?;
-    let entries = compile_all(&request, "", &mut HashMap::new())?;
+    let entries = checked_all(&request, "", &mut HashMap::new())?;
     let outcome = commit(&state, Change::Replace(entries)).await?;
     tracing::info!(
         registered = outcome.registered,
@@ -64,8 +63,9 @@ pub async fn replace(
     Ok(answer(outcome))
 }
 
-/// Validates and normalises every spec; `list[i]` names a bad or repeated one.
-fn compile_all(
+/// Checks every spec's id and that no source comes twice; `list[i]` names
+/// a bad or repeated one.
+fn checked_all(
     specs: &[RegistrationSpec],
     list: &str,
     seen: &mut HashMap<IpAddr, String>,
@@ -73,10 +73,9 @@ fn compile_all(
     let mut compiled = Vec::with_capacity(specs.len());
     for (index, spec) in specs.iter().enumerate() {
         let name = format!("{list}[{index}]");
-        let (ip, registration) =
-            admin_spec::compile(spec).map_err(|err| ApiError::bad_request(format!("{name}: {err}")))?;
-        claim(seen, ip, name)?;
-        compiled.push((ip, RegistrationSpec::from_registration(ip, &registration)));
+        admin_spec::check_id(spec).map_err(|err| ApiError::bad_request(format!("{name}: {err}")))?;
+        claim(seen, spec.ip, name)?;
+        compiled.push((spec.ip, spec.clone()));
     }
     Ok(compiled)
 }

@@ -1,11 +1,13 @@
-//! The admin API (README "Admin API"): register, unregister, batch, state (read and
-//! replace), health, metrics, denials, usage.
+//! The admin API (docs/admin-api.md): register, unregister, batch, state (read and
+//! replace), health, metrics, denials, usage, and ask mode's pending
+//! requests, decisions and events.
 //!
 //! Every error is JSON `{"error": "..."}`. Mutations need the bearer secret
 //! when one is configured and are answered only once the engine enforces
 //! them. Reads never wait for a write.
 
 mod admin_spec;
+mod ask;
 mod auth;
 mod body;
 mod bulk;
@@ -58,6 +60,9 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/usage", get(observe::usage))
         .route("/health", get(observe::health))
         .route("/metrics", get(observe::metrics))
+        .route("/v1/pending", get(ask::pending))
+        .route("/v1/pending/{id}", post(ask::decide))
+        .route("/v1/events", get(ask::events))
         .fallback(error::not_found)
         .method_not_allowed_fallback(error::method_not_allowed)
         .with_state(state)
@@ -69,6 +74,13 @@ pub async fn serve(
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let asks = Arc::clone(state.link.asks());
+    // Event streams never end by themselves: end them, or shutting down
+    // would wait for every subscriber.
+    let shutdown = async move {
+        shutdown.await;
+        asks.close();
+    };
     axum::serve(listener, router(state))
         .with_graceful_shutdown(shutdown)
         .await

@@ -44,7 +44,7 @@ pub async fn health(State(state): State<AppState>) -> Response {
 pub async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
     let report = engine_stats(&state).await?;
     let current = state.registry.current();
-    let text = crate::metrics::render(&report, current.generation, current.entries.len());
+    let text = crate::metrics::render(&report, current.generation, current.entries.len(), state.link.asks());
     Ok(([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response())
 }
 

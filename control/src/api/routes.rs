@@ -7,7 +7,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use crackbox_policy::admin_body::UnregisterAnswer;
-use crackbox_policy::{parse_source_ip, Generation, RegistrationSpec};
+use crackbox_policy::{Generation, RegistrationSpec};
 
 /// `POST /v1/register {"ip","id","allowlist"}` -> the stored (normalised) entry.
 pub async fn register(
@@ -16,16 +16,15 @@ pub async fn register(
     body: Result<LimitedBody, ApiError>,
 ) -> Result<Json<RegistrationSpec>, ApiError> {
     authorise(&state, &headers)?;
-    let spec: RegistrationSpec = body::parse(body)?;
-    let (ip, registration) = admin_spec::compile(&spec).map_err(ApiError::bad_request)?;
-    let stored = RegistrationSpec::from_registration(ip, &registration);
+    let stored: RegistrationSpec = body::parse(body)?;
+    admin_spec::check_id(&stored).map_err(ApiError::bad_request)?;
     let generation = state
         .registry
-        .register(ip, stored.clone())
+        .register(stored.ip, stored.clone())
         .await
         .map_err(store_failed)?;
     enforced(&state, generation).await?;
-    tracing::info!(ip = %stored.ip, id = %stored.id, entries = stored.allowlist.len(), mode = %stored.mode, generation, "registered");
+    tracing::info!(ip = %stored.ip, id = %stored.id, entries = stored.allowlist.entries().len(), mode = %stored.mode, generation, "registered");
     Ok(Json(stored))
 }
 
@@ -37,7 +36,7 @@ pub async fn unregister(
 ) -> Result<Json<UnregisterAnswer>, ApiError> {
     authorise(&state, &headers)?;
     let request: UnregisterBody = body::parse(body)?;
-    let ip = parse_source_ip(&request.ip).map_err(|err| ApiError::bad_request(format!("ip: {err}")))?;
+    let ip = request.ip;
     let (removed, generation) = state.registry.unregister(ip).await.map_err(store_failed)?;
     enforced(&state, generation).await?;
     tracing::info!(%ip, removed, generation, "unregistered");

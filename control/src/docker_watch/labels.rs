@@ -7,12 +7,13 @@
 //! `io.crackbox.bandwidth=10MiB/s` caps it (the command line's syntax: a
 //! number with `KiB/s`, `MiB/s` or `GiB/s`); `io.crackbox.mode=report`
 //! registers it in report mode (`enforce`, the default, may be written too;
-//! any other value is an invalid label).
+//! any other value is an invalid label); `io.crackbox.deny=host1,host2`
+//! (entries as in the allow label) refuses names its allow entries reach.
 //! Registrations the watcher makes carry the id with [`ID_PREFIX`] in front,
 //! which is how it tells them from registrations made through the admin API
 //! or `--register`.
 
-use crackbox_policy::{Bandwidth, Mode, RegistrationSpec, SpecError};
+use crackbox_policy::{entries_from_config, Allowlist, Bandwidth, Mode, SandboxId, SpecError};
 use std::collections::HashMap;
 
 /// The label that opts a container in: its allowlist.
@@ -23,20 +24,23 @@ pub const ID_LABEL: &str = "io.crackbox.id";
 pub const BANDWIDTH_LABEL: &str = "io.crackbox.bandwidth";
 /// The optional label setting the registration's mode (`report`).
 pub const MODE_LABEL: &str = "io.crackbox.mode";
+/// The optional label listing deny entries.
+pub const DENY_LABEL: &str = "io.crackbox.deny";
 /// Prefix of every id the watcher registers (reserved for it).
 pub use crate::registry::WATCHER_ID_PREFIX as ID_PREFIX;
 
 /// A labelled container's registration, or why its labels are refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Labelled {
-    /// Valid labels: the id (prefixed) and normalised allowlist to register.
+    /// Valid labels: what to register for each of the container's
+    /// addresses, parsed once here.
     Valid {
         /// `docker:<io.crackbox.id or container name>`.
-        id: String,
-        /// Normalised entries.
-        allowlist: Vec<String>,
-        /// The cap in bytes per second, if labelled.
-        bandwidth: Option<u64>,
+        id: SandboxId,
+        /// The compiled allow and deny entries.
+        allowlist: Allowlist,
+        /// The cap, if labelled.
+        bandwidth: Option<Bandwidth>,
         /// Enforced, or (labelled `report`) only reported.
         mode: Mode,
     },
@@ -76,24 +80,41 @@ pub fn read(name: &str, labels: &HashMap<String, String>) -> Option<Labelled> {
             })
         }
     };
-    let entries = allow.split(',').map(str::trim).filter(|e| !e.is_empty());
-    let spec = RegistrationSpec::new("0.0.0.0", id.clone(), entries)
-        .with_bandwidth(bandwidth)
-        .with_mode(mode);
-    Some(match spec.normalised() {
-        Ok(spec) => Labelled::Valid {
-            id,
-            allowlist: spec.allowlist,
-            bandwidth: spec.bandwidth,
-            mode: spec.mode,
-        },
-        Err(err) => Labelled::Invalid {
-            id,
-            problem: match err {
-                SpecError::Id(_) => format!("{ID_LABEL}: {err}"),
-                _ => format!("{ALLOW_LABEL}: {err}"),
-            },
-        },
+    let sandbox = match SandboxId::parse(&id) {
+        Ok(sandbox) => sandbox,
+        Err(err) => {
+            let problem = format!("{ID_LABEL}: {}", SpecError::from(err));
+            return Some(Labelled::Invalid { id, problem });
+        }
+    };
+    let entries = |value: &str| -> Vec<String> {
+        value
+            .split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .map(str::to_owned)
+            .collect()
+    };
+    let allow = match entries_from_config(&entries(allow)) {
+        Ok(allow) => allow,
+        Err(err) => {
+            let problem = format!("{ALLOW_LABEL}: {}", SpecError::from(err));
+            return Some(Labelled::Invalid { id, problem });
+        }
+    };
+    let deny = labels.get(DENY_LABEL).map_or_else(Vec::new, |value| entries(value));
+    let deny = match entries_from_config(&deny) {
+        Ok(deny) => deny,
+        Err(err) => {
+            let problem = format!("{DENY_LABEL}: {}", SpecError::Deny(err));
+            return Some(Labelled::Invalid { id, problem });
+        }
+    };
+    Some(Labelled::Valid {
+        id: sandbox,
+        allowlist: Allowlist::with_deny(allow, deny),
+        bandwidth,
+        mode,
     })
 }
 
@@ -107,14 +128,15 @@ mod tests {
 
     #[test]
     fn labels_become_a_prefixed_registration_or_a_named_problem() {
-        let valid = |id: &str, allow: &[&str]| {
+        let labelled = |id: &str, allow: &[&str], bandwidth: Option<u64>, mode| {
             Some(Labelled::Valid {
-                id: id.into(),
-                allowlist: allow.iter().map(|s| s.to_string()).collect(),
-                bandwidth: None,
-                mode: Mode::Enforce,
+                id: SandboxId::parse(id).unwrap(),
+                allowlist: Allowlist::parse(allow).unwrap(),
+                bandwidth: bandwidth.map(|cap| Bandwidth::new(cap).unwrap()),
+                mode,
             })
         };
+        let valid = |id: &str, allow: &[&str]| labelled(id, allow, None, Mode::Enforce);
         assert_eq!(read("agent-1", &labels(&[])), None);
         assert_eq!(read("agent-1", &labels(&[(ID_LABEL, "x")])), None);
         assert_eq!(
@@ -137,29 +159,32 @@ mod tests {
                 "agent-1",
                 &labels(&[(ALLOW_LABEL, "a.test"), (BANDWIDTH_LABEL, "10MiB/s")])
             ),
-            Some(Labelled::Valid {
-                id: "docker:agent-1".into(),
-                allowlist: vec!["a.test".into()],
-                bandwidth: Some(10 << 20),
-                mode: Mode::Enforce,
-            })
+            labelled("docker:agent-1", &["a.test"], Some(10 << 20), Mode::Enforce)
         );
         assert_eq!(
             read(
                 "agent-1",
                 &labels(&[(ALLOW_LABEL, "@npm,a.test"), (MODE_LABEL, "report")])
             ),
-            Some(Labelled::Valid {
-                id: "docker:agent-1".into(),
-                allowlist: vec!["registry.npmjs.org:443".into(), "a.test".into()],
-                bandwidth: None,
-                mode: Mode::Report,
-            })
+            labelled(
+                "docker:agent-1",
+                &["registry.npmjs.org:443", "a.test"],
+                None,
+                Mode::Report
+            )
         );
         assert_eq!(
             read("agent-1", &labels(&[(ALLOW_LABEL, "a.test"), (MODE_LABEL, "enforce")])),
             valid("docker:agent-1", &["a.test"])
         );
+        let Some(Labelled::Valid { allowlist, .. }) = read(
+            "agent-1",
+            &labels(&[(ALLOW_LABEL, "github.com"), (DENY_LABEL, " Gist.GitHub.com , ")]),
+        ) else {
+            panic!("a deny label is valid");
+        };
+        assert_eq!(allowlist.denied_texts(), ["gist.github.com"]);
+        assert!(allowlist.matching("gist.github.com", 443).is_none());
         for (pairs, want) in [
             (vec![(ALLOW_LABEL, "ok.test,bad host")], "io.crackbox.allow: allowlist:"),
             (vec![(ALLOW_LABEL, "*")], "io.crackbox.allow: allowlist:"),
@@ -177,7 +202,7 @@ mod tests {
             ),
             (
                 vec![(ALLOW_LABEL, "ok.test"), (MODE_LABEL, "audit")],
-                "io.crackbox.mode: invalid mode \"audit\": expected enforce or report",
+                "io.crackbox.mode: invalid mode \"audit\": expected enforce, report or ask",
             ),
             (
                 vec![(ALLOW_LABEL, "ok.test"), (MODE_LABEL, "")],
@@ -186,6 +211,10 @@ mod tests {
             (
                 vec![(ALLOW_LABEL, "@nosuch,ok.test")],
                 "io.crackbox.allow: allowlist: unknown preset \"@nosuch\"",
+            ),
+            (
+                vec![(ALLOW_LABEL, "ok.test"), (DENY_LABEL, "bad host")],
+                "io.crackbox.deny: deny: invalid allowlist entry \"bad host\"",
             ),
         ] {
             match read("agent-1", &labels(&pairs)) {

@@ -71,11 +71,9 @@ pub fn plan(seen: &[Seen], scope: &Scope, holdings: &Holdings) -> Plan {
                         plan.conflicts.push((container.name.clone(), ip));
                         continue;
                     }
-                    let spec = RegistrationSpec {
-                        bandwidth,
-                        mode,
-                        ..RegistrationSpec::new(ip.to_string(), id.clone(), allowlist.clone())
-                    };
+                    let spec = RegistrationSpec::new(ip, id.clone(), allowlist.clone())
+                        .with_bandwidth(bandwidth)
+                        .with_mode(mode);
                     wanted.insert(ip, spec);
                 }
             }
@@ -120,7 +118,7 @@ mod tests {
     }
 
     fn spec(ip: &str, id: &str, allow: &[&str]) -> RegistrationSpec {
-        RegistrationSpec::new(ip, id, allow.iter().copied())
+        RegistrationSpec::parse(ip, id, allow).unwrap()
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 use super::{frames, EngineLink, Query};
 use crate::registry::{Published, Registry, Update};
+use crackbox_policy::ask::{DecidedRequest, PendingRequest};
 use crackbox_policy::wire::{Message, Role, SourceUsage, StatsReport, WatchList, WireError, PROTOCOL};
 use crackbox_policy::Generation;
 use std::collections::HashMap;
@@ -34,6 +35,8 @@ enum LinkError {
 enum Waiting {
     Stats(oneshot::Sender<StatsReport>),
     Usage(oneshot::Sender<Vec<SourceUsage>>),
+    Pending(oneshot::Sender<Vec<PendingRequest>>),
+    Decide(oneshot::Sender<Option<DecidedRequest>>),
 }
 
 impl Waiting {
@@ -42,6 +45,8 @@ impl Waiting {
         match self {
             Waiting::Stats(reply) => reply.is_closed(),
             Waiting::Usage(reply) => reply.is_closed(),
+            Waiting::Pending(reply) => reply.is_closed(),
+            Waiting::Decide(reply) => reply.is_closed(),
         }
     }
 }
@@ -55,6 +60,8 @@ pub(super) async fn run(stream: UnixStream, registry: Arc<Registry>, link: Arc<E
     }
     let (queries, mut query_rx) = mpsc::channel::<Query>(64);
     let epoch = link.take_over(queries);
+    // The engine tells this connection again of all it still holds.
+    link.asks.engine_gone();
     tracing::info!(epoch, "engine connected");
     let (frame_tx, mut frame_rx) = mpsc::channel(64);
     let read_task = tokio::spawn(async move {
@@ -103,6 +110,10 @@ pub(super) async fn run(stream: UnixStream, registry: Arc<Registry>, link: Arc<E
                 let (waiting, message) = match query {
                     Query::Stats(reply) => (Waiting::Stats(reply), Message::StatsRequest { request }),
                     Query::Usage(query, reply) => (Waiting::Usage(reply), Message::UsageRequest { request, query }),
+                    Query::Pending(reply) => (Waiting::Pending(reply), Message::PendingQuery { request }),
+                    Query::Decide(id, decision, reply) => {
+                        (Waiting::Decide(reply), Message::Decide { request, id, decision })
+                    }
                 };
                 pending.insert(request, waiting);
                 outcome = send(&mut writer, message).await;
@@ -125,6 +136,18 @@ pub(super) async fn run(stream: UnixStream, registry: Arc<Registry>, link: Arc<E
                         let _ = waiting.send(sources);
                     }
                 }
+                Some(Ok(Message::PendingList { request, pending: list })) => {
+                    if let Some(Waiting::Pending(waiting)) = pending.remove(&request) {
+                        let _ = waiting.send(list);
+                    }
+                }
+                Some(Ok(Message::DecideOutcome { request, decided })) => {
+                    if let Some(Waiting::Decide(waiting)) = pending.remove(&request) {
+                        let _ = waiting.send(decided);
+                    }
+                }
+                Some(Ok(Message::Asked { pending: request })) => link.asks.asked(request),
+                Some(Ok(Message::Settled { decided })) => link.asks.settled(decided),
                 Some(Ok(other)) => tracing::warn!(message = ?other, "unexpected message from the engine, ignored"),
                 Some(Err(WireError::Io(err))) if err.kind() == std::io::ErrorKind::UnexpectedEof => {
                     tracing::warn!(epoch, "engine disconnected");
@@ -145,7 +168,9 @@ pub(super) async fn run(stream: UnixStream, registry: Arc<Registry>, link: Arc<E
         tracing::warn!(epoch, error = %err, "engine connection failed");
     }
     read_task.abort();
-    link.disconnect(epoch);
+    if link.disconnect(epoch) {
+        link.asks.engine_gone();
+    }
 }
 
 /// Reads the engine's hello, then answers with control's; refuses another

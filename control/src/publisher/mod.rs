@@ -12,7 +12,9 @@ mod socket;
 
 pub use socket::bind;
 
+use crate::asks::Asks;
 use crate::registry::Registry;
+use crackbox_policy::ask::{Answer, DecidedRequest, PendingId, PendingRequest};
 use crackbox_policy::wire::{SourceUsage, StatsReport, UsageQuery, WatchList};
 use crackbox_policy::Generation;
 use std::sync::Arc;
@@ -38,6 +40,10 @@ enum Query {
     Stats(oneshot::Sender<StatsReport>),
     /// Usage per registration.
     Usage(UsageQuery, oneshot::Sender<Vec<SourceUsage>>),
+    /// Pending requests.
+    Pending(oneshot::Sender<Vec<PendingRequest>>),
+    /// A decision on a pending request: the request decided, if it was pending.
+    Decide(PendingId, Answer, oneshot::Sender<Option<DecidedRequest>>),
 }
 
 /// Why counters or usage could not be fetched from the engine.
@@ -57,6 +63,8 @@ pub struct EngineLink {
     state: watch::Sender<LinkState>,
     /// The Docker label watcher's list for the engine; `None` while no watcher runs.
     watch_list: watch::Sender<Option<Arc<WatchList>>>,
+    /// The events and figures of the engine's pending requests.
+    asks: Arc<Asks>,
 }
 
 impl Default for EngineLink {
@@ -64,6 +72,7 @@ impl Default for EngineLink {
         EngineLink {
             state: watch::Sender::new(LinkState::default()),
             watch_list: watch::Sender::new(None),
+            asks: Arc::default(),
         }
     }
 }
@@ -102,6 +111,27 @@ impl EngineLink {
     /// restart of control, not one of the engine.
     pub async fn usage(&self, query: UsageQuery, timeout: Duration) -> Result<Vec<SourceUsage>, StatsError> {
         self.ask(|reply| Query::Usage(query, reply), timeout).await
+    }
+
+    /// Asks the engine for its pending requests, oldest first.
+    pub async fn pending(&self, timeout: Duration) -> Result<Vec<PendingRequest>, StatsError> {
+        self.ask(Query::Pending, timeout).await
+    }
+
+    /// Decides pending request `id`: the request as decided, or `None` when
+    /// it was not pending (unknown, or decided or timed out already).
+    pub async fn decide(
+        &self,
+        id: PendingId,
+        answer: Answer,
+        timeout: Duration,
+    ) -> Result<Option<DecidedRequest>, StatsError> {
+        self.ask(|reply| Query::Decide(id, answer, reply), timeout).await
+    }
+
+    /// The events and figures of the engine's pending requests.
+    pub fn asks(&self) -> &Arc<Asks> {
+        &self.asks
     }
 
     /// Sends the engine the query `make` builds around a reply channel and
@@ -152,8 +182,9 @@ impl EngineLink {
         });
     }
 
-    /// Forgets the connection with `epoch` if it is still the current one.
-    fn disconnect(&self, epoch: u64) {
+    /// Forgets the connection with `epoch` if it is still the current one
+    /// (then true).
+    fn disconnect(&self, epoch: u64) -> bool {
         self.state.send_if_modified(|state| {
             if state.epoch != epoch {
                 return false;
@@ -161,7 +192,7 @@ impl EngineLink {
             state.acked = None;
             state.queries = None;
             true
-        });
+        })
     }
 
     /// A receiver whose epoch moves when a newer engine takes over.

@@ -9,7 +9,7 @@ use tokio::net::UnixStream;
 const WAIT: Duration = Duration::from_secs(5);
 
 fn spec(ip: &str, allowlist: &[&str]) -> RegistrationSpec {
-    RegistrationSpec::new(ip, "t", allowlist.iter().copied())
+    RegistrationSpec::parse(ip, "t", allowlist).unwrap()
 }
 
 /// A control plane listening on a real socket, with no admin API.
@@ -143,7 +143,7 @@ async fn every_change_is_pushed_as_a_delta_with_its_generation_and_waits_for_its
     let (_, generation) = control.registry.unregister(ip).await.unwrap();
     assert_eq!(
         engine.delta().await,
-        (2, 3, vec![SourceChange::Remove("10.0.0.2".into())])
+        (2, 3, vec![SourceChange::Remove("10.0.0.2".parse().unwrap())])
     );
     engine.send(Message::Ack { generation }).await;
     assert!(control.link.wait_enforced(3, WAIT).await);

@@ -130,12 +130,11 @@ impl Committer {
 /// (with `count` of them) to `after`: only the sources they touch are
 /// looked at, O(change).
 fn report_only_after(count: usize, before: &Entries, after: &Entries, changes: &[SourceChange]) -> usize {
-    let touched: HashSet<&str> = changes.iter().map(SourceChange::ip).collect();
+    let touched: HashSet<IpAddr> = changes.iter().map(SourceChange::ip).collect();
     let reporting = |entries: &Entries| {
         touched
             .iter()
-            .filter_map(|ip| ip.parse::<IpAddr>().ok())
-            .filter(|ip| entries.get(ip).is_some_and(|spec| is_report_only(spec)))
+            .filter(|&ip| entries.get(ip).is_some_and(|spec| is_report_only(spec)))
             .count()
     };
     count - reporting(before) + reporting(after)
@@ -153,7 +152,7 @@ pub(super) fn apply(entries: &mut Entries, change: &Change, changes: &mut Vec<So
             let mut removed = 0;
             for ip in unregister {
                 if entries.remove(ip).is_some() {
-                    changes.push(SourceChange::Remove(ip.to_string()));
+                    changes.push(SourceChange::Remove(*ip));
                     removed += 1;
                 }
             }
@@ -168,7 +167,7 @@ pub(super) fn apply(entries: &mut Entries, change: &Change, changes: &mut Vec<So
                 .collect();
             for ip in &gone {
                 entries.remove(ip);
-                changes.push(SourceChange::Remove(ip.to_string()));
+                changes.push(SourceChange::Remove(*ip));
             }
             for (ip, spec) in wanted {
                 put(entries, changes, *ip, spec);

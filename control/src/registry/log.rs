@@ -122,7 +122,7 @@ mod tests {
             base,
             generation: base + 1,
             changes: (0..changes)
-                .map(|i| SourceChange::Remove(format!("10.0.0.{i}")))
+                .map(|i| SourceChange::Remove(std::net::Ipv4Addr::from(0x0a00_0000 + i as u32).into()))
                 .collect(),
         }
     }

@@ -119,16 +119,7 @@ impl Registry {
             None => (None, Entries::new()),
         };
         let mut changes = Vec::new();
-        let seeds: Vec<_> = seeds
-            .into_iter()
-            .filter_map(|spec| match spec.compile() {
-                Ok((ip, registration)) => Some((ip, RegistrationSpec::from_registration(ip, &registration))),
-                Err(err) => {
-                    tracing::warn!(error = %err, "skipping an invalid registration");
-                    None
-                }
-            })
-            .collect();
+        let seeds: Vec<_> = seeds.into_iter().map(|spec| (spec.ip, spec)).collect();
         committer::apply(
             &mut entries,
             &Change::Edit {

@@ -152,7 +152,7 @@ mod tests {
     use crackbox_policy::RegistrationSpec;
 
     fn put(ip: &str) -> SourceChange {
-        SourceChange::Put(RegistrationSpec::new(ip, "t", Vec::<String>::new()))
+        SourceChange::Put(RegistrationSpec::parse(ip, "t", &Vec::<String>::new()).unwrap())
     }
 
     #[test]
@@ -162,7 +162,7 @@ mod tests {
         let mut journal = Journal::open(path.clone(), 0).unwrap();
         journal.append(&encode(1, &[put("10.0.0.1")])).unwrap();
         journal
-            .append(&encode(2, &[SourceChange::Remove("10.0.0.1".into())]))
+            .append(&encode(2, &[SourceChange::Remove("10.0.0.1".parse().unwrap())]))
             .unwrap();
         let good = std::fs::read(&path).unwrap();
         let replay = read(&path).unwrap().unwrap();

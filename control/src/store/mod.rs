@@ -16,7 +16,7 @@ mod snapshot;
 
 pub use snapshot::STATE_VERSION;
 
-use crackbox_policy::{parse_source_ip, RegistrationSpec, SourceChange};
+use crackbox_policy::{RegistrationSpec, SourceChange};
 use journal::Journal;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -217,10 +217,12 @@ fn load(path: &Path) -> Loaded {
     match snapshot::read(path) {
         Ok(Some(saved)) => {
             loaded.sequence = saved.sequence;
-            for spec in &saved.entries {
-                if !put(&mut loaded.entries, spec, path) {
-                    loaded.needs_rewrite = true;
-                }
+            for spec in saved.entries {
+                loaded.entries.insert(spec.ip, Arc::new(spec));
+            }
+            for error in &saved.skipped {
+                tracing::warn!(path = %shown, %error, "skipping an invalid state file entry");
+                loaded.needs_rewrite = true;
             }
         }
         Ok(None) => {
@@ -264,7 +266,7 @@ fn load(path: &Path) -> Loaded {
                 break;
             }
             for change in &record.changes {
-                apply(&mut loaded.entries, change, &file);
+                apply(&mut loaded.entries, change);
             }
             loaded.sequence = record.sequence;
         }
@@ -272,32 +274,13 @@ fn load(path: &Path) -> Loaded {
     loaded
 }
 
-fn apply(entries: &mut Entries, change: &SourceChange, file: &Path) {
+fn apply(entries: &mut Entries, change: &SourceChange) {
     match change {
         SourceChange::Put(spec) => {
-            put(entries, spec, file);
+            entries.insert(spec.ip, Arc::new(spec.clone()));
         }
-        SourceChange::Remove(ip) => match parse_source_ip(ip) {
-            Ok(ip) => {
-                entries.remove(&ip);
-            }
-            Err(err) => {
-                tracing::warn!(path = %file.display(), error = %err, "skipping a journal removal with a bad address")
-            }
-        },
-    }
-}
-
-/// Stores `spec` normalised; false (with a warning) when it is invalid.
-fn put(entries: &mut Entries, spec: &RegistrationSpec, file: &Path) -> bool {
-    match spec.compile() {
-        Ok((ip, registration)) => {
-            entries.insert(ip, Arc::new(RegistrationSpec::from_registration(ip, &registration)));
-            true
-        }
-        Err(err) => {
-            tracing::warn!(path = %file.display(), error = %err, "skipping an invalid state file entry");
-            false
+        SourceChange::Remove(ip) => {
+            entries.remove(ip);
         }
     }
 }

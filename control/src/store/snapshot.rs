@@ -23,7 +23,9 @@ struct StateFile {
     version: u32,
     #[serde(default)]
     sequence: u64,
-    entries: Vec<RegistrationSpec>,
+    /// Decoded one by one, so that one entry an older crackbox accepted and
+    /// this one refuses costs only that entry.
+    entries: Vec<serde_json::Value>,
 }
 
 #[derive(Serialize)]
@@ -33,12 +35,14 @@ struct StateFileRef<'a> {
     entries: Vec<&'a RegistrationSpec>,
 }
 
-/// A snapshot file as read: entries as stored (not yet validated).
+/// A snapshot file as read.
 pub(super) struct SavedSnapshot {
     /// The last journal record these entries include.
     pub sequence: u64,
-    /// The entries.
+    /// The valid entries.
     pub entries: Vec<RegistrationSpec>,
+    /// Why each invalid entry was skipped.
+    pub skipped: Vec<String>,
 }
 
 /// Why a snapshot file could not be used.
@@ -66,10 +70,18 @@ pub(super) fn read(path: &Path) -> Result<Option<SavedSnapshot>, ReadError> {
     if file.version != STATE_VERSION {
         return Err(ReadError::Version(file.version));
     }
-    Ok(Some(SavedSnapshot {
+    let mut saved = SavedSnapshot {
         sequence: file.sequence,
-        entries: file.entries,
-    }))
+        entries: Vec::with_capacity(file.entries.len()),
+        skipped: Vec::new(),
+    };
+    for entry in file.entries {
+        match serde_json::from_value(entry) {
+            Ok(spec) => saved.entries.push(spec),
+            Err(err) => saved.skipped.push(err.to_string()),
+        }
+    }
+    Ok(Some(saved))
 }
 
 /// Replaces the snapshot file with `entries` at `sequence`, atomically and

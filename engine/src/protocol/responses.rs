@@ -67,6 +67,9 @@ pub fn denial(reason: Reason, host: &str, port: u16) -> Vec<u8> {
         Reason::Revoked => ["access to ", host, ":", port, " was revoked"],
         Reason::TooManyConnections => only("this client has too many open connections"),
         Reason::InvalidLabel => only("this container's io.crackbox labels are invalid (see crackbox's log)"),
+        Reason::DeniedEntry => [host, ":", port, " is refused by a deny entry of this sandbox", ""],
+        Reason::AskTimeout => ["nobody decided on ", host, ":", port, " in time (ask mode)"],
+        Reason::AskLimit => only("this sandbox has too many requests waiting for a decision (ask mode)"),
     };
     let [a, b, c, d, e] = what;
     let body = [

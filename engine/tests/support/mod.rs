@@ -23,7 +23,7 @@ pub struct Engine {
 
 /// `ip=id:host,host` shorthand for a registration.
 pub fn reg(ip: &str, id: &str, hosts: &[&str]) -> RegistrationSpec {
-    RegistrationSpec::new(ip, id, hosts.iter().copied())
+    RegistrationSpec::parse(ip, id, hosts).unwrap()
 }
 
 impl Engine {

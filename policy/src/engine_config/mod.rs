@@ -2,7 +2,7 @@
 //!
 //! Pure data: the engine never reads a config file or an environment
 //! variable for it. `crackbox proxy serve` resolves it once (flags, env,
-//! config file, defaults; see the README's "Configuration") and hands it to
+//! config file, defaults; see docs/configuration.md) and hands it to
 //! its engine child as a JSON document, so a restarted engine runs with
 //! exactly the settings the first one had.
 
@@ -70,6 +70,17 @@ pub struct Limits {
     pub tunnel_idle_timeout: Option<Duration>,
     /// Denials logged per second per source (counters stay exact).
     pub denial_logs_per_second: u32,
+    /// How long a connection held in ask mode waits for a decision before
+    /// it is refused as `ask-timeout`.
+    #[serde(default = "default_ask_timeout")]
+    pub ask_timeout: Duration,
+}
+
+/// How long a held connection waits for a decision unless configured otherwise.
+pub const DEFAULT_ASK_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn default_ask_timeout() -> Duration {
+    DEFAULT_ASK_TIMEOUT
 }
 
 impl Default for Limits {
@@ -79,6 +90,7 @@ impl Default for Limits {
             max_connections_total: 16_000,
             tunnel_idle_timeout: Some(Duration::from_secs(3600)),
             denial_logs_per_second: 5,
+            ask_timeout: DEFAULT_ASK_TIMEOUT,
         }
     }
 }

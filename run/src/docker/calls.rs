@@ -5,8 +5,9 @@
 
 use super::{labels, network_spec};
 use crate::error::{docker_message, docker_status, one_line, RunError};
-use crate::journal::{Journal, Kind};
+use crate::journal::{Entry, Journal, Kind};
 use crate::plan::Plan;
+use crate::steps::timed;
 use crate::subnet::{self, Ipv4Net};
 use crate::token;
 use bollard::models::{ContainerCreateBody, NetworkDisconnectRequest};
@@ -47,7 +48,7 @@ impl DockerRun {
         Ok(DockerRun {
             docker,
             run_id: plan.run_id.clone(),
-            id: plan.id.clone(),
+            id: plan.id.to_string(),
         })
     }
 
@@ -85,12 +86,28 @@ impl DockerRun {
         Ok(())
     }
 
-    /// Creates the bridge network `name` on a free subnet (see
+    /// Creates the bridge network `name` of this run on a free subnet (see
     /// [`network_spec`]); retries when another run took the subnet between
     /// the check and the create.
     pub async fn create_network(&self, journal: &Journal, name: &str, internal: bool) -> Result<Ipv4Net, RunError> {
+        self.create_labelled_network(journal, name, internal, self.labels())
+            .await
+            .map(|(subnet, _)| subnet)
+    }
+
+    /// [`DockerRun::create_network`] with `labels`; also returns its journal entry.
+    pub async fn create_labelled_network(
+        &self,
+        journal: &Journal,
+        name: &str,
+        internal: bool,
+        labels: HashMap<String, String>,
+    ) -> Result<(Ipv4Net, Entry), RunError> {
         let pool = Ipv4Net::parse(POOL).ok_or_else(|| RunError::NoFreeSubnet(POOL.into()))?;
-        journal.record(Kind::Holder, remove_network(self.docker.clone(), name.to_string()))?;
+        let entry = journal.record(
+            Kind::Holder,
+            timed("network remove", remove_network(self.docker.clone(), name.to_string())),
+        )?;
         let mut last_error = None;
         for _ in 0..16 {
             journal.checkpoint()?;
@@ -98,9 +115,9 @@ impl DockerRun {
             let start = token::random_u32().map_err(|e| RunError::io("reading /dev/urandom", e))?;
             let subnet =
                 subnet::pick(pool, NET_PREFIX, &taken, start).ok_or_else(|| RunError::NoFreeSubnet(POOL.into()))?;
-            let spec = network_spec(name, &subnet.to_string(), host(&subnet, 1)?, internal, self.labels());
+            let spec = network_spec(name, &subnet.to_string(), host(&subnet, 1)?, internal, labels.clone());
             match self.docker.create_network(spec).await {
-                Ok(_) => return Ok(subnet),
+                Ok(_) => return Ok((subnet, entry)),
                 Err(e) if docker_message(&e).contains("overlap") => last_error = Some(e),
                 Err(e) => return Err(RunError::docker("creating a network", e)),
             }
@@ -136,7 +153,13 @@ impl DockerRun {
         body: ContainerCreateBody,
         step: &'static str,
     ) -> Result<(), RunError> {
-        journal.record(Kind::Leaf, remove_container(self.docker.clone(), name.to_string()))?;
+        journal.record(
+            Kind::Leaf,
+            timed(
+                "container remove",
+                remove_container(self.docker.clone(), name.to_string()),
+            ),
+        )?;
         let options = CreateContainerOptionsBuilder::default().name(name).build();
         self.docker
             .create_container(Some(options), body)
@@ -191,6 +214,23 @@ pub async fn remove_container(docker: Docker, name: String) -> Result<(), String
             Err(failed(&e))
         }
         Err(e) => Err(failed(&e)),
+    }
+}
+
+/// Disconnects the container `daemon` from `network`; one that is not
+/// connected (a connect that never happened) is fine.
+pub async fn disconnect(docker: Docker, daemon: String, network: String) -> Result<(), String> {
+    let request = NetworkDisconnectRequest {
+        container: daemon.clone(),
+        force: Some(true),
+    };
+    match docker.disconnect_network(&network, request).await {
+        Ok(()) => Ok(()),
+        Err(e) if docker_status(&e) == Some(404) || docker_message(&e).contains("not connected") => Ok(()),
+        Err(e) => Err(format!(
+            "cannot disconnect {daemon} from {network}: {}",
+            docker_message(&e)
+        )),
     }
 }
 

@@ -8,14 +8,15 @@
 //! listener's when it has one, on whatever address the daemon gets on each
 //! jail network, so those listeners must be bound to every address. A
 //! config file inside the container is not read: the listeners must be
-//! given as flags or environment variables.
+//! given as flags or environment variables. Resolving them is
+//! crackbox-config's, the same function the daemon ran.
 //!
-//! A daemon steers jails (README "Steered interception") when it was started with `--steer
+//! A daemon steers jails (docs/daemon.md, "Steered interception") when it was started with `--steer
 //! 0.0.0.0` and its DNS filter on port 53 of every address (`--dns-listen
 //! :53`): it then answers each jail with its own address on that jail's
 //! network, and `run` points the workload's resolver there.
 
-use crackbox_config::{parse_addr, ProxyArgs};
+use crackbox_config::{ProxyArgs, Settings};
 use std::net::SocketAddr;
 
 /// What `run` needs from a daemon container's configuration.
@@ -35,7 +36,9 @@ pub struct DaemonEndpoints {
 }
 
 /// Reads the endpoints from a container's arguments (after the entrypoint
-/// executable) and `NAME=value` environment; the error says why the
+/// executable) and `NAME=value` environment, resolved by crackbox-config
+/// exactly as the daemon resolved them (flags, then environment, then
+/// defaults; its config file is not read); the error says why the
 /// container cannot serve as a daemon for `run`.
 pub fn endpoints(args: &[String], env: &[String]) -> Result<DaemonEndpoints, String> {
     let parsed = ProxyArgs::parse_serve_command(args).map_err(|e| e.to_string())?;
@@ -45,55 +48,42 @@ pub fn endpoints(args: &[String], env: &[String]) -> Result<DaemonEndpoints, Str
             .find(|(key, _)| *key == name)
             .map(|(_, value)| value.to_string())
     };
-    let admin_text = parsed
-        .admin_listen
-        .or_else(|| var("CRACKBOX_ADMIN_ADDR"))
-        .ok_or("its admin API listens on loopback only (the default): start it with --admin IP:PORT on its address on a network this host reaches and jails never join")?;
-    let admin = parse_addr(&admin_text).map_err(|e| format!("admin listener: {e}"))?;
+    let settings = Settings::resolve_without_file(&parsed, &var).map_err(|e| format!("its settings: {e}"))?;
+    let admin = settings.admin_listen;
     if admin.ip().is_loopback() || admin.ip().is_unspecified() {
         return Err(format!(
-            "its admin API listens on {admin}: give it its own address on a network this host reaches \
-             and jails never join (--admin IP:PORT), so workloads cannot reach it"
+            "its admin API listens on {admin}, loopback only: start it with --admin IP:PORT on its \
+             address on a network this host reaches and jails never join, so workloads cannot reach it"
         ));
     }
-    let listen_text = parsed
-        .listen
-        .or_else(|| var("CRACKBOX_PROXY_ADDR"))
-        .unwrap_or_else(|| ":3128".to_string());
-    let listen = parse_addr(&listen_text).map_err(|e| format!("forward listener: {e}"))?;
+    let listen = settings.engine.listen;
     if !listen.ip().is_unspecified() {
         return Err(format!(
             "its forward proxy listens on {listen} only: jails reach it on the address it gets on \
              their own network, so it must listen on every address (--listen :PORT)"
         ));
     }
-    let socks_text = parsed
-        .socks_listen
-        .or_else(|| var("CRACKBOX_SOCKS_ADDR"))
-        .filter(|text| !text.is_empty());
-    let socks = socks_text
-        .map(|text| parse_addr(&text).map_err(|e| format!("SOCKS5 listener: {e}")))
-        .transpose()?;
+    let socks = settings.engine.socks_listen;
     if let Some(socks) = socks.filter(|socks| !socks.ip().is_unspecified()) {
         return Err(format!(
             "its SOCKS5 listener listens on {socks} only: jails reach it on the address it gets on \
              their own network, so it must listen on every address (--socks :PORT)"
         ));
     }
-    let steers_everywhere = parsed
+    let steers_everywhere = settings
+        .engine
         .steer
         .iter()
-        .any(|ip| ip.parse::<std::net::Ipv4Addr>().is_ok_and(|ip| ip.is_unspecified()));
-    let dns_everywhere = parsed
+        .any(|ip| ip.is_ipv4() && ip.is_unspecified());
+    let dns_everywhere = settings
+        .engine
         .dns_listen
-        .as_deref()
-        .and_then(|text| parse_addr(text).ok())
         .is_some_and(|dns| dns.ip().is_unspecified() && dns.port() == 53);
     Ok(DaemonEndpoints {
         admin,
         proxy_port: listen.port(),
         socks_port: socks.map(|socks| socks.port()),
-        secret: var("CRACKBOX_ADMIN_SECRET").filter(|s| !s.is_empty()),
+        secret: settings.admin_secret,
         steers: steers_everywhere && dns_everywhere,
     })
 }
@@ -208,8 +198,12 @@ mod tests {
                 &[],
                 "listens on 127.0.0.1:3129",
             ),
-            (&["proxy", "serve", "--admin", ":3129"], &[], "listens on 0.0.0.0:3129"),
-            (&["proxy", "serve", "--admin", "nonsense"], &[], "admin listener"),
+            (
+                &["proxy", "serve", "--admin", ":3129"],
+                &[],
+                "listens on 127.0.0.1:3129",
+            ),
+            (&["proxy", "serve", "--admin", "nonsense"], &[], "--admin"),
             (
                 &[
                     "proxy",
@@ -242,7 +236,7 @@ mod tests {
             (
                 &["proxy", "serve", "--admin", "10.0.0.2:3129", "--socks", "nonsense"],
                 &[],
-                "SOCKS5 listener",
+                "--socks",
             ),
         ];
         for (args, env, want) in cases {

@@ -22,8 +22,9 @@ use std::process::Command;
 pub const REPOSITORY: &str = "crackbox";
 
 /// The proxy image to run: `named` if given (it must exist), else this
-/// executable's own, built first when it is missing.
-pub async fn ensure_proxy_image(docker: &Docker, named: Option<&str>) -> Result<String, RunError> {
+/// executable's own, built first when it is missing (said on stderr when
+/// `announce`, else only logged: a pool's holder image is built in passing).
+pub async fn ensure_proxy_image(docker: &Docker, named: Option<&str>, announce: bool) -> Result<String, RunError> {
     if let Some(named) = named {
         return match present(docker, named).await? {
             true => Ok(named.to_string()),
@@ -38,10 +39,13 @@ pub async fn ensure_proxy_image(docker: &Docker, named: Option<&str>) -> Result<
         .map_err(|e| RunError::io("hashing the crackbox executable", e))?;
     let image = format!("{REPOSITORY}:{tag}");
     if !present(docker, &image).await? {
-        eprintln!(
-            "crackbox: building the proxy image {image} from {} (once for this binary)",
-            binary.display()
-        );
+        match announce {
+            true => eprintln!(
+                "crackbox: building the proxy image {image} from {} (once for this binary)",
+                binary.display()
+            ),
+            false => tracing::debug!(%image, "building the image from this executable"),
+        }
         build(docker, &binary, &tag)
             .await
             .map_err(|detail| RunError::ProxyImageBuild {

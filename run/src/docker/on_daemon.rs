@@ -3,27 +3,30 @@
 //! started per run.
 //!
 //! Per run: NAME is checked (a running `crackbox proxy serve` whose admin API
-//! answers), connected to the run's jail network as `.2`, and the workload
-//! created as `.3`, told NAME's `.2` as its HTTP proxy and, when NAME has a
-//! SOCKS5 listener, as its SOCKS5 proxy. When NAME steers every jail (see
-//! `daemon_config`), the workload's resolver is NAME's `.2`. The connection is recorded in the
-//! journal before it is made, so teardown disconnects NAME on every exit
-//! path (the lifecycle unregisters the workload); NAME itself is never
-//! stopped, restarted or reconfigured.
+//! answers), a jail of NAME's pool claimed (`pool`: a network NAME is
+//! connected to as `.2`, kept between runs) and the workload created in it
+//! as `.3`, told NAME's `.2` as its HTTP proxy and, when NAME has a SOCKS5
+//! listener, as its SOCKS5 proxy. When NAME steers every jail (see
+//! `daemon_config`), the workload's resolver is NAME's `.2`. The claim is
+//! recorded in the journal before it is made, so on every exit path
+//! teardown unregisters the workload and then removes its container, which
+//! returns the jail to the pool; NAME itself is never stopped, restarted
+//! or reconfigured.
 
 use super::calls::{host, DockerRun};
 use super::daemon_config;
-use super::ipv4_endpoint;
+use super::pool::Pool;
 use super::workload::{self, Placed};
+use super::Place;
 use crate::admin::{jail_client, wait_healthy};
-use crate::error::{docker_message, docker_status, RunError};
-use crate::journal::{Journal, Kind};
+use crate::error::{docker_status, RunError};
+use crate::journal::Journal;
 use crate::lifecycle::{Backend, Jail};
 use crate::plan::Plan;
+use crate::steps::timed;
 use crate::workload_env::Endpoints;
-use bollard::models::{NetworkConnectRequest, NetworkDisconnectRequest};
-use bollard::Docker;
 use crackbox_client::Client;
+use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
@@ -44,13 +47,15 @@ struct Found {
     proxy_port: u16,
     socks_port: Option<u16>,
     steers: bool,
+    /// The networks it is on, with its address on each.
+    networks: HashMap<String, Option<Ipv4Addr>>,
 }
 
 impl OnDaemon {
     /// Connects to Docker for `plan`'s run behind `daemon`.
     pub async fn connect(plan: &Plan, image: String, daemon: String) -> Result<Self, RunError> {
         Ok(OnDaemon {
-            run: DockerRun::connect(plan).await?,
+            run: timed("docker connect", DockerRun::connect(plan)).await?,
             plan: plan.clone(),
             image,
             daemon,
@@ -75,6 +80,13 @@ impl OnDaemon {
             return Err(self.refused("the container is not running".into()));
         }
         let env = inspect.config.and_then(|c| c.env).unwrap_or_default();
+        let networks = inspect
+            .network_settings
+            .and_then(|s| s.networks)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(name, endpoint)| (name, endpoint.ip_address.and_then(|ip| ip.parse().ok())))
+            .collect();
         let endpoints =
             daemon_config::endpoints(&inspect.args.unwrap_or_default(), &env).map_err(|p| self.refused(p))?;
         let secret = std::env::var("CRACKBOX_ADMIN_SECRET")
@@ -95,23 +107,8 @@ impl OnDaemon {
             proxy_port: endpoints.proxy_port,
             socks_port: endpoints.socks_port,
             steers: endpoints.steers,
+            networks,
         })
-    }
-
-    async fn connect_daemon(&self, journal: &Journal, network: &str, address: Ipv4Addr) -> Result<(), RunError> {
-        journal.record(
-            Kind::Leaf,
-            disconnect(self.run.docker.clone(), self.daemon.clone(), network.to_string()),
-        )?;
-        let connect = NetworkConnectRequest {
-            container: self.daemon.clone(),
-            endpoint_config: Some(ipv4_endpoint(address)),
-        };
-        self.run
-            .docker
-            .connect_network(network, connect)
-            .await
-            .map_err(|e| RunError::docker("connecting the daemon to the jail network", e))
     }
 }
 
@@ -119,53 +116,39 @@ impl Backend for OnDaemon {
     type Workload = String;
 
     async fn set_up(&self, journal: &Journal) -> Result<(Jail, String), RunError> {
-        let (found, image) = tokio::join!(self.find_daemon(journal), self.run.ensure_workload_image(&self.image));
-        let found = found?;
+        let pool = Pool::new(&self.run, &self.daemon);
+        let (found, image, survey) = tokio::join!(
+            timed("daemon check", self.find_daemon(journal)),
+            timed("image check", self.run.ensure_workload_image(&self.image)),
+            timed("pool survey", pool.survey())
+        );
+        let (found, survey) = (found?, survey?);
         image?;
         journal.checkpoint()?;
-        let network = self.run.name("");
-        let subnet = self.run.create_network(journal, &network, true).await?;
-        let (proxy, address) = (host(&subnet, 2)?, host(&subnet, 3)?);
-        let placed = Placed {
-            network: &network,
-            address,
-            proxy: Endpoints {
-                forward: SocketAddr::from((proxy, found.proxy_port)),
-                socks: found.socks_port.map(|port| SocketAddr::from((proxy, port))),
-            },
-            steered: self.plan.steer && found.steers,
+        let body = |jail: &super::pool::Jail| {
+            let proxy = host(&jail.subnet, 2)?;
+            let holder = jail.holder();
+            let placed = Placed {
+                place: Place::Joined(&holder),
+                proxy: Endpoints {
+                    forward: SocketAddr::from((proxy, found.proxy_port)),
+                    socks: found.socks_port.map(|port| SocketAddr::from((proxy, port))),
+                },
+                steered: self.plan.steer && found.steers,
+            };
+            workload::body(&self.run, journal, &self.plan, &self.image, placed)
         };
-        let (connected, created) = tokio::join!(
-            self.connect_daemon(journal, &network, proxy),
-            workload::create(&self.run, journal, &self.plan, &self.image, placed)
-        );
-        connected?;
+        let (jail, workload) = timed("jail claim", pool.claim(journal, survey, &found.networks, body)).await?;
+        tracing::debug!(jail = jail.network, "jail claimed");
         let jail = Jail {
             admin: found.admin,
-            source: address.into(),
+            source: host(&jail.subnet, 3)?.into(),
             shared: true,
         };
-        Ok((jail, created?))
+        Ok((jail, workload))
     }
 
     async fn run_workload(&self, name: String) -> Result<i32, RunError> {
         workload::run(&self.run, &name, self.plan.tty).await
-    }
-}
-
-/// Disconnects the daemon from the jail network; a connect that never
-/// happened (a signal or a failure first) is fine.
-async fn disconnect(docker: Docker, daemon: String, network: String) -> Result<(), String> {
-    let request = NetworkDisconnectRequest {
-        container: daemon.clone(),
-        force: Some(true),
-    };
-    match docker.disconnect_network(&network, request).await {
-        Ok(()) => Ok(()),
-        Err(e) if docker_status(&e) == Some(404) || docker_message(&e).contains("not connected") => Ok(()),
-        Err(e) => Err(format!(
-            "cannot disconnect {daemon} from {network}: {}",
-            docker_message(&e)
-        )),
     }
 }

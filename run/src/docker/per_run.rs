@@ -6,13 +6,14 @@
 
 use super::calls::{host, DockerRun};
 use super::workload::{self, Placed};
-use super::{image, ipv4_endpoint, proxy_spec, ProxySpec};
+use super::{image, ipv4_endpoint, proxy_spec, Place, ProxySpec};
 use crate::admin::{jail_client, wait_healthy};
 use crate::error::{docker_message, RunError};
 use crate::jail_proxy::{self, JailProxy, Listeners, ADMIN_PORT};
 use crate::journal::Journal;
 use crate::lifecycle::{Backend, Jail};
 use crate::plan::Plan;
+use crate::steps::timed;
 use crate::subnet::{self, Ipv4Net};
 use crate::token;
 use bollard::models::NetworkConnectRequest;
@@ -51,7 +52,7 @@ impl PerRunProxy {
         proxy: JailProxy,
     ) -> Result<Self, RunError> {
         Ok(PerRunProxy {
-            run: DockerRun::connect(plan).await?,
+            run: timed("docker connect", DockerRun::connect(plan)).await?,
             plan: plan.clone(),
             image,
             proxy_image,
@@ -196,7 +197,7 @@ impl Backend for PerRunProxy {
 
     async fn set_up(&self, journal: &Journal) -> Result<(Jail, String), RunError> {
         let (proxy_image, workload_image) = tokio::join!(
-            image::ensure_proxy_image(&self.run.docker, self.proxy_image.as_deref()),
+            image::ensure_proxy_image(&self.run.docker, self.proxy_image.as_deref(), true),
             self.run.ensure_workload_image(&self.image)
         );
         let proxy_image = proxy_image?;
@@ -226,8 +227,7 @@ impl Backend for PerRunProxy {
             workload: host(&subnet, 3)?,
         };
         let placed = Placed {
-            network: &nets.internal,
-            address: nets.workload,
+            place: Place::On(&nets.internal, nets.workload),
             proxy: jail_proxy::endpoints(nets.proxy_internal.into()),
             steered: self.plan.steer,
         };

@@ -1,34 +1,35 @@
 //! The workload container of both docker backends: created on the jail
-//! network with the workload environment (and, steered, a resolv.conf of
-//! the run's own naming only the proxy), then attached, started and waited
+//! network, or joined to a pooled jail's holder, with the workload
+//! environment and /etc files of the run's own (steered, a resolv.conf
+//! naming only the proxy; joined, also hosts and hostname, so nothing the
+//! workload writes there outlives it), then attached, started and waited
 //! for. Starting and waiting create nothing, so dropping them is safe.
 
 use super::attach;
 use super::calls::DockerRun;
-use super::{workload_spec, WorkloadSpec};
+use super::{workload_spec, Place, WorkloadSpec, RESOLV_CONF};
 use crate::error::{docker_message, one_line, RunError};
 use crate::journal::{Journal, Kind};
 use crate::plan::Plan;
+use crate::steps::timed;
 use crate::terminal::RawMode;
 use crate::workload_env::{self, Endpoints};
+use bollard::models::ContainerCreateBody;
 use bollard::query_parameters::{AttachContainerOptionsBuilder, WaitContainerOptionsBuilder};
 use futures_util::StreamExt;
-use std::net::Ipv4Addr;
 use std::time::Duration;
 
 /// Where the workload sits and what it is told.
 pub struct Placed<'a> {
-    /// The jail network.
-    pub network: &'a str,
-    /// The workload's address there.
-    pub address: Ipv4Addr,
+    /// Where its network comes from.
+    pub place: Place<'a>,
     /// The proxy it is pointed at.
     pub proxy: Endpoints,
     /// Whether the proxy steers the jail (its DNS filter is then the only resolver).
     pub steered: bool,
 }
 
-/// Creates (not starts) the workload; returns its container name.
+/// Creates (not starts) the workload on its own endpoint; returns its container name.
 pub async fn create(
     run: &DockerRun,
     journal: &Journal,
@@ -38,47 +39,80 @@ pub async fn create(
 ) -> Result<String, RunError> {
     journal.checkpoint()?;
     let name = run.name("workload");
-    let resolver_dir = match (at.steered, at.proxy.forward.ip()) {
-        (true, std::net::IpAddr::V4(nameserver)) => Some(resolver_dir(journal, nameserver)?),
+    let body = body(run, journal, plan, image, at)?;
+    run.create_container(journal, &name, body, "creating the workload")
+        .await?;
+    Ok(name)
+}
+
+/// The workload container placed `at`, its /etc files written to a
+/// directory of the run's own that the journal removes at teardown.
+pub fn body(
+    run: &DockerRun,
+    journal: &Journal,
+    plan: &Plan,
+    image: &str,
+    at: Placed<'_>,
+) -> Result<ContainerCreateBody, RunError> {
+    let nameserver = match (at.steered, at.proxy.forward.ip()) {
+        (true, std::net::IpAddr::V4(nameserver)) => Some(nameserver),
         _ => None,
     };
-    let resolv_conf = resolver_dir.as_ref().map(|dir| dir.join("resolv.conf"));
+    let joined = matches!(at.place, Place::Joined(_));
+    let resolv_conf = match (nameserver, joined) {
+        (Some(nameserver), _) => Some(workload_env::resolv_conf(nameserver)),
+        // Docker refuses a resolver option beside a joined network namespace.
+        (None, true) => Some(workload_env::NO_RESOLVER.to_string()),
+        (None, false) => None,
+    };
+    let mut files: Vec<(&'static str, String)> = resolv_conf.map(|text| (RESOLV_CONF, text)).into_iter().collect();
+    if joined {
+        files.push(("/etc/hosts", workload_env::HOSTS.to_string()));
+        files.push(("/etc/hostname", format!("{}\n", run.name(""))));
+    }
+    let etc = etc_files(journal, &files)?;
     let spec = WorkloadSpec {
         image,
         command: &plan.command,
         env: workload_env::variables(at.proxy),
         tty: plan.tty,
-        network: (at.network, at.address),
-        resolv_conf: resolv_conf.as_deref(),
+        place: at.place,
+        etc: &etc,
     };
-    run.create_container(
-        journal,
-        &name,
-        workload_spec(spec, run.labels()),
-        "creating the workload",
-    )
-    .await?;
-    Ok(name)
+    Ok(workload_spec(spec, run.labels()))
 }
 
-/// A directory of the run's own holding a resolv.conf that names only
-/// `nameserver`; the journal owns it and removes it at teardown.
-fn resolver_dir(journal: &Journal, nameserver: Ipv4Addr) -> Result<std::path::PathBuf, RunError> {
+/// Writes `files` (path in the container, text) to a directory of the
+/// run's own, which the journal owns and removes at teardown; returns
+/// (host file, path in the container) for each.
+fn etc_files(
+    journal: &Journal,
+    files: &[(&'static str, String)],
+) -> Result<Vec<(std::path::PathBuf, &'static str)>, RunError> {
+    if files.is_empty() {
+        return Ok(Vec::new());
+    }
+    let failed = |e| RunError::io("writing the workload's /etc files", e);
     let dir = tempfile::Builder::new()
         .prefix("crackbox-run-")
         .tempdir()
-        .map_err(|e| RunError::io("creating the workload's resolv.conf", e))?;
+        .map_err(failed)?;
     let path = dir.path().to_path_buf();
     journal.record(Kind::Leaf, async move {
         dir.close()
-            .map_err(|e| format!("cannot remove the workload's resolv.conf: {e}"))
+            .map_err(|e| format!("cannot remove the workload's /etc files: {e}"))
     })?;
-    let file = path.join("resolv.conf");
-    let readable = std::os::unix::fs::PermissionsExt::from_mode(0o644);
-    std::fs::write(&file, workload_env::resolv_conf(nameserver))
-        .and_then(|()| std::fs::set_permissions(&file, readable))
-        .map_err(|e| RunError::io("writing the workload's resolv.conf", e))?;
-    Ok(path)
+    let readable: std::fs::Permissions = std::os::unix::fs::PermissionsExt::from_mode(0o644);
+    files
+        .iter()
+        .map(|(at, text)| {
+            let file = path.join(at.trim_start_matches("/etc/"));
+            std::fs::write(&file, text)
+                .and_then(|()| std::fs::set_permissions(&file, readable.clone()))
+                .map_err(failed)?;
+            Ok((file, *at))
+        })
+        .collect()
 }
 
 /// Attaches, starts and waits for the workload `name`; returns its exit code.
@@ -89,9 +123,7 @@ pub async fn run(run: &DockerRun, name: &str, tty: bool) -> Result<i32, RunError
         .stdout(true)
         .stderr(true)
         .build();
-    let attached = run
-        .docker
-        .attach_container(name, Some(options))
+    let attached = timed("container attach", run.docker.attach_container(name, Some(options)))
         .await
         .map_err(|e| RunError::docker("attaching to the workload", e))?;
     let _raw = match tty {
@@ -100,13 +132,15 @@ pub async fn run(run: &DockerRun, name: &str, tty: bool) -> Result<i32, RunError
     };
     let output = tokio::spawn(attach::pump_output(attached.output));
     let input = tokio::spawn(attach::pump_input(attached.input));
-    run.docker.start_container(name, None).await.map_err(start_error)?;
+    timed("container start", run.docker.start_container(name, None))
+        .await
+        .map_err(start_error)?;
     let resize = tty.then(|| tokio::spawn(attach::follow_terminal_size(run.docker.clone(), name.to_string())));
     tracing::debug!("workload started");
-    let code = wait_exit(run, name).await;
+    let code = timed("wait", wait_exit(run, name)).await;
     // The attach stream ends when the container does; a short grace keeps
     // its last output without hanging on a stream that never closes.
-    let _ = tokio::time::timeout(Duration::from_secs(2), output).await;
+    let _ = timed("output drain", tokio::time::timeout(Duration::from_secs(2), output)).await;
     input.abort();
     if let Some(resize) = resize {
         resize.abort();

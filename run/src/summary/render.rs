@@ -1,4 +1,4 @@
-//! The exit summary's text (README "crackbox run"): one line of what the
+//! The exit summary's text (docs/run.md): one line of what the
 //! run moved and how many destinations were blocked, for a learning run the
 //! line to paste (`crackbox: learned --allow a,b`), then one line per group
 //! of blocked destinations saying what fixes them. Pure.

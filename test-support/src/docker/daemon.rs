@@ -1,8 +1,9 @@
 //! A long-lived crackbox container for `crackbox run --daemon`: on the test's
 //! upstream network (its egress, and where its admin API listens, at a fixed
-//! address the host reaches), with a secret in its environment.
+//! address the host reaches), with a secret in its environment; its pool of
+//! jails (labelled `io.crackbox.pool=NAME`) is removed with it.
 
-use super::{crackbox_image, crackbox_run, docker, docker_try, unique, Upstream};
+use super::{crackbox_image, crackbox_run, docker, docker_try, remove_network, unique, workload_container, Upstream};
 use crate::net::wait_until;
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -97,6 +98,42 @@ impl Daemon {
         nets
     }
 
+    /// The networks of its pool of jails, sorted.
+    pub fn pool_networks(&self) -> Vec<String> {
+        let filter = format!("label=io.crackbox.pool={}", self.name);
+        let mut nets: Vec<String> = docker(&["network", "ls", "--filter", &filter, "--format", "{{.Name}}"])
+            .lines()
+            .map(str::to_string)
+            .collect();
+        nets.sort();
+        nets
+    }
+
+    /// The containers of its pool (holders and claims), sorted.
+    pub fn pool_containers(&self) -> Vec<String> {
+        let filter = format!("label=io.crackbox.pool={}", self.name);
+        let mut names: Vec<String> = docker(&["ps", "-a", "--filter", &filter, "--format", "{{.Names}}"])
+            .lines()
+            .map(str::to_string)
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// Asserts the daemon holds no registration, is attached to no network
+    /// but `upstream`'s and its pool's, and every jail of its pool is free
+    /// (its holder and no workload).
+    pub fn assert_pool_free(&self, upstream: &Upstream) {
+        assert_eq!(self.get("/v1/state"), "[]", "registrations left on the daemon");
+        let pool = self.pool_networks();
+        let mut attached = pool.clone();
+        attached.push(upstream.network.clone());
+        attached.sort();
+        assert_eq!(self.networks(), attached, "daemon attached beyond its pool");
+        let holders: Vec<String> = pool.iter().map(|n| format!("{n}-holder")).collect();
+        assert_eq!(self.pool_containers(), holders, "a jail of the pool is still taken");
+    }
+
     /// The daemon's last 200 log lines.
     pub fn logs(&self) -> String {
         let out = Command::new("docker")
@@ -143,6 +180,32 @@ pub fn daemon_run_command(name: &str, id: &str, allow: &str, flags: &[&str], com
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        docker_try(&["rm", "-f", &self.name]);
+        let mut containers = self.pool_containers();
+        containers.push(self.name.clone());
+        for name in containers {
+            docker_try(&["rm", "-f", &name]);
+        }
+        for network in self.pool_networks() {
+            remove_network(&network);
+        }
     }
 }
+
+/// Waits for the `run --daemon` labelled `id` to have a running workload;
+/// returns its name and address (that of the pooled jail's holder, whose
+/// network namespace it shares).
+pub fn running_workload(id: &str) -> (String, String) {
+    let name = workload_container(id);
+    let mode = docker(&["inspect", "-f", "{{.HostConfig.NetworkMode}}", &name]);
+    let holder = mode.strip_prefix("container:").expect("the workload joins a holder");
+    let ip = docker(&[
+        "inspect",
+        "-f",
+        "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+        holder,
+    ]);
+    (name, ip)
+}
+
+/// A shell line printing the workload's IPv4 address on its jail network.
+pub const PRINT_ADDRESS: &str = "ip -4 -o addr show eth0 | sed 's/.*inet \\([0-9.]*\\).*/\\1/'";

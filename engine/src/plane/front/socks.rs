@@ -11,7 +11,7 @@
 //! counters are the same. Never decides, resolves or copies bytes itself.
 
 use crate::plane::services::conn::Conn;
-use crate::plane::services::decision::{reach_tracked, Unreached};
+use crate::plane::services::decision::{reach_tracked, Client, Unreached};
 use crate::plane::services::handoff::Handoff;
 use crate::plane::services::resolve::DialError;
 use crate::plane::services::stats::{Direction, FrontEnd};
@@ -117,7 +117,12 @@ pub(crate) fn serve<'w>(
             outbox.refuse(&client, Refusal::Reply(Reply::GeneralFailure)).await;
             return None;
         }
-        let (upstream, live, account) = match reach_tracked(worker, source, &host, port).await {
+        let asker = Client {
+            source,
+            conn: &client,
+            front_end: "socks5",
+        };
+        let (upstream, live, account) = match reach_tracked(worker, asker, &host, port).await {
             Ok(reached) => reached,
             Err(why) => {
                 outbox.refuse(&client, Refusal::Reply(reply_for(why))).await;

@@ -1,4 +1,4 @@
-//! Transparent mode (README "Transparent mode and DNS filter"): connections redirected here by iptables
+//! Transparent mode (docs/daemon.md, "Transparent mode"): connections redirected here by iptables
 //! `REDIRECT`, decided by the name the client itself sends; and steered
 //! interception (docs/architecture.md, "Steered interception"), the same plane for connections a steered DNS
 //! answer sent to crackbox's own address, where the listener's port says
@@ -16,7 +16,7 @@
 //! without a Host gets the 403 of a denied one instead.
 
 use crate::plane::services::conn::Conn;
-use crate::plane::services::decision::{reach_tracked, Unreached};
+use crate::plane::services::decision::{reach_tracked, Client, Unreached};
 use crate::plane::services::handoff::Handoff;
 use crate::plane::services::stats::{Direction, FrontEnd};
 use crate::plane::services::worker::Worker;
@@ -79,18 +79,25 @@ pub(crate) fn route_port(source: IpAddr, port: u16) -> Option<Intercepted> {
 
 /// TLS: peek the SNI, decide, dial the name, replay; the tunnel, once
 /// open, is handed back to run (not an `async fn`: see `plane`, on task
-/// size).
+/// size). `front_end` names it in pending requests: `transparent` or
+/// `steered`.
 #[expect(clippy::manual_async_fn, reason = "an async fn keeps its arguments twice")]
-pub(crate) fn serve_tls(
-    worker: &Rc<Worker>,
+pub(crate) fn serve_tls<'w>(
+    worker: &'w Rc<Worker>,
     client: Conn,
     source: IpAddr,
     port: u16,
-) -> impl Future<Output = Option<Handoff>> + '_ {
+    front_end: &'static str,
+) -> impl Future<Output = Option<Handoff>> + 'w {
     async move {
         // Boxed: its timer is needed only until the ClientHello is in.
         let (name, peeked) = Box::pin(read_client_hello(&client, source)).await?;
-        let (upstream, live, account) = match reach_tracked(worker, source, &name, port).await {
+        let asker = Client {
+            source,
+            conn: &client,
+            front_end,
+        };
+        let (upstream, live, account) = match reach_tracked(worker, asker, &name, port).await {
             Ok(reached) => reached,
             Err(Unreached::Denied(reason)) => {
                 tracing::debug!(%source, name, reason = reason.as_str(), "transparent: denied, closed");

@@ -100,7 +100,10 @@ fn serve_connection(worker: Rc<Worker>, mut conn: Conn, source: IpAddr, plane: P
             (Plane::Forward, _) => forward::serve(&worker, conn, source).await,
             (Plane::Socks, _) => socks::serve(&worker, conn, source).await,
             // Boxed so forward connections do not pay for transparent-mode state.
-            (_, Some(Intercepted::Tls(port))) => Box::pin(transparent::serve_tls(&worker, conn, source, port)).await,
+            (_, Some(Intercepted::Tls(port))) => {
+                let front_end = if steered { "steered" } else { "transparent" };
+                Box::pin(transparent::serve_tls(&worker, conn, source, port, front_end)).await
+            }
             (_, Some(Intercepted::Http(port))) => {
                 forward::serve_origin(&worker, conn, source, Origin { port, steered }).await
             }

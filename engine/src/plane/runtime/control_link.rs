@@ -7,19 +7,25 @@
 //! force, and answers stats and usage requests. When control goes away the last snapshot stays in force
 //! and the link reconnects with backoff. A full snapshot is built on the one
 //! in force, so the usage counters of sources registered under the same id
-//! survive a reconnect (a control restart).
+//! survive a reconnect (a control restart). Ask mode: it hands control's
+//! decisions to the pending requests, lists them when asked, settles those
+//! a new snapshot no longer asks about, and shares its stream with the `ask`
+//! thread, which tells control of requests as they start and end.
 
 use super::usage_report;
 use crate::plane::services::admission::Admission;
+use crate::plane::services::ask::{Asks, Outcome};
 use crate::plane::services::stats::Stats;
+use crackbox_policy::ask::Answer;
+use crackbox_policy::reason::Reason;
 use crackbox_policy::registry::Registry;
 use crackbox_policy::watch::{Watch, Watched};
 use crackbox_policy::wire::{self, Message, Role, WireError, PROTOCOL};
-use crackbox_policy::{parse_source_ip, Generation, RegistrationSpec, Snapshot, SourceChange};
+use crackbox_policy::{Generation, RegistrationSpec, Snapshot, SourceChange};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{channel, RecvTimeoutError, Sender};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
@@ -34,6 +40,7 @@ pub(crate) struct Engine {
     pub(crate) watched: Arc<Watched>,
     pub(crate) stats: Arc<Stats>,
     pub(crate) admission: Arc<Admission>,
+    pub(crate) asks: Arc<Asks>,
 }
 
 /// Starts the link thread (and the thread that frees retired snapshots).
@@ -111,7 +118,11 @@ fn session(
     }
     *connected = true;
     tracing::info!(socket = %path.display(), "connected to control");
+    // Frames go out whole: the `ask` thread writes on the same stream.
+    let writer = Arc::new(Mutex::new(stream.try_clone()?));
+    engine.asks.connected(Arc::clone(&writer));
     let mut link = Session {
+        asks: &engine.asks,
         registry: &engine.registry,
         stats: &engine.stats,
         retired,
@@ -123,7 +134,7 @@ fn session(
             Message::Snapshot {
                 generation,
                 registrations,
-            } => link.full(generation, &registrations),
+            } => Some(link.full(generation, &registrations)),
             Message::Delta {
                 base,
                 generation,
@@ -152,19 +163,35 @@ fn session(
                 request,
                 sources: usage_report::report(&engine.registry.load(), &query, &engine.admission),
             }),
+            Message::PendingQuery { request } => Some(Message::PendingList {
+                request,
+                pending: engine.asks.list(),
+            }),
+            Message::Decide { request, id, decision } => {
+                let outcome = match decision {
+                    Answer::Once | Answer::Always => Outcome::Allow,
+                    Answer::Deny => Outcome::Refuse(Reason::NotAllowed),
+                };
+                Some(Message::DecideOutcome {
+                    request,
+                    decided: engine.asks.settle(id, decision.into(), outcome),
+                })
+            }
             other => {
                 tracing::warn!(message = ?other, "unexpected message from control ignored");
                 None
             }
         };
         if let Some(reply) = reply {
-            wire::write_message(&mut stream, &reply)?;
+            let mut writer = writer.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            wire::write_message(&mut *writer, &reply)?;
         }
     }
 }
 
 /// What one control connection has brought the registry to.
 struct Session<'a> {
+    asks: &'a Asks,
     registry: &'a Registry,
     stats: &'a Stats,
     retired: &'a Sender<Arc<Snapshot>>,
@@ -176,45 +203,34 @@ struct Session<'a> {
 
 impl Session<'_> {
     /// Swaps in a full snapshot (built on the one in force, whose accounts
-    /// it hands on); the ack, or nothing when it is invalid.
-    fn full(&mut self, generation: Generation, registrations: &[RegistrationSpec]) -> Option<Message> {
-        match self.registry.load().rebuild(generation, registrations) {
-            Ok(snapshot) => {
-                let sources = snapshot.len();
-                let _ = self.retired.send(self.registry.swap(snapshot));
-                self.resync_asked = false;
-                tracing::debug!(generation, sources, "full snapshot in force");
-                Some(self.in_force(generation))
-            }
-            Err(err) => {
-                tracing::error!(generation, error = %err, "rejected an invalid snapshot; keeping the last one");
-                None
-            }
-        }
+    /// it hands on); the ack. The registrations were validated as the frame
+    /// was decoded (a frame with an invalid one ends the session, keeping
+    /// the snapshot in force).
+    fn full(&mut self, generation: Generation, registrations: &[RegistrationSpec]) -> Message {
+        let snapshot = self.registry.load().rebuild(generation, registrations);
+        let sources = snapshot.len();
+        let _ = self.retired.send(self.registry.swap(snapshot));
+        self.resync_asked = false;
+        tracing::debug!(generation, sources, "full snapshot in force");
+        self.in_force(generation)
     }
 
     /// Applies a delta to the snapshot in force; the ack, or a resync
-    /// request when it does not follow on from it or is invalid.
+    /// request when it does not follow on from it.
     fn delta(&mut self, base: Generation, generation: Generation, changes: &[SourceChange]) -> Option<Message> {
         let current = self.registry.load();
         if self.synced != Some(base) || current.generation() != base {
             return self.resync(base, "a delta that does not follow on from the snapshot in force");
         }
-        match current.apply(generation, changes) {
-            Ok(snapshot) => {
-                let sources = changes.iter().filter_map(|c| parse_source_ip(c.ip()).ok()).collect();
-                let _ = self.retired.send(self.registry.swap_changed(snapshot, sources));
-                tracing::debug!(generation, changes = changes.len(), "delta in force");
-                Some(self.in_force(generation))
-            }
-            Err(err) => {
-                tracing::error!(generation, error = %err, "rejected an invalid delta");
-                self.resync(base, "an invalid delta")
-            }
-        }
+        let snapshot = current.apply(generation, changes);
+        let sources = changes.iter().map(SourceChange::ip).collect();
+        let _ = self.retired.send(self.registry.swap_changed(snapshot, sources));
+        tracing::debug!(generation, changes = changes.len(), "delta in force");
+        Some(self.in_force(generation))
     }
 
     fn in_force(&mut self, generation: Generation) -> Message {
+        self.asks.revisit(&self.registry.load());
         self.synced = Some(generation);
         self.stats.set_generation(generation);
         Message::Ack { generation }

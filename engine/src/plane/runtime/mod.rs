@@ -87,7 +87,9 @@ pub fn run(mut config: EngineConfig) -> Result<(), EngineError> {
     let watched = Arc::new(Watched::default());
     let stats = Arc::new(Stats::new(config.limits.denial_logs_per_second));
     let admission = Arc::new(Admission::new(&config.limits));
+    let asks = crate::plane::services::ask::clock::start(config.limits.ask_timeout)?;
     let shared = Arc::new(Shared {
+        asks: Arc::clone(&asks),
         admission: Arc::clone(&admission),
         resolver: Resolver::start(RESOLVER_THREADS)?,
         local_addresses: LocalAddresses::start(guard.needs_local_addresses())?,
@@ -131,6 +133,7 @@ pub fn run(mut config: EngineConfig) -> Result<(), EngineError> {
         watched,
         stats,
         admission,
+        asks,
     };
     control_link::spawn(config.control_socket.clone(), engine)?;
     for handle in handles {

@@ -59,14 +59,14 @@ mod tests {
 
     #[test]
     fn records_sum_the_accounts_and_follow_the_query() {
-        let put = |ip: &str, id: &str| SourceChange::Put(RegistrationSpec::new(ip, id, ["a.test"]));
-        let capped = RegistrationSpec::new("10.0.0.3", "b", ["a.test"]).with_bandwidth(Bandwidth::parse("1MiB/s").ok());
-        let snapshot = Snapshot::empty_for(2)
-            .apply(
-                1,
-                &[put("10.0.0.2", "a"), SourceChange::Put(capped), put("10.0.0.1", "b")],
-            )
-            .unwrap();
+        let put = |ip: &str, id: &str| SourceChange::Put(RegistrationSpec::parse(ip, id, &["a.test"]).unwrap());
+        let capped = RegistrationSpec::parse("10.0.0.3", "b", &["a.test"])
+            .unwrap()
+            .with_bandwidth(Bandwidth::parse("1MiB/s").ok());
+        let snapshot = Snapshot::empty_for(2).apply(
+            1,
+            &[put("10.0.0.2", "a"), SourceChange::Put(capped), put("10.0.0.1", "b")],
+        );
         let ip = |s: &str| -> IpAddr { s.parse().unwrap() };
         let account = &snapshot.lookup(ip("10.0.0.2")).unwrap().account;
         account.add_bytes(0, Direction::Up, 10);

@@ -178,6 +178,26 @@ impl Conn {
         Ok(())
     }
 
+    /// Looks at what a read would find now, taking nothing.
+    pub(crate) fn peek(&self) -> Peeked {
+        let mut byte = 0u8;
+        // Safety: one byte of `byte` is valid for writes.
+        let peeked = unsafe {
+            libc::recv(
+                self.fd(),
+                (&mut byte as *mut u8).cast(),
+                1,
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
+        match nix_result(peeked) {
+            Ok(0) => Peeked::Closed,
+            Ok(_) => Peeked::Data,
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => Peeked::Nothing,
+            Err(_) => Peeked::Closed,
+        }
+    }
+
     /// Half-closes the sending side (the peer reads EOF).
     pub(crate) fn shutdown_write(&self) {
         unsafe { libc::shutdown(self.fd(), libc::SHUT_WR) };
@@ -187,6 +207,17 @@ impl Conn {
     pub(crate) fn shutdown_both(&self) {
         unsafe { libc::shutdown(self.fd(), libc::SHUT_RDWR) };
     }
+}
+
+/// What [`Conn::peek`] finds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Peeked {
+    /// The peer closed (or the connection failed).
+    Closed,
+    /// Bytes are waiting.
+    Data,
+    /// Nothing yet.
+    Nothing,
 }
 
 /// One readiness wait counted in a connection's `waits` (see [`Conn`]):

@@ -5,39 +5,138 @@
 //! (and a registered source's denials in its usage account). A would-be
 //! denial of report mode is dialled like an allowed name (the destination
 //! guard judging it in full) and counted apart once the guard let it
-//! through. Used by every TCP front end (the DNS filter asks the same
-//! function on its own threads).
+//! through. A name an ask-mode source's list does not cover is held (see
+//! `ask`) until it is decided, the client goes away or the request times
+//! out, and then dialled as an allowed name or refused. Used by every TCP
+//! front end (the DNS filter asks the same function on its own threads).
 
-use crate::plane::services::conn::Conn;
+use crate::plane::services::ask::{Asking, Outcome};
+use crate::plane::services::conn::{Conn, Peeked};
 use crate::plane::services::revocation::LiveEntry;
 use crate::plane::services::worker::Worker;
+use crackbox_policy::guard::Verdict as GuardVerdict;
 use crackbox_policy::reason::Reason;
 use crackbox_policy::usage::Account;
-use crackbox_policy::{MatchedBy, Port};
-use std::net::IpAddr;
+use crackbox_policy::{normalise_host, HostKind, MatchedBy, Port};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 /// What the policy says about one destination, once any registration hold
 /// is over (the policy's settled [`Verdict`](crackbox_policy::Verdict)).
 pub(crate) use crackbox_policy::Verdict as Decision;
 
+/// Who asks: the source, its client connection (watched while held, so a
+/// client that goes away leaves its pending request) and the front end.
+#[derive(Clone, Copy)]
+pub(crate) struct Client<'a> {
+    pub(crate) source: IpAddr,
+    pub(crate) conn: &'a Conn,
+    /// The front end's name in pending requests.
+    pub(crate) front_end: &'static str,
+}
+
 /// Decides whether `source` may reach `host:port` with the one policy
 /// decision ([`crackbox_policy::decide()`]); counts denials. An allowed or reported
 /// decision is counted once the destination guard has passed the dialled
 /// address (it may still deny as private-address). By now any registration
 /// hold is over (it runs right after accept), so a source still awaiting
-/// its registration is `unregistered`.
+/// its registration is `unregistered`. A name to ask about comes back as
+/// [`Decision::Ask`], uncounted: [`decide_held`] holds it.
 pub(crate) fn decide(worker: &Worker, source: IpAddr, host: &str, port: u16) -> Decision {
     let decision = worker.with_policy(|snapshot, watch| {
         crackbox_policy::decide(snapshot, watch, source, host, Port::Number(port)).settled()
     });
     if let Decision::Deny { reason, id, account } = &decision {
-        worker.stats.record_denied(source, id.as_ref(), host, port, *reason);
-        if let Some(account) = account {
-            account.add_denial(*reason);
-        }
+        count_denial(worker, source, id.as_ref(), account.as_ref(), host, port, *reason);
     }
     decision
+}
+
+fn count_denial(
+    worker: &Worker,
+    source: IpAddr,
+    id: Option<&Arc<str>>,
+    account: Option<&Arc<Account>>,
+    host: &str,
+    port: u16,
+    reason: Reason,
+) {
+    worker.stats.record_denied(source, id, host, port, reason);
+    if let Some(account) = account {
+        account.add_denial(reason);
+    }
+}
+
+/// [`decide`], holding a name to ask about until it is decided: never
+/// [`Decision::Ask`]. A client that goes away while held gets a denial
+/// nobody hears (not counted: nothing was refused).
+pub(crate) async fn decide_held(worker: &Worker, client: Client<'_>, host: &str, port: u16) -> Decision {
+    let (id, account) = match decide(worker, client.source, host, port) {
+        Decision::Ask { id, account } => (id, account),
+        decided => return decided,
+    };
+    // The destination guard never asks: an address it refuses is refused now.
+    if let Some(HostKind::Ip(ip)) = normalise_host(host) {
+        let is_local = |ip: IpAddr| worker.shared.local_addresses.contains(ip);
+        if worker.shared.guard.judge(SocketAddr::new(ip, port), false, is_local) != GuardVerdict::Dial {
+            let reason = Reason::PrivateAddress;
+            count_denial(worker, client.source, Some(&id), Some(&account), host, port, reason);
+            return Decision::Deny {
+                reason,
+                id: Some(id),
+                account: Some(account),
+            };
+        }
+    }
+    let asking = Asking {
+        source: client.source,
+        sandbox: &id,
+        host,
+        port,
+        front_end: client.front_end,
+    };
+    let outcome = match worker.shared.asks.hold(asking) {
+        Ok(held) => {
+            monoio::select! {
+                outcome = held => outcome,
+                () = gone(client.conn) => {
+                    return Decision::Deny { reason: Reason::NotAllowed, id: Some(id), account: Some(account) };
+                }
+            }
+        }
+        Err(reason) => Outcome::Refuse(reason),
+    };
+    match outcome {
+        Outcome::Allow => Decision::Allow {
+            matched: MatchedBy::Name,
+            id,
+            account,
+        },
+        Outcome::Refuse(reason) => {
+            count_denial(worker, client.source, Some(&id), Some(&account), host, port, reason);
+            Decision::Deny {
+                reason,
+                id: Some(id),
+                account: Some(account),
+            }
+        }
+    }
+}
+
+/// Returns once the client closed its connection (or it failed); never
+/// when it sends bytes instead (they stay unread for the front end).
+async fn gone(client: &Conn) {
+    loop {
+        if client.readable().await.is_err() {
+            return;
+        }
+        match client.peek() {
+            Peeked::Closed => return,
+            Peeked::Data => std::future::pending::<()>().await,
+            // Woken with nothing to read: wait again.
+            Peeked::Nothing => {}
+        }
+    }
 }
 
 /// A decision that lets the connection through: allowed, or reported.
@@ -67,6 +166,8 @@ impl Passed {
                 account,
             }),
             Decision::Deny { reason, .. } => Err(reason),
+            // Only `decide_held`'s decisions pass here, never one to ask about.
+            Decision::Ask { .. } => Err(Reason::NotAllowed),
         }
     }
 
@@ -86,9 +187,9 @@ impl Passed {
 /// Decides on a request to `host:port` sent on an upstream connection that
 /// was dialled (through the destination guard) for that very destination;
 /// counts the outcome. The account the request counts to, or the denial.
-pub(crate) fn reuse(worker: &Worker, source: IpAddr, host: &str, port: u16) -> Result<Arc<Account>, Reason> {
-    let passed = Passed::of(decide(worker, source, host, port))?;
-    passed.count(worker, source, host, port);
+pub(crate) async fn reuse(worker: &Worker, client: Client<'_>, host: &str, port: u16) -> Result<Arc<Account>, Reason> {
+    let passed = Passed::of(decide_held(worker, client, host, port).await)?;
+    passed.count(worker, client.source, host, port);
     Ok(passed.account)
 }
 
@@ -105,12 +206,12 @@ pub(crate) enum Unreached {
 /// with the account of the registration that allowed it.
 pub(crate) async fn reach(
     worker: &Worker,
-    source: IpAddr,
+    client: Client<'_>,
     host: &str,
     port: u16,
 ) -> Result<(Conn, Arc<Account>), Unreached> {
-    let passed = Passed::of(decide(worker, source, host, port)).map_err(Unreached::Denied)?;
-    connect(worker, source, host, port, passed).await
+    let passed = Passed::of(decide_held(worker, client, host, port).await).map_err(Unreached::Denied)?;
+    connect(worker, client.source, host, port, passed).await
 }
 
 /// [`reach`] for a connection that then tunnels: once allowed it joins the
@@ -119,13 +220,13 @@ pub(crate) async fn reach(
 /// A denied name never touches the live set.
 pub(crate) async fn reach_tracked(
     worker: &Worker,
-    source: IpAddr,
+    client: Client<'_>,
     host: &str,
     port: u16,
 ) -> Result<(Conn, LiveEntry, Arc<Account>), Unreached> {
-    let passed = Passed::of(decide(worker, source, host, port)).map_err(Unreached::Denied)?;
-    let live = LiveEntry::register(&worker.live, source, host, port);
-    let (conn, account) = connect(worker, source, host, port, passed).await?;
+    let passed = Passed::of(decide_held(worker, client, host, port).await).map_err(Unreached::Denied)?;
+    let live = LiveEntry::register(&worker.live, client.source, host, port);
+    let (conn, account) = connect(worker, client.source, host, port, passed).await?;
     Ok((conn, live, account))
 }
 

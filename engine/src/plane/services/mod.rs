@@ -5,6 +5,8 @@
 //!   turns at a busy thread);
 //! - `admission`: the per-source connection cap; `hold`: a new connection
 //!   waits for a registration the Docker label watcher has in flight;
+//!   `ask`: ask mode's pending requests, connections held until someone
+//!   decides (its own `ask` thread times them out and tells control);
 //! - `decision`: the policy's one decision, counted; `resolve`: name
 //!   resolution and dialling through the destination guard
 //!   (`local_addrs`: crackbox's own addresses);
@@ -18,6 +20,7 @@
 //! Nothing here imports a front end or `runtime`.
 
 pub(crate) mod admission;
+pub(crate) mod ask;
 pub(crate) mod conn;
 pub(crate) mod decision;
 pub(crate) mod fair;

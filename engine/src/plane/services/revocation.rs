@@ -151,7 +151,8 @@ impl LiveSet {
         for live in lives.filter(|live| !live.signal.is_fired()) {
             let (id, account) =
                 match decide(snapshot, watch, live.source, &live.host, Port::Number(live.port)).settled() {
-                    Verdict::Allow { .. } | Verdict::Report { .. } => continue,
+                    // Asked about: it was let through by someone's decision.
+                    Verdict::Allow { .. } | Verdict::Report { .. } | Verdict::Ask { .. } => continue,
                     Verdict::Deny { id, account, .. } => (id, account),
                 };
             if let Some(account) = account {

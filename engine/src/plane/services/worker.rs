@@ -8,6 +8,7 @@
 //! builds it, sits above it.
 
 use crate::plane::services::admission::Admission;
+use crate::plane::services::ask::Asks;
 use crate::plane::services::fair::Turns;
 use crate::plane::services::local_addrs::LocalAddresses;
 use crate::plane::services::meter::Meter;
@@ -33,6 +34,8 @@ pub(crate) struct Shared {
     pub(crate) watched: Arc<Watched>,
     pub(crate) stats: Arc<Stats>,
     pub(crate) admission: Arc<Admission>,
+    /// Ask mode's pending requests.
+    pub(crate) asks: Arc<Asks>,
     pub(crate) resolver: Arc<Resolver>,
     pub(crate) guard: DestinationGuard,
     pub(crate) local_addresses: LocalAddresses,

@@ -7,8 +7,9 @@
 //! end; this module owns only the DNS side: unregistered and invalid-label
 //! sources are REFUSED, denied names get NXDOMAIN and never reach the
 //! upstream resolver, a name a report-mode source's list would deny is
-//! answered as if allowed and recorded as a would-be denial, and a source
-//! awaiting its registration is held.
+//! answered as if allowed and recorded as a would-be denial, one an ask-mode
+//! source's list does not cover is answered (the connection that follows
+//! asks), and a source awaiting its registration is held.
 
 use super::{DenialHook, DnsDenial};
 use crackbox_policy::reason::Reason;
@@ -103,7 +104,8 @@ pub(crate) fn decide(
             record(on_denial, source, Some(id), &name, *reason, false);
             Action::Forward(request)
         }
-        Verdict::Allow { .. } => Action::Forward(request),
+        // Answered, so that the connection that follows can ask.
+        Verdict::Allow { .. } | Verdict::Ask { .. } => Action::Forward(request),
     }
 }
 

@@ -1,4 +1,4 @@
-//! The DNS filter (README "Transparent mode and DNS filter"): answers registered sources over UDP and TCP,
+//! The DNS filter (docs/daemon.md, "DNS filter"): answers registered sources over UDP and TCP,
 //! forwarding only allowed names to the upstream resolver, or, steered
 //! (docs/architecture.md, "Steered interception"), answering them itself with crackbox's own address.
 //!

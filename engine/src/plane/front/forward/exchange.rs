@@ -54,7 +54,14 @@ impl Session<'_> {
             .take()
             .filter(|u| u.port == request.port && u.host == request.host);
         let (conn, account, was_reused) = match reused {
-            Some(upstream) => match reuse(self.worker, self.source, &request.host, request.port) {
+            Some(upstream) => match reuse(
+                self.worker,
+                self.asker(self.requests_front_end()),
+                &request.host,
+                request.port,
+            )
+            .await
+            {
                 Ok(account) => (upstream.conn, account, true),
                 Err(reason) => {
                     self.reply(&responses::denial(reason, &request.host, request.port))
@@ -62,7 +69,14 @@ impl Session<'_> {
                     return false;
                 }
             },
-            None => match reach(self.worker, self.source, &request.host, request.port).await {
+            None => match reach(
+                self.worker,
+                self.asker(self.requests_front_end()),
+                &request.host,
+                request.port,
+            )
+            .await
+            {
                 Ok((conn, account)) => (conn, account, false),
                 Err(why) => {
                     self.reply_unreachable(&request.host, request.port, why).await;
@@ -79,7 +93,14 @@ impl Session<'_> {
         let (mut conn, mut account) = (conn, account);
         let mut outcome = self.exchange_watched(&conn, &request, &account).await;
         if was_reused && matches!(outcome, Err(ExchangeError::NoResponse)) && request.framing == Framing::Empty {
-            (conn, account) = match reach(self.worker, self.source, &request.host, request.port).await {
+            (conn, account) = match reach(
+                self.worker,
+                self.asker(self.requests_front_end()),
+                &request.host,
+                request.port,
+            )
+            .await
+            {
                 Ok(reached) => reached,
                 Err(why) => {
                     self.reply_unreachable(&request.host, request.port, why).await;

@@ -30,7 +30,7 @@ mod session;
 use session::Opened;
 
 use crate::plane::services::conn::Conn;
-use crate::plane::services::decision::Unreached;
+use crate::plane::services::decision::{Client, Unreached};
 use crate::plane::services::handoff::Handoff;
 use crate::plane::services::resolve::DialError;
 use crate::plane::services::revocation::LiveEntry;
@@ -115,6 +115,24 @@ impl<'w> Session<'w> {
             upstream: None,
             live: None,
             origin,
+        }
+    }
+
+    /// Who asks, for the decision.
+    fn asker(&self, front_end: &'static str) -> Client<'_> {
+        Client {
+            source: self.source,
+            conn: &self.client,
+            front_end,
+        }
+    }
+
+    /// The front end requests on this connection come through.
+    fn requests_front_end(&self) -> &'static str {
+        match self.origin {
+            None => "forward",
+            Some(Origin { steered: false, .. }) => "transparent",
+            Some(Origin { steered: true, .. }) => "steered",
         }
     }
 

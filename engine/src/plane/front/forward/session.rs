@@ -149,7 +149,7 @@ impl Session<'_> {
             self.reply(&responses::error(400, "invalid host in CONNECT")).await;
             return None;
         }
-        let (upstream, live, account) = match reach_tracked(self.worker, self.source, &host, port).await {
+        let (upstream, live, account) = match reach_tracked(self.worker, self.asker("connect"), &host, port).await {
             Ok(reached) => reached,
             Err(why) => {
                 self.reply_unreachable(&host, port, why).await;

@@ -9,7 +9,7 @@ use std::str::FromStr;
 use std::sync::Mutex;
 
 fn snapshot() -> Snapshot {
-    let spec = |ip: &str, allow: &[&str]| RegistrationSpec::new(ip, format!("box-{ip}"), allow.iter().copied());
+    let spec = |ip: &str, allow: &[&str]| RegistrationSpec::parse(ip, &format!("box-{ip}"), allow).unwrap();
     Snapshot::build(
         1,
         &[
@@ -18,7 +18,6 @@ fn snapshot() -> Snapshot {
             spec("10.0.0.4", &["allowed.test"]).with_mode(crackbox_policy::Mode::Report),
         ],
     )
-    .unwrap()
 }
 
 /// The label watcher answers for 10.5.0.0/16; 10.5.0.9's labels are invalid.

@@ -30,14 +30,14 @@ const STEERED: Ipv4Addr = Ipv4Addr::new(127, 0, 2, 99);
 type Denials = Arc<Mutex<Vec<(String, Reason)>>>;
 
 fn spec(ip: &str) -> RegistrationSpec {
-    RegistrationSpec::new(ip, format!("box-{ip}"), ["allowed.test"])
+    RegistrationSpec::parse(ip, &format!("box-{ip}"), &["allowed.test"]).unwrap()
 }
 
 /// A filter whose label watcher answers for 127.0.2.0/24, where only
 /// 127.0.2.1 is registered; denials are collected.
 fn filter() -> (SocketAddr, Arc<Registry>, Denials) {
     let registry = Arc::new(Registry::deny_all());
-    registry.swap(Snapshot::build(1, &[spec("127.0.2.1")]).unwrap());
+    registry.swap(Snapshot::build(1, &[spec("127.0.2.1")]));
     let watched = Arc::new(Watched::default());
     watched.swap(Watch::build(["127.0.2.0/24"], []));
     let denials: Denials = Arc::default();
@@ -114,7 +114,7 @@ fn held_queries_take_no_worker_and_are_answered_once_registered() {
         replies(&waiting[0], QUIET).is_empty(),
         "nothing answered before its registration"
     );
-    registry.swap(Snapshot::build(2, &[spec("127.0.2.1"), spec("127.0.2.10")]).unwrap());
+    registry.swap(Snapshot::build(2, &[spec("127.0.2.1"), spec("127.0.2.10")]));
     let released = replies(&waiting[0], HOLD / 2);
     assert_eq!(released.len(), MAX_PER_SOURCE);
     for reply in &released {
@@ -151,7 +151,7 @@ fn a_held_tcp_query_is_answered_on_registration() {
     stream.write_all(&framed).unwrap();
     std::thread::sleep(Duration::from_millis(200));
     let asked = Instant::now();
-    registry.swap(Snapshot::build(2, &[spec("127.0.2.1"), spec("127.0.2.20")]).unwrap());
+    registry.swap(Snapshot::build(2, &[spec("127.0.2.1"), spec("127.0.2.20")]));
     let mut len = [0u8; 2];
     stream.read_exact(&mut len).unwrap();
     let mut reply = vec![0u8; usize::from(u16::from_be_bytes(len))];

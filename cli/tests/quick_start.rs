@@ -1,0 +1,329 @@
+//! The README's quick starts (`crackbox run` on both backends, the daemon
+//! with Docker labels), run end to end as the README writes them: the
+//! commands are read from README.md (so the README cannot drift from what
+//! works), with only what must differ on a shared machine replaced (the
+//! crackbox under test for `./target/release/crackbox`, free ports for the
+//! upstream's and the daemon's, a free Docker network and subnet for the
+//! README's). Local upstreams only. The netns quick start needs root; the
+//! Docker ones root and a Docker engine (`CRACKBOX_REQUIRE_DOCKER=1` makes a
+//! missing one a failure, as for every Docker test).
+
+mod docs_support;
+
+use crackbox_test_support::docker::{create_network, docker_ready, remove_network, repo, unique};
+use crackbox_test_support::{free_port, wait_until};
+use docs_support::{crackbox_start, read, shell_blocks, simple_commands};
+use std::net::TcpStream;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+/// The quick start block of README.md whose text contains `marker`, as its
+/// simple commands (each with the line it is on).
+fn quick_start(marker: &str) -> Vec<(usize, Vec<String>)> {
+    let readme = read("README.md");
+    let block = shell_blocks(&readme)
+        .into_iter()
+        .find(|block| block.iter().any(|(_, line)| line.contains(marker)))
+        .unwrap_or_else(|| panic!("README.md has no shell block with {marker:?}"));
+    block
+        .into_iter()
+        .flat_map(|(line, text)| simple_commands(&text).into_iter().map(move |words| (line, words)))
+        .collect()
+}
+
+/// What the test puts in place of the README's machine-specific values.
+struct Substitutions(Vec<(String, String)>);
+
+impl Substitutions {
+    fn apply(&self, words: &[String]) -> Vec<String> {
+        words
+            .iter()
+            .map(|word| self.0.iter().fold(word.clone(), |w, (from, to)| w.replace(from, to)))
+            .collect()
+    }
+}
+
+/// A background process of the quick start (the upstream), stopped on drop.
+struct Background(Child);
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `words` (the README's upstream) in an empty directory with one
+/// file, and waits until it accepts on `addr`.
+fn start_upstream(words: &[String], addr: &str, dir: &std::path::Path) -> Background {
+    std::fs::write(dir.join("quick-start.txt"), "quick start upstream\n").unwrap();
+    let child = Command::new(&words[0])
+        .args(&words[1..])
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|err| panic!("{words:?}: {err}"));
+    let upstream = Background(child);
+    assert!(
+        wait_until(Duration::from_secs(10), || TcpStream::connect(addr).is_ok()),
+        "the upstream {words:?} does not accept on {addr}"
+    );
+    upstream
+}
+
+/// Runs a crackbox command of the README (`words[start]` is crackbox) with the binary under test.
+fn run_crackbox(words: &[String], start: usize) -> Output {
+    let mut command = Command::new(crackbox_test_support::binary());
+    for word in &words[..start] {
+        if let Some((name, value)) = word.split_once('=') {
+            command.env(name, value);
+        }
+    }
+    command
+        .args(&words[start + 1..])
+        .env("CRACKBOX_LOG", "warn")
+        .stdin(Stdio::null())
+        .output()
+        .expect("crackbox run")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Checks the two outcomes the README promises: the first run reaches the
+/// upstream and blocks nothing, a run that asks for another host is told so.
+fn check(outputs: &[(usize, Output)]) {
+    assert!(!outputs.is_empty(), "no crackbox command in the quick start");
+    let (line, first) = &outputs[0];
+    let (stdout, stderr) = (text(&first.stdout), text(&first.stderr));
+    assert_eq!(first.status.code(), Some(0), "README.md:{line}: {stdout}\n{stderr}");
+    assert!(
+        stdout.contains("quick-start.txt"),
+        "README.md:{line}: no directory listing: {stdout}\n{stderr}"
+    );
+    assert!(stderr.contains(", nothing blocked"), "README.md:{line}: {stderr}");
+    if let Some((line, blocked)) = outputs.get(1) {
+        let stderr = text(&blocked.stderr);
+        assert!(
+            stderr.contains("crackbox: blocked blocked.test (not on --allow)"),
+            "README.md:{line}: {}\n{stderr}",
+            text(&blocked.stdout)
+        );
+    }
+}
+
+#[test]
+fn the_readme_netns_quick_start_runs_as_written() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: the netns quick start needs root");
+        return;
+    }
+    let port = free_port().to_string();
+    let subs = Substitutions(vec![("8000".into(), port.clone())]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut upstream = None;
+    let mut outputs = Vec::new();
+    for (line, words) in quick_start("--backend netns") {
+        let words = subs.apply(&words);
+        match (words[0].as_str(), crackbox_start(&words)) {
+            (_, Some(start)) => outputs.push((line, run_crackbox(&words, start))),
+            ("cargo", None) => {}
+            ("python3", None) => upstream = Some(start_upstream(&words, &format!("127.0.0.1:{port}"), dir.path())),
+            _ => panic!("README.md:{line}: a quick start step this test does not know: {words:?}"),
+        }
+    }
+    assert!(upstream.is_some(), "the quick start starts no upstream");
+    check(&outputs);
+}
+
+/// The Docker quick start's set-up as the README writes it: Docker, the
+/// workload image, the network (on a free subnet, under a unique name) and
+/// the upstream on the network's host address. Removed on drop.
+struct DockerSetUp {
+    subs: Substitutions,
+    network: Option<String>,
+    upstream: Option<Background>,
+    dir: tempfile::TempDir,
+}
+
+impl DockerSetUp {
+    fn new() -> Self {
+        DockerSetUp {
+            subs: Substitutions(vec![("8001".into(), free_port().to_string())]),
+            network: None,
+            upstream: None,
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    /// Takes one set-up step of the README (`words` substituted already);
+    /// false when `words` is not a set-up step.
+    fn step(&mut self, line: usize, words: &[String]) -> bool {
+        let head = words.iter().take(3).map(String::as_str).collect::<Vec<_>>();
+        match head.as_slice() {
+            ["deploy/ci-docker.sh", "start"] => {} // docker_ready() ran it when no engine answered
+            ["deploy/build-workload-image.sh", ..] => {
+                let status = Command::new("bash")
+                    .arg(repo().join(&words[0]))
+                    .args(&words[1..])
+                    .status()
+                    .expect("build-workload-image.sh");
+                assert!(status.success(), "README.md:{line}: {words:?} failed");
+            }
+            ["docker", "network", "create"] => {
+                // The README's network on a free subnet of the tests' range, under a unique name.
+                let subnet = words.iter().position(|w| w == "--subnet").map(|i| words[i + 1].clone());
+                let subnet = subnet.unwrap_or_else(|| panic!("README.md:{line}: no --subnet: {words:?}"));
+                let network = unique("crackbox-test-quick-start");
+                let (a, b, c, _) = create_network(&network, 24, &[]);
+                self.subs.0.push((words.last().unwrap().clone(), network.clone()));
+                self.subs
+                    .0
+                    .push((subnet.trim_end_matches("0/24").to_string(), format!("{a}.{b}.{c}.")));
+                self.network = Some(network);
+            }
+            ["python3", ..] => {
+                let bind = words.iter().position(|w| w == "--bind").map(|i| words[i + 1].clone());
+                let addr = format!("{}:{}", bind.expect("--bind"), words[3]);
+                self.upstream = Some(start_upstream(words, &addr, self.dir.path()));
+            }
+            _ => return false,
+        }
+        true
+    }
+}
+
+impl Drop for DockerSetUp {
+    fn drop(&mut self) {
+        self.upstream.take();
+        if let Some(network) = self.network.take() {
+            remove_network(&network);
+        }
+    }
+}
+
+#[test]
+fn the_readme_docker_quick_start_runs_as_written() {
+    if !docker_ready() {
+        return;
+    }
+    let mut set_up = DockerSetUp::new();
+    let mut outputs = Vec::new();
+    for (line, words) in quick_start("--egress-network") {
+        let words = set_up.subs.apply(&words);
+        match crackbox_start(&words) {
+            Some(start) => outputs.push((line, run_crackbox(&words, start))),
+            None => assert!(
+                set_up.step(line, &words),
+                "README.md:{line}: a quick start step this test does not know: {words:?}"
+            ),
+        }
+    }
+    drop(set_up);
+    check(&outputs);
+}
+
+#[test]
+fn the_readme_label_quick_start_runs_as_written() {
+    if !docker_ready() {
+        return;
+    }
+    // Quick start 2 runs on the network, upstream and image of quick start 1.
+    let mut set_up = DockerSetUp::new();
+    for (line, words) in quick_start("--egress-network") {
+        let words = set_up.subs.apply(&words);
+        if crackbox_start(&words).is_none() {
+            assert!(set_up.step(line, &words), "README.md:{line}: unknown step {words:?}");
+        }
+    }
+    let gateway = set_up.subs.apply(&["10.77.0.1".to_string()])[0].clone();
+    // The daemon's default ports may be taken on a shared machine: free ones, named where the README names them.
+    let (forward, admin) = (free_port(), free_port());
+    set_up.subs.0.push((":3128".into(), format!(":{forward}")));
+    set_up
+        .subs
+        .0
+        .push(("127.0.0.1:3129".into(), format!("127.0.0.1:{admin}")));
+    let mut daemon = None;
+    let mut outputs = Vec::new();
+    for (line, words) in quick_start("io.crackbox.allow=") {
+        let words = set_up.subs.apply(&words);
+        match (words[0].as_str(), crackbox_start(&words)) {
+            (_, Some(start)) => {
+                let child = Command::new(crackbox_test_support::binary())
+                    .args(&words[start + 1..])
+                    .args([
+                        "--listen",
+                        &format!("{gateway}:{forward}"),
+                        "--admin",
+                        &format!("127.0.0.1:{admin}"),
+                    ])
+                    .args(["--transparent", ""])
+                    .env("CRACKBOX_LOG", "warn")
+                    .stdin(Stdio::null())
+                    .spawn()
+                    .expect("crackbox proxy serve");
+                daemon = Some(Background(child));
+                let health = format!("127.0.0.1:{admin}");
+                assert!(
+                    wait_until(Duration::from_secs(15), || TcpStream::connect(&health).is_ok()),
+                    "README.md:{line}: the daemon's admin API does not answer"
+                );
+            }
+            ("docker" | "curl", None) => {
+                let out = Command::new(&words[0])
+                    .args(&words[1..])
+                    .output()
+                    .expect("docker / curl");
+                outputs.push((line, words[0].clone(), text(&out.stdout), text(&out.stderr)));
+            }
+            _ => panic!("README.md:{line}: a quick start step this test does not know: {words:?}"),
+        }
+    }
+    drop(daemon);
+    drop(set_up);
+    let [allowed, refused, denials] = outputs.as_slice() else {
+        panic!("quick start 2 has other steps than two containers and a curl: {outputs:#?}")
+    };
+    assert!(
+        allowed.2.contains("quick-start.txt"),
+        "README.md:{}: {allowed:?}",
+        allowed.0
+    );
+    assert!(
+        refused.2.starts_with("HTTP/1.1 403") && refused.2.contains("X-Crackbox-Reason: not-allowed"),
+        "README.md:{}: {refused:?}",
+        refused.0
+    );
+    assert!(
+        denials.2.contains("\"host\":\"other.test\"") && denials.2.contains("\"reason\":\"not-allowed\""),
+        "README.md:{}: {denials:?}",
+        denials.0
+    );
+}
+
+#[test]
+fn a_workload_image_that_cannot_be_pulled_names_the_script_that_builds_one() {
+    if !docker_ready() {
+        return;
+    }
+    // A registry on a closed loopback port: the pull fails at once, offline.
+    let image = format!("127.0.0.1:{}/crackbox-no-such-image:0", free_port());
+    let out = Command::new(crackbox_test_support::binary())
+        .args(["run", "--allow", "a.test", "--image", &image, "--", "true"])
+        .env("CRACKBOX_LOG", "warn")
+        .stdin(Stdio::null())
+        .output()
+        .expect("crackbox run");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{stderr}");
+    assert!(
+        stderr.contains(&format!("workload image {image} not found and could not be pulled"))
+            && stderr.contains("deploy/build-workload-image.sh builds crackbox-workload:latest")
+            && stderr.contains("--image crackbox-workload:latest"),
+        "{stderr}"
+    );
+}

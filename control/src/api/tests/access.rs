@@ -1,0 +1,61 @@
+//! Who may call what: the bearer token on mutations, 404 and 405 as
+//! JSON.
+
+use super::*;
+
+#[tokio::test]
+async fn mutations_need_the_exact_bearer_token_reads_do_not() {
+    let admin = admin(Some("s3cret"), Engine::Acking, false).await;
+    let body = br#"{"ip":"10.0.0.7","id":"x","allowlist":[]}"#;
+    let refused = [
+        "",
+        "Authorization: Bearer wrong\r\n",
+        "Authorization: Bearer s3cre\r\n",
+        "Authorization: Bearer s3cret0\r\n",
+        "Authorization: Basic czNjcmV0\r\n",
+        "Authorization: s3cret\r\n",
+    ];
+    for headers in refused {
+        let response = admin.post("/v1/register", headers, body).await;
+        assert_eq!(response.status, 401, "{headers:?}");
+        assert!(body_json(&response)["error"].is_string());
+        let response = admin.post("/v1/unregister", headers, br#"{"ip":"10.0.0.7"}"#).await;
+        assert_eq!(response.status, 401, "{headers:?}");
+    }
+    assert_eq!(admin.state().await, json!([]));
+    let ok = admin
+        .post("/v1/register", "Authorization: bEaReR s3cret\r\n", body)
+        .await;
+    assert_eq!(ok.status, 200);
+    assert_eq!(admin.state().await.as_array().unwrap().len(), 1);
+    let health = admin
+        .raw(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await;
+    assert_eq!(health.status, 200);
+}
+
+#[tokio::test]
+async fn unknown_paths_are_404_and_wrong_methods_405_as_json() {
+    let admin = admin(None, Engine::Acking, false).await;
+    let cases: [(&[u8], u16); 5] = [
+        (b"GET /v2/state HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 404),
+        (b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 404),
+        (
+            b"GET /v1/register HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            405,
+        ),
+        (
+            b"DELETE /v1/state HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            405,
+        ),
+        (
+            b"POST /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
+            405,
+        ),
+    ];
+    for (request, status) in cases {
+        let response = admin.raw(request).await;
+        assert_eq!(response.status, status, "{}", String::from_utf8_lossy(request));
+        assert!(body_json(&response)["error"].is_string());
+    }
+}

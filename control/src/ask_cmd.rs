@@ -1,0 +1,153 @@
+//! `crackbox pending` and `crackbox decide`: the requests held in ask mode,
+//! and answering one, from a terminal.
+//!
+//! Without `--admin` (or `CRACKBOX_ADMIN`) they talk to the newest live
+//! `crackbox run --ask` (found in the runs directory, see
+//! `crackbox_client::live_runs`), else to the daemon on the default admin
+//! address.
+
+use crate::state_cmd::{unreachable_hint, DEFAULT_ADMIN_URL};
+use anyhow::Context;
+use crackbox_client::{live_runs, Answer, Client, PendingRequest};
+use std::io::Write;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Arguments of `crackbox pending`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PendingArgs {
+    /// Admin API URL [env CRACKBOX_ADMIN; default: the newest live `crackbox run --ask`,
+    /// else http://127.0.0.1:3129].
+    #[arg(long, value_name = "URL")]
+    pub admin: Option<String>,
+
+    /// Print the JSON array instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of `crackbox decide`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DecideArgs {
+    /// The pending request's id (from `crackbox pending`).
+    pub id: u64,
+
+    /// once: let the held connections through; always: also add the name to the
+    /// allowlist; deny: refuse them.
+    #[arg(value_parser = ["once", "always", "deny"])]
+    pub decision: String,
+
+    /// Admin API URL [env CRACKBOX_ADMIN; default: the newest live `crackbox run --ask`,
+    /// else http://127.0.0.1:3129].
+    #[arg(long, value_name = "URL")]
+    pub admin: Option<String>,
+}
+
+/// The admin API to talk to (see the module comment), with its secret:
+/// a live run's own, else `CRACKBOX_ADMIN_SECRET`.
+fn admin(given: Option<String>) -> anyhow::Result<(String, crackbox_client::blocking::Client)> {
+    let env_secret = || std::env::var("CRACKBOX_ADMIN_SECRET").unwrap_or_default();
+    let (url, secret) = match given.or_else(|| std::env::var("CRACKBOX_ADMIN").ok().filter(|v| !v.is_empty())) {
+        Some(url) => (url, env_secret()),
+        None => match live_runs::live_runs().into_iter().next() {
+            Some(run) => (run.admin, run.secret.unwrap_or_default()),
+            None => (DEFAULT_ADMIN_URL.to_string(), env_secret()),
+        },
+    };
+    let client = Client::new(&url)?.with_secret(secret).blocking()?;
+    Ok((url, client))
+}
+
+/// `crackbox pending`: prints the pending requests.
+pub fn pending(args: PendingArgs) -> anyhow::Result<()> {
+    let (url, client) = admin(args.admin)?;
+    let pending = client.pending().map_err(|err| unreachable_hint(&url, err))?;
+    let text = if args.json {
+        let mut text = serde_json::to_string_pretty(&pending)?;
+        text.push('\n');
+        text
+    } else {
+        table(&pending, now_ms())
+    };
+    std::io::stdout()
+        .write_all(text.as_bytes())
+        .context("cannot write to stdout")
+}
+
+/// `crackbox decide ID once|always|deny`.
+pub fn decide(args: DecideArgs) -> anyhow::Result<()> {
+    let (url, client) = admin(args.admin)?;
+    let answer = Answer::parse(&args.decision).context("the decision is once, always or deny")?;
+    let decided = client
+        .decide(args.id, answer)
+        .map_err(|err| unreachable_hint(&url, err))?;
+    let request = decided.request;
+    println!(
+        "{} {}:{} for {}: {answer}",
+        request.id, request.host, request.port, request.sandbox
+    );
+    Ok(())
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_millis() as u64)
+}
+
+/// A human table: one line per pending request, oldest first.
+fn table(pending: &[PendingRequest], now_ms: u64) -> String {
+    if pending.is_empty() {
+        return "no pending requests\n".to_string();
+    }
+    let rows: Vec<[String; 6]> = std::iter::once(["ID", "SANDBOX", "IP", "TARGET", "WAITING", "FOR"].map(String::from))
+        .chain(pending.iter().map(|p| {
+            let waited = Duration::from_millis(now_ms.saturating_sub(p.since)).as_secs();
+            [
+                p.id.to_string(),
+                p.sandbox.clone(),
+                p.ip.clone(),
+                format!("{}:{}", p.host, p.port),
+                p.waiting.to_string(),
+                format!("{waited}s"),
+            ]
+        }))
+        .collect();
+    let widths: Vec<usize> = (0..6)
+        .map(|column| rows.iter().map(|r| r[column].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut text = String::new();
+    for row in &rows {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, width)| format!("{cell:width$}"))
+            .collect();
+        text.push_str(cells.join("  ").trim_end());
+        text.push('\n');
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_lines_up() {
+        let request = PendingRequest {
+            id: 7,
+            ip: "10.0.0.2".into(),
+            sandbox: "agent".into(),
+            host: "pypi.org".into(),
+            port: 443,
+            front_end: "connect".into(),
+            since: 1_000,
+            waiting: 2,
+        };
+        assert_eq!(
+            table(&[request], 6_500),
+            "ID  SANDBOX  IP        TARGET        WAITING  FOR\n7   agent    10.0.0.2  pypi.org:443  2        5s\n"
+        );
+        assert_eq!(table(&[], 0), "no pending requests\n");
+    }
+}

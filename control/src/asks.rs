@@ -1,0 +1,189 @@
+//! Ask mode on the control side: the engine's pending requests as a stream
+//! of events for any number of subscribers (`GET /v1/events`), and the
+//! figures `/metrics` shows (README, "Ask while it runs").
+//!
+//! The engine holds the connections and owns the requests; control only
+//! hears of each as it starts and ends. Subscribers share one bounded
+//! broadcast channel: a subscriber that falls behind loses the oldest events
+//! and is told how many (a `lagged` event), and never slows the link to
+//! the engine, let alone the data plane.
+
+use crackbox_policy::ask::{DecidedRequest, PendingId, PendingRequest, Settlement};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use std::collections::HashSet;
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+use tokio::sync::broadcast;
+
+/// Events kept for a subscriber that has not read them yet; older ones are
+/// dropped for it (it gets a `lagged` event).
+pub const EVENTS_KEPT: usize = 1024;
+
+/// One event of `GET /v1/events`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AskEvent {
+    /// A request started waiting.
+    Pending(PendingRequest),
+    /// A request was answered, timed out or withdrawn.
+    Decided(DecidedRequest),
+}
+
+/// Decision labels of the metrics: `decision` = once, always, deny,
+/// timeout, withdrawn.
+type Labels = Vec<(&'static str, &'static str)>;
+
+/// The events and figures of the engine's pending requests.
+#[derive(Debug)]
+pub struct Asks {
+    events: broadcast::Sender<AskEvent>,
+    pending: Mutex<HashSet<PendingId>>,
+    pending_gauge: Gauge,
+    decisions: Family<Labels, Counter>,
+    time_to_decision: Histogram,
+    /// Set when the admin API shuts down: event streams end then.
+    closing: tokio::sync::watch::Sender<bool>,
+}
+
+impl Default for Asks {
+    fn default() -> Self {
+        Asks {
+            closing: tokio::sync::watch::Sender::new(false),
+            events: broadcast::Sender::new(EVENTS_KEPT),
+            pending: Mutex::default(),
+            pending_gauge: Gauge::default(),
+            decisions: Family::default(),
+            time_to_decision: Histogram::new([0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0]),
+        }
+    }
+}
+
+impl Asks {
+    /// A new subscriber: every event from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<AskEvent> {
+        self.events.subscribe()
+    }
+
+    /// Ends every event stream (the admin API is shutting down).
+    pub fn close(&self) {
+        self.closing.send_replace(true);
+    }
+
+    /// Completes once [`Asks::close`] was called.
+    pub async fn closed(&self) {
+        let mut closing = self.closing.subscribe();
+        let _ = closing.wait_for(|closed| *closed).await;
+    }
+
+    fn pending(&self) -> std::sync::MutexGuard<'_, HashSet<PendingId>> {
+        self.pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The engine holds a new request (or tells again of one on reconnect:
+    /// announced once).
+    pub fn asked(&self, request: PendingRequest) {
+        let mut pending = self.pending();
+        if pending.insert(request.id) {
+            self.pending_gauge.set(pending.len() as i64);
+            drop(pending);
+            let _ = self.events.send(AskEvent::Pending(request));
+        }
+    }
+
+    /// A request ended.
+    pub fn settled(&self, decided: DecidedRequest) {
+        {
+            let mut pending = self.pending();
+            pending.remove(&decided.request.id);
+            self.pending_gauge.set(pending.len() as i64);
+        }
+        self.decisions
+            .get_or_create(&vec![("decision", decided.decision.as_str())])
+            .inc();
+        if matches!(
+            decided.decision,
+            Settlement::Once | Settlement::Always | Settlement::Deny | Settlement::Timeout
+        ) {
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |since| since.as_millis() as u64);
+            self.time_to_decision
+                .observe(now.saturating_sub(decided.request.since) as f64 / 1000.0);
+        }
+        let _ = self.events.send(AskEvent::Decided(decided));
+    }
+
+    /// The engine went away: what it held went with it.
+    pub fn engine_gone(&self) {
+        let mut pending = self.pending();
+        pending.clear();
+        self.pending_gauge.set(0);
+    }
+
+    /// Adds the figures to a `/metrics` registry.
+    pub fn register_metrics(&self, registry: &mut Registry) {
+        registry.register(
+            "ask_pending",
+            "Requests held in ask mode waiting for a decision",
+            self.pending_gauge.clone(),
+        );
+        registry.register(
+            "ask_decisions",
+            "Pending requests ended, by decision (once, always, deny, timeout, withdrawn)",
+            self.decisions.clone(),
+        );
+        registry.register(
+            "ask_time_to_decision_seconds",
+            "Time from a request's start to its answer or timeout",
+            self.time_to_decision.clone(),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(id: PendingId) -> PendingRequest {
+        PendingRequest {
+            id,
+            ip: "10.0.0.2".into(),
+            sandbox: "agent".into(),
+            host: "new.test".into(),
+            port: 443,
+            front_end: "connect".into(),
+            since: 0,
+            waiting: 1,
+        }
+    }
+
+    #[test]
+    fn subscribers_see_each_request_once_and_a_slow_one_lags() {
+        let asks = Asks::default();
+        let mut fast = asks.subscribe();
+        let mut slow = asks.subscribe();
+        asks.asked(request(1));
+        asks.asked(request(1));
+        assert_eq!(fast.try_recv().unwrap(), AskEvent::Pending(request(1)));
+        assert!(fast.try_recv().is_err(), "told again on reconnect, announced once");
+        asks.settled(DecidedRequest {
+            request: request(1),
+            decision: Settlement::Once,
+        });
+        assert!(matches!(fast.try_recv().unwrap(), AskEvent::Decided(d) if d.decision == Settlement::Once));
+        for id in 2..(EVENTS_KEPT as u64 + 10) {
+            asks.asked(request(id));
+        }
+        assert!(matches!(
+            slow.try_recv(),
+            Err(broadcast::error::TryRecvError::Lagged(_))
+        ));
+        assert!(matches!(slow.try_recv().unwrap(), AskEvent::Pending(_)));
+        assert_eq!(asks.pending_gauge.get(), EVENTS_KEPT as i64 + 8);
+        asks.engine_gone();
+        assert_eq!(asks.pending_gauge.get(), 0);
+    }
+}

@@ -1,0 +1,323 @@
+//! Ask mode's pending requests: connections held until someone decides.
+//!
+//! A connection from an ask-mode source to a name its allowlist does not
+//! cover joins the pending request for its (source, host, port), made when
+//! the first one asks; [`Asks`] is shared by every core thread. A held
+//! connection costs a [`Held`] (a reference and a waker slot) beside its own
+//! task, no timer and no thread: the one `ask` thread (see [`clock`]) times
+//! requests out and tells control about them. Whoever settles a request
+//! (control's decision on the link thread, the timeout, a snapshot that
+//! unregisters the source or takes it out of ask mode) wakes every held
+//! connection, on whichever core thread it waits. Never blocks a core
+//! thread: the lock is held for table updates only, never across I/O.
+
+pub(crate) mod clock;
+
+use crackbox_policy::ask::{DecidedRequest, PendingId, PendingRequest, Settlement, MAX_PENDING_PER_SOURCE};
+use crackbox_policy::reason::Reason;
+use crackbox_policy::{canonical_ip, normalise_host, HostKind, Mode, Snapshot};
+use rustc_hash::FxHashMap;
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// How a held connection goes on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Let through (dialled as a name match).
+    Allow,
+    /// Refused for this reason.
+    Refuse(Reason),
+}
+
+/// What a request is about.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Target {
+    source: IpAddr,
+    host: Box<str>,
+    port: u16,
+}
+
+/// One pending request, shared by the connections held for it.
+pub(crate) struct Request {
+    id: PendingId,
+    target: Target,
+    sandbox: Arc<str>,
+    front_end: &'static str,
+    since_ms: u64,
+    deadline: Instant,
+    state: Mutex<State>,
+}
+
+/// The part of a request its held connections change.
+#[derive(Default)]
+struct State {
+    outcome: Option<Outcome>,
+    /// One slot per held connection: its waker once it waited.
+    wakers: Vec<Option<Waker>>,
+    free: Vec<usize>,
+    waiting: u32,
+}
+
+impl Request {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The request as the admin API shows it.
+    fn shown(&self) -> PendingRequest {
+        PendingRequest {
+            id: self.id,
+            ip: self.target.source.to_string(),
+            sandbox: self.sandbox.to_string(),
+            host: self.target.host.to_string(),
+            port: self.target.port,
+            front_end: self.front_end.to_string(),
+            since: self.since_ms,
+            waiting: self.state().waiting,
+        }
+    }
+
+    /// Ends the wait of every held connection with `outcome`.
+    fn settle(&self, outcome: Outcome) {
+        let wakers: Vec<Waker> = {
+            let mut state = self.state();
+            state.outcome = Some(outcome);
+            state.wakers.iter_mut().filter_map(Option::take).collect()
+        };
+        wakers.into_iter().for_each(Waker::wake);
+    }
+}
+
+/// Every pending request of the engine.
+#[derive(Default)]
+struct Table {
+    next_id: PendingId,
+    by_target: FxHashMap<Target, Arc<Request>>,
+    by_id: BTreeMap<PendingId, Arc<Request>>,
+    per_source: FxHashMap<IpAddr, usize>,
+}
+
+/// What the `ask` thread hears about (see [`clock`]).
+pub(crate) enum Event {
+    /// A request started waiting.
+    Started(Arc<Request>),
+    /// A request ended.
+    Settled(DecidedRequest),
+    /// Control connected: the stream to tell it on.
+    Connected(Arc<Mutex<std::os::unix::net::UnixStream>>),
+}
+
+/// The engine's pending requests.
+pub(crate) struct Asks {
+    table: Mutex<Table>,
+    timeout: Duration,
+    events: Sender<Event>,
+}
+
+/// A connection that asks about `host:port` for `source`.
+pub(crate) struct Asking<'a> {
+    pub(crate) source: IpAddr,
+    pub(crate) sandbox: &'a Arc<str>,
+    pub(crate) host: &'a str,
+    pub(crate) port: u16,
+    pub(crate) front_end: &'static str,
+}
+
+impl Asks {
+    /// Pending requests that time out after `timeout`; `events` go to the
+    /// `ask` thread.
+    pub(crate) fn new(timeout: Duration, events: Sender<Event>) -> Self {
+        Asks {
+            table: Mutex::default(),
+            timeout,
+            events,
+        }
+    }
+
+    fn table(&self) -> MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Holds a connection: joins the pending request for its target, or
+    /// starts one; `ask-limit` when the source has the most it may have.
+    pub(crate) fn hold(&self, asking: Asking<'_>) -> Result<Held, Reason> {
+        let host = match normalise_host(asking.host) {
+            Some(HostKind::Name(name)) => name.into_boxed_str(),
+            Some(HostKind::Ip(ip)) => ip.to_string().into_boxed_str(),
+            None => return Err(Reason::NotAllowed),
+        };
+        let target = Target {
+            source: canonical_ip(asking.source),
+            host,
+            port: asking.port,
+        };
+        let mut table = self.table();
+        if let Some(request) = table.by_target.get(&target) {
+            return Ok(Held::join(Arc::clone(request)));
+        }
+        let count = table.per_source.entry(target.source).or_default();
+        if *count >= MAX_PENDING_PER_SOURCE {
+            return Err(Reason::AskLimit);
+        }
+        *count += 1;
+        table.next_id += 1;
+        let request = Arc::new(Request {
+            id: table.next_id,
+            target: target.clone(),
+            sandbox: Arc::clone(asking.sandbox),
+            front_end: asking.front_end,
+            since_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |since| since.as_millis() as u64),
+            deadline: Instant::now() + self.timeout,
+            state: Mutex::default(),
+        });
+        table.by_target.insert(target, Arc::clone(&request));
+        table.by_id.insert(request.id, Arc::clone(&request));
+        let held = Held::join(Arc::clone(&request));
+        drop(table);
+        let _ = self.events.send(Event::Started(request));
+        Ok(held)
+    }
+
+    /// Ends request `id` as `settlement`, letting its held connections
+    /// through or refusing them as `outcome` says; the request as it ended,
+    /// or `None` when it was not pending.
+    pub(crate) fn settle(&self, id: PendingId, settlement: Settlement, outcome: Outcome) -> Option<DecidedRequest> {
+        let request = {
+            let mut table = self.table();
+            let request = table.by_id.remove(&id)?;
+            table.by_target.remove(&request.target);
+            if let Some(count) = table.per_source.get_mut(&request.target.source) {
+                *count -= 1;
+                if *count == 0 {
+                    table.per_source.remove(&request.target.source);
+                }
+            }
+            request
+        };
+        let decided = DecidedRequest {
+            request: request.shown(),
+            decision: settlement,
+        };
+        request.settle(outcome);
+        tracing::info!(
+            id,
+            source = %request.target.source,
+            sandbox = %request.sandbox,
+            host = %request.target.host,
+            port = request.target.port,
+            decision = settlement.as_str(),
+            "ask: request settled"
+        );
+        let _ = self.events.send(Event::Settled(decided.clone()));
+        Some(decided)
+    }
+
+    /// Control connected on `stream`: it hears of every request still
+    /// pending, then of each change.
+    pub(crate) fn connected(&self, stream: Arc<Mutex<std::os::unix::net::UnixStream>>) {
+        let _ = self.events.send(Event::Connected(stream));
+    }
+
+    /// Every pending request, oldest first.
+    pub(crate) fn list(&self) -> Vec<PendingRequest> {
+        let requests: Vec<Arc<Request>> = self.table().by_id.values().cloned().collect();
+        requests.iter().map(|request| request.shown()).collect()
+    }
+
+    /// Settles what a new snapshot decides: requests of sources it
+    /// unregistered (`unregistered`) or took out of ask mode (let through
+    /// when their mode or list now allows them, else `not-allowed`).
+    pub(crate) fn revisit(&self, snapshot: &Snapshot) {
+        let settled: Vec<(PendingId, Outcome)> = {
+            let table = self.table();
+            table
+                .by_id
+                .values()
+                .filter_map(|request| {
+                    let Target { source, host, port } = &request.target;
+                    let outcome = match snapshot.lookup(*source) {
+                        None => Outcome::Refuse(Reason::Unregistered),
+                        Some(registered) if registered.allowlist.matching(host, *port).is_some() => Outcome::Allow,
+                        Some(registered) => match registered.mode {
+                            Mode::Ask => return None,
+                            Mode::Report => Outcome::Allow,
+                            Mode::Enforce => Outcome::Refuse(Reason::NotAllowed),
+                        },
+                    };
+                    Some((request.id, outcome))
+                })
+                .collect()
+        };
+        for (id, outcome) in settled {
+            self.settle(id, Settlement::Withdrawn, outcome);
+        }
+    }
+
+    /// Times out the requests `due`.
+    fn expire(&self, due: &[PendingId]) {
+        for &id in due {
+            self.settle(id, Settlement::Timeout, Outcome::Refuse(Reason::AskTimeout));
+        }
+    }
+}
+
+/// One connection held for a pending request: a future that ends with the
+/// request's outcome. Dropped before (its client went away), it leaves the
+/// request, which stays pending for the others and for its answer.
+pub(crate) struct Held {
+    request: Arc<Request>,
+    slot: usize,
+}
+
+impl Held {
+    fn join(request: Arc<Request>) -> Held {
+        let slot = {
+            let mut state = request.state();
+            state.waiting += 1;
+            match state.free.pop() {
+                Some(slot) => slot,
+                None => {
+                    state.wakers.push(None);
+                    state.wakers.len() - 1
+                }
+            }
+        };
+        Held { request, slot }
+    }
+}
+
+impl Future for Held {
+    type Output = Outcome;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Outcome> {
+        let mut state = self.request.state();
+        if let Some(outcome) = state.outcome {
+            return Poll::Ready(outcome);
+        }
+        match &mut state.wakers[self.slot] {
+            Some(waker) if waker.will_wake(cx.waker()) => {}
+            slot => *slot = Some(cx.waker().clone()),
+        }
+        Poll::Pending
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let mut state = self.request.state();
+        state.waiting -= 1;
+        state.wakers[self.slot] = None;
+        state.free.push(self.slot);
+    }
+}
+
+#[cfg(test)]
+mod tests;

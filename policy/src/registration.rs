@@ -1,0 +1,272 @@
+//! A registration: which source address is which sandbox, and what it may
+//! reach.
+//!
+//! A [`RegistrationSpec`] is parsed and validated once, where it enters (an
+//! admin API body, the state file, a wire frame through serde; a Docker
+//! label, a `--register` flag or `crackbox run` through
+//! [`RegistrationSpec::parse`]), and is a typed value from then on: a
+//! canonical [`IpAddr`], a [`SandboxId`], a compiled [`Allowlist`] with its
+//! presets expanded, an optional [`Bandwidth`] and a [`Mode`]. Nothing
+//! downstream validates it again. Its JSON is the registration object of the
+//! admin API, the state file and the wire protocol (docs/admin-api.md).
+
+use super::allowlist::{entries_from_config, entry_texts, Allowlist, ListError};
+use super::bandwidth::{Bandwidth, BandwidthError};
+use super::entry::AllowEntry;
+use super::mode::Mode;
+use super::source::{canonical_ip, parse_source_ip, SourceIpError};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::fmt;
+use std::net::IpAddr;
+use std::ops::Deref;
+use std::sync::Arc;
+
+/// Longest registration id accepted, in bytes.
+const MAX_ID_LEN: usize = 128;
+
+/// A registration as the admin API, the state file and the wire carry it,
+/// validated; decoded from a JSON object only (never the array form).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "Fields", into = "Fields")]
+pub struct RegistrationSpec {
+    /// Client source address in canonical form, the registry key.
+    pub ip: IpAddr,
+    /// Operator-chosen name of the sandbox, used in metrics and denials.
+    pub id: SandboxId,
+    /// The allow entries (JSON `allowlist`; empty denies everything) and
+    /// the deny entries (JSON `deny`) compiled into one matcher.
+    pub allowlist: Allowlist,
+    /// Cap each direction on its own, over all the source's connections;
+    /// `None` (left out of the JSON): no cap.
+    pub bandwidth: Option<Bandwidth>,
+    /// `enforce` (left out of the JSON) or `report`: what the allowlist
+    /// does not allow is let through and recorded instead of denied.
+    pub mode: Mode,
+}
+
+/// The JSON object field by field, each field parsed into its type as it
+/// is decoded (so an error names the field); the two entry lists are
+/// compiled together once both are read.
+#[derive(Serialize, Deserialize)]
+#[serde(remote = "Self", deny_unknown_fields)]
+struct Fields {
+    #[serde(with = "source_ip_text")]
+    ip: IpAddr,
+    id: SandboxId,
+    #[serde(with = "entry_texts")]
+    allowlist: Vec<AllowEntry>,
+    #[serde(default, with = "entry_texts", skip_serializing_if = "Vec::is_empty")]
+    deny: Vec<AllowEntry>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    bandwidth: Option<Bandwidth>,
+    #[serde(default, skip_serializing_if = "Mode::is_enforce")]
+    mode: Mode,
+}
+crate::object_only!(Fields, Serialize);
+
+impl From<Fields> for RegistrationSpec {
+    fn from(fields: Fields) -> Self {
+        RegistrationSpec {
+            ip: fields.ip,
+            id: fields.id,
+            allowlist: Allowlist::with_deny(fields.allowlist, fields.deny),
+            bandwidth: fields.bandwidth,
+            mode: fields.mode,
+        }
+    }
+}
+
+impl From<RegistrationSpec> for Fields {
+    fn from(spec: RegistrationSpec) -> Self {
+        Fields {
+            ip: spec.ip,
+            id: spec.id,
+            allowlist: spec.allowlist.entries().to_vec(),
+            deny: spec.allowlist.denied().to_vec(),
+            bandwidth: spec.bandwidth,
+            mode: spec.mode,
+        }
+    }
+}
+
+/// Why a registration was rejected; the message names the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    /// The `ip` field is not an address.
+    #[error("ip: {0}")]
+    Ip(#[from] SourceIpError),
+    /// The `id` field is empty, too long or has control characters.
+    #[error("id: {0}")]
+    Id(#[from] IdError),
+    /// The allowlist is too long, or names an invalid entry or preset.
+    #[error("allowlist: {0}")]
+    Allowlist(#[from] ListError),
+    /// The deny list is too long, or names an invalid entry or preset.
+    #[error("deny: {0}")]
+    Deny(ListError),
+    /// The bandwidth cap is out of range.
+    #[error("bandwidth: {0}")]
+    Bandwidth(#[from] BandwidthError),
+}
+
+impl RegistrationSpec {
+    /// `ip` registered as `id` with `allowlist`, enforced and uncapped.
+    pub fn new(ip: IpAddr, id: SandboxId, allowlist: Allowlist) -> Self {
+        RegistrationSpec {
+            ip: canonical_ip(ip),
+            id,
+            allowlist,
+            bandwidth: None,
+            mode: Mode::Enforce,
+        }
+    }
+
+    /// Parses a registration given as text (a flag, a label, a test): the
+    /// address, the id and the entries as written, presets expanded.
+    ///
+    /// ```
+    /// let spec = crackbox_policy::RegistrationSpec::parse("::ffff:10.0.0.2", "agent", &["PyPI.org"]).unwrap();
+    /// assert_eq!(spec.ip.to_string(), "10.0.0.2");
+    /// assert_eq!(serde_json::to_string(&spec).unwrap(), r#"{"ip":"10.0.0.2","id":"agent","allowlist":["pypi.org"]}"#);
+    /// ```
+    pub fn parse<S: AsRef<str>>(ip: &str, id: &str, allowlist: &[S]) -> Result<Self, SpecError> {
+        Ok(RegistrationSpec::new(
+            parse_source_ip(ip)?,
+            SandboxId::parse(id)?,
+            Allowlist::from_config(allowlist)?,
+        ))
+    }
+
+    /// The same registration with `deny` (entries as written, presets
+    /// expanded) refused even where its allow entries reach.
+    ///
+    /// ```
+    /// let spec = crackbox_policy::RegistrationSpec::parse("10.0.0.2", "agent", &["github.com"])
+    ///     .unwrap()
+    ///     .with_deny(&["Gist.GitHub.com"])
+    ///     .unwrap();
+    /// assert!(spec.allowlist.matching("api.github.com", 443).is_some());
+    /// assert!(spec.allowlist.matching("gist.github.com", 443).is_none());
+    /// assert_eq!(serde_json::to_string(&spec).unwrap(), r#"{"ip":"10.0.0.2","id":"agent","allowlist":["github.com"],"deny":["gist.github.com"]}"#);
+    /// ```
+    pub fn with_deny<S: AsRef<str>>(mut self, deny: &[S]) -> Result<Self, SpecError> {
+        let deny = entries_from_config(deny).map_err(SpecError::Deny)?;
+        self.allowlist = Allowlist::with_deny(self.allowlist.entries().to_vec(), deny);
+        Ok(self)
+    }
+
+    /// The same registration capped at `bandwidth`.
+    pub fn with_bandwidth(mut self, bandwidth: Option<Bandwidth>) -> Self {
+        self.bandwidth = bandwidth;
+        self
+    }
+
+    /// The same registration in `mode`.
+    ///
+    /// ```
+    /// use crackbox_policy::{Mode, RegistrationSpec};
+    /// let spec = RegistrationSpec::parse("10.0.0.2", "agent", &["pypi.org"]).unwrap().with_mode(Mode::Report);
+    /// assert_eq!(serde_json::to_string(&spec).unwrap(), r#"{"ip":"10.0.0.2","id":"agent","allowlist":["pypi.org"],"mode":"report"}"#);
+    /// ```
+    pub fn with_mode(mut self, mode: Mode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// The same registration for another source address.
+    pub fn with_ip(mut self, ip: IpAddr) -> Self {
+        self.ip = canonical_ip(ip);
+        self
+    }
+}
+
+/// A sandbox's name: 1 to 128 bytes, no control characters. Cloning shares it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SandboxId(Arc<str>);
+
+/// Why an id was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum IdError {
+    /// The id is empty.
+    #[error("must not be empty")]
+    Empty,
+    /// The id is longer than 128 bytes.
+    #[error("longer than 128 bytes")]
+    TooLong,
+    /// The id has a control character.
+    #[error("must not contain control characters")]
+    Control,
+}
+
+impl SandboxId {
+    /// Checks an id as written.
+    pub fn parse(id: &str) -> Result<Self, IdError> {
+        if id.is_empty() {
+            return Err(IdError::Empty);
+        }
+        if id.len() > MAX_ID_LEN {
+            return Err(IdError::TooLong);
+        }
+        if id.chars().any(char::is_control) {
+            return Err(IdError::Control);
+        }
+        Ok(SandboxId(id.into()))
+    }
+
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The shared text, for counters that keep the id.
+    pub fn shared(&self) -> &Arc<str> {
+        &self.0
+    }
+}
+
+impl Deref for SandboxId {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for SandboxId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Serialize for SandboxId {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for SandboxId {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        SandboxId::parse(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+/// A source address as the JSON carries it: its canonical text.
+pub(crate) mod source_ip_text {
+    use super::{parse_source_ip, IpAddr};
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// Writes the address as text.
+    pub fn serialize<S: Serializer>(ip: &IpAddr, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(ip)
+    }
+
+    /// Reads a bare address, canonical (IPv4-mapped IPv6 becomes IPv4).
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<IpAddr, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        parse_source_ip(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests;
