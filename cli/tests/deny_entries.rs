@@ -1,15 +1,15 @@
 //! Deny entries end to end: a name under an allowed parent is refused
-//! (`denied-entry`) on the forward proxy, CONNECT and SOCKS5, in enforce
-//! and in report mode, with the reason in the 403 and in `/v1/denials`;
-//! `/v1/state` shows the list; the Docker label and `crackbox run --deny`
-//! carry it. Upstreams are on loopback: `localhost` resolves there, and a
+//! (`denied-entry`) on the forward proxy, CONNECT and SOCKS5, in enforce,
+//! report and ask mode (never asked about), with the reason in the 403 and in `/v1/denials`;
+//! `/v1/state` shows the list; `crackbox run --deny` carries it into a jail. Upstreams are on loopback: `localhost` resolves there, and a
 //! denied name is never resolved at all.
 
-use crackbox_test_support::{admin, curl, free_port, proxied, Daemon, Upstream};
+use crackbox_test_support::{admin, command, curl, free_port, proxied, root_or_skip, Daemon, Upstream};
 use std::net::SocketAddr;
 
 /// A daemon with a SOCKS5 listener; 127.0.0.2 enforces `localhost` with
-/// `deny.localhost` denied, 127.0.0.3 reports everything but denies the same.
+/// `deny.localhost` denied, 127.0.0.3 reports everything but denies the
+/// same, 127.0.0.4 asks about the rest but denies the same.
 fn daemon() -> (Daemon, SocketAddr) {
     let socks: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let socks_text = socks.to_string();
@@ -21,6 +21,8 @@ fn daemon() -> (Daemon, SocketAddr) {
         "127.0.0.2=enforcing:localhost;deny=deny.localhost",
         "--register",
         "127.0.0.3=reporting:;mode=report;deny=deny.localhost",
+        "--register",
+        "127.0.0.4=asking:localhost;mode=ask;deny=deny.localhost",
     ]);
     (daemon, socks)
 }
@@ -47,7 +49,7 @@ fn a_denied_name_under_an_allowed_parent_is_refused_on_every_front_end_and_in_re
     let port = upstream.port();
     let allowed = format!("http://localhost:{port}/");
     let denied = format!("http://deny.localhost:{port}/");
-    for source in ["127.0.0.2", "127.0.0.3"] {
+    for source in ["127.0.0.2", "127.0.0.3", "127.0.0.4"] {
         assert_eq!(proxied(daemon.proxy, source, &allowed, false), 200, "{source} forward");
         assert_eq!(proxied(daemon.proxy, source, &allowed, true), 200, "{source} CONNECT");
         assert_eq!(proxied(daemon.proxy, source, &denied, false), 403, "{source} forward");
@@ -73,7 +75,7 @@ fn a_denied_name_under_an_allowed_parent_is_refused_on_every_front_end_and_in_re
             (d["ip"].as_str().unwrap(), d["enforced"].as_bool().unwrap_or(true))
         })
         .collect();
-    for source in ["127.0.0.2", "127.0.0.3"] {
+    for source in ["127.0.0.2", "127.0.0.3", "127.0.0.4"] {
         assert!(
             denied_entries.iter().filter(|(ip, _)| *ip == source).count() >= 4,
             "{source}: {denied_entries:?}"
@@ -88,4 +90,37 @@ fn a_denied_name_under_an_allowed_parent_is_refused_on_every_front_end_and_in_re
         state.contains(r#"{"ip":"127.0.0.2","id":"enforcing","allowlist":["localhost"],"deny":["deny.localhost"]}"#),
         "{state}"
     );
+}
+
+#[test]
+fn run_deny_refuses_a_name_its_allow_covers() {
+    if !root_or_skip("crackbox run --deny on the netns backend") {
+        return;
+    }
+    let upstream = Upstream::echo_request_line();
+    let port = upstream.port().to_string();
+    let probe = format!(
+        "curl -s -o /dev/null -w '%{{http_code}} ' http://localhost:{port}/; \
+         curl -s -o /dev/null -w '%{{http_code}}' http://deny.localhost:{port}/"
+    );
+    let args = [
+        "run",
+        "--backend",
+        "netns",
+        "--allow",
+        "localhost",
+        "--deny",
+        "deny.localhost",
+        "--",
+        "sh",
+        "-c",
+        &probe,
+    ];
+    let output = command(&args, &[("CRACKBOX_ALLOW_PRIVATE_DESTINATIONS", "1")])
+        .output()
+        .expect("run crackbox");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(stdout, "200 403", "{stderr}");
+    assert!(stderr.contains("deny.localhost"), "the summary names it: {stderr}");
 }

@@ -213,12 +213,20 @@ mod tests {
         Snapshot::build(
             1,
             &[
-                spec("10.0.0.2", "agent", &["allowed.test", "port.test:443", "203.0.113.7"]),
+                spec("10.0.0.2", "agent", &["allowed.test", "port.test:443", "203.0.113.7"])
+                    .with_deny(&["gist.allowed.test"])
+                    .unwrap(),
                 spec("10.5.0.3", "labelled", &["allowed.test"]),
                 spec("10.0.0.4", "none", &[]),
-                spec("10.0.0.5", "watched", &["allowed.test:443", "203.0.113.7"]).with_mode(Mode::Report),
+                spec("10.0.0.5", "watched", &["allowed.test:443", "203.0.113.7"])
+                    .with_mode(Mode::Report)
+                    .with_deny(&["gist.allowed.test"])
+                    .unwrap(),
                 spec("10.5.0.4", "watched-labelled", &[]).with_mode(Mode::Report),
-                spec("10.0.0.6", "asking", &["allowed.test:443"]).with_mode(Mode::Ask),
+                spec("10.0.0.6", "asking", &["allowed.test:443"])
+                    .with_mode(Mode::Ask)
+                    .with_deny(&["gist.allowed.test"])
+                    .unwrap(),
             ],
         )
     }
@@ -273,6 +281,30 @@ mod tests {
         let (name, literal) = (MatchedBy::Name, MatchedBy::IpLiteral);
         let cases = [
             ("10.0.0.2", "allowed.test", Port::Number(80), allow(name, "agent")),
+            (
+                "10.0.0.2",
+                "a.gist.allowed.test",
+                Port::Number(443),
+                deny(Reason::DeniedEntry, Some("agent")),
+            ),
+            (
+                "10.0.0.5",
+                "gist.allowed.test",
+                Port::Number(443),
+                deny(Reason::DeniedEntry, Some("watched")),
+            ),
+            (
+                "10.0.0.6",
+                "gist.allowed.test",
+                Port::Number(443),
+                deny(Reason::DeniedEntry, Some("asking")),
+            ),
+            (
+                "10.0.0.6",
+                "gist.allowed.test",
+                Port::Any,
+                deny(Reason::DeniedEntry, Some("asking")),
+            ),
             ("10.0.0.2", "API.allowed.test.", Port::Number(443), allow(name, "agent")),
             ("10.0.0.2", "port.test", Port::Number(443), allow(name, "agent")),
             (
