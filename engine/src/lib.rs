@@ -53,5 +53,5 @@
 mod plane;
 pub mod protocol;
 
-pub use plane::{dns, run};
+pub use plane::{front::dns, run};
 pub use protocol::{chunked, http_head, responses, socks5, tls_peek};

@@ -1,24 +1,28 @@
-//! The monoio data plane: sockets, tunnels and the
-//! engine process.
+//! The monoio data plane: sockets, tunnels and the engine process.
 //!
-//! Front ends take connections: `forward` (absolute-form HTTP and CONNECT,
-//! and origin-form for redirected or steered port 80), `transparent`
-//! (redirected and steered connections: where they go, and TLS by its SNI),
-//! `socks` (SOCKS5 `CONNECT`) and `dns`. Front ends never import each other. They decide with
-//! `decision` against the `crackbox-policy` model and parse with `protocol`; `resolve`
-//! dials through the destination guard, `tunnel` moves bytes, `revocation`
-//! closes what a new snapshot denies, `stats` counts and `control_link`
-//! receives snapshots (and answers for usage with `usage_report`);
-//! `throttle` waits for a capped source's tokens; `hold` lets a new
-//! connection wait for a registration the Docker label watcher has in
-//! flight. `worker` is one core thread's state. `runtime` sits on
-//! top: it starts the threads and listeners and composes the rest; nothing
-//! here imports it.
+//! Three layers, each importing only the ones below it:
+//!
+//! - `runtime` (top): starts the threads and listeners, accepts, holds the
+//!   control link (snapshots in, usage out) and composes the rest; nothing
+//!   here imports it.
+//! - `front`: the front ends, one per wire format: `forward` (absolute-form
+//!   HTTP and CONNECT, and origin-form for redirected or steered port 80),
+//!   `transparent` (redirected and steered connections: where they go, and
+//!   TLS by its SNI), `socks` (SOCKS5 `CONNECT`) and `dns`. Front ends
+//!   never import each other.
+//! - `services`: what the front ends share: `decision` against the
+//!   `crackbox-policy` model, `resolve` (dials through the destination
+//!   guard), `tunnel` (moves bytes), `meter` (the one path every relayed
+//!   byte takes: counted and held to its source's cap), `revocation`,
+//!   `stats`, and one core thread's state, `worker`.
 //!
 //! Never blocks a core thread (name resolution runs on a small thread pool).
 //!
 //! A connection's whole state is one task, and an idle tunnel's memory is
-//! mostly that task, so the path from accept to tunnel keeps it small: the
+//! mostly its task: a tunnel a front end opens (CONNECT, SOCKS5, TLS by
+//! SNI) is handed to `runtime` and runs as a task of its own holding only
+//! the tunnel (`services::handoff`); and the path from accept on keeps every
+//! task small: the
 //! functions on it that take a connection or other state by value are plain
 //! functions returning one `async move` block, not `async fn`s (an `async
 //! fn` keeps its arguments twice: as passed and as moved into its body), and
@@ -27,25 +31,8 @@
 //! Parsing and policy decisions that need no socket belong in `protocol` and
 //! `crackbox-policy`, never here.
 
-pub(crate) mod admission;
-pub(crate) mod ask;
-pub(crate) mod conn;
-pub(crate) mod control_link;
-pub(crate) mod decision;
-pub mod dns;
-pub(crate) mod fair;
-pub(crate) mod forward;
-pub(crate) mod hold;
-pub(crate) mod local_addrs;
-pub(crate) mod resolve;
-pub(crate) mod revocation;
+pub(crate) mod front;
 pub(crate) mod runtime;
-pub(crate) mod socks;
-pub(crate) mod stats;
-pub(crate) mod throttle;
-pub(crate) mod transparent;
-pub(crate) mod tunnel;
-pub(crate) mod usage_report;
-pub(crate) mod worker;
+pub(crate) mod services;
 
 pub use runtime::run;

@@ -1,17 +1,21 @@
 //! Accept loops: admission, a wait for a registration in flight (`hold`),
-//! then hand-off to the plane's connection handler. Connections are taken
+//! then hand-off to the plane's connection handler; a tunnel it opens runs
+//! on as a task of its own. Connections are taken
 //! one per readiness (see `ready_accept`).
 //!
 //! Accept errors never kill a listener: on fd exhaustion (EMFILE/ENFILE)
 //! the loop logs, pauses briefly and goes on; existing tunnels keep running.
 
 use super::{ready_accept, Plane};
-use crate::plane::conn::Conn;
-use crate::plane::forward::{self, Origin};
-use crate::plane::hold;
-use crate::plane::socks;
-use crate::plane::transparent::{self, Intercepted};
-use crate::plane::worker::Worker;
+use crate::plane::front::forward::{self, Origin};
+use crate::plane::front::socks;
+use crate::plane::front::transparent::{self, Intercepted};
+use crate::plane::services::admission::Ticket;
+use crate::plane::services::conn::Conn;
+use crate::plane::services::handoff::Handoff;
+use crate::plane::services::hold;
+use crate::plane::services::tunnel;
+use crate::plane::services::worker::Worker;
 use crate::protocol::responses;
 use crackbox_policy::canonical_ip;
 use crackbox_policy::reason::Reason;
@@ -85,24 +89,42 @@ fn serve_connection(worker: Rc<Worker>, mut conn: Conn, source: IpAddr, plane: P
         }
         conn.take_turns_of(worker.turns.of(source));
         let (route, steered) = match plane {
-            Plane::Forward => return forward::serve(&worker, conn, source).await,
-            Plane::Socks => return socks::serve(&worker, conn, source).await,
+            Plane::Forward => (None, false),
+            Plane::Socks => (None, false),
             Plane::Transparent => (transparent::route_redirected(&worker, &conn, source), false),
             Plane::Steered(port) => (transparent::route_port(source, port), true),
         };
         // A redirected or steered connection: TLS by its SNI, HTTP by forward's
         // origin-form session; no route closes it.
-        match route {
+        let opened = match (plane, route) {
+            (Plane::Forward, _) => forward::serve(&worker, conn, source).await,
+            (Plane::Socks, _) => socks::serve(&worker, conn, source).await,
             // Boxed so forward connections do not pay for transparent-mode state.
-            Some(Intercepted::Tls(port)) => {
+            (_, Some(Intercepted::Tls(port))) => {
                 let front_end = if steered { "steered" } else { "transparent" };
                 Box::pin(transparent::serve_tls(&worker, conn, source, port, front_end)).await
             }
-            Some(Intercepted::Http(port)) => {
+            (_, Some(Intercepted::Http(port))) => {
                 forward::serve_origin(&worker, conn, source, Origin { port, steered }).await
             }
-            None => {}
+            (_, None) => None,
+        };
+        if let Some(handoff) = opened {
+            monoio::spawn(run_tunnel(worker, handoff, ticket));
         }
+    }
+}
+
+/// Runs a tunnel a front end opened as a task of its own, which holds the
+/// tunnel, its admission and its pumps and nothing of the front end's state
+/// (see `handoff`). Not an `async fn`: see `plane`, on task size.
+#[expect(clippy::manual_async_fn, reason = "an async fn keeps its arguments twice")]
+fn run_tunnel(worker: Rc<Worker>, handoff: Handoff, ticket: Ticket) -> impl Future<Output = ()> {
+    async move {
+        let plumbing = worker.plumbing(&handoff.account);
+        tunnel::run(plumbing, &handoff.client, &handoff.upstream, handoff.live.signal()).await;
+        // The sockets close before the source's admission is given back.
+        drop(handoff);
         drop(ticket);
     }
 }

@@ -1,18 +1,21 @@
 //! Engine process lifecycle: listeners, one pinned monoio runtime per core,
-//! the resolver pool and the control link.
+//! the resolver pool and the control link (`control_link`: snapshots in,
+//! acks and counters out, usage answered by `usage_report`).
 //!
 //! Each core thread owns its own `SO_REUSEPORT` listeners and serves every
 //! connection it accepts to the end; no connection moves between threads.
 
 mod accept;
+mod control_link;
 mod ready_accept;
 mod ring;
+mod usage_report;
 
-use crate::plane::admission::Admission;
-use crate::plane::local_addrs::LocalAddresses;
-use crate::plane::resolve::Resolver;
-use crate::plane::stats::Stats;
-use crate::plane::worker::{Shared, Worker};
+use crate::plane::services::admission::Admission;
+use crate::plane::services::local_addrs::LocalAddresses;
+use crate::plane::services::resolve::Resolver;
+use crate::plane::services::stats::Stats;
+use crate::plane::services::worker::{Shared, Worker};
 use crackbox_policy::engine_config::{EngineConfig, IoDriver};
 use crackbox_policy::guard::DestinationGuard;
 use crackbox_policy::registry::Registry;
@@ -84,7 +87,7 @@ pub fn run(mut config: EngineConfig) -> Result<(), EngineError> {
     let watched = Arc::new(Watched::default());
     let stats = Arc::new(Stats::new(config.limits.denial_logs_per_second));
     let admission = Arc::new(Admission::new(&config.limits));
-    let asks = crate::plane::ask::clock::start(config.limits.ask_timeout)?;
+    let asks = crate::plane::services::ask::clock::start(config.limits.ask_timeout)?;
     let shared = Arc::new(Shared {
         asks: Arc::clone(&asks),
         admission: Arc::clone(&admission),
@@ -96,7 +99,8 @@ pub fn run(mut config: EngineConfig) -> Result<(), EngineError> {
         stats: Arc::clone(&stats),
         config: config.clone(),
     });
-    let dns = crate::plane::dns::start(&config, Arc::clone(&registry), Arc::clone(&watched), Arc::clone(&stats))?;
+    let dns =
+        crate::plane::front::dns::start(&config, Arc::clone(&registry), Arc::clone(&watched), Arc::clone(&stats))?;
     log_settings(&config, &bound, dns);
     let (started, startup) = mpsc::channel();
     let cpus = allowed_cpus();
@@ -124,14 +128,14 @@ pub fn run(mut config: EngineConfig) -> Result<(), EngineError> {
     log_drivers(&chosen, driver);
     // Only now, with every core thread serving, does control hear of this
     // engine, so a healthy daemon is one whose data plane is up.
-    let engine = crate::plane::control_link::Engine {
+    let engine = control_link::Engine {
         registry,
         watched,
         stats,
         admission,
         asks,
     };
-    crate::plane::control_link::spawn(config.control_socket.clone(), engine)?;
+    control_link::spawn(config.control_socket.clone(), engine)?;
     for handle in handles {
         let _ = handle.join();
     }
@@ -140,7 +144,7 @@ pub fn run(mut config: EngineConfig) -> Result<(), EngineError> {
 
 /// The start-up line: every setting the engine runs with, as bound (tests
 /// and operators read what is enforced here).
-fn log_settings(config: &EngineConfig, bound: &Bound, dns: Option<crate::plane::dns::DnsFilter>) {
+fn log_settings(config: &EngineConfig, bound: &Bound, dns: Option<crate::plane::front::dns::DnsFilter>) {
     let limits = &config.limits;
     tracing::info!(
         forward = %bound.forward,
@@ -292,17 +296,20 @@ fn core_thread(
             accepting.push((plane, monoio::net::TcpListener::from_std(listener)?));
         }
         let _ = started.send(Ok(choice));
-        monoio::spawn(crate::plane::revocation::watch(
+        monoio::spawn(crate::plane::services::revocation::watch(
             std::rc::Rc::clone(&worker.live),
             std::sync::Arc::clone(&worker.stats),
             worker.limits.tunnel_idle_timeout,
             std::sync::Arc::clone(&worker.shared.registry),
             std::sync::Arc::clone(&worker.shared.watched),
         ));
-        let tick = crate::plane::fair::PollTick::new()
+        let tick = crate::plane::services::fair::PollTick::new()
             .inspect_err(|err| tracing::warn!(error = %err, "no poll tick for fair turns; rounds follow the run queue"))
             .ok();
-        monoio::spawn(crate::plane::fair::dispatch(std::rc::Rc::clone(&worker.turns), tick));
+        monoio::spawn(crate::plane::services::fair::dispatch(
+            std::rc::Rc::clone(&worker.turns),
+            tick,
+        ));
         let mut accepting = accepting.into_iter();
         let (forward_plane, forward) = accepting
             .next()

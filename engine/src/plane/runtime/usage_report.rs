@@ -4,7 +4,7 @@
 //! Runs on the control link's thread, never on a core thread; reads the
 //! accounts' counters (relaxed loads) and takes the admission lock once.
 
-use crate::plane::admission::Admission;
+use crate::plane::services::admission::Admission;
 use crackbox_policy::wire::{SourceUsage, UsageQuery};
 use crackbox_policy::{parse_source_ip, Registered, Snapshot};
 use std::net::IpAddr;

@@ -1,6 +1,6 @@
 //! The SOCKS5 front end (RFC 1928 `CONNECT`): the handshake on the wire,
 //! then the same decision and the same zero-copy tunnel as an HTTP
-//! `CONNECT`.
+//! `CONNECT` (handed back open, as `forward` hands back its own).
 //!
 //! Owns only the wire format: reading the handshake (parsed by
 //! `protocol::socks5`) within [`HANDSHAKE_TIMEOUT`], and mapping what
@@ -10,12 +10,12 @@
 //! so caps, fairness, revocation, idle timeout, denial records and
 //! counters are the same. Never decides, resolves or copies bytes itself.
 
-use crate::plane::conn::Conn;
-use crate::plane::decision::{reach_tracked, Client, Unreached};
-use crate::plane::resolve::DialError;
-use crate::plane::stats::{Direction, FrontEnd};
-use crate::plane::tunnel;
-use crate::plane::worker::Worker;
+use crate::plane::services::conn::Conn;
+use crate::plane::services::decision::{reach_tracked, Client, Unreached};
+use crate::plane::services::handoff::Handoff;
+use crate::plane::services::resolve::DialError;
+use crate::plane::services::stats::{Direction, FrontEnd};
+use crate::plane::services::worker::Worker;
 use crate::protocol::socks5::{Handshake, Progress, Refusal, Reply};
 use crackbox_policy::is_valid_host;
 use std::future::Future;
@@ -87,10 +87,14 @@ impl Outbox {
     }
 }
 
-/// Serves one SOCKS5 client to the end (not an `async fn`: see `plane`, on
-/// task size).
+/// Serves one SOCKS5 client until its tunnel is open, handed back to run
+/// (not an `async fn`: see `plane`, on task size).
 #[expect(clippy::manual_async_fn, reason = "an async fn keeps its arguments twice")]
-pub(crate) fn serve<'w>(worker: &'w Rc<Worker>, client: Conn, source: IpAddr) -> impl Future<Output = ()> + 'w {
+pub(crate) fn serve<'w>(
+    worker: &'w Rc<Worker>,
+    client: Conn,
+    source: IpAddr,
+) -> impl Future<Output = Option<Handoff>> + 'w {
     async move {
         // Boxed: the handshake's buffer and timer are needed only until the
         // request is in.
@@ -98,9 +102,9 @@ pub(crate) fn serve<'w>(worker: &'w Rc<Worker>, client: Conn, source: IpAddr) ->
             Ok(request) => request,
             Err(Ended::Refused(outbox)) => {
                 let _ = client.write_last(outbox.as_slice()).await;
-                return;
+                return None;
             }
-            Err(Ended::Closed) => return,
+            Err(Ended::Closed) => return None,
         };
         let Request {
             host,
@@ -110,7 +114,8 @@ pub(crate) fn serve<'w>(worker: &'w Rc<Worker>, client: Conn, source: IpAddr) ->
         } = request;
         if !is_valid_host(&host) {
             tracing::debug!(%source, host = %host.escape_debug(), "socks5: invalid host name");
-            return outbox.refuse(&client, Refusal::Reply(Reply::GeneralFailure)).await;
+            outbox.refuse(&client, Refusal::Reply(Reply::GeneralFailure)).await;
+            return None;
         }
         let asker = Client {
             source,
@@ -119,31 +124,43 @@ pub(crate) fn serve<'w>(worker: &'w Rc<Worker>, client: Conn, source: IpAddr) ->
         };
         let (upstream, live, account) = match reach_tracked(worker, asker, &host, port).await {
             Ok(reached) => reached,
-            Err(why) => return outbox.refuse(&client, Refusal::Reply(reply_for(why))).await,
+            Err(why) => {
+                outbox.refuse(&client, Refusal::Reply(reply_for(why))).await;
+                return None;
+            }
         };
         drop(host);
         if live.signal().is_fired() {
-            return outbox.refuse(&client, Refusal::Reply(Reply::NotAllowed)).await;
+            outbox.refuse(&client, Refusal::Reply(Reply::NotAllowed)).await;
+            return None;
         }
         // Counted before the client hears success, so a client that reads
         // the usage after its reply finds its tunnel there.
         account.add_tunnel(worker.thread);
         worker.stats.count_tunnel(FrontEnd::Socks5);
-        let _active = worker.stats.open_tunnel();
+        let active = worker.stats.open_tunnel();
         outbox.push(&Reply::Succeeded.bytes());
         if outbox.flush(&client).await.is_err() {
-            return;
+            return None;
         }
         // Bytes sent early by the client go on first, and their buffer goes:
         // an idle tunnel holds none.
-        if !early.is_empty() {
-            if upstream.write_all(&early).await.is_err() {
-                return;
-            }
-            worker.plumbing(&account).charged(Direction::Up, early.len());
+        if worker
+            .meter(&account)
+            .send(&upstream, &early, Direction::Up)
+            .await
+            .is_err()
+        {
+            return None;
         }
         drop(early);
-        tunnel::run(worker.plumbing(&account), &client, &upstream, live.signal()).await;
+        Some(Handoff {
+            client,
+            upstream,
+            live,
+            account,
+            active,
+        })
     }
 }
 

@@ -8,16 +8,15 @@
 //! When no pipe can be had (fd exhaustion) a direction falls back to a
 //! buffered copy through the thread's small buffer pool.
 //!
-//! Every byte moved is counted in the engine's totals and in the account of
-//! the registration the connection works for. A source with a
-//! bandwidth cap has each splice bounded by the tokens its bucket grants
-//! (waiting on a timer when it is empty); without a cap a splice costs one
-//! relaxed load more.
+//! Every byte moved takes the connection's `meter`: counted in the
+//! engine's totals and the registration's account, and with a bandwidth
+//! cap each splice bounded by the tokens its bucket grants (waiting on a
+//! timer when it is empty); without a cap a splice costs one relaxed load
+//! more.
 
-use crate::plane::conn::{nix_result, Conn};
-use crate::plane::stats::{Direction, Stats};
-use crate::plane::throttle;
-use crackbox_policy::usage::Account;
+use crate::plane::services::conn::{nix_result, Conn};
+use crate::plane::services::meter::Meter;
+use crate::plane::services::stats::Direction;
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::io;
@@ -30,8 +29,8 @@ use std::time::{Duration, Instant};
 const PIPE_SIZE: usize = 1 << 20;
 /// Pipes kept for reuse per thread; beyond this they are closed.
 const POOLED_PIPES: usize = 64;
-/// Buffer size for the copy fallback and body copies.
-pub(crate) const COPY_BUF: usize = 16 * 1024;
+/// Buffer size for the copy fallback.
+const COPY_BUF: usize = 16 * 1024;
 /// Buffers kept for reuse per thread.
 const POOLED_BUFFERS: usize = 64;
 /// A splice that moved less than this (and less than asked for) found the
@@ -47,31 +46,12 @@ pub(crate) enum Start {
     WhenReadable,
 }
 
-/// What a connection's pumps draw on: its thread's pools, and the counters
-/// and cap the bytes they move go to.
+/// What a connection's pumps draw on: its thread's pools, and the meter
+/// the bytes they move go through.
 #[derive(Clone, Copy)]
 pub(crate) struct Plumbing<'a> {
     pub(crate) pools: &'a Pools,
-    pub(crate) stats: &'a Stats,
-    /// This core thread's slot in every account.
-    pub(crate) thread: usize,
-    /// The registration the connection works for: its usage and its cap.
-    pub(crate) account: &'a Account,
-}
-
-impl Plumbing<'_> {
-    /// Counts `n` bytes moved under a reservation (see [`throttle::allowance`]).
-    pub(crate) fn counted(&self, direction: Direction, n: usize) {
-        self.stats.add_bytes(direction, n as u64);
-        self.account.add_bytes(self.thread, direction, n as u64);
-    }
-
-    /// Counts `n` bytes moved without a reservation (heads, bytes read with
-    /// them, copies) and takes their tokens from the cap.
-    pub(crate) fn charged(&self, direction: Direction, n: usize) {
-        self.counted(direction, n);
-        self.account.limiter().charge(direction, n);
-    }
+    pub(crate) meter: Meter<'a>,
 }
 
 /// A pipe pair; empty whenever it is in the pool.
@@ -168,19 +148,15 @@ pub(crate) fn pump<'a>(
                 }
                 await_readable = false;
             }
-            let want = throttle::allowance(plumbing.account.limiter(), direction, want).await;
+            let want = plumbing.meter.reserve(direction, want).await;
             let Some(p) = pipe.take().or_else(|| plumbing.pools.take_pipe()) else {
                 // Boxed: the rare fallback should not enlarge every idle tunnel.
                 let copied = Box::pin(copy_once(plumbing.pools, src, dst, want)).await;
-                plumbing
-                    .account
-                    .limiter()
-                    .refund(direction, want - *copied.as_ref().unwrap_or(&0));
+                plumbing.meter.settle(direction, want, *copied.as_ref().unwrap_or(&0));
                 match copied {
                     Ok(0) => break Ok(moved),
                     Ok(n) => {
                         moved += n as u64;
-                        plumbing.counted(direction, n);
                         activity.touch();
                         continue;
                     }
@@ -188,21 +164,37 @@ pub(crate) fn pump<'a>(
                 }
             };
             let spliced = splice(src.fd(), p.write.as_raw_fd(), want);
+            // The unused tokens go back before the drain's wait; the bytes
+            // count once they reached `dst`.
             plumbing
-                .account
-                .limiter()
-                .refund(direction, want - *spliced.as_ref().unwrap_or(&0));
+                .meter
+                .give_back(direction, want - *spliced.as_ref().unwrap_or(&0));
             match spliced {
                 Ok(0) => {
                     plumbing.pools.give_pipe(p);
                     break Ok(moved);
                 }
                 Ok(n) => {
-                    if let Err(e) = drain(&p, dst, n).await {
+                    // Drained here, not in a future of its own: its write
+                    // wait then shares the task's space with the read wait
+                    // an idle tunnel holds (see `plane`, on task size).
+                    let mut left = n;
+                    let drained = loop {
+                        match drain_now(&p, dst, &mut left) {
+                            Ok(true) => break Ok(()),
+                            Ok(false) => {
+                                if let Err(e) = dst.writable().await {
+                                    break Err(e);
+                                }
+                            }
+                            Err(e) => break Err(e),
+                        }
+                    };
+                    if let Err(e) = drained {
                         break Err(e);
                     }
+                    plumbing.meter.count(direction, n);
                     moved += n as u64;
-                    plumbing.counted(direction, n);
                     activity.touch();
                     pipe = Some(p);
                     await_readable = n < want && n < SHORT_READ;
@@ -222,18 +214,19 @@ pub(crate) fn pump<'a>(
     }
 }
 
-/// Empties `n` bytes from the pipe into `dst`.
-async fn drain(pipe: &Pipe, dst: &Conn, mut n: usize) -> io::Result<()> {
-    while n > 0 {
-        match splice(pipe.read.as_raw_fd(), dst.fd(), n) {
+/// Moves what it can of the `left` bytes in the pipe into `dst` without
+/// waiting; true once all are out, false when `dst` is full.
+fn drain_now(pipe: &Pipe, dst: &Conn, left: &mut usize) -> io::Result<bool> {
+    while *left > 0 {
+        match splice(pipe.read.as_raw_fd(), dst.fd(), *left) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(m) => n -= m,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => dst.writable().await?,
+            Ok(m) => *left -= m,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
     }
-    Ok(())
+    Ok(true)
 }
 
 /// The buffered fallback: one read and its write; 0 means EOF.

@@ -26,7 +26,7 @@ mod upstream;
 pub use crackbox_policy::engine_config::resolv_conf::{first_nameserver, system_upstream};
 pub use steer::SteerTo;
 
-use crate::plane::local_addrs::LocalAddresses;
+use crate::plane::services::local_addrs::LocalAddresses;
 use crackbox_policy::canonical_ip;
 use crackbox_policy::reason::Reason;
 use crackbox_policy::registry::Registry;
@@ -221,7 +221,7 @@ pub(crate) fn start(
     config: &crackbox_policy::engine_config::EngineConfig,
     registry: Arc<Registry>,
     watched: Arc<Watched>,
-    stats: Arc<crate::plane::stats::Stats>,
+    stats: Arc<crate::plane::services::stats::Stats>,
 ) -> io::Result<Option<DnsFilter>> {
     let Some(listen) = config.dns_listen else {
         return Ok(None);

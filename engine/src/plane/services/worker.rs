@@ -2,18 +2,20 @@
 //! live connections and the cached registry view.
 //!
 //! The front ends and `decision` take it whole; the leaves take only what
-//! they use (`tunnel` the [`Plumbing`], `resolve` a [`Dialer`], `revocation`
-//! the live set), so they never import this module, and `runtime`, which
+//! they use (`tunnel` the [`Plumbing`], `meter` its counters and account,
+//! `resolve` a [`Dialer`], `revocation` the live set), so they never import
+//! this module, and `runtime`, which
 //! builds it, sits above it.
 
-use crate::plane::admission::Admission;
-use crate::plane::ask::Asks;
-use crate::plane::fair::Turns;
-use crate::plane::local_addrs::LocalAddresses;
-use crate::plane::resolve::{Dialer, NameCache, Resolver};
-use crate::plane::revocation::LiveSet;
-use crate::plane::stats::Stats;
-use crate::plane::tunnel::{Plumbing, Pools};
+use crate::plane::services::admission::Admission;
+use crate::plane::services::ask::Asks;
+use crate::plane::services::fair::Turns;
+use crate::plane::services::local_addrs::LocalAddresses;
+use crate::plane::services::meter::Meter;
+use crate::plane::services::resolve::{Dialer, NameCache, Resolver};
+use crate::plane::services::revocation::LiveSet;
+use crate::plane::services::stats::Stats;
+use crate::plane::services::tunnel::{Plumbing, Pools};
 use crackbox_policy::engine_config::{EngineConfig, Limits};
 use crackbox_policy::guard::DestinationGuard;
 use crackbox_policy::registry::{Registry, SnapshotCache};
@@ -82,13 +84,17 @@ impl Worker {
         decide(self.cache.borrow_mut().load(), self.watch.borrow_mut().load())
     }
 
+    /// Where this thread counts and caps the bytes of a connection that
+    /// works for `account`.
+    pub(crate) fn meter<'a>(&'a self, account: &'a Account) -> Meter<'a> {
+        Meter::new(&self.stats, self.thread, account)
+    }
+
     /// What this thread's tunnels for a connection counted to `account` draw on.
     pub(crate) fn plumbing<'a>(&'a self, account: &'a Account) -> Plumbing<'a> {
         Plumbing {
             pools: &self.pools,
-            stats: &self.stats,
-            thread: self.thread,
-            account,
+            meter: self.meter(account),
         }
     }
 

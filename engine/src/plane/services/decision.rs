@@ -10,10 +10,10 @@
 //! out, and then dialled as an allowed name or refused. Used by every TCP
 //! front end (the DNS filter asks the same function on its own threads).
 
-use crate::plane::ask::{Asking, Outcome};
-use crate::plane::conn::{Conn, Peeked};
-use crate::plane::revocation::LiveEntry;
-use crate::plane::worker::Worker;
+use crate::plane::services::ask::{Asking, Outcome};
+use crate::plane::services::conn::{Conn, Peeked};
+use crate::plane::services::revocation::LiveEntry;
+use crate::plane::services::worker::Worker;
 use crackbox_policy::guard::Verdict as GuardVerdict;
 use crackbox_policy::reason::Reason;
 use crackbox_policy::usage::Account;
@@ -198,7 +198,7 @@ pub(crate) enum Unreached {
     /// Denied by policy or by the destination guard.
     Denied(Reason),
     /// Allowed, but the destination could not be reached.
-    Failed(crate::plane::resolve::DialError),
+    Failed(crate::plane::services::resolve::DialError),
 }
 
 /// Decides on `host:port` for `source`, then resolves, guards and connects;
@@ -240,7 +240,7 @@ async fn connect(
     passed: Passed,
 ) -> Result<(Conn, Arc<Account>), Unreached> {
     // Boxed: dialling state is large and only needed until connected.
-    match Box::pin(crate::plane::resolve::dial(
+    match Box::pin(crate::plane::services::resolve::dial(
         &worker.dialer(),
         host,
         port,
@@ -253,7 +253,7 @@ async fn connect(
             conn.take_turns_of(worker.turns.of(source));
             Ok((conn, passed.account))
         }
-        Err(crate::plane::resolve::DialError::Private) => {
+        Err(crate::plane::services::resolve::DialError::Private) => {
             worker
                 .stats
                 .record_denied(source, Some(&passed.id), host, port, Reason::PrivateAddress);

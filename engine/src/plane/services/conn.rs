@@ -11,7 +11,7 @@
 //! (blocking) is switched just before its first splice, so an upstream that
 //! is never tunnelled to never pays for the `ioctl`.
 
-use crate::plane::fair::SourceTurns;
+use crate::plane::services::fair::SourceTurns;
 use monoio::net::TcpStream;
 use std::cell::Cell;
 use std::io;

@@ -12,7 +12,7 @@
 //! usual. Registered sources and sources outside the watched subnets never
 //! wait.
 
-use crate::plane::worker::Worker;
+use crate::plane::services::worker::Worker;
 use crackbox_policy::decide::{standing, Standing};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};

@@ -12,10 +12,10 @@
 //! a new snapshot no longer asks about, and shares its stream with the `ask`
 //! thread, which tells control of requests as they start and end.
 
-use crate::plane::admission::Admission;
-use crate::plane::ask::{Asks, Outcome};
-use crate::plane::stats::Stats;
-use crate::plane::usage_report;
+use super::usage_report;
+use crate::plane::services::admission::Admission;
+use crate::plane::services::ask::{Asks, Outcome};
+use crate::plane::services::stats::Stats;
 use crackbox_policy::ask::Answer;
 use crackbox_policy::reason::Reason;
 use crackbox_policy::registry::Registry;

@@ -5,8 +5,8 @@
 //! channel. Dialling then filters every address through the destination
 //! guard and tries the rest in turn within one connect budget.
 
-use crate::plane::conn::Conn;
-use crate::plane::local_addrs::LocalAddresses;
+use crate::plane::services::conn::Conn;
+use crate::plane::services::local_addrs::LocalAddresses;
 use crackbox_policy::guard::{DestinationGuard, Verdict};
 use crackbox_policy::{normalise_host, HostKind, MatchedBy};
 use futures_channel::oneshot;

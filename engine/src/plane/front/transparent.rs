@@ -15,11 +15,11 @@
 //! original destination is crackbox itself. A steered port-80 request
 //! without a Host gets the 403 of a denied one instead.
 
-use crate::plane::conn::Conn;
-use crate::plane::decision::{reach_tracked, Client, Unreached};
-use crate::plane::stats::{Direction, FrontEnd};
-use crate::plane::tunnel;
-use crate::plane::worker::Worker;
+use crate::plane::services::conn::Conn;
+use crate::plane::services::decision::{reach_tracked, Client, Unreached};
+use crate::plane::services::handoff::Handoff;
+use crate::plane::services::stats::{Direction, FrontEnd};
+use crate::plane::services::worker::Worker;
 use crate::protocol::tls_peek::{peek_sni, Peek, MAX_PEEK_LEN};
 use crackbox_policy::guard::Verdict;
 use nix::sys::socket::{getsockopt, sockopt};
@@ -77,9 +77,10 @@ pub(crate) fn route_port(source: IpAddr, port: u16) -> Option<Intercepted> {
     }
 }
 
-/// TLS: peek the SNI, decide, dial the name, replay, tunnel (not an `async
-/// fn`: see `plane`, on task size). `front_end` names it in pending
-/// requests: `transparent` or `steered`.
+/// TLS: peek the SNI, decide, dial the name, replay; the tunnel, once
+/// open, is handed back to run (not an `async fn`: see `plane`, on task
+/// size). `front_end` names it in pending requests: `transparent` or
+/// `steered`.
 #[expect(clippy::manual_async_fn, reason = "an async fn keeps its arguments twice")]
 pub(crate) fn serve_tls<'w>(
     worker: &'w Rc<Worker>,
@@ -87,12 +88,10 @@ pub(crate) fn serve_tls<'w>(
     source: IpAddr,
     port: u16,
     front_end: &'static str,
-) -> impl Future<Output = ()> + 'w {
+) -> impl Future<Output = Option<Handoff>> + 'w {
     async move {
         // Boxed: its timer is needed only until the ClientHello is in.
-        let Some((name, peeked)) = Box::pin(read_client_hello(&client, source)).await else {
-            return;
-        };
+        let (name, peeked) = Box::pin(read_client_hello(&client, source)).await?;
         let asker = Client {
             source,
             conn: &client,
@@ -101,21 +100,35 @@ pub(crate) fn serve_tls<'w>(
         let (upstream, live, account) = match reach_tracked(worker, asker, &name, port).await {
             Ok(reached) => reached,
             Err(Unreached::Denied(reason)) => {
-                return tracing::debug!(%source, name, reason = reason.as_str(), "transparent: denied, closed");
+                tracing::debug!(%source, name, reason = reason.as_str(), "transparent: denied, closed");
+                return None;
             }
             Err(Unreached::Failed(error)) => {
-                return tracing::debug!(%source, name, ?error, "transparent: dial failed, closed")
+                tracing::debug!(%source, name, ?error, "transparent: dial failed, closed");
+                return None;
             }
         };
-        if live.signal().is_fired() || upstream.write_all(&peeked).await.is_err() {
-            return;
+        if live.signal().is_fired() {
+            return None;
+        }
+        if worker
+            .meter(&account)
+            .send(&upstream, &peeked, Direction::Up)
+            .await
+            .is_err()
+        {
+            return None;
         }
         account.add_tunnel(worker.thread);
-        worker.plumbing(&account).charged(Direction::Up, peeked.len());
         drop(peeked);
         worker.stats.count_tunnel(FrontEnd::Transparent);
-        let _active = worker.stats.open_tunnel();
-        tunnel::run(worker.plumbing(&account), &client, &upstream, live.signal()).await;
+        Some(Handoff {
+            client,
+            upstream,
+            live,
+            account,
+            active: worker.stats.open_tunnel(),
+        })
     }
 }
 

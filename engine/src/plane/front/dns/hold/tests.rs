@@ -4,7 +4,7 @@
 //! bounded per source.
 
 use super::MAX_PER_SOURCE;
-use crate::plane::dns::{spawn_filter, Answers, DenialHook, DnsDenial, Policy, SteerTo};
+use crate::plane::front::dns::{spawn_filter, Answers, DenialHook, DnsDenial, Policy, SteerTo};
 use crackbox_policy::reason::Reason;
 use crackbox_policy::registry::Registry;
 use crackbox_policy::watch::{Watch, Watched};

@@ -8,8 +8,8 @@
 //! second (a source switched from report mode to enforce loses what its
 //! list does not cover). Single-threaded by design.
 
-use crate::plane::stats::Stats;
-use crate::plane::tunnel::{CloseSignal, Revocation};
+use crate::plane::services::stats::Stats;
+use crate::plane::services::tunnel::{CloseSignal, Revocation};
 use crackbox_policy::canonical_ip;
 use crackbox_policy::reason::Reason;
 use crackbox_policy::registry::{Registry, Touched};

@@ -1,0 +1,239 @@
+//! One request upstream and its response back: the decision (anew for
+//! every request), the upstream connection (the one kept from the last
+//! request to the same host and port, or a new one; a bodiless request on a
+//! kept connection that closed unanswered is retried once on a new one),
+//! then the request and its response relayed at once, so `Expect:
+//! 100-continue` and early responses work. A 101 turns the connection into a
+//! tunnel.
+
+use super::body::{self, BodyError};
+use super::head::Prepared;
+use super::response::{relay_response, Exchange, ExchangeError};
+use super::{Session, Upstream};
+use crate::plane::services::conn::Conn;
+use crate::plane::services::decision::{reach, reuse};
+use crate::plane::services::revocation::LiveEntry;
+use crate::plane::services::stats::Direction;
+use crate::plane::services::tunnel::{self, CloseSignal};
+use crate::protocol::http_head::Framing;
+use crate::protocol::responses;
+use crackbox_policy::reason::Reason;
+use crackbox_policy::usage::Account;
+use std::cell::Cell;
+use std::future::Future;
+use std::pin::pin;
+use std::task::Poll;
+use std::time::Duration;
+
+/// Without a tunnel idle timeout, still give up on a silent upstream after this.
+const RESPONSE_TIMEOUT_FALLBACK: Duration = Duration::from_secs(3600);
+
+impl Session<'_> {
+    /// One absolute-form request; returns whether the client connection
+    /// may carry another request.
+    pub(super) async fn forward(&mut self, request: Prepared) -> bool {
+        if Self::refuse_invalid_host(&request.host) {
+            self.reply(&responses::error(400, "invalid host in URL")).await;
+            return false;
+        }
+        // In the live set before the decision, so a snapshot that arrives
+        // while the dial is in flight still revokes this request.
+        match &self.live {
+            Some(live) => live.retarget(&request.host, request.port),
+            None => {
+                self.live = Some(LiveEntry::register(
+                    &self.worker.live,
+                    self.source,
+                    &request.host,
+                    request.port,
+                ))
+            }
+        }
+        let reused = self
+            .upstream
+            .take()
+            .filter(|u| u.port == request.port && u.host == request.host);
+        let (conn, account, was_reused) = match reused {
+            Some(upstream) => match reuse(
+                self.worker,
+                self.asker(self.requests_front_end()),
+                &request.host,
+                request.port,
+            )
+            .await
+            {
+                Ok(account) => (upstream.conn, account, true),
+                Err(reason) => {
+                    self.reply(&responses::denial(reason, &request.host, request.port))
+                        .await;
+                    return false;
+                }
+            },
+            None => match reach(
+                self.worker,
+                self.asker(self.requests_front_end()),
+                &request.host,
+                request.port,
+            )
+            .await
+            {
+                Ok((conn, account)) => (conn, account, false),
+                Err(why) => {
+                    self.reply_unreachable(&request.host, request.port, why).await;
+                    return false;
+                }
+            },
+        };
+        if self.live.as_ref().is_some_and(|live| live.signal().is_fired()) {
+            self.reply(&responses::denial(Reason::Revoked, &request.host, request.port))
+                .await;
+            return false;
+        }
+        account.add_request(self.worker.thread);
+        let (mut conn, mut account) = (conn, account);
+        let mut outcome = self.exchange_watched(&conn, &request, &account).await;
+        if was_reused && matches!(outcome, Err(ExchangeError::NoResponse)) && request.framing == Framing::Empty {
+            (conn, account) = match reach(
+                self.worker,
+                self.asker(self.requests_front_end()),
+                &request.host,
+                request.port,
+            )
+            .await
+            {
+                Ok(reached) => reached,
+                Err(why) => {
+                    self.reply_unreachable(&request.host, request.port, why).await;
+                    return false;
+                }
+            };
+            outcome = self.exchange_watched(&conn, &request, &account).await;
+        }
+        match outcome {
+            Ok(Exchange::Done {
+                client_reusable,
+                upstream_reusable,
+            }) => {
+                if upstream_reusable && client_reusable {
+                    self.upstream = Some(Upstream {
+                        host: request.host,
+                        port: request.port,
+                        conn,
+                    });
+                }
+                client_reusable
+            }
+            Ok(Exchange::Upgraded) => {
+                let early = std::mem::take(&mut self.inbox);
+                let sent = self
+                    .worker
+                    .meter(&account)
+                    .send(&conn, &early, Direction::Up)
+                    .await
+                    .is_ok();
+                drop(early);
+                if sent {
+                    let signal = self.live.as_ref().map(LiveEntry::revocation).unwrap_or_default();
+                    tunnel::run(self.worker.plumbing(&account), &self.client, &conn, &signal).await;
+                }
+                false
+            }
+            Err(ExchangeError::NoResponse | ExchangeError::BadResponse) => {
+                self.reply(&responses::error(502, "the upstream server sent no valid response"))
+                    .await;
+                false
+            }
+            Err(ExchangeError::MalformedBody) => {
+                self.reply(&responses::error(400, "malformed chunked request body"))
+                    .await;
+                false
+            }
+            Err(ExchangeError::Broken) => false,
+        }
+    }
+
+    /// [`Session::exchange`], cut short if the connection is revoked.
+    async fn exchange_watched(
+        &mut self,
+        upstream: &Conn,
+        request: &Prepared,
+        account: &Account,
+    ) -> Result<Exchange, ExchangeError> {
+        let signal = self.live.as_ref().map(LiveEntry::revocation);
+        let _active = self.worker.stats.open_tunnel();
+        let exchange = self.exchange(upstream, request, account);
+        match signal {
+            None => exchange.await,
+            Some(signal) => {
+                monoio::select! {
+                    outcome = exchange => outcome,
+                    _ = signal.wait() => Err(ExchangeError::Broken),
+                }
+            }
+        }
+    }
+
+    /// Sends the request (head + streamed body) and relays the response,
+    /// concurrently, so `Expect: 100-continue` and early responses work.
+    async fn exchange(
+        &mut self,
+        upstream: &Conn,
+        request: &Prepared,
+        account: &Account,
+    ) -> Result<Exchange, ExchangeError> {
+        let worker = self.worker;
+        let plumbing = worker.plumbing(account);
+        if plumbing
+            .meter
+            .send(upstream, &request.upstream_head, Direction::Up)
+            .await
+            .is_err()
+        {
+            return Err(ExchangeError::NoResponse);
+        }
+        let wait = worker.limits.tunnel_idle_timeout.unwrap_or(RESPONSE_TIMEOUT_FALLBACK);
+        let client = &self.client;
+        let fallback = CloseSignal::default();
+        let activity = self.live.as_ref().map_or(&fallback, LiveEntry::signal);
+        activity.touch();
+        let responded = Cell::new(false);
+        let body = pin!(body::relay(
+            plumbing,
+            client,
+            upstream,
+            &mut self.inbox,
+            request.framing,
+            Direction::Up,
+            activity
+        ));
+        let response = pin!(relay_response(
+            plumbing, wait, client, upstream, request, activity, &responded
+        ));
+        let (mut body, mut response) = (body, response);
+        let mut body_result: Option<Result<(), BodyError>> = None;
+        let outcome = std::future::poll_fn(|cx| {
+            if body_result.is_none() {
+                if let Poll::Ready(result) = body.as_mut().poll(cx) {
+                    body_result = Some(result);
+                }
+            }
+            match body_result {
+                Some(Err(BodyError::Malformed)) if !responded.get() => Poll::Ready(Err(ExchangeError::MalformedBody)),
+                Some(Err(_)) => Poll::Ready(Err(ExchangeError::Broken)),
+                _ => response.as_mut().poll(cx),
+            }
+        })
+        .await;
+        let body_complete = matches!(body_result, Some(Ok(())));
+        match outcome {
+            Ok(Exchange::Done {
+                client_reusable,
+                upstream_reusable,
+            }) => Ok(Exchange::Done {
+                client_reusable: client_reusable && body_complete,
+                upstream_reusable: upstream_reusable && body_complete,
+            }),
+            other => other,
+        }
+    }
+}

@@ -1,0 +1,173 @@
+//! Forward mode: HTTP absolute-form requests and CONNECT tunnels, and the
+//! origin-form requests of redirected or steered port-80 connections.
+//!
+//! Every request on a keep-alive connection is decided anew. Request and
+//! response bodies are streamed (never buffered whole) with their framing
+//! kept as received; hop-by-hop fields are dropped; redirects are passed to
+//! the client, never followed. An upstream connection is reused only for
+//! the same host and port on the same client connection. Each request and
+//! tunnel is counted to the account of the registration that allowed it,
+//! and its bytes held to that registration's cap.
+//!
+//! Here: the entry points and a connection's state, and crackbox's own
+//! answers. By job:
+//! - `session`: one client connection, request after request (the
+//!   keep-alive loop), and what each head asks for: a request to forward, a
+//!   CONNECT tunnel, or an answer;
+//! - `head`: reading a request head, bounded in size and time, and the
+//!   request as it goes upstream;
+//! - `exchange`: one request upstream and its response back, on a new or a
+//!   reused upstream connection;
+//! - `response`: the upstream's response head(s), rewritten for the client;
+//! - `body`: one framed body relay for both directions.
+
+mod body;
+mod exchange;
+mod head;
+mod response;
+mod session;
+
+use session::Opened;
+
+use crate::plane::services::conn::Conn;
+use crate::plane::services::decision::{Client, Unreached};
+use crate::plane::services::handoff::Handoff;
+use crate::plane::services::resolve::DialError;
+use crate::plane::services::revocation::LiveEntry;
+use crate::plane::services::worker::Worker;
+use crate::protocol::responses;
+use crackbox_policy::is_valid_host;
+use std::future::Future;
+use std::net::IpAddr;
+use std::rc::Rc;
+
+/// Bytes read from a socket at a time while reading heads and chunked bodies.
+const READ_CHUNK: usize = 16 * 1024;
+
+/// Serves one client connection of the forward listener to the end, or
+/// until it is a CONNECT tunnel, handed back open to run. The session, built
+/// first and moved into the future, is the connection's only copy in the
+/// task (see `plane`, on task size).
+pub(crate) fn serve<'w>(
+    worker: &'w Rc<Worker>,
+    client: Conn,
+    source: IpAddr,
+) -> impl Future<Output = Option<Handoff>> + 'w {
+    let mut session = Session::new(worker, client, source, None);
+    async move {
+        let opened = session.run().await?;
+        Some(session.hand_off(opened))
+    }
+}
+
+/// Where an origin-form connection (transparent or steered port 80) goes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Origin {
+    /// The port every request is decided (and dialled) on.
+    pub(crate) port: u16,
+    /// Steered: a request without `Host` is answered as denied, not closed.
+    pub(crate) steered: bool,
+}
+
+/// Serves a transparently redirected or steered port-80 connection:
+/// origin-form requests, each decided by its `Host` (without port); it
+/// never opens a CONNECT tunnel.
+pub(crate) fn serve_origin<'w>(
+    worker: &'w Rc<Worker>,
+    client: Conn,
+    source: IpAddr,
+    origin: Origin,
+) -> impl Future<Output = Option<Handoff>> + 'w {
+    let mut session = Session::new(worker, client, source, Some(origin));
+    async move {
+        let opened = session.run().await?;
+        Some(session.hand_off(opened))
+    }
+}
+
+/// One client connection's state: the task's only copy of it.
+struct Session<'w> {
+    worker: &'w Rc<Worker>,
+    client: Conn,
+    source: IpAddr,
+    /// Bytes read from the client and not yet consumed.
+    inbox: Vec<u8>,
+    upstream: Option<Upstream>,
+    live: Option<LiveEntry>,
+    /// Transparent or steered port 80: requests are origin-form.
+    origin: Option<Origin>,
+}
+
+/// An upstream connection kept for the next request to the same place.
+struct Upstream {
+    host: String,
+    port: u16,
+    conn: Conn,
+}
+
+impl<'w> Session<'w> {
+    fn new(worker: &'w Rc<Worker>, client: Conn, source: IpAddr, origin: Option<Origin>) -> Self {
+        Session {
+            worker,
+            client,
+            source,
+            inbox: Vec::new(),
+            upstream: None,
+            live: None,
+            origin,
+        }
+    }
+
+    /// Who asks, for the decision.
+    fn asker(&self, front_end: &'static str) -> Client<'_> {
+        Client {
+            source: self.source,
+            conn: &self.client,
+            front_end,
+        }
+    }
+
+    /// The front end requests on this connection come through.
+    fn requests_front_end(&self) -> &'static str {
+        match self.origin {
+            None => "forward",
+            Some(Origin { steered: false, .. }) => "transparent",
+            Some(Origin { steered: true, .. }) => "steered",
+        }
+    }
+
+    /// Sends crackbox's own response; the connection closes right after.
+    async fn reply(&self, response: &[u8]) {
+        let _ = self.client.write_last(response).await;
+    }
+
+    /// Answers a failed decision or dial; the connection closes afterwards.
+    async fn reply_unreachable(&self, host: &str, port: u16, why: Unreached) {
+        let response = match why {
+            Unreached::Denied(reason) => responses::denial(reason, host, port),
+            Unreached::Failed(DialError::Dns) => responses::error(502, &format!("could not resolve {host}")),
+            Unreached::Failed(DialError::Timeout) => {
+                responses::error(504, &format!("timed out connecting to {host}:{port}"))
+            }
+            Unreached::Failed(DialError::Private | DialError::Unreachable) => {
+                responses::error(502, &format!("could not connect to {host}:{port}"))
+            }
+        };
+        self.reply(&response).await;
+    }
+
+    /// The CONNECT tunnel this session opened, with its client connection.
+    fn hand_off(self, opened: Opened) -> Handoff {
+        Handoff {
+            client: self.client,
+            upstream: opened.upstream,
+            live: opened.live,
+            account: opened.account,
+            active: opened.active,
+        }
+    }
+
+    fn refuse_invalid_host(host: &str) -> bool {
+        !is_valid_host(host)
+    }
+}

@@ -1,0 +1,35 @@
+//! What the front ends share: the decision, dialling, moving and metering
+//! bytes, revocation, counters, and one core thread's state.
+//!
+//! - `conn`: a socket, read and written by readiness (`fair`: sources take
+//!   turns at a busy thread);
+//! - `admission`: the per-source connection cap; `hold`: a new connection
+//!   waits for a registration the Docker label watcher has in flight;
+//!   `ask`: ask mode's pending requests, connections held until someone
+//!   decides (its own `ask` thread times them out and tells control);
+//! - `decision`: the policy's one decision, counted; `resolve`: name
+//!   resolution and dialling through the destination guard
+//!   (`local_addrs`: crackbox's own addresses);
+//! - `tunnel`: zero-copy byte pumps; `meter`: every relayed byte, spliced
+//!   or copied, reserved against its source's cap and counted; `handoff`:
+//!   an opened tunnel, run by `runtime` as a task of its own;
+//! - `revocation`: closes what a new snapshot denies, and idle tunnels;
+//! - `stats`: the engine's counters;
+//! - `worker`: one core thread's state, built by `runtime`.
+//!
+//! Nothing here imports a front end or `runtime`.
+
+pub(crate) mod admission;
+pub(crate) mod ask;
+pub(crate) mod conn;
+pub(crate) mod decision;
+pub(crate) mod fair;
+pub(crate) mod handoff;
+pub(crate) mod hold;
+pub(crate) mod local_addrs;
+pub(crate) mod meter;
+pub(crate) mod resolve;
+pub(crate) mod revocation;
+pub(crate) mod stats;
+pub(crate) mod tunnel;
+pub(crate) mod worker;
