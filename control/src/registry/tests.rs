@@ -53,12 +53,7 @@ async fn published_entries_are_sorted_by_address() {
     for ip in ["10.0.0.10", "::1", "10.0.0.9", "9.0.0.1"] {
         registry.put(spec(ip, &[])).await.unwrap();
     }
-    let ips: Vec<_> = registry
-        .current()
-        .registrations()
-        .into_iter()
-        .map(|s| s.ip.to_string())
-        .collect();
+    let ips = addresses(&registry);
     assert_eq!(ips, ["9.0.0.1", "10.0.0.9", "10.0.0.10", "::1"]);
 }
 
@@ -96,12 +91,7 @@ async fn a_batch_and_a_replace_are_one_generation_each_carrying_only_the_differe
             SourceChange::Put(spec("10.0.0.4", &[]))
         ]]
     );
-    let ips: Vec<_> = registry
-        .current()
-        .registrations()
-        .into_iter()
-        .map(|s| s.ip.to_string())
-        .collect();
+    let ips = addresses(&registry);
     assert_eq!(ips, ["10.0.0.3", "10.0.0.4"]);
 }
 
@@ -227,4 +217,14 @@ async fn report_only_sources_are_counted_through_every_change() {
 
 fn ip(text: &str) -> IpAddr {
     text.parse().unwrap()
+}
+
+/// The addresses of the registrations published now, in their order.
+fn addresses(registry: &Registry) -> Vec<String> {
+    registry
+        .current()
+        .registrations()
+        .into_iter()
+        .map(|s| s.ip.to_string())
+        .collect()
 }

@@ -164,14 +164,7 @@ pub fn parse_request(buf: &[u8]) -> Result<RequestHead<'_>, HeadError> {
     let (Some(method), Some(raw_target), Some(minor_version)) = (req.method, req.path, req.version) else {
         return Err(HeadError::Malformed("malformed request line"));
     };
-    let fields: Vec<Field<'_>> = req
-        .headers
-        .iter()
-        .map(|h| Field {
-            name: h.name,
-            value: h.value,
-        })
-        .collect();
+    let fields = fields_of(req.headers);
     let target = if method == "CONNECT" {
         parse_connect_target(raw_target)?
     } else {
@@ -199,6 +192,17 @@ pub fn parse_request(buf: &[u8]) -> Result<RequestHead<'_>, HeadError> {
     })
 }
 
+/// The header fields httparse found, borrowed from the buffer.
+fn fields_of<'a>(headers: &[httparse::Header<'a>]) -> Vec<Field<'a>> {
+    headers
+        .iter()
+        .map(|h| Field {
+            name: h.name,
+            value: h.value,
+        })
+        .collect()
+}
+
 /// Parses a complete response head to a request made with `request_method`.
 pub fn parse_response<'a>(buf: &'a [u8], request_method: &str) -> Result<ResponseHead<'a>, HeadError> {
     let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
@@ -219,14 +223,7 @@ pub fn parse_response<'a>(buf: &'a [u8], request_method: &str) -> Result<Respons
         return Err(HeadError::Malformed("invalid status code"));
     }
     let reason = res.reason.unwrap_or("");
-    let fields: Vec<Field<'_>> = res
-        .headers
-        .iter()
-        .map(|h| Field {
-            name: h.name,
-            value: h.value,
-        })
-        .collect();
+    let fields = fields_of(res.headers);
     let connection = ConnectionTokens::of(&fields);
     let bodiless = request_method == "HEAD" || (100..200).contains(&status) || status == 204 || status == 304;
     let framing = if bodiless {
