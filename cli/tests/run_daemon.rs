@@ -337,9 +337,7 @@ fn daemon_run_teardown_on_sigint_and_sigterm() {
             .unwrap();
         running_workload(&id);
         assert!(daemon.get("/v1/state").contains(&id), "not registered while running");
-        let pid = libc::pid_t::try_from(child.id()).unwrap();
-        // SAFETY: signals the crackbox child this test spawned.
-        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+        crackbox_test_support::signal(child.id(), signal);
         let out = child.wait_with_output().unwrap();
         assert_eq!(out.status.code(), Some(code), "{}", describe(&out));
         assert_daemon_restored(&daemon, &upstream, &id);
@@ -403,9 +401,7 @@ fn daemon_runs_cannot_reach_each_other_or_the_admin_api() {
         describe(&out)
     );
     assert!(stderr(&out).contains("(a private address: "), "{}", describe(&out));
-    let pid = libc::pid_t::try_from(server.id()).unwrap();
-    // SAFETY: signals the crackbox child this test spawned.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    crackbox_test_support::signal(server.id(), libc::SIGTERM);
     let out = server.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(143), "{}", describe(&out));
     // The server's summary holds none of the client's denials.

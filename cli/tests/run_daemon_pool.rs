@@ -130,9 +130,7 @@ fn the_claim_of_a_killed_run_is_taken_back_after_the_grace() {
         .spawn()
         .unwrap();
     let (workload, _) = running_workload(&killed);
-    let pid = libc::pid_t::try_from(child.id()).unwrap();
-    // SAFETY: kills the crackbox child this test spawned, as a crash would.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    crackbox_test_support::signal(child.id(), libc::SIGKILL);
     child.wait_with_output().unwrap();
     // Its workload runs on, then stops; its claim and registration stay.
     assert!(wait_until(Duration::from_secs(30), || {
@@ -308,9 +306,7 @@ fn a_signal_while_a_run_makes_a_jail_leaves_the_pool_whole() {
             .spawn()
             .unwrap();
         std::thread::sleep(Duration::from_millis(delay_ms));
-        let pid = libc::pid_t::try_from(child.id()).unwrap();
-        // SAFETY: signals the crackbox child this test spawned.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+        crackbox_test_support::signal(child.id(), libc::SIGINT);
         let out = child.wait_with_output().unwrap();
         assert_eq!(out.status.code(), Some(130), "after {delay_ms} ms: {}", describe(&out));
         assert_eq!(leftovers(&id), Vec::<String>::new(), "after {delay_ms} ms");

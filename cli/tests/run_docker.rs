@@ -297,9 +297,7 @@ fn run_teardown_on_sigint_and_sigterm_leaves_nothing() {
             .spawn()
             .unwrap();
         workload_container(&id);
-        let pid = libc::pid_t::try_from(child.id()).unwrap();
-        // SAFETY: signals the crackbox child this test spawned.
-        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+        crackbox_test_support::signal(child.id(), signal);
         let out = child.wait_with_output().unwrap();
         assert_eq!(out.status.code(), Some(code), "{}", describe(&out));
         assert_eq!(leftovers(&id), Vec::<String>::new());
@@ -322,9 +320,7 @@ fn run_signal_during_setup_leaves_nothing() {
             .spawn()
             .unwrap();
         std::thread::sleep(Duration::from_millis(delay_ms));
-        let pid = libc::pid_t::try_from(child.id()).unwrap();
-        // SAFETY: signals the crackbox child this test spawned.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+        crackbox_test_support::signal(child.id(), libc::SIGINT);
         let out = child.wait_with_output().unwrap();
         assert_eq!(out.status.code(), Some(130), "after {delay_ms} ms: {}", describe(&out));
         assert_eq!(leftovers(&id), Vec::<String>::new(), "after {delay_ms} ms");

@@ -159,9 +159,7 @@ fn run_netns_teardown_on_sigint_leaves_nothing() {
         !leftovers(&jail_if).is_empty(),
         "the jail should exist while the command runs"
     );
-    let pid = libc::pid_t::try_from(child.id()).unwrap();
-    // SAFETY: signals the crackbox child this test spawned.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    crackbox_test_support::signal(child.id(), libc::SIGINT);
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(130), "{}", describe(&out));
     assert_eq!(leftovers(&jail_if), Vec::<String>::new());

@@ -33,7 +33,7 @@ pub use http::{curl, http, open_tunnel, read_head, read_request, read_to_end, tr
 pub use metrics::metric;
 pub use net::{closed_within, connect_from, free_addr, free_port, holding_upstream, try_connect_from, wait_until};
 pub use ports::{admin, proxied, Ports};
-pub use process::{alive, cpu_ticks, describe, raise_fd_limit, ticks_per_second};
+pub use process::{alive, cpu_ticks, describe, raise_fd_limit, signal, ticks_per_second};
 pub use revocation::{assert_cut, assert_untouched, REVOKE_WITHIN, STAYS_OPEN};
 pub use root::{is_root, root_or_skip};
 pub use spawned::Spawned;

@@ -23,6 +23,14 @@ pub fn alive(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
+/// Sends `signal` to process `pid`, one this test started; panics when it
+/// is gone already.
+pub fn signal(pid: u32, signal: libc::c_int) {
+    let pid = libc::pid_t::try_from(pid).expect("a pid fits pid_t");
+    // SAFETY: kill has no memory preconditions; the caller names its own child.
+    assert_eq!(unsafe { libc::kill(pid, signal) }, 0, "signal {signal} to {pid}");
+}
+
 /// Raises this process's soft fd limit to the hard limit.
 pub fn raise_fd_limit() {
     let mut limit = libc::rlimit {
