@@ -172,10 +172,7 @@ impl Allowlist {
     /// Parses and compiles raw entries (no presets, no length bound); the
     /// first invalid one is the error.
     pub fn parse<S: AsRef<str>>(raw: &[S]) -> Result<Self, EntryError> {
-        raw.iter()
-            .map(|entry| AllowEntry::parse(entry.as_ref()))
-            .collect::<Result<Vec<_>, _>>()
-            .map(Self::from_entries)
+        parse_entries(raw).map(Self::from_entries)
     }
 
     /// A list as written by hand: presets (`@pypi`) expanded, at most
@@ -254,23 +251,19 @@ pub fn entries_from_config<S: AsRef<str>>(raw: &[S]) -> Result<Vec<AllowEntry>, 
     if raw.len() > MAX_ENTRIES {
         return Err(ListError::TooManyEntries(raw.len()));
     }
-    let parse = |raw: &[S]| -> Result<Vec<AllowEntry>, ListError> {
-        Ok(raw
-            .iter()
-            .map(|entry| AllowEntry::parse(entry.as_ref()))
-            .collect::<Result<_, _>>()?)
-    };
     if !raw.iter().any(|entry| entry.as_ref().starts_with(PRESET_MARK)) {
-        return parse(raw);
+        return Ok(parse_entries(raw)?);
     }
     let expanded = expand_presets(raw)?;
     if expanded.len() > MAX_ENTRIES {
         return Err(ListError::TooManyEntries(expanded.len()));
     }
-    Ok(expanded
-        .iter()
-        .map(|entry| AllowEntry::parse(entry))
-        .collect::<Result<_, _>>()?)
+    Ok(parse_entries(&expanded)?)
+}
+
+/// Each entry parsed and normalised; the first invalid one is the error.
+fn parse_entries<S: AsRef<str>>(raw: &[S]) -> Result<Vec<AllowEntry>, EntryError> {
+    raw.iter().map(|entry| AllowEntry::parse(entry.as_ref())).collect()
 }
 
 /// A list of entries as the JSON carries it: their normalised text, each

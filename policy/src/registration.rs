@@ -172,12 +172,6 @@ impl RegistrationSpec {
         self.mode = mode;
         self
     }
-
-    /// The same registration for another source address.
-    pub fn with_ip(mut self, ip: IpAddr) -> Self {
-        self.ip = canonical_ip(ip);
-        self
-    }
 }
 
 /// A sandbox's name: 1 to 128 bytes, no control characters. Cloning shares it.
