@@ -6,6 +6,12 @@ use crackbox_cli::{Cli, Command, ProxyCommand};
 use crackbox_config::EngineArgs;
 use std::process::ExitCode;
 
+/// mimalloc, not glibc's malloc: it hands freed pages back to the kernel,
+/// so a daemon that runs for weeks keeps a flat RSS (measured in
+/// benches/results/, the three-hour soak against glibc).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     if let Err(err) = init_logging() {
         eprintln!("crackbox: {err}");

@@ -13,9 +13,18 @@ use std::collections::BTreeMap;
 /// The stated bounds.
 #[derive(Debug, Clone)]
 pub struct Bounds {
-    /// RSS growth of either process over the last three quarters, KiB/min.
+    /// RSS growth of either process over the judged window, KiB/min.
     pub rss_kib_per_min: f64,
-    /// Descriptor growth of either process over the last three quarters, per min.
+    /// RSS growth of either process over the last `long_window_minutes` of
+    /// a long run, KiB/min: a long window fits a slope this fine.
+    pub long_rss_kib_per_min: f64,
+    /// Runs at least this long are judged over their last
+    /// `long_window_minutes` against `long_rss_kib_per_min`; shorter ones
+    /// over their last three quarters, minutes.
+    pub long_run_minutes: f64,
+    /// The window a long run is judged over, minutes.
+    pub long_window_minutes: f64,
+    /// Descriptor growth of either process over the judged window, per min.
     pub fds_per_min: f64,
     /// Trends are judged only on runs at least this long, minutes.
     pub min_trend_minutes: f64,
@@ -36,6 +45,9 @@ impl Default for Bounds {
     fn default() -> Self {
         Bounds {
             rss_kib_per_min: 64.0,
+            long_rss_kib_per_min: 4.0,
+            long_run_minutes: 130.0,
+            long_window_minutes: 120.0,
             fds_per_min: 0.5,
             min_trend_minutes: 20.0,
             engine_warmup_s: 360.0,
@@ -222,8 +234,13 @@ struct Trend {
 /// engine's age (its counters of departed ids fill for 5 minutes, and
 /// control decodes them on every scrape).
 fn trends(f: &Findings<'_>, b: &Bounds) -> Vec<Criterion> {
-    let from = f.seconds / 4.0;
-    let judged = f.seconds / 60.0 >= b.min_trend_minutes;
+    let minutes = f.seconds / 60.0;
+    let long = minutes >= b.long_run_minutes;
+    let (from, window, rss_bound) = match long {
+        true => (f.seconds - b.long_window_minutes * 60.0, format!("the last {:.0} min", b.long_window_minutes), b.long_rss_kib_per_min),
+        false => (f.seconds / 4.0, "the last 3/4".to_string(), b.rss_kib_per_min),
+    };
+    let judged = minutes >= b.min_trend_minutes;
     let trend = |name, field: fn(&Sample) -> Option<u64>, bound, unit| {
         let segments = lifetimes(f, b, from, field);
         let slices: Vec<&[(f64, f64)]> = segments.iter().map(Vec::as_slice).collect();
@@ -239,13 +256,13 @@ fn trends(f: &Findings<'_>, b: &Bounds) -> Vec<Criterion> {
         trend(
             "control RSS trend",
             |s| s.control.map(|h| h.rss_kib),
-            b.rss_kib_per_min,
+            rss_bound,
             "KiB/min",
         ),
         trend(
             "engine RSS trend",
             |s| s.engine.map(|(_, h)| h.rss_kib),
-            b.rss_kib_per_min,
+            rss_bound,
             "KiB/min",
         ),
         trend(
@@ -266,7 +283,7 @@ fn trends(f: &Findings<'_>, b: &Bounds) -> Vec<Criterion> {
             let band = band(&t.points);
             let (unit, bound) = (t.unit, t.bound);
             let bound_text = format!(
-                "≤ {bound} {unit} over the last 3/4, engines ≥ {:.0} min old (runs ≥ {} min)",
+                "≤ {bound} {unit} over {window}, engines ≥ {:.0} min old (runs ≥ {} min)",
                 b.engine_warmup_s / 60.0,
                 b.min_trend_minutes
             );
@@ -446,6 +463,30 @@ mod tests {
         }
     }
 
+    /// The verdict on `samples` of a run `seconds` long, by criterion name.
+    fn judged(seconds: f64, samples: &[Sample]) -> impl Fn(&str) -> Criterion {
+        let churn = ChurnReport::default();
+        let docker = DockerReport::default();
+        let counts = BTreeMap::new();
+        let log = LogScan::default();
+        let idle = Holding::default();
+        let findings = Findings {
+            seconds,
+            samples,
+            idle: (idle, idle),
+            after: (Some(idle), Some(idle)),
+            settle_s: 0.0,
+            churn: &churn,
+            docker: &docker,
+            counts: &counts,
+            log: &log,
+            daemon_alive: true,
+            engine_threads: 1,
+        };
+        let verdict = judge(&findings, &Bounds::default());
+        move |name: &str| verdict.iter().find(|c| c.name.starts_with(name)).unwrap().clone()
+    }
+
     #[test]
     fn a_leak_fails_its_trend_and_a_restarted_engine_does_not() {
         // 40 minutes, a sample a minute; the engine restarts at 20 min with a
@@ -460,31 +501,30 @@ mod tests {
                 s
             })
             .collect();
-        let churn = ChurnReport::default();
-        let docker = DockerReport::default();
-        let counts = BTreeMap::new();
-        let log = LogScan::default();
-        let idle = Holding::default();
-        let findings = Findings {
-            seconds: 2400.0,
-            samples: &samples,
-            idle: (idle, idle),
-            after: (Some(idle), Some(idle)),
-            settle_s: 0.0,
-            churn: &churn,
-            docker: &docker,
-            counts: &counts,
-            log: &log,
-            daemon_alive: true,
-            engine_threads: 1,
-        };
-        let verdict = judge(&findings, &Bounds::default());
-        let by_name = |name: &str| verdict.iter().find(|c| c.name.starts_with(name)).unwrap().clone();
+        let by_name = judged(2400.0, &samples);
         assert!(!by_name("control RSS").pass, "{:?}", by_name("control RSS"));
         assert!(by_name("engine RSS").pass, "{:?}", by_name("engine RSS"));
         assert!(by_name("control fds").pass && by_name("engine fds").pass);
         assert!(by_name("state file").pass, "{:?}", by_name("state file"));
         assert!(!by_name("probe mismatches").pass, "no check ran");
         assert!(by_name("fds back").pass);
+    }
+
+    #[test]
+    fn a_long_run_is_judged_over_its_last_two_hours_against_the_fine_bound() {
+        // 180 minutes: control grows 50 KiB/min for the first hour, then is
+        // flat; the engine grows 5 KiB/min all along.
+        let samples: Vec<Sample> = (0..=180)
+            .map(|m| {
+                let mut s = sample(m as f64 * 60.0, 1, 10_000 + 5 * m);
+                s.control.as_mut().unwrap().rss_kib = 20_000 + 50 * m.min(60);
+                s
+            })
+            .collect();
+        let by_name = judged(10_800.0, &samples);
+        let (control, engine) = (by_name("control RSS"), by_name("engine RSS"));
+        assert!(control.pass && control.measured.starts_with("+0.00"), "{control:?}");
+        assert!(!engine.pass && engine.measured.starts_with("+5.00"), "{engine:?}");
+        assert!(engine.bound.contains("≤ 4 KiB/min over the last 120 min"), "{engine:?}");
     }
 }
