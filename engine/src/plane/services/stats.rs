@@ -4,8 +4,9 @@
 //! and recorded apart from the denials (`enforced: false`). Denial logging
 //! (would-be denials too) is rate-limited per source; counters are always
 //! exact. The counters of an id that is no longer registered are dropped
-//! once they have not moved for [`DEPARTED_KEPT`], so they never outgrow
-//! the registry however many sandboxes come and go.
+//! once they have not moved for [`DEPARTED_KEPT`], and the stillest first
+//! beyond [`DEPARTED_FLOOR`] or the registry's size, whichever is larger,
+//! so they never outgrow the registry however fast sandboxes come and go.
 
 use crackbox_policy::reason::Reason;
 use crackbox_policy::wire::{DecisionCount, Denial, StatsReport, TunnelCount};
@@ -27,6 +28,9 @@ const LOG_TABLE_LIMIT: usize = 10_000;
 /// reported after they last moved: long enough for every scraper to read a
 /// departed sandbox's last counts.
 pub(crate) const DEPARTED_KEPT: Duration = Duration::from_secs(300);
+/// Departed ids whose counters are kept at most, when the registry holds
+/// fewer ids than this (else as many as it holds).
+const DEPARTED_FLOOR: usize = 1024;
 
 pub(crate) use crackbox_policy::Direction;
 
@@ -231,9 +235,11 @@ impl Stats {
 
     /// Drops the counters of every id that is not in `registered` (the ids
     /// of the registry in force) and whose counters have not moved for
-    /// [`DEPARTED_KEPT`] as of `now`. The unregistered sources' counters
-    /// (id `""`) are always kept. Called after each report, so a report
-    /// shows an id's last counts before they go.
+    /// [`DEPARTED_KEPT`] as of `now`, and beyond the larger of
+    /// [`DEPARTED_FLOOR`] and the registry's size, those that stood still
+    /// longest. The unregistered sources' counters (id `""`) are always
+    /// kept. Called after each report, so a report shows an id's last
+    /// counts before they go.
     pub fn forget_departed<'a>(&self, registered: impl IntoIterator<Item = &'a str>, now: Instant) {
         let registered: FxHashSet<&str> = registered.into_iter().collect();
         let mut decisions = lock(&self.decisions);
@@ -254,10 +260,15 @@ impl Stats {
                 }
             }
         }
-        let gone: FxHashSet<Arc<str>> = departed
-            .iter()
-            .filter(|(_, (since, _))| now.saturating_duration_since(*since) >= DEPARTED_KEPT)
-            .map(|(id, _)| Arc::clone(id))
+        let mut by_stillness: Vec<(Instant, Arc<str>)> =
+            departed.iter().map(|(id, (since, _))| (*since, Arc::clone(id))).collect();
+        by_stillness.sort_unstable();
+        let over = by_stillness.len().saturating_sub(registered.len().max(DEPARTED_FLOOR));
+        let gone: FxHashSet<Arc<str>> = by_stillness
+            .into_iter()
+            .enumerate()
+            .filter(|(rank, (since, _))| *rank < over || now.saturating_duration_since(*since) >= DEPARTED_KEPT)
+            .map(|(_, (_, id))| id)
             .collect();
         if !gone.is_empty() {
             decisions.retain(|(id, _, _), _| !gone.contains(id));
@@ -417,6 +428,27 @@ mod tests {
             stats.forget_departed(registered.iter().copied(), minutes(minute));
             assert_eq!(ids(&stats), after, "minute {minute}");
         }
+    }
+
+    #[test]
+    fn departed_ids_beyond_the_floor_go_stillest_first() {
+        let stats = Stats::new(0);
+        let t0 = Instant::now();
+        let name = |n: usize| format!("gone-{n:05}");
+        for n in 0..DEPARTED_FLOOR {
+            stats.record_allowed(&Arc::from(name(n)));
+        }
+        stats.forget_departed(["live"], t0);
+        for n in DEPARTED_FLOOR..DEPARTED_FLOOR + 6 {
+            stats.record_allowed(&Arc::from(name(n)));
+        }
+        stats.forget_departed(["live"], t0 + Duration::from_secs(60));
+        let mut ids: Vec<String> = stats.report().decisions.into_iter().map(|d| d.id).collect();
+        ids.sort();
+        assert_eq!(ids.len(), DEPARTED_FLOOR);
+        assert!(ids.iter().any(|id| *id == name(DEPARTED_FLOOR + 5)), "the newest stay");
+        let first_batch_kept = ids.iter().filter(|id| **id < name(DEPARTED_FLOOR)).count();
+        assert_eq!(first_batch_kept, DEPARTED_FLOOR - 6);
     }
 
     #[test]
