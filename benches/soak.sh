@@ -79,12 +79,16 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# A free TCP (and UDP) port on loopback.
+# A free TCP (and UDP) port on loopback, below the kernel's ephemeral range
+# (the soak's own thousands of outgoing connections take ports there, and a
+# port one of them holds cannot be listened on).
+ephemeral_low=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+[[ $ephemeral_low =~ ^[0-9]+$ && $ephemeral_low -gt 11000 ]] || ephemeral_low=32768
 free_port() {
     local port
     while :; do
-        port=$((20000 + RANDOM % 40000))
-        [[ -z $(ss -Htuln "sport = :$port" 2>/dev/null) ]] && { echo "$port"; return; }
+        port=$((10000 + RANDOM % (ephemeral_low - 10000)))
+        [[ -z $(ss -Htuan "sport = :$port" 2>/dev/null) ]] && { echo "$port"; return; }
     done
 }
 proxy_port=$(free_port) admin_port=$(free_port) dns_port=$(free_port) unused_port=$(free_port)

@@ -237,7 +237,11 @@ fn trends(f: &Findings<'_>, b: &Bounds) -> Vec<Criterion> {
     let minutes = f.seconds / 60.0;
     let long = minutes >= b.long_run_minutes;
     let (from, window, rss_bound) = match long {
-        true => (f.seconds - b.long_window_minutes * 60.0, format!("the last {:.0} min", b.long_window_minutes), b.long_rss_kib_per_min),
+        true => (
+            f.seconds - b.long_window_minutes * 60.0,
+            format!("the last {:.0} min", b.long_window_minutes),
+            b.long_rss_kib_per_min,
+        ),
         false => (f.seconds / 4.0, "the last 3/4".to_string(), b.rss_kib_per_min),
     };
     let judged = minutes >= b.min_trend_minutes;

@@ -260,8 +260,10 @@ impl Stats {
                 }
             }
         }
-        let mut by_stillness: Vec<(Instant, Arc<str>)> =
-            departed.iter().map(|(id, (since, _))| (*since, Arc::clone(id))).collect();
+        let mut by_stillness: Vec<(Instant, Arc<str>)> = departed
+            .iter()
+            .map(|(id, (since, _))| (*since, Arc::clone(id)))
+            .collect();
         by_stillness.sort_unstable();
         let over = by_stillness.len().saturating_sub(registered.len().max(DEPARTED_FLOOR));
         let gone: FxHashSet<Arc<str>> = by_stillness
