@@ -15,12 +15,16 @@
 # source capped far above the traffic (CAP, default 1024GiB/s);
 # crackbox-asking is it with every source in ask mode and 100 deny entries
 # under the allowed name (what an allowed tunnel of such a source costs).
+# The target nginx relays the same absolute-URI GETs to the http upstream
+# with pooled upstream keep-alive and no policy (one worker, no master,
+# temp files under $OUT): the cost of a plain HTTP relay; it does not tunnel,
+# so it runs only the http-* modes.
 #
 #   benches/compare.sh            full run (several minutes)
 #   QUICK=1 benches/compare.sh    short run (under 3 minutes)
 #
 # Knobs (env): QUICK, TARGETS ("direct crackbox squid tinyproxy"; also
-# crackbox-epoll, crackbox-socks5, crackbox-base, crackbox-capped, crackbox-asking and bare), MODES (every mode), ROUNDS (1: runs of each mode per
+# crackbox-epoll, crackbox-socks5, crackbox-base, crackbox-capped, crackbox-asking, nginx and bare), MODES (every mode), ROUNDS (1: runs of each mode per
 # target, alternating targets), DURATION (seconds per timed mode),
 # PROXY_CORE (0), LOAD_CORE (1), BASE_PORT (18000), OUT (results dir),
 # CRACKBOX_BIN, CRACKBOX_LOAD (prebuilt binaries), CRACKBOX_BASE_BIN, CAP,
@@ -62,6 +66,7 @@ CAPPED_PORT=$((BASE_PORT + 140))
 CAPPED_ADMIN_PORT=$((BASE_PORT + 141))
 ASKING_PORT=$((BASE_PORT + 142))
 ASKING_ADMIN_PORT=$((BASE_PORT + 143))
+NGINX_PORT=$((BASE_PORT + 144))
 ROUNDS=${ROUNDS:-1}
 ALLOWED=localhost
 DENIED=denied.invalid:$ECHO_PORT
@@ -268,6 +273,54 @@ EOF
     wait_for 20 proxy_ready "$TINYPROXY_PORT"
 }
 
+# A plain GET through the relay on port $1 is answered 200.
+http_ready() {
+    local reply
+    reply=$(timeout 5 curl -s -o /dev/null -w '%{http_code}' --noproxy '' -x "http://127.0.0.1:$1" \
+        "http://$ALLOWED:$HTTP_PORT/r/0/0") || return 1
+    [[ $reply == 200 ]]
+}
+
+# nginx as a plain HTTP relay: absolute-URI GETs to the http upstream over
+# pooled keep-alive connections, no policy; one process, pinned like the others.
+start_nginx() {
+    command -v nginx >/dev/null || { log "nginx is not installed"; return 1; }
+    local dir=$OUT/nginx
+    mkdir -p "$dir/logs"
+    cat >"$dir/nginx.conf" <<EOF
+daemon off;
+master_process off;
+worker_processes 1;
+pid $dir/nginx.pid;
+error_log $dir/logs/error.log warn;
+worker_rlimit_nofile 20000;
+events { worker_connections 16000; }
+http {
+    access_log off;
+    client_body_temp_path $dir/client_body;
+    proxy_temp_path $dir/proxy;
+    fastcgi_temp_path $dir/fastcgi;
+    uwsgi_temp_path $dir/uwsgi;
+    scgi_temp_path $dir/scgi;
+    upstream allowed_http {
+        server 127.0.0.1:$HTTP_PORT;
+        keepalive 32;
+    }
+    server {
+        listen 127.0.0.1:$NGINX_PORT;
+        location / {
+            proxy_pass http://allowed_http;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }
+    }
+}
+EOF
+    start nginx "$PROXY_CORE" nginx -p "$dir" -e "$dir/logs/error.log" -c "$dir/nginx.conf"
+    PID_OF[nginx]=$LAST_PID
+    wait_for 20 http_ready "$NGINX_PORT"
+}
+
 # The bare relay: compiled from source into $OUT, no policy but the allowed name.
 start_bare() {
     command -v cc >/dev/null || { log "no C compiler (cc): skipping bare"; return 1; }
@@ -289,6 +342,7 @@ proxy_port() {
         crackbox-asking) echo "$ASKING_PORT" ;;
         squid) echo "$SQUID_PORT" ;;
         tinyproxy) echo "$TINYPROXY_PORT" ;;
+        nginx) echo "$NGINX_PORT" ;;
     esac
 }
 
@@ -308,10 +362,13 @@ measure() {
 }
 
 # Whether target $2 cannot run mode $1: the direct path has nothing to deny,
-# the bare relay forwards no plain HTTP, SOCKS5 speaks no HTTP to the proxy.
+# the bare relay forwards no plain HTTP, SOCKS5 speaks no HTTP to the proxy,
+# nginx only relays plain HTTP (no CONNECT, no policy to deny with).
 skipped() {
     case $2:$1 in
         direct:denied | bare:http-* | crackbox-socks5:http-* | crackbox-socks5:denied | crackbox-asking:denied) return 0 ;;
+        nginx:http-*) return 1 ;;
+        nginx:*) return 0 ;;
         *) return 1 ;;
     esac
 }
@@ -357,7 +414,7 @@ main() {
     local port
     for port in "$ECHO_PORT" "$HTTP_PORT" "$CRACKBOX_PORT" "$ADMIN_PORT" "$SQUID_PORT" "$TINYPROXY_PORT" \
         "$EPOLL_PORT" "$EPOLL_ADMIN_PORT" "$BARE_PORT" "$SOCKS_FORWARD_PORT" "$SOCKS_ADMIN_PORT" "$SOCKS_PORT" \
-        "$BASE_BIN_PORT" "$BASE_BIN_ADMIN_PORT" "$CAPPED_PORT" "$CAPPED_ADMIN_PORT"; do
+        "$BASE_BIN_PORT" "$BASE_BIN_ADMIN_PORT" "$CAPPED_PORT" "$CAPPED_ADMIN_PORT" "$NGINX_PORT"; do
         port_free "$port" || { log "port $port is in use; set BASE_PORT"; exit 2; }
     done
     LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)

@@ -53,16 +53,23 @@ impl Daemon {
     /// daemon's stderr (logs) sent to `stderr`.
     pub fn start_with(extra: &[&str], env: &[(&str, &str)], stderr: Stdio) -> Daemon {
         let proxy: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        Daemon::spawn(proxy, extra, env, stderr)
+        Daemon::spawn(proxy, extra, env, stderr, 2)
     }
 
     /// Like [`Daemon::start`], with the forward proxy on `proxy` (e.g. an
     /// IPv6 loopback address).
     pub fn start_on(proxy: SocketAddr, extra: &[&str]) -> Daemon {
-        Daemon::spawn(proxy, extra, &[("CRACKBOX_LOG", "warn")], Stdio::inherit())
+        Daemon::spawn(proxy, extra, &[("CRACKBOX_LOG", "warn")], Stdio::inherit(), 2)
     }
 
-    fn spawn(proxy: SocketAddr, extra: &[&str], env: &[(&str, &str)], stderr: Stdio) -> Daemon {
+    /// Like [`Daemon::start`], with one engine core thread: every client
+    /// connection lands on it, so what one thread keeps, all see.
+    pub fn start_one_thread(extra: &[&str]) -> Daemon {
+        let proxy: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        Daemon::spawn(proxy, extra, &[("CRACKBOX_LOG", "warn")], Stdio::inherit(), 1)
+    }
+
+    fn spawn(proxy: SocketAddr, extra: &[&str], env: &[(&str, &str)], stderr: Stdio, threads: usize) -> Daemon {
         let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let mut args = vec![
             "proxy".to_owned(),
@@ -74,7 +81,7 @@ impl Daemon {
             "--transparent".to_owned(),
             String::new(),
             "--threads".to_owned(),
-            "2".to_owned(),
+            threads.to_string(),
         ];
         args.extend(extra.iter().map(|s| s.to_string()));
         let process = Spawned::start(

@@ -2,7 +2,8 @@
 //! `crackbox` binary's tests: loopback sockets, raw HTTP, small real upstream
 //! servers and process facts, the gate of root-only tests (`root_or_skip`),
 //! the fault tests' load generators (`load`); the `crackbox` binary under
-//! test as a daemon (`Daemon`, `Ports`) or one process (`Spawned`); the Docker fixtures
+//! test as a daemon (`Daemon`, `Ports`) or one process (`Spawned`), an
+//! upstream that records its connections (`TrackedUpstream`); the Docker fixtures
 //! (`docker`), the network-namespace lab (`netns_lab`) and the probes run
 //! inside `crackbox run` jails (`steer_probe`, `run_probe`). Dev-only, never
 //! published. Traffic goes to 127.0.0.0/8 or to networks and namespaces a test made.
@@ -24,6 +25,7 @@ mod root;
 pub mod run_probe;
 mod spawned;
 pub mod steer_probe;
+mod tracked;
 
 pub use bulk::Bulk;
 pub use crackbox::{binary, command, isolated, run};
@@ -37,3 +39,4 @@ pub use process::{alive, cpu_ticks, describe, raise_fd_limit, signal, ticks_per_
 pub use revocation::{assert_cut, assert_untouched, REVOKE_WITHIN, STAYS_OPEN};
 pub use root::{is_root, root_or_skip};
 pub use spawned::Spawned;
+pub use tracked::{ok, Reply, Tracked, TrackedUpstream};

@@ -298,6 +298,7 @@ fn core_thread(
         let _ = started.send(Ok(choice));
         monoio::spawn(crate::plane::services::revocation::watch(
             std::rc::Rc::clone(&worker.live),
+            std::rc::Rc::clone(&worker.upstreams),
             std::sync::Arc::clone(&worker.stats),
             worker.limits.tunnel_idle_timeout,
             std::sync::Arc::clone(&worker.shared.registry),

@@ -16,6 +16,7 @@ use monoio::net::TcpStream;
 use std::cell::Cell;
 use std::io;
 use std::mem::ManuallyDrop;
+use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, IntoRawFd, RawFd};
 use std::rc::Rc;
 
@@ -68,6 +69,11 @@ impl Conn {
     /// From now on, each wake-up to read costs `turns` one turn.
     pub(crate) fn take_turns_of(&mut self, turns: Rc<SourceTurns>) {
         self.turns = Some(turns);
+    }
+
+    /// The address of the peer (for a dialled connection, the one dialled).
+    pub(crate) fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.stream.peer_addr()
     }
 
     /// The raw fd, for splice.

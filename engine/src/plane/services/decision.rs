@@ -13,6 +13,7 @@
 use crate::plane::services::ask::{Asking, Outcome};
 use crate::plane::services::conn::{Conn, Peeked};
 use crate::plane::services::revocation::LiveEntry;
+use crate::plane::services::upstream_pool::{self, still_allowed, Place};
 use crate::plane::services::worker::Worker;
 use crackbox_policy::guard::Verdict as GuardVerdict;
 use crackbox_policy::reason::Reason;
@@ -20,6 +21,7 @@ use crackbox_policy::usage::Account;
 use crackbox_policy::{normalise_host, HostKind, MatchedBy, Port};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::time::Instant;
 
 /// What the policy says about one destination, once any registration hold
 /// is over (the policy's settled [`Verdict`](crackbox_policy::Verdict)).
@@ -184,13 +186,100 @@ impl Passed {
     }
 }
 
-/// Decides on a request to `host:port` sent on an upstream connection that
-/// was dialled (through the destination guard) for that very destination;
-/// counts the outcome. The account the request counts to, or the denial.
-pub(crate) async fn reuse(worker: &Worker, client: Client<'_>, host: &str, port: u16) -> Result<Arc<Account>, Reason> {
-    let passed = Passed::of(decide_held(worker, client, host, port).await)?;
-    passed.count(worker, client.source, host, port);
-    Ok(passed.account)
+/// The upstream connection an HTTP request goes out on.
+pub(crate) struct Reached {
+    pub(crate) conn: Conn,
+    /// The account of the registration that allowed the request.
+    pub(crate) account: Arc<Account>,
+    /// Kept from an earlier request rather than dialled now: it may have
+    /// closed unanswered.
+    pub(crate) reused: bool,
+}
+
+/// An upstream connection its last exchange left reusable (a complete,
+/// framed response of an HTTP/1.1 keep-alive upstream, nothing unread),
+/// with the registration and the destination it served.
+pub(crate) struct IdleUpstream {
+    pub(crate) conn: Conn,
+    pub(crate) account: Arc<Account>,
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    /// When its last exchange ended.
+    pub(crate) since: Instant,
+}
+
+/// [`reach`] for an HTTP request, which may go out on an idle upstream
+/// connection: `kept` (the client connection's own, from its last request;
+/// parked when this one goes elsewhere), else one of this thread's pool
+/// whose upstream has neither closed nor sent anything and whose dialled
+/// address the destination guard still passes. Either serves only the
+/// registration that allowed this request, and only to the same
+/// `host:port`; otherwise the request is dialled anew. Decided (and
+/// counted) anew every time.
+pub(crate) async fn reach_reusing(
+    worker: &Worker,
+    client: Client<'_>,
+    host: &str,
+    port: u16,
+    kept: Option<IdleUpstream>,
+) -> Result<Reached, Unreached> {
+    let kept = match kept {
+        Some(idle) if idle.port == port && idle.host == host => Some(idle),
+        Some(elsewhere) => {
+            park(worker, client.source, elsewhere);
+            None
+        }
+        None => None,
+    };
+    let passed = Passed::of(decide_held(worker, client, host, port).await).map_err(Unreached::Denied)?;
+    let literal = passed.matched == MatchedBy::IpLiteral;
+    let usable = |place: &Place, conn: &Conn| {
+        let is_local = |ip: IpAddr| worker.shared.local_addresses.contains(ip);
+        conn.peek() == Peeked::Nothing
+            && worker.shared.guard.judge(place.dialled, literal, is_local) == GuardVerdict::Dial
+    };
+    let reused = kept
+        .filter(|idle| Arc::ptr_eq(&idle.account, &passed.account))
+        .map(|idle| idle.conn)
+        .or_else(|| {
+            worker
+                .upstreams
+                .take(client.source, &passed.account, host, port, usable)
+        });
+    if let Some(conn) = reused {
+        passed.count(worker, client.source, host, port);
+        return Ok(Reached {
+            conn,
+            account: passed.account,
+            reused: true,
+        });
+    }
+    let (conn, account) = connect(worker, client.source, host, port, passed).await?;
+    Ok(Reached {
+        conn,
+        account,
+        reused: false,
+    })
+}
+
+/// Parks `idle` in this thread's pool for the next request of the same
+/// registration of `source` to the same place; closes it instead when the
+/// policy in force no longer lets it through, or it is idle past the
+/// pool's timeout already.
+pub(crate) fn park(worker: &Worker, source: IpAddr, idle: IdleUpstream) {
+    if idle.since.elapsed() >= upstream_pool::IDLE_TIMEOUT {
+        return;
+    }
+    let Ok(dialled) = idle.conn.peer_addr() else { return };
+    let place = Place {
+        account: idle.account,
+        host: idle.host,
+        port: idle.port,
+        dialled,
+    };
+    if worker.with_policy(|snapshot, watch| still_allowed(snapshot, watch, source, &place)) {
+        worker.upstreams.park(source, place, idle.conn, idle.since);
+    }
 }
 
 /// Why a destination was not connected to.

@@ -13,7 +13,10 @@
 //! - `tunnel`: zero-copy byte pumps; `meter`: every relayed byte, spliced
 //!   or copied, reserved against its source's cap and counted; `handoff`:
 //!   an opened tunnel, run by `runtime` as a task of its own;
-//! - `revocation`: closes what a new snapshot denies, and idle tunnels;
+//! - `upstream_pool`: idle upstream connections kept between HTTP requests
+//!   of one registration;
+//! - `revocation`: closes what a new snapshot denies (pooled upstream
+//!   connections too), and idle tunnels;
 //! - `stats`: the engine's counters;
 //! - `worker`: one core thread's state, built by `runtime`.
 //!
@@ -32,4 +35,5 @@ pub(crate) mod resolve;
 pub(crate) mod revocation;
 pub(crate) mod stats;
 pub(crate) mod tunnel;
+pub(crate) mod upstream_pool;
 pub(crate) mod worker;

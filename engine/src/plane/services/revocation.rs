@@ -6,10 +6,16 @@
 //! full snapshot) with the policy's one decision, firing the
 //! [`CloseSignal`] of each one the new snapshot would deny, well within a
 //! second (a source switched from report mode to enforce loses what its
-//! list does not cover). Single-threaded by design.
+//! list does not cover). The idle upstream connections the thread keeps
+//! between HTTP requests go the same way: those of a touched source that
+//! the new snapshot no longer lets it reach under the same registration
+//! are closed at once, as are those idle past the pool's timeout or closed
+//! by their upstream. Single-threaded by design.
 
+use crate::plane::services::conn::{Conn, Peeked};
 use crate::plane::services::stats::Stats;
 use crate::plane::services::tunnel::{CloseSignal, Revocation};
+use crate::plane::services::upstream_pool::{still_allowed, UpstreamPool};
 use crackbox_policy::canonical_ip;
 use crackbox_policy::reason::Reason;
 use crackbox_policy::registry::{Registry, Touched};
@@ -20,7 +26,7 @@ use std::cell::RefCell;
 use std::net::IpAddr;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How often a thread looks for a new snapshot generation.
 const CHECK_EVERY: Duration = Duration::from_millis(200);
@@ -167,11 +173,13 @@ impl LiveSet {
 }
 
 /// Runs forever on each core thread: revokes what each new snapshot denies
-/// and closes connections idle past the tunnel idle timeout (one timer per
-/// thread instead of one per tunnel). `idle_limit` is the tunnel idle
-/// timeout.
+/// (live connections and idle upstream ones) and closes connections idle
+/// past the tunnel idle timeout and idle upstream connections past the
+/// pool's (one timer per thread instead of one per connection).
+/// `idle_limit` is the tunnel idle timeout.
 pub(crate) async fn watch(
     live: Rc<LiveSet>,
+    upstreams: Rc<UpstreamPool<Conn>>,
     stats: Arc<Stats>,
     idle_limit: Option<Duration>,
     registry: Arc<Registry>,
@@ -182,10 +190,17 @@ pub(crate) async fn watch(
     loop {
         monoio::time::sleep(CHECK_EVERY).await;
         ticks = ticks.wrapping_add(1);
-        if let (Some(limit), 0) = (idle_limit, ticks % IDLE_SWEEP_TICKS) {
-            let idle = live.close_idle(limit);
-            if idle > 0 {
-                tracing::debug!(idle, "closed idle connections");
+        // A pattern, not `is_multiple_of`: newer than the crate's rust-version.
+        if let 0 = ticks % IDLE_SWEEP_TICKS {
+            let expired = upstreams.expire(Instant::now(), |conn| conn.peek() == Peeked::Nothing);
+            if expired > 0 {
+                tracing::debug!(expired, "closed idle upstream connections");
+            }
+            if let Some(limit) = idle_limit {
+                let idle = live.close_idle(limit);
+                if idle > 0 {
+                    tracing::debug!(idle, "closed idle connections");
+                }
             }
         }
         let changes = registry.changes_since(seen);
@@ -193,7 +208,14 @@ pub(crate) async fn watch(
             continue;
         }
         seen = changes.swaps;
-        let revoked = live.revoke_denied(&changes.snapshot, &watched.load(), &changes.touched, &stats);
+        let watch = watched.load();
+        let revoked = live.revoke_denied(&changes.snapshot, &watch, &changes.touched, &stats);
+        let unpooled = upstreams.retain(&changes.touched, |source, place| {
+            still_allowed(&changes.snapshot, &watch, source, place)
+        });
+        if unpooled > 0 {
+            tracing::debug!(unpooled, "closed idle upstream connections the new snapshot denies");
+        }
         if revoked > 0 {
             let generation = changes.snapshot.generation();
             tracing::info!(revoked, generation, "closed connections the new snapshot denies");

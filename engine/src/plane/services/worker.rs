@@ -1,14 +1,16 @@
 //! One core thread's state: shared engine state plus thread-local pools,
-//! live connections and the cached registry view.
+//! live connections, idle upstream connections and the cached registry view.
 //!
 //! The front ends and `decision` take it whole; the leaves take only what
 //! they use (`tunnel` the [`Plumbing`], `meter` its counters and account,
-//! `resolve` a [`Dialer`], `revocation` the live set), so they never import
+//! `resolve` a [`Dialer`], `revocation` the live set and the upstream
+//! pool), so they never import
 //! this module, and `runtime`, which
 //! builds it, sits above it.
 
 use crate::plane::services::admission::Admission;
 use crate::plane::services::ask::Asks;
+use crate::plane::services::conn::Conn;
 use crate::plane::services::fair::Turns;
 use crate::plane::services::local_addrs::LocalAddresses;
 use crate::plane::services::meter::Meter;
@@ -16,6 +18,7 @@ use crate::plane::services::resolve::{Dialer, NameCache, Resolver};
 use crate::plane::services::revocation::LiveSet;
 use crate::plane::services::stats::Stats;
 use crate::plane::services::tunnel::{Plumbing, Pools};
+use crate::plane::services::upstream_pool::UpstreamPool;
 use crackbox_policy::engine_config::{EngineConfig, Limits};
 use crackbox_policy::guard::DestinationGuard;
 use crackbox_policy::registry::{Registry, SnapshotCache};
@@ -50,6 +53,8 @@ pub(crate) struct Worker {
     pub(crate) limits: Limits,
     pub(crate) pools: Pools,
     pub(crate) live: Rc<LiveSet>,
+    /// Idle upstream connections kept for the next HTTP request.
+    pub(crate) upstreams: Rc<UpstreamPool<Conn>>,
     pub(crate) names: NameCache,
     /// Sources' turns at work on this thread.
     pub(crate) turns: Rc<Turns>,
@@ -71,6 +76,7 @@ impl Worker {
             watch: RefCell::new(shared.watched.cache()),
             pools: Pools::default(),
             live: Rc::default(),
+            upstreams: Rc::default(),
             names: NameCache::default(),
             turns: Rc::default(),
             nonblocking_dials,

@@ -1,17 +1,20 @@
 //! One request upstream and its response back: the decision (anew for
 //! every request), the upstream connection (the one kept from the last
-//! request to the same host and port, or a new one; a bodiless request on a
-//! kept connection that closed unanswered is retried once on a new one),
+//! request to the same host and port, one the thread's pool kept for the
+//! same registration, or a new one; a bodiless request on a kept
+//! connection that closed unanswered is retried once on a new one),
 //! then the request and its response relayed at once, so `Expect:
 //! 100-continue` and early responses work. A 101 turns the connection into a
-//! tunnel.
+//! tunnel. A connection the exchange left reusable is kept for the
+//! client's next request, or parked in the pool when the client's
+//! connection ends.
 
 use super::body::{self, BodyError};
 use super::head::Prepared;
 use super::response::{relay_response, Exchange, ExchangeError};
-use super::{Session, Upstream};
+use super::Session;
 use crate::plane::services::conn::Conn;
-use crate::plane::services::decision::{reach, reuse};
+use crate::plane::services::decision::{reach, reach_reusing, IdleUpstream, Reached};
 use crate::plane::services::revocation::LiveEntry;
 use crate::plane::services::stats::Direction;
 use crate::plane::services::tunnel::{self, CloseSignal};
@@ -23,7 +26,7 @@ use std::cell::Cell;
 use std::future::Future;
 use std::pin::pin;
 use std::task::Poll;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Without a tunnel idle timeout, still give up on a silent upstream after this.
 const RESPONSE_TIMEOUT_FALLBACK: Duration = Duration::from_secs(3600);
@@ -49,40 +52,25 @@ impl Session<'_> {
                 ))
             }
         }
-        let reused = self
-            .upstream
-            .take()
-            .filter(|u| u.port == request.port && u.host == request.host);
-        let (conn, account, was_reused) = match reused {
-            Some(upstream) => match reuse(
-                self.worker,
-                self.asker(self.requests_front_end()),
-                &request.host,
-                request.port,
-            )
-            .await
-            {
-                Ok(account) => (upstream.conn, account, true),
-                Err(reason) => {
-                    self.reply(&responses::denial(reason, &request.host, request.port))
-                        .await;
-                    return false;
-                }
-            },
-            None => match reach(
-                self.worker,
-                self.asker(self.requests_front_end()),
-                &request.host,
-                request.port,
-            )
-            .await
-            {
-                Ok((conn, account)) => (conn, account, false),
-                Err(why) => {
-                    self.reply_unreachable(&request.host, request.port, why).await;
-                    return false;
-                }
-            },
+        let kept = self.upstream.take();
+        let reached = reach_reusing(
+            self.worker,
+            self.asker(self.requests_front_end()),
+            &request.host,
+            request.port,
+            kept,
+        )
+        .await;
+        let Reached {
+            mut conn,
+            mut account,
+            reused,
+        } = match reached {
+            Ok(reached) => reached,
+            Err(why) => {
+                self.reply_unreachable(&request.host, request.port, why).await;
+                return false;
+            }
         };
         if self.live.as_ref().is_some_and(|live| live.signal().is_fired()) {
             self.reply(&responses::denial(Reason::Revoked, &request.host, request.port))
@@ -90,9 +78,8 @@ impl Session<'_> {
             return false;
         }
         account.add_request(self.worker.thread);
-        let (mut conn, mut account) = (conn, account);
         let mut outcome = self.exchange_watched(&conn, &request, &account).await;
-        if was_reused && matches!(outcome, Err(ExchangeError::NoResponse)) && request.framing == Framing::Empty {
+        if reused && matches!(outcome, Err(ExchangeError::NoResponse)) && request.framing == Framing::Empty {
             (conn, account) = match reach(
                 self.worker,
                 self.asker(self.requests_front_end()),
@@ -114,12 +101,21 @@ impl Session<'_> {
                 client_reusable,
                 upstream_reusable,
             }) => {
-                if upstream_reusable && client_reusable {
-                    self.upstream = Some(Upstream {
+                if upstream_reusable {
+                    let idle = IdleUpstream {
+                        conn,
+                        account,
                         host: request.host,
                         port: request.port,
-                        conn,
-                    });
+                        since: Instant::now(),
+                    };
+                    // Kept for this client's next request, else for anyone
+                    // of the same registration.
+                    if client_reusable {
+                        self.upstream = Some(idle);
+                    } else {
+                        self.park(idle);
+                    }
                 }
                 client_reusable
             }

@@ -5,9 +5,11 @@
 //! response bodies are streamed (never buffered whole) with their framing
 //! kept as received; hop-by-hop fields are dropped; redirects are passed to
 //! the client, never followed. An upstream connection is reused only for
-//! the same host and port on the same client connection. Each request and
-//! tunnel is counted to the account of the registration that allowed it,
-//! and its bytes held to that registration's cap.
+//! the same host and port and the same registration: on the same client
+//! connection, or, once that ends, from the thread's pool of idle upstream
+//! connections (`services::upstream_pool`), never for another source. Each
+//! request and tunnel is counted to the account of the registration that
+//! allowed it, and its bytes held to that registration's cap.
 //!
 //! Here: the entry points and a connection's state, and crackbox's own
 //! answers. By job:
@@ -30,7 +32,7 @@ mod session;
 use session::Opened;
 
 use crate::plane::services::conn::Conn;
-use crate::plane::services::decision::{Client, Unreached};
+use crate::plane::services::decision::{park, Client, IdleUpstream, Unreached};
 use crate::plane::services::handoff::Handoff;
 use crate::plane::services::resolve::DialError;
 use crate::plane::services::revocation::LiveEntry;
@@ -55,8 +57,9 @@ pub(crate) fn serve<'w>(
 ) -> impl Future<Output = Option<Handoff>> + 'w {
     let mut session = Session::new(worker, client, source, None);
     async move {
-        let opened = session.run().await?;
-        Some(session.hand_off(opened))
+        let opened = session.run().await;
+        session.park_kept();
+        Some(session.hand_off(opened?))
     }
 }
 
@@ -80,8 +83,9 @@ pub(crate) fn serve_origin<'w>(
 ) -> impl Future<Output = Option<Handoff>> + 'w {
     let mut session = Session::new(worker, client, source, Some(origin));
     async move {
-        let opened = session.run().await?;
-        Some(session.hand_off(opened))
+        let opened = session.run().await;
+        session.park_kept();
+        Some(session.hand_off(opened?))
     }
 }
 
@@ -92,17 +96,11 @@ struct Session<'w> {
     source: IpAddr,
     /// Bytes read from the client and not yet consumed.
     inbox: Vec<u8>,
-    upstream: Option<Upstream>,
+    /// The upstream connection kept from the last request.
+    upstream: Option<IdleUpstream>,
     live: Option<LiveEntry>,
     /// Transparent or steered port 80: requests are origin-form.
     origin: Option<Origin>,
-}
-
-/// An upstream connection kept for the next request to the same place.
-struct Upstream {
-    host: String,
-    port: u16,
-    conn: Conn,
 }
 
 impl<'w> Session<'w> {
@@ -154,6 +152,22 @@ impl<'w> Session<'w> {
             }
         };
         self.reply(&response).await;
+    }
+
+    /// Parks an upstream connection left reusable in the thread's pool,
+    /// unless this connection was revoked.
+    fn park(&self, idle: IdleUpstream) {
+        if !self.live.as_ref().is_some_and(|live| live.signal().is_fired()) {
+            park(self.worker, self.source, idle);
+        }
+    }
+
+    /// Parks the upstream connection kept from the last request, as the
+    /// client connection ends (or becomes a tunnel).
+    fn park_kept(&mut self) {
+        if let Some(idle) = self.upstream.take() {
+            self.park(idle);
+        }
     }
 
     /// The CONNECT tunnel this session opened, with its client connection.

@@ -81,7 +81,9 @@ pub(super) async fn relay_response(
         let upgraded = head.status == 101;
         let client_close = !request.keep_alive || head.framing == Framing::UntilClose;
         let framing = head.framing;
-        let upstream_keep_alive = head.keep_alive;
+        // Reused only after an HTTP/1.1 response that keeps the connection:
+        // an HTTP/1.0 keep-alive is the older, looser convention.
+        let upstream_keep_alive = head.keep_alive && head.minor_version == 1;
         // Body bytes already read go out with the head in one write.
         let buffered = match framing {
             Framing::Length(length) if !interim && !upgraded => length.min((inbox.len() - end) as u64) as usize,
