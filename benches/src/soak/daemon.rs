@@ -14,6 +14,10 @@ use std::time::{Duration, Instant};
 pub struct Holding {
     /// Resident memory, KiB.
     pub rss_kib: u64,
+    /// Of it, private (anonymous) memory, KiB: RSS less the pages mapped
+    /// from files (its binary and libraries), which the kernel shares and
+    /// may drop, and which their size bounds.
+    pub anon_kib: u64,
     /// Open file descriptors.
     pub fds: u64,
     /// Of them, sockets.
@@ -48,11 +52,19 @@ pub fn holding(pid: i32) -> Option<Holding> {
     }
     Some(Holding {
         rss_kib: usage.rss_kib,
+        anon_kib: anon_kib(pid).unwrap_or(usage.rss_kib),
         fds: usage.fds,
         sockets,
         pipes,
         threads: usage.threads,
     })
+}
+
+/// `RssAnon` of process `pid`, KiB.
+fn anon_kib(pid: i32) -> Option<u64> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("RssAnon:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// The `proxy engine` child of `daemon`, if one runs now.
@@ -213,7 +225,7 @@ mod tests {
         let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
         let held = holding(me).unwrap();
         assert!(held.sockets >= 2 && held.fds >= held.sockets + held.pipes, "{held:?}");
-        assert!(held.rss_kib > 0 && held.threads >= 1);
+        assert!(held.rss_kib > 0 && held.anon_kib > 0 && held.anon_kib < held.rss_kib && held.threads >= 1);
         drop((a, b));
         assert!(alive(me) && holding(-3).is_none() && engine_pid(me).is_none());
     }

@@ -72,7 +72,11 @@ pub fn minutes_table(samples: &[Sample], churn: &ChurnReport) -> String {
             picked.push(last);
         }
     }
-    let mib = |h: Option<&Holding>| h.map_or("-".into(), |h| format!("{:.1}", h.rss_kib as f64 / 1024.0));
+    let mib = |h: Option<&Holding>| {
+        h.map_or("-".into(), |h| {
+            format!("{:.1} ({:.1})", h.rss_kib as f64 / 1024.0, h.anon_kib as f64 / 1024.0)
+        })
+    };
     let num = |v: Option<u64>| v.map_or("-".into(), |v| v.to_string());
     let mut previous = f64::NEG_INFINITY;
     let rows: Vec<Vec<String>> = picked
@@ -114,10 +118,10 @@ pub fn minutes_table(samples: &[Sample], churn: &ChurnReport) -> String {
     markdown(
         &[
             "t",
-            "control MiB",
+            "control MiB (private)",
             "control fds",
             "control thr",
-            "engine MiB",
+            "engine MiB (private)",
             "engine fds",
             "engine thr",
             "live conns",

@@ -13,10 +13,12 @@ use std::collections::BTreeMap;
 /// The stated bounds.
 #[derive(Debug, Clone)]
 pub struct Bounds {
-    /// RSS growth of either process over the judged window, KiB/min.
+    /// Growth of either process's private memory (`RssAnon`) over the
+    /// judged window, KiB/min.
     pub rss_kib_per_min: f64,
-    /// RSS growth of either process over the last `long_window_minutes` of
-    /// a long run, KiB/min: a long window fits a slope this fine.
+    /// Growth of either process's private memory over the last
+    /// `long_window_minutes` of a long run, KiB/min: a long window fits a
+    /// slope this fine.
     pub long_rss_kib_per_min: f64,
     /// Runs at least this long are judged over their last
     /// `long_window_minutes` against `long_rss_kib_per_min`; shorter ones
@@ -227,9 +229,9 @@ struct Trend {
     points: Points,
 }
 
-/// The four trend criteria (RSS and fds of control and the engine), fitted
-/// to the samples taken under load (not the one after it) while the
-/// engine in force was at least `engine_warmup_s` old, one segment per
+/// The four trend criteria (private memory and fds of control and the
+/// engine), fitted to the samples taken under load (not the one after it)
+/// while the engine in force was at least `engine_warmup_s` old, one segment per
 /// engine with its own level: what both processes hold follows the
 /// engine's age (its counters of departed ids fill for 5 minutes, and
 /// control decodes them on every scrape).
@@ -258,14 +260,14 @@ fn trends(f: &Findings<'_>, b: &Bounds) -> Vec<Criterion> {
     };
     let all = [
         trend(
-            "control RSS trend",
-            |s| s.control.map(|h| h.rss_kib),
+            "control memory trend",
+            |s| s.control.map(|h| h.anon_kib),
             rss_bound,
             "KiB/min",
         ),
         trend(
-            "engine RSS trend",
-            |s| s.engine.map(|(_, h)| h.rss_kib),
+            "engine memory trend",
+            |s| s.engine.map(|(_, h)| h.anon_kib),
             rss_bound,
             "KiB/min",
         ),
@@ -451,9 +453,10 @@ mod tests {
         }
     }
 
-    fn sample(at_s: f64, pid: i32, rss_kib: u64) -> Sample {
+    fn sample(at_s: f64, pid: i32, kib: u64) -> Sample {
         let h = Holding {
-            rss_kib,
+            rss_kib: kib + 8_000,
+            anon_kib: kib,
             fds: 10,
             ..Holding::default()
         };
@@ -499,15 +502,15 @@ mod tests {
             .map(|m| {
                 let mut s = sample(m as f64 * 60.0, if m < 20 { 1 } else { 2 }, 50_000);
                 if m >= 20 {
-                    s.engine.as_mut().unwrap().1.rss_kib = 30_000;
+                    s.engine.as_mut().unwrap().1.anon_kib = 30_000;
                 }
-                s.control.as_mut().unwrap().rss_kib = 20_000 + 100 * m;
+                s.control.as_mut().unwrap().anon_kib = 20_000 + 100 * m;
                 s
             })
             .collect();
         let by_name = judged(2400.0, &samples);
-        assert!(!by_name("control RSS").pass, "{:?}", by_name("control RSS"));
-        assert!(by_name("engine RSS").pass, "{:?}", by_name("engine RSS"));
+        assert!(!by_name("control memory").pass, "{:?}", by_name("control memory"));
+        assert!(by_name("engine memory").pass, "{:?}", by_name("engine memory"));
         assert!(by_name("control fds").pass && by_name("engine fds").pass);
         assert!(by_name("state file").pass, "{:?}", by_name("state file"));
         assert!(!by_name("probe mismatches").pass, "no check ran");
@@ -521,12 +524,12 @@ mod tests {
         let samples: Vec<Sample> = (0..=180)
             .map(|m| {
                 let mut s = sample(m as f64 * 60.0, 1, 10_000 + 5 * m);
-                s.control.as_mut().unwrap().rss_kib = 20_000 + 50 * m.min(60);
+                s.control.as_mut().unwrap().anon_kib = 20_000 + 50 * m.min(60);
                 s
             })
             .collect();
         let by_name = judged(10_800.0, &samples);
-        let (control, engine) = (by_name("control RSS"), by_name("engine RSS"));
+        let (control, engine) = (by_name("control memory"), by_name("engine memory"));
         assert!(control.pass && control.measured.starts_with("+0.00"), "{control:?}");
         assert!(!engine.pass && engine.measured.starts_with("+5.00"), "{engine:?}");
         assert!(engine.bound.contains("≤ 4 KiB/min over the last 120 min"), "{engine:?}");
