@@ -6,14 +6,7 @@ use crackbox_cli::{Cli, Command, ProxyCommand};
 use crackbox_config::EngineArgs;
 use std::process::ExitCode;
 
-/// mimalloc, not glibc's malloc: it hands freed pages back to the kernel,
-/// so a daemon that runs for weeks keeps a flat RSS (the long soak against
-/// glibc in benches/results/).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> ExitCode {
-    no_transparent_huge_pages();
     if let Err(err) = init_logging() {
         eprintln!("crackbox: {err}");
         return ExitCode::FAILURE;
@@ -51,18 +44,6 @@ fn main() -> ExitCode {
 /// `proxy engine`: an engine that never started serving (unusable settings,
 /// a busy listener) exits with `EXIT_START_FAILED` so `proxy serve` does not
 /// restart it; one that stops after serving exits 1 and is restarted.
-/// Keeps this process and its children (the engine) on 4 KiB pages. The
-/// allocator maps its memory in large aligned regions; where transparent
-/// huge pages are on, each region touched would cost 2 MiB of RSS (an idle
-/// daemon's two processes at 40 MiB instead of 19). Best effort: a kernel
-/// without the option keeps its default.
-fn no_transparent_huge_pages() {
-    // SAFETY: PR_SET_THP_DISABLE takes plain integers and touches no memory of ours.
-    unsafe {
-        libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
-    }
-}
-
 fn run_engine(args: &EngineArgs) -> ExitCode {
     use crackbox_policy::startup::EXIT_START_FAILED;
     let config = match crackbox_config::engine_config(args) {
