@@ -1,12 +1,14 @@
 //! Engine process lifecycle: listeners, one pinned monoio runtime per core,
-//! the resolver pool and the control link (`control_link`: snapshots in,
-//! acks and counters out, usage answered by `usage_report`).
+//! the resolver pool, the control link (`control_link`: snapshots in,
+//! acks and counters out, usage answered by `usage_report`) and the
+//! thread that returns free heap pages to the kernel (`heap_trim`).
 //!
 //! Each core thread owns its own `SO_REUSEPORT` listeners and serves every
 //! connection it accepts to the end; no connection moves between threads.
 
 mod accept;
 mod control_link;
+mod heap_trim;
 mod ready_accept;
 mod ring;
 mod usage_report;
@@ -136,6 +138,7 @@ pub fn run(mut config: EngineConfig) -> Result<(), EngineError> {
         asks,
     };
     control_link::spawn(config.control_socket.clone(), engine)?;
+    heap_trim::spawn()?;
     for handle in handles {
         let _ = handle.join();
     }
