@@ -1,5 +1,6 @@
-//! The `crackbox` binary: parses arguments and hands over to the engine, the
-//! control plane or `crackbox run`. Nothing else lives here.
+//! The `crackbox` binary: sets up the allocator and logging, parses
+//! arguments and hands over to the engine, the control plane or `crackbox
+//! run`. Nothing else lives here.
 
 use clap::Parser;
 use crackbox_cli::{Cli, Command, ProxyCommand};
@@ -7,6 +8,7 @@ use crackbox_config::EngineArgs;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    settle_malloc();
     if let Err(err) = init_logging() {
         eprintln!("crackbox: {err}");
         return ExitCode::FAILURE;
@@ -74,6 +76,32 @@ fn print_presets() {
 fn clamp_exit(code: i32) -> u8 {
     u8::try_from(code).unwrap_or(125)
 }
+
+/// Allocations of this size and above get pages of their own, handed back
+/// whole when freed (glibc's default threshold moves up as large blocks are
+/// freed, after which they are carved from the heap instead).
+#[cfg(target_env = "gnu")]
+const MMAP_THRESHOLD: libc::c_int = 128 * 1024;
+
+/// Sets glibc's malloc up for a process that runs for weeks
+/// (docs/operations.md, "Memory over weeks"): one arena for all threads,
+/// rather than one for each thread that allocates, each of which keeps its
+/// own free pages in between live ones, and a fixed threshold above which a
+/// block is mapped on its own. Small blocks still come from each thread's
+/// cache without a lock.
+#[cfg(target_env = "gnu")]
+fn settle_malloc() {
+    // SAFETY: mallopt only sets malloc's parameters; it runs first in
+    // main, before any other thread exists.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD);
+    }
+}
+
+/// Other allocators than glibc's are left as they come.
+#[cfg(not(target_env = "gnu"))]
+fn settle_malloc() {}
 
 /// Logs to stderr, filtered by `CRACKBOX_LOG` (default `info`), each span's
 /// close with its timing (`run` times its steps in debug spans): plain text,
