@@ -2,14 +2,14 @@
 //! kernel once a minute.
 //!
 //! glibc's malloc returns a freed page to the kernel only when it sits at
-//! the top of the heap (the binary keeps one arena for all threads; see
-//! `settle_malloc` in the cli). Under churn, freed pages in the middle of
-//! the heap stay in the process, so its private memory would creep for
-//! hours after its live heap has levelled off (docs/operations.md, "Memory
-//! over weeks"). `malloc_trim(0)` releases every whole free page. It runs
-//! here, never on a core thread; a core thread that allocates meanwhile
-//! waits on the arena's lock for the trim (well under a millisecond for
-//! the engine's few MiB).
+//! the top of the heap (the `crackbox` binary keeps one arena for all
+//! threads: `settle_malloc` in cli/src/main.rs). Under churn, freed pages
+//! in the middle of the heap stay in the process, so its private memory
+//! would creep for hours after its live heap has levelled off
+//! (docs/operations.md, "Memory over weeks"). `malloc_trim(0)` releases
+//! every whole free page. It runs here, never on a core thread; a core
+//! thread that allocates meanwhile waits on the arena's lock for the trim
+//! (well under a millisecond for the engine's few MiB).
 
 #[cfg(target_env = "gnu")]
 use std::time::{Duration, Instant};
