@@ -5,11 +5,13 @@
 //! and sends requests directly or through a forward proxy ([`dial`]), the
 //! load modes ([`modes`]), `/proc` sampling of the proxy under test
 //! ([`proctree`]) and the comparison table ([`report`]); [`control_plane`]
-//! measures the admin API at sandbox density; [`soak`] runs hours of churn,
+//! measures the admin API at sandbox density; [`cost`] counts what one
+//! connection costs the engine (allocations, held heap, syscalls); [`soak`] runs hours of churn,
 //! traffic and faults against one daemon and judges it. Every run is bounded
 //! in count and time, and traffic goes only to the addresses it is given.
 
 pub mod control_plane;
+pub mod cost;
 pub mod dial;
 pub mod latency;
 pub mod limits;
