@@ -25,6 +25,10 @@
 //! crackbox-control's `publisher` is that controller; any program that
 //! speaks the wire protocol can be.
 //!
+//! [`lock_census`] says how often core threads took a lock shared between
+//! threads (docs/architecture.md, "Locks and shared atomics"): it stands
+//! still while connections come and go.
+//!
 //! ```no_run
 //! use crackbox_policy::engine_config::{EngineConfig, IoDriver, Limits, DEFAULT_REGISTRATION_HOLD};
 //!
@@ -53,5 +57,5 @@
 mod plane;
 pub mod protocol;
 
-pub use plane::{front::dns, run};
+pub use plane::{front::dns, lock_census, run};
 pub use protocol::{chunked, http_head, responses, socks5, tls_peek};

@@ -6,18 +6,20 @@
 //! An [`Account`] lives as long as the registration: the snapshot that
 //! registers a source makes one, later snapshots hand it on while the source
 //! stays registered under the same id, and one that removes the source or
-//! gives it a new id drops it. Counting takes no lock: every core thread
-//! adds to its own cache-line-sized slot with relaxed atomics (no two threads
-//! write one line, so the line never moves between cores), and a read sums
-//! the slots. Denials and would-be denials, rare by comparison and counted
-//! off the core threads too (the DNS filter), share one set of counters
-//! each. Pure.
+//! gives it a new id drops it. Counting takes no lock and shares no cache
+//! line between core threads: every core thread adds to its own
+//! cache-line-sized slot with relaxed atomics (no two threads write one
+//! line, so the line never moves between cores), and a read sums the slots.
+//! Denials and would-be denials by reason, rare by comparison, are counted
+//! in a block of their own per slot, made the first time the slot counts
+//! one. The threads that are not core threads (the DNS filter) share one
+//! more slot, [`Account::OFF_CORE`]. Pure.
 
 use super::direction::Direction;
 use super::limiter::Limiter;
 use super::reason::Reason;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// One core thread's counters, alone on its cache line.
@@ -28,16 +30,24 @@ struct Slot {
     bytes_down: AtomicU64,
     tunnels: AtomicU64,
     requests: AtomicU64,
+    /// Denials and would-be denials, once this slot counted one.
+    outcomes: OnceLock<Box<Outcomes>>,
+}
+
+/// One slot's denials and would-be denials, by reason.
+#[derive(Debug, Default)]
+struct Outcomes {
+    denials: [AtomicU64; Reason::ALL.len()],
+    /// Would-be denials let through in report mode, by the reason they
+    /// would have had.
+    reported: [AtomicU64; Reason::ALL.len()],
 }
 
 /// What one registration has used, and the cap it is held to.
 #[derive(Debug)]
 pub struct Account {
+    /// One slot per core thread, then [`Account::OFF_CORE`]'s.
     slots: Box<[Slot]>,
-    denials: [AtomicU64; Reason::ALL.len()],
-    /// Would-be denials let through in report mode, by the reason they
-    /// would have had.
-    reported: [AtomicU64; Reason::ALL.len()],
     limiter: Arc<Limiter>,
     since_ms: u64,
 }
@@ -73,13 +83,16 @@ pub struct Usage {
 }
 
 impl Account {
-    /// An account with one slot per core thread (at least one), held to
-    /// `limiter` (which a re-registration under a new id passes on).
+    /// The thread index of every thread that is not a core thread (the DNS
+    /// filter's): they share the last slot.
+    pub const OFF_CORE: usize = usize::MAX;
+
+    /// An account with one slot per core thread (at least one) and one for
+    /// the others, held to `limiter` (which a re-registration under a new
+    /// id passes on).
     pub fn new(threads: usize, limiter: Arc<Limiter>) -> Self {
         Account {
-            slots: (0..threads.max(1)).map(|_| Slot::default()).collect(),
-            denials: Default::default(),
-            reported: Default::default(),
+            slots: (0..threads.max(1) + 1).map(|_| Slot::default()).collect(),
             limiter,
             since_ms: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
@@ -87,10 +100,15 @@ impl Account {
         }
     }
 
-    /// The slot of core thread `thread` (the first one for an index beyond
-    /// the threads the account was made for).
+    /// The slot of core thread `thread`; the last one, shared, for an index
+    /// beyond the core threads the account was made for ([`Account::OFF_CORE`]).
     fn slot(&self, thread: usize) -> &Slot {
-        self.slots.get(thread).unwrap_or(&self.slots[0])
+        self.slots.get(thread).unwrap_or(&self.slots[self.slots.len() - 1])
+    }
+
+    /// The denials and would-be denials of `thread`'s slot, made on first use.
+    fn outcomes(&self, thread: usize) -> &Outcomes {
+        self.slot(thread).outcomes.get_or_init(Box::default)
     }
 
     /// Counts `n` bytes moved `direction` by core thread `thread`.
@@ -113,14 +131,14 @@ impl Account {
         self.slot(thread).requests.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Counts one denial.
-    pub fn add_denial(&self, reason: Reason) {
-        self.denials[reason.index()].fetch_add(1, Ordering::Relaxed);
+    /// Counts one denial by thread `thread`.
+    pub fn add_denial(&self, thread: usize, reason: Reason) {
+        self.outcomes(thread).denials[reason.index()].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Counts one would-be denial let through in report mode.
-    pub fn add_reported(&self, reason: Reason) {
-        self.reported[reason.index()].fetch_add(1, Ordering::Relaxed);
+    /// Counts one would-be denial let through in report mode by thread `thread`.
+    pub fn add_reported(&self, thread: usize, reason: Reason) {
+        self.outcomes(thread).reported[reason.index()].fetch_add(1, Ordering::Relaxed);
     }
 
     /// The cap this account's connections are held to.
@@ -136,11 +154,23 @@ impl Account {
                 .map(|slot| field(slot).load(Ordering::Relaxed))
                 .fold(0u64, u64::wrapping_add)
         };
-        let by_reason = |counters: &[AtomicU64; Reason::ALL.len()]| {
+        let by_reason = |field: fn(&Outcomes) -> &[AtomicU64; Reason::ALL.len()]| {
+            let outcomes: Vec<&Outcomes> = self
+                .slots
+                .iter()
+                .filter_map(|slot| slot.outcomes.get())
+                .map(|b| &**b)
+                .collect();
             Reason::ALL
                 .iter()
-                .zip(counters)
-                .map(|(reason, count)| (*reason, count.load(Ordering::Relaxed)))
+                .enumerate()
+                .map(|(index, reason)| {
+                    let count = outcomes
+                        .iter()
+                        .map(|o| field(o)[index].load(Ordering::Relaxed))
+                        .fold(0u64, u64::wrapping_add);
+                    (*reason, count)
+                })
                 .filter(|(_, count)| *count > 0)
                 .collect()
         };
@@ -149,8 +179,8 @@ impl Account {
             bytes_down: sum(|s| &s.bytes_down),
             tunnels: sum(|s| &s.tunnels),
             requests: sum(|s| &s.requests),
-            denials: by_reason(&self.denials),
-            reported: by_reason(&self.reported),
+            denials: by_reason(|o| &o.denials),
+            reported: by_reason(|o| &o.reported),
             since_ms: self.since_ms,
         }
     }
@@ -178,11 +208,11 @@ mod tests {
                 });
             }
         });
-        account.add_denial(Reason::NotAllowed);
-        account.add_denial(Reason::Revoked);
-        account.add_denial(Reason::NotAllowed);
-        account.add_reported(Reason::NotAllowed);
-        account.add_bytes(7, Direction::Up, 1);
+        account.add_denial(0, Reason::NotAllowed);
+        account.add_denial(1, Reason::Revoked);
+        account.add_denial(Account::OFF_CORE, Reason::NotAllowed);
+        account.add_reported(1, Reason::NotAllowed);
+        account.add_bytes(Account::OFF_CORE, Direction::Up, 1);
         let usage = account.usage();
         assert_eq!(usage.reported, vec![(Reason::NotAllowed, 1)], "apart from the denials");
         assert_eq!((usage.bytes_up, usage.bytes_down), (6001, 10_000));

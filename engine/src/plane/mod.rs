@@ -36,3 +36,4 @@ pub(crate) mod runtime;
 pub(crate) mod services;
 
 pub use runtime::run;
+pub use services::locks::census as lock_census;

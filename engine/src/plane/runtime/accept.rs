@@ -62,7 +62,7 @@ pub(crate) async fn accept_loop(listener: TcpListener, worker: Rc<Worker>, plane
 #[expect(clippy::manual_async_fn, reason = "an async fn keeps its arguments twice")]
 fn serve_connection(worker: Rc<Worker>, mut conn: Conn, source: IpAddr, plane: Plane) -> impl Future<Output = ()> {
     async move {
-        let ticket = match worker.shared.admission.admit(source) {
+        let ticket = match worker.gate.admit(source) {
             Ok(ticket) => ticket,
             Err(_) => {
                 worker
@@ -70,7 +70,9 @@ fn serve_connection(worker: Rc<Worker>, mut conn: Conn, source: IpAddr, plane: P
                     .record_denied(source, None, "", 0, Reason::TooManyConnections);
                 worker.with_policy(|snapshot, _| {
                     if let Some(registration) = snapshot.lookup(source) {
-                        registration.account.add_denial(Reason::TooManyConnections);
+                        registration
+                            .account
+                            .add_denial(worker.thread, Reason::TooManyConnections);
                     }
                 });
                 if plane.answers_http() {

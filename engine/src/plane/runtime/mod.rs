@@ -87,8 +87,8 @@ pub fn run(mut config: EngineConfig) -> Result<(), EngineError> {
     let guard = DestinationGuard::new(config.allow_private_destinations, own);
     let registry = Arc::new(Registry::deny_all_for(threads));
     let watched = Arc::new(Watched::default());
-    let stats = Arc::new(Stats::new(config.limits.denial_logs_per_second));
-    let admission = Arc::new(Admission::new(&config.limits));
+    let stats = Arc::new(Stats::new(threads, config.limits.denial_logs_per_second));
+    let admission = Arc::new(Admission::new(&config.limits, threads));
     let asks = crate::plane::services::ask::clock::start(config.limits.ask_timeout)?;
     let shared = Arc::new(Shared {
         asks: Arc::clone(&asks),
@@ -282,6 +282,7 @@ fn core_thread(
     started: mpsc::Sender<io::Result<DriverChoice>>,
     driver: IoDriver,
 ) -> io::Result<()> {
+    crate::plane::services::locks::enter_core_thread(index);
     let uring = uring_for(driver, index);
     let use_uring = uring.is_some();
     let choice: DriverChoice = match &uring {
@@ -302,7 +303,8 @@ fn core_thread(
         monoio::spawn(crate::plane::services::revocation::watch(
             std::rc::Rc::clone(&worker.live),
             std::rc::Rc::clone(&worker.upstreams),
-            std::sync::Arc::clone(&worker.stats),
+            std::rc::Rc::clone(&worker.stats),
+            std::rc::Rc::clone(&worker.gate),
             worker.limits.tunnel_idle_timeout,
             std::sync::Arc::clone(&worker.shared.registry),
             std::sync::Arc::clone(&worker.shared.watched),

@@ -2,7 +2,7 @@
 //! summed, with the connections each source holds open now.
 //!
 //! Runs on the control link's thread, never on a core thread; reads the
-//! accounts' counters (relaxed loads) and takes the admission lock once.
+//! accounts' counters (relaxed loads) and takes the admission pool's lock once.
 
 use crate::plane::services::admission::Admission;
 use crackbox_policy::wire::{SourceUsage, UsageQuery};
@@ -73,9 +73,11 @@ mod tests {
         account.add_bytes(1, Direction::Down, 20);
         account.add_tunnel(1);
         account.add_request(0);
-        account.add_denial(Reason::NotAllowed);
-        let admission = Arc::new(Admission::new(&Limits::default()));
-        let _open = admission.admit(ip("10.0.0.2")).unwrap();
+        account.add_denial(1, Reason::NotAllowed);
+        let admission = Arc::new(Admission::new(&Limits::default(), 2));
+        let _open = crate::plane::services::admission::Gate::new(Arc::clone(&admission), 1)
+            .admit(ip("10.0.0.2"))
+            .unwrap();
         let all = report(&snapshot, &UsageQuery::default(), &admission);
         let ips: Vec<&str> = all.iter().map(|u| u.ip.as_str()).collect();
         assert_eq!(ips, ["10.0.0.1", "10.0.0.2", "10.0.0.3"]);

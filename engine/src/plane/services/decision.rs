@@ -65,7 +65,7 @@ fn count_denial(
 ) {
     worker.stats.record_denied(source, id, host, port, reason);
     if let Some(account) = account {
-        account.add_denial(reason);
+        account.add_denial(worker.thread, reason);
     }
 }
 
@@ -180,7 +180,7 @@ impl Passed {
             None => worker.stats.record_allowed(&self.id),
             Some(reason) => {
                 worker.stats.record_reported(source, &self.id, host, port, reason);
-                self.account.add_reported(reason);
+                self.account.add_reported(worker.thread, reason);
             }
         }
     }
@@ -346,7 +346,7 @@ async fn connect(
             worker
                 .stats
                 .record_denied(source, Some(&passed.id), host, port, Reason::PrivateAddress);
-            passed.account.add_denial(Reason::PrivateAddress);
+            passed.account.add_denial(worker.thread, Reason::PrivateAddress);
             Err(Unreached::Denied(Reason::PrivateAddress))
         }
         Err(err) => {

@@ -17,7 +17,7 @@
 //! anything.
 
 use crate::plane::services::conn::Conn;
-use crate::plane::services::stats::{Direction, Stats};
+use crate::plane::services::stats::{Direction, ThreadStats};
 use crackbox_policy::limiter::Grant;
 use crackbox_policy::usage::Account;
 use std::io;
@@ -26,7 +26,7 @@ use std::time::Duration;
 /// Where one connection's bytes are counted and capped.
 #[derive(Clone, Copy)]
 pub(crate) struct Meter<'a> {
-    stats: &'a Stats,
+    stats: &'a ThreadStats,
     /// This core thread's slot in every account.
     thread: usize,
     /// The registration the connection works for: its usage and its cap.
@@ -36,7 +36,7 @@ pub(crate) struct Meter<'a> {
 impl<'a> Meter<'a> {
     /// Counts to `stats` and to `account` (in slot `thread`), capped by the
     /// account's limiter.
-    pub(crate) fn new(stats: &'a Stats, thread: usize, account: &'a Account) -> Self {
+    pub(crate) fn new(stats: &'a ThreadStats, thread: usize, account: &'a Account) -> Self {
         Meter { stats, thread, account }
     }
 

@@ -17,7 +17,9 @@
 //!   of one registration;
 //! - `revocation`: closes what a new snapshot denies (pooled upstream
 //!   connections too), and idle tunnels;
-//! - `stats`: the engine's counters;
+//! - `stats`: the engine's counters, kept per core thread and merged when
+//!   read; `locks`: the two kinds of lock the services hold, and the
+//!   census of shared ones taken on core threads;
 //! - `worker`: one core thread's state, built by `runtime`.
 //!
 //! Nothing here imports a front end or `runtime`.
@@ -30,6 +32,7 @@ pub(crate) mod fair;
 pub(crate) mod handoff;
 pub(crate) mod hold;
 pub(crate) mod local_addrs;
+pub(crate) mod locks;
 pub(crate) mod meter;
 pub(crate) mod resolve;
 pub(crate) mod revocation;

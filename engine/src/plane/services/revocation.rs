@@ -12,8 +12,9 @@
 //! are closed at once, as are those idle past the pool's timeout or closed
 //! by their upstream. Single-threaded by design.
 
+use crate::plane::services::admission::Gate;
 use crate::plane::services::conn::{Conn, Peeked};
-use crate::plane::services::stats::Stats;
+use crate::plane::services::stats::ThreadStats;
 use crate::plane::services::tunnel::{CloseSignal, Revocation};
 use crate::plane::services::upstream_pool::{still_allowed, UpstreamPool};
 use crackbox_policy::canonical_ip;
@@ -140,7 +141,7 @@ impl LiveSet {
     /// Re-decides the live connections of the `touched` sources against
     /// `snapshot` and fires the signal of each it denies; returns how many
     /// were revoked.
-    fn revoke_denied(&self, snapshot: &Snapshot, watch: &Watch, touched: &Touched, stats: &Stats) -> usize {
+    fn revoke_denied(&self, snapshot: &Snapshot, watch: &Watch, touched: &Touched, stats: &ThreadStats) -> usize {
         let slots = self.slots.borrow();
         let by_source = self.by_source.borrow();
         let lives: Box<dyn Iterator<Item = &Live>> = match touched {
@@ -162,7 +163,7 @@ impl LiveSet {
                     Verdict::Deny { id, account, .. } => (id, account),
                 };
             if let Some(account) = account {
-                account.add_denial(Reason::Revoked);
+                account.add_denial(stats.thread(), Reason::Revoked);
             }
             stats.record_denied(live.source, id.as_ref(), &live.host, live.port, Reason::Revoked);
             live.signal.fire();
@@ -175,12 +176,14 @@ impl LiveSet {
 /// Runs forever on each core thread: revokes what each new snapshot denies
 /// (live connections and idle upstream ones) and closes connections idle
 /// past the tunnel idle timeout and idle upstream connections past the
-/// pool's (one timer per thread instead of one per connection).
-/// `idle_limit` is the tunnel idle timeout.
+/// pool's (one timer per thread instead of one per connection); once a
+/// second it also has the thread's admission gate hand back what idle
+/// sources hold. `idle_limit` is the tunnel idle timeout.
 pub(crate) async fn watch(
     live: Rc<LiveSet>,
     upstreams: Rc<UpstreamPool<Conn>>,
-    stats: Arc<Stats>,
+    stats: Rc<ThreadStats>,
+    gate: Rc<Gate>,
     idle_limit: Option<Duration>,
     registry: Arc<Registry>,
     watched: Arc<Watched>,
@@ -192,6 +195,7 @@ pub(crate) async fn watch(
         ticks = ticks.wrapping_add(1);
         // A pattern, not `is_multiple_of`: newer than the crate's rust-version.
         if let 0 = ticks % IDLE_SWEEP_TICKS {
+            gate.sweep();
             let expired = upstreams.expire(Instant::now(), |conn| conn.peek() == Peeked::Nothing);
             if expired > 0 {
                 tracing::debug!(expired, "closed idle upstream connections");

@@ -1,24 +1,37 @@
 //! Engine counters: decisions per id and reason, bytes, active tunnels and
-//! the ring of recent denials, shared by all core threads and read by the
-//! control link. A would-be denial let through in report mode is counted
-//! and recorded apart from the denials (`enforced: false`). Denial logging
-//! (would-be denials too) is rate-limited per source; counters are always
-//! exact. The counters of an id that is no longer registered are dropped
-//! once they have not moved for [`DEPARTED_KEPT`], and the stillest first
-//! beyond [`DEPARTED_FLOOR`] or the registry's size, whichever is larger,
-//! so they never outgrow the registry however fast sandboxes come and go.
+//! the ring of recent denials, kept per core thread and merged when read
+//! (docs/architecture.md, "Locks and shared atomics"). A would-be denial let
+//! through in report mode is counted and recorded apart from the denials
+//! (`enforced: false`). Denial logging (would-be denials too) is
+//! rate-limited per source; counters are always exact. The counters of an
+//! id that is no longer registered are dropped once they have not moved
+//! for [`DEPARTED_KEPT`], and the stillest first beyond [`DEPARTED_FLOOR`]
+//! or the registry's size, whichever is larger, so they never outgrow the
+//! registry however fast sandboxes come and go.
+//!
+//! Each core thread writes only its own [`Ledger`]: its counters (relaxed
+//! atomics on its own cache lines) and its book (decision counts, its ring
+//! of recent denials, its log budget) behind a lock only it and the reader
+//! take. The threads that are not core threads (the DNS filter) share one
+//! more ledger. A read ([`Stats::report`], on the control link's thread)
+//! moves the books' decision counts into the merged table, copies the
+//! denials recorded since the last read into the merged ring, and sums the
+//! counters. A thread's handle ([`ThreadStats`]) is an `Rc`, so opening a
+//! tunnel counts it without touching a reference count other threads share.
 
+use super::locks::{SharedLock, ThreadLock};
 use crackbox_policy::reason::Reason;
 use crackbox_policy::wire::{DecisionCount, Denial, StatsReport, TunnelCount};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::VecDeque;
 use std::hash::Hash;
 use std::net::IpAddr;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-/// Denials kept for `/v1/denials`.
+/// Denials kept for `/v1/denials` (and by each ledger).
 const DENIAL_RING: usize = 1000;
 /// Longest host kept in a denial record.
 const MAX_HOST_RECORDED: usize = 255;
@@ -60,18 +73,41 @@ impl FrontEnd {
     }
 }
 
-/// Decision counts keyed by registration id, outcome (`None` = allowed) and
-/// whether the outcome was enforced (false: a would-be denial let through).
-type DecisionCounts = FxHashMap<(Arc<str>, Option<Reason>, bool), u64>;
+/// One id's decision counts: by outcome (`None` = allowed) and whether the
+/// outcome was enforced (false: a would-be denial let through).
+type IdCounts = Vec<(Option<Reason>, bool, u64)>;
+
+/// Decision counts keyed by registration id.
+type DecisionCounts = FxHashMap<Arc<str>, IdCounts>;
+
+/// Adds `n` to `id`'s count of `outcome` in `table`; the id is cloned only
+/// when the table does not hold it yet.
+fn add_count(table: &mut DecisionCounts, id: &Arc<str>, outcome: (Option<Reason>, bool), n: u64) {
+    let counts = match table.get_mut(&**id) {
+        Some(counts) => counts,
+        None => table.entry(Arc::clone(id)).or_default(),
+    };
+    match counts
+        .iter_mut()
+        .find(|(reason, enforced, _)| (*reason, *enforced) == outcome)
+    {
+        Some((_, _, count)) => *count += n,
+        None => counts.push((outcome.0, outcome.1, n)),
+    }
+}
 
 /// One recent denial as the data path records it: no formatting, and no
-/// allocation once the ring is full (the host buffer is reused);
-/// [`Stats::report`] turns it into a wire [`Denial`].
+/// allocation once the ring is full (the buffer of the oldest record,
+/// holding the id and the host, is reused); a read turns it into a wire
+/// [`Denial`].
 struct RecentDenial {
+    /// Its number in its ledger, for reads to take each record once.
+    seq: u64,
     time_ms: u64,
     source: IpAddr,
-    id: Arc<str>,
-    host: String,
+    /// The id, then the host.
+    text: String,
+    id_len: usize,
     port: u16,
     reason: Reason,
     enforced: bool,
@@ -79,11 +115,12 @@ struct RecentDenial {
 
 impl RecentDenial {
     fn to_wire(&self) -> Denial {
+        let (id, host) = self.text.split_at(self.id_len);
         Denial {
             time_ms: self.time_ms,
             ip: self.source.to_string(),
-            id: self.id.to_string(),
-            host: self.host.to_string(),
+            id: id.to_owned(),
+            host: host.to_owned(),
             port: self.port,
             reason: self.reason,
             enforced: self.enforced,
@@ -91,31 +128,53 @@ impl RecentDenial {
     }
 }
 
-/// Counters since the engine started.
+/// What a ledger's lock guards.
 #[derive(Default)]
-pub struct Stats {
-    decisions: Mutex<DecisionCounts>,
-    denials: Mutex<VecDeque<RecentDenial>>,
-    /// The id counted for unregistered sources (empty), shared so a denial
-    /// allocates none.
-    no_id: Arc<str>,
+struct Book {
+    /// Decision counts since the last read.
+    decisions: DecisionCounts,
+    /// This thread's most recent denials.
+    denials: VecDeque<RecentDenial>,
+    next_seq: u64,
     /// Denials logged per source in the current second (the second, and
     /// the count of each source denied in it).
-    log_budget: Mutex<(u64, FxHashMap<IpAddr, u32>)>,
-    /// Ids with counters but no registration: since when their counters
-    /// stood at this total.
-    departed: Mutex<FxHashMap<Arc<str>, (Instant, u64)>>,
+    log_budget: (u64, FxHashMap<IpAddr, u32>),
+}
+
+/// One thread's counters and book, alone on its cache lines.
+#[repr(align(64))]
+struct Ledger {
+    book: ThreadLock<Book>,
     active: AtomicU64,
     bytes_up: AtomicU64,
     bytes_down: AtomicU64,
     /// Tunnels opened, indexed as [`FrontEnd::ALL`].
     tunnels_opened: [AtomicU64; 3],
-    generation: AtomicU64,
-    denial_logs_per_second: u32,
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+/// What reads have merged: the decision counts so far, the recent
+/// denials, and the departed ids.
+#[derive(Default)]
+struct Merged {
+    decisions: DecisionCounts,
+    denials: VecDeque<Denial>,
+    /// The last denial taken from each ledger (its `seq` + 1).
+    seen: Vec<u64>,
+    /// Ids with counters but no registration: since when their counters
+    /// stood at this total.
+    departed: FxHashMap<Arc<str>, (Instant, u64)>,
+}
+
+/// Counters since the engine started.
+pub struct Stats {
+    /// One ledger per core thread, then the one of the other threads.
+    ledgers: Box<[Ledger]>,
+    merged: SharedLock<Merged>,
+    /// The id counted for unregistered sources (empty).
+    no_id: Arc<str>,
+    generation: AtomicU64,
+    /// Denials each ledger logs per source per second.
+    logs_per_ledger: u32,
 }
 
 /// The longest prefix of `text` of at most `max` bytes that ends on a char boundary.
@@ -145,38 +204,89 @@ fn now_ms() -> u64 {
 }
 
 impl Stats {
-    /// Counters that log at most `denial_logs_per_second` denials per source.
-    pub fn new(denial_logs_per_second: u32) -> Self {
+    /// Counters for `threads` core threads (and the other threads) that log
+    /// at most `denial_logs_per_second` denials per source, shared among
+    /// the ledgers (each logs at least one).
+    pub fn new(threads: usize, denial_logs_per_second: u32) -> Self {
+        let ledgers = threads.max(1) + 1;
         Stats {
-            denial_logs_per_second,
-            ..Stats::default()
+            ledgers: (0..ledgers)
+                .map(|owner| Ledger {
+                    book: ThreadLock::new("stats ledger", owner, Book::default()),
+                    active: AtomicU64::new(0),
+                    bytes_up: AtomicU64::new(0),
+                    bytes_down: AtomicU64::new(0),
+                    tunnels_opened: Default::default(),
+                })
+                .collect(),
+            merged: SharedLock::new("stats merged", Merged::default()),
+            no_id: Arc::from(""),
+            generation: AtomicU64::new(0),
+            logs_per_ledger: denial_logs_per_second.div_ceil(ledgers as u32),
         }
     }
 
-    /// Counts one allowed connection or request.
-    pub fn record_allowed(&self, id: &Arc<str>) {
-        *lock(&self.decisions).entry((Arc::clone(id), None, true)).or_insert(0) += 1;
+    /// The ledger index of the threads that are not core threads.
+    pub(crate) fn off_core(&self) -> usize {
+        self.ledgers.len() - 1
     }
 
-    /// Counts, remembers and (rate-limited) logs one denial.
-    pub fn record_denied(&self, source: IpAddr, id: Option<&Arc<str>>, host: &str, port: u16, reason: Reason) {
-        self.record(source, id, host, port, reason, true);
+    /// The ledger of thread `ledger` (the last one for any index beyond).
+    fn ledger(&self, ledger: usize) -> &Ledger {
+        self.ledgers
+            .get(ledger)
+            .unwrap_or(&self.ledgers[self.ledgers.len() - 1])
+    }
+
+    /// Counts one allowed connection or request on `ledger`.
+    pub(crate) fn record_allowed(&self, ledger: usize, id: &Arc<str>) {
+        add_count(&mut self.ledger(ledger).book.lock().decisions, id, (None, true), 1);
+    }
+
+    /// Counts, remembers and (rate-limited) logs one denial on `ledger`.
+    pub(crate) fn record_denied(
+        &self,
+        ledger: usize,
+        source: IpAddr,
+        id: Option<&Arc<str>>,
+        host: &str,
+        port: u16,
+        reason: Reason,
+    ) {
+        self.record(ledger, source, id, host, port, reason, true);
     }
 
     /// Counts, remembers and (rate-limited) logs one would-be denial let
     /// through in report mode, apart from the denials.
-    pub fn record_reported(&self, source: IpAddr, id: &Arc<str>, host: &str, port: u16, reason: Reason) {
-        self.record(source, Some(id), host, port, reason, false);
+    pub(crate) fn record_reported(
+        &self,
+        ledger: usize,
+        source: IpAddr,
+        id: &Arc<str>,
+        host: &str,
+        port: u16,
+        reason: Reason,
+    ) {
+        self.record(ledger, source, Some(id), host, port, reason, false);
     }
 
-    fn record(&self, source: IpAddr, id: Option<&Arc<str>>, host: &str, port: u16, reason: Reason, enforced: bool) {
-        let id = Arc::clone(id.unwrap_or(&self.no_id));
-        *lock(&self.decisions)
-            .entry((Arc::clone(&id), Some(reason), enforced))
-            .or_insert(0) += 1;
+    #[expect(clippy::too_many_arguments, reason = "one denial's fields, recorded as they come")]
+    fn record(
+        &self,
+        ledger: usize,
+        source: IpAddr,
+        id: Option<&Arc<str>>,
+        host: &str,
+        port: u16,
+        reason: Reason,
+        enforced: bool,
+    ) {
+        let id = id.unwrap_or(&self.no_id);
         let host = truncated(host, MAX_HOST_RECORDED);
         let time_ms = now_ms();
-        if self.may_log(source, time_ms / 1000) {
+        let mut book = self.ledger(ledger).book.lock();
+        add_count(&mut book.decisions, id, (Some(reason), enforced), 1);
+        if may_log(&mut book.log_budget, self.logs_per_ledger, source, time_ms / 1000) {
             let remedy = reason.remedy();
             let host = host.escape_debug();
             if enforced {
@@ -185,64 +295,54 @@ impl Stats {
                 tracing::info!(%source, id = %id, %host, port, %reason, remedy, "let through, not enforced (report mode)");
             }
         }
-        let mut ring = lock(&self.denials);
-        // A full ring's oldest record gives its host buffer to the newest.
-        let mut recorded = match ring.len() {
-            DENIAL_RING => ring.pop_front().map(|oldest| oldest.host).unwrap_or_default(),
-            _ => String::new(),
+        // A full ring's oldest record gives its buffer to the newest.
+        let mut text = match book.denials.len() {
+            DENIAL_RING => book.denials.pop_front().map(|oldest| oldest.text).unwrap_or_default(),
+            _ => String::with_capacity(id.len() + host.len()),
         };
-        recorded.clear();
-        recorded.push_str(host);
-        ring.push_back(RecentDenial {
+        text.clear();
+        text.push_str(id);
+        text.push_str(host);
+        let seq = book.next_seq;
+        book.next_seq += 1;
+        book.denials.push_back(RecentDenial {
+            seq,
             time_ms,
             source,
-            id,
-            host: recorded,
+            text,
+            id_len: id.len(),
             port,
             reason,
             enforced,
         });
     }
 
-    /// Whether a denial of `source` in `second` may be logged. Only the
-    /// current second's counts matter, so the table starts empty with each
-    /// new second: it holds the sources denied in one second, not every
-    /// source ever denied.
-    fn may_log(&self, source: IpAddr, second: u64) -> bool {
-        let mut budget = lock(&self.log_budget);
-        let (current, counts) = &mut *budget;
-        if *current != second || counts.len() >= LOG_TABLE_LIMIT {
-            *current = second;
-            counts.clear();
-        }
-        let count = counts.entry(source).or_insert(0);
-        *count += 1;
-        *count <= self.denial_logs_per_second
-    }
-
-    /// Adds bytes moved in one direction.
-    pub(crate) fn add_bytes(&self, direction: Direction, n: u64) {
-        let counter = match direction {
-            Direction::Up => &self.bytes_up,
-            Direction::Down => &self.bytes_down,
-        };
-        counter.fetch_add(n, Ordering::Relaxed);
-    }
-
-    /// Counts one tunnel opened by `front_end`.
-    pub(crate) fn count_tunnel(&self, front_end: FrontEnd) {
-        self.tunnels_opened[front_end as usize].fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Counts a tunnel or forwarded connection as open until the guard drops.
-    pub fn open_tunnel(self: &Arc<Self>) -> ActiveTunnel {
-        self.active.fetch_add(1, Ordering::Relaxed);
-        ActiveTunnel(Arc::clone(self))
-    }
-
     /// Records the snapshot generation now enforced.
     pub fn set_generation(&self, generation: u64) {
         self.generation.store(generation, Ordering::Relaxed);
+    }
+
+    /// Moves every ledger's decision counts into `merged` and copies the
+    /// denials recorded since the last read into its ring; each book is
+    /// locked once, briefly.
+    fn merge(&self, merged: &mut Merged) {
+        merged.seen.resize(self.ledgers.len(), 0);
+        let mut fresh: Vec<Denial> = Vec::new();
+        for (index, ledger) in self.ledgers.iter().enumerate() {
+            let mut book = ledger.book.lock();
+            for (id, counts) in book.decisions.drain() {
+                for (reason, enforced, count) in counts {
+                    add_count(&mut merged.decisions, &id, (reason, enforced), count);
+                }
+            }
+            let seen = merged.seen[index];
+            fresh.extend(book.denials.iter().filter(|d| d.seq >= seen).map(RecentDenial::to_wire));
+            merged.seen[index] = book.next_seq;
+        }
+        fresh.sort_by_key(|denial| denial.time_ms);
+        merged.denials.extend(fresh);
+        let over = merged.denials.len().saturating_sub(DENIAL_RING);
+        merged.denials.drain(..over);
     }
 
     /// Drops the counters of every id that is not in `registered` (the ids
@@ -254,14 +354,17 @@ impl Stats {
     /// counts before they go.
     pub fn forget_departed<'a>(&self, registered: impl IntoIterator<Item = &'a str>, now: Instant) {
         let registered: FxHashSet<&str> = registered.into_iter().collect();
-        let mut decisions = lock(&self.decisions);
+        let mut merged = self.merged.lock();
+        self.merge(&mut merged);
+        let Merged {
+            decisions, departed, ..
+        } = &mut *merged;
         let mut totals: FxHashMap<Arc<str>, u64> = FxHashMap::default();
-        for ((id, _, _), count) in decisions.iter() {
+        for (id, counts) in decisions.iter() {
             if !id.is_empty() && !registered.contains(&**id) {
-                *totals.entry(Arc::clone(id)).or_insert(0) += count;
+                totals.insert(Arc::clone(id), counts.iter().map(|(_, _, n)| n).sum());
             }
         }
-        let mut departed = lock(&self.departed);
         departed.retain(|id, _| totals.contains_key(id));
         for (id, total) in totals {
             match departed.get_mut(&id) {
@@ -285,232 +388,139 @@ impl Stats {
             .map(|(_, (_, id))| id)
             .collect();
         if !gone.is_empty() {
-            decisions.retain(|(id, _, _), _| !gone.contains(id));
+            decisions.retain(|id, _| !gone.contains(id));
             departed.retain(|id, _| !gone.contains(id));
         }
-        keep_half_free(&mut decisions);
-        keep_half_free(&mut departed);
+        keep_half_free(decisions);
+        keep_half_free(departed);
     }
 
     /// Everything, for the control plane.
     pub fn report(&self) -> StatsReport {
-        let decisions = lock(&self.decisions)
+        let mut merged = self.merged.lock();
+        self.merge(&mut merged);
+        let decisions = merged
+            .decisions
             .iter()
-            .map(|((id, reason, enforced), count)| DecisionCount {
-                id: id.to_string(),
-                reason: *reason,
-                enforced: *enforced,
-                count: *count,
+            .flat_map(|(id, counts)| {
+                counts.iter().map(|(reason, enforced, count)| DecisionCount {
+                    id: id.to_string(),
+                    reason: *reason,
+                    enforced: *enforced,
+                    count: *count,
+                })
             })
             .collect();
+        let sum = |field: fn(&Ledger) -> &AtomicU64| {
+            self.ledgers
+                .iter()
+                .map(|ledger| field(ledger).load(Ordering::Relaxed))
+                .fold(0u64, u64::wrapping_add)
+        };
         StatsReport {
             decisions,
-            active_tunnels: self.active.load(Ordering::Relaxed),
-            bytes_up: self.bytes_up.load(Ordering::Relaxed),
-            bytes_down: self.bytes_down.load(Ordering::Relaxed),
-            denials: lock(&self.denials).iter().map(RecentDenial::to_wire).collect(),
+            active_tunnels: sum(|l| &l.active),
+            bytes_up: sum(|l| &l.bytes_up),
+            bytes_down: sum(|l| &l.bytes_down),
+            denials: merged.denials.iter().cloned().collect(),
             generation: self.generation.load(Ordering::Relaxed),
             tunnels_opened: FrontEnd::ALL
                 .iter()
                 .map(|&front_end| TunnelCount {
                     front_end: front_end.as_str().to_owned(),
-                    count: self.tunnels_opened[front_end as usize].load(Ordering::Relaxed),
+                    count: self
+                        .ledgers
+                        .iter()
+                        .map(|ledger| ledger.tunnels_opened[front_end as usize].load(Ordering::Relaxed))
+                        .sum(),
                 })
                 .collect(),
         }
     }
 }
 
+/// Whether a denial of `source` in `second` may be logged, `per_second`
+/// a second. Only the current second's counts matter, so the table starts
+/// empty with each new second: it holds the sources denied in one second,
+/// not every source ever denied.
+fn may_log(budget: &mut (u64, FxHashMap<IpAddr, u32>), per_second: u32, source: IpAddr, second: u64) -> bool {
+    let (current, counts) = budget;
+    if *current != second || counts.len() >= LOG_TABLE_LIMIT {
+        *current = second;
+        counts.clear();
+    }
+    let count = counts.entry(source).or_insert(0);
+    *count += 1;
+    *count <= per_second
+}
+
+/// One core thread's handle on the counters: what it records goes to its
+/// own ledger.
+pub(crate) struct ThreadStats {
+    stats: Arc<Stats>,
+    thread: usize,
+}
+
+impl ThreadStats {
+    /// Core thread `thread`'s handle on `stats`.
+    pub(crate) fn new(stats: Arc<Stats>, thread: usize) -> Rc<Self> {
+        Rc::new(ThreadStats { stats, thread })
+    }
+
+    /// The core thread this handle counts for.
+    pub(crate) fn thread(&self) -> usize {
+        self.thread
+    }
+
+    fn ledger(&self) -> &Ledger {
+        self.stats.ledger(self.thread)
+    }
+
+    /// Counts one allowed connection or request.
+    pub(crate) fn record_allowed(&self, id: &Arc<str>) {
+        self.stats.record_allowed(self.thread, id);
+    }
+
+    /// Counts, remembers and (rate-limited) logs one denial.
+    pub(crate) fn record_denied(&self, source: IpAddr, id: Option<&Arc<str>>, host: &str, port: u16, reason: Reason) {
+        self.stats.record_denied(self.thread, source, id, host, port, reason);
+    }
+
+    /// Counts one would-be denial let through in report mode.
+    pub(crate) fn record_reported(&self, source: IpAddr, id: &Arc<str>, host: &str, port: u16, reason: Reason) {
+        self.stats.record_reported(self.thread, source, id, host, port, reason);
+    }
+
+    /// Adds bytes moved in one direction.
+    pub(crate) fn add_bytes(&self, direction: Direction, n: u64) {
+        let ledger = self.ledger();
+        let counter = match direction {
+            Direction::Up => &ledger.bytes_up,
+            Direction::Down => &ledger.bytes_down,
+        };
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Counts one tunnel opened by `front_end`.
+    pub(crate) fn count_tunnel(&self, front_end: FrontEnd) {
+        self.ledger().tunnels_opened[front_end as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a tunnel or forwarded connection as open until the guard drops.
+    pub(crate) fn open_tunnel(self: &Rc<Self>) -> ActiveTunnel {
+        self.ledger().active.fetch_add(1, Ordering::Relaxed);
+        ActiveTunnel(Rc::clone(self))
+    }
+}
+
 /// Keeps one tunnel counted as active while alive.
-pub struct ActiveTunnel(Arc<Stats>);
+pub(crate) struct ActiveTunnel(Rc<ThreadStats>);
 
 impl Drop for ActiveTunnel {
     fn drop(&mut self) {
-        self.0.active.fetch_sub(1, Ordering::Relaxed);
+        self.0.ledger().active.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn counts_and_ring() {
-        let stats = Arc::new(Stats::new(1));
-        let id: Arc<str> = Arc::from("agent");
-        stats.record_allowed(&id);
-        stats.record_allowed(&id);
-        for i in 0..(DENIAL_RING + 5) {
-            stats.record_denied(
-                "127.0.0.2".parse().unwrap(),
-                Some(&id),
-                &format!("h{i}.test"),
-                443,
-                Reason::NotAllowed,
-            );
-        }
-        stats.record_denied("127.0.0.3".parse().unwrap(), None, "x.test", 80, Reason::Unregistered);
-        stats.record_reported("127.0.0.4".parse().unwrap(), &id, "new.test", 443, Reason::NotAllowed);
-        let tunnel = stats.open_tunnel();
-        stats.count_tunnel(FrontEnd::Socks5);
-        stats.count_tunnel(FrontEnd::Socks5);
-        stats.count_tunnel(FrontEnd::Connect);
-        let report = stats.report();
-        let opened: Vec<(&str, u64)> = report
-            .tunnels_opened
-            .iter()
-            .map(|t| (t.front_end.as_str(), t.count))
-            .collect();
-        assert_eq!(opened, [("connect", 1), ("transparent", 0), ("socks5", 2)]);
-        drop(tunnel);
-        assert_eq!(report.active_tunnels, 1);
-        assert_eq!(stats.report().active_tunnels, 0);
-        assert_eq!(report.denials.len(), DENIAL_RING);
-        let last = report.denials.last().unwrap();
-        assert_eq!(
-            (last.reason, last.enforced, last.host.as_str()),
-            (Reason::NotAllowed, false, "new.test")
-        );
-        let before = &report.denials[report.denials.len() - 2];
-        assert_eq!((before.reason, before.enforced), (Reason::Unregistered, true));
-        assert_eq!(report.denials[0].host, "h7.test");
-        let count = |id: &str, reason, enforced| {
-            report
-                .decisions
-                .iter()
-                .find(|d| d.id == id && d.reason == reason && d.enforced == enforced)
-                .map_or(0, |d| d.count)
-        };
-        assert_eq!(count("agent", None, true), 2);
-        assert_eq!(count("agent", Some(Reason::NotAllowed), true), DENIAL_RING as u64 + 5);
-        assert_eq!(
-            count("agent", Some(Reason::NotAllowed), false),
-            1,
-            "apart from the denials"
-        );
-        assert_eq!(count("", Some(Reason::Unregistered), true), 1);
-    }
-
-    #[test]
-    fn recorded_hosts_are_cut_at_255_bytes_on_a_char_boundary() {
-        let stats = Stats::new(0);
-        let long = format!("{}é{}", "a".repeat(254), "b".repeat(10));
-        stats.record_denied("127.0.0.2".parse().unwrap(), None, &long, 443, Reason::NotAllowed);
-        let report = stats.report();
-        assert_eq!(report.denials[0].host, "a".repeat(254));
-        assert_eq!(report.denials[0].ip, "127.0.0.2");
-        assert_eq!(report.denials[0].id, "");
-        assert_eq!(truncated("ok.test", 255), "ok.test");
-    }
-
-    #[test]
-    fn counters_of_departed_ids_go_once_they_stood_still_long_enough() {
-        let stats = Stats::new(0);
-        let (live, gone, back, still_denied): (Arc<str>, Arc<str>, Arc<str>, Arc<str>) =
-            ("live".into(), "gone".into(), "back".into(), "docker:bad-labels".into());
-        let source: IpAddr = "127.0.0.2".parse().unwrap();
-        for id in [&live, &gone, &back] {
-            stats.record_allowed(id);
-        }
-        stats.record_denied(source, None, "x.test", 80, Reason::Unregistered);
-        let t0 = Instant::now();
-        let minutes = |m: u64| t0 + Duration::from_secs(60 * m);
-        let ids = |stats: &Stats| {
-            let mut ids: Vec<String> = stats.report().decisions.into_iter().map(|d| d.id).collect();
-            ids.sort();
-            ids.dedup();
-            ids
-        };
-        // (minute, registered ids, whether the unregistered `docker:bad-labels`
-        // is denied again before the report, ids still reported after it)
-        type Step<'a> = (u64, &'a [&'a str], bool, &'a [&'a str]);
-        let steps: [Step; 6] = [
-            (0, &["live"], false, &["", "back", "gone", "live"]),
-            (2, &["live"], true, &["", "back", "docker:bad-labels", "gone", "live"]),
-            (
-                4,
-                &["live", "back"],
-                false,
-                &["", "back", "docker:bad-labels", "gone", "live"],
-            ),
-            (5, &["live"], true, &["", "back", "docker:bad-labels", "live"]),
-            (9, &["live"], false, &["", "back", "docker:bad-labels", "live"]),
-            (10, &["live"], false, &["", "live"]),
-        ];
-        for (minute, registered, denied_again, after) in steps {
-            if denied_again {
-                stats.record_denied(source, Some(&still_denied), "x.test", 443, Reason::InvalidLabel);
-            }
-            stats.forget_departed(registered.iter().copied(), minutes(minute));
-            assert_eq!(ids(&stats), after, "minute {minute}");
-        }
-    }
-
-    #[test]
-    fn departed_ids_beyond_the_floor_go_stillest_first() {
-        let stats = Stats::new(0);
-        let t0 = Instant::now();
-        let name = |n: usize| format!("gone-{n:05}");
-        for n in 0..DEPARTED_FLOOR {
-            stats.record_allowed(&Arc::from(name(n)));
-        }
-        stats.forget_departed(["live"], t0);
-        for n in DEPARTED_FLOOR..DEPARTED_FLOOR + 6 {
-            stats.record_allowed(&Arc::from(name(n)));
-        }
-        stats.forget_departed(["live"], t0 + Duration::from_secs(60));
-        let mut ids: Vec<String> = stats.report().decisions.into_iter().map(|d| d.id).collect();
-        ids.sort();
-        assert_eq!(ids.len(), DEPARTED_FLOOR);
-        assert!(ids.iter().any(|id| *id == name(DEPARTED_FLOOR + 5)), "the newest stay");
-        let first_batch_kept = ids.iter().filter(|id| **id < name(DEPARTED_FLOOR)).count();
-        assert_eq!(first_batch_kept, DEPARTED_FLOOR - 6);
-    }
-
-    #[test]
-    fn counters_of_a_steady_registry_under_churn_never_grow() {
-        let stats = Stats::new(0);
-        let t0 = Instant::now();
-        let (live, turnover) = (2_000, 100);
-        let id = |n: usize| -> Arc<str> { Arc::from(format!("sandbox-{n}")) };
-        let mut capacities = Vec::new();
-        for round in 0..300 {
-            let first = round * turnover;
-            for n in first..first + live {
-                stats.record_allowed(&id(n));
-            }
-            let registered: Vec<String> = (first..first + live).map(|n| id(n).to_string()).collect();
-            let now = t0 + DEPARTED_KEPT * round as u32;
-            stats.forget_departed(registered.iter().map(String::as_str), now);
-            capacities.push(lock(&stats.decisions).capacity());
-        }
-        let entries = lock(&stats.decisions).len();
-        assert_eq!(entries, live + turnover, "the live ids and the last ones to depart");
-        // Without the room kept, removed entries eat the free slots for
-        // about 120 rounds, and then the table doubles.
-        let grown = capacities.iter().position(|c| *c > capacities[0]);
-        assert_eq!(grown, None, "the table grew under churn, from {}", capacities[0]);
-    }
-
-    #[test]
-    fn log_budget_is_per_source_per_second() {
-        let stats = Stats::new(2);
-        let a: IpAddr = "127.0.0.2".parse().unwrap();
-        let b: IpAddr = "127.0.0.3".parse().unwrap();
-        assert!(stats.may_log(a, 10) && stats.may_log(a, 10));
-        assert!(!stats.may_log(a, 10));
-        assert!(stats.may_log(b, 10));
-        assert!(stats.may_log(a, 11));
-        // Only the current second's sources are held, however many were
-        // denied before (the table used to keep every source up to 10,000).
-        for i in 0..5000u32 {
-            stats.may_log(
-                IpAddr::V4(std::net::Ipv4Addr::from(0x7f01_0000 + i)),
-                20 + u64::from(i / 100),
-            );
-        }
-        assert_eq!(lock(&stats.log_budget).1.len(), 100);
-        assert!(stats.may_log(a, 100));
-        assert_eq!(lock(&stats.log_budget).1.len(), 1);
-    }
-}
+mod tests;

@@ -8,7 +8,7 @@
 //! this module, and `runtime`, which
 //! builds it, sits above it.
 
-use crate::plane::services::admission::Admission;
+use crate::plane::services::admission::{Admission, Gate};
 use crate::plane::services::ask::Asks;
 use crate::plane::services::conn::Conn;
 use crate::plane::services::fair::Turns;
@@ -16,7 +16,7 @@ use crate::plane::services::local_addrs::LocalAddresses;
 use crate::plane::services::meter::Meter;
 use crate::plane::services::resolve::{Dialer, NameCache, Resolver};
 use crate::plane::services::revocation::LiveSet;
-use crate::plane::services::stats::Stats;
+use crate::plane::services::stats::{Stats, ThreadStats};
 use crate::plane::services::tunnel::{Plumbing, Pools};
 use crate::plane::services::upstream_pool::UpstreamPool;
 use crackbox_policy::engine_config::{EngineConfig, Limits};
@@ -49,7 +49,10 @@ pub(crate) struct Worker {
     /// This core thread's index: its slot in every usage account.
     pub(crate) thread: usize,
     pub(crate) shared: Arc<Shared>,
-    pub(crate) stats: Arc<Stats>,
+    /// This thread's ledger of the engine's counters.
+    pub(crate) stats: Rc<ThreadStats>,
+    /// This thread's side of the connection caps.
+    pub(crate) gate: Rc<Gate>,
     pub(crate) limits: Limits,
     pub(crate) pools: Pools,
     pub(crate) live: Rc<LiveSet>,
@@ -70,7 +73,8 @@ impl Worker {
     pub(crate) fn new(thread: usize, shared: Arc<Shared>, nonblocking_dials: bool) -> Self {
         Worker {
             thread,
-            stats: Arc::clone(&shared.stats),
+            stats: ThreadStats::new(Arc::clone(&shared.stats), thread),
+            gate: Gate::new(Arc::clone(&shared.admission), thread),
             limits: shared.config.limits,
             cache: RefCell::new(shared.registry.cache()),
             watch: RefCell::new(shared.watched.cache()),

@@ -13,6 +13,7 @@
 
 use super::{DenialHook, DnsDenial};
 use crackbox_policy::reason::Reason;
+use crackbox_policy::usage::Account;
 use crackbox_policy::watch::Watch;
 use crackbox_policy::{Decision, Port, Snapshot, Verdict};
 use hickory_proto::op::{Edns, Header, Message, MessageType, OpCode, ResponseCode};
@@ -94,13 +95,13 @@ pub(crate) fn decide(
     match &verdict {
         Verdict::Deny { reason, id, account } => {
             if let Some(account) = account {
-                account.add_denial(*reason);
+                account.add_denial(Account::OFF_CORE, *reason);
             }
             record(on_denial, source, id.as_ref(), &name, *reason, true);
             Action::Reply(error_reply(&request, ResponseCode::NXDomain))
         }
         Verdict::Report { reason, id, account } => {
-            account.add_reported(*reason);
+            account.add_reported(Account::OFF_CORE, *reason);
             record(on_denial, source, Some(id), &name, *reason, false);
             Action::Forward(request)
         }

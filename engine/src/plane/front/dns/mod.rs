@@ -232,8 +232,8 @@ pub(crate) fn start(
         None => Answers::Upstream(system_upstream()?),
     };
     let hook: DenialHook = Arc::new(move |d: &DnsDenial<'_>| match (d.enforced, d.id) {
-        (false, Some(id)) => stats.record_reported(d.source, id, d.name, 53, d.reason),
-        _ => stats.record_denied(d.source, d.id, d.name, 53, d.reason),
+        (false, Some(id)) => stats.record_reported(stats.off_core(), d.source, id, d.name, 53, d.reason),
+        _ => stats.record_denied(stats.off_core(), d.source, d.id, d.name, 53, d.reason),
     });
     let policy = Policy {
         registry,
