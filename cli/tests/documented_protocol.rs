@@ -29,7 +29,10 @@ fn the_wire_section_names_every_message_kind_and_the_protocol_version() {
         .into_iter()
         .filter(|kind| !names(&section, kind))
         .collect();
-    assert!(missing.is_empty(), "docs/architecture.md's wire section misses {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "docs/architecture.md's wire section misses {missing:?}"
+    );
     assert!(
         section.contains(&format!("Protocol version {PROTOCOL}.")),
         "docs/architecture.md's wire section must say Protocol version {PROTOCOL}."

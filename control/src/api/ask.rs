@@ -18,7 +18,9 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::Json;
-use crackbox_policy::ask::{always_entry, Answer, DecideBody, DecidedRequest, Event, PendingAnswer, PendingId};
+use crackbox_policy::ask::{
+    always_entry, Answer, DecideBody, DecidedRequest, Event, PendingAnswer, PendingId, Settlement,
+};
 use futures_util::{Stream, StreamExt};
 use tokio::sync::broadcast::error::RecvError;
 
@@ -87,6 +89,10 @@ async fn always(state: &AppState, id: PendingId) -> Result<DecidedRequest, ApiEr
         .decide(id, Answer::Always, ENGINE_REQUEST_TIMEOUT)
         .await?
         .ok_or_else(|| not_pending(&id.to_string()))?;
+    if decided.decision != Settlement::Always {
+        // Settled otherwise before the answer came (a snapshot refused it).
+        return Ok(decided);
+    }
     let outcome = state.registry.allow(request.ip, id_of, entry).await.map_err(|err| {
         tracing::error!(error = %err, id, "state file write failed, the name answered always was not added");
         ApiError::new(
