@@ -20,7 +20,7 @@
 //! tunnel counts it without touching a reference count other threads share.
 
 use super::locks::{SharedLock, ThreadLock};
-use crackbox_policy::reason::Reason;
+use crackbox_policy::reason::{Layer, Reason};
 use crackbox_policy::wire::{DecisionCount, Denial, StatsReport, TunnelCount};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::VecDeque;
@@ -110,6 +110,7 @@ struct RecentDenial {
     id_len: usize,
     port: u16,
     reason: Reason,
+    layer: Layer,
     enforced: bool,
 }
 
@@ -124,6 +125,7 @@ impl RecentDenial {
             port: self.port,
             reason: self.reason,
             enforced: self.enforced,
+            layer: Some(self.layer),
         }
     }
 }
@@ -243,7 +245,9 @@ impl Stats {
         add_count(&mut self.ledger(ledger).book.lock().decisions, id, (None, true), 1);
     }
 
-    /// Counts, remembers and (rate-limited) logs one denial on `ledger`.
+    /// Counts, remembers and (rate-limited) logs one denial on `ledger`,
+    /// with the layer that decided it.
+    #[expect(clippy::too_many_arguments, reason = "one denial's fields, recorded as they come")]
     pub(crate) fn record_denied(
         &self,
         ledger: usize,
@@ -252,12 +256,13 @@ impl Stats {
         host: &str,
         port: u16,
         reason: Reason,
+        layer: Layer,
     ) {
-        self.record(ledger, source, id, host, port, reason, true);
+        self.record(ledger, source, id, host, port, (reason, layer), true);
     }
 
     /// Counts, remembers and (rate-limited) logs one would-be denial let
-    /// through in report mode, apart from the denials.
+    /// through in report mode (the mode's doing), apart from the denials.
     pub(crate) fn record_reported(
         &self,
         ledger: usize,
@@ -267,7 +272,7 @@ impl Stats {
         port: u16,
         reason: Reason,
     ) {
-        self.record(ledger, source, Some(id), host, port, reason, false);
+        self.record(ledger, source, Some(id), host, port, (reason, Layer::Mode), false);
     }
 
     #[expect(clippy::too_many_arguments, reason = "one denial's fields, recorded as they come")]
@@ -278,7 +283,7 @@ impl Stats {
         id: Option<&Arc<str>>,
         host: &str,
         port: u16,
-        reason: Reason,
+        (reason, layer): (Reason, Layer),
         enforced: bool,
     ) {
         let id = id.unwrap_or(&self.no_id);
@@ -290,9 +295,9 @@ impl Stats {
             let remedy = reason.remedy();
             let host = host.escape_debug();
             if enforced {
-                tracing::info!(%source, id = %id, %host, port, %reason, remedy, "denied");
+                tracing::info!(%source, id = %id, %host, port, %reason, %layer, remedy, "denied");
             } else {
-                tracing::info!(%source, id = %id, %host, port, %reason, remedy, "let through, not enforced (report mode)");
+                tracing::info!(%source, id = %id, %host, port, %reason, %layer, remedy, "let through, not enforced (report mode)");
             }
         }
         // A full ring's oldest record gives its buffer to the newest.
@@ -313,6 +318,7 @@ impl Stats {
             id_len: id.len(),
             port,
             reason,
+            layer,
             enforced,
         });
     }
@@ -481,9 +487,19 @@ impl ThreadStats {
         self.stats.record_allowed(self.thread, id);
     }
 
-    /// Counts, remembers and (rate-limited) logs one denial.
-    pub(crate) fn record_denied(&self, source: IpAddr, id: Option<&Arc<str>>, host: &str, port: u16, reason: Reason) {
-        self.stats.record_denied(self.thread, source, id, host, port, reason);
+    /// Counts, remembers and (rate-limited) logs one denial, with the
+    /// layer that decided it.
+    pub(crate) fn record_denied(
+        &self,
+        source: IpAddr,
+        id: Option<&Arc<str>>,
+        host: &str,
+        port: u16,
+        reason: Reason,
+        layer: Layer,
+    ) {
+        self.stats
+            .record_denied(self.thread, source, id, host, port, reason, layer);
     }
 
     /// Counts one would-be denial let through in report mode.

@@ -1,4 +1,5 @@
 use super::*;
+use crackbox_policy::reason::Layer;
 
 fn handle(stats: &Arc<Stats>, thread: usize) -> Rc<ThreadStats> {
     ThreadStats::new(Arc::clone(stats), thread)
@@ -18,6 +19,7 @@ fn counts_and_ring() {
             &format!("h{i}.test"),
             443,
             Reason::NotAllowed,
+            Layer::Entry,
         );
     }
     stats.record_denied(
@@ -27,6 +29,7 @@ fn counts_and_ring() {
         "x.test",
         80,
         Reason::Unregistered,
+        Layer::Registration,
     );
     first.record_reported("127.0.0.4".parse().unwrap(), &id, "new.test", 443, Reason::NotAllowed);
     let tunnel = first.open_tunnel();
@@ -84,7 +87,14 @@ fn counts_and_ring() {
     // A later read keeps what the first merged and adds what came since,
     // each denial once.
     second.record_allowed(&id);
-    second.record_denied("127.0.0.5".parse().unwrap(), None, "y.test", 80, Reason::Unregistered);
+    second.record_denied(
+        "127.0.0.5".parse().unwrap(),
+        None,
+        "y.test",
+        80,
+        Reason::Unregistered,
+        Layer::Registration,
+    );
     let later = stats.report();
     assert_eq!(count(&later, "agent", None, true), 3);
     assert_eq!(count(&later, "", Some(Reason::Unregistered), true), 2);
@@ -96,7 +106,15 @@ fn counts_and_ring() {
 fn recorded_hosts_are_cut_at_255_bytes_on_a_char_boundary() {
     let stats = Stats::new(1, 0);
     let long = format!("{}é{}", "a".repeat(254), "b".repeat(10));
-    stats.record_denied(0, "127.0.0.2".parse().unwrap(), None, &long, 443, Reason::NotAllowed);
+    stats.record_denied(
+        0,
+        "127.0.0.2".parse().unwrap(),
+        None,
+        &long,
+        443,
+        Reason::NotAllowed,
+        Layer::Entry,
+    );
     let report = stats.report();
     assert_eq!(report.denials[0].host, "a".repeat(254));
     assert_eq!(report.denials[0].ip, "127.0.0.2");
@@ -116,6 +134,7 @@ fn a_full_ring_records_a_denial_without_allocating_its_buffer() {
             "a.test",
             443,
             Reason::NotAllowed,
+            Layer::Entry,
         );
     }
     let buffers = |stats: &Stats| -> Vec<*const u8> {
@@ -135,6 +154,7 @@ fn a_full_ring_records_a_denial_without_allocating_its_buffer() {
         "b.test",
         443,
         Reason::NotAllowed,
+        Layer::Entry,
     );
     let after = buffers(&stats);
     assert_eq!(
@@ -153,7 +173,7 @@ fn counters_of_departed_ids_go_once_they_stood_still_long_enough() {
     for id in [&live, &gone, &back] {
         stats.record_allowed(0, id);
     }
-    stats.record_denied(0, source, None, "x.test", 80, Reason::Unregistered);
+    stats.record_denied(0, source, None, "x.test", 80, Reason::Unregistered, Layer::Registration);
     let t0 = Instant::now();
     let minutes = |m: u64| t0 + Duration::from_secs(60 * m);
     let ids = |stats: &Stats| {
@@ -180,7 +200,15 @@ fn counters_of_departed_ids_go_once_they_stood_still_long_enough() {
     ];
     for (minute, registered, denied_again, after) in steps {
         if denied_again {
-            stats.record_denied(0, source, Some(&still_denied), "x.test", 443, Reason::InvalidLabel);
+            stats.record_denied(
+                0,
+                source,
+                Some(&still_denied),
+                "x.test",
+                443,
+                Reason::InvalidLabel,
+                Layer::Registration,
+            );
         }
         stats.forget_departed(registered.iter().copied(), minutes(minute));
         assert_eq!(ids(&stats), after, "minute {minute}");
