@@ -127,6 +127,40 @@ pub enum Verdict {
 }
 
 impl Verdict {
+    /// The same verdict, borrowing what it names.
+    pub fn as_ref(&self) -> VerdictRef<'_> {
+        match self {
+            Verdict::Allow {
+                matched,
+                layer,
+                id,
+                account,
+            } => VerdictRef::Allow {
+                matched: *matched,
+                layer: *layer,
+                id,
+                account,
+            },
+            Verdict::Deny {
+                reason,
+                layer,
+                id,
+                account,
+            } => VerdictRef::Deny {
+                reason: *reason,
+                layer: *layer,
+                id: id.as_ref(),
+                account: account.as_ref(),
+            },
+            Verdict::Report { reason, id, account } => VerdictRef::Report {
+                reason: *reason,
+                id,
+                account,
+            },
+            Verdict::Ask { id, account } => VerdictRef::Ask { id, account },
+        }
+    }
+
     /// The layer that decided: report mode and a held connection still
     /// waiting are the mode's doing.
     pub fn layer(&self) -> Layer {
@@ -170,316 +204,178 @@ pub fn standing<'a>(snapshot: &'a Snapshot, watch: &'a Watch, source: IpAddr) ->
 
 /// Decides whether `source` may reach `host` on `port`.
 pub fn decide(snapshot: &Snapshot, watch: &Watch, source: IpAddr, host: &str, port: Port) -> Decision {
-    let deny = |reason, layer, id: Option<&Arc<str>>, account: Option<&Arc<Account>>| {
-        Decision::Made(Verdict::Deny {
+    decide_ref(snapshot, watch, source, host, port).to_owned()
+}
+
+/// [`Decision`] borrowing the registration it names from the snapshot it
+/// was decided on: deciding clones nothing, so a data plane deciding on
+/// many threads at once never touches the reference counts of a
+/// registration's id and account, which every thread shares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecisionRef<'a> {
+    /// Decided now.
+    Made(VerdictRef<'a>),
+    /// See [`Decision::AwaitRegistration`].
+    AwaitRegistration,
+}
+
+/// [`Verdict`] borrowing the registration's id and account.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VerdictRef<'a> {
+    /// See [`Verdict::Allow`].
+    Allow {
+        /// Name or IP-literal match.
+        matched: MatchedBy,
+        /// What let it through.
+        layer: Layer,
+        /// The source's registration id.
+        id: &'a Arc<str>,
+        /// The registration's usage account and cap.
+        account: &'a Arc<Account>,
+    },
+    /// See [`Verdict::Deny`].
+    Deny {
+        /// Why.
+        reason: Reason,
+        /// What refused it.
+        layer: Layer,
+        /// The registration id, or the container of an `invalid-label` source.
+        id: Option<&'a Arc<str>>,
+        /// The registration's usage account.
+        account: Option<&'a Arc<Account>>,
+    },
+    /// See [`Verdict::Report`].
+    Report {
+        /// The reason it would have been denied.
+        reason: Reason,
+        /// The source's registration id.
+        id: &'a Arc<str>,
+        /// The registration's usage account.
+        account: &'a Arc<Account>,
+    },
+    /// See [`Verdict::Ask`].
+    Ask {
+        /// The source's registration id.
+        id: &'a Arc<str>,
+        /// The registration's usage account.
+        account: &'a Arc<Account>,
+    },
+}
+
+impl<'a> DecisionRef<'a> {
+    /// As [`Decision::settled`].
+    pub fn settled(self) -> VerdictRef<'a> {
+        match self {
+            DecisionRef::Made(verdict) => verdict,
+            DecisionRef::AwaitRegistration => VerdictRef::Deny {
+                reason: Reason::Unregistered,
+                layer: Layer::Registration,
+                id: None,
+                account: None,
+            },
+        }
+    }
+
+    /// The same decision owning what it names.
+    pub fn to_owned(self) -> Decision {
+        match self {
+            DecisionRef::Made(verdict) => Decision::Made(verdict.to_owned()),
+            DecisionRef::AwaitRegistration => Decision::AwaitRegistration,
+        }
+    }
+}
+
+impl VerdictRef<'_> {
+    /// The same verdict owning what it names.
+    pub fn to_owned(self) -> Verdict {
+        match self {
+            VerdictRef::Allow {
+                matched,
+                layer,
+                id,
+                account,
+            } => Verdict::Allow {
+                matched,
+                layer,
+                id: Arc::clone(id),
+                account: Arc::clone(account),
+            },
+            VerdictRef::Deny {
+                reason,
+                layer,
+                id,
+                account,
+            } => Verdict::Deny {
+                reason,
+                layer,
+                id: id.map(Arc::clone),
+                account: account.map(Arc::clone),
+            },
+            VerdictRef::Report { reason, id, account } => Verdict::Report {
+                reason,
+                id: Arc::clone(id),
+                account: Arc::clone(account),
+            },
+            VerdictRef::Ask { id, account } => Verdict::Ask {
+                id: Arc::clone(id),
+                account: Arc::clone(account),
+            },
+        }
+    }
+}
+
+/// [`decide`] without cloning: the verdict borrows from `snapshot` and `watch`.
+pub fn decide_ref<'a>(
+    snapshot: &'a Snapshot,
+    watch: &'a Watch,
+    source: IpAddr,
+    host: &str,
+    port: Port,
+) -> DecisionRef<'a> {
+    let deny = |reason, layer, id: Option<&'a Arc<str>>, account: Option<&'a Arc<Account>>| {
+        DecisionRef::Made(VerdictRef::Deny {
             reason,
             layer,
-            id: id.map(Arc::clone),
-            account: account.map(Arc::clone),
+            id,
+            account,
         })
     };
     let registration = match standing(snapshot, watch, source) {
         Standing::Registered(registration) => registration,
         Standing::InvalidLabel(id) => return deny(Reason::InvalidLabel, Layer::Registration, Some(id), None),
-        Standing::AwaitingRegistration => return Decision::AwaitRegistration,
+        Standing::AwaitingRegistration => return DecisionRef::AwaitRegistration,
         Standing::Unregistered => return deny(Reason::Unregistered, Layer::Registration, None, None),
     };
     let lookup = match port {
         Port::Number(port) => registration.allowlist.lookup(host, port),
         Port::Any => registration.allowlist.lookup_any_port(host),
     };
+    let (id, account) = (registration.id.shared(), &registration.account);
     let matched = match lookup {
         Lookup::Allowed(matched) => Some(matched),
-        Lookup::Denied => {
-            return deny(
-                Reason::DeniedEntry,
-                Layer::DenyEntry,
-                Some(registration.id.shared()),
-                Some(&registration.account),
-            )
-        }
+        Lookup::Denied => return deny(Reason::DeniedEntry, Layer::DenyEntry, Some(id), Some(account)),
         Lookup::Unlisted => None,
     };
     match matched {
-        Some(matched) => Decision::Made(Verdict::Allow {
+        Some(matched) => DecisionRef::Made(VerdictRef::Allow {
             matched,
             layer: Layer::Entry,
-            id: Arc::clone(registration.id.shared()),
-            account: Arc::clone(&registration.account),
+            id,
+            account,
         }),
         // Report mode lets through what could be reached: never a host that
         // is no name or address at all (a request without `Host`).
-        None if registration.mode == Mode::Report && is_valid_host(host) => Decision::Made(Verdict::Report {
+        None if registration.mode == Mode::Report && is_valid_host(host) => DecisionRef::Made(VerdictRef::Report {
             reason: Reason::NotAllowed,
-            id: Arc::clone(registration.id.shared()),
-            account: Arc::clone(&registration.account),
+            id,
+            account,
         }),
-        None if registration.mode == Mode::Ask && is_valid_host(host) => Decision::Made(Verdict::Ask {
-            id: Arc::clone(registration.id.shared()),
-            account: Arc::clone(&registration.account),
-        }),
-        None => deny(
-            Reason::NotAllowed,
-            Layer::Entry,
-            Some(registration.id.shared()),
-            Some(&registration.account),
-        ),
+        None if registration.mode == Mode::Ask && is_valid_host(host) => {
+            DecisionRef::Made(VerdictRef::Ask { id, account })
+        }
+        None => deny(Reason::NotAllowed, Layer::Entry, Some(id), Some(account)),
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::RegistrationSpec;
-
-    fn snapshot() -> Snapshot {
-        let spec = |ip: &str, id: &str, allow: &[&str]| RegistrationSpec::parse(ip, id, allow).unwrap();
-        Snapshot::build(
-            1,
-            &[
-                spec("10.0.0.2", "agent", &["allowed.test", "port.test:443", "203.0.113.7"])
-                    .with_deny(&["gist.allowed.test"])
-                    .unwrap(),
-                spec("10.5.0.3", "labelled", &["allowed.test"]),
-                spec("10.0.0.4", "none", &[]),
-                spec("10.0.0.5", "watched", &["allowed.test:443", "203.0.113.7"])
-                    .with_mode(Mode::Report)
-                    .with_deny(&["gist.allowed.test"])
-                    .unwrap(),
-                spec("10.5.0.4", "watched-labelled", &[]).with_mode(Mode::Report),
-                spec("10.0.0.6", "asking", &["allowed.test:443"])
-                    .with_mode(Mode::Ask)
-                    .with_deny(&["gist.allowed.test"])
-                    .unwrap(),
-            ],
-        )
-    }
-
-    fn watch() -> Watch {
-        Watch::new(
-            ["10.5.0.0/16".parse().unwrap()],
-            [("10.5.0.9".parse().unwrap(), "docker:bad".into())],
-        )
-    }
-
-    #[test]
-    fn decision_table() {
-        let (snapshot, watch) = (snapshot(), watch());
-        // The account of the registration with `id` (an invalid label has none).
-        let account = |id: &str| {
-            let source = match id {
-                "agent" => "10.0.0.2",
-                "labelled" => "10.5.0.3",
-                "none" => "10.0.0.4",
-                "watched" => "10.0.0.5",
-                "watched-labelled" => "10.5.0.4",
-                "asking" => "10.0.0.6",
-                _ => return None,
-            };
-            Some(Arc::clone(&snapshot.lookup(source.parse().unwrap())?.account))
-        };
-        let allow = |matched, id: &str| {
-            Decision::Made(Verdict::Allow {
-                matched,
-                layer: Layer::Entry,
-                id: id.into(),
-                account: account(id).unwrap(),
-            })
-        };
-        let deny = |reason, id: Option<&str>| {
-            let layer = match reason {
-                Reason::DeniedEntry => Layer::DenyEntry,
-                Reason::NotAllowed => Layer::Entry,
-                _ => Layer::Registration,
-            };
-            Decision::Made(Verdict::Deny {
-                reason,
-                layer,
-                id: id.map(Into::into),
-                account: id.and_then(account),
-            })
-        };
-        let report = |id: &str| {
-            Decision::Made(Verdict::Report {
-                reason: Reason::NotAllowed,
-                id: id.into(),
-                account: account(id).unwrap(),
-            })
-        };
-        let ask = |id: &str| {
-            Decision::Made(Verdict::Ask {
-                id: id.into(),
-                account: account(id).unwrap(),
-            })
-        };
-        let (name, literal) = (MatchedBy::Name, MatchedBy::IpLiteral);
-        let cases = [
-            ("10.0.0.2", "allowed.test", Port::Number(80), allow(name, "agent")),
-            (
-                "10.0.0.2",
-                "a.gist.allowed.test",
-                Port::Number(443),
-                deny(Reason::DeniedEntry, Some("agent")),
-            ),
-            (
-                "10.0.0.5",
-                "gist.allowed.test",
-                Port::Number(443),
-                deny(Reason::DeniedEntry, Some("watched")),
-            ),
-            (
-                "10.0.0.6",
-                "gist.allowed.test",
-                Port::Number(443),
-                deny(Reason::DeniedEntry, Some("asking")),
-            ),
-            (
-                "10.0.0.6",
-                "gist.allowed.test",
-                Port::Any,
-                deny(Reason::DeniedEntry, Some("asking")),
-            ),
-            ("10.0.0.2", "API.allowed.test.", Port::Number(443), allow(name, "agent")),
-            ("10.0.0.2", "port.test", Port::Number(443), allow(name, "agent")),
-            (
-                "10.0.0.2",
-                "port.test",
-                Port::Number(80),
-                deny(Reason::NotAllowed, Some("agent")),
-            ),
-            ("10.0.0.2", "port.test", Port::Any, allow(name, "agent")),
-            ("10.0.0.2", "203.0.113.7", Port::Number(22), allow(literal, "agent")),
-            (
-                "10.0.0.2",
-                "evil.test",
-                Port::Number(443),
-                deny(Reason::NotAllowed, Some("agent")),
-            ),
-            (
-                "10.0.0.2",
-                "evil.test",
-                Port::Any,
-                deny(Reason::NotAllowed, Some("agent")),
-            ),
-            (
-                "10.0.0.2",
-                "",
-                Port::Number(80),
-                deny(Reason::NotAllowed, Some("agent")),
-            ),
-            ("::ffff:10.0.0.2", "allowed.test", Port::Any, allow(name, "agent")),
-            (
-                "10.0.0.4",
-                "allowed.test",
-                Port::Any,
-                deny(Reason::NotAllowed, Some("none")),
-            ),
-            // Registered inside a watched subnet: decided, never held.
-            ("10.5.0.3", "allowed.test", Port::Number(80), allow(name, "labelled")),
-            (
-                "10.5.0.9",
-                "allowed.test",
-                Port::Number(80),
-                deny(Reason::InvalidLabel, Some("docker:bad")),
-            ),
-            (
-                "10.5.0.9",
-                "allowed.test",
-                Port::Any,
-                deny(Reason::InvalidLabel, Some("docker:bad")),
-            ),
-            (
-                "10.5.7.7",
-                "allowed.test",
-                Port::Number(80),
-                Decision::AwaitRegistration,
-            ),
-            ("10.5.7.7", "allowed.test", Port::Any, Decision::AwaitRegistration),
-            (
-                "::ffff:10.5.7.7",
-                "allowed.test",
-                Port::Any,
-                Decision::AwaitRegistration,
-            ),
-            (
-                "::ffff:10.5.0.9",
-                "allowed.test",
-                Port::Any,
-                deny(Reason::InvalidLabel, Some("docker:bad")),
-            ),
-            (
-                "10.9.0.1",
-                "allowed.test",
-                Port::Number(80),
-                deny(Reason::Unregistered, None),
-            ),
-            ("10.9.0.1", "allowed.test", Port::Any, deny(Reason::Unregistered, None)),
-            // Report mode: what the list allows is allowed, the rest reported.
-            ("10.0.0.5", "allowed.test", Port::Number(443), allow(name, "watched")),
-            ("10.0.0.5", "203.0.113.7", Port::Number(22), allow(literal, "watched")),
-            ("10.0.0.5", "allowed.test", Port::Number(80), report("watched")),
-            ("10.0.0.5", "evil.test", Port::Number(443), report("watched")),
-            ("10.0.0.5", "Evil.Test.", Port::Any, report("watched")),
-            ("10.0.0.5", "203.0.113.8", Port::Number(443), report("watched")),
-            ("::ffff:10.0.0.5", "[2001:db8::1]", Port::Number(443), report("watched")),
-            ("10.5.0.4", "anything.test", Port::Any, report("watched-labelled")),
-            // Nothing to let through: no name at all.
-            (
-                "10.0.0.5",
-                "",
-                Port::Number(80),
-                deny(Reason::NotAllowed, Some("watched")),
-            ),
-            (
-                "10.0.0.5",
-                "bad host",
-                Port::Number(80),
-                deny(Reason::NotAllowed, Some("watched")),
-            ),
-            // Ask mode: what the list allows is allowed, the rest asked about.
-            ("10.0.0.6", "allowed.test", Port::Number(443), allow(name, "asking")),
-            ("10.0.0.6", "allowed.test", Port::Number(80), ask("asking")),
-            ("10.0.0.6", "new.test", Port::Number(443), ask("asking")),
-            ("10.0.0.6", "new.test", Port::Any, ask("asking")),
-            ("10.0.0.6", "203.0.113.9", Port::Number(22), ask("asking")),
-            (
-                "10.0.0.6",
-                "",
-                Port::Number(80),
-                deny(Reason::NotAllowed, Some("asking")),
-            ),
-        ];
-        for (source, host, port, want) in cases {
-            let got = decide(&snapshot, &watch, source.parse().unwrap(), host, port);
-            assert_eq!(got, want, "{source} -> {host} {port:?}");
-        }
-    }
-
-    #[test]
-    fn a_settled_wait_is_an_unregistered_denial() {
-        let unregistered = Verdict::Deny {
-            reason: Reason::Unregistered,
-            layer: Layer::Registration,
-            id: None,
-            account: None,
-        };
-        assert_eq!(Decision::AwaitRegistration.settled(), unregistered);
-        let allowed = Verdict::Allow {
-            matched: MatchedBy::Name,
-            layer: Layer::Entry,
-            id: "a".into(),
-            account: Arc::new(Account::new(1, Arc::default())),
-        };
-        assert_eq!(Decision::Made(allowed.clone()).settled(), allowed);
-    }
-
-    #[test]
-    fn standing_needs_no_destination() {
-        let (snapshot, watch) = (snapshot(), watch());
-        let of = |source: &str| standing(&snapshot, &watch, source.parse().unwrap());
-        assert!(matches!(of("10.0.0.2"), Standing::Registered(r) if &*r.id == "agent"));
-        assert!(matches!(of("10.5.0.9"), Standing::InvalidLabel(id) if &**id == "docker:bad"));
-        assert_eq!(of("10.5.1.1"), Standing::AwaitingRegistration);
-        assert_eq!(of("192.0.2.1"), Standing::Unregistered);
-    }
-}
+mod tests;

@@ -59,7 +59,7 @@ pub mod wire;
 pub use allow_file::{parse_allow_file, AllowFileError};
 pub use allowlist::{entries_from_config, match_host, Allowlist, ListError, Lookup, MatchedBy};
 pub use bandwidth::{Bandwidth, BandwidthError, MIN_BANDWIDTH};
-pub use decide::{decide, Decision, Port, Verdict};
+pub use decide::{decide, decide_ref, Decision, DecisionRef, Port, Verdict, VerdictRef};
 pub use direction::Direction;
 pub use entry::{AllowEntry, EntryError, Target, MAX_ENTRIES};
 pub use held::{decide_held, AskState};

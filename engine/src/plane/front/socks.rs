@@ -122,7 +122,7 @@ pub(crate) fn serve<'w>(
             conn: &client,
             front_end: "socks5",
         };
-        let (upstream, live, account) = match reach_tracked(worker, asker, &host, port).await {
+        let (upstream, live, sandbox) = match reach_tracked(worker, asker, &host, port).await {
             Ok(reached) => reached,
             Err(why) => {
                 outbox.refuse(&client, Refusal::Reply(reply_for(why))).await;
@@ -136,7 +136,7 @@ pub(crate) fn serve<'w>(
         }
         // Counted before the client hears success, so a client that reads
         // the usage after its reply finds its tunnel there.
-        account.add_tunnel(worker.thread);
+        sandbox.account.add_tunnel(worker.thread);
         worker.stats.count_tunnel(FrontEnd::Socks5);
         let active = worker.stats.open_tunnel();
         outbox.push(&Reply::Succeeded.bytes());
@@ -146,7 +146,7 @@ pub(crate) fn serve<'w>(
         // Bytes sent early by the client go on first, and their buffer goes:
         // an idle tunnel holds none.
         if worker
-            .meter(&account)
+            .meter(&sandbox.account)
             .send(&upstream, &early, Direction::Up)
             .await
             .is_err()
@@ -158,7 +158,7 @@ pub(crate) fn serve<'w>(
             client,
             upstream,
             live,
-            account,
+            sandbox,
             active,
         })
     }

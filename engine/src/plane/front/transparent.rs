@@ -97,7 +97,7 @@ pub(crate) fn serve_tls<'w>(
             conn: &client,
             front_end,
         };
-        let (upstream, live, account) = match reach_tracked(worker, asker, &name, port).await {
+        let (upstream, live, sandbox) = match reach_tracked(worker, asker, &name, port).await {
             Ok(reached) => reached,
             Err(Unreached::Denied(reason)) => {
                 tracing::debug!(%source, name, reason = reason.as_str(), "transparent: denied, closed");
@@ -112,21 +112,21 @@ pub(crate) fn serve_tls<'w>(
             return None;
         }
         if worker
-            .meter(&account)
+            .meter(&sandbox.account)
             .send(&upstream, &peeked, Direction::Up)
             .await
             .is_err()
         {
             return None;
         }
-        account.add_tunnel(worker.thread);
+        sandbox.account.add_tunnel(worker.thread);
         drop(peeked);
         worker.stats.count_tunnel(FrontEnd::Transparent);
         Some(Handoff {
             client,
             upstream,
             live,
-            account,
+            sandbox,
             active: worker.stats.open_tunnel(),
         })
     }

@@ -123,7 +123,7 @@ fn serve_connection(worker: Rc<Worker>, mut conn: Conn, source: IpAddr, plane: P
 #[expect(clippy::manual_async_fn, reason = "an async fn keeps its arguments twice")]
 fn run_tunnel(worker: Rc<Worker>, handoff: Handoff, ticket: Ticket) -> impl Future<Output = ()> {
     async move {
-        let plumbing = worker.plumbing(&handoff.account);
+        let plumbing = worker.plumbing(&handoff.sandbox.account);
         tunnel::run(plumbing, &handoff.client, &handoff.upstream, handoff.live.signal()).await;
         // The sockets close before the source's admission is given back.
         drop(handoff);

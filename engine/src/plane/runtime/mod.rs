@@ -308,7 +308,7 @@ fn core_thread(
             std::rc::Rc::clone(&worker.live),
             std::rc::Rc::clone(&worker.upstreams),
             std::rc::Rc::clone(&worker.stats),
-            std::rc::Rc::clone(&worker.gate),
+            (std::rc::Rc::clone(&worker.gate), std::rc::Rc::clone(&worker.sandboxes)),
             worker.limits.tunnel_idle_timeout,
             std::sync::Arc::clone(&worker.shared.registry),
             std::sync::Arc::clone(&worker.shared.watched),

@@ -174,7 +174,7 @@ impl Admission {
     /// Takes back the spare slots `thread` holds of `sources` (each with
     /// none open on it), forgetting a source once no thread holds any.
     fn give_back(&self, thread: usize, sources: Vec<(IpAddr, Arc<Shares>)>) {
-        let mut pool = self.pool.lock();
+        let mut pool = self.pool.lock_for_sweep();
         for (source, shares) in sources {
             let spare = shares.of(thread).spare.swap(0, Ordering::Relaxed);
             let Some(leased) = pool.sources.get_mut(&source) else {

@@ -13,20 +13,40 @@
 //! refused as that verdict says. Every denial is counted with the layer
 //! that decided it. Used by every TCP front end (the DNS filter asks the
 //! same function on its own threads).
+//!
+//! The decision borrows the registration from the snapshot; what lets a
+//! connection through comes back as this thread's handle on it (see
+//! `sandboxes`), so deciding and holding a connection clone nothing the
+//! other core threads share.
 
 use crate::plane::services::ask::Asking;
 use crate::plane::services::conn::{Conn, Peeked};
 use crate::plane::services::resolve::may_dial;
 use crate::plane::services::revocation::LiveEntry;
+use crate::plane::services::sandboxes::Sandbox;
 use crate::plane::services::upstream_pool::{self, still_allowed, Place};
 use crate::plane::services::worker::Worker;
 use crackbox_policy::guard::Verdict as GuardVerdict;
 use crackbox_policy::reason::{Layer, Reason};
 use crackbox_policy::usage::Account;
-use crackbox_policy::{MatchedBy, Port, Verdict};
+use crackbox_policy::{MatchedBy, Port, VerdictRef};
 use std::net::IpAddr;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
+
+/// What the policy says about one destination (its settled verdict), the
+/// registration it names held as this thread's handle.
+pub(crate) enum Ruling {
+    /// Allowed, matched by name or IP literal.
+    Allow { matched: MatchedBy, sandbox: Rc<Sandbox> },
+    /// Denied (counted already).
+    Deny { reason: Reason },
+    /// Let through in report mode: a would-be denial for `reason`.
+    Report { reason: Reason, sandbox: Rc<Sandbox> },
+    /// To ask about (uncounted).
+    Ask { sandbox: Rc<Sandbox> },
+}
 
 /// Who asks: the source, its client connection (watched while held, so a
 /// client that goes away leaves its pending request) and the front end.
@@ -44,72 +64,95 @@ pub(crate) struct Client<'a> {
 /// address (it may still deny as private-address). By now any registration
 /// hold is over (it runs right after accept), so a source still awaiting
 /// its registration is `unregistered`. A name to ask about comes back as
-/// [`Verdict::Ask`], uncounted: [`decide_held`] holds it.
-pub(crate) fn decide(worker: &Worker, source: IpAddr, host: &str, port: u16) -> Verdict {
-    let verdict = worker.with_policy(|snapshot, watch| {
-        crackbox_policy::decide(snapshot, watch, source, host, Port::Number(port)).settled()
-    });
-    count_if_denied(worker, source, host, port, &verdict);
-    verdict
+/// [`Ruling::Ask`], uncounted: [`decide_held`] holds it.
+pub(crate) fn decide(worker: &Worker, source: IpAddr, host: &str, port: u16) -> Ruling {
+    worker.with_policy(|snapshot, watch| {
+        let verdict = crackbox_policy::decide_ref(snapshot, watch, source, host, Port::Number(port)).settled();
+        rule(worker, source, host, port, verdict)
+    })
 }
 
-/// Counts `verdict` when it is a denial, with the layer that decided it.
-fn count_if_denied(worker: &Worker, source: IpAddr, host: &str, port: u16, verdict: &Verdict) {
-    if let Verdict::Deny {
-        reason,
-        layer,
-        id,
-        account,
-    } = verdict
-    {
-        worker
-            .stats
-            .record_denied(source, id.as_ref(), host, port, *reason, *layer);
-        if let Some(account) = account {
-            account.add_denial(worker.thread, *reason);
+/// `verdict` as this thread's ruling; a denial is counted, with the layer
+/// that decided it.
+fn rule(worker: &Worker, source: IpAddr, host: &str, port: u16, verdict: VerdictRef<'_>) -> Ruling {
+    let sandboxes = &worker.sandboxes;
+    match verdict {
+        VerdictRef::Allow {
+            matched, id, account, ..
+        } => Ruling::Allow {
+            matched,
+            sandbox: sandboxes.handle(id, account),
+        },
+        VerdictRef::Report { reason, id, account } => Ruling::Report {
+            reason,
+            sandbox: sandboxes.handle(id, account),
+        },
+        VerdictRef::Ask { id, account } => Ruling::Ask {
+            sandbox: sandboxes.handle(id, account),
+        },
+        VerdictRef::Deny {
+            reason,
+            layer,
+            id,
+            account,
+        } => {
+            count_denial(worker, source, (host, port), (reason, layer), id, account.map(|a| &**a));
+            Ruling::Deny { reason }
         }
     }
 }
 
+/// Counts one denial of `source` in the counters and, for a registered
+/// source, in its account.
+fn count_denial(
+    worker: &Worker,
+    source: IpAddr,
+    (host, port): (&str, u16),
+    (reason, layer): (Reason, Layer),
+    id: Option<&Arc<str>>,
+    account: Option<&Account>,
+) {
+    worker.stats.record_denied(source, id, host, port, reason, layer);
+    if let Some(account) = account {
+        account.add_denial(worker.thread, reason);
+    }
+}
+
 /// [`decide`], holding a name to ask about until the one decision settles
-/// it: never [`Verdict::Ask`]. The destination guard is never asked about:
+/// it: never [`Ruling::Ask`]. The destination guard is never asked about:
 /// a destination none of whose addresses may be dialled is refused at once
 /// (`private-address`). A client that goes away while held gets a denial
 /// nobody hears (not counted: nothing was refused).
-pub(crate) async fn decide_held(worker: &Worker, client: Client<'_>, host: &str, port: u16) -> Verdict {
-    let (id, account) = match decide(worker, client.source, host, port) {
-        Verdict::Ask { id, account } => (id, account),
+pub(crate) async fn decide_held(worker: &Worker, client: Client<'_>, host: &str, port: u16) -> Ruling {
+    let sandbox = match decide(worker, client.source, host, port) {
+        Ruling::Ask { sandbox } => sandbox,
         decided => return decided,
     };
-    let refused = |reason, layer, id, account| Verdict::Deny {
-        reason,
-        layer,
-        id: Some(id),
-        account: Some(account),
+    let refused = |reason, layer| {
+        let (id, account) = (Some(&sandbox.id), Some(&*sandbox.account));
+        count_denial(worker, client.source, (host, port), (reason, layer), id, account);
+        Ruling::Deny { reason }
     };
-    let verdict = if !may_dial(&worker.dialer(), host, port).await {
-        refused(Reason::PrivateAddress, Layer::Guard, id, account)
-    } else {
-        let asking = Asking {
-            source: client.source,
-            sandbox: &id,
-            host,
-            port,
-            front_end: client.front_end,
-        };
-        match worker.shared.asks.hold(asking) {
-            Ok(held) => {
-                monoio::select! {
-                    verdict = held => verdict,
-                    () = gone(client.conn) => return refused(Reason::NotAllowed, Layer::Entry, id, account),
-                }
+    if !may_dial(&worker.dialer(), host, port).await {
+        return refused(Reason::PrivateAddress, Layer::Guard);
+    }
+    let asking = Asking {
+        source: client.source,
+        sandbox: &sandbox.id,
+        host,
+        port,
+        front_end: client.front_end,
+    };
+    match worker.shared.asks.hold(asking) {
+        Ok(held) => {
+            monoio::select! {
+                verdict = held => rule(worker, client.source, host, port, verdict.as_ref()),
+                () = gone(client.conn) => Ruling::Deny { reason: Reason::NotAllowed },
             }
-            Err(Reason::AskLimit) => refused(Reason::AskLimit, Layer::Limit, id, account),
-            Err(reason) => refused(reason, Layer::Entry, id, account),
         }
-    };
-    count_if_denied(worker, client.source, host, port, &verdict);
-    verdict
+        Err(Reason::AskLimit) => refused(Reason::AskLimit, Layer::Limit),
+        Err(reason) => refused(reason, Layer::Entry),
+    }
 }
 
 /// Returns once the client closed its connection (or it failed); never
@@ -134,31 +177,26 @@ struct Passed {
     matched: MatchedBy,
     /// The reason a reported one would have been denied; `None` when allowed.
     reported: Option<Reason>,
-    id: Arc<str>,
-    account: Arc<Account>,
+    sandbox: Rc<Sandbox>,
 }
 
 impl Passed {
-    /// The verdict's passage, or the denial's reason.
-    fn of(verdict: Verdict) -> Result<Passed, Reason> {
-        match verdict {
-            Verdict::Allow {
-                matched, id, account, ..
-            } => Ok(Passed {
+    /// The ruling's passage, or the denial's reason.
+    fn of(ruling: Ruling) -> Result<Passed, Reason> {
+        match ruling {
+            Ruling::Allow { matched, sandbox } => Ok(Passed {
                 matched,
                 reported: None,
-                id,
-                account,
+                sandbox,
             }),
-            Verdict::Report { reason, id, account } => Ok(Passed {
+            Ruling::Report { reason, sandbox } => Ok(Passed {
                 matched: MatchedBy::Name,
                 reported: Some(reason),
-                id,
-                account,
+                sandbox,
             }),
-            Verdict::Deny { reason, .. } => Err(reason),
-            // Only `decide_held`'s verdicts pass here, never one to ask about.
-            Verdict::Ask { .. } => Err(Reason::NotAllowed),
+            Ruling::Deny { reason } => Err(reason),
+            // Only `decide_held`'s rulings pass here, never one to ask about.
+            Ruling::Ask { .. } => Err(Reason::NotAllowed),
         }
     }
 
@@ -166,10 +204,12 @@ impl Passed {
     /// denial in the counters, the denials ring and the usage account.
     fn count(&self, worker: &Worker, source: IpAddr, host: &str, port: u16) {
         match self.reported {
-            None => worker.stats.record_allowed(&self.id),
+            None => worker.stats.record_allowed(&self.sandbox.id),
             Some(reason) => {
-                worker.stats.record_reported(source, &self.id, host, port, reason);
-                self.account.add_reported(worker.thread, reason);
+                worker
+                    .stats
+                    .record_reported(source, &self.sandbox.id, host, port, reason);
+                self.sandbox.account.add_reported(worker.thread, reason);
             }
         }
     }
@@ -178,8 +218,8 @@ impl Passed {
 /// The upstream connection an HTTP request goes out on.
 pub(crate) struct Reached {
     pub(crate) conn: Conn,
-    /// The account of the registration that allowed the request.
-    pub(crate) account: Arc<Account>,
+    /// The registration that allowed the request.
+    pub(crate) sandbox: Rc<Sandbox>,
     /// Kept from an earlier request rather than dialled now: it may have
     /// closed unanswered.
     pub(crate) reused: bool,
@@ -190,7 +230,7 @@ pub(crate) struct Reached {
 /// with the registration and the destination it served.
 pub(crate) struct IdleUpstream {
     pub(crate) conn: Conn,
-    pub(crate) account: Arc<Account>,
+    pub(crate) sandbox: Rc<Sandbox>,
     pub(crate) host: String,
     pub(crate) port: u16,
     /// When its last exchange ended.
@@ -228,25 +268,25 @@ pub(crate) async fn reach_reusing(
             && worker.shared.guard.judge(place.dialled, literal, is_local) == GuardVerdict::Dial
     };
     let reused = kept
-        .filter(|idle| Arc::ptr_eq(&idle.account, &passed.account))
+        .filter(|idle| Rc::ptr_eq(&idle.sandbox, &passed.sandbox))
         .map(|idle| idle.conn)
         .or_else(|| {
             worker
                 .upstreams
-                .take(client.source, &passed.account, host, port, usable)
+                .take(client.source, &passed.sandbox, host, port, usable)
         });
     if let Some(conn) = reused {
         passed.count(worker, client.source, host, port);
         return Ok(Reached {
             conn,
-            account: passed.account,
+            sandbox: passed.sandbox,
             reused: true,
         });
     }
-    let (conn, account) = connect(worker, client.source, host, port, passed).await?;
+    let (conn, sandbox) = connect(worker, client.source, host, port, passed).await?;
     Ok(Reached {
         conn,
-        account,
+        sandbox,
         reused: false,
     })
 }
@@ -261,7 +301,7 @@ pub(crate) fn park(worker: &Worker, source: IpAddr, idle: IdleUpstream) {
     }
     let Ok(dialled) = idle.conn.peer_addr() else { return };
     let place = Place {
-        account: idle.account,
+        sandbox: idle.sandbox,
         host: idle.host,
         port: idle.port,
         dialled,
@@ -281,13 +321,13 @@ pub(crate) enum Unreached {
 
 /// Decides on `host:port` for `source`, then resolves, guards and connects;
 /// counts the outcome. Denied names are never resolved. The connection comes
-/// with the account of the registration that allowed it.
+/// with the registration that allowed it.
 pub(crate) async fn reach(
     worker: &Worker,
     client: Client<'_>,
     host: &str,
     port: u16,
-) -> Result<(Conn, Arc<Account>), Unreached> {
+) -> Result<(Conn, Rc<Sandbox>), Unreached> {
     let passed = Passed::of(decide_held(worker, client, host, port).await).map_err(Unreached::Denied)?;
     connect(worker, client.source, host, port, passed).await
 }
@@ -301,11 +341,11 @@ pub(crate) async fn reach_tracked(
     client: Client<'_>,
     host: &str,
     port: u16,
-) -> Result<(Conn, LiveEntry, Arc<Account>), Unreached> {
+) -> Result<(Conn, LiveEntry, Rc<Sandbox>), Unreached> {
     let passed = Passed::of(decide_held(worker, client, host, port).await).map_err(Unreached::Denied)?;
     let live = LiveEntry::register(&worker.live, client.source, host, port);
-    let (conn, account) = connect(worker, client.source, host, port, passed).await?;
-    Ok((conn, live, account))
+    let (conn, sandbox) = connect(worker, client.source, host, port, passed).await?;
+    Ok((conn, live, sandbox))
 }
 
 /// Resolves, guards and connects a `host:port` the decision let through;
@@ -316,7 +356,7 @@ async fn connect(
     host: &str,
     port: u16,
     passed: Passed,
-) -> Result<(Conn, Arc<Account>), Unreached> {
+) -> Result<(Conn, Rc<Sandbox>), Unreached> {
     // Boxed: dialling state is large and only needed until connected.
     match Box::pin(crate::plane::services::resolve::dial(
         &worker.dialer(),
@@ -329,18 +369,18 @@ async fn connect(
         Ok(mut conn) => {
             passed.count(worker, source, host, port);
             conn.take_turns_of(worker.turns.of(source));
-            Ok((conn, passed.account))
+            Ok((conn, passed.sandbox))
         }
         Err(crate::plane::services::resolve::DialError::Private) => {
-            worker.stats.record_denied(
+            let (id, account) = (Some(&passed.sandbox.id), Some(&*passed.sandbox.account));
+            count_denial(
+                worker,
                 source,
-                Some(&passed.id),
-                host,
-                port,
-                Reason::PrivateAddress,
-                Layer::Guard,
+                (host, port),
+                (Reason::PrivateAddress, Layer::Guard),
+                id,
+                account,
             );
-            passed.account.add_denial(worker.thread, Reason::PrivateAddress);
             Err(Unreached::Denied(Reason::PrivateAddress))
         }
         Err(err) => {

@@ -8,9 +8,9 @@
 
 use crate::plane::services::conn::Conn;
 use crate::plane::services::revocation::LiveEntry;
+use crate::plane::services::sandboxes::Sandbox;
 use crate::plane::services::stats::ActiveTunnel;
-use crackbox_policy::usage::Account;
-use std::sync::Arc;
+use std::rc::Rc;
 
 /// An open tunnel, ready to run.
 pub(crate) struct Handoff {
@@ -18,8 +18,8 @@ pub(crate) struct Handoff {
     pub(crate) upstream: Conn,
     /// Keeps it in the live set: revoked, or idle past the limit, it closes.
     pub(crate) live: LiveEntry,
-    /// Where its bytes count, and its cap.
-    pub(crate) account: Arc<Account>,
+    /// The registration its bytes count to, and are capped by.
+    pub(crate) sandbox: Rc<Sandbox>,
     /// Counts it as active while it lives.
     #[expect(dead_code, reason = "held for its drop, which uncounts the tunnel")]
     pub(crate) active: ActiveTunnel,

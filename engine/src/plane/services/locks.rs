@@ -12,7 +12,8 @@
 //!   control link answering a scrape), never by another core thread.
 //!
 //! The census counts, per lock, every time a core thread takes a shared
-//! lock or another core thread's lock. Taking a lock on another thread
+//! lock (but for its once-a-second sweep, which no connection waits on) or
+//! another core thread's lock. Taking a lock on another thread
 //! costs one thread-local read more, and a counted one a shared increment
 //! (rare by design). `engine/tests/shared_nothing.rs` asserts the census
 //! stands still across a thousand tunnels, denials and requests.
@@ -75,6 +76,12 @@ impl<T> SharedLock<T> {
         }
         lock(&self.inner)
     }
+
+    /// Takes it for a core thread's once-a-second sweep, which runs on a
+    /// timer of its own, never for a connection: not counted.
+    pub(crate) fn lock_for_sweep(&self) -> MutexGuard<'_, T> {
+        lock(&self.inner)
+    }
 }
 
 /// One core thread's mutex: counted when another core thread takes it.
@@ -106,6 +113,54 @@ impl<T> ThreadLock<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
+
+    /// The files whose std locks no core thread takes for a connection it
+    /// allows or denies, and why (docs/architecture.md, "Locks and shared
+    /// atomics", lists each lock).
+    const OFF_THE_DATA_PATH: &[(&str, &str)] = &[
+        ("plane/front/dns/", "the DNS filter's own threads"),
+        ("plane/runtime/control_link.rs", "the control link's thread (and the ask thread's writes)"),
+        ("plane/services/ask/", "connections held for a decision in ask mode, and the ask thread"),
+        ("plane/services/resolve.rs", "the resolver pool's threads"),
+        ("plane/services/locks.rs", "the census itself"),
+    ];
+
+    fn sources(dir: &Path, found: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                sources(&path, found);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                found.push(path);
+            }
+        }
+    }
+
+    #[test]
+    fn every_other_lock_of_the_engine_is_a_shared_or_a_thread_lock() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut files = Vec::new();
+        sources(&root, &mut files);
+        let mut raw = Vec::new();
+        for file in files {
+            let name = file.strip_prefix(&root).unwrap().to_string_lossy().replace('\\', "/");
+            if OFF_THE_DATA_PATH.iter().any(|(prefix, _)| name.starts_with(prefix)) {
+                continue;
+            }
+            let text = std::fs::read_to_string(&file).unwrap();
+            for (line, code) in text.lines().enumerate() {
+                let code = code.split("//").next().unwrap_or("");
+                if ["Mutex", "RwLock", "Condvar"].iter().any(|lock| code.contains(lock)) {
+                    raw.push(format!("{name}:{}: {}", line + 1, code.trim()));
+                }
+            }
+        }
+        assert!(
+            raw.is_empty(),
+            "a std lock outside SharedLock/ThreadLock (use one, and list it in docs/architecture.md): {raw:#?}"
+        );
+    }
 
     #[test]
     fn core_threads_taking_shared_or_foreign_locks_are_counted() {

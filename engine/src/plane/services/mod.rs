@@ -7,7 +7,8 @@
 //!   waits for a registration the Docker label watcher has in flight;
 //!   `ask`: ask mode's pending requests, connections held until someone
 //!   decides (its own `ask` thread times them out and tells control);
-//! - `decision`: the policy's one decision, counted; `resolve`: name
+//! - `decision`: the policy's one decision, counted (`sandboxes`: each
+//!   thread's handles on the registrations its connections work for); `resolve`: name
 //!   resolution and dialling through the destination guard
 //!   (`local_addrs`: crackbox's own addresses);
 //! - `tunnel`: zero-copy byte pumps; `meter`: every relayed byte, spliced
@@ -36,6 +37,7 @@ pub(crate) mod locks;
 pub(crate) mod meter;
 pub(crate) mod resolve;
 pub(crate) mod revocation;
+pub(crate) mod sandboxes;
 pub(crate) mod stats;
 pub(crate) mod tunnel;
 pub(crate) mod upstream_pool;

@@ -14,6 +14,7 @@
 
 use crate::plane::services::admission::Gate;
 use crate::plane::services::conn::{Conn, Peeked};
+use crate::plane::services::sandboxes::Sandboxes;
 use crate::plane::services::stats::ThreadStats;
 use crate::plane::services::tunnel::{CloseSignal, Revocation};
 use crate::plane::services::upstream_pool::{still_allowed, UpstreamPool};
@@ -179,12 +180,13 @@ impl LiveSet {
 /// past the tunnel idle timeout and idle upstream connections past the
 /// pool's (one timer per thread instead of one per connection); once a
 /// second it also has the thread's admission gate hand back what idle
-/// sources hold. `idle_limit` is the tunnel idle timeout.
+/// sources hold and drops the registration handles nothing holds.
+/// `idle_limit` is the tunnel idle timeout.
 pub(crate) async fn watch(
     live: Rc<LiveSet>,
     upstreams: Rc<UpstreamPool<Conn>>,
     stats: Rc<ThreadStats>,
-    gate: Rc<Gate>,
+    (gate, sandboxes): (Rc<Gate>, Rc<Sandboxes>),
     idle_limit: Option<Duration>,
     registry: Arc<Registry>,
     watched: Arc<Watched>,
@@ -197,6 +199,7 @@ pub(crate) async fn watch(
         // A pattern, not `is_multiple_of`: newer than the crate's rust-version.
         if let 0 = ticks % IDLE_SWEEP_TICKS {
             gate.sweep();
+            sandboxes.sweep();
             let expired = upstreams.expire(Instant::now(), |conn| conn.peek() == Peeked::Nothing);
             if expired > 0 {
                 tracing::debug!(expired, "closed idle upstream connections");

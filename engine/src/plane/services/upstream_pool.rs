@@ -17,13 +17,14 @@
 //! entry is dropping its connection. Which connection may be parked, and
 //! whether a parked one still works, is the caller's to say.
 
+use crate::plane::services::sandboxes::Sandbox;
 use crackbox_policy::registry::Touched;
-use crackbox_policy::usage::Account;
 use crackbox_policy::watch::Watch;
-use crackbox_policy::{canonical_ip, decide, Port, Snapshot, Verdict};
+use crackbox_policy::{canonical_ip, decide_ref, Port, Snapshot, VerdictRef};
 use rustc_hash::FxHashMap;
 use std::cell::{Cell, RefCell};
 use std::net::{IpAddr, SocketAddr};
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -40,7 +41,7 @@ pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(15);
 pub(crate) struct Place {
     /// The registration whose requests it carried: its usage account, of
     /// which each registration has its own.
-    pub(crate) account: Arc<Account>,
+    pub(crate) sandbox: Rc<Sandbox>,
     pub(crate) host: String,
     pub(crate) port: u16,
     /// The address it was dialled to.
@@ -97,7 +98,7 @@ impl<C> UpstreamPool<C> {
     pub(crate) fn take(
         &self,
         source: IpAddr,
-        account: &Arc<Account>,
+        sandbox: &Rc<Sandbox>,
         host: &str,
         port: u16,
         mut usable: impl FnMut(&Place, &C) -> bool,
@@ -108,7 +109,7 @@ impl<C> UpstreamPool<C> {
         let mut found = None;
         while let Some(at) = parked
             .iter()
-            .rposition(|p| p.place.port == port && p.place.host == host && Arc::ptr_eq(&p.place.account, account))
+            .rposition(|p| p.place.port == port && p.place.host == host && Rc::ptr_eq(&p.place.sandbox, sandbox))
         {
             let entry = parked.remove(at);
             self.total.set(self.total.get() - 1);
@@ -187,11 +188,11 @@ fn evict_oldest<C>(by_source: &mut FxHashMap<IpAddr, Vec<Parked<C>>>) {
 /// be asked about, as revocation judges live connections) and counts it to
 /// the account the entry was parked with.
 pub(crate) fn still_allowed(snapshot: &Snapshot, watch: &Watch, source: IpAddr, place: &Place) -> bool {
-    match decide(snapshot, watch, source, &place.host, Port::Number(place.port)).settled() {
-        Verdict::Allow { account, .. } | Verdict::Report { account, .. } | Verdict::Ask { account, .. } => {
-            Arc::ptr_eq(&account, &place.account)
+    match decide_ref(snapshot, watch, source, &place.host, Port::Number(place.port)).settled() {
+        VerdictRef::Allow { account, .. } | VerdictRef::Report { account, .. } | VerdictRef::Ask { account, .. } => {
+            Arc::ptr_eq(account, &place.sandbox.account)
         }
-        Verdict::Deny { .. } => false,
+        VerdictRef::Deny { .. } => false,
     }
 }
 

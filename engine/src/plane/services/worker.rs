@@ -16,6 +16,7 @@ use crate::plane::services::local_addrs::LocalAddresses;
 use crate::plane::services::meter::Meter;
 use crate::plane::services::resolve::{Dialer, NameCache, Resolver};
 use crate::plane::services::revocation::LiveSet;
+use crate::plane::services::sandboxes::Sandboxes;
 use crate::plane::services::stats::{Stats, ThreadStats};
 use crate::plane::services::tunnel::{Plumbing, Pools};
 use crate::plane::services::upstream_pool::UpstreamPool;
@@ -59,6 +60,8 @@ pub(crate) struct Worker {
     /// Idle upstream connections kept for the next HTTP request.
     pub(crate) upstreams: Rc<UpstreamPool<Conn>>,
     pub(crate) names: NameCache,
+    /// This thread's handles on the registrations its connections work for.
+    pub(crate) sandboxes: Rc<Sandboxes>,
     /// Sources' turns at work on this thread.
     pub(crate) turns: Rc<Turns>,
     /// The driver dials non-blocking sockets (epoll does, io_uring not;
@@ -82,6 +85,7 @@ impl Worker {
             live: Rc::default(),
             upstreams: Rc::default(),
             names: NameCache::default(),
+            sandboxes: Rc::default(),
             turns: Rc::default(),
             nonblocking_dials,
             shared,

@@ -63,7 +63,7 @@ impl Session<'_> {
         .await;
         let Reached {
             mut conn,
-            mut account,
+            mut sandbox,
             reused,
         } = match reached {
             Ok(reached) => reached,
@@ -77,10 +77,10 @@ impl Session<'_> {
                 .await;
             return false;
         }
-        account.add_request(self.worker.thread);
-        let mut outcome = self.exchange_watched(&conn, &request, &account).await;
+        sandbox.account.add_request(self.worker.thread);
+        let mut outcome = self.exchange_watched(&conn, &request, &sandbox.account).await;
         if reused && matches!(outcome, Err(ExchangeError::NoResponse)) && request.framing == Framing::Empty {
-            (conn, account) = match reach(
+            (conn, sandbox) = match reach(
                 self.worker,
                 self.asker(self.requests_front_end()),
                 &request.host,
@@ -94,7 +94,7 @@ impl Session<'_> {
                     return false;
                 }
             };
-            outcome = self.exchange_watched(&conn, &request, &account).await;
+            outcome = self.exchange_watched(&conn, &request, &sandbox.account).await;
         }
         match outcome {
             Ok(Exchange::Done {
@@ -104,7 +104,7 @@ impl Session<'_> {
                 if upstream_reusable {
                     let idle = IdleUpstream {
                         conn,
-                        account,
+                        sandbox,
                         host: request.host,
                         port: request.port,
                         since: Instant::now(),
@@ -123,14 +123,14 @@ impl Session<'_> {
                 let early = std::mem::take(&mut self.inbox);
                 let sent = self
                     .worker
-                    .meter(&account)
+                    .meter(&sandbox.account)
                     .send(&conn, &early, Direction::Up)
                     .await
                     .is_ok();
                 drop(early);
                 if sent {
                     let signal = self.live.as_ref().map(LiveEntry::revocation).unwrap_or_default();
-                    tunnel::run(self.worker.plumbing(&account), &self.client, &conn, &signal).await;
+                    tunnel::run(self.worker.plumbing(&sandbox.account), &self.client, &conn, &signal).await;
                 }
                 false
             }

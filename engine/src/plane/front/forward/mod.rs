@@ -176,7 +176,7 @@ impl<'w> Session<'w> {
             client: self.client,
             upstream: opened.upstream,
             live: opened.live,
-            account: opened.account,
+            sandbox: opened.sandbox,
             active: opened.active,
         }
     }

@@ -9,15 +9,14 @@
 use super::head::{head_refusal, HeadRead, Prepared};
 use super::{Origin, Session};
 use crate::plane::services::conn::Conn;
-use crate::plane::services::decision::{decide, reach_tracked};
+use crate::plane::services::decision::{decide, reach_tracked, Ruling};
 use crate::plane::services::revocation::LiveEntry;
+use crate::plane::services::sandboxes::Sandbox;
 use crate::plane::services::stats::{ActiveTunnel, Direction, FrontEnd};
 use crate::protocol::http_head::{self, Target};
 use crate::protocol::responses;
 use crackbox_policy::reason::Reason;
-use crackbox_policy::usage::Account;
-use crackbox_policy::Verdict;
-use std::sync::Arc;
+use std::rc::Rc;
 use std::time::Duration;
 
 /// An idle keep-alive connection is closed after this long.
@@ -28,7 +27,7 @@ const KEEPALIVE_IDLE: Duration = Duration::from_secs(60);
 pub(super) struct Opened {
     pub(super) upstream: Conn,
     pub(super) live: LiveEntry,
-    pub(super) account: Arc<Account>,
+    pub(super) sandbox: Rc<Sandbox>,
     pub(super) active: ActiveTunnel,
 }
 
@@ -138,7 +137,7 @@ impl Session<'_> {
         let Some(Origin { port, steered: true }) = self.origin else {
             return;
         };
-        if let Verdict::Deny { reason, .. } = decide(self.worker, self.source, "", port) {
+        if let Ruling::Deny { reason } = decide(self.worker, self.source, "", port) {
             self.reply(&responses::denial(reason, "", port)).await;
         }
     }
@@ -150,7 +149,7 @@ impl Session<'_> {
             self.reply(&responses::error(400, "invalid host in CONNECT")).await;
             return None;
         }
-        let (upstream, live, account) = match reach_tracked(self.worker, self.asker("connect"), &host, port).await {
+        let (upstream, live, sandbox) = match reach_tracked(self.worker, self.asker("connect"), &host, port).await {
             Ok(reached) => reached,
             Err(why) => {
                 self.reply_unreachable(&host, port, why).await;
@@ -163,7 +162,7 @@ impl Session<'_> {
         }
         // Counted before the client hears 200, so a client that reads the
         // usage after its reply finds its tunnel there.
-        account.add_tunnel(self.worker.thread);
+        sandbox.account.add_tunnel(self.worker.thread);
         self.worker.stats.count_tunnel(FrontEnd::Connect);
         let active = self.worker.stats.open_tunnel();
         if self
@@ -179,7 +178,7 @@ impl Session<'_> {
         let early = std::mem::take(&mut self.inbox);
         if self
             .worker
-            .meter(&account)
+            .meter(&sandbox.account)
             .send(&upstream, &early, Direction::Up)
             .await
             .is_err()
@@ -189,7 +188,7 @@ impl Session<'_> {
         Some(Opened {
             upstream,
             live,
-            account,
+            sandbox,
             active,
         })
     }

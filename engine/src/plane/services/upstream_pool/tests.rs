@@ -3,6 +3,7 @@
 //! snapshot still allows.
 
 use super::*;
+use crate::plane::services::sandboxes::Sandboxes;
 use crackbox_policy::{RegistrationSpec, SourceChange};
 use rustc_hash::FxHashSet;
 use std::rc::Rc;
@@ -20,6 +21,7 @@ struct Bench {
     pool: UpstreamPool<Fake>,
     closed: Rc<RefCell<Vec<u32>>>,
     snapshot: Snapshot,
+    sandboxes: Sandboxes,
     start: Instant,
 }
 
@@ -41,17 +43,20 @@ impl Bench {
             pool: UpstreamPool::default(),
             closed: Rc::default(),
             snapshot: Snapshot::build(1, &specs),
+            sandboxes: Sandboxes::default(),
             start: Instant::now(),
         }
     }
 
-    fn account(&self, source: &str) -> Arc<Account> {
-        Arc::clone(&self.snapshot.lookup(ip(source)).unwrap().account)
+    /// The thread's handle on `source`'s registration in the snapshot.
+    fn sandbox(&self, source: &str) -> Rc<Sandbox> {
+        let registered = self.snapshot.lookup(ip(source)).unwrap();
+        self.sandboxes.handle(registered.id.shared(), &registered.account)
     }
 
     fn place(&self, source: &str, host: &str, port: u16) -> Place {
         Place {
-            account: self.account(source),
+            sandbox: self.sandbox(source),
             host: host.to_owned(),
             port,
             dialled: SocketAddr::from(([127, 0, 0, 1], port)),
@@ -69,7 +74,7 @@ impl Bench {
     fn take(&self, source: &str, host: &str, port: u16) -> Option<u32> {
         let taken = self
             .pool
-            .take(ip(source), &self.account(source), host, port, |_, _| true);
+            .take(ip(source), &self.sandbox(source), host, port, |_, _| true);
         taken.map(|conn| {
             let n = conn.0;
             std::mem::forget(conn);
@@ -114,8 +119,8 @@ fn the_newest_entry_goes_first_and_refused_ones_are_closed() {
     for n in 1..=3 {
         bench.park(n, A, "a.test", 80, u64::from(n));
     }
-    let account = bench.account(A);
-    let taken = bench.pool.take(ip(A), &account, "a.test", 80, |_, conn| conn.0 != 3);
+    let sandbox = bench.sandbox(A);
+    let taken = bench.pool.take(ip(A), &sandbox, "a.test", 80, |_, conn| conn.0 != 3);
     assert_eq!(taken.as_ref().map(|conn| conn.0), Some(2));
     assert_eq!(bench.closed(), [3], "refused on the way");
     assert_eq!(bench.pool.total.get(), 1);
