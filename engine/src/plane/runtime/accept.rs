@@ -12,9 +12,9 @@ use crate::plane::front::socks;
 use crate::plane::front::transparent::{self, Intercepted};
 use crate::plane::services::admission::Ticket;
 use crate::plane::services::conn::Conn;
+use crate::plane::services::duplex;
 use crate::plane::services::handoff::Handoff;
 use crate::plane::services::hold;
-use crate::plane::services::tunnel;
 use crate::plane::services::worker::Worker;
 use crate::protocol::responses;
 use crackbox_policy::canonical_ip;
@@ -37,11 +37,13 @@ pub(crate) async fn accept_loop(listener: TcpListener, worker: Rc<Worker>, plane
     let mut last_warning: Option<Instant> = None;
     loop {
         match ready_accept::next(&listener).await {
-            Ok((stream, peer)) => {
-                let conn = Conn::accepted(stream);
-                let source = canonical_ip(peer.ip());
-                monoio::spawn(serve_connection(Rc::clone(&worker), conn, source, plane));
-            }
+            Ok((socket, peer)) => match Conn::accepted(socket) {
+                Ok(conn) => {
+                    let source = canonical_ip(peer.ip());
+                    monoio::spawn(serve_connection(Rc::clone(&worker), conn, source, plane));
+                }
+                Err(err) => tracing::warn!(?plane, error = %err, "could not take an accepted connection"),
+            },
             Err(err) => {
                 let exhausted = matches!(
                     err.raw_os_error(),
@@ -124,7 +126,7 @@ fn serve_connection(worker: Rc<Worker>, mut conn: Conn, source: IpAddr, plane: P
 fn run_tunnel(worker: Rc<Worker>, handoff: Handoff, ticket: Ticket) -> impl Future<Output = ()> {
     async move {
         let plumbing = worker.plumbing(&handoff.sandbox.account);
-        tunnel::run(plumbing, &handoff.client, &handoff.upstream, handoff.live.signal()).await;
+        duplex::run(plumbing, &handoff.client, &handoff.upstream, handoff.live.signal()).await;
         // The sockets close before the source's admission is given back.
         drop(handoff);
         drop(ticket);

@@ -10,15 +10,15 @@
 //! a connection is queued; epoll readiness confirmed by a zero-timeout
 //! `poll` otherwise) and accepts exactly one connection per readiness.
 
-use monoio::net::{TcpListener, TcpStream};
-use socket2::SockRef;
+use monoio::net::TcpListener;
+use socket2::{SockRef, Socket};
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
 /// The next connection on `listener` (non-blocking, close-on-exec) and its
 /// peer address; the listener must be non-blocking.
-pub(super) async fn next(listener: &TcpListener) -> io::Result<(TcpStream, SocketAddr)> {
+pub(super) async fn next(listener: &TcpListener) -> io::Result<(Socket, SocketAddr)> {
     loop {
         listener.readable(false).await?;
         // SAFETY: the listener owns the fd and outlives this borrow.
@@ -28,7 +28,7 @@ pub(super) async fn next(listener: &TcpListener) -> io::Result<(TcpStream, Socke
                 let peer = peer
                     .as_socket()
                     .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "peer is not an IP address"))?;
-                return Ok((TcpStream::from_std(socket.into())?, peer));
+                return Ok((socket, peer));
             }
             // Nothing after all, a signal, or a peer that gave up before
             // it was accepted: wait again.

@@ -7,23 +7,31 @@
 //!
 //! Reads and writes pass `MSG_DONTWAIT`, so they never block whatever the
 //! socket's mode. Only splice needs the socket itself non-blocking. Accepted
-//! sockets are (`accept4` with `SOCK_NONBLOCK`); a socket io_uring dialled
-//! (blocking) is switched just before its first splice, so an upstream that
-//! is never tunnelled to never pays for the `ioctl`.
+//! sockets are (`accept4` with `SOCK_NONBLOCK`), and so are the ones the
+//! engine dials itself on epoll; a socket io_uring dialled (blocking) is
+//! switched just before its first splice, so an upstream that is never
+//! tunnelled to never pays for the `ioctl`.
+//!
+//! The socket is held as monoio's `UnixStream`: to monoio a bare fd with
+//! readiness waits (8 bytes), where its `TcpStream` carries 72 bytes more
+//! of cached addresses the engine never reads; nothing is ever read or
+//! written through monoio, so the socket's family does not matter to it.
+//! An idle tunnel holds two of them (see `plane`, on task size).
 
 use crate::plane::services::fair::SourceTurns;
-use monoio::net::TcpStream;
+use monoio::net::{TcpStream, UnixStream};
+use socket2::{Domain, SockRef, Socket, Type};
 use std::cell::Cell;
 use std::io;
 use std::mem::ManuallyDrop;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, IntoRawFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, RawFd};
 use std::rc::Rc;
 
 /// A non-blocking TCP connection.
 pub(crate) struct Conn {
     /// Taken only by `drop`.
-    stream: ManuallyDrop<TcpStream>,
+    stream: ManuallyDrop<UnixStream>,
     /// Readiness waits started and not (yet) finished: a wait dropped
     /// before it finished leaves its count here for good, as its ring op
     /// may still hold the fd.
@@ -35,26 +43,53 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    /// Wraps an accepted, non-blocking stream. `TCP_NODELAY` is inherited
+    /// Wraps an accepted, non-blocking socket. `TCP_NODELAY` is inherited
     /// from the listener.
-    pub(crate) fn accepted(stream: TcpStream) -> Self {
-        Self::new(stream, true)
+    pub(crate) fn accepted(socket: Socket) -> io::Result<Self> {
+        Self::new(socket.into_raw_fd(), true)
     }
 
-    /// Wraps a dialled stream, `TCP_NODELAY` on; `nonblocking` says whether
-    /// the driver made the socket non-blocking already.
-    pub(crate) fn dialled(stream: TcpStream, nonblocking: bool) -> io::Result<Self> {
-        stream.set_nodelay(true)?;
-        Ok(Self::new(stream, nonblocking))
+    /// Wraps a stream io_uring dialled (blocking), `TCP_NODELAY` on.
+    pub(crate) fn dialled(stream: TcpStream) -> io::Result<Self> {
+        let conn = Self::new(stream.into_raw_fd(), false)?;
+        conn.with_socket(|socket| socket.set_tcp_nodelay(true))?;
+        Ok(conn)
     }
 
-    fn new(stream: TcpStream, nonblocking: bool) -> Self {
-        Conn {
-            stream: ManuallyDrop::new(stream),
+    /// Dials `addr` with a non-blocking `connect` and waits until it is
+    /// connected, `TCP_NODELAY` on (what monoio does on epoll, without the
+    /// registration a hand-over from its `TcpStream` would repeat).
+    pub(crate) async fn connect(addr: SocketAddr) -> io::Result<Self> {
+        let socket = Socket::new(Domain::for_address(addr), Type::STREAM.nonblocking().cloexec(), None)?;
+        socket.set_tcp_nodelay(true)?;
+        match socket.connect(&addr.into()) {
+            Ok(()) => {}
+            Err(err) if err.raw_os_error() == Some(libc::EINPROGRESS) => {}
+            Err(err) => return Err(err),
+        }
+        let conn = Self::new(socket.into_raw_fd(), true)?;
+        // Relaxed, as monoio's own connect: the first writable event of a
+        // fresh registration is the connect finishing.
+        let wait = Wait::start(&conn.waits);
+        let ready = conn.stream.writable(true).await;
+        wait.finish();
+        ready?;
+        match conn.with_socket(|socket| socket.take_error())? {
+            Some(err) => Err(err),
+            None => Ok(conn),
+        }
+    }
+
+    /// Takes over `fd`, an open TCP socket nothing else owns.
+    fn new(fd: RawFd, nonblocking: bool) -> io::Result<Self> {
+        // SAFETY: the caller hands over the only owner of `fd`.
+        let socket = unsafe { std::os::unix::net::UnixStream::from_raw_fd(fd) };
+        Ok(Conn {
+            stream: ManuallyDrop::new(UnixStream::from_std(socket)?),
             waits: Cell::new(0),
             nonblocking: Cell::new(nonblocking),
             turns: None,
-        }
+        })
     }
 
     /// Puts the socket itself in non-blocking mode, once, before it is spliced.
@@ -73,7 +108,16 @@ impl Conn {
 
     /// The address of the peer (for a dialled connection, the one dialled).
     pub(crate) fn peer_addr(&self) -> io::Result<SocketAddr> {
-        self.stream.peer_addr()
+        self.with_socket(|socket| socket.peer_addr())?
+            .as_socket()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "not an IP socket"))
+    }
+
+    /// Runs `f` on the socket (for socket options and addresses).
+    fn with_socket<T>(&self, f: impl FnOnce(SockRef<'_>) -> T) -> T {
+        // SAFETY: the connection owns the fd and outlives this borrow.
+        let fd = unsafe { BorrowedFd::borrow_raw(self.fd()) };
+        f(SockRef::from(&fd))
     }
 
     /// The raw fd, for splice.
@@ -100,6 +144,47 @@ impl Conn {
         let ready = self.stream.writable(false).await;
         wait.finish();
         ready
+    }
+
+    /// Waits until a read would not block (and for the source's turn) or,
+    /// `writable`, until a write would not block.
+    pub(crate) async fn ready(&self, writable: bool) -> io::Result<()> {
+        if writable {
+            self.writable().await
+        } else {
+            self.readable().await
+        }
+    }
+
+    /// Reads what is available now without waiting (`WouldBlock` when
+    /// nothing is; 0 = EOF).
+    pub(crate) fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            // Safety: `buf` is valid for writes of its length.
+            match unsafe { receive(self.fd(), buf.as_mut_ptr(), buf.len()) } {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                other => return other,
+            }
+        }
+    }
+
+    /// Writes what fits now of `data` without waiting (`WouldBlock` when
+    /// nothing does).
+    pub(crate) fn try_write(&self, data: &[u8]) -> io::Result<usize> {
+        loop {
+            let sent = unsafe {
+                libc::send(
+                    self.fd(),
+                    data.as_ptr().cast(),
+                    data.len(),
+                    libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+                )
+            };
+            match nix_result(sent) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                other => return other,
+            }
+        }
     }
 
     /// Reads what is available now, waiting for readiness first if nothing is.

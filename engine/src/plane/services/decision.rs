@@ -124,10 +124,17 @@ fn count_denial(
 /// (`private-address`). A client that goes away while held gets a denial
 /// nobody hears (not counted: nothing was refused).
 pub(crate) async fn decide_held(worker: &Worker, client: Client<'_>, host: &str, port: u16) -> Ruling {
-    let sandbox = match decide(worker, client.source, host, port) {
-        Ruling::Ask { sandbox } => sandbox,
-        decided => return decided,
-    };
+    match decide(worker, client.source, host, port) {
+        // Boxed: only a connection held for a decision pays for its state
+        // (a resolution with its timer, the wait), not every connection's
+        // task (see `plane`, on task size).
+        Ruling::Ask { sandbox } => Box::pin(hold(worker, client, host, port, sandbox)).await,
+        decided => decided,
+    }
+}
+
+/// [`decide_held`] for a name to ask about.
+async fn hold(worker: &Worker, client: Client<'_>, host: &str, port: u16, sandbox: Rc<Sandbox>) -> Ruling {
     let refused = |reason, layer| {
         let (id, account) = (Some(&sandbox.id), Some(&*sandbox.account));
         count_denial(worker, client.source, (host, port), (reason, layer), id, account);

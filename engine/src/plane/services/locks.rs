@@ -120,8 +120,14 @@ mod tests {
     /// atomics", lists each lock).
     const OFF_THE_DATA_PATH: &[(&str, &str)] = &[
         ("plane/front/dns/", "the DNS filter's own threads"),
-        ("plane/runtime/control_link.rs", "the control link's thread (and the ask thread's writes)"),
-        ("plane/services/ask/", "connections held for a decision in ask mode, and the ask thread"),
+        (
+            "plane/runtime/control_link.rs",
+            "the control link's thread (and the ask thread's writes)",
+        ),
+        (
+            "plane/services/ask/",
+            "connections held for a decision in ask mode, and the ask thread",
+        ),
         ("plane/services/resolve.rs", "the resolver pool's threads"),
         ("plane/services/locks.rs", "the census itself"),
     ];

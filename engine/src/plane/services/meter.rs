@@ -57,6 +57,12 @@ impl<'a> Meter<'a> {
         }
     }
 
+    /// [`Meter::reserve`] without waiting: the cap's grant, whose wait is
+    /// the caller's to do (see `duplex`).
+    pub(crate) fn grant(&self, direction: Direction, want: usize) -> Grant {
+        self.account.limiter().reserve(direction, want)
+    }
+
     /// After `moved` of `reserved` bytes moved: gives back the tokens of
     /// the rest and counts what moved.
     pub(crate) fn settle(&self, direction: Direction, reserved: usize, moved: usize) {

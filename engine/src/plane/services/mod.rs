@@ -11,7 +11,9 @@
 //!   thread's handles on the registrations its connections work for); `resolve`: name
 //!   resolution and dialling through the destination guard
 //!   (`local_addrs`: crackbox's own addresses);
-//! - `tunnel`: zero-copy byte pumps; `meter`: every relayed byte, spliced
+//! - `tunnel`: zero-copy byte pumps (`pipes`: the pipes and buffers bytes
+//!   in flight are held in); `duplex`: a tunnel both ways as one small state
+//!   machine, what an idle tunnel's task holds; `meter`: every relayed byte, spliced
 //!   or copied, reserved against its source's cap and counted; `handoff`:
 //!   an opened tunnel, run by `runtime` as a task of its own;
 //! - `upstream_pool`: idle upstream connections kept between HTTP requests
@@ -29,12 +31,14 @@ pub(crate) mod admission;
 pub(crate) mod ask;
 pub(crate) mod conn;
 pub(crate) mod decision;
+pub(crate) mod duplex;
 pub(crate) mod fair;
 pub(crate) mod handoff;
 pub(crate) mod hold;
 pub(crate) mod local_addrs;
 pub(crate) mod locks;
 pub(crate) mod meter;
+pub(crate) mod pipes;
 pub(crate) mod resolve;
 pub(crate) mod revocation;
 pub(crate) mod sandboxes;

@@ -200,11 +200,17 @@ pub(crate) async fn dial(dialer: &Dialer<'_>, host: &str, port: u16, matched: Ma
             timed_out = true;
             break;
         }
-        match monoio::time::timeout(left, monoio::net::TcpStream::connect_addr(addr)).await {
-            Ok(Ok(stream)) => match Conn::dialled(stream, dialer.nonblocking_dials) {
-                Ok(conn) => return Ok(conn),
-                Err(_) => continue,
-            },
+        let connected = if dialer.nonblocking_dials {
+            monoio::time::timeout(left, Conn::connect(addr)).await
+        } else {
+            match monoio::time::timeout(left, monoio::net::TcpStream::connect_addr(addr)).await {
+                Ok(Ok(stream)) => Ok(Conn::dialled(stream)),
+                Ok(Err(err)) => Ok(Err(err)),
+                Err(elapsed) => Err(elapsed),
+            }
+        };
+        match connected {
+            Ok(Ok(conn)) => return Ok(conn),
             Ok(Err(_)) => continue,
             Err(_) => timed_out = true,
         }

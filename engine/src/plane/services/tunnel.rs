@@ -1,7 +1,10 @@
-//! Tunnels: zero-copy byte pumps between two connections.
+//! Tunnels: zero-copy byte pumps between two connections, and the signal
+//! that closes a live one.
 //!
-//! Each direction waits for readiness, then moves bytes socket -> pipe ->
-//! socket with non-blocking `splice(2)`. A pipe comes from the thread's pool
+//! [`pump`] moves one direction until a length or EOF (a message body, see
+//! `front::forward::body`); a whole tunnel both ways is `duplex`'s. Each
+//! waits for readiness, then moves bytes socket -> pipe -> socket with
+//! non-blocking `splice(2)`. A pipe comes from the thread's pool (`pipes`)
 //! only while bytes are in flight, so an idle tunnel holds its two sockets
 //! and nothing else. Never io_uring `IORING_OP_SPLICE` (one kernel worker
 //! thread per pending splice) and never monoio's `zero_copy` (4 KiB per op).
@@ -14,28 +17,22 @@
 //! timer when it is empty); without a cap a splice costs one relaxed load
 //! more.
 
-use crate::plane::services::conn::{nix_result, Conn};
+use crate::plane::services::conn::Conn;
 use crate::plane::services::meter::Meter;
+use crate::plane::services::pipes::{Pipe, PIPE_SIZE};
 use crate::plane::services::stats::Direction;
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::rc::Rc;
-use std::task::{Poll, Waker};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-/// Pipe capacity requested for pooled pipes (long transfers move 1 MiB a call).
-const PIPE_SIZE: usize = 1 << 20;
-/// Pipes kept for reuse per thread; beyond this they are closed.
-const POOLED_PIPES: usize = 64;
-/// Buffer size for the copy fallback.
-const COPY_BUF: usize = 16 * 1024;
-/// Buffers kept for reuse per thread.
-const POOLED_BUFFERS: usize = 64;
+pub(crate) use crate::plane::services::pipes::Pools;
+
 /// A splice that moved less than this (and less than asked for) found the
 /// socket drained: the next step is to wait for readiness, not to try again.
-const SHORT_READ: usize = 16 * 1024;
+pub(crate) const SHORT_READ: usize = 16 * 1024;
 
 /// How [`pump`] starts.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -52,66 +49,6 @@ pub(crate) enum Start {
 pub(crate) struct Plumbing<'a> {
     pub(crate) pools: &'a Pools,
     pub(crate) meter: Meter<'a>,
-}
-
-/// A pipe pair; empty whenever it is in the pool.
-struct Pipe {
-    read: OwnedFd,
-    write: OwnedFd,
-}
-
-impl Pipe {
-    fn new() -> io::Result<Pipe> {
-        let mut fds = [0; 2];
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) } < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // Safety: pipe2 just returned these two fds and nothing else owns them.
-        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-        // Larger pipes mean fewer syscalls on long transfers; the default is fine otherwise.
-        unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_SIZE as libc::c_int) };
-        Ok(Pipe { read, write })
-    }
-}
-
-/// Per-thread pools of pipes and copy buffers.
-#[derive(Default)]
-pub(crate) struct Pools {
-    pipes: RefCell<Vec<Pipe>>,
-    buffers: RefCell<Vec<Box<[u8]>>>,
-}
-
-impl Pools {
-    fn take_pipe(&self) -> Option<Pipe> {
-        let pooled = self.pipes.borrow_mut().pop();
-        pooled.or_else(|| Pipe::new().ok())
-    }
-
-    fn give_pipe(&self, pipe: Pipe) {
-        let mut pipes = self.pipes.borrow_mut();
-        if pipes.len() < POOLED_PIPES {
-            pipes.push(pipe);
-        }
-    }
-
-    /// A copy buffer of [`COPY_BUF`] bytes; give it back when done.
-    pub(crate) fn take_buffer(&self) -> Box<[u8]> {
-        let pooled = self.buffers.borrow_mut().pop();
-        pooled.unwrap_or_else(|| vec![0u8; COPY_BUF].into_boxed_slice())
-    }
-
-    /// Returns a buffer taken with [`Pools::take_buffer`].
-    pub(crate) fn give_buffer(&self, buffer: Box<[u8]>) {
-        let mut buffers = self.buffers.borrow_mut();
-        if buffers.len() < POOLED_BUFFERS {
-            buffers.push(buffer);
-        }
-    }
-}
-
-fn splice(from: RawFd, to: RawFd, len: usize) -> io::Result<usize> {
-    let flags = libc::SPLICE_F_NONBLOCK | libc::SPLICE_F_MOVE;
-    nix_result(unsafe { libc::splice(from, std::ptr::null_mut(), to, std::ptr::null_mut(), len, flags) })
 }
 
 /// Moves bytes `src` -> `dst` until `limit` bytes are moved or, when
@@ -163,7 +100,7 @@ pub(crate) fn pump<'a>(
                     Err(e) => break Err(e),
                 }
             };
-            let spliced = splice(src.fd(), p.write.as_raw_fd(), want);
+            let spliced = p.fill(src, want);
             // The unused tokens go back before the drain's wait; the bytes
             // count once they reached `dst`.
             plumbing
@@ -180,7 +117,7 @@ pub(crate) fn pump<'a>(
                     // an idle tunnel holds (see `plane`, on task size).
                     let mut left = n;
                     let drained = loop {
-                        match drain_now(&p, dst, &mut left) {
+                        match p.drain_now(dst, &mut left) {
                             Ok(true) => break Ok(()),
                             Ok(false) => {
                                 if let Err(e) = dst.writable().await {
@@ -214,21 +151,6 @@ pub(crate) fn pump<'a>(
     }
 }
 
-/// Moves what it can of the `left` bytes in the pipe into `dst` without
-/// waiting; true once all are out, false when `dst` is full.
-fn drain_now(pipe: &Pipe, dst: &Conn, left: &mut usize) -> io::Result<bool> {
-    while *left > 0 {
-        match splice(pipe.read.as_raw_fd(), dst.fd(), *left) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(m) => *left -= m,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(true)
-}
-
 /// The buffered fallback: one read and its write; 0 means EOF.
 async fn copy_once(pools: &Pools, src: &Conn, dst: &Conn, want: usize) -> io::Result<usize> {
     src.readable().await?;
@@ -242,49 +164,8 @@ async fn copy_once(pools: &Pools, src: &Conn, dst: &Conn, want: usize) -> io::Re
     result
 }
 
-/// Runs a full-duplex tunnel until both directions end, one fails, or
-/// `close` fires (revoked, or idle past the limit: see `revocation`).
-/// Half-close is honoured: EOF one way shuts down writing the other way, and
-/// the other way runs on. Holds no timer: an idle tunnel costs its sockets
-/// and this future only.
-pub(crate) async fn run(plumbing: Plumbing<'_>, client: &Conn, upstream: &Conn, close: &CloseSignal) {
-    let both = async {
-        let up = async {
-            let result = pump(
-                &plumbing,
-                client,
-                upstream,
-                None,
-                Direction::Up,
-                close,
-                Start::WhenReadable,
-            )
-            .await;
-            end_direction(result, client, upstream);
-        };
-        let down = async {
-            let result = pump(
-                &plumbing,
-                upstream,
-                client,
-                None,
-                Direction::Down,
-                close,
-                Start::WhenReadable,
-            )
-            .await;
-            end_direction(result, upstream, client);
-        };
-        monoio::join!(up, down);
-    };
-    monoio::select! {
-        _ = both => {},
-        _ = close.wait() => {},
-    }
-}
-
 /// After one direction ends: EOF half-closes, an error tears down both.
-fn end_direction(result: io::Result<u64>, src: &Conn, dst: &Conn) {
+pub(crate) fn end_direction<T>(result: io::Result<T>, src: &Conn, dst: &Conn) {
     match result {
         Ok(_) => dst.shutdown_write(),
         Err(_) => {
@@ -338,15 +219,19 @@ impl CloseSignal {
 
     /// Completes when the signal fires.
     pub(crate) async fn wait(&self) {
-        std::future::poll_fn(|cx| {
-            if self.fired.get() {
-                Poll::Ready(())
-            } else {
-                *self.waker.borrow_mut() = Some(cx.waker().clone());
-                Poll::Pending
-            }
-        })
-        .await
+        std::future::poll_fn(|cx| self.poll_fired(cx)).await
+    }
+
+    /// Ready once the signal fired; else wakes `cx` when it does.
+    pub(crate) fn poll_fired(&self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.fired.get() {
+            return Poll::Ready(());
+        }
+        let mut waker = self.waker.borrow_mut();
+        if !waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+            *waker = Some(cx.waker().clone());
+        }
+        Poll::Pending
     }
 }
 

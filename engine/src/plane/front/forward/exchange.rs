@@ -15,9 +15,10 @@ use super::response::{relay_response, Exchange, ExchangeError};
 use super::Session;
 use crate::plane::services::conn::Conn;
 use crate::plane::services::decision::{reach, reach_reusing, IdleUpstream, Reached};
+use crate::plane::services::duplex;
 use crate::plane::services::revocation::LiveEntry;
 use crate::plane::services::stats::Direction;
-use crate::plane::services::tunnel::{self, CloseSignal};
+use crate::plane::services::tunnel::CloseSignal;
 use crate::protocol::http_head::Framing;
 use crate::protocol::responses;
 use crackbox_policy::reason::Reason;
@@ -130,7 +131,7 @@ impl Session<'_> {
                 drop(early);
                 if sent {
                     let signal = self.live.as_ref().map(LiveEntry::revocation).unwrap_or_default();
-                    tunnel::run(self.worker.plumbing(&sandbox.account), &self.client, &conn, &signal).await;
+                    duplex::run(self.worker.plumbing(&sandbox.account), &self.client, &conn, &signal).await;
                 }
                 false
             }
