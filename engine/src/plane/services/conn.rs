@@ -22,6 +22,7 @@ use crate::plane::services::fair::SourceTurns;
 use monoio::net::{TcpStream, UnixStream};
 use socket2::{Domain, SockRef, Socket, Type};
 use std::cell::Cell;
+use std::future::Future;
 use std::io;
 use std::mem::ManuallyDrop;
 use std::net::SocketAddr;
@@ -146,14 +147,30 @@ impl Conn {
         ready
     }
 
-    /// Waits until a read would not block (and for the source's turn) or,
-    /// `writable`, until a write would not block.
-    pub(crate) async fn ready(&self, writable: bool) -> io::Result<()> {
-        if writable {
-            self.writable().await
-        } else {
-            self.readable().await
-        }
+    /// monoio's wait for readability alone: not counted in `waits` and
+    /// without the source's turn, which the caller sees to (see `duplex`).
+    pub(crate) fn readable_raw(&self) -> impl Future<Output = io::Result<()>> + '_ {
+        self.stream.readable(false)
+    }
+
+    /// monoio's wait for writability alone, like [`Conn::readable_raw`].
+    pub(crate) fn writable_raw(&self) -> impl Future<Output = io::Result<()>> + '_ {
+        self.stream.writable(false)
+    }
+
+    /// Counts a wait started with a `_raw` future.
+    pub(crate) fn wait_started(&self) {
+        self.waits.set(self.waits.get() + 1);
+    }
+
+    /// Uncounts a wait started with a `_raw` future once it finished.
+    pub(crate) fn wait_finished(&self) {
+        self.waits.set(self.waits.get() - 1);
+    }
+
+    /// The turns of the source this connection works for, if it takes any.
+    pub(crate) fn turns(&self) -> Option<&Rc<SourceTurns>> {
+        self.turns.as_ref()
     }
 
     /// Reads what is available now without waiting (`WouldBlock` when

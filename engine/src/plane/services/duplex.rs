@@ -1,25 +1,27 @@
-//! A full-duplex tunnel between two connections, as one small state
-//! machine: each direction holds one readiness wait (its source readable,
-//! or its destination writable while a pipe still holds bytes for it), the
-//! bytes in flight, and a timer only when its source's cap makes it wait.
+//! A full-duplex tunnel between two connections, as one small hand-written
+//! future: each direction holds one wait (its source readable, then the
+//! source's turn; or its destination writable while a pipe still holds
+//! bytes for it), the bytes in flight, and a timer only while its source's
+//! cap makes it wait.
 //!
-//! An idle tunnel's task is mostly this, so it keeps no more than the two
-//! waits and a few words per direction: no byte-pump future per direction
-//! (whose every await point would be laid out in the task), no pipe (given
-//! back to the thread's pool whenever a direction waits for its source),
-//! no timer. The bytes move as in `tunnel::pump`: socket -> pipe -> socket
-//! with non-blocking `splice(2)`, a buffered copy when no pipe can be had;
-//! every byte takes the connection's meter.
+//! An idle tunnel's task is mostly this, so it keeps no more than monoio's
+//! two readiness waits and a few words per direction: no byte-pump future
+//! per direction (whose every await point would be laid out in the task),
+//! no pipe (given back to the thread's pool whenever a direction waits for
+//! its source), no timer. The bytes move as in `tunnel::pump`: socket ->
+//! pipe -> socket with non-blocking `splice(2)`, a buffered copy when no
+//! pipe can be had; every byte takes the connection's meter.
 
 use crate::plane::services::conn::Conn;
+use crate::plane::services::fair::TakeTurn;
 use crate::plane::services::pipes::{Pipe, COPY_BUF, PIPE_SIZE};
 use crate::plane::services::stats::Direction;
 use crate::plane::services::tunnel::{end_direction, CloseSignal, Plumbing, SHORT_READ};
 use crackbox_policy::limiter::Grant;
 use std::future::Future;
 use std::io;
-use std::pin::{pin, Pin};
-use std::task::{Context, Poll};
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
 
 /// Bytes read without a pipe (none could be made: fd exhaustion), not yet
 /// all written.
@@ -27,193 +29,6 @@ struct Copying {
     buffer: Box<[u8]>,
     start: usize,
     end: usize,
-}
-
-/// One direction's state between its waits.
-struct Flow<'a> {
-    src: &'a Conn,
-    dst: &'a Conn,
-    direction: Direction,
-    /// The pipe, kept while bytes keep coming.
-    pipe: Option<Pipe>,
-    /// Bytes in the pipe not yet written to `dst`.
-    left: usize,
-    /// Bytes of the last read, counted once all reached `dst`.
-    moving: usize,
-    /// The last read found the source drained: wait for it next.
-    short: bool,
-    copying: Option<Box<Copying>>,
-    /// Tokens reserved for the next read whose wait is `pause`.
-    reserved: Option<usize>,
-    /// The wait a cap imposes (boxed: most sources have no cap).
-    pause: Option<Pin<Box<monoio::time::Sleep>>>,
-}
-
-/// What to wait for next.
-enum Next {
-    /// The source's readiness to read.
-    Readable,
-    /// The destination's readiness to write.
-    Writable,
-    /// Nothing: go on.
-    Go,
-}
-
-impl<'a> Flow<'a> {
-    fn new(src: &'a Conn, dst: &'a Conn, direction: Direction) -> Self {
-        Flow {
-            src,
-            dst,
-            direction,
-            pipe: None,
-            left: 0,
-            moving: 0,
-            short: false,
-            copying: None,
-            reserved: None,
-            pause: None,
-        }
-    }
-
-    /// Moves bytes until a wait is needed (what to wait for) or the
-    /// direction ends (`Err` with `Ok` on EOF).
-    fn step(&mut self, plumbing: &Plumbing<'_>, activity: &CloseSignal) -> Result<Next, io::Result<()>> {
-        let meter = plumbing.meter;
-        loop {
-            if self.left > 0 {
-                let pipe = self.pipe.as_ref().expect("bytes in flight are in the pipe");
-                if !pipe.drain_now(self.dst, &mut self.left).map_err(Err)? {
-                    return Ok(Next::Writable);
-                }
-                self.delivered(plumbing, activity);
-                if self.short {
-                    if let Some(pipe) = self.pipe.take() {
-                        plumbing.pools.give_pipe(pipe);
-                    }
-                    return Ok(Next::Readable);
-                }
-            }
-            if let Some(copying) = &mut self.copying {
-                if !copying.drain_now(self.dst).map_err(Err)? {
-                    return Ok(Next::Writable);
-                }
-                if let Some(done) = self.copying.take() {
-                    plumbing.pools.give_buffer(done.buffer);
-                }
-                self.delivered(plumbing, activity);
-                return Ok(Next::Readable);
-            }
-            let want = match self.reserved.take() {
-                Some(tokens) => tokens,
-                None => match meter.grant(self.direction, PIPE_SIZE) {
-                    Grant::Unlimited => PIPE_SIZE,
-                    Grant::Bytes { bytes, wait } if wait.is_zero() => bytes,
-                    Grant::Bytes { bytes, wait } => {
-                        self.reserved = Some(bytes);
-                        self.pause = Some(Box::pin(monoio::time::sleep(wait)));
-                        return Ok(Next::Go);
-                    }
-                    Grant::Retry { wait } => {
-                        self.pause = Some(Box::pin(monoio::time::sleep(wait)));
-                        return Ok(Next::Go);
-                    }
-                },
-            };
-            let Some(pipe) = self.pipe.take().or_else(|| plumbing.pools.take_pipe()) else {
-                return self.copy(plumbing, want);
-            };
-            let filled = pipe.fill(self.src, want);
-            // The unused tokens go back before the drain's wait; the bytes
-            // count once they reached `dst`.
-            meter.give_back(self.direction, want - *filled.as_ref().unwrap_or(&0));
-            match filled {
-                Ok(0) => {
-                    plumbing.pools.give_pipe(pipe);
-                    return Err(Ok(()));
-                }
-                Ok(n) => {
-                    self.pipe = Some(pipe);
-                    (self.left, self.moving) = (n, n);
-                    self.short = n < want && n < SHORT_READ;
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    plumbing.pools.give_pipe(pipe);
-                    return Ok(Next::Readable);
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => self.pipe = Some(pipe),
-                Err(e) => {
-                    plumbing.pools.give_pipe(pipe);
-                    return Err(Err(e));
-                }
-            }
-        }
-    }
-
-    /// The bytes of the last read all reached `dst`.
-    fn delivered(&mut self, plumbing: &Plumbing<'_>, activity: &CloseSignal) {
-        plumbing.meter.count(self.direction, self.moving);
-        self.moving = 0;
-        activity.touch();
-    }
-
-    /// The buffered fallback: one read into a pooled buffer.
-    fn copy(&mut self, plumbing: &Plumbing<'_>, want: usize) -> Result<Next, io::Result<()>> {
-        let mut buffer = plumbing.pools.take_buffer();
-        let read = self.src.try_read(&mut buffer[..want.min(COPY_BUF)]);
-        plumbing
-            .meter
-            .give_back(self.direction, want - *read.as_ref().unwrap_or(&0));
-        match read {
-            Ok(0) | Err(_) => {
-                plumbing.pools.give_buffer(buffer);
-                match read {
-                    Ok(_) => Err(Ok(())),
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(Next::Readable),
-                    Err(e) => Err(Err(e)),
-                }
-            }
-            Ok(n) => {
-                self.moving = n;
-                self.copying = Some(Box::new(Copying {
-                    buffer,
-                    start: 0,
-                    end: n,
-                }));
-                Ok(Next::Go)
-            }
-        }
-    }
-
-    /// Advances until the direction waits (pending) or ends.
-    fn advance<F>(
-        &mut self,
-        plumbing: &Plumbing<'_>,
-        activity: &CloseSignal,
-        mut wait: Pin<&mut Option<F>>,
-        ready: &impl Fn(&'a Conn, bool) -> F,
-        cx: &mut Context<'_>,
-    ) -> Poll<io::Result<()>>
-    where
-        F: Future<Output = io::Result<()>>,
-    {
-        loop {
-            if let Some(waiting) = wait.as_mut().as_pin_mut() {
-                let ready = std::task::ready!(waiting.poll(cx));
-                wait.set(None);
-                ready?;
-            }
-            if let Some(pause) = &mut self.pause {
-                std::task::ready!(pause.as_mut().poll(cx));
-                self.pause = None;
-            }
-            match self.step(plumbing, activity) {
-                Ok(Next::Readable) => wait.set(Some(ready(self.src, false))),
-                Ok(Next::Writable) => wait.set(Some(ready(self.dst, true))),
-                Ok(Next::Go) => {}
-                Err(end) => return Poll::Ready(end),
-            }
-        }
-    }
 }
 
 impl Copying {
@@ -231,53 +46,329 @@ impl Copying {
     }
 }
 
-/// Waits for `conn` to be readable (taking its source's turn) or writable.
-fn ready(conn: &Conn, writable: bool) -> impl Future<Output = io::Result<()>> + '_ {
-    conn.ready(writable)
+/// What a direction needs before it can go on.
+#[derive(Clone, Copy)]
+enum Want {
+    /// Its source readable (then the source's turn).
+    Readable,
+    /// Its destination writable.
+    Writable,
+    /// Nothing: a cap's pause was set, or bytes wait to be written.
+    Go,
+}
+
+/// One direction's wait: monoio's readiness future as it is (see
+/// `Conn::readiness`), or the turn that follows a readable one.
+enum Waiting<R, W, T> {
+    Nothing,
+    Readable(R),
+    Writable(W),
+    Turn(T),
+}
+
+/// One direction's state between its waits.
+#[derive(Default)]
+struct Flow {
+    /// The pipe, kept while bytes keep coming.
+    pipe: Option<Pipe>,
+    /// Bytes in the pipe not yet written to the destination.
+    left: u32,
+    /// Bytes of the last read, counted once all reached the destination.
+    moving: u32,
+    /// The last read found the source drained: wait for it next.
+    short: bool,
+    /// Tokens reserved for the next read, whose wait is `pause` (0: none).
+    reserved: usize,
+    copying: Option<Box<Copying>>,
+    /// The wait a cap imposes (boxed: most sources have no cap).
+    pause: Option<Pin<Box<monoio::time::Sleep>>>,
+}
+
+/// What a direction's step works with.
+struct Ends<'a, 'p> {
+    src: &'a Conn,
+    dst: &'a Conn,
+    direction: Direction,
+    plumbing: &'p Plumbing<'a>,
+    activity: &'a CloseSignal,
+}
+
+impl Flow {
+    /// Moves bytes until a wait is needed (what for) or the direction
+    /// ends (`Err`, with `Ok` on EOF).
+    fn step(&mut self, ends: &Ends<'_, '_>) -> Result<Want, io::Result<()>> {
+        let plumbing = ends.plumbing;
+        loop {
+            if self.left > 0 {
+                let pipe = self.pipe.as_ref().expect("bytes in flight are in the pipe");
+                let mut left = self.left as usize;
+                let drained = pipe.drain_now(ends.dst, &mut left);
+                self.left = left as u32;
+                if !drained.map_err(Err)? {
+                    return Ok(Want::Writable);
+                }
+                self.delivered(ends);
+                if self.short {
+                    if let Some(pipe) = self.pipe.take() {
+                        plumbing.pools.give_pipe(pipe);
+                    }
+                    return Ok(Want::Readable);
+                }
+            }
+            if let Some(copying) = &mut self.copying {
+                if !copying.drain_now(ends.dst).map_err(Err)? {
+                    return Ok(Want::Writable);
+                }
+                if let Some(done) = self.copying.take() {
+                    plumbing.pools.give_buffer(done.buffer);
+                }
+                self.delivered(ends);
+                return Ok(Want::Readable);
+            }
+            let want = match std::mem::take(&mut self.reserved) {
+                0 => match plumbing.meter.grant(ends.direction, PIPE_SIZE) {
+                    Grant::Unlimited => PIPE_SIZE,
+                    Grant::Bytes { bytes, wait } if wait.is_zero() => bytes,
+                    Grant::Bytes { bytes, wait } => {
+                        self.reserved = bytes;
+                        self.pause = Some(Box::pin(monoio::time::sleep(wait)));
+                        return Ok(Want::Go);
+                    }
+                    Grant::Retry { wait } => {
+                        self.pause = Some(Box::pin(monoio::time::sleep(wait)));
+                        return Ok(Want::Go);
+                    }
+                },
+                tokens => tokens,
+            };
+            let Some(pipe) = self.pipe.take().or_else(|| plumbing.pools.take_pipe()) else {
+                return self.copy(ends, want);
+            };
+            let filled = pipe.fill(ends.src, want);
+            // The unused tokens go back before the drain's wait; the bytes
+            // count once they reached the destination.
+            plumbing
+                .meter
+                .give_back(ends.direction, want - *filled.as_ref().unwrap_or(&0));
+            match filled {
+                Ok(0) => {
+                    plumbing.pools.give_pipe(pipe);
+                    return Err(Ok(()));
+                }
+                Ok(n) => {
+                    self.pipe = Some(pipe);
+                    (self.left, self.moving) = (n as u32, n as u32);
+                    self.short = n < want && n < SHORT_READ;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    plumbing.pools.give_pipe(pipe);
+                    return Ok(Want::Readable);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => self.pipe = Some(pipe),
+                Err(e) => {
+                    plumbing.pools.give_pipe(pipe);
+                    return Err(Err(e));
+                }
+            }
+        }
+    }
+
+    /// The bytes of the last read all reached the destination.
+    fn delivered(&mut self, ends: &Ends<'_, '_>) {
+        ends.plumbing.meter.count(ends.direction, self.moving as usize);
+        self.moving = 0;
+        ends.activity.touch();
+    }
+
+    /// The buffered fallback: one read into a pooled buffer.
+    fn copy(&mut self, ends: &Ends<'_, '_>, want: usize) -> Result<Want, io::Result<()>> {
+        let plumbing = ends.plumbing;
+        let mut buffer = plumbing.pools.take_buffer();
+        let read = ends.src.try_read(&mut buffer[..want.min(COPY_BUF)]);
+        plumbing
+            .meter
+            .give_back(ends.direction, want - *read.as_ref().unwrap_or(&0));
+        match read {
+            Ok(n) if n > 0 => {
+                self.moving = n as u32;
+                self.copying = Some(Box::new(Copying {
+                    buffer,
+                    start: 0,
+                    end: n,
+                }));
+                Ok(Want::Go)
+            }
+            Ok(_) => {
+                plumbing.pools.give_buffer(buffer);
+                Err(Ok(()))
+            }
+            Err(e) => {
+                plumbing.pools.give_buffer(buffer);
+                if e.kind() == io::ErrorKind::WouldBlock {
+                    Ok(Want::Readable)
+                } else {
+                    Err(Err(e))
+                }
+            }
+        }
+    }
+}
+
+/// The tunnel's future: both directions and their waits.
+struct Duplex<'a, R, W, T, M> {
+    plumbing: Plumbing<'a>,
+    client: &'a Conn,
+    upstream: &'a Conn,
+    close: &'a CloseSignal,
+    flows: [Flow; 2],
+    /// Pinned in place with the future; replaced, never moved.
+    waits: [Waiting<R, W, T>; 2],
+    done: [bool; 2],
+    /// Makes a direction's next wait (a zero-sized closure).
+    wait: M,
+}
+
+impl<'a, R, W, M> Duplex<'a, R, W, TakeTurn<'a>, M>
+where
+    R: Future<Output = io::Result<()>>,
+    W: Future<Output = io::Result<()>>,
+    M: Fn(&'a Conn, Want) -> Waiting<R, W, TakeTurn<'a>>,
+{
+    /// Advances direction `i` until it waits (pending) or ends.
+    fn advance(&mut self, i: usize, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let (src, dst) = match i {
+            0 => (self.client, self.upstream),
+            _ => (self.upstream, self.client),
+        };
+        let ends = Ends {
+            src,
+            dst,
+            direction: if i == 0 { Direction::Up } else { Direction::Down },
+            plumbing: &self.plumbing,
+            activity: self.close,
+        };
+        let flow = &mut self.flows[i];
+        let wait = &mut self.waits[i];
+        loop {
+            // SAFETY: the wait lives in the pinned future and is only ever
+            // replaced in place (dropped there), never moved out.
+            match wait {
+                Waiting::Nothing => {}
+                Waiting::Readable(ready) => {
+                    let ready = ready!(unsafe { Pin::new_unchecked(ready) }.poll(cx));
+                    src.wait_finished();
+                    *wait = match src.turns() {
+                        Some(turns) => Waiting::Turn(turns.take()),
+                        None => Waiting::Nothing,
+                    };
+                    ready?;
+                    continue;
+                }
+                Waiting::Writable(ready) => {
+                    let ready = ready!(unsafe { Pin::new_unchecked(ready) }.poll(cx));
+                    dst.wait_finished();
+                    *wait = Waiting::Nothing;
+                    ready?;
+                }
+                Waiting::Turn(turn) => {
+                    ready!(unsafe { Pin::new_unchecked(turn) }.poll(cx));
+                    *wait = Waiting::Nothing;
+                }
+            }
+            if let Some(pause) = &mut flow.pause {
+                ready!(pause.as_mut().poll(cx));
+                flow.pause = None;
+            }
+            match flow.step(&ends) {
+                Ok(Want::Readable) => {
+                    src.wait_started();
+                    *wait = (self.wait)(src, Want::Readable);
+                }
+                Ok(Want::Writable) => {
+                    dst.wait_started();
+                    *wait = (self.wait)(dst, Want::Writable);
+                }
+                Ok(Want::Go) => {}
+                Err(end) => return Poll::Ready(end),
+            }
+        }
+    }
+}
+
+impl<'a, R, W, M> Future for Duplex<'a, R, W, TakeTurn<'a>, M>
+where
+    R: Future<Output = io::Result<()>>,
+    W: Future<Output = io::Result<()>>,
+    M: Fn(&'a Conn, Want) -> Waiting<R, W, TakeTurn<'a>>,
+{
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        // SAFETY: nothing is moved out of the pinned future: the waits are
+        // polled and replaced in place (`advance`).
+        let this = unsafe { self.get_unchecked_mut() };
+        if this.close.poll_fired(cx).is_ready() {
+            return Poll::Ready(());
+        }
+        for i in 0..2 {
+            if !this.done[i] {
+                if let Poll::Ready(end) = this.advance(i, cx) {
+                    this.done[i] = true;
+                    match i {
+                        0 => end_direction(end, this.client, this.upstream),
+                        _ => end_direction(end, this.upstream, this.client),
+                    }
+                }
+            }
+        }
+        if this.done == [true, true] {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
 }
 
 /// Runs a full-duplex tunnel until both directions end, one fails, or
 /// `close` fires (revoked, or idle past the limit: see `revocation`).
 /// Half-close is honoured: EOF one way shuts down writing the other way,
 /// and the other way runs on. Holds no timer (but a capped source's wait):
-/// an idle tunnel costs its sockets and this future only.
-pub(crate) async fn run(plumbing: Plumbing<'_>, client: &Conn, upstream: &Conn, close: &CloseSignal) {
-    if client
+/// an idle tunnel costs its sockets and this future only. Not an `async
+/// fn`: see `plane`, on task size.
+pub(crate) fn run<'a>(
+    plumbing: Plumbing<'a>,
+    client: &'a Conn,
+    upstream: &'a Conn,
+    close: &'a CloseSignal,
+) -> impl Future<Output = ()> + 'a {
+    let wait = |conn: &'a Conn, want: Want| match want {
+        Want::Writable => Waiting::Writable(conn.writable_raw()),
+        Want::Readable | Want::Go => Waiting::Readable(conn.readable_raw()),
+    };
+    let usable = client
         .make_nonblocking()
         .and_then(|()| upstream.make_nonblocking())
-        .is_err()
-    {
+        .is_ok();
+    if !usable {
         client.shutdown_both();
         upstream.shutdown_both();
-        return;
     }
-    let mut up = Flow::new(client, upstream, Direction::Up);
-    let mut down = Flow::new(upstream, client, Direction::Down);
     // A fresh tunnel: bytes come later, so both wait for readiness first.
-    let mut up_wait = pin!(Some(ready(client, false)));
-    let mut down_wait = pin!(Some(ready(upstream, false)));
-    let (mut up_done, mut down_done) = (false, false);
-    std::future::poll_fn(|cx| {
-        if close.poll_fired(cx).is_ready() {
-            return Poll::Ready(());
-        }
-        if !up_done {
-            if let Poll::Ready(end) = up.advance(&plumbing, close, up_wait.as_mut(), &ready, cx) {
-                up_done = true;
-                end_direction(end, client, upstream);
-            }
-        }
-        if !down_done {
-            if let Poll::Ready(end) = down.advance(&plumbing, close, down_wait.as_mut(), &ready, cx) {
-                down_done = true;
-                end_direction(end, upstream, client);
-            }
-        }
-        if up_done && down_done {
-            Poll::Ready(())
-        } else {
-            Poll::Pending
-        }
-    })
-    .await
+    let mut waits = [Waiting::Nothing, Waiting::Nothing];
+    if usable {
+        client.wait_started();
+        waits[0] = wait(client, Want::Readable);
+        upstream.wait_started();
+        waits[1] = wait(upstream, Want::Readable);
+    }
+    Duplex {
+        plumbing,
+        client,
+        upstream,
+        close,
+        flows: Default::default(),
+        waits,
+        done: [!usable; 2],
+        wait,
+    }
 }
