@@ -7,7 +7,7 @@
 //! the loop logs, pauses briefly and goes on; existing tunnels keep running.
 
 use super::{ready_accept, Plane};
-use crate::plane::front::forward::{self, Origin};
+use crate::plane::front::forward::{self, Origin, Served};
 use crate::plane::front::socks;
 use crate::plane::front::transparent::{self, Intercepted};
 use crate::plane::services::admission::Ticket;
@@ -100,21 +100,32 @@ fn serve_connection(worker: Rc<Worker>, mut conn: Conn, source: IpAddr, plane: P
         };
         // A redirected or steered connection: TLS by its SNI, HTTP by forward's
         // origin-form session; no route closes it.
-        let opened = match (plane, route) {
+        let served = match (plane, route) {
             (Plane::Forward, _) => forward::serve(&worker, conn, source).await,
-            (Plane::Socks, _) => socks::serve(&worker, conn, source).await,
+            (Plane::Socks, _) => socks::serve(&worker, conn, source).await.map(Served::Tunnel),
             // Boxed so forward connections do not pay for transparent-mode state.
             (_, Some(Intercepted::Tls(port))) => {
                 let front_end = if steered { "steered" } else { "transparent" };
-                Box::pin(transparent::serve_tls(&worker, conn, source, port, front_end)).await
+                Box::pin(transparent::serve_tls(&worker, conn, source, port, front_end))
+                    .await
+                    .map(Served::Tunnel)
             }
             (_, Some(Intercepted::Http(port))) => {
                 forward::serve_origin(&worker, conn, source, Origin { port, steered }).await
             }
             (_, None) => None,
         };
-        if let Some(handoff) = opened {
-            monoio::spawn(run_tunnel(worker, handoff, ticket));
+        match served {
+            Some(Served::Tunnel(handoff)) => {
+                monoio::spawn(run_tunnel(worker, handoff, ticket));
+            }
+            Some(Served::Held(held)) => {
+                let held = forward::resume_held(Rc::clone(&worker), held, move |handoff| {
+                    monoio::spawn(run_tunnel(worker, handoff, ticket));
+                });
+                monoio::spawn(held);
+            }
+            None => {}
         }
     }
 }

@@ -30,6 +30,7 @@ use crackbox_policy::guard::Verdict as GuardVerdict;
 use crackbox_policy::reason::{Layer, Reason};
 use crackbox_policy::usage::Account;
 use crackbox_policy::{MatchedBy, Port, VerdictRef};
+use std::future::Future;
 use std::net::IpAddr;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -133,32 +134,43 @@ pub(crate) async fn decide_held(worker: &Worker, client: Client<'_>, host: &str,
     }
 }
 
-/// [`decide_held`] for a name to ask about.
-async fn hold(worker: &Worker, client: Client<'_>, host: &str, port: u16, sandbox: Rc<Sandbox>) -> Ruling {
-    let refused = |reason, layer| {
-        let (id, account) = (Some(&sandbox.id), Some(&*sandbox.account));
-        count_denial(worker, client.source, (host, port), (reason, layer), id, account);
-        Ruling::Deny { reason }
-    };
-    if !may_dial(&worker.dialer(), host, port).await {
-        return refused(Reason::PrivateAddress, Layer::Guard);
-    }
-    let asking = Asking {
-        source: client.source,
-        sandbox: &sandbox.id,
-        host,
-        port,
-        front_end: client.front_end,
-    };
-    match worker.shared.asks.hold(asking) {
-        Ok(held) => {
-            monoio::select! {
-                verdict = held => rule(worker, client.source, host, port, verdict.as_ref()),
-                () = gone(client.conn) => Ruling::Deny { reason: Reason::NotAllowed },
-            }
+/// [`decide_held`] for a name to ask about: what [`decide`] answered
+/// [`Ruling::Ask`] for.
+#[expect(clippy::manual_async_fn, reason = "an async fn keeps its arguments twice")]
+pub(crate) fn hold<'a>(
+    worker: &'a Worker,
+    client: Client<'a>,
+    host: &'a str,
+    port: u16,
+    sandbox: Rc<Sandbox>,
+) -> impl Future<Output = Ruling> + 'a {
+    async move {
+        let refused = |reason, layer| {
+            let (id, account) = (Some(&sandbox.id), Some(&*sandbox.account));
+            count_denial(worker, client.source, (host, port), (reason, layer), id, account);
+            Ruling::Deny { reason }
+        };
+        // Boxed: the resolution (with its timer) is over before the wait.
+        if !Box::pin(may_dial(&worker.dialer(), host, port)).await {
+            return refused(Reason::PrivateAddress, Layer::Guard);
         }
-        Err(Reason::AskLimit) => refused(Reason::AskLimit, Layer::Limit),
-        Err(reason) => refused(reason, Layer::Entry),
+        let asking = Asking {
+            source: client.source,
+            sandbox: &sandbox.id,
+            host,
+            port,
+            front_end: client.front_end,
+        };
+        match worker.shared.asks.hold(asking) {
+            Ok(held) => {
+                monoio::select! {
+                    verdict = held => rule(worker, client.source, host, port, verdict.as_ref()),
+                    () = gone(client.conn) => Ruling::Deny { reason: Reason::NotAllowed },
+                }
+            }
+            Err(Reason::AskLimit) => refused(Reason::AskLimit, Layer::Limit),
+            Err(reason) => refused(reason, Layer::Entry),
+        }
     }
 }
 
@@ -349,7 +361,19 @@ pub(crate) async fn reach_tracked(
     host: &str,
     port: u16,
 ) -> Result<(Conn, LiveEntry, Rc<Sandbox>), Unreached> {
-    let passed = Passed::of(decide_held(worker, client, host, port).await).map_err(Unreached::Denied)?;
+    let ruling = decide_held(worker, client, host, port).await;
+    reach_ruled(worker, client, host, port, ruling).await
+}
+
+/// [`reach_tracked`] once `ruling` (never [`Ruling::Ask`]) is known.
+pub(crate) async fn reach_ruled(
+    worker: &Worker,
+    client: Client<'_>,
+    host: &str,
+    port: u16,
+    ruling: Ruling,
+) -> Result<(Conn, LiveEntry, Rc<Sandbox>), Unreached> {
+    let passed = Passed::of(ruling).map_err(Unreached::Denied)?;
     let live = LiveEntry::register(&worker.live, client.source, host, port);
     let (conn, sandbox) = connect(worker, client.source, host, port, passed).await?;
     Ok((conn, live, sandbox))

@@ -26,9 +26,11 @@
 mod body;
 mod exchange;
 mod head;
+mod held;
 mod response;
 mod session;
 
+pub(crate) use held::{resume_held, HeldConnect};
 use session::Opened;
 
 use crate::plane::services::conn::Conn;
@@ -46,15 +48,24 @@ use std::rc::Rc;
 /// Bytes read from a socket at a time while reading heads and chunked bodies.
 const READ_CHUNK: usize = 16 * 1024;
 
+/// What a client connection is handed back to `runtime` as.
+pub(crate) enum Served {
+    /// A CONNECT tunnel, open, to run.
+    Tunnel(Handoff),
+    /// A CONNECT held for a decision (ask mode), to wait as a task of its
+    /// own ([`resume_held`]).
+    Held(HeldConnect),
+}
+
 /// Serves one client connection of the forward listener to the end, or
-/// until it is a CONNECT tunnel, handed back open to run. The session, built
-/// first and moved into the future, is the connection's only copy in the
-/// task (see `plane`, on task size).
+/// until it is a CONNECT tunnel, handed back open to run, or a CONNECT held
+/// for a decision. The session, built first and moved into the future, is
+/// the connection's only copy in the task (see `plane`, on task size).
 pub(crate) fn serve<'w>(
     worker: &'w Rc<Worker>,
     client: Conn,
     source: IpAddr,
-) -> impl Future<Output = Option<Handoff>> + 'w {
+) -> impl Future<Output = Option<Served>> + 'w {
     let mut session = Session::new(worker, client, source, None);
     async move {
         let opened = session.run().await;
@@ -80,7 +91,7 @@ pub(crate) fn serve_origin<'w>(
     client: Conn,
     source: IpAddr,
     origin: Origin,
-) -> impl Future<Output = Option<Handoff>> + 'w {
+) -> impl Future<Output = Option<Served>> + 'w {
     let mut session = Session::new(worker, client, source, Some(origin));
     async move {
         let opened = session.run().await;
@@ -141,17 +152,7 @@ impl<'w> Session<'w> {
 
     /// Answers a failed decision or dial; the connection closes afterwards.
     async fn reply_unreachable(&self, host: &str, port: u16, why: Unreached) {
-        let response = match why {
-            Unreached::Denied(reason) => responses::denial(reason, host, port),
-            Unreached::Failed(DialError::Dns) => responses::error(502, &format!("could not resolve {host}")),
-            Unreached::Failed(DialError::Timeout) => {
-                responses::error(504, &format!("timed out connecting to {host}:{port}"))
-            }
-            Unreached::Failed(DialError::Private | DialError::Unreachable) => {
-                responses::error(502, &format!("could not connect to {host}:{port}"))
-            }
-        };
-        self.reply(&response).await;
+        reply_unreachable(&self.client, host, port, why).await;
     }
 
     /// Parks an upstream connection left reusable in the thread's pool,
@@ -170,18 +171,50 @@ impl<'w> Session<'w> {
         }
     }
 
-    /// The CONNECT tunnel this session opened, with its client connection.
-    fn hand_off(self, opened: Opened) -> Handoff {
-        Handoff {
-            client: self.client,
-            upstream: opened.upstream,
-            live: opened.live,
-            sandbox: opened.sandbox,
-            active: opened.active,
+    /// The CONNECT tunnel this session opened, or the CONNECT it holds,
+    /// with its client connection.
+    fn hand_off(mut self, opened: Opened) -> Served {
+        match opened {
+            Opened::Tunnel {
+                upstream,
+                live,
+                sandbox,
+                active,
+            } => Served::Tunnel(Handoff {
+                client: self.client,
+                upstream,
+                live,
+                sandbox,
+                active,
+            }),
+            Opened::Held { host, port, sandbox } => Served::Held(HeldConnect {
+                client: self.client,
+                source: self.source,
+                host: host.into_boxed_str(),
+                port,
+                sandbox,
+                early: std::mem::take(&mut self.inbox).into_boxed_slice(),
+            }),
         }
     }
 
     fn refuse_invalid_host(host: &str) -> bool {
         !is_valid_host(host)
     }
+}
+
+/// Answers a failed decision or dial on `client`; the connection closes
+/// afterwards.
+async fn reply_unreachable(client: &Conn, host: &str, port: u16, why: Unreached) {
+    let response = match why {
+        Unreached::Denied(reason) => responses::denial(reason, host, port),
+        Unreached::Failed(DialError::Dns) => responses::error(502, &format!("could not resolve {host}")),
+        Unreached::Failed(DialError::Timeout) => {
+            responses::error(504, &format!("timed out connecting to {host}:{port}"))
+        }
+        Unreached::Failed(DialError::Private | DialError::Unreachable) => {
+            responses::error(502, &format!("could not connect to {host}:{port}"))
+        }
+    };
+    let _ = client.write_last(&response).await;
 }

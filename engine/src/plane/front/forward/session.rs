@@ -9,10 +9,11 @@
 use super::head::{head_refusal, HeadRead, Prepared};
 use super::{Origin, Session};
 use crate::plane::services::conn::Conn;
-use crate::plane::services::decision::{decide, reach_tracked, Ruling};
+use crate::plane::services::decision::{decide, reach_ruled, Ruling};
 use crate::plane::services::revocation::LiveEntry;
 use crate::plane::services::sandboxes::Sandbox;
 use crate::plane::services::stats::{ActiveTunnel, Direction, FrontEnd};
+use crate::plane::services::worker::Worker;
 use crate::protocol::http_head::{self, Target};
 use crate::protocol::responses;
 use crackbox_policy::reason::Reason;
@@ -22,13 +23,22 @@ use std::time::Duration;
 /// An idle keep-alive connection is closed after this long.
 const KEEPALIVE_IDLE: Duration = Duration::from_secs(60);
 
-/// A CONNECT tunnel the session opened: all of it but the client
-/// connection, which the session owns.
-pub(super) struct Opened {
-    pub(super) upstream: Conn,
-    pub(super) live: LiveEntry,
-    pub(super) sandbox: Rc<Sandbox>,
-    pub(super) active: ActiveTunnel,
+/// What a CONNECT became: all of it but the client connection, which the
+/// session owns.
+pub(super) enum Opened {
+    /// A tunnel, open.
+    Tunnel {
+        upstream: Conn,
+        live: LiveEntry,
+        sandbox: Rc<Sandbox>,
+        active: ActiveTunnel,
+    },
+    /// A CONNECT to ask about (ask mode), to be held as a task of its own.
+    Held {
+        host: String,
+        port: u16,
+        sandbox: Rc<Sandbox>,
+    },
 }
 
 /// What a complete request head asks for.
@@ -143,53 +153,78 @@ impl Session<'_> {
     }
 
     /// CONNECT: decide, dial, answer 200, replay early bytes; the tunnel,
-    /// once open, is handed back to run.
+    /// once open, is handed back to run. A name to ask about is handed back
+    /// to be held (see `held`), not held here: the session's task ends.
     async fn tunnel(&mut self, host: String, port: u16) -> Option<Opened> {
         if Self::refuse_invalid_host(&host) {
             self.reply(&responses::error(400, "invalid host in CONNECT")).await;
             return None;
         }
-        let (upstream, live, sandbox) = match reach_tracked(self.worker, self.asker("connect"), &host, port).await {
+        let ruling = match decide(self.worker, self.source, &host, port) {
+            Ruling::Ask { sandbox } => return Some(Opened::Held { host, port, sandbox }),
+            ruling => ruling,
+        };
+        let reached = reach_ruled(self.worker, self.asker("connect"), &host, port, ruling).await;
+        let (upstream, live, sandbox) = match reached {
             Ok(reached) => reached,
             Err(why) => {
                 self.reply_unreachable(&host, port, why).await;
                 return None;
             }
         };
-        if live.signal().is_fired() {
-            self.reply(&responses::denial(Reason::Revoked, &host, port)).await;
-            return None;
-        }
-        // Counted before the client hears 200, so a client that reads the
-        // usage after its reply finds its tunnel there.
-        sandbox.account.add_tunnel(self.worker.thread);
-        self.worker.stats.count_tunnel(FrontEnd::Connect);
-        let active = self.worker.stats.open_tunnel();
-        if self
-            .client
-            .write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")
-            .await
-            .is_err()
-        {
-            return None;
-        }
         // The head buffer goes (bytes sent early by the client go on first):
         // an idle tunnel holds no buffer, not even an empty one's capacity.
         let early = std::mem::take(&mut self.inbox);
-        if self
-            .worker
-            .meter(&sandbox.account)
-            .send(&upstream, &early, Direction::Up)
-            .await
-            .is_err()
-        {
-            return None;
-        }
-        Some(Opened {
+        let active = establish(
+            self.worker,
+            &self.client,
+            (&host, port),
+            (&upstream, &live, &sandbox),
+            &early,
+        )
+        .await?;
+        Some(Opened::Tunnel {
             upstream,
             live,
             sandbox,
             active,
         })
     }
+}
+
+/// A CONNECT whose upstream is connected: refused if it was revoked
+/// meanwhile; else counted, answered 200 and the client's `early` bytes
+/// sent on. The tunnel's count as active, once it is open.
+pub(super) async fn establish(
+    worker: &Worker,
+    client: &Conn,
+    (host, port): (&str, u16),
+    (upstream, live, sandbox): (&Conn, &LiveEntry, &Sandbox),
+    early: &[u8],
+) -> Option<ActiveTunnel> {
+    if live.signal().is_fired() {
+        let _ = client.write_last(&responses::denial(Reason::Revoked, host, port)).await;
+        return None;
+    }
+    // Counted before the client hears 200, so a client that reads the
+    // usage after its reply finds its tunnel there.
+    sandbox.account.add_tunnel(worker.thread);
+    worker.stats.count_tunnel(FrontEnd::Connect);
+    let active = worker.stats.open_tunnel();
+    if client
+        .write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+        .await
+        .is_err()
+    {
+        return None;
+    }
+    if worker
+        .meter(&sandbox.account)
+        .send(upstream, early, Direction::Up)
+        .await
+        .is_err()
+    {
+        return None;
+    }
+    Some(active)
 }
