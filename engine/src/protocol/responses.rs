@@ -26,13 +26,20 @@ fn reason_phrase(status: u16) -> &'static str {
 /// answered on the hot path, where formatting machinery would be most of
 /// its user-space work.
 fn response(status: u16, reason: Option<Reason>, body: &[&str]) -> Vec<u8> {
+    let mut out = Vec::new();
+    write_response(&mut out, status, reason, body);
+    out
+}
+
+/// [`response`] appended to `out` (reserving what it needs at once).
+fn write_response(out: &mut Vec<u8>, status: u16, reason: Option<Reason>, body: &[&str]) {
     /// More than the longest head written here.
     const HEAD_ROOM: usize = 192;
     let body_len: usize = body.iter().map(|piece| piece.len()).sum();
-    let mut out = Vec::with_capacity(HEAD_ROOM + body_len);
-    push_status_line(&mut out, status, reason_phrase(status));
+    out.reserve(HEAD_ROOM + body_len);
+    push_status_line(out, status, reason_phrase(status));
     out.extend_from_slice(b"Content-Type: text/plain; charset=utf-8\r\nContent-Length: ");
-    push_decimal(&mut out, body_len);
+    push_decimal(out, body_len);
     out.extend_from_slice(b"\r\nConnection: close\r\n");
     if let Some(reason) = reason {
         out.extend_from_slice(b"X-Crackbox-Reason: ");
@@ -43,11 +50,18 @@ fn response(status: u16, reason: Option<Reason>, body: &[&str]) -> Vec<u8> {
     for piece in body {
         out.extend_from_slice(piece.as_bytes());
     }
-    out
 }
 
 /// The 403 (or 429) for a policy decision against `host:port`.
 pub fn denial(reason: Reason, host: &str, port: u16) -> Vec<u8> {
+    let mut out = Vec::new();
+    write_denial(&mut out, reason, host, port);
+    out
+}
+
+/// [`denial`] appended to `out`: a reply written into a reused buffer
+/// allocates nothing.
+pub fn write_denial(out: &mut Vec<u8>, reason: Reason, host: &str, port: u16) {
     let mut digits = [0; 20];
     // Only ASCII digits are written.
     let port = std::str::from_utf8(decimal(usize::from(port), &mut digits)).unwrap_or_default();
@@ -84,7 +98,7 @@ pub fn denial(reason: Reason, host: &str, port: u16) -> Vec<u8> {
         ". This is a crackbox policy decision; retrying another way will not work.\n",
     ];
     let status = if reason == Reason::TooManyConnections { 429 } else { 403 };
-    response(status, Some(reason), &body)
+    write_response(out, status, Some(reason), &body);
 }
 
 /// An error response with a short public explanation.

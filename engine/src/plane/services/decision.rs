@@ -31,7 +31,7 @@ use crackbox_policy::reason::{Layer, Reason};
 use crackbox_policy::usage::Account;
 use crackbox_policy::{MatchedBy, Port, VerdictRef};
 use std::future::Future;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
@@ -242,6 +242,8 @@ pub(crate) struct Reached {
     /// Kept from an earlier request rather than dialled now: it may have
     /// closed unanswered.
     pub(crate) reused: bool,
+    /// The address dialled, when known without asking the socket.
+    pub(crate) dialled: Option<SocketAddr>,
 }
 
 /// An upstream connection its last exchange left reusable (a complete,
@@ -250,6 +252,8 @@ pub(crate) struct Reached {
 pub(crate) struct IdleUpstream {
     pub(crate) conn: Conn,
     pub(crate) sandbox: Rc<Sandbox>,
+    /// The address dialled, when known without asking the socket.
+    pub(crate) dialled: Option<SocketAddr>,
     pub(crate) host: String,
     pub(crate) port: u16,
     /// When its last exchange ended.
@@ -288,25 +292,28 @@ pub(crate) async fn reach_reusing(
     };
     let reused = kept
         .filter(|idle| Rc::ptr_eq(&idle.sandbox, &passed.sandbox))
-        .map(|idle| idle.conn)
+        .map(|idle| (idle.conn, idle.dialled))
         .or_else(|| {
-            worker
+            let (conn, dialled) = worker
                 .upstreams
-                .take(client.source, &passed.sandbox, host, port, usable)
+                .take(client.source, &passed.sandbox, host, port, usable)?;
+            Some((conn, Some(dialled)))
         });
-    if let Some(conn) = reused {
+    if let Some((conn, dialled)) = reused {
         passed.count(worker, client.source, host, port);
         return Ok(Reached {
             conn,
             sandbox: passed.sandbox,
             reused: true,
+            dialled,
         });
     }
-    let (conn, sandbox) = connect(worker, client.source, host, port, passed).await?;
+    let (conn, dialled, sandbox) = connect(worker, client.source, host, port, passed).await?;
     Ok(Reached {
         conn,
         sandbox,
         reused: false,
+        dialled: Some(dialled),
     })
 }
 
@@ -318,7 +325,9 @@ pub(crate) fn park(worker: &Worker, source: IpAddr, idle: IdleUpstream) {
     if idle.since.elapsed() >= upstream_pool::IDLE_TIMEOUT {
         return;
     }
-    let Ok(dialled) = idle.conn.peer_addr() else { return };
+    let Some(dialled) = idle.dialled.or_else(|| idle.conn.peer_addr().ok()) else {
+        return;
+    };
     let place = Place {
         sandbox: idle.sandbox,
         host: idle.host,
@@ -341,14 +350,15 @@ pub(crate) enum Unreached {
 /// Decides on `host:port` for `source`, then resolves, guards and connects;
 /// counts the outcome. Denied names are never resolved. The connection comes
 /// with the registration that allowed it.
-pub(crate) async fn reach(
-    worker: &Worker,
-    client: Client<'_>,
-    host: &str,
-    port: u16,
-) -> Result<(Conn, Rc<Sandbox>), Unreached> {
+pub(crate) async fn reach(worker: &Worker, client: Client<'_>, host: &str, port: u16) -> Result<Reached, Unreached> {
     let passed = Passed::of(decide_held(worker, client, host, port).await).map_err(Unreached::Denied)?;
-    connect(worker, client.source, host, port, passed).await
+    let (conn, dialled, sandbox) = connect(worker, client.source, host, port, passed).await?;
+    Ok(Reached {
+        conn,
+        sandbox,
+        reused: false,
+        dialled: Some(dialled),
+    })
 }
 
 /// [`reach`] for a connection that then tunnels: once allowed it joins the
@@ -375,7 +385,7 @@ pub(crate) async fn reach_ruled(
 ) -> Result<(Conn, LiveEntry, Rc<Sandbox>), Unreached> {
     let passed = Passed::of(ruling).map_err(Unreached::Denied)?;
     let live = LiveEntry::register(&worker.live, client.source, host, port);
-    let (conn, sandbox) = connect(worker, client.source, host, port, passed).await?;
+    let (conn, _, sandbox) = connect(worker, client.source, host, port, passed).await?;
     Ok((conn, live, sandbox))
 }
 
@@ -387,7 +397,7 @@ async fn connect(
     host: &str,
     port: u16,
     passed: Passed,
-) -> Result<(Conn, Rc<Sandbox>), Unreached> {
+) -> Result<(Conn, SocketAddr, Rc<Sandbox>), Unreached> {
     // Boxed: dialling state is large and only needed until connected.
     match Box::pin(crate::plane::services::resolve::dial(
         &worker.dialer(),
@@ -397,10 +407,10 @@ async fn connect(
     ))
     .await
     {
-        Ok(mut conn) => {
+        Ok((mut conn, dialled)) => {
             passed.count(worker, source, host, port);
             conn.take_turns_of(worker.turns.of(source));
-            Ok((conn, passed.sandbox))
+            Ok((conn, dialled, passed.sandbox))
         }
         Err(crate::plane::services::resolve::DialError::Private) => {
             let (id, account) = (Some(&passed.sandbox.id), Some(&*passed.sandbox.account));

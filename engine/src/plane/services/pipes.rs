@@ -1,7 +1,10 @@
 //! What bytes in flight are held in: splice pipes and copy buffers from
 //! per-thread pools, taken only while bytes move and given back the moment
 //! a direction waits for its source again (so an idle tunnel holds no pipe),
-//! and the non-blocking `splice(2)` calls that fill and drain a pipe.
+//! and the non-blocking `splice(2)` calls that fill and drain a pipe; and
+//! byte vectors ([`Pooled`]) for what is read and written whole (request
+//! and response heads, replies), so a request allocates none of them once
+//! its thread's pool is warm.
 
 use crate::plane::services::conn::{nix_result, Conn};
 use std::cell::RefCell;
@@ -16,6 +19,10 @@ const POOLED_PIPES: usize = 64;
 pub(crate) const COPY_BUF: usize = 16 * 1024;
 /// Buffers kept for reuse per thread.
 const POOLED_BUFFERS: usize = 64;
+/// Byte vectors kept for reuse per thread.
+const POOLED_VECS: usize = 64;
+/// A byte vector larger than this (a rare big head) is freed, not kept.
+const POOLED_VEC_MAX: usize = 32 * 1024;
 
 /// A pipe pair; empty whenever it is in the pool.
 pub(crate) struct Pipe {
@@ -62,6 +69,7 @@ impl Pipe {
 pub(crate) struct Pools {
     pipes: RefCell<Vec<Pipe>>,
     buffers: RefCell<Vec<Box<[u8]>>>,
+    vecs: RefCell<Vec<Vec<u8>>>,
 }
 
 impl Pools {
@@ -91,6 +99,85 @@ impl Pools {
         if buffers.len() < POOLED_BUFFERS {
             buffers.push(buffer);
         }
+    }
+
+    /// An empty byte vector, with the capacity an earlier user left it.
+    fn take_vec(&self) -> Vec<u8> {
+        self.vecs.borrow_mut().pop().unwrap_or_default()
+    }
+
+    /// Keeps `vec` (emptied) for the next user, unless it holds nothing or
+    /// too much.
+    fn give_vec(&self, mut vec: Vec<u8>) {
+        if vec.capacity() == 0 || vec.capacity() > POOLED_VEC_MAX {
+            return;
+        }
+        let mut vecs = self.vecs.borrow_mut();
+        if vecs.len() < POOLED_VECS {
+            vec.clear();
+            vecs.push(vec);
+        }
+    }
+}
+
+/// A byte vector from the thread's pool, given back when dropped or
+/// [`Pooled::release`]d.
+pub(crate) struct Pooled<'p> {
+    vec: Vec<u8>,
+    pools: &'p Pools,
+}
+
+impl<'p> Pooled<'p> {
+    /// An empty vector; it takes one from `pools` only once something is
+    /// written to it ([`Pooled::fill`]).
+    pub(crate) fn empty(pools: &'p Pools) -> Self {
+        Pooled { vec: Vec::new(), pools }
+    }
+
+    /// A vector from `pools` (empty, with an earlier user's capacity).
+    pub(crate) fn new(pools: &'p Pools) -> Self {
+        Pooled {
+            vec: pools.take_vec(),
+            pools,
+        }
+    }
+
+    /// The vector, taken from the pool first if it has no room yet.
+    pub(crate) fn fill(&mut self) -> &mut Vec<u8> {
+        if self.vec.capacity() == 0 {
+            self.vec = self.pools.take_vec();
+        }
+        &mut self.vec
+    }
+
+    /// Gives the vector back now, keeping nothing (what it held is dropped).
+    pub(crate) fn release(&mut self) {
+        self.pools.give_vec(std::mem::take(&mut self.vec));
+    }
+
+    /// The bytes it holds, as a vector of their own; it keeps nothing.
+    pub(crate) fn take(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.vec)
+    }
+}
+
+impl std::ops::Deref for Pooled<'_> {
+    type Target = Vec<u8>;
+
+    fn deref(&self) -> &Vec<u8> {
+        &self.vec
+    }
+}
+
+impl std::ops::DerefMut for Pooled<'_> {
+    fn deref_mut(&mut self) -> &mut Vec<u8> {
+        &mut self.vec
+    }
+}
+
+impl Drop for Pooled<'_> {
+    fn drop(&mut self) {
+        self.release();
     }
 }
 

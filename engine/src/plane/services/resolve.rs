@@ -170,31 +170,37 @@ pub(crate) async fn may_dial(dialer: &Dialer<'_>, host: &str, port: u16) -> bool
         .any(|ip| dialer.guard.judge(SocketAddr::new(*ip, port), false, is_local) == Verdict::Dial)
 }
 
-/// Resolves (unless a literal), guards and connects to `host:port`.
-pub(crate) async fn dial(dialer: &Dialer<'_>, host: &str, port: u16, matched: MatchedBy) -> Result<Conn, DialError> {
+/// Resolves (unless a literal), guards and connects to `host:port`; the
+/// connection and the address it was dialled to.
+pub(crate) async fn dial(
+    dialer: &Dialer<'_>,
+    host: &str,
+    port: u16,
+    matched: MatchedBy,
+) -> Result<(Conn, SocketAddr), DialError> {
     let deadline = Instant::now() + CONNECT_BUDGET;
-    let candidates = match normalise_host(host) {
-        Some(HostKind::Ip(ip)) => vec![SocketAddr::new(ip, port)],
-        Some(HostKind::Name(name)) => resolve_name(dialer, &name)
-            .await?
-            .iter()
-            .map(|ip| SocketAddr::new(*ip, port))
-            .collect(),
+    let literal_ip: [IpAddr; 1];
+    let resolved: Rc<[IpAddr]>;
+    let ips: &[IpAddr] = match normalise_host(host) {
+        Some(HostKind::Ip(ip)) => {
+            literal_ip = [ip];
+            &literal_ip
+        }
+        Some(HostKind::Name(name)) => {
+            resolved = resolve_name(dialer, &name).await?;
+            &resolved
+        }
         None => return Err(DialError::Dns),
     };
     let literal = matched == MatchedBy::IpLiteral;
-    let allowed: Vec<SocketAddr> = candidates
-        .into_iter()
-        .filter(|addr| {
-            let is_local = |ip: IpAddr| dialer.local_addresses.contains(ip);
-            dialer.guard.judge(*addr, literal, is_local) == Verdict::Dial
-        })
-        .collect();
-    if allowed.is_empty() {
-        return Err(DialError::Private);
-    }
-    let mut timed_out = false;
+    let is_local = |ip: IpAddr| dialer.local_addresses.contains(ip);
+    let allowed = ips
+        .iter()
+        .map(|ip| SocketAddr::new(*ip, port))
+        .filter(|addr| dialer.guard.judge(*addr, literal, is_local) == Verdict::Dial);
+    let (mut any, mut timed_out) = (false, false);
     for addr in allowed {
+        any = true;
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             timed_out = true;
@@ -210,12 +216,14 @@ pub(crate) async fn dial(dialer: &Dialer<'_>, host: &str, port: u16, matched: Ma
             }
         };
         match connected {
-            Ok(Ok(conn)) => return Ok(conn),
+            Ok(Ok(conn)) => return Ok((conn, addr)),
             Ok(Err(_)) => continue,
             Err(_) => timed_out = true,
         }
     }
-    Err(if timed_out {
+    Err(if !any {
+        DialError::Private
+    } else if timed_out {
         DialError::Timeout
     } else {
         DialError::Unreachable

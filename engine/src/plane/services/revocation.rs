@@ -91,7 +91,10 @@ impl LiveEntry {
     /// Re-points the entry at a new destination (next keep-alive request).
     pub(crate) fn retarget(&self, host: &str, port: u16) {
         if let Some(live) = self.set.slots.borrow_mut()[self.index].as_mut() {
-            live.host = host.into();
+            // The same host again (most keep-alive requests) costs nothing.
+            if *live.host != *host {
+                live.host = host.into();
+            }
             live.port = port;
         }
     }

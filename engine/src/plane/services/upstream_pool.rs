@@ -92,9 +92,9 @@ impl<C> UpstreamPool<C> {
         self.total.set(self.total.get() + 1);
     }
 
-    /// The most recently parked connection of `source` under `account` to
-    /// `host:port` that `usable` accepts; those it refuses on the way are
-    /// closed.
+    /// The most recently parked connection of `source` under `sandbox` to
+    /// `host:port` that `usable` accepts, and the address it was dialled
+    /// to; those it refuses on the way are closed.
     pub(crate) fn take(
         &self,
         source: IpAddr,
@@ -102,7 +102,7 @@ impl<C> UpstreamPool<C> {
         host: &str,
         port: u16,
         mut usable: impl FnMut(&Place, &C) -> bool,
-    ) -> Option<C> {
+    ) -> Option<(C, SocketAddr)> {
         let source = canonical_ip(source);
         let mut by_source = self.by_source.borrow_mut();
         let parked = by_source.get_mut(&source)?;
@@ -114,7 +114,7 @@ impl<C> UpstreamPool<C> {
             let entry = parked.remove(at);
             self.total.set(self.total.get() - 1);
             if usable(&entry.place, &entry.conn) {
-                found = Some(entry.conn);
+                found = Some((entry.conn, entry.place.dialled));
                 break;
             }
         }

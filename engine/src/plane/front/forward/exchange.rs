@@ -35,7 +35,7 @@ const RESPONSE_TIMEOUT_FALLBACK: Duration = Duration::from_secs(3600);
 impl Session<'_> {
     /// One absolute-form request; returns whether the client connection
     /// may carry another request.
-    pub(super) async fn forward(&mut self, request: Prepared) -> bool {
+    pub(super) async fn forward(&mut self, request: Prepared<'_>) -> bool {
         if Self::refuse_invalid_host(&request.host) {
             self.reply(&responses::error(400, "invalid host in URL")).await;
             return false;
@@ -66,6 +66,7 @@ impl Session<'_> {
             mut conn,
             mut sandbox,
             reused,
+            mut dialled,
         } = match reached {
             Ok(reached) => reached,
             Err(why) => {
@@ -81,7 +82,12 @@ impl Session<'_> {
         sandbox.account.add_request(self.worker.thread);
         let mut outcome = self.exchange_watched(&conn, &request, &sandbox.account).await;
         if reused && matches!(outcome, Err(ExchangeError::NoResponse)) && request.framing == Framing::Empty {
-            (conn, sandbox) = match reach(
+            Reached {
+                conn,
+                sandbox,
+                dialled,
+                ..
+            } = match reach(
                 self.worker,
                 self.asker(self.requests_front_end()),
                 &request.host,
@@ -106,6 +112,7 @@ impl Session<'_> {
                     let idle = IdleUpstream {
                         conn,
                         sandbox,
+                        dialled,
                         host: request.host,
                         port: request.port,
                         since: Instant::now(),
@@ -121,7 +128,7 @@ impl Session<'_> {
                 client_reusable
             }
             Ok(Exchange::Upgraded) => {
-                let early = std::mem::take(&mut self.inbox);
+                let early = self.inbox.take();
                 let sent = self
                     .worker
                     .meter(&sandbox.account)
@@ -153,7 +160,7 @@ impl Session<'_> {
     async fn exchange_watched(
         &mut self,
         upstream: &Conn,
-        request: &Prepared,
+        request: &Prepared<'_>,
         account: &Account,
     ) -> Result<Exchange, ExchangeError> {
         let signal = self.live.as_ref().map(LiveEntry::revocation);
@@ -175,7 +182,7 @@ impl Session<'_> {
     async fn exchange(
         &mut self,
         upstream: &Conn,
-        request: &Prepared,
+        request: &Prepared<'_>,
         account: &Account,
     ) -> Result<Exchange, ExchangeError> {
         let worker = self.worker;

@@ -5,6 +5,7 @@
 
 use super::Session;
 use super::READ_CHUNK;
+use crate::plane::services::pipes::{Pooled, Pools};
 use crate::protocol::http_head::{self, Framing, HeadError, MAX_HEAD};
 use crate::protocol::responses;
 use std::time::{Duration, Instant};
@@ -15,23 +16,27 @@ const FIRST_READ: usize = 1024;
 /// A request head must arrive within this long of its first byte.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A request ready to send upstream; owns everything it needs.
-pub(super) struct Prepared {
-    pub(super) method: String,
+/// A request ready to send upstream; owns everything it needs (its head
+/// rewritten in a vector of the thread's pool).
+pub(super) struct Prepared<'p> {
+    /// `HEAD` for a HEAD request (whose response has no body), else empty:
+    /// all the response's parsing needs of the method.
+    pub(super) method: &'static str,
     pub(super) host: String,
     pub(super) port: u16,
-    pub(super) upstream_head: Vec<u8>,
+    pub(super) upstream_head: Pooled<'p>,
     pub(super) framing: Framing,
     pub(super) keep_alive: bool,
 }
 
-impl Prepared {
+impl<'p> Prepared<'p> {
     /// The request to send `host:port`, rewritten for the upstream.
-    pub(super) fn new(head: &http_head::RequestHead<'_>, host: &str, port: u16) -> Self {
-        let mut upstream_head = Vec::with_capacity(head.head_len + 32);
+    pub(super) fn new(head: &http_head::RequestHead<'_>, host: &str, port: u16, pools: &'p Pools) -> Self {
+        let mut upstream_head = Pooled::new(pools);
+        upstream_head.reserve(head.head_len + 32);
         http_head::write_upstream_request(head, &mut upstream_head);
         Prepared {
-            method: head.method.to_owned(),
+            method: if head.method == "HEAD" { "HEAD" } else { "" },
             host: host.to_owned(),
             port,
             upstream_head,
@@ -75,7 +80,7 @@ impl Session<'_> {
             }
             *scanned = self.inbox.len();
             let want = self.head_read_size();
-            match self.client.try_read_into(&mut self.inbox, want) {
+            match self.client.try_read_into(self.inbox.fill(), want) {
                 Ok(Some(n)) if n > 0 => {}
                 Ok(None) => return None,
                 Ok(Some(_)) | Err(_) => return Some(HeadRead::Closed),
@@ -90,7 +95,7 @@ impl Session<'_> {
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             let want = self.head_read_size();
-            match monoio::time::timeout(left, self.client.read_into(&mut self.inbox, want)).await {
+            match monoio::time::timeout(left, self.client.read_into(self.inbox.fill(), want)).await {
                 Ok(Ok(n)) if n > 0 => {}
                 Ok(_) => return HeadRead::Closed,
                 Err(_) if self.inbox.is_empty() => return HeadRead::Closed,

@@ -36,6 +36,7 @@ use session::Opened;
 use crate::plane::services::conn::Conn;
 use crate::plane::services::decision::{park, Client, IdleUpstream, Unreached};
 use crate::plane::services::handoff::Handoff;
+use crate::plane::services::pipes::Pooled;
 use crate::plane::services::resolve::DialError;
 use crate::plane::services::revocation::LiveEntry;
 use crate::plane::services::worker::Worker;
@@ -106,7 +107,7 @@ struct Session<'w> {
     client: Conn,
     source: IpAddr,
     /// Bytes read from the client and not yet consumed.
-    inbox: Vec<u8>,
+    inbox: Pooled<'w>,
     /// The upstream connection kept from the last request.
     upstream: Option<IdleUpstream>,
     live: Option<LiveEntry>,
@@ -120,7 +121,7 @@ impl<'w> Session<'w> {
             worker,
             client,
             source,
-            inbox: Vec::new(),
+            inbox: Pooled::empty(&worker.pools),
             upstream: None,
             live: None,
             origin,
@@ -193,7 +194,10 @@ impl<'w> Session<'w> {
                 host: host.into_boxed_str(),
                 port,
                 sandbox,
-                early: std::mem::take(&mut self.inbox).into_boxed_slice(),
+                early: match self.inbox.is_empty() {
+                    true => Box::default(),
+                    false => self.inbox.take().into_boxed_slice(),
+                },
             }),
         }
     }

@@ -7,6 +7,7 @@ use super::body;
 use super::head::Prepared;
 use super::READ_CHUNK;
 use crate::plane::services::conn::Conn;
+use crate::plane::services::pipes::Pooled;
 use crate::plane::services::stats::Direction;
 use crate::plane::services::tunnel::{CloseSignal, Plumbing};
 use crate::protocol::http_head::{self, Framing, MAX_HEAD};
@@ -45,11 +46,11 @@ pub(super) async fn relay_response(
     wait: Duration,
     client: &Conn,
     upstream: &Conn,
-    request: &Prepared,
+    request: &Prepared<'_>,
     activity: &CloseSignal,
     responded: &Cell<bool>,
 ) -> Result<Exchange, ExchangeError> {
-    let mut inbox = Vec::new();
+    let mut inbox = Pooled::new(plumbing.pools);
     let mut received = false;
     loop {
         let mut scanned = 0;
@@ -76,7 +77,7 @@ pub(super) async fn relay_response(
                 Ok(Ok(_)) => received = true,
             }
         };
-        let head = http_head::parse_response(&inbox[..end], &request.method).map_err(|_| ExchangeError::BadResponse)?;
+        let head = http_head::parse_response(&inbox[..end], request.method).map_err(|_| ExchangeError::BadResponse)?;
         let interim = (100..200).contains(&head.status) && head.status != 101;
         let upgraded = head.status == 101;
         let client_close = !request.keep_alive || head.framing == Framing::UntilClose;
@@ -89,7 +90,8 @@ pub(super) async fn relay_response(
             Framing::Length(length) if !interim && !upgraded => length.min((inbox.len() - end) as u64) as usize,
             _ => 0,
         };
-        let mut out = Vec::with_capacity(end + 64 + buffered);
+        let mut out = Pooled::new(plumbing.pools);
+        out.reserve(end + 64 + buffered);
         http_head::write_client_response(&head, client_close && !interim && !upgraded, &mut out);
         drop(head);
         inbox.drain(..end);

@@ -10,6 +10,7 @@ use super::head::{head_refusal, HeadRead, Prepared};
 use super::{Origin, Session};
 use crate::plane::services::conn::Conn;
 use crate::plane::services::decision::{decide, reach_ruled, Ruling};
+use crate::plane::services::pipes::Pooled;
 use crate::plane::services::revocation::LiveEntry;
 use crate::plane::services::sandboxes::Sandbox;
 use crate::plane::services::stats::{ActiveTunnel, Direction, FrontEnd};
@@ -42,18 +43,21 @@ pub(super) enum Opened {
 }
 
 /// What a complete request head asks for.
-enum Step {
+enum Step<'p> {
     /// Forward this request upstream.
-    Forward(Prepared),
-    /// Open a CONNECT tunnel to this host and port.
-    Tunnel(String, u16),
+    Forward(Prepared<'p>),
+    /// Open a CONNECT tunnel to this host and port, as the decision says
+    /// (never a denial).
+    Tunnel(String, u16, Ruling),
     /// Answer this and close.
     Reply(Vec<u8>),
+    /// Answer this denial (written in a vector of the thread's pool) and close.
+    Denied(Pooled<'p>),
     /// An origin-form request without `Host`.
     Unnamed,
 }
 
-impl Session<'_> {
+impl<'w> Session<'w> {
     /// Serves requests until the connection closes or becomes a CONNECT
     /// tunnel, which is handed back open.
     pub(super) async fn run(&mut self) -> Option<Opened> {
@@ -81,8 +85,12 @@ impl Session<'_> {
             // Decided before any await, so an idle tunnel's task does not
             // keep the parsed head.
             match self.next_step(head_len) {
-                Step::Tunnel(host, port) => return self.tunnel(host, port).await,
+                Step::Tunnel(host, port, ruling) => return self.tunnel(host, port, ruling).await,
                 Step::Reply(response) => {
+                    self.reply(&response).await;
+                    return None;
+                }
+                Step::Denied(response) => {
                     self.reply(&response).await;
                     return None;
                 }
@@ -103,7 +111,7 @@ impl Session<'_> {
 
     /// What the complete head at the start of the inbox asks for; a request
     /// to forward or tunnel is taken out of the inbox.
-    fn next_step(&mut self, head_len: usize) -> Step {
+    fn next_step(&mut self, head_len: usize) -> Step<'w> {
         let head = match http_head::parse_request(&self.inbox[..head_len]) {
             Ok(head) => head,
             Err(err) => return Step::Reply(head_refusal(err)),
@@ -114,15 +122,27 @@ impl Session<'_> {
                 else {
                     return Step::Unnamed;
                 };
-                Step::Forward(Prepared::new(&head, host, origin.port))
+                Step::Forward(Prepared::new(&head, host, origin.port, &self.worker.pools))
             }
             _ if self.origin.is_some() => return Step::Reply(responses::error(400, "only origin-form requests here")),
             Target::Origin { .. } => {
                 let message = "crackbox is a forward proxy: request absolute http:// URLs or use CONNECT";
                 return Step::Reply(responses::error(400, message));
             }
-            Target::Connect { host, port } => Step::Tunnel(host.to_owned(), port),
-            Target::Absolute { host, port, .. } => Step::Forward(Prepared::new(&head, host, port)),
+            // Decided while the head is still in the inbox: a denial is
+            // answered from it, and only a name let through is copied out.
+            Target::Connect { host, .. } if Self::refuse_invalid_host(host) => {
+                return Step::Reply(responses::error(400, "invalid host in CONNECT"));
+            }
+            Target::Connect { host, port } => match decide(self.worker, self.source, host, port) {
+                Ruling::Deny { reason } => {
+                    let mut response = Pooled::new(&self.worker.pools);
+                    responses::write_denial(&mut response, reason, host, port);
+                    return Step::Denied(response);
+                }
+                ruling => Step::Tunnel(host.to_owned(), port, ruling),
+            },
+            Target::Absolute { host, port, .. } => Step::Forward(Prepared::new(&head, host, port, &self.worker.pools)),
         };
         self.inbox.drain(..head_len);
         step
@@ -132,7 +152,7 @@ impl Session<'_> {
     /// connection: whether it is readable within the idle timeout. A
     /// revocation of the last destination closes it (docs/architecture.md, "Data path of a connection": revocation).
     async fn await_next_request(&mut self) -> bool {
-        self.inbox = Vec::new();
+        self.inbox.release();
         let revoked = self.live.as_ref().map(LiveEntry::revocation).unwrap_or_default();
         let readable = monoio::time::timeout(KEEPALIVE_IDLE, self.client.readable());
         monoio::select! {
@@ -152,15 +172,12 @@ impl Session<'_> {
         }
     }
 
-    /// CONNECT: decide, dial, answer 200, replay early bytes; the tunnel,
-    /// once open, is handed back to run. A name to ask about is handed back
-    /// to be held (see `held`), not held here: the session's task ends.
-    async fn tunnel(&mut self, host: String, port: u16) -> Option<Opened> {
-        if Self::refuse_invalid_host(&host) {
-            self.reply(&responses::error(400, "invalid host in CONNECT")).await;
-            return None;
-        }
-        let ruling = match decide(self.worker, self.source, &host, port) {
+    /// CONNECT as decided (`ruling`): dial, answer 200, replay early bytes;
+    /// the tunnel, once open, is handed back to run. A name to ask about is
+    /// handed back to be held (see `held`), not held here: the session's
+    /// task ends.
+    async fn tunnel(&mut self, host: String, port: u16, ruling: Ruling) -> Option<Opened> {
+        let ruling = match ruling {
             Ruling::Ask { sandbox } => return Some(Opened::Held { host, port, sandbox }),
             ruling => ruling,
         };
@@ -172,15 +189,14 @@ impl Session<'_> {
                 return None;
             }
         };
-        // The head buffer goes (bytes sent early by the client go on first):
-        // an idle tunnel holds no buffer, not even an empty one's capacity.
-        let early = std::mem::take(&mut self.inbox);
+        // Bytes sent early by the client go on first; the head buffer goes
+        // back to the pool with the session: an idle tunnel holds none.
         let active = establish(
             self.worker,
             &self.client,
             (&host, port),
             (&upstream, &live, &sandbox),
-            &early,
+            &self.inbox,
         )
         .await?;
         Some(Opened::Tunnel {

@@ -75,7 +75,7 @@ impl Bench {
         let taken = self
             .pool
             .take(ip(source), &self.sandbox(source), host, port, |_, _| true);
-        taken.map(|conn| {
+        taken.map(|(conn, _)| {
             let n = conn.0;
             std::mem::forget(conn);
             n
@@ -121,7 +121,10 @@ fn the_newest_entry_goes_first_and_refused_ones_are_closed() {
     }
     let sandbox = bench.sandbox(A);
     let taken = bench.pool.take(ip(A), &sandbox, "a.test", 80, |_, conn| conn.0 != 3);
-    assert_eq!(taken.as_ref().map(|conn| conn.0), Some(2));
+    assert_eq!(
+        taken.as_ref().map(|(conn, dialled)| (conn.0, dialled.port())),
+        Some((2, 80))
+    );
     assert_eq!(bench.closed(), [3], "refused on the way");
     assert_eq!(bench.pool.total.get(), 1);
 }
