@@ -23,12 +23,19 @@
 #   benches/compare.sh            full run (several minutes)
 #   QUICK=1 benches/compare.sh    short run (under 3 minutes)
 #
+# Paired: each round runs every target once, seconds apart, in turn (in
+# reverse order every other round), so with ROUNDS >= 2 the report adds the
+# paired table: per mode, crackbox's n-th run against the n-th run of the
+# bare relay, nginx and crackbox-base, the median ratio with min and max.
+# BASE_REV=<git rev> builds crackbox-base from that commit (a detached
+# worktree and target directory under $OUT) unless CRACKBOX_BASE_BIN is set.
+#
 # Knobs (env): QUICK, TARGETS ("direct crackbox squid tinyproxy"; also
 # crackbox-epoll, crackbox-socks5, crackbox-base, crackbox-capped, crackbox-asking, nginx and bare), MODES (every mode), ROUNDS (1: runs of each mode per
 # target, alternating targets), DURATION (seconds per timed mode),
 # PROXY_CORE (0), LOAD_CORE (1), BASE_PORT (18000), OUT (results dir),
-# CRACKBOX_BIN, CRACKBOX_LOAD (prebuilt binaries), CRACKBOX_BASE_BIN, CAP,
-# NO_INSTALL=1 (no apt-get).
+# CRACKBOX_BIN, CRACKBOX_LOAD (prebuilt binaries), CRACKBOX_BASE_BIN,
+# BASE_REV, CAP, NO_INSTALL=1 (no apt-get).
 # Other CRACKBOX_* variables (e.g. CRACKBOX_IO_DRIVER=epoll) reach crackbox.
 #
 # Only loopback traffic. Every step is bounded by `timeout`. Only processes
@@ -46,6 +53,7 @@ OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/crackbox-compare.XXXXXX")}
 LOAD=${CRACKBOX_LOAD:-$TARGET_DIR/release/crackbox-load}
 CRACKBOX=${CRACKBOX_BIN:-$TARGET_DIR/release/crackbox}
 CRACKBOX_BASE=${CRACKBOX_BASE_BIN:-}
+BASE_REV=${BASE_REV:-}
 CAP=${CAP:-1024GiB/s}
 
 ECHO_PORT=$((BASE_PORT + 1))
@@ -103,6 +111,9 @@ cleanup() {
     local pid
     for pid in "${STARTED[@]}"; do stop_pid "$pid"; done
     wait 2>/dev/null || true
+    if [[ -d $OUT/base-src ]]; then
+        git -C "$ROOT" worktree remove --force "$OUT/base-src" 2>/dev/null || true
+    fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -141,6 +152,12 @@ build() {
     if [[ $TARGETS == *crackbox* && ! -x $CRACKBOX ]]; then
         log "building crackbox"
         (cd "$ROOT" && timeout 1200 cargo build --release -q -p crackbox)
+    fi
+    if [[ $TARGETS == *crackbox-base* && -z $CRACKBOX_BASE && -n $BASE_REV ]]; then
+        log "building crackbox-base from $BASE_REV"
+        git -C "$ROOT" worktree add -q --detach "$OUT/base-src" "$BASE_REV"
+        (cd "$OUT/base-src" && CARGO_TARGET_DIR="$OUT/base-target" timeout 2400 cargo build --release -q -p crackbox)
+        CRACKBOX_BASE=$OUT/base-target/release/crackbox
     fi
 }
 
@@ -373,6 +390,12 @@ skipped() {
     esac
 }
 
+# Stops target $1 and starts it again (same ports, a new process).
+restart() {
+    stop_pid "${PID_OF[$1]}"
+    "start_$1" || { log "$1 did not restart; see $OUT/$1.log"; return 1; }
+}
+
 # Runs one mode once against target $2.
 run_mode() {
     local mode=$1 t=$2
@@ -400,9 +423,24 @@ run_mode() {
 run_modes() {
     local t mode round
     local modes=(${MODES:-connect-bulk connect-rate http-keepalive http-newconn echo-latency idle denied})
+    local order=()
     for mode in "${modes[@]}"; do
         for round in $(seq "$ROUNDS"); do
-            for t in "${RUNNING[@]}"; do run_mode "$mode" "$t"; done
+            # Every other round the other way round, so no target always
+            # runs first (or right after the same neighbour).
+            order=("${RUNNING[@]}")
+            if ((round % 2 == 0)); then
+                order=()
+                for ((i = ${#RUNNING[@]} - 1; i >= 0; i--)); do order+=("${RUNNING[i]}"); done
+            fi
+            for t in "${order[@]}"; do
+                # Memory freed by the last round is reused, not grown into:
+                # each idle round after the first gets a fresh process.
+                if [[ $mode == idle && $round -gt 1 && $t != direct ]]; then
+                    restart "$t" || continue
+                fi
+                run_mode "$mode" "$t"
+            done
         done
     done
 }

@@ -7,7 +7,8 @@
 //! ([`proctree`]) and the comparison table ([`report`]); [`control_plane`]
 //! measures the admin API at sandbox density; [`cost`] counts what one
 //! connection costs the engine (allocations, held heap, syscalls); [`soak`] runs hours of churn,
-//! traffic and faults against one daemon and judges it. Every run is bounded
+//! traffic and faults against one daemon and judges it; [`scale`] runs the
+//! data plane at one thread count after another. Every run is bounded
 //! in count and time, and traffic goes only to the addresses it is given.
 
 pub mod control_plane;
@@ -20,5 +21,6 @@ pub mod pattern;
 pub mod proctree;
 pub mod protocol;
 pub mod report;
+pub mod scale;
 pub mod soak;
 pub mod upstream;

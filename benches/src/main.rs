@@ -11,6 +11,7 @@ use crackbox_benches::dial::{Endpoint, Tunnelling};
 use crackbox_benches::limits;
 use crackbox_benches::modes::{self, Run};
 use crackbox_benches::report::{self, Outcome};
+use crackbox_benches::scale;
 use crackbox_benches::soak;
 use crackbox_benches::upstream::{Role, Upstream};
 use std::io::BufRead;
@@ -87,6 +88,26 @@ enum Command {
         common: Common,
         #[command(flatten)]
         timed: Timed,
+    },
+    /// The data plane across core threads: for each `--threads` count, a
+    /// `proxy serve` of that many threads under as many times one thread's
+    /// load; one row each (tunnels/s and keep-alive req/s per thread).
+    Scale {
+        /// The crackbox binary to start.
+        #[arg(long)]
+        binary: PathBuf,
+        /// Engine thread counts, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "1,2")]
+        threads: Vec<usize>,
+        /// Load generator workers per engine thread.
+        #[arg(long, default_value_t = 8)]
+        workers_per_thread: usize,
+        /// Seconds each of the two runs of a row lasts.
+        #[arg(long, default_value_t = 5.0)]
+        duration: f64,
+        /// Also print each row as a JSON line.
+        #[arg(long)]
+        json: bool,
     },
     /// Churn, traffic and faults against a running `proxy serve` for a while,
     /// then the pass criteria (see benches/soak.sh, which sets it all up).
@@ -293,6 +314,28 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let (common, outcome) = match cli.command {
         Command::Upstream(args) => return serve(&args),
         Command::Report { files } => return print_report(&files),
+        Command::Scale {
+            binary,
+            threads,
+            workers_per_thread,
+            duration,
+            json,
+        } => {
+            let plan = scale::Plan {
+                threads,
+                workers_per_thread,
+                duration: seconds(duration)?,
+            };
+            let rows = scale::run(&binary, &plan)?;
+            if json {
+                for row in &rows {
+                    println!("{}", serde_json::to_string(row)?);
+                }
+            }
+            print!("{}", scale::table(&rows));
+            let failed = rows.iter().any(|row| row.tunnels.errors + row.requests.errors > 0);
+            return Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS });
+        }
         Command::HttpRate { common, .. } | Command::Denied { common, .. } if common.socks5 => {
             anyhow::bail!("http-rate and denied speak HTTP to the proxy: not with --socks5")
         }
@@ -425,5 +468,10 @@ fn print_report(files: &[PathBuf]) -> anyhow::Result<ExitCode> {
         }
     }
     print!("{}", report::table(&outcomes));
+    let paired = report::paired(&outcomes);
+    if !paired.is_empty() {
+        println!();
+        print!("{paired}");
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -3,7 +3,11 @@
 //! Each run prints one [`Outcome`] as a JSON line; `crackbox-load report`
 //! reads those lines back and prints one table with ratios to the direct
 //! path and to the best peer (every label other than `direct`, `bare` and
-//! `crackbox*`), plus the proxy's CPU per unit of work.
+//! `crackbox*`), plus the proxy's CPU per unit of work. When a mode ran more
+//! than once per target, [`paired`] adds the paired comparison: the n-th
+//! run of crackbox against the n-th run of each reference (the bare relay,
+//! nginx, main before), which `compare.sh` measures seconds apart, and per
+//! pair the ratio of their costs, summed up as median, min and max.
 
 use crate::latency::Latency;
 use serde::{Deserialize, Serialize};
@@ -245,6 +249,109 @@ fn render(header: &[&str; 10], rows: &[[String; 10]]) -> String {
     out
 }
 
+/// Labels crackbox is compared with, pair by pair.
+const REFERENCES: [&str; 3] = ["bare", "nginx", "crackbox-base"];
+
+/// What a pair compares: proxy CPU per unit, or for `idle` the memory per
+/// tunnel (lower is better for both).
+fn cost(outcome: &Outcome) -> Option<f64> {
+    match outcome.mode.as_str() {
+        "idle" => outcome.idle.map(|idle| idle.rss_kib_per_tunnel),
+        _ => outcome.cpu_per_unit(),
+    }
+}
+
+/// The paired comparison: for each mode, each crackbox target (any label
+/// starting `crackbox` but the base) and each reference that ran it, the
+/// ratio of the n-th run's cost to the reference's n-th run's, as the
+/// median with min and max over the pairs. Runs with errors pair with
+/// nothing. Empty when no mode ran twice for one target.
+pub fn paired(outcomes: &[Outcome]) -> String {
+    let mut modes: Vec<&str> = Vec::new();
+    for o in outcomes {
+        if !modes.contains(&o.mode.as_str()) {
+            modes.push(&o.mode);
+        }
+    }
+    let runs = |mode: &str, label: &str| -> Vec<Option<f64>> {
+        outcomes
+            .iter()
+            .filter(|o| o.mode == mode && o.label == label)
+            .map(|o| if o.errors == 0 { cost(o) } else { None })
+            .collect()
+    };
+    let header = ["mode", "target", "against", "pairs", "median ratio", "min", "max"];
+    let mut rows: Vec<[String; 7]> = Vec::new();
+    for mode in modes {
+        let mut targets: Vec<&str> = Vec::new();
+        for o in outcomes.iter().filter(|o| o.mode == mode) {
+            if o.label.starts_with("crackbox") && o.label != "crackbox-base" && !targets.contains(&o.label.as_str()) {
+                targets.push(&o.label);
+            }
+        }
+        for target in targets {
+            let ours = runs(mode, target);
+            for reference in REFERENCES {
+                let theirs = runs(mode, reference);
+                let mut ratios: Vec<f64> = ours
+                    .iter()
+                    .zip(&theirs)
+                    .filter_map(|(a, b)| match (a, b) {
+                        (Some(a), Some(b)) if *b > 0.0 => Some(a / b),
+                        _ => None,
+                    })
+                    .collect();
+                if ratios.len() < 2 {
+                    continue;
+                }
+                ratios.sort_by(f64::total_cmp);
+                let n = ratios.len();
+                let median = if n % 2 == 1 {
+                    ratios[n / 2]
+                } else {
+                    (ratios[n / 2 - 1] + ratios[n / 2]) / 2.0
+                };
+                rows.push([
+                    mode.to_owned(),
+                    target.to_owned(),
+                    reference.to_owned(),
+                    n.to_string(),
+                    format!("{median:.2}"),
+                    format!("{:.2}", ratios[0]),
+                    format!("{:.2}", ratios[n - 1]),
+                ]);
+            }
+        }
+    }
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: &[&str]| {
+        let mut text = String::from("|");
+        for (cell, w) in cells.iter().zip(&widths) {
+            let _ = write!(text, " {cell}{} |", " ".repeat(w - cell.chars().count()));
+        }
+        text.push('\n');
+        text
+    };
+    let mut out = String::from(
+        "paired: cost of the n-th run over the reference's n-th (proxy CPU per unit; idle: memory per tunnel)\n",
+    );
+    out.push_str(&line(&header));
+    let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
+    out.push_str(&line(&rule.iter().map(String::as_str).collect::<Vec<_>>()));
+    for row in &rows {
+        out.push_str(&line(&row.iter().map(String::as_str).collect::<Vec<_>>()));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -299,6 +406,38 @@ mod tests {
         });
         let text = table(&[echo]);
         assert!(text.contains("echo-latency (lower better)"), "{text}");
+    }
+
+    #[test]
+    fn pairs_are_the_nth_runs_summed_up_as_median_min_and_max() {
+        let runs = [
+            ("bare", 100),
+            ("crackbox", 110),
+            ("crackbox-base", 120),
+            ("bare", 100),
+            ("crackbox", 90),
+            ("crackbox-base", 100),
+            ("bare", 200),
+            ("crackbox", 200),
+            ("crackbox-base", 150),
+        ];
+        let outcomes: Vec<Outcome> = runs
+            .iter()
+            .map(|(label, cpu)| outcome(label, "denied", 1.0, 0, Some(*cpu)))
+            .collect();
+        let text = paired(&outcomes);
+        let bare = text.lines().find(|l| l.contains("| bare ")).unwrap();
+        let cells: Vec<&str> = bare.split('|').map(str::trim).collect();
+        assert_eq!(
+            &cells[1..8],
+            ["denied", "crackbox", "bare", "3", "1.00", "0.90", "1.10"]
+        );
+        let base = text.lines().find(|l| l.contains("crackbox-base")).unwrap();
+        assert!(
+            base.contains("| 0.92 ") && base.contains("| 0.90 ") && base.contains("| 1.33 "),
+            "{base}"
+        );
+        assert!(paired(&outcomes[..3]).is_empty(), "one run each pairs nothing");
     }
 
     #[test]
