@@ -265,6 +265,33 @@ pub fn fdatasync_floor(dir: &Path, samples: usize) -> anyhow::Result<Latencies> 
     Ok(latencies)
 }
 
+/// Sequential registers beside the disk's floor, measured in turn: for each
+/// of `samples` sources (block 249), one 200-byte append + fdatasync in
+/// `dir` (the state file's directory), then the register of the source
+/// (answered once durable and enforced), then its unregister (untimed, so
+/// the registry keeps its size). The register latencies, the floor's, and
+/// each register's excess over the floor measured just before it.
+pub fn register_beside_floor(admin: Admin, dir: &Path, samples: usize) -> anyhow::Result<[Latencies; 3]> {
+    let path = dir.join("fsync-probe");
+    let mut file = std::fs::OpenOptions::new().create(true).append(true).open(&path)?;
+    let (mut register, mut floor, mut excess) = (Latencies::default(), Latencies::default(), Latencies::default());
+    for i in 0..samples {
+        let ip = source(249, i);
+        let synced = floor.time(|| {
+            file.write_all(&[b'x'; 200])?;
+            file.sync_data()?;
+            Ok(())
+        });
+        synced?;
+        register.time(|| admin.ok("POST", "/v1/register", &entry(&ip)))?;
+        let (registered, synced) = (register.0[register.0.len() - 1], floor.0[floor.0.len() - 1]);
+        excess.0.push(registered.saturating_sub(synced));
+        admin.ok("POST", "/v1/unregister", &json!({ "ip": ip }))?;
+    }
+    std::fs::remove_file(path)?;
+    Ok([register, floor, excess])
+}
+
 /// Changes at `rate` per second for `seconds` (registering and unregistering
 /// sources of block 252 in turn) against a running daemon; the rate achieved.
 /// For measuring the data plane while the registry churns.

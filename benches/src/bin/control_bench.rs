@@ -4,7 +4,11 @@
 //! p50/p99, and acknowledged changes per second from 32 concurrent clients;
 //! then the time to fill 10,000 sources one request each and in one
 //! `/v1/batch`, the engine's RSS at 10,000 sources, and the floors measured
-//! in the same run (a `GET /health` round trip, a 200-byte fdatasync).
+//! in the same run (a `GET /health` round trip, a 200-byte fdatasync). With
+//! `--state`, at the largest size, registers are also measured beside the
+//! disk's floor: an append + fdatasync in the state file's directory just
+//! before each register, and each register's excess over it (a busy disk
+//! moves both alike).
 //!
 //!   cargo build --release -p crackbox -p crackbox-benches
 //!   target/release/crackbox-control-bench --binary target/release/crackbox
@@ -16,7 +20,8 @@
 use anyhow::Context;
 use clap::Parser;
 use crackbox_benches::control_plane::{
-    batch, churn, concurrent, fdatasync_floor, fill_one_by_one, health_round_trip, sequential, Admin, Daemon, Latencies,
+    batch, churn, concurrent, fdatasync_floor, fill_one_by_one, health_round_trip, register_beside_floor, sequential,
+    Admin, Daemon, Latencies,
 };
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -74,6 +79,7 @@ fn main() -> anyhow::Result<()> {
     println!("|---|---|---|---|---|---|---|");
     let mut floors = Vec::new();
     let mut fills = Vec::new();
+    let mut beside = None;
     for with_state in [false, true] {
         let mode = if with_state { "--state" } else { "in memory" };
         let daemon = Daemon::start(&binary, with_state)?;
@@ -107,6 +113,11 @@ fn main() -> anyhow::Result<()> {
                 ms(unregister.quantile(0.5)),
                 ms(unregister.quantile(0.99)),
             );
+            if let (Some(dir), Some(&largest)) = (daemon.state_dir(), options.sizes.iter().max()) {
+                if size == largest {
+                    beside = Some((size, register_beside_floor(admin, dir, options.samples)?));
+                }
+            }
         }
         drop(daemon);
         let daemon = Daemon::start(&binary, with_state)?;
@@ -140,6 +151,23 @@ fn main() -> anyhow::Result<()> {
     println!();
     for (mode, what, latencies) in floors {
         print_floor(mode, what, &latencies);
+    }
+    if let Some((size, [register, floor, excess])) = beside {
+        println!();
+        println!("register beside the disk's floor (--state, {size} sources, each register right after one append + fdatasync):");
+        println!("| | p50 | p99 |");
+        println!("|---|---|---|");
+        for (what, latencies) in [
+            ("register (durable and enforced)", &register),
+            ("200-byte append + fdatasync", &floor),
+            ("register over the fdatasync just before it", &excess),
+        ] {
+            println!(
+                "| {what} | {} | {} |",
+                ms(latencies.quantile(0.5)),
+                ms(latencies.quantile(0.99))
+            );
+        }
     }
     Ok(())
 }

@@ -44,9 +44,16 @@ pub(super) async fn run(stream: UnixStream, registry: Arc<Registry>, link: Arc<E
     link.asks.engine_gone();
     tracing::info!(epoch, "engine connected");
     let (frame_tx, mut frame_rx) = mpsc::channel(64);
+    // Acks are taken as they are read: an admin change's answer waits for
+    // its ack, and this leaves one task out of its way.
+    let acks = Arc::clone(&link);
     let read_task = tokio::spawn(async move {
         loop {
             let frame = frames::read(&mut reader).await;
+            if let Ok(Message::Ack { generation }) = frame {
+                acks.ack(epoch, generation);
+                continue;
+            }
             let failed = frame.is_err();
             if frame_tx.send(frame).await.is_err() || failed {
                 break;
@@ -97,7 +104,6 @@ pub(super) async fn run(stream: UnixStream, registry: Arc<Registry>, link: Arc<E
                     }
                 }
                 Some(Ok(Err(message))) => match message {
-                    Message::Ack { generation } => link.ack(epoch, generation),
                     Message::Resync { generation } => {
                         tracing::info!(epoch, generation, "the engine asked for a full snapshot");
                         let full = registry.current();

@@ -126,7 +126,7 @@ fn session(
         asks: &engine.asks,
         registry: &engine.registry,
         stats: &engine.stats,
-        retired,
+        retired: None,
         synced: None,
         resync_asked: false,
     };
@@ -154,6 +154,11 @@ fn session(
         if let Some(reply) = reply {
             let mut writer = writer.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
             wire::write_message(&mut *writer, &reply)?;
+        }
+        // Only after the ack is out: waking the reaper would otherwise
+        // stand between a change and its answer.
+        if let Some(snapshot) = link.retired.take() {
+            let _ = retired.send(snapshot);
         }
     }
 }
@@ -191,7 +196,8 @@ struct Session<'a> {
     asks: &'a Asks,
     registry: &'a Registry,
     stats: &'a Stats,
-    retired: &'a Sender<Arc<Snapshot>>,
+    /// The snapshot the last swap replaced, for the reaper once the ack is out.
+    retired: Option<Arc<Snapshot>>,
     /// The generation in force, once this connection sent a full snapshot.
     synced: Option<Generation>,
     /// A resync was asked for and no full snapshot came yet.
@@ -206,7 +212,7 @@ impl Session<'_> {
     fn full(&mut self, generation: Generation, registrations: &[RegistrationSpec]) -> Message {
         let snapshot = self.registry.load().rebuild(generation, registrations);
         let sources = snapshot.len();
-        let _ = self.retired.send(self.registry.swap(snapshot));
+        self.retired = Some(self.registry.swap(snapshot));
         self.resync_asked = false;
         tracing::debug!(generation, sources, "full snapshot in force");
         self.in_force(generation)
@@ -221,7 +227,7 @@ impl Session<'_> {
         }
         let snapshot = current.apply(generation, changes);
         let sources = changes.iter().map(SourceChange::ip).collect();
-        let _ = self.retired.send(self.registry.swap_changed(snapshot, sources));
+        self.retired = Some(self.registry.swap_changed(snapshot, sources));
         tracing::debug!(generation, changes = changes.len(), "delta in force");
         Some(self.in_force(generation))
     }
