@@ -37,10 +37,17 @@ pub fn state(args: StateArgs) -> anyhow::Result<()> {
     } else {
         table(&entries)
     };
-    std::io::stdout()
-        .write_all(text.as_bytes())
-        .context("cannot write to stdout")?;
-    Ok(())
+    print(&text)
+}
+
+/// Writes `text` to stdout. A reader that went away before the end
+/// (`crackbox presets | head -1`) is no failure: the rest is not wanted.
+pub fn print(text: &str) -> anyhow::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        written => written.context("cannot write to stdout"),
+    }
 }
 
 /// The client's error, or for a daemon that cannot be reached at all, one

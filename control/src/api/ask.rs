@@ -45,8 +45,11 @@ pub async fn decide(
     body: Result<LimitedBody, ApiError>,
 ) -> Result<Json<DecidedRequest>, ApiError> {
     authorise(&state, &headers)?;
-    let not_pending = || ApiError::new(StatusCode::NOT_FOUND, format!("no pending request {id:?}"));
-    let number: u64 = id.parse().map_err(|_| not_pending())?;
+    let number: u64 = id.parse().map_err(|_| {
+        let message = format!("no pending request {id:?}: an id is a number (`crackbox pending` lists them)");
+        ApiError::new(StatusCode::NOT_FOUND, message)
+    })?;
+    let not_pending = || ApiError::new(StatusCode::NOT_FOUND, state.link.asks().fate(number).message(number));
     let DecideBody { decision } = body::parse(body)?;
     let decided = state
         .link
