@@ -65,48 +65,39 @@ pub(crate) fn unreachable_hint(url: &str, err: crackbox_client::Error) -> anyhow
 }
 
 /// A human table: one line per registration, with a MODE column when any
-/// registration is not enforced (report or ask) and a BANDWIDTH column when
-/// any is capped.
+/// registration is not enforced (report or ask), a BANDWIDTH column when
+/// any is capped and a DENY column when any has deny entries.
 fn table(entries: &[RegistrationSpec]) -> String {
     if entries.is_empty() {
         return "no registrations\n".to_string();
     }
-    let reporting = entries.iter().any(|e| e.mode != Mode::Enforce);
+    let modes = entries.iter().any(|e| e.mode != Mode::Enforce);
     let capped = entries.iter().any(|e| e.bandwidth.is_some());
-    let columns = |ip: String, id: String, mode: String, bandwidth: String, allowlist: String| {
-        let mut row = vec![ip, id];
-        if reporting {
-            row.push(mode);
-        }
-        if capped {
-            row.push(bandwidth);
-        }
-        row.push(allowlist);
-        row
-    };
-    let title = columns(
-        "IP".into(),
-        "ID".into(),
-        "MODE".into(),
-        "BANDWIDTH".into(),
-        "ALLOWLIST".into(),
-    );
+    let denying = entries.iter().any(|e| !e.allowlist.denied().is_empty());
+    let title = ["IP", "ID", "MODE", "BANDWIDTH", "DENY", "ALLOWLIST"].map(String::from);
+    let shown = [true, true, modes, capped, denying, true];
     let rows: Vec<Vec<String>> = std::iter::once(title)
         .chain(entries.iter().map(|e| {
-            let allowlist = if e.allowlist.is_empty() {
-                "(deny all)".to_string()
-            } else {
-                e.allowlist.texts().join(", ")
-            };
-            let bandwidth = e.bandwidth.map_or_else(|| "-".to_string(), |cap| cap.to_string());
-            columns(
+            let deny = e.allowlist.denied_texts();
+            [
                 e.ip.to_string(),
                 e.id.to_string(),
                 e.mode.to_string(),
-                bandwidth,
-                allowlist,
-            )
+                e.bandwidth.map_or_else(|| "-".to_string(), |cap| cap.to_string()),
+                if deny.is_empty() {
+                    "-".to_string()
+                } else {
+                    deny.join(", ")
+                },
+                allowlist_cell(e),
+            ]
         }))
+        .map(|row| {
+            row.into_iter()
+                .zip(shown)
+                .filter_map(|(cell, on)| on.then_some(cell))
+                .collect()
+        })
         .collect();
     let last = rows[0].len() - 1;
     let widths: Vec<usize> = (0..last)
@@ -121,6 +112,18 @@ fn table(entries: &[RegistrationSpec]) -> String {
         text.push('\n');
     }
     text
+}
+
+/// The allowlist of `entry`, or what an empty one means in its mode:
+/// everything refused (enforce), asked (ask) or let through and recorded
+/// (report).
+fn allowlist_cell(entry: &RegistrationSpec) -> String {
+    match (entry.allowlist.is_empty(), entry.mode) {
+        (false, _) => entry.allowlist.texts().join(", "),
+        (true, Mode::Enforce) => "(deny all)".to_string(),
+        (true, Mode::Ask) => "(ask for every host)".to_string(),
+        (true, Mode::Report) => "(let through, report every host)".to_string(),
+    }
 }
 
 #[cfg(test)]
@@ -166,6 +169,31 @@ mod tests {
             "IP        ID     MODE     BANDWIDTH  ALLOWLIST\n\
              10.0.0.2  agent  report   -          github.com\n\
              10.0.0.3  b      enforce  1MiB/s     x.test\n"
+        );
+    }
+
+    #[test]
+    fn an_empty_allowlist_reads_as_its_mode_and_deny_entries_get_a_column() {
+        let empty = |ip: &str, mode: Mode| {
+            RegistrationSpec::parse(ip, "e", &Vec::<String>::new())
+                .unwrap()
+                .with_mode(mode)
+        };
+        let denying = RegistrationSpec::parse("10.0.0.5", "d", &["github.com"])
+            .and_then(|spec| spec.with_deny(&["gist.github.com"]))
+            .unwrap();
+        assert_eq!(
+            table(&[
+                empty("10.0.0.2", Mode::Ask),
+                empty("10.0.0.3", Mode::Report),
+                empty("10.0.0.4", Mode::Enforce),
+                denying
+            ]),
+            "IP        ID  MODE     DENY             ALLOWLIST\n\
+             10.0.0.2  e   ask      -                (ask for every host)\n\
+             10.0.0.3  e   report   -                (let through, report every host)\n\
+             10.0.0.4  e   enforce  -                (deny all)\n\
+             10.0.0.5  d   enforce  gist.github.com  github.com\n"
         );
     }
 }
