@@ -6,7 +6,7 @@
 //! workload's stdin is not the terminal) it asks there instead, as a pty
 //! shows. From inside the jail the admin API that decides is unreachable.
 
-use crackbox_test_support::{binary, describe, run, Upstream};
+use crackbox_test_support::{binary, describe, root_or_skip, run, Upstream};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -15,12 +15,7 @@ use std::time::Duration;
 const BODY: &str = "asked upstream ok";
 
 fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    if !root {
-        eprintln!("SKIPPED: crackbox run --ask netns test: not root");
-    }
-    root
+    root_or_skip("crackbox run --ask netns test")
 }
 
 fn serve() -> Upstream {
@@ -169,4 +164,51 @@ fn run_ask_prompts_on_its_terminal_when_the_workload_does_not_have_it() {
     assert!(text.contains(BODY), "{text}");
     assert!(!text.contains("answered always"), "{text}");
     assert_eq!(upstream.requests().len(), 1);
+}
+
+/// `crackbox run --backend netns --ask` of a curl that waits on a request
+/// nobody decides, with `flags` and `env`: what curl printed and how long
+/// the run took.
+fn undecided(flags: &[&str], env: &[(&str, &str)]) -> (String, Duration) {
+    let upstream = serve();
+    let runs = tempfile::tempdir().unwrap();
+    let script = format!(
+        "curl -s -m 8 -o /dev/null -w '%{{http_code}} %header{{x-crackbox-reason}}' http://localhost:{}/",
+        upstream.port()
+    );
+    let started = std::time::Instant::now();
+    let out = crackbox_test_support::command(&["run", "--backend", "netns", "--ask", "--quiet"], env)
+        .args(flags)
+        .args(["--allow", "allowed.test", "--", "sh", "-c", &script])
+        .env("CRACKBOX_ALLOW_PRIVATE_DESTINATIONS", "1")
+        .env("CRACKBOX_RUNS_DIR", runs.path())
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    assert!(upstream.requests().is_empty(), "nothing reached the upstream");
+    (
+        format!("{} {}", String::from_utf8_lossy(&out.stdout), describe(&out)),
+        took,
+    )
+}
+
+#[test]
+fn run_ask_timeout_comes_from_the_flag_or_the_variable() {
+    if !is_root() {
+        return;
+    }
+    // Without either the default (30 s) outlasts curl's 8 s: what the
+    // two below are told apart from.
+    let (printed, _) = undecided(&[], &[]);
+    assert!(printed.starts_with("000 "), "{printed}");
+    for (flags, env) in [
+        (&["--ask-timeout", "2"][..], &[][..]),
+        (&[][..], &[("CRACKBOX_ASK_TIMEOUT", "2")][..]),
+    ] {
+        let (printed, took) = undecided(flags, env);
+        assert!(printed.starts_with("403 ask-timeout"), "{flags:?} {env:?}: {printed}");
+        assert!(took < Duration::from_secs(8), "{flags:?} {env:?}: took {took:?}");
+    }
+    let (refused, _) = undecided(&["--ask-timeout", "0"], &[]);
+    assert!(refused.contains("--ask-timeout: 0: must be at least 1"), "{refused}");
 }

@@ -25,7 +25,7 @@ pub use command_line::CommandLineError;
 pub use file::{search_path, FileConfig};
 pub use origin::Origin;
 pub use settings::parse_addr;
-pub use settings::{allow_private_destinations, DockerWatch, Settings, DEFAULT_CONTROL_SOCKET};
+pub use settings::{allow_private_destinations, ask_timeout, DockerWatch, Settings, DEFAULT_CONTROL_SOCKET};
 
 use crackbox_policy::engine_config::EngineConfig;
 

@@ -62,6 +62,16 @@ pub fn allow_private_destinations(env: &dyn Fn(&str) -> Option<String>) -> Resul
     Ok(given.is_some_and(|given| given.value))
 }
 
+/// The ask timeout in seconds from `flag` (a `--ask-timeout` of a command
+/// other than `proxy serve`, e.g. `crackbox run`), else
+/// `CRACKBOX_ASK_TIMEOUT` (`env` standing in for the environment), checked
+/// as `proxy serve` checks it; `None` when neither is given.
+pub fn ask_timeout(flag: Option<u64>, env: &dyn Fn(&str) -> Option<String>) -> Result<Option<u64>, ConfigError> {
+    let mut sources = Sources::new(env, None);
+    let given = sources.pick(ASK_TIMEOUT, flag, None, number)?;
+    given.map(|given| given.check(within(1..=3600))).transpose()
+}
+
 /// Every setting, resolved and validated: the engine's, exactly as the
 /// engine gets them, and the control plane's own.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -55,6 +55,11 @@ pub struct RunArgs {
     /// --allow line.
     #[arg(long, conflicts_with = "learn_file")]
     pub ask: bool,
+    /// With --ask: how long a held connection waits for a decision before it is
+    /// refused as ask-timeout, in seconds, 1 to 3600 [env CRACKBOX_ASK_TIMEOUT;
+    /// default 30]. With --daemon the daemon's own timeout applies.
+    #[arg(long, value_name = "SECS", requires = "ask")]
+    pub ask_timeout: Option<u64>,
     /// With --learn (implied): also write the whole allowlist, the given
     /// entries and the learned ones, to PATH, one per line (what
     /// --allow-file reads).
@@ -157,10 +162,11 @@ impl RunArgs {
                         let per_run_only = [
                             given("--proxy-image", self.proxy_image.is_some()),
                             given("--egress-network", self.egress_network.is_some()),
+                            given("--ask-timeout", self.ask_timeout.is_some()),
                         ];
                         refuse_any(
                             per_run_only,
-                            "with --daemon the daemon container is the jail's proxy; drop one of them",
+                            "with --daemon the daemon container is the jail's proxy, with its own settings; drop one of them",
                         )?;
                         Ok(Placement::DockerOnDaemon { image, daemon })
                     }
@@ -292,6 +298,10 @@ mod tests {
             (
                 &["--daemon", "cb", "--egress-network", "x"],
                 "--egress-network does not apply",
+            ),
+            (
+                &["--daemon", "cb", "--ask", "--ask-timeout", "5"],
+                "--ask-timeout does not apply",
             ),
         ];
         for (words, want) in cases {

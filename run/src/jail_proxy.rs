@@ -27,6 +27,10 @@ pub struct JailProxy {
     pub allow_private: bool,
     /// The inherited `NAME=value` settings.
     pub inherited: Vec<(String, String)>,
+    /// How long a held connection waits for a decision (`run --ask
+    /// --ask-timeout`, else `CRACKBOX_ASK_TIMEOUT`), in seconds; `None`:
+    /// the proxy's default.
+    pub ask_timeout: Option<u64>,
 }
 
 /// Where one jail proxy listens.
@@ -62,6 +66,17 @@ impl JailProxy {
         Ok(JailProxy {
             allow_private,
             inherited,
+            ask_timeout: None,
+        })
+    }
+
+    /// The proxy of an asking run: held connections wait `flag` seconds
+    /// (`--ask-timeout`), else `CRACKBOX_ASK_TIMEOUT` (`env` standing in for
+    /// the environment), checked as `proxy serve` checks them.
+    pub fn asking(self, flag: Option<u64>, env: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        Ok(JailProxy {
+            ask_timeout: crackbox_config::ask_timeout(flag, env)?,
+            ..self
         })
     }
 
@@ -81,6 +96,7 @@ impl JailProxy {
                 Vec::new()
             },
             allow_private_destinations: self.allow_private,
+            ask_timeout: self.ask_timeout,
             ..ProxyArgs::default()
         }
     }
@@ -113,6 +129,7 @@ mod tests {
             let proxy = JailProxy {
                 allow_private,
                 inherited: Vec::new(),
+                ask_timeout: Some(7),
             };
             let at = Listeners {
                 jail_side: jail,
@@ -139,6 +156,7 @@ mod tests {
             assert_eq!(settings.engine.dns_listen, steer.then(|| SocketAddr::new(jail, 53)));
             assert_eq!(settings.engine.steer, if steer { vec![jail] } else { vec![] });
             assert_eq!(settings.engine.allow_private_destinations, allow_private);
+            assert_eq!(settings.engine.limits.ask_timeout, std::time::Duration::from_secs(7));
             assert_eq!(settings.state_path, None);
         }
     }
@@ -153,6 +171,7 @@ mod tests {
         };
         let proxy = JailProxy::from_env(&env).unwrap();
         assert!(proxy.allow_private);
+        assert_eq!(proxy.ask_timeout, None, "only an asking run has one");
         assert_eq!(
             proxy.env("s3"),
             vec![
@@ -160,5 +179,25 @@ mod tests {
                 ("CRACKBOX_LOG".to_string(), "debug".to_string())
             ]
         );
+    }
+
+    #[test]
+    fn an_asking_run_takes_its_timeout_from_the_flag_else_the_variable() {
+        let env = |value: &'static str| move |name: &str| (name == "CRACKBOX_ASK_TIMEOUT").then(|| value.to_string());
+        let asking = |flag: Option<u64>, value: &'static str| {
+            JailProxy::default()
+                .asking(flag, &env(value))
+                .map(|proxy| proxy.ask_timeout)
+                .map_err(|err| err.to_string())
+        };
+        assert_eq!(asking(Some(5), "3"), Ok(Some(5)));
+        assert_eq!(asking(None, "3"), Ok(Some(3)));
+        assert_eq!(
+            asking(None, "soon"),
+            Err("env CRACKBOX_ASK_TIMEOUT: \"soon\" is not a whole number".into())
+        );
+        assert_eq!(asking(Some(0), "3"), Err("flag --ask-timeout: 0: must be at least 1".into()));
+        let unset = JailProxy::default().asking(None, &|_: &str| None).unwrap();
+        assert_eq!(unset.ask_timeout, None);
     }
 }

@@ -4,6 +4,7 @@
 //! of blocked destinations saying what fixes them. Pure.
 
 use super::blocked::{self, Fix, Group};
+use crackbox_client::Reason;
 
 /// Whose setting lets allowed names reach private addresses for this run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,13 +84,38 @@ fn why(fix: Fix, switch: PrivateSwitch) -> String {
                 .into()
         }
         (Fix::AllowPrivate, PrivateSwitch::Daemon) => {
-            "a private address: allowed with the daemon's --allow-private-destinations or by an IP-literal \
-             entry, unless it is crackbox's own"
+            "a private address: allowed when the daemon runs with crackbox proxy serve \
+             --allow-private-destinations, or by an IP-literal entry, unless it is crackbox's own"
                 .into()
         }
         (Fix::Register, _) => "unregistered: the run's registration was removed while it ran".into(),
-        (Fix::Other(reason), _) => format!("{reason}: {}", reason.remedy()),
+        (Fix::Other(reason), _) => format!("{reason}: {}", remedy(reason)),
     }
+}
+
+/// What fixes a rarer denial of a run, in the words of `crackbox run`
+/// (the daemon's log says [`Reason::remedy`], in the words of `proxy serve`).
+fn remedy(reason: Reason) -> &'static str {
+    match reason {
+        Reason::Revoked => "a newer registration of the run's source no longer allows it",
+        Reason::TooManyConnections => "the command had too many connections open at once; close some",
+        Reason::DeniedEntry => "on --deny",
+        Reason::AskTimeout => {
+            "nobody decided in time: answer sooner (crackbox pending, crackbox decide, or the prompt), or \
+             raise --ask-timeout"
+        }
+        Reason::AskLimit => "too many requests waited at once; decide them sooner (crackbox pending)",
+        other => other.remedy(),
+    }
+}
+
+/// Every text a run's summary may print for a denial of `reason`, one per
+/// way the run can be placed (for a test that walks them against the
+/// command line).
+pub fn remedies(reason: Reason) -> Vec<String> {
+    [PrivateSwitch::RunEnvironment, PrivateSwitch::Daemon]
+        .map(|switch| why(Fix::of(reason), switch))
+        .to_vec()
 }
 
 /// `n` bytes for people: `512 B`, `1.5 KiB`, `12.4 MiB`, `310 MiB`
@@ -112,7 +138,6 @@ pub fn bytes(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crackbox_client::Reason;
 
     #[test]
     fn bytes_read_like_a_person_would_write_them() {
@@ -200,7 +225,8 @@ mod tests {
                      CRACKBOX_ALLOW_PRIVATE_DESTINATIONS=1 in run's environment or by an IP-literal entry, \
                      unless it is crackbox's own)",
                     "crackbox: blocked x.test (unregistered: the run's registration was removed while it ran)",
-                    "crackbox: blocked example.com (revoked: a newer registration of the source no longer allows it)",
+                    "crackbox: blocked example.com (revoked: a newer registration of the run's source no longer \
+                     allows it)",
                 ],
             ),
             (
@@ -209,8 +235,9 @@ mod tests {
                 PrivateSwitch::Daemon,
                 &[
                     "crackbox: 1 host blocked",
-                    "crackbox: blocked newcomer-upstream (a private address: allowed with the daemon's \
-                     --allow-private-destinations or by an IP-literal entry, unless it is crackbox's own)",
+                    "crackbox: blocked newcomer-upstream (a private address: allowed when the daemon runs \
+                     with crackbox proxy serve --allow-private-destinations, or by an IP-literal entry, unless \
+                     it is crackbox's own)",
                 ],
             ),
         ];
@@ -240,8 +267,9 @@ mod tests {
             [
                 "crackbox: 2.0 KiB out, 4.0 KiB in, 1 host blocked",
                 "crackbox: learned nothing beyond --allow",
-                "crackbox: not learnable: inner.test (a private address: allowed with the daemon's \
-                 --allow-private-destinations or by an IP-literal entry, unless it is crackbox's own)",
+                "crackbox: not learnable: inner.test (a private address: allowed when the daemon runs with \
+                 crackbox proxy serve --allow-private-destinations, or by an IP-literal entry, unless it is \
+                 crackbox's own)",
             ]
         );
     }
