@@ -196,7 +196,10 @@ mod tests {
             asking(None, "soon"),
             Err("env CRACKBOX_ASK_TIMEOUT: \"soon\" is not a whole number".into())
         );
-        assert_eq!(asking(Some(0), "3"), Err("flag --ask-timeout: 0: must be at least 1".into()));
+        assert_eq!(
+            asking(Some(0), "3"),
+            Err("flag --ask-timeout: 0: must be at least 1".into())
+        );
         let unset = JailProxy::default().asking(None, &|_: &str| None).unwrap();
         assert_eq!(unset.ask_timeout, None);
     }

@@ -58,7 +58,7 @@ pub struct Netns {
     namespace: String,
     veth_host: String,
     veth_jail: String,
-    /// Holds the proxy's log; removed on drop.
+    /// Holds the proxy's log and the jail's /etc files; removed on drop.
     dir: tempfile::TempDir,
 }
 
@@ -171,19 +171,11 @@ impl Netns {
         Ok(())
     }
 
-    /// Writes the jail's resolv.conf and hosts (steered runs).
-    fn write_etc(&self, journal: &Journal, host_end: Ipv4Addr) -> Result<(), RunError> {
-        let dir = etc::dir(&self.namespace);
-        let removed = dir.clone();
-        journal.record(Kind::Leaf, async move {
-            match std::fs::remove_dir_all(&removed) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    Err(format!("cannot remove the jail's resolv.conf and hosts: {e}"))
-                }
-                _ => Ok(()),
-            }
-        })?;
-        etc::write(&dir, host_end).map_err(|e| netns_error("writing the jail's resolv.conf and hosts", &e))
+    /// Writes the jail's resolv.conf and hosts (steered runs) into the
+    /// run's state directory, which takes them along when it goes.
+    fn write_etc(&self, host_end: Ipv4Addr) -> Result<(), RunError> {
+        etc::write(&etc::dir(self.dir.path()), host_end)
+            .map_err(|e| netns_error("writing the jail's resolv.conf and hosts", &e))
     }
 
     /// Starts the proxy on the host end, in its own process group (a
@@ -255,7 +247,7 @@ impl Backend for Netns {
         self.create_link(journal, net, host_end, jail_end).await?;
         self.firewall(journal, host_end).await?;
         if self.plan.steer {
-            self.write_etc(journal, host_end)?;
+            self.write_etc(host_end)?;
         }
         let jail = Jail {
             admin: self.start_proxy(journal, host_end).await?,
@@ -276,7 +268,7 @@ impl Backend for Netns {
         };
         let mounts = match self.plan.steer {
             true => Some(
-                BindMounts::of(&etc::dir(&self.namespace))
+                BindMounts::of(&etc::dir(self.dir.path()))
                     .map_err(|e| netns_error("preparing the jail's resolv.conf and hosts", &e))?,
             ),
             false => None,

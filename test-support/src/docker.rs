@@ -133,11 +133,12 @@ pub fn crackbox_image() -> String {
 }
 
 /// Runs `build` while holding a machine-wide lock, so test processes running
-/// in parallel build each image once instead of racing to import it.
+/// in parallel build each image once instead of racing to import it. The
+/// lock is taken on the temporary directory itself, which is always there:
+/// no lock file is made or left behind.
 fn with_build_lock(build: impl FnOnce()) {
     use std::os::fd::AsRawFd;
-    let path = std::env::temp_dir().join("crackbox-run-tests.lock");
-    let lock = std::fs::File::create(path).expect("lock file");
+    let lock = std::fs::File::open(std::env::temp_dir()).expect("the temporary directory");
     // SAFETY: flock on a descriptor we own; released when `lock` is dropped.
     assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
     build();

@@ -28,7 +28,7 @@ pub mod steer_probe;
 mod tracked;
 
 pub use bulk::Bulk;
-pub use crackbox::{binary, command, isolated, run};
+pub use crackbox::{binary, command, isolated, run, scratch};
 pub use daemon::{label_watcher, Daemon};
 pub use echo::{echo_round, Echo};
 pub use http::{curl, http, open_tunnel, read_head, read_request, read_to_end, try_http, Seen, Upstream};
