@@ -12,7 +12,7 @@ use crackbox_test_support::docker::*;
 use crackbox_test_support::{describe, wait_until, Spawned};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -386,12 +386,13 @@ fn crackbox_restart_reconciles_labels_and_keeps_admin_registrations() {
 }
 
 /// A Unix-socket relay to the Docker socket that the test can cut (every
-/// connection closed, new ones refused) and restore: to crackbox, Docker
-/// going away and coming back.
+/// connection closed, new ones refused and counted) and restore: to
+/// crackbox, Docker going away and coming back.
 struct Relay {
     path: std::path::PathBuf,
     open: Arc<AtomicBool>,
     streams: Arc<Mutex<Vec<UnixStream>>>,
+    refused: Arc<AtomicUsize>,
 }
 
 impl Relay {
@@ -400,11 +401,13 @@ impl Relay {
         let listener = UnixListener::bind(&path).unwrap();
         let open = Arc::new(AtomicBool::new(true));
         let streams: Arc<Mutex<Vec<UnixStream>>> = Arc::default();
-        let (is_open, tracked) = (open.clone(), streams.clone());
+        let refused = Arc::new(AtomicUsize::new(0));
+        let (is_open, tracked, turned_away) = (open.clone(), streams.clone(), refused.clone());
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(client) = client else { return };
                 if !is_open.load(Ordering::SeqCst) {
+                    turned_away.fetch_add(1, Ordering::SeqCst);
                     continue;
                 }
                 let Ok(docker) = UnixStream::connect(DOCKER_SOCKET) else {
@@ -417,7 +420,17 @@ impl Relay {
                 pipe(docker, client);
             }
         });
-        Relay { path, open, streams }
+        Relay {
+            path,
+            open,
+            streams,
+            refused,
+        }
+    }
+
+    /// How many connections were turned away while cut.
+    fn refused(&self) -> usize {
+        self.refused.load(Ordering::SeqCst)
     }
 
     fn docker_host(&self) -> String {
@@ -516,11 +529,18 @@ fn lost_docker_connection_is_reconciled_on_reconnect() {
     docker(&["rm", "-f", &stale]);
     let fresh = unique("agent-fresh");
     let fresh_ip = container(&fresh);
-    std::thread::sleep(Duration::from_millis(500));
+    // The watcher has tried to reach Docker since the fresh container
+    // started, and was turned away: it had its chance to register it.
+    let tried = relay.refused();
+    assert!(
+        wait_until(Duration::from_secs(20), || relay.refused() > tried),
+        "the watcher never tried to reconnect"
+    );
     let fresh_id = format!("\"ip\":\"{fresh_ip}\",\"id\":\"docker:{fresh}\"");
     let stale_id = format!("\"id\":\"docker:{stale}\"");
     let state = admin_call(&admin, "", "/v1/state", None);
     assert!(!state.contains(&fresh_id), "registered without Docker: {state}");
+    // The same state once Docker is back shows it registered (below).
     relay.restore();
     let reconciled = wait_until(Duration::from_secs(20), || {
         let state = admin_call(&admin, "", "/v1/state", None);

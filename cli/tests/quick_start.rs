@@ -116,9 +116,7 @@ fn check(outputs: &[(usize, Output)]) {
 
 #[test]
 fn the_readme_netns_quick_start_runs_as_written() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIPPED: the netns quick start needs root");
+    if !crackbox_test_support::root_or_skip("the netns quick start") {
         return;
     }
     let port = free_port().to_string();

@@ -319,6 +319,7 @@ fn run_signal_during_setup_leaves_nothing() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
+        // Not synchronisation: when the signal lands in set-up is what is varied.
         std::thread::sleep(Duration::from_millis(delay_ms));
         crackbox_test_support::signal(child.id(), libc::SIGINT);
         let out = child.wait_with_output().unwrap();

@@ -207,10 +207,7 @@ fn run_netns_missing_command_exits_127_and_cleans_up() {
         let now = namespaces();
         appeared.iter().filter(|n| now.contains(n)).cloned().collect()
     };
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !left().is_empty() && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    crackbox_test_support::wait_until(Duration::from_secs(20), || left().is_empty());
     assert_eq!(left(), Vec::<String>::new(), "a crackbox namespace was left");
 }
 

@@ -354,6 +354,7 @@ pub fn remove_network(name: &str) {
         for endpoint in &attached {
             docker_try(&["network", "disconnect", "-f", name, endpoint]);
         }
+        // Not synchronisation: a back-off before the next attempt to remove the network.
         std::thread::sleep(Duration::from_millis(200 * attempt));
     }
     if attached.is_empty() && last.contains("has active endpoints") {

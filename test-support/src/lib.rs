@@ -29,11 +29,13 @@ mod tracked;
 
 pub use bulk::Bulk;
 pub use crackbox::{binary, command, isolated, run, scratch};
-pub use daemon::{label_watcher, Daemon};
+pub use daemon::{label_watcher, loopback_args, Daemon};
 pub use echo::{echo_round, Echo};
 pub use http::{curl, http, open_tunnel, read_head, read_request, read_to_end, try_http, Seen, Upstream};
 pub use metrics::metric;
-pub use net::{closed_within, connect_from, free_addr, free_port, holding_upstream, try_connect_from, wait_until};
+pub use net::{
+    closed_within, connect_from, dialling, free_addr, free_port, holding_upstream, try_connect_from, wait_until,
+};
 pub use ports::{admin, proxied, Ports};
 pub use process::{alive, cpu_ticks, describe, raise_fd_limit, signal, ticks_per_second};
 pub use revocation::{assert_cut, assert_untouched, REVOKE_WITHIN, STAYS_OPEN};

@@ -131,6 +131,8 @@ pub struct Seen {
     pub dns_asked: Mutex<Vec<String>>,
     /// When set, the upstream DNS server stops and its port is closed.
     pub dns_down: AtomicBool,
+    /// Set by the upstream resolver once it stopped and closed its port.
+    pub dns_stopped: AtomicBool,
 }
 
 /// How the workload's traffic gets to crackbox.
@@ -398,6 +400,7 @@ impl Lab {
             if reply.is_some_and(|r| r.metadata.response_code != ResponseCode::Refused) {
                 return;
             }
+            // Not synchronisation: the pause between two queries, within the deadline.
             std::thread::sleep(Duration::from_millis(100));
         }
         panic!("crackbox did not start enforcing within 30 s");
