@@ -73,9 +73,10 @@ impl Fate {
                     Settlement::Timeout => "timed out: nobody decided within the ask timeout, so it was refused \
                                             as ask-timeout (the next connection asks again)"
                         .to_string(),
-                    Settlement::Withdrawn => "was withdrawn: the source was unregistered or left ask mode, or \
-                                              its allowlist now covers the name"
-                        .to_string(),
+                    Settlement::Withdrawn => match decided.reason {
+                        Some(reason) => format!("was settled by a change of its registration: refused as {reason}"),
+                        None => "was settled by a change of its registration: let through".to_string(),
+                    },
                     Settlement::Always => "was already decided: always (the name is on the allowlist)".to_string(),
                     other => format!(
                         "was already decided: {} (the next connection asks again)",
@@ -102,7 +103,7 @@ mod tests {
         DecidedRequest {
             request: PendingRequest {
                 id,
-                ip: "10.0.0.2".into(),
+                ip: "10.0.0.2".parse().unwrap(),
                 sandbox: "agent".into(),
                 host: "new.test".into(),
                 port: 443,
@@ -111,6 +112,8 @@ mod tests {
                 waiting: 1,
             },
             decision,
+            reason: None,
+            layer: None,
         }
     }
 

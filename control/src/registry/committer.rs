@@ -174,6 +174,23 @@ pub(super) fn apply(entries: &mut Entries, change: &Change, changes: &mut Vec<So
             }
             (wanted.len(), gone.len())
         }
+        Change::Allow { ip, id, entry } => {
+            let widened = entries
+                .get(ip)
+                .filter(|stored| stored.id == *id)
+                .and_then(|stored| Some((stored.allowlist.with_entry(entry.clone())?, stored)))
+                .map(|(allowlist, stored)| RegistrationSpec {
+                    allowlist,
+                    ..stored.as_ref().clone()
+                });
+            match widened {
+                Some(spec) => {
+                    put(entries, changes, *ip, &spec);
+                    (1, 0)
+                }
+                None => (0, 0),
+            }
+        }
     }
 }
 

@@ -19,7 +19,7 @@ mod log;
 pub use log::{Delta, Update};
 
 use crate::store::{Entries, Store, StoreError};
-use crackbox_policy::{Generation, Mode, RegistrationSpec};
+use crackbox_policy::{AllowEntry, Generation, Mode, RegistrationSpec, SandboxId};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::{mpsc, Arc, Mutex};
@@ -85,6 +85,19 @@ pub enum Change {
     /// label watcher's ([`WATCHER_ID_PREFIX`]) at addresses not among them,
     /// which stay.
     Replace(Vec<(IpAddr, RegistrationSpec)>),
+    /// Adds `entry` to the allow entries of the registration of `ip`, while
+    /// it is registered under `id` and its list has room (an ask answered
+    /// `always`). Applied to the registration in force when its turn comes,
+    /// so a change that landed meanwhile is kept; registers nothing
+    /// otherwise.
+    Allow {
+        /// The source.
+        ip: IpAddr,
+        /// The registration the answer was for.
+        id: SandboxId,
+        /// The entry to add.
+        entry: AllowEntry,
+    },
 }
 
 /// What one mutation did.
@@ -187,6 +200,13 @@ impl Registry {
             unregister: vec![],
         };
         Ok(self.apply(change).await?.generation)
+    }
+
+    /// Adds `entry` to the allowlist of `ip`'s registration under `id`
+    /// ([`Change::Allow`]); stored and published like any change. The
+    /// outcome registers one when the registration was there to widen.
+    pub async fn allow(&self, ip: IpAddr, id: SandboxId, entry: AllowEntry) -> Result<Outcome, StoreError> {
+        self.apply(Change::Allow { ip, id, entry }).await
     }
 
     /// Removes the registration of `ip`; returns whether one existed and the

@@ -136,6 +136,7 @@ mod tests {
             port,
             reason,
             enforced: true,
+            layer: None,
         }
     }
 
