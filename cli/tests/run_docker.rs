@@ -59,7 +59,7 @@ fn run_denied_host_gets_403_and_is_summarised_at_exit() {
     assert!(text.starts_with("403\n"), "{}", describe(&out));
     assert!(text.contains("curl_exit=22"), "{}", describe(&out));
     assert!(
-        stderr(&out).contains("crackbox: blocked denied.test (not on --allow)\n"),
+        stderr(&out).contains(" in, blocked denied.test (not on --allow)\n"),
         "{}",
         describe(&out)
     );
@@ -149,7 +149,7 @@ fn run_ip_literal_is_denied() {
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     assert_eq!(stdout(&out), "403", "{}", describe(&out));
     assert!(
-        stderr(&out).contains(&format!("crackbox: blocked {} (not on --allow)", upstream.ip)),
+        stderr(&out).contains(&format!(" in, blocked {} (not on --allow)", upstream.ip)),
         "{}",
         describe(&out)
     );

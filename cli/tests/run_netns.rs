@@ -96,7 +96,7 @@ fn run_netns_allows_denies_and_passes_the_exit_code() {
     assert_eq!(lines.next(), Some(BODY), "{}", describe(&out));
     assert_eq!(lines.next(), Some("403"), "{}", describe(&out));
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("crackbox: blocked denied.test (not on --allow)"),
+        String::from_utf8_lossy(&out.stderr).contains(" in, blocked denied.test (not on --allow)"),
         "{}",
         describe(&out)
     );

@@ -13,10 +13,11 @@ pub enum RunError {
     /// An `--allow` entry or the `--id` failed validation.
     #[error("{0}")]
     InvalidRegistration(#[from] SpecError),
-    /// Neither `--allow` nor `--allow-file` nor `--learn` was given.
+    /// Neither `--allow` nor `--allow-file` nor `--learn` nor `--ask` was given.
     #[error(
         "run needs an allowlist: --allow HOST,HOST (presets too: --allow @pypi; crackbox presets lists them), \
-         --allow-file PATH (one entry per line), or --learn to find it by running the command once"
+         --allow-file PATH (one entry per line), --learn to find it by running the command once, or --ask to \
+         decide each host while it runs"
     )]
     NoAllowlist,
     /// A `CRACKBOX_*` variable of `run`'s environment is unusable.

@@ -36,19 +36,24 @@ pub struct Met<'a> {
 
 /// The summary's lines: `moved` and how many destinations were blocked
 /// (left out when unknown), a learning run's line to paste, then a line per
-/// group of what was blocked.
+/// group of what was blocked; one blocked destination of a run that does
+/// not learn is said on the first line itself.
 pub fn lines(moved: Option<Moved>, met: Option<Met<'_>>, switch: PrivateSwitch) -> Vec<String> {
-    let blocked = met.map(|met| met.blocked);
+    let mut blocked = met.map(|met| met.blocked);
     let learning = met.is_some_and(|met| met.learned.is_some());
     let mut head = Vec::new();
     if let Some(moved) = moved {
         head.push(format!("{} out, {} in", bytes(moved.bytes_out), bytes(moved.bytes_in)));
     }
     if let Some(groups) = blocked {
-        head.push(match blocked::count(groups) {
-            0 => "nothing blocked".to_string(),
-            1 => "1 host blocked".to_string(),
-            n => format!("{n} hosts blocked"),
+        head.push(match (blocked::count(groups), groups, learning) {
+            (0, ..) => "nothing blocked".to_string(),
+            (1, [group], false) => {
+                blocked = None;
+                format!("blocked {} ({})", group.destinations.join(", "), why(group.fix, switch))
+            }
+            (1, ..) => "1 host blocked".to_string(),
+            (n, ..) => format!("{n} hosts blocked"),
         });
     }
     let mut lines = Vec::new();
@@ -182,8 +187,18 @@ mod tests {
         fn met(blocked: Option<&[Group]>) -> Option<Met<'_>> {
             blocked.map(|blocked| Met { blocked, learned: None })
         }
+        let one = [group(Fix::AddToAllow, &["blocked.test"])];
         let cases: &[Case] = &[
             (None, None, PrivateSwitch::RunEnvironment, &[]),
+            (
+                Some(Moved {
+                    bytes_out: 0,
+                    bytes_in: 0,
+                }),
+                Some(&one),
+                PrivateSwitch::RunEnvironment,
+                &["crackbox: 0 B out, 0 B in, blocked blocked.test (not on --allow)"],
+            ),
             (
                 None,
                 Some(&[]),
@@ -234,10 +249,9 @@ mod tests {
                 Some(&mixed[1..2]),
                 PrivateSwitch::Daemon,
                 &[
-                    "crackbox: 1 host blocked",
                     "crackbox: blocked newcomer-upstream (a private address: allowed when the daemon runs \
-                     with crackbox proxy serve --allow-private-destinations, or by an IP-literal entry, unless \
-                     it is crackbox's own)",
+                   with crackbox proxy serve --allow-private-destinations, or by an IP-literal entry, unless it \
+                   is crackbox's own)",
                 ],
             ),
         ];
