@@ -10,10 +10,7 @@
 
 use crackbox_test_support::docker::*;
 use crackbox_test_support::{describe, wait_until, Spawned};
-use std::os::unix::net::{UnixListener, UnixStream};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// The Docker socket crackbox's container gets mounted.
@@ -383,84 +380,6 @@ fn crackbox_restart_reconciles_labels_and_keeps_admin_registrations() {
     assert!(lab.daemon.get("/v1/state").contains("\"id\":\"by-hand\""));
     let out = docker(&["exec", &fresh, "sh", "-c", &probe(&[&format!("http://{ALLOWED}/")])]);
     assert_eq!(out, "200:");
-}
-
-/// A Unix-socket relay to the Docker socket that the test can cut (every
-/// connection closed, new ones refused and counted) and restore: to
-/// crackbox, Docker going away and coming back.
-struct Relay {
-    path: std::path::PathBuf,
-    open: Arc<AtomicBool>,
-    streams: Arc<Mutex<Vec<UnixStream>>>,
-    refused: Arc<AtomicUsize>,
-}
-
-impl Relay {
-    fn start() -> Relay {
-        let path = std::env::temp_dir().join(format!("{}.sock", unique("crackbox-docker-relay")));
-        let listener = UnixListener::bind(&path).unwrap();
-        let open = Arc::new(AtomicBool::new(true));
-        let streams: Arc<Mutex<Vec<UnixStream>>> = Arc::default();
-        let refused = Arc::new(AtomicUsize::new(0));
-        let (is_open, tracked, turned_away) = (open.clone(), streams.clone(), refused.clone());
-        std::thread::spawn(move || {
-            for client in listener.incoming() {
-                let Ok(client) = client else { return };
-                if !is_open.load(Ordering::SeqCst) {
-                    turned_away.fetch_add(1, Ordering::SeqCst);
-                    continue;
-                }
-                let Ok(docker) = UnixStream::connect(DOCKER_SOCKET) else {
-                    continue;
-                };
-                let mut list = tracked.lock().unwrap();
-                list.extend([client.try_clone().unwrap(), docker.try_clone().unwrap()]);
-                drop(list);
-                pipe(client.try_clone().unwrap(), docker.try_clone().unwrap());
-                pipe(docker, client);
-            }
-        });
-        Relay {
-            path,
-            open,
-            streams,
-            refused,
-        }
-    }
-
-    /// How many connections were turned away while cut.
-    fn refused(&self) -> usize {
-        self.refused.load(Ordering::SeqCst)
-    }
-
-    fn docker_host(&self) -> String {
-        format!("unix://{}", self.path.display())
-    }
-
-    fn cut(&self) {
-        self.open.store(false, Ordering::SeqCst);
-        for stream in self.streams.lock().unwrap().drain(..) {
-            let _ = stream.shutdown(std::net::Shutdown::Both);
-        }
-    }
-
-    fn restore(&self) {
-        self.open.store(true, Ordering::SeqCst);
-    }
-}
-
-impl Drop for Relay {
-    fn drop(&mut self) {
-        self.cut();
-        let _ = std::fs::remove_file(&self.path);
-    }
-}
-
-fn pipe(mut from: UnixStream, mut to: UnixStream) {
-    std::thread::spawn(move || {
-        let _ = std::io::copy(&mut from, &mut to);
-        let _ = to.shutdown(std::net::Shutdown::Write);
-    });
 }
 
 #[test]

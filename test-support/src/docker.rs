@@ -9,8 +9,10 @@
 //! with `CRACKBOX_REQUIRE_ROOT=1` when not root.
 
 mod daemon;
+mod relay;
 mod web;
 pub use daemon::{admin_call, daemon_run_command, running_workload, Daemon, DAEMON_ADMIN_PORT, PRINT_ADDRESS};
+pub use relay::Relay;
 pub use web::web_upstream;
 
 use crate::crackbox::binary;
