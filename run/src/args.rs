@@ -49,10 +49,11 @@ pub struct RunArgs {
     /// cover waits until someone decides it. When crackbox's stdin is not a terminal
     /// (the command is not given the terminal, e.g. `< /dev/null`) but the run has
     /// one, crackbox asks there: `sandbox NAME wants HOST:PORT: allow [o]nce,
-    /// [a]lways, [d]eny?`; otherwise it prints the `crackbox decide ID
-    /// once|always|deny` command to run in another terminal (`crackbox pending`
-    /// lists what waits). At exit it prints the names answered always as an
-    /// --allow line.
+    /// [a]lways, [d]eny?`, answered with one key; otherwise it prints the
+    /// `crackbox decide ID once|always|deny` command to run in another terminal
+    /// (`crackbox pending` lists what waits). Always adds the name, which covers
+    /// its subdomains too. At exit it prints the names answered always as an
+    /// --allow line. With it no --allow is needed.
     #[arg(long, conflicts_with = "learn_file")]
     pub ask: bool,
     /// With --ask: how long a held connection waits for a decision before it is

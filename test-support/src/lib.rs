@@ -3,7 +3,8 @@
 //! servers and process facts, the gate of root-only tests (`root_or_skip`),
 //! the fault tests' load generators (`load`); the `crackbox` binary under
 //! test as a daemon (`Daemon`, `Ports`) or one process (`Spawned`), an
-//! upstream that records its connections (`TrackedUpstream`); the Docker fixtures
+//! upstream that records its connections (`TrackedUpstream`), a command on a
+//! pseudo-terminal of its own (`Pty`); the Docker fixtures
 //! (`docker`), the network-namespace lab (`netns_lab`) and the probes run
 //! inside `crackbox run` jails (`steer_probe`, `run_probe`). Dev-only, never
 //! published. Traffic goes to 127.0.0.0/8 or to networks and namespaces a test made.
@@ -20,6 +21,7 @@ mod net;
 pub mod netns_lab;
 mod ports;
 mod process;
+mod pty;
 mod revocation;
 mod root;
 pub mod run_probe;
@@ -38,6 +40,7 @@ pub use net::{
 };
 pub use ports::{admin, proxied, Ports};
 pub use process::{alive, cpu_ticks, describe, raise_fd_limit, signal, ticks_per_second};
+pub use pty::Pty;
 pub use revocation::{assert_cut, assert_untouched, REVOKE_WITHIN, STAYS_OPEN};
 pub use root::{is_root, root_or_skip};
 pub use spawned::Spawned;
