@@ -166,6 +166,7 @@ impl Settings {
         let dns_upstream = optional_address(dns_upstream, None)?;
         let steer = sources.pick(STEER, non_empty(&args.steer), p.steer.clone(), list)?;
         let steer = steer.map(super::steer::addresses).transpose()?.unwrap_or_default();
+        let steered_ports = super::steer::ports(args.steered_ports.as_deref())?;
         let dns_upstream = match (dns_listen, &steer[..], dns_upstream) {
             (Some(_), [], None) => Some(system_upstream()?),
             (_, _, given) => given,
@@ -227,6 +228,7 @@ impl Settings {
             dns_listen,
             dns_upstream,
             steer,
+            steered_ports,
             threads,
             io_driver,
             allow_private_destinations,

@@ -7,14 +7,45 @@
 
 use crate::workload_env::Endpoints;
 use crackbox_config::{ConfigError, ProxyArgs};
+use crackbox_policy::engine_config::SteeredPorts;
 use std::net::{IpAddr, SocketAddr};
 
-/// Port of the forward listener on the proxy's jail-side address.
-pub const FORWARD_PORT: u16 = 3128;
-/// Port of the SOCKS5 listener on the proxy's jail-side address.
-pub const SOCKS_PORT: u16 = 1080;
-/// Port of the admin API on the proxy's host-side address (never the jail's).
-pub const ADMIN_PORT: u16 = 3129;
+/// The ports of a jail proxy's listeners.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProxyPorts {
+    /// The forward proxy, on the jail-side address.
+    pub forward: u16,
+    /// SOCKS5, on the jail-side address.
+    pub socks: u16,
+    /// The admin API, on the admin-side address (never the jail's).
+    pub admin: u16,
+    /// The DNS filter, on the jail-side address (steered).
+    pub dns: u16,
+    /// The steered listeners for 80 and 443, on the jail-side address.
+    pub steered: SteeredPorts,
+}
+
+impl ProxyPorts {
+    /// The usual ports: those of a proxy in a network namespace of its own
+    /// (the docker backend's container), where nothing else listens.
+    pub const STANDARD: ProxyPorts = ProxyPorts {
+        forward: 3128,
+        socks: 1080,
+        admin: 3129,
+        dns: 53,
+        steered: SteeredPorts { http: 80, https: 443 },
+    };
+
+    /// The ports the jail reaches the proxy on: forward and SOCKS5 always,
+    /// DNS and the steered ones when steered (TCP; DNS is UDP too).
+    pub fn jail_tcp(&self, steer: bool) -> Vec<u16> {
+        let mut ports = vec![self.forward, self.socks];
+        if steer {
+            ports.extend([self.dns, self.steered.http, self.steered.https]);
+        }
+        ports
+    }
+}
 /// Variables of crackbox's own environment the jail's proxy inherits
 /// (logging and the io driver; never secrets or addresses).
 const INHERITED: [&str; 3] = ["CRACKBOX_LOG", "CRACKBOX_LOG_FORMAT", "CRACKBOX_IO_DRIVER"];
@@ -43,13 +74,16 @@ pub struct Listeners {
     pub admin_side: IpAddr,
     /// Whether it steers the jail.
     pub steer: bool,
+    /// The ports of its listeners.
+    pub ports: ProxyPorts,
 }
 
-/// Where the workload finds a jail proxy whose jail-side address is `jail_side`.
-pub fn endpoints(jail_side: IpAddr) -> Endpoints {
+/// Where the workload finds a jail proxy whose jail-side address is
+/// `jail_side`, listening on `ports`.
+pub fn endpoints(jail_side: IpAddr, ports: ProxyPorts) -> Endpoints {
     Endpoints {
-        forward: SocketAddr::new(jail_side, FORWARD_PORT),
-        socks: Some(SocketAddr::new(jail_side, SOCKS_PORT)),
+        forward: SocketAddr::new(jail_side, ports.forward),
+        socks: Some(SocketAddr::new(jail_side, ports.socks)),
     }
 }
 
@@ -83,18 +117,22 @@ impl JailProxy {
     /// The proxy's `proxy serve` settings.
     pub fn args(&self, at: Listeners) -> ProxyArgs {
         let on = |ip: IpAddr, port: u16| SocketAddr::new(ip, port).to_string();
+        let ports = at.ports;
+        let steered = ports.steered;
         ProxyArgs {
             config: Some("/dev/null".into()),
-            listen: Some(on(at.jail_side, FORWARD_PORT)),
-            socks_listen: Some(on(at.jail_side, SOCKS_PORT)),
-            admin_listen: Some(on(at.admin_side, ADMIN_PORT)),
+            listen: Some(on(at.jail_side, ports.forward)),
+            socks_listen: Some(on(at.jail_side, ports.socks)),
+            admin_listen: Some(on(at.admin_side, ports.admin)),
             transparent_listen: Some(String::new()),
-            dns_listen: at.steer.then(|| on(at.jail_side, 53)),
+            dns_listen: at.steer.then(|| on(at.jail_side, ports.dns)),
             steer: if at.steer {
                 vec![at.jail_side.to_string()]
             } else {
                 Vec::new()
             },
+            steered_ports: (at.steer && steered != SteeredPorts::default())
+                .then(|| format!("{},{}", steered.http, steered.https)),
             allow_private_destinations: self.allow_private,
             ask_timeout: self.ask_timeout,
             ..ProxyArgs::default()
@@ -124,8 +162,23 @@ mod tests {
     fn the_daemon_resolves_the_command_to_the_listeners_asked_for() {
         let jail: IpAddr = "10.213.128.2".parse().unwrap();
         let admin: IpAddr = "10.213.129.2".parse().unwrap();
-        let cases = [(false, false), (true, false), (false, true), (true, true)];
-        for (steer, allow_private) in cases {
+        let moved = ProxyPorts {
+            forward: 40001,
+            socks: 40002,
+            admin: 40003,
+            dns: 40004,
+            steered: SteeredPorts {
+                http: 40005,
+                https: 40006,
+            },
+        };
+        let cases = [
+            (false, false, ProxyPorts::STANDARD),
+            (true, false, ProxyPorts::STANDARD),
+            (false, true, moved),
+            (true, true, moved),
+        ];
+        for (steer, allow_private, ports) in cases {
             let proxy = JailProxy {
                 allow_private,
                 inherited: Vec::new(),
@@ -135,26 +188,32 @@ mod tests {
                 jail_side: jail,
                 admin_side: admin,
                 steer,
+                ports,
             };
             let parsed = ProxyArgs::parse_serve_command(&proxy.command(at)).unwrap();
             let secret = |name: &str| (name == "CRACKBOX_ADMIN_SECRET").then(|| "s".to_string());
             let settings = Settings::resolve(&parsed, &secret).unwrap();
             settings.check_admin_exposure().unwrap();
-            assert_eq!(settings.engine.listen, SocketAddr::new(jail, FORWARD_PORT));
-            assert_eq!(settings.engine.socks_listen, Some(SocketAddr::new(jail, SOCKS_PORT)));
+            assert_eq!(settings.engine.listen, SocketAddr::new(jail, ports.forward));
+            assert_eq!(settings.engine.socks_listen, Some(SocketAddr::new(jail, ports.socks)));
             let listening = Endpoints {
                 forward: settings.engine.listen,
                 socks: settings.engine.socks_listen,
             };
             assert_eq!(
-                endpoints(jail),
+                endpoints(jail, ports),
                 listening,
                 "the workload is told where the proxy listens"
             );
-            assert_eq!(settings.admin_listen, SocketAddr::new(admin, ADMIN_PORT));
+            assert_eq!(settings.admin_listen, SocketAddr::new(admin, ports.admin));
             assert_eq!(settings.engine.transparent_listen, None);
-            assert_eq!(settings.engine.dns_listen, steer.then(|| SocketAddr::new(jail, 53)));
+            assert_eq!(
+                settings.engine.dns_listen,
+                steer.then(|| SocketAddr::new(jail, ports.dns))
+            );
             assert_eq!(settings.engine.steer, if steer { vec![jail] } else { vec![] });
+            let steered = if steer { ports.steered } else { SteeredPorts::default() };
+            assert_eq!(settings.engine.steered_ports, steered);
             assert_eq!(settings.engine.allow_private_destinations, allow_private);
             assert_eq!(settings.engine.limits.ask_timeout, std::time::Duration::from_secs(7));
             assert_eq!(settings.state_path, None);

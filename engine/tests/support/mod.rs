@@ -47,6 +47,7 @@ impl Engine {
             dns_listen: None,
             dns_upstream: None,
             steer: vec![],
+            steered_ports: Default::default(),
             threads: 2,
             // The suite runs on the driver CRACKBOX_IO_DRIVER names, as the binary's does.
             io_driver: IoDriver::parse(&std::env::var(IO_DRIVER_ENV).unwrap_or_default()).unwrap(),
