@@ -36,6 +36,7 @@ fn message(registrations: Vec<RegistrationSpec>) -> Message {
     Message::Snapshot {
         generation: 2,
         registrations,
+        policies: Vec::new(),
     }
 }
 
@@ -76,6 +77,7 @@ fn bench_snapshot(c: &mut Criterion) {
                     Message::Snapshot {
                         generation,
                         registrations,
+                        ..
                     },
                     _,
                 )) = decode_frame(&frame).expect("valid frame")
@@ -96,6 +98,7 @@ fn bench_snapshot(c: &mut Criterion) {
             base: 2,
             generation: 3,
             changes: vec![SourceChange::Put(changed)],
+            policies: Vec::new(),
         });
         let base = Snapshot::build(2, &specs);
         b.iter(|| {

@@ -1,5 +1,6 @@
 //! The TOML config file: its schema (unknown keys are errors) and where it is looked up.
 
+use super::policy_table::PolicyTable;
 use super::register::RegisterTable;
 use super::ConfigError;
 use serde::Deserialize;
@@ -23,6 +24,9 @@ pub struct FileConfig {
     pub docker: DockerSection,
     /// `[[register]]`: registrations made at start, as `--register` makes them.
     pub register: Vec<RegisterTable>,
+    /// `[[policies]]`: named policies stored at start (`[policy]` is the
+    /// daemon-wide switches' section).
+    pub policies: Vec<PolicyTable>,
 }
 
 /// `[proxy]` keys.

@@ -16,6 +16,7 @@ mod file;
 pub mod handoff;
 mod layers;
 mod origin;
+mod policy_table;
 mod register;
 mod settings;
 mod steer;
@@ -24,8 +25,9 @@ pub use args::{EngineArgs, ProxyArgs};
 pub use command_line::CommandLineError;
 pub use file::{search_path, FileConfig};
 pub use origin::Origin;
+pub use policy_table::PolicyTable;
 pub use settings::parse_addr;
-pub use settings::{allow_private_destinations, DockerWatch, Settings, DEFAULT_CONTROL_SOCKET};
+pub use settings::{allow_private_destinations, policies_from_config, DockerWatch, Settings, DEFAULT_CONTROL_SOCKET};
 
 use crackbox_policy::engine_config::EngineConfig;
 

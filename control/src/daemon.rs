@@ -2,7 +2,7 @@
 
 use crate::api::{self, AppState, Secret};
 use crate::publisher::{self, EngineLink};
-use crate::registry::Registry;
+use crate::registry::{Registry, Seeds};
 use crate::supervisor::Supervisor;
 use anyhow::Context;
 use crackbox_config::{handoff, ProxyArgs, Settings};
@@ -51,7 +51,12 @@ async fn run_async(settings: Settings, mode: Mode) -> anyhow::Result<()> {
         // Before anything is spawned: a busy port is this process's one-line error.
         check_engine_listeners(&engine)?;
     }
-    let registry = Arc::new(Registry::load(settings.state_path.clone(), settings.seeds.clone()));
+    let seeds = Seeds {
+        policies: settings.policies.clone(),
+        registrations: settings.seeds.clone(),
+    };
+    let registry = Registry::load(settings.state_path.clone(), seeds).context("--register / [[register]]")?;
+    let registry = Arc::new(registry);
     let link = Arc::new(EngineLink::default());
     let engine_listener = publisher::bind(&socket).with_context(|| format!("control socket {}", socket.display()))?;
     let admin_listener = tokio::net::TcpListener::bind(settings.admin_listen)

@@ -6,7 +6,7 @@
 //! registration's allowlist, stored and published like any change.
 
 use super::body::{self, LimitedBody};
-use super::routes::{authorise, enforced, store_failed};
+use super::routes::{authorise, enforced, not_applied};
 use super::{ApiError, AppState, STATS_TIMEOUT};
 use crate::asks::AskEvent;
 use axum::extract::{Path, State};
@@ -79,7 +79,7 @@ async fn remember(state: &AppState, request: &PendingRequest) -> Result<(), ApiE
     let allow = entries_from_config(&allow).map_err(|err| ApiError::bad_request(format!("allowlist: {err}")))?;
     let mut widened: RegistrationSpec = spec.as_ref().clone();
     widened.allowlist = Allowlist::with_deny(allow, spec.allowlist.denied().to_vec());
-    let generation = state.registry.register(ip, widened).await.map_err(store_failed)?;
+    let generation = state.registry.register(ip, widened).await.map_err(not_applied)?;
     enforced(state, generation).await
 }
 

@@ -1,6 +1,6 @@
 //! The admin API (docs/admin-api.md): register, unregister, batch, state (read and
-//! replace), health, metrics, denials, usage, and ask mode's pending
-//! requests, decisions and events.
+//! replace), named policies, health, metrics, denials, usage, and ask mode's
+//! pending requests, decisions and events.
 //!
 //! Every error is JSON `{"error": "..."}`. Mutations need the bearer secret
 //! when one is configured and are answered only once the engine enforces
@@ -13,6 +13,7 @@ mod body;
 mod bulk;
 mod error;
 mod observe;
+mod policies;
 mod routes;
 
 pub use auth::Secret;
@@ -56,6 +57,11 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/unregister", post(routes::unregister))
         .route("/v1/state", get(routes::state).put(bulk::replace))
         .route("/v1/batch", post(bulk::batch))
+        .route("/v1/policies", get(policies::list))
+        .route(
+            "/v1/policies/{name}",
+            get(policies::get).put(policies::put).delete(policies::delete),
+        )
         .route("/v1/denials", get(observe::denials))
         .route("/v1/usage", get(observe::usage))
         .route("/health", get(observe::health))

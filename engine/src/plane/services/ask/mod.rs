@@ -15,7 +15,7 @@ pub(crate) mod clock;
 
 use crackbox_policy::ask::{DecidedRequest, PendingId, PendingRequest, Settlement, MAX_PENDING_PER_SOURCE};
 use crackbox_policy::reason::Reason;
-use crackbox_policy::{canonical_ip, normalise_host, HostKind, Mode, Snapshot};
+use crackbox_policy::{canonical_ip, normalise_host, HostKind, Lookup, Mode, Snapshot};
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -243,10 +243,14 @@ impl Asks {
                 .values()
                 .filter_map(|request| {
                     let Target { source, host, port } = &request.target;
-                    let outcome = match snapshot.lookup(*source) {
-                        None => Outcome::Refuse(Reason::Unregistered),
-                        Some(registered) if registered.allowlist.matching(host, *port).is_some() => Outcome::Allow,
-                        Some(registered) => match registered.mode {
+                    let Some(registered) = snapshot.lookup(*source) else {
+                        return Some((request.id, Outcome::Refuse(Reason::Unregistered)));
+                    };
+                    let effective = snapshot.effective(registered);
+                    let outcome = match effective.lookup(host, Some(*port)) {
+                        Lookup::Allowed(_) => Outcome::Allow,
+                        Lookup::Denied => Outcome::Refuse(Reason::DeniedEntry),
+                        Lookup::Unlisted => match effective.mode() {
                             Mode::Ask => return None,
                             Mode::Report => Outcome::Allow,
                             Mode::Enforce => Outcome::Refuse(Reason::NotAllowed),
