@@ -13,6 +13,7 @@
 mod args;
 mod command_line;
 mod file;
+mod fleet;
 pub mod handoff;
 mod layers;
 mod origin;
@@ -24,6 +25,7 @@ mod steer;
 pub use args::{EngineArgs, ProxyArgs};
 pub use command_line::CommandLineError;
 pub use file::{search_path, FileConfig};
+pub use fleet::{Fleet, DEFAULT_FLEET_PREFIX};
 pub use origin::Origin;
 pub use policy_table::PolicyTable;
 pub use settings::parse_addr;

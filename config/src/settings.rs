@@ -4,7 +4,7 @@
 
 use super::file::{self, FileConfig, LimitsSection};
 use super::layers::{boolean, list, number, text, within, Given, Key, Sources};
-use super::{ConfigError, Origin, ProxyArgs};
+use super::{ConfigError, Fleet, Origin, ProxyArgs};
 use crackbox_policy::engine_config::resolv_conf::first_nameserver;
 use crackbox_policy::engine_config::{EngineConfig, IoDriver, Limits, DEFAULT_REGISTRATION_HOLD};
 use crackbox_policy::{PolicySpec, RegistrationSpec};
@@ -100,6 +100,8 @@ pub struct Settings {
     pub control_socket: Option<PathBuf>,
     /// The Docker label watcher; `None` when off.
     pub docker: Option<DockerWatch>,
+    /// The fleet's etcd, when the policies live there; `None`: this host's own.
+    pub fleet: Option<Fleet>,
     /// The config file that was read, if any.
     pub config_file: Option<PathBuf>,
     /// Where each setting not left at its default came from.
@@ -223,6 +225,15 @@ impl Settings {
         };
         let seeds = resolve_seeds(args, &config, path.as_deref())?;
         let policies = resolve_policies(&config, path.as_deref())?;
+        let fleet = crate::fleet::resolve(&mut sources, args, &config.fleet, &crate::fleet::hostname)?;
+        if let (Some(_), false) = (&fleet, policies.is_empty()) {
+            return Err(ConfigError::Invalid {
+                origin: Origin::File(path.clone().unwrap_or_default(), "policies"),
+                message: "with --fleet-etcd the policies live in etcd: store them there (PUT /v1/policies/NAME), \
+                          not in [[policies]]"
+                    .into(),
+            });
+        }
         let control_socket = control_socket.and_then(|given| given.value);
         let engine = EngineConfig {
             listen,
@@ -249,6 +260,7 @@ impl Settings {
             policies,
             control_socket,
             docker: resolve_docker(args, &config),
+            fleet,
             origins: sources.origins(),
             config_file: path,
         })

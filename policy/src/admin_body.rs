@@ -39,6 +39,32 @@ pub struct HealthAnswer {
     /// that predates report mode.
     #[serde(default)]
     pub report_only: usize,
+    /// The link to the fleet's etcd; left out without a fleet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<FleetHealth>,
+}
+
+/// Where a fleet node's link to etcd stands (`GET /health`'s `fleet`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FleetHealth {
+    /// Connected, or not (the last policies it saw stay enforced).
+    pub state: FleetState,
+    /// Since when, milliseconds since the Unix epoch.
+    pub since_ms: u64,
+    /// The last etcd revision of the policies applied here (0: none yet).
+    pub revision: i64,
+}
+
+/// A fleet node's link to etcd.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FleetState {
+    /// Not connected yet since start.
+    Connecting,
+    /// Reading and watching the policies.
+    Connected,
+    /// etcd cannot be reached: the last policies seen stay enforced.
+    Disconnected,
 }
 
 /// Whether the daemon enforces its registry.

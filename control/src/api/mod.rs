@@ -48,6 +48,8 @@ pub struct AppState {
     pub secret: Option<Arc<Secret>>,
     /// The forward proxy listener, for the health self-test.
     pub forward: SocketAddr,
+    /// The fleet's etcd, when the policies live there.
+    pub fleet: Option<crate::fleet::Fleet>,
 }
 
 /// The admin API's routes.

@@ -6,11 +6,17 @@
 //! takes the new one at once, and their live connections it no longer
 //! allows are revoked. A policy registrations name is removed only with
 //! `?force`, which takes it out of them.
+//!
+//! In a fleet (docs/fleet.md) a write goes to etcd instead, and is answered
+//! once the watch has brought it back and this node's engine enforces it;
+//! every other node takes it from etcd the same way. The check of a removal
+//! counts this node's registrations only.
 
 use super::body::{self, LimitedBody};
 use super::routes::{authorise, enforced, not_applied};
-use super::{ApiError, AppState};
-use crate::registry::Change;
+use super::{ApiError, AppState, ENFORCE_TIMEOUT};
+use crate::fleet::{Fleet, WriteError};
+use crate::registry::{ApplyError, Change, Outcome, Refusal};
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
@@ -46,19 +52,36 @@ pub async fn put(
     let name = parse_name(&name)?;
     let request: PolicyBody = body::parse(body)?;
     let (policy, expect) = request.into_policy(name).map_err(|err| ApiError::bad_request(err.0))?;
-    let outcome = state
-        .registry
-        .apply(Change::PutPolicy { policy, expect })
-        .await
-        .map_err(not_applied)?;
-    enforced(&state, outcome.generation).await?;
-    let stored = outcome.policy.ok_or_else(|| {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "the registry did not return the policy",
-        )
-    })?;
-    tracing::info!(policy = %stored.name, revision = stored.revision, generation = outcome.generation, "policy stored");
+    let (stored, generation) = match &state.fleet {
+        Some(fleet) => {
+            let revision = fleet.put_policy(&policy, expect).await.map_err(fleet_failed)?;
+            let generation = applied(fleet, revision).await?;
+            let current = state.registry.current();
+            let stored = current.policies.get(&policy.name).cloned().ok_or_else(|| {
+                ApiError::new(
+                    StatusCode::CONFLICT,
+                    "the policy was removed in etcd right after this write",
+                )
+            })?;
+            (stored, generation)
+        }
+        None => {
+            let outcome = state
+                .registry
+                .apply(Change::PutPolicy { policy, expect })
+                .await
+                .map_err(not_applied)?;
+            let stored = outcome.policy.ok_or_else(|| {
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "the registry did not return the policy",
+                )
+            })?;
+            (stored, outcome.generation)
+        }
+    };
+    enforced(&state, generation).await?;
+    tracing::info!(policy = %stored.name, revision = stored.revision, generation, "policy stored");
     Ok(Json(stored.as_ref().clone()))
 }
 
@@ -74,20 +97,69 @@ pub async fn delete(
     authorise(&state, &headers)?;
     let name = parse_name(&name)?;
     let force = force(query.as_deref())?;
-    let outcome = state
-        .registry
-        .apply(Change::RemovePolicy {
-            name: name.clone(),
-            force,
-        })
-        .await
-        .map_err(not_applied)?;
+    let outcome = match &state.fleet {
+        Some(fleet) => remove_in_fleet(&state, fleet, &name, force).await?,
+        None => state
+            .registry
+            .apply(Change::RemovePolicy {
+                name: name.clone(),
+                force,
+            })
+            .await
+            .map_err(not_applied)?,
+    };
     enforced(&state, outcome.generation).await?;
     tracing::info!(policy = %name, released = outcome.released, generation = outcome.generation, "policy removed");
     Ok(Json(PolicyRemoved {
         removed: true,
         released: outcome.released,
     }))
+}
+
+/// Removes `name` from etcd, with the in-use check on this node's
+/// registrations; the outcome once the watch brought the removal back.
+async fn remove_in_fleet(state: &AppState, fleet: &Fleet, name: &PolicyName, force: bool) -> Result<Outcome, ApiError> {
+    let current = state.registry.current();
+    if !current.policies.contains_key(name) {
+        return Err(no_such(name));
+    }
+    let users = current.users(name).len();
+    if users > 0 && !force {
+        return Err(not_applied(ApplyError::Refused(Refusal::PolicyInUse {
+            name: name.clone(),
+            users,
+        })));
+    }
+    let revision = fleet.delete_policy(name).await.map_err(fleet_failed)?;
+    let generation = applied(fleet, revision).await?;
+    Ok(Outcome {
+        generation,
+        released: users,
+        ..Outcome::default()
+    })
+}
+
+/// Waits until etcd `revision` is applied here; the generation carrying it.
+async fn applied(fleet: &Fleet, revision: i64) -> Result<u64, ApiError> {
+    fleet.wait_applied(revision, ENFORCE_TIMEOUT).await.ok_or_else(|| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "the change is stored in etcd (revision {revision}) but this node did not see it within 2 s; \
+                 it applies when the watch catches up"
+            ),
+        )
+    })
+}
+
+/// The answer to a write etcd did not take: 409 for a stale revision, 503
+/// when etcd cannot be reached or fails.
+fn fleet_failed(err: WriteError) -> ApiError {
+    let status = match err {
+        WriteError::Stale { .. } => StatusCode::CONFLICT,
+        WriteError::Unreachable | WriteError::Etcd(_) => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    ApiError::new(status, err.to_string())
 }
 
 fn parse_name(name: &str) -> Result<PolicyName, ApiError> {

@@ -98,6 +98,34 @@ pub(super) fn apply(
                 }
             });
         }
+        Change::SyncPolicies {
+            policies,
+            removed,
+            complete,
+        } => {
+            let mut gone = removed.clone();
+            if *complete {
+                let kept: HashSet<&PolicyName> = policies.iter().map(|policy| &policy.name).collect();
+                gone.extend(contents.policies.keys().filter(|name| !kept.contains(name)).cloned());
+            }
+            for policy in policies {
+                *revision = (*revision).max(policy.revision);
+                if contents
+                    .policies
+                    .get(&policy.name)
+                    .is_none_or(|stored| **stored != *policy)
+                {
+                    store_policy(contents, made, policy.clone());
+                }
+            }
+            for name in gone {
+                if contents.policies.remove(&name).is_some() {
+                    made.policies.push(PolicyChange::Remove(name.clone()));
+                    let users = users(contents, &name);
+                    outcome.released += release(contents, made, &name, &users);
+                }
+            }
+        }
         Change::RemovePolicy { name, force } => {
             if !contents.policies.contains_key(name) {
                 return Err(Refusal::NoSuchPolicy(name.clone()));

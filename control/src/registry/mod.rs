@@ -149,6 +149,19 @@ pub enum Change {
         /// Remove it even where it is named.
         force: bool,
     },
+    /// The fleet's policies as etcd has them (each with its etcd revision):
+    /// stores each that differs and removes `removed`, taking a removed
+    /// policy out of the registrations naming it (etcd decides; nothing
+    /// here is refused). With `complete`, `policies` are all there are:
+    /// every other is removed too.
+    SyncPolicies {
+        /// Policies to store as they are.
+        policies: Vec<PolicySpec>,
+        /// Policies removed.
+        removed: Vec<PolicyName>,
+        /// Whether `policies` are all of them.
+        complete: bool,
+    },
 }
 
 /// What one mutation did.
@@ -214,11 +227,14 @@ pub enum ApplyError {
     Refused(Refusal),
 }
 
-/// What the registry starts with besides its state file: the config file's
-/// `[[policies]]` tables and the registrations of `--register` and
-/// `[[register]]`, each replacing a saved one of the same name or address.
+/// What the registry starts with besides its state file: the fleet's
+/// policies read at start, the config file's `[[policies]]` tables and the
+/// registrations of `--register` and `[[register]]`, each replacing a
+/// saved one of the same name or address.
 #[derive(Debug, Clone, Default)]
 pub struct Seeds {
+    /// The fleet's policies, all of them, when etcd could be read at start.
+    pub synced: Option<Vec<PolicySpec>>,
     /// Named policies.
     pub policies: Vec<PolicySpec>,
     /// Registrations (they may name the policies above and saved ones).
@@ -228,6 +244,7 @@ pub struct Seeds {
 impl From<Vec<RegistrationSpec>> for Seeds {
     fn from(registrations: Vec<RegistrationSpec>) -> Self {
         Seeds {
+            synced: None,
             policies: Vec::new(),
             registrations,
         }
@@ -264,6 +281,11 @@ impl Registry {
             .max()
             .unwrap_or(0);
         let mut made = changes::Made::default();
+        let synced = seeds.synced.map(|policies| Change::SyncPolicies {
+            policies,
+            removed: Vec::new(),
+            complete: true,
+        });
         let policies = seeds
             .policies
             .into_iter()
@@ -273,7 +295,7 @@ impl Registry {
             register,
             unregister: vec![],
         };
-        for change in policies.chain([register]) {
+        for change in synced.into_iter().chain(policies).chain([register]) {
             changes::apply(&mut contents, &change, &mut made, &mut revision)?;
         }
         if let (Some(store), false) = (store.as_mut(), made.is_empty()) {

@@ -251,6 +251,7 @@ fn refusal(err: ApplyError) -> Refusal {
 #[tokio::test]
 async fn a_policy_change_is_one_generation_whatever_names_it() {
     let seeds = Seeds {
+        synced: None,
         policies: vec![policy("base", &["a.test"])],
         registrations: vec![named("10.0.0.1", &["base"]), named("10.0.0.2", &["base"])],
     };
@@ -297,6 +298,7 @@ async fn a_policy_change_is_one_generation_whatever_names_it() {
 #[tokio::test]
 async fn a_missing_policy_is_refused_and_one_in_use_goes_only_when_forced() {
     let seeds = Seeds {
+        synced: None,
         policies: vec![policy("base", &["a.test"]), policy("extra", &[])],
         registrations: vec![named("10.0.0.1", &["base", "extra"]), named("10.0.0.2", &["base"])],
     };
@@ -337,6 +339,7 @@ async fn a_missing_policy_is_refused_and_one_in_use_goes_only_when_forced() {
 #[tokio::test]
 async fn a_policys_mode_counts_its_registrations_as_report_only() {
     let seeds = Seeds {
+        synced: None,
         policies: vec![policy("watch", &[])],
         registrations: vec![
             named("10.0.0.1", &["watch"]),
@@ -368,6 +371,7 @@ async fn policies_survive_a_restart_with_their_revisions() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("state.json");
     let seeds = Seeds {
+        synced: None,
         policies: vec![policy("base", &["a.test"])],
         registrations: vec![named("10.0.0.1", &["base"])],
     };
@@ -385,4 +389,40 @@ async fn policies_survive_a_restart_with_their_revisions() {
     let base = current.policies.values().next().unwrap();
     assert_eq!((base.allowlist.texts(), base.revision), (vec!["b.test".to_string()], 2));
     assert_eq!(current.registrations(), vec![named("10.0.0.1", &["base"])]);
+}
+
+#[tokio::test]
+async fn a_sync_makes_the_policies_etcds_and_releases_what_went() {
+    let seeds = Seeds {
+        synced: Some(vec![PolicySpec {
+            revision: 5,
+            ..policy("base", &["a.test"])
+        }]),
+        policies: vec![],
+        registrations: vec![named("10.0.0.1", &["base"]), named("10.0.0.2", &["base"])],
+    };
+    let registry = Registry::load(None, seeds).unwrap();
+    let sync = |policies: Vec<PolicySpec>, removed: &[&str], complete| Change::SyncPolicies {
+        policies,
+        removed: removed.iter().map(|n| PolicyName::parse(n).unwrap()).collect(),
+        complete,
+    };
+    let other = PolicySpec {
+        revision: 9,
+        ..policy("other", &[])
+    };
+    let outcome = registry.apply(sync(vec![other.clone()], &[], false)).await.unwrap();
+    assert_eq!((outcome.generation, registry.current().policies.len()), (2, 2));
+    let same = registry.apply(sync(vec![other.clone()], &[], false)).await.unwrap();
+    assert_eq!(same.generation, 2, "nothing changed");
+    let complete = registry.apply(sync(vec![other], &[], true)).await.unwrap();
+    assert_eq!(complete.released, 2, "base is gone: taken out of both");
+    let current = registry.current();
+    assert_eq!(
+        current.policies.keys().map(|n| n.to_string()).collect::<Vec<_>>(),
+        ["other"]
+    );
+    assert!(current.registrations().iter().all(|s| s.policies.is_empty()));
+    let removed = registry.apply(sync(vec![], &["other"], false)).await.unwrap();
+    assert_eq!((removed.released, registry.current().policies.len()), (0, 0));
 }

@@ -53,6 +53,7 @@ async fn admin(secret: Option<&str>, engine: Engine, state_file: bool) -> Admin 
         link: link.clone(),
         secret: secret.map(|s| Arc::new(Secret::new(s))),
         forward: forward.local_addr().unwrap(),
+        fleet: None,
     };
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

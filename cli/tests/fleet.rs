@@ -1,0 +1,212 @@
+//! Policies on etcd (docs/fleet.md), as root: a real three-member etcd
+//! cluster and real crackbox daemons, each in a network namespace of its
+//! own with its own sandboxes (test-support's `fleet_lab`). A policy change
+//! reaches every node and revokes there; the etcd leader killed in a stream
+//! of changes loses none and traffic is served throughout; with all of etcd
+//! gone every node keeps enforcing (allowed stays allowed, denied denied),
+//! `/health` says so, a node restarted meanwhile starts from its journal,
+//! and another writer's changes arrive once etcd is reachable again; a
+//! watch resumed across a compaction misses nothing.
+
+use crackbox_test_support::fleet_lab::FleetLab;
+use crackbox_test_support::{closed_within, echo_round, root_or_skip, wait_until};
+use serde_json::json;
+use std::time::Duration;
+
+/// How long a change may take to reach every node.
+const REACH: Duration = Duration::from_secs(10);
+
+fn put(lab: &FleetLab, node: usize, name: &str, policy: serde_json::Value) -> serde_json::Value {
+    let (status, body) = lab.nodes[node].admin("PUT", &format!("/v1/policies/{name}"), Some(&policy.to_string()));
+    assert_eq!(status, 200, "PUT {name} on node{node}: {body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+/// The revision of policy `name` on node `node` (0: it has none).
+fn revision(lab: &FleetLab, node: usize, name: &str) -> i64 {
+    let (status, body) = lab.nodes[node].admin("GET", &format!("/v1/policies/{name}"), None);
+    match status {
+        200 => serde_json::from_str::<serde_json::Value>(&body).unwrap()["revision"]
+            .as_i64()
+            .unwrap(),
+        _ => 0,
+    }
+}
+
+#[test]
+fn a_policy_change_reaches_every_node_and_revokes_there() {
+    if !root_or_skip("the fleet's nodes live in network namespaces") {
+        return;
+    }
+    let lab = FleetLab::start(3, &[]);
+    lab.wait_fleet_state("connected", REACH);
+    let stored = put(
+        &lab,
+        0,
+        "shared",
+        json!({"allow": ["localhost"], "deny": ["deny.localhost"]}),
+    );
+    let first = stored["revision"].as_i64().unwrap();
+    let mut tunnels = Vec::new();
+    for (k, node) in lab.nodes.iter().enumerate() {
+        assert!(wait_until(REACH, || revision(&lab, k, "shared") == first), "node{k}");
+        node.register("127.0.0.2", "agent", &["shared"]);
+        assert_eq!(node.connect_status("127.0.0.2", "deny.localhost"), 403, "node{k}");
+        let mut tunnel = node.tunnel("127.0.0.2", "localhost");
+        echo_round(&mut tunnel, "before");
+        tunnels.push(tunnel);
+    }
+    let changed = put(&lab, 1, "shared", json!({"allow": ["other.test"]}));
+    let second = changed["revision"].as_i64().unwrap();
+    assert!(second > first);
+    for (k, tunnel) in tunnels.iter_mut().enumerate() {
+        let took = closed_within(tunnel, REACH);
+        assert!(
+            took.is_some(),
+            "node{k}: the tunnel the change no longer allows is still open"
+        );
+        assert_eq!(revision(&lab, k, "shared"), second, "node{k}");
+        assert_eq!(lab.nodes[k].connect_status("127.0.0.2", "localhost"), 403, "node{k}");
+    }
+    let listed = lab.nodes[2].get("/v1/policies");
+    assert_eq!(listed["policies"][0]["allow"], json!(["other.test"]));
+}
+
+#[test]
+fn the_etcd_leader_killed_mid_stream_loses_no_change_and_traffic_is_served() {
+    if !root_or_skip("the fleet's nodes live in network namespaces") {
+        return;
+    }
+    let mut lab = FleetLab::start(2, &[]);
+    lab.wait_fleet_state("connected", REACH);
+    put(&lab, 0, "stream", json!({"allow": ["localhost", "v0.test"]}));
+    for node in &lab.nodes {
+        assert!(wait_until(REACH, || node.get("/v1/policies")["policies"][0]["name"] == "stream"));
+        node.register("127.0.0.2", "agent", &["stream"]);
+    }
+    let mut tunnel = lab.nodes[0].tunnel("127.0.0.2", "localhost");
+    const CHANGES: usize = 40;
+    for version in 1..=CHANGES {
+        if version == CHANGES / 2 {
+            let leader = lab.etcd.leader();
+            lab.etcd.kill_member(leader);
+        }
+        let value = json!({"allow": ["localhost", format!("v{version}.test")]}).to_string();
+        // Another writer, through etcdctl: it retries while a leader is elected.
+        assert!(
+            wait_until(REACH, || lab
+                .etcd
+                .etcdctl(&["put", "/crackbox/policies/stream", &value])
+                .starts_with("OK")),
+            "write {version}"
+        );
+    }
+    let last = json!(["localhost", format!("v{CHANGES}.test")]);
+    for (k, node) in lab.nodes.iter().enumerate() {
+        assert!(
+            wait_until(REACH, || node.get("/v1/policies/stream")["allow"] == last),
+            "node{k} never saw the last change: {}",
+            node.get("/v1/policies/stream")
+        );
+        assert_eq!(node.connect_status("127.0.0.2", "localhost"), 200, "node{k} serves");
+    }
+    echo_round(&mut tunnel, "the tunnel opened before is still served");
+}
+
+#[test]
+fn with_etcd_gone_every_node_keeps_enforcing_and_catches_up_when_it_returns() {
+    if !root_or_skip("the fleet's nodes live in network namespaces") {
+        return;
+    }
+    let mut lab = FleetLab::start(2, &[]);
+    lab.wait_fleet_state("connected", REACH);
+    put(
+        &lab,
+        0,
+        "web",
+        json!({"allow": ["localhost"], "deny": ["deny.localhost"]}),
+    );
+    for node in &lab.nodes {
+        assert!(wait_until(REACH, || node.get("/v1/policies")["policies"][0]["name"] == "web"));
+        node.register("127.0.0.2", "agent", &["web"]);
+    }
+    let enforces = |lab: &FleetLab, k: usize| {
+        let node = &lab.nodes[k];
+        (
+            node.connect_status("127.0.0.2", "localhost"),
+            node.connect_status("127.0.0.2", "deny.localhost"),
+        )
+    };
+    lab.etcd.kill_all();
+    lab.wait_fleet_state("disconnected", REACH);
+    for k in 0..2 {
+        assert_eq!(enforces(&lab, k), (200, 403), "node{k} with etcd gone");
+        let (status, health) = lab.nodes[k].admin("GET", "/health", None);
+        assert_eq!(status, 200, "traffic is served: {health}");
+    }
+    let (status, body) = lab.nodes[0].admin("PUT", "/v1/policies/web", Some(r#"{"allow":[]}"#));
+    assert_eq!(status, 503, "no write without etcd: {body}");
+    lab.nodes[1].kill();
+    lab.nodes[1].start();
+    assert_eq!(lab.nodes[1].fleet_state(), "disconnected");
+    assert_eq!(
+        enforces(&lab, 1),
+        (200, 403),
+        "a node restarted without etcd starts from its journal"
+    );
+
+    // etcd returns while the nodes cannot reach it; another writer changes the policy.
+    lab.cut();
+    lab.etcd.start_all();
+    lab.etcd
+        .put("/crackbox/policies/web", r#"{"allow":["localhost","deny.localhost"]}"#);
+    assert_eq!(enforces(&lab, 0), (200, 403), "still the last policy seen");
+    lab.mend();
+    lab.wait_fleet_state("connected", REACH);
+    for k in 0..2 {
+        assert!(
+            wait_until(REACH, || lab.nodes[k].connect_status("127.0.0.2", "deny.localhost")
+                == 502
+                || lab.nodes[k].connect_status("127.0.0.2", "deny.localhost") == 200),
+            "node{k}: the other writer's change arrived (the name is allowed now, so dialled)"
+        );
+    }
+}
+
+#[test]
+fn a_watch_resumed_across_a_compaction_misses_nothing() {
+    if !root_or_skip("the fleet's nodes live in network namespaces") {
+        return;
+    }
+    let lab = FleetLab::start(1, &[]);
+    lab.wait_fleet_state("connected", REACH);
+    for name in ["kept", "changed", "removed"] {
+        put(&lab, 0, name, json!({"allow": ["localhost"]}));
+    }
+    lab.cut();
+    lab.wait_fleet_state("disconnected", REACH);
+    lab.etcd
+        .put("/crackbox/policies/changed", r#"{"allow":["changed.test"]}"#);
+    lab.etcd.put("/crackbox/policies/added", r#"{"allow":["added.test"]}"#);
+    let out = lab.etcd.etcdctl(&["del", "/crackbox/policies/removed"]);
+    assert!(out.starts_with('1'), "{out}");
+    lab.etcd.compact();
+    lab.mend();
+    let node = &lab.nodes[0];
+    let names = || -> Vec<String> {
+        let listed = node.get("/v1/policies");
+        listed["policies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert!(
+        wait_until(REACH, || names() == ["added", "changed", "kept"]),
+        "{:?}",
+        names()
+    );
+    assert_eq!(node.get("/v1/policies/changed")["allow"], json!(["changed.test"]));
+    assert_eq!(node.fleet_state(), "connected");
+}
