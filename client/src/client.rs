@@ -7,19 +7,13 @@ use crate::{BulkAnswer, Denial, Error, Health, HealthAnswer, RegistrationSpec, S
 use crackbox_policy::admin_body::{
     BatchBody, ErrorAnswer, PoliciesAnswer, PolicyBody, PolicyRemoved, UnregisterAnswer, UnregisterBody,
 };
-use crackbox_policy::ask::{self, DecideBody, DecidedRequest, PendingId, PendingRequest};
+use crackbox_policy::ask::{self, DecideBody, DecidedRequest, PendingAnswer, PendingId, PendingRequest};
 use crackbox_policy::{PolicyName, PolicySpec};
 use hyper::Method;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
-
-/// `GET /v1/pending` answer.
-#[derive(serde::Deserialize)]
-struct PendingAnswer {
-    pending: Vec<PendingRequest>,
-}
 
 /// Client of one crackbox admin API.
 ///

@@ -16,7 +16,9 @@
 //! the engine's `ask`). Only `not-allowed` is ever asked about.
 //! A deny entry that covers the destination refuses it in every mode
 //! (`denied-entry`), however an allow entry covers it too: it is never
-//! reported as let through and never asked about.
+//! reported as let through and never asked about. Every verdict names the
+//! [`Layer`] that decided it. A held connection is decided again by the
+//! same function, with its answer as one more input (`held`).
 //!
 //! A registration that names policies is decided with theirs too
 //! (`effective`): its entries plus every policy's, a deny entry of any of
@@ -25,7 +27,7 @@
 use super::allowlist::{Lookup, MatchedBy};
 use super::host::is_valid_host;
 use super::mode::Mode;
-use super::reason::Reason;
+use super::reason::{Layer, Reason};
 use super::snapshot::{Registered, Snapshot};
 use super::source::canonical_ip;
 use super::usage::Account;
@@ -62,6 +64,7 @@ impl Decision {
             Decision::Made(verdict) => verdict,
             Decision::AwaitRegistration => Verdict::Deny {
                 reason: Reason::Unregistered,
+                layer: Layer::Registration,
                 id: None,
                 account: None,
             },
@@ -77,6 +80,9 @@ pub enum Verdict {
     Allow {
         /// Name or IP-literal match.
         matched: MatchedBy,
+        /// What let it through: an allow entry, or (a held connection) an
+        /// answer.
+        layer: Layer,
         /// The source's registration id.
         id: Arc<str>,
         /// The registration's usage account and cap, which the connection
@@ -85,8 +91,11 @@ pub enum Verdict {
     },
     /// Denied.
     Deny {
-        /// Why: `not-allowed`, `denied-entry`, `unregistered` or `invalid-label`.
+        /// Why: `not-allowed`, `denied-entry`, `unregistered` or
+        /// `invalid-label` (and, for a held connection, `ask-timeout`).
         reason: Reason,
+        /// What refused it.
+        layer: Layer,
         /// The registration id, or the container of an `invalid-label`
         /// source; `None` for an unregistered source.
         id: Option<Arc<str>>,
@@ -119,6 +128,17 @@ pub enum Verdict {
         /// The registration's usage account.
         account: Arc<Account>,
     },
+}
+
+impl Verdict {
+    /// The layer that decided: report mode and a held connection still
+    /// waiting are the mode's doing.
+    pub fn layer(&self) -> Layer {
+        match self {
+            Verdict::Allow { layer, .. } | Verdict::Deny { layer, .. } => *layer,
+            Verdict::Report { .. } | Verdict::Ask { .. } => Layer::Mode,
+        }
+    }
 }
 
 /// Where a source stands, before any destination is looked at: the first
@@ -154,18 +174,19 @@ pub fn standing<'a>(snapshot: &'a Snapshot, watch: &'a Watch, source: IpAddr) ->
 
 /// Decides whether `source` may reach `host` on `port`.
 pub fn decide(snapshot: &Snapshot, watch: &Watch, source: IpAddr, host: &str, port: Port) -> Decision {
-    let deny = |reason, id: Option<&Arc<str>>, account: Option<&Arc<Account>>| {
+    let deny = |reason, layer, id: Option<&Arc<str>>, account: Option<&Arc<Account>>| {
         Decision::Made(Verdict::Deny {
             reason,
+            layer,
             id: id.map(Arc::clone),
             account: account.map(Arc::clone),
         })
     };
     let registration = match standing(snapshot, watch, source) {
         Standing::Registered(registration) => registration,
-        Standing::InvalidLabel(id) => return deny(Reason::InvalidLabel, Some(id), None),
+        Standing::InvalidLabel(id) => return deny(Reason::InvalidLabel, Layer::Registration, Some(id), None),
         Standing::AwaitingRegistration => return Decision::AwaitRegistration,
-        Standing::Unregistered => return deny(Reason::Unregistered, None, None),
+        Standing::Unregistered => return deny(Reason::Unregistered, Layer::Registration, None, None),
     };
     let effective = snapshot.effective(registration);
     let lookup = match port {
@@ -175,11 +196,13 @@ pub fn decide(snapshot: &Snapshot, watch: &Watch, source: IpAddr, host: &str, po
     match lookup {
         Lookup::Allowed(matched) => Decision::Made(Verdict::Allow {
             matched,
+            layer: Layer::Entry,
             id: Arc::clone(registration.id.shared()),
             account: Arc::clone(&registration.account),
         }),
         Lookup::Denied => deny(
             Reason::DeniedEntry,
+            Layer::DenyEntry,
             Some(registration.id.shared()),
             Some(&registration.account),
         ),
@@ -203,6 +226,7 @@ fn unlisted(registration: &Registered, mode: Mode, host: &str) -> Decision {
         }),
         _ => Decision::Made(Verdict::Deny {
             reason: Reason::NotAllowed,
+            layer: Layer::Entry,
             id: Some(Arc::clone(registration.id.shared())),
             account: Some(Arc::clone(&registration.account)),
         }),
@@ -238,7 +262,10 @@ mod tests {
     }
 
     fn watch() -> Watch {
-        Watch::build(["10.5.0.0/16"], [("10.5.0.9", "docker:bad")])
+        Watch::new(
+            ["10.5.0.0/16".parse().unwrap()],
+            [("10.5.0.9".parse().unwrap(), "docker:bad".into())],
+        )
     }
 
     #[test]
@@ -260,13 +287,20 @@ mod tests {
         let allow = |matched, id: &str| {
             Decision::Made(Verdict::Allow {
                 matched,
+                layer: Layer::Entry,
                 id: id.into(),
                 account: account(id).unwrap(),
             })
         };
         let deny = |reason, id: Option<&str>| {
+            let layer = match reason {
+                Reason::DeniedEntry => Layer::DenyEntry,
+                Reason::NotAllowed => Layer::Entry,
+                _ => Layer::Registration,
+            };
             Decision::Made(Verdict::Deny {
                 reason,
+                layer,
                 id: id.map(Into::into),
                 account: id.and_then(account),
             })
@@ -431,12 +465,14 @@ mod tests {
     fn a_settled_wait_is_an_unregistered_denial() {
         let unregistered = Verdict::Deny {
             reason: Reason::Unregistered,
+            layer: Layer::Registration,
             id: None,
             account: None,
         };
         assert_eq!(Decision::AwaitRegistration.settled(), unregistered);
         let allowed = Verdict::Allow {
             matched: MatchedBy::Name,
+            layer: Layer::Entry,
             id: "a".into(),
             account: Arc::new(Account::new(1, Arc::default())),
         };

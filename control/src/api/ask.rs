@@ -1,38 +1,32 @@
-//! Ask mode's endpoints: the pending requests, deciding one, and the
-//! event stream (README, "Ask while it runs").
+//! Ask mode's endpoints: the pending requests, answering one, and the
+//! event stream (docs/ask.md).
 //!
-//! The engine holds the connections and the requests: the list and a
-//! decision are asked of it. An `always` answer also adds the name to the
-//! registration's allowlist, stored and published like any change.
+//! The engine holds the connections and the requests: the list and an
+//! answer are asked of it, and it decides the request again with the
+//! answer as one more input of the one decision. An `always` answer is
+//! stored before anything goes through: the engine records it (the held
+//! connections stay held), control adds the name to the registration's
+//! allowlist as a typed entry, journaled like any change, and the engine
+//! lets the held connections through only once it swaps in the snapshot
+//! that lists the name. A store that fails lets nothing through (500) and
+//! the request stays pending.
 
 use super::body::{self, LimitedBody};
-use super::routes::{authorise, enforced, not_applied};
-use super::{ApiError, AppState, STATS_TIMEOUT};
-use crate::asks::AskEvent;
+use super::routes::{authorise, enforced};
+use super::{ApiError, AppState, ENGINE_REQUEST_TIMEOUT};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::Json;
-use crackbox_policy::ask::{always_entry, Answer, DecideBody, DecidedRequest, PendingRequest};
-use crackbox_policy::{entries_from_config, parse_source_ip, Allowlist, RegistrationSpec};
+use crackbox_policy::ask::{
+    always_entry, Answer, DecideBody, DecidedRequest, Event, PendingAnswer, PendingId, Settlement,
+};
 use futures_util::{Stream, StreamExt};
-use serde::Serialize;
 use tokio::sync::broadcast::error::RecvError;
-
-/// `GET /v1/pending` answer.
-#[derive(Debug, Serialize)]
-pub struct PendingAnswer {
-    /// Every pending request, oldest first.
-    pub pending: Vec<PendingRequest>,
-}
-
-fn engine_unavailable(err: crate::publisher::StatsError) -> ApiError {
-    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, err.to_string())
-}
 
 /// `GET /v1/pending` -> `{"pending": [...]}`.
 pub async fn pending(State(state): State<AppState>) -> Result<Json<PendingAnswer>, ApiError> {
-    let pending = state.link.pending(STATS_TIMEOUT).await.map_err(engine_unavailable)?;
+    let pending = state.link.pending(ENGINE_REQUEST_TIMEOUT).await?;
     Ok(Json(PendingAnswer { pending }))
 }
 
@@ -45,59 +39,86 @@ pub async fn decide(
     body: Result<LimitedBody, ApiError>,
 ) -> Result<Json<DecidedRequest>, ApiError> {
     authorise(&state, &headers)?;
-    let not_pending = || ApiError::new(StatusCode::NOT_FOUND, format!("no pending request {id:?}"));
-    let number: u64 = id.parse().map_err(|_| not_pending())?;
+    let number: PendingId = id.parse().map_err(|_| not_pending(&id))?;
     let DecideBody { decision } = body::parse(body)?;
-    let decided = state
-        .link
-        .decide(number, decision, STATS_TIMEOUT)
-        .await
-        .map_err(engine_unavailable)?
-        .ok_or_else(not_pending)?;
-    if decision == Answer::Always {
-        remember(&state, &decided.request).await?;
-    }
-    tracing::info!(id = number, ip = %decided.request.ip, host = %decided.request.host, port = decided.request.port, %decision, "pending request decided");
+    let decided = match decision {
+        Answer::Always => always(&state, number).await?,
+        answer => state
+            .link
+            .decide(number, answer, ENGINE_REQUEST_TIMEOUT)
+            .await?
+            .ok_or_else(|| not_pending(&id))?,
+    };
+    tracing::info!(id = number, ip = %decided.request.ip, host = %decided.request.host, port = decided.request.port, %decision, settled = decided.decision.as_str(), "pending request decided");
     Ok(Json(decided))
 }
 
-/// Adds what `request` asked for to its registration's allowlist, unless
-/// the source was registered again under another id since.
-async fn remember(state: &AppState, request: &PendingRequest) -> Result<(), ApiError> {
-    let (Ok(ip), Some(entry)) = (parse_source_ip(&request.ip), always_entry(&request.host, request.port)) else {
-        return Ok(());
-    };
+fn not_pending(id: &str) -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, format!("no pending request {id:?}"))
+}
+
+fn conflict(message: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::CONFLICT,
+        format!("{message}: nothing was added and the request stays pending"),
+    )
+}
+
+/// Answers request `id` `always`: the engine records the answer, then the
+/// name joins the registration's allowlist (journaled, then enforced), and
+/// only that snapshot lets the held connections through.
+async fn always(state: &AppState, id: PendingId) -> Result<DecidedRequest, ApiError> {
+    let pending = state.link.pending(ENGINE_REQUEST_TIMEOUT).await?;
+    let request = pending
+        .into_iter()
+        .find(|request| request.id == id)
+        .ok_or_else(|| not_pending(&id.to_string()))?;
+    let entry = always_entry(&request.host, request.port).ok_or_else(|| conflict("the host is no name"))?;
     let current = state.registry.current();
-    let Some(spec) = current.entries.get(&ip) else {
-        return Ok(());
-    };
-    let mut allow = spec.allowlist.texts();
-    if spec.id.as_str() != request.sandbox || allow.contains(&entry) {
-        return Ok(());
+    let registered = current
+        .entries
+        .get(&request.ip)
+        .filter(|spec| spec.id.as_str() == request.sandbox)
+        .ok_or_else(|| conflict("the source was unregistered or registered again under another id"))?;
+    if registered.allowlist.with_entry(entry.clone()).is_none() {
+        return Err(conflict("the allowlist holds the most entries it may (1000)"));
     }
-    allow.push(entry);
-    let allow = entries_from_config(&allow).map_err(|err| ApiError::bad_request(format!("allowlist: {err}")))?;
-    let mut widened: RegistrationSpec = spec.as_ref().clone();
-    widened.allowlist = Allowlist::with_deny(allow, spec.allowlist.denied().to_vec());
-    let generation = state.registry.register(ip, widened).await.map_err(not_applied)?;
-    enforced(state, generation).await
+    let id_of = registered.id.clone();
+    let decided = state
+        .link
+        .decide(id, Answer::Always, ENGINE_REQUEST_TIMEOUT)
+        .await?
+        .ok_or_else(|| not_pending(&id.to_string()))?;
+    if decided.decision != Settlement::Always {
+        // Settled otherwise before the answer came (a snapshot refused it).
+        return Ok(decided);
+    }
+    let outcome = state.registry.allow(request.ip, id_of, entry).await.map_err(|err| {
+        tracing::error!(error = %err, id, "state file write failed, the name answered always was not added");
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the state file could not be written; the name was not added and the held connections stay held",
+        )
+    })?;
+    if outcome.registered == 0 {
+        return Err(conflict("the registration changed meanwhile"));
+    }
+    enforced(state, outcome.generation).await?;
+    Ok(decided)
 }
 
 /// `GET /v1/events`: `text/event-stream` of `pending` and `decided`
 /// events (and `lagged` for a subscriber that fell behind), from now on.
-pub async fn events(State(state): State<AppState>) -> Sse<impl Stream<Item = Result<Event, axum::Error>>> {
+pub async fn events(State(state): State<AppState>) -> Sse<impl Stream<Item = Result<SseEvent, axum::Error>>> {
     let asks = std::sync::Arc::clone(state.link.asks());
     let receiver = asks.subscribe();
     let stream = futures_util::stream::unfold(receiver, |mut receiver| async move {
         let event = match receiver.recv().await {
-            Ok(AskEvent::Pending(request)) => Event::default().event("pending").json_data(request),
-            Ok(AskEvent::Decided(decided)) => Event::default().event("decided").json_data(decided),
-            Err(RecvError::Lagged(missed)) => Ok(Event::default()
-                .event("lagged")
-                .data(format!("{{\"missed\":{missed}}}"))),
+            Ok(event) => event,
+            Err(RecvError::Lagged(missed)) => Event::Lagged { missed },
             Err(RecvError::Closed) => return None,
         };
-        Some((event, receiver))
+        Some((Ok(SseEvent::default().event(event.name()).data(event.data())), receiver))
     });
     let closing = async move { asks.closed().await };
     Sse::new(stream.take_until(closing)).keep_alive(KeepAlive::default())

@@ -98,6 +98,21 @@ pub(super) fn apply(
                 }
             });
         }
+        Change::Allow { ip, id, entry } => {
+            let widened = contents
+                .entries
+                .get(ip)
+                .filter(|stored| stored.id == *id)
+                .and_then(|stored| Some((stored.allowlist.with_entry(entry.clone())?, stored)))
+                .map(|(allowlist, stored)| RegistrationSpec {
+                    allowlist,
+                    ..stored.as_ref().clone()
+                });
+            if let Some(spec) = widened {
+                put(contents, made, *ip, &spec);
+                outcome.registered = 1;
+            }
+        }
         Change::SyncPolicies {
             policies,
             removed,

@@ -27,7 +27,7 @@ mod log;
 pub use log::{Delta, Update};
 
 use crate::store::{Contents, Entries, Policies, Store, StoreError};
-use crackbox_policy::{Effective, Generation, Mode, PolicyName, PolicySpec, RegistrationSpec};
+use crackbox_policy::{AllowEntry, Effective, Generation, Mode, PolicyName, PolicySpec, RegistrationSpec, SandboxId};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::{mpsc, Arc, Mutex};
@@ -161,6 +161,19 @@ pub enum Change {
         removed: Vec<PolicyName>,
         /// Whether `policies` are all of them.
         complete: bool,
+    },
+    /// Adds `entry` to the allow entries of the registration of `ip`, while
+    /// it is registered under `id` and its list has room (an ask answered
+    /// `always`). Applied to the registration in force when its turn comes,
+    /// so a change that landed meanwhile is kept; registers nothing
+    /// otherwise.
+    Allow {
+        /// The source.
+        ip: IpAddr,
+        /// The registration the answer was for.
+        id: SandboxId,
+        /// The entry to add.
+        entry: AllowEntry,
     },
 }
 
@@ -360,6 +373,13 @@ impl Registry {
             unregister: vec![],
         };
         Ok(self.apply(change).await?.generation)
+    }
+
+    /// Adds `entry` to the allowlist of `ip`'s registration under `id`
+    /// ([`Change::Allow`]); stored and published like any change. The
+    /// outcome registers one when the registration was there to widen.
+    pub async fn allow(&self, ip: IpAddr, id: SandboxId, entry: AllowEntry) -> Result<Outcome, ApplyError> {
+        self.apply(Change::Allow { ip, id, entry }).await
     }
 
     /// Removes the registration of `ip`; returns whether one existed and the

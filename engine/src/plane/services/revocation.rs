@@ -155,16 +155,17 @@ impl LiveSet {
         };
         let mut revoked = 0;
         for live in lives.filter(|live| !live.signal.is_fired()) {
-            let (id, account) =
+            let (id, account, layer) =
                 match decide(snapshot, watch, live.source, &live.host, Port::Number(live.port)).settled() {
                     // Asked about: it was let through by someone's decision.
                     Verdict::Allow { .. } | Verdict::Report { .. } | Verdict::Ask { .. } => continue,
-                    Verdict::Deny { id, account, .. } => (id, account),
+                    Verdict::Deny { id, account, layer, .. } => (id, account, layer),
                 };
             if let Some(account) = account {
                 account.add_denial(Reason::Revoked);
             }
-            stats.record_denied(live.source, id.as_ref(), &live.host, live.port, Reason::Revoked);
+            // Revoked, by the layer that now denies it.
+            stats.record_denied(live.source, id.as_ref(), &live.host, live.port, Reason::Revoked, layer);
             live.signal.fire();
             revoked += 1;
         }
