@@ -210,3 +210,80 @@ fn a_watch_resumed_across_a_compaction_misses_nothing() {
     assert_eq!(node.get("/v1/policies/changed")["allow"], json!(["changed.test"]));
     assert_eq!(node.fleet_state(), "connected");
 }
+
+#[test]
+fn two_nodes_answering_always_for_one_policy_at_once_both_land() {
+    if !root_or_skip("the fleet's nodes live in network namespaces") {
+        return;
+    }
+    let lab = FleetLab::start(2, &[]);
+    lab.wait_fleet_state("connected", REACH);
+    put(&lab, 0, "shared", json!({"allow": ["localhost"]}));
+    for (k, node) in lab.nodes.iter().enumerate() {
+        assert!(wait_until(REACH, || revision(&lab, k, "shared") > 0), "node{k}");
+        let body = json!({"ip": "127.0.0.2", "id": "asker", "allowlist": [], "policies": ["shared"], "mode": "ask"});
+        let (status, answer) = node.admin("POST", "/v1/register", Some(&body.to_string()));
+        assert_eq!(status, 200, "{answer}");
+    }
+    // Each held until someone decides: asked on a thread of its own.
+    let asked: Vec<std::thread::JoinHandle<u16>> = (0..2)
+        .map(|k| {
+            let node_ns = lab.nodes[k].ns.clone();
+            let port = lab.nodes[k].echo.port();
+            std::thread::spawn(move || {
+                crackbox_test_support::netns_lab::in_ns(&node_ns, move || {
+                    use std::io::Write;
+                    let mut stream =
+                        crackbox_test_support::connect_from("127.0.0.2", "127.0.0.1:3128".parse().unwrap());
+                    let target = format!("n{k}.test:{port}");
+                    write!(stream, "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").unwrap();
+                    let head = crackbox_test_support::read_head(&mut stream);
+                    head.get(9..12).and_then(|code| code.parse().ok()).unwrap_or(0)
+                })
+            })
+        })
+        .collect();
+    let mut ids = Vec::new();
+    for node in &lab.nodes {
+        let mut id = None;
+        assert!(wait_until(REACH, || {
+            id = node.get("/v1/pending")["pending"][0]["id"].as_u64();
+            id.is_some()
+        }));
+        ids.push(id.unwrap());
+    }
+    let answers: Vec<_> = ids
+        .iter()
+        .enumerate()
+        .map(|(k, id)| {
+            let path = format!("/v1/pending/{id}");
+            let ns = lab.nodes[k].ns.clone();
+            std::thread::spawn(move || {
+                crackbox_test_support::netns_lab::in_ns(&ns, move || {
+                    let body = r#"{"decision":"always","policy":"shared"}"#;
+                    crackbox_test_support::http("127.0.0.1:3129".parse().unwrap(), "POST", &path, Some(body), &[])
+                })
+            })
+        })
+        .collect();
+    for answer in answers {
+        let (status, body) = answer.join().unwrap();
+        assert_eq!(status, 200, "{body}");
+    }
+    let entries: Vec<serde_json::Value> = (0..2)
+        .map(|k| json!(format!("n{k}.test:{}", lab.nodes[k].echo.port())))
+        .collect();
+    for (k, node) in lab.nodes.iter().enumerate() {
+        let both = || {
+            let allow = node.get("/v1/policies/shared")["allow"].clone();
+            entries
+                .iter()
+                .all(|entry| allow.as_array().is_some_and(|list| list.contains(entry)))
+        };
+        assert!(wait_until(REACH, both), "node{k}: {}", node.get("/v1/policies/shared"));
+    }
+    for (k, asked) in asked.into_iter().enumerate() {
+        // Let through once the name is in force: dialled (and the name does not resolve).
+        assert_eq!(asked.join().unwrap(), 502, "node{k}");
+    }
+}

@@ -298,3 +298,53 @@ fn run_policy_takes_the_config_files_policy_into_its_own_proxy() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("--policy nope: no [[policies]] table"), "{stderr}");
 }
+
+#[test]
+fn always_for_a_policy_reaches_every_sandbox_naming_it() {
+    let echo = Echo::start();
+    let target = format!("localhost:{}", echo.addr.port());
+    let daemon = Daemon::start(&["--allow-private-destinations"]);
+    put_policy(daemon.admin, "team", json!({"allow": []}));
+    for (ip, id) in [("127.0.0.2", "asker"), ("127.0.0.3", "sibling")] {
+        let body = json!({"ip": ip, "id": id, "allowlist": [], "policies": ["team"], "mode": "ask"});
+        let (status, answer) = call(daemon.admin, "POST", "/v1/register", Some(body));
+        assert_eq!(status, 200, "{answer}");
+    }
+    let proxy = daemon.proxy;
+    let held_target = target.clone();
+    let held = std::thread::spawn(move || crackbox_test_support::open_tunnel(proxy, "127.0.0.2", &held_target));
+    let mut id = None;
+    assert!(crackbox_test_support::wait_until(
+        std::time::Duration::from_secs(10),
+        || {
+            id = call(daemon.admin, "GET", "/v1/pending", None).1["pending"][0]["id"].as_u64();
+            id.is_some()
+        }
+    ));
+    let id = id.unwrap();
+    let (status, answer) = call(
+        daemon.admin,
+        "POST",
+        &format!("/v1/pending/{id}"),
+        Some(json!({"decision": "once", "policy": "team"})),
+    );
+    assert_eq!(status, 400, "only always joins a policy: {answer}");
+    let (status, answer) = call(
+        daemon.admin,
+        "POST",
+        &format!("/v1/pending/{id}"),
+        Some(json!({"decision": "always", "policy": "team"})),
+    );
+    assert_eq!((status, &answer["decision"]), (200, &json!("always")), "{answer}");
+    let mut tunnel = held.join().unwrap();
+    echo_round(&mut tunnel, "the held connection went through");
+    let (_, team) = call(daemon.admin, "GET", "/v1/policies/team", None);
+    assert_eq!(team["allow"], json!([target.clone()]));
+    let (_, state) = call(daemon.admin, "GET", "/v1/state", None);
+    assert_eq!(state[0]["allowlist"], json!([]), "the sandbox's own list is untouched");
+    let mut sibling = daemon.tunnel("127.0.0.3", &target);
+    echo_round(
+        &mut sibling,
+        "the other sandbox of the policy reaches it without asking",
+    );
+}

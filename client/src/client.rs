@@ -308,7 +308,8 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn decide(&self, id: PendingId, decision: ask::Answer) -> Result<DecidedRequest, Error> {
-        self.post(&format!("/v1/pending/{id}"), &DecideBody { decision }).await
+        self.post(&format!("/v1/pending/{id}"), &DecideBody { decision, policy: None })
+            .await
     }
 
     /// Subscribes to `GET /v1/events`: every `pending` and `decided` event

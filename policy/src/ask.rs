@@ -90,12 +90,18 @@ impl fmt::Display for Answer {
     }
 }
 
-/// `POST /v1/pending/{id}` body (a JSON object only).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// `POST /v1/pending/{id}` body (a JSON object only):
+/// `{"decision": "always", "policy": "NAME"}` adds the name to the named
+/// policy (which the sandbox names) instead of its own allowlist, so it
+/// reaches every sandbox of that policy (docs/ask.md, "For a policy").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(remote = "Self", deny_unknown_fields)]
 pub struct DecideBody {
     /// The answer.
     pub decision: Answer,
+    /// With `always`: the policy the name joins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<crate::PolicyName>,
 }
 crate::object_only!(DecideBody, Serialize);
 

@@ -12,8 +12,10 @@
 //! the request stays pending.
 
 use super::body::{self, LimitedBody};
-use super::routes::{authorise, enforced};
+use super::policies::{applied, fleet_failed};
+use super::routes::{authorise, enforced, not_applied};
 use super::{ApiError, AppState, ENGINE_REQUEST_TIMEOUT};
+use crate::registry::Change;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
@@ -21,6 +23,7 @@ use axum::Json;
 use crackbox_policy::ask::{
     always_entry, Answer, DecideBody, DecidedRequest, Event, PendingAnswer, PendingId, Settlement,
 };
+use crackbox_policy::PolicyName;
 use futures_util::{Stream, StreamExt};
 use tokio::sync::broadcast::error::RecvError;
 
@@ -40,10 +43,12 @@ pub async fn decide(
 ) -> Result<Json<DecidedRequest>, ApiError> {
     authorise(&state, &headers)?;
     let number: PendingId = id.parse().map_err(|_| not_pending(&id))?;
-    let DecideBody { decision } = body::parse(body)?;
-    let decided = match decision {
-        Answer::Always => always(&state, number).await?,
-        answer => state
+    let DecideBody { decision, policy } = body::parse(body)?;
+    let decided = match (decision, policy) {
+        (Answer::Always, None) => always(&state, number).await?,
+        (Answer::Always, Some(policy)) => always_for_policy(&state, number, policy).await?,
+        (_, Some(_)) => return Err(ApiError::bad_request("policy: only an always answer joins a policy")),
+        (answer, None) => state
             .link
             .decide(number, answer, ENGINE_REQUEST_TIMEOUT)
             .await?
@@ -104,6 +109,57 @@ async fn always(state: &AppState, id: PendingId) -> Result<DecidedRequest, ApiEr
         return Err(conflict("the registration changed meanwhile"));
     }
     enforced(state, outcome.generation).await?;
+    Ok(decided)
+}
+
+/// Answers request `id` `always` for `policy`: the engine records the
+/// answer, then the name joins the policy (journaled here, or in a fleet
+/// written to etcd with a revision check and tried again on a conflict, so
+/// answers given at once on several nodes all land), and the snapshot that
+/// carries it lets the held connections through, here and on every sandbox
+/// naming the policy.
+async fn always_for_policy(state: &AppState, id: PendingId, policy: PolicyName) -> Result<DecidedRequest, ApiError> {
+    let pending = state.link.pending(ENGINE_REQUEST_TIMEOUT).await?;
+    let request = pending
+        .into_iter()
+        .find(|request| request.id == id)
+        .ok_or_else(|| not_pending(&id.to_string()))?;
+    let entry = always_entry(&request.host, request.port).ok_or_else(|| conflict("the host is no name"))?;
+    let current = state.registry.current();
+    let registered = current
+        .entries
+        .get(&request.ip)
+        .filter(|spec| spec.id.as_str() == request.sandbox)
+        .ok_or_else(|| conflict("the source was unregistered or registered again under another id"))?;
+    if !registered.names(&policy) {
+        return Err(conflict(&format!("the sandbox does not name policy {policy:?}")));
+    }
+    let decided = state
+        .link
+        .decide(id, Answer::Always, ENGINE_REQUEST_TIMEOUT)
+        .await?
+        .ok_or_else(|| not_pending(&id.to_string()))?;
+    if decided.decision != Settlement::Always {
+        return Ok(decided);
+    }
+    let generation = match &state.fleet {
+        Some(fleet) => {
+            let revision = fleet.allow_in_policy(&policy, &entry).await.map_err(fleet_failed)?;
+            applied(fleet, revision).await?
+        }
+        None => {
+            let change = Change::AllowInPolicy {
+                name: policy.clone(),
+                entry,
+            };
+            let outcome = state.registry.apply(change).await.map_err(not_applied)?;
+            if outcome.policy.is_none() {
+                return Err(conflict(&format!("policy {policy:?} is gone or full")));
+            }
+            outcome.generation
+        }
+    };
+    enforced(state, generation).await?;
     Ok(decided)
 }
 

@@ -140,7 +140,7 @@ async fn remove_in_fleet(state: &AppState, fleet: &Fleet, name: &PolicyName, for
 }
 
 /// Waits until etcd `revision` is applied here; the generation carrying it.
-async fn applied(fleet: &Fleet, revision: i64) -> Result<u64, ApiError> {
+pub(super) async fn applied(fleet: &Fleet, revision: i64) -> Result<u64, ApiError> {
     fleet.wait_applied(revision, ENFORCE_TIMEOUT).await.ok_or_else(|| {
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -154,9 +154,10 @@ async fn applied(fleet: &Fleet, revision: i64) -> Result<u64, ApiError> {
 
 /// The answer to a write etcd did not take: 409 for a stale revision, 503
 /// when etcd cannot be reached or fails.
-fn fleet_failed(err: WriteError) -> ApiError {
+pub(super) fn fleet_failed(err: WriteError) -> ApiError {
     let status = match err {
         WriteError::Stale { .. } => StatusCode::CONFLICT,
+        WriteError::NoRoom(_) => StatusCode::CONFLICT,
         WriteError::Unreachable | WriteError::Etcd(_) => StatusCode::SERVICE_UNAVAILABLE,
     };
     ApiError::new(status, err.to_string())

@@ -130,6 +130,15 @@ impl Fleet {
         self.0.put_policy(policy, expect).await
     }
 
+    /// Adds `entry` to policy `name` in etcd (see [`Shared::allow_in_policy`]).
+    pub async fn allow_in_policy(
+        &self,
+        name: &crackbox_policy::PolicyName,
+        entry: &crackbox_policy::AllowEntry,
+    ) -> Result<i64, WriteError> {
+        self.0.allow_in_policy(name, entry).await
+    }
+
     /// Removes a policy from etcd; the etcd revision of the removal.
     pub async fn delete_policy(&self, name: &crackbox_policy::PolicyName) -> Result<i64, WriteError> {
         self.0.delete_policy(name).await

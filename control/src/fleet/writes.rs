@@ -4,9 +4,9 @@
 //! transaction comparing the key's `mod_revision`, so two writers that
 //! read, change and write never lose each other's change.
 
-use super::value::encode;
+use super::value::{decode_policy, encode};
 use super::Shared;
-use crackbox_policy::{PolicyName, PolicySpec};
+use crackbox_policy::{AllowEntry, PolicyName, PolicySpec};
 use etcd_client::{Client, Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
 
 /// Why a write did not land in etcd.
@@ -28,7 +28,14 @@ pub enum WriteError {
     /// etcd refused or failed.
     #[error("etcd: {0}")]
     Etcd(#[from] etcd_client::Error),
+    /// The policy a name was to join is not in etcd, or not a policy, or full.
+    #[error("policy {0:?} is not in etcd, or holds the most entries it may")]
+    NoRoom(PolicyName),
 }
+
+/// How often a name is tried again when another writer changed the policy
+/// between the read and the write.
+const ALLOW_ATTEMPTS: usize = 32;
 
 impl Shared {
     fn client(&self) -> Result<Client, WriteError> {
@@ -68,6 +75,43 @@ impl Shared {
             expected: expect.unwrap_or(0),
             actual: actual.max(0) as u64,
         })
+    }
+
+    /// Adds `entry` to the allow entries of policy `name` in etcd (an ask
+    /// answered `always` for a policy): read, widen, and write only while
+    /// the key is still at the revision read (a transaction), again when
+    /// another writer came between, so concurrent answers all land. The etcd
+    /// revision at which the policy holds the entry.
+    pub async fn allow_in_policy(&self, name: &PolicyName, entry: &AllowEntry) -> Result<i64, WriteError> {
+        let key = self.keys.policy(name);
+        let mut client = self.client()?;
+        for _ in 0..ALLOW_ATTEMPTS {
+            let read = client.get(key.clone(), None).await?;
+            let Some(kv) = read.kvs().first() else {
+                return Err(WriteError::NoRoom(name.clone()));
+            };
+            let policy = decode_policy(name.clone(), kv.value(), kv.mod_revision())
+                .map_err(|_| WriteError::NoRoom(name.clone()))?;
+            let allowlist = policy
+                .allowlist
+                .with_entry(entry.clone())
+                .ok_or_else(|| WriteError::NoRoom(name.clone()))?;
+            if allowlist == policy.allowlist {
+                return Ok(read.header().map_or(0, |header| header.revision()));
+            }
+            let widened = PolicySpec { allowlist, ..policy };
+            let txn = Txn::new()
+                .when([Compare::mod_revision(key.clone(), CompareOp::Equal, kv.mod_revision())])
+                .and_then([TxnOp::put(key.clone(), encode(&widened), None)]);
+            let response = client.txn(txn).await?;
+            if response.succeeded() {
+                return Ok(response.header().map_or(0, |header| header.revision()));
+            }
+            tracing::debug!(policy = %name, "fleet: the policy changed between read and write; trying again");
+        }
+        Err(WriteError::Etcd(etcd_client::Error::InvalidArgs(format!(
+            "policy {name:?} kept changing under {ALLOW_ATTEMPTS} attempts"
+        ))))
     }
 
     /// Removes policy `name` from etcd; the etcd revision of the removal.

@@ -98,6 +98,25 @@ pub(super) fn apply(
                 }
             });
         }
+        Change::AllowInPolicy { name, entry } => {
+            let widened = contents
+                .policies
+                .get(name)
+                .and_then(|stored| Some((stored.allowlist.with_entry(entry.clone())?, stored)));
+            outcome.policy = match widened {
+                Some((allowlist, stored)) if allowlist == stored.allowlist => Some(Arc::clone(stored)),
+                Some((allowlist, stored)) => {
+                    *revision += 1;
+                    let policy = PolicySpec {
+                        allowlist,
+                        revision: *revision,
+                        ..stored.as_ref().clone()
+                    };
+                    Some(store_policy(contents, made, policy))
+                }
+                None => None,
+            };
+        }
         Change::Allow { ip, id, entry } => {
             let widened = contents
                 .entries

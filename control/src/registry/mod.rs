@@ -162,6 +162,15 @@ pub enum Change {
         /// Whether `policies` are all of them.
         complete: bool,
     },
+    /// Adds `entry` to the allow entries of policy `name` under a new
+    /// revision (an ask answered `always` for a policy), while it exists and
+    /// its list has room; changes nothing otherwise.
+    AllowInPolicy {
+        /// The policy.
+        name: PolicyName,
+        /// The entry to add.
+        entry: AllowEntry,
+    },
     /// Adds `entry` to the allow entries of the registration of `ip`, while
     /// it is registered under `id` and its list has room (an ask answered
     /// `always`). Applied to the registration in force when its turn comes,
