@@ -11,6 +11,7 @@
 use crackbox_test_support::fleet_lab::FleetLab;
 use crackbox_test_support::{closed_within, echo_round, root_or_skip, wait_until};
 use serde_json::json;
+use std::process::Command;
 use std::time::Duration;
 
 /// How long a change may take to reach every node.
@@ -286,4 +287,103 @@ fn two_nodes_answering_always_for_one_policy_at_once_both_land() {
         // Let through once the name is in force: dialled (and the name does not resolve).
         assert_eq!(asked.join().unwrap(), 502, "node{k}");
     }
+}
+
+/// Registers sandbox 127.0.0.2 of `node` in ask mode with nothing listed,
+/// and holds a CONNECT of it to the node's echo upstream on a thread of its
+/// own; the thread ends with the CONNECT's status.
+fn ask_from(node: &crackbox_test_support::fleet_lab::Node) -> std::thread::JoinHandle<u16> {
+    let body = json!({"ip": "127.0.0.2", "id": "asker", "allowlist": [], "mode": "ask"});
+    let (status, answer) = node.admin("POST", "/v1/register", Some(&body.to_string()));
+    assert_eq!(status, 200, "{answer}");
+    let (ns, port) = (node.ns.clone(), node.echo.port());
+    std::thread::spawn(move || {
+        crackbox_test_support::netns_lab::in_ns(&ns, move || {
+            use std::io::Write;
+            let Ok(mut stream) =
+                crackbox_test_support::try_connect_from("127.0.0.2", "127.0.0.1:3128".parse().unwrap())
+            else {
+                return 0;
+            };
+            stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+            let target = format!("localhost:{port}");
+            write!(stream, "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").unwrap();
+            let head = crackbox_test_support::read_head(&mut stream);
+            head.get(9..12).and_then(|code| code.parse().ok()).unwrap_or(0)
+        })
+    })
+}
+
+/// The fleet's inbox as node `k` lists it.
+fn inbox(lab: &FleetLab, k: usize) -> Vec<serde_json::Value> {
+    lab.nodes[k].get("/v1/pending?fleet=true")["pending"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_request_pending_on_one_node_is_listed_and_answered_from_another() {
+    if !root_or_skip("the fleet's nodes live in network namespaces") {
+        return;
+    }
+    let lab = FleetLab::start(2, &[]);
+    lab.wait_fleet_state("connected", REACH);
+    let held = ask_from(&lab.nodes[0]);
+    assert!(wait_until(REACH, || inbox(&lab, 1).len() == 1), "{:?}", inbox(&lab, 1));
+    let listed = inbox(&lab, 1).remove(0);
+    assert_eq!(
+        (listed["node"].as_str(), listed["sandbox"].as_str()),
+        (Some("node0"), Some("asker"))
+    );
+    let id = listed["id"].as_u64().unwrap().to_string();
+    let table = Command::new("ip")
+        .args(["netns", "exec", &lab.nodes[1].ns])
+        .arg(crackbox_test_support::binary())
+        .args(["pending", "--fleet", "--admin", "http://127.0.0.1:3129"])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&table.stdout).into_owned();
+    assert!(table.starts_with("NODE") && table.contains("node0"), "{table}");
+    let decided = Command::new("ip")
+        .args(["netns", "exec", &lab.nodes[1].ns])
+        .arg(crackbox_test_support::binary())
+        .args([
+            "decide",
+            &id,
+            "once",
+            "--node",
+            "node0",
+            "--admin",
+            "http://127.0.0.1:3129",
+        ])
+        .output()
+        .unwrap();
+    assert!(decided.status.success(), "{}", String::from_utf8_lossy(&decided.stderr));
+    assert_eq!(held.join().unwrap(), 200, "the held connection went through on node0");
+    assert!(
+        wait_until(REACH, || inbox(&lab, 1).is_empty()),
+        "decided: out of the inbox"
+    );
+    let (status, _) = lab.nodes[1].admin("POST", "/v1/pending/999?node=node0", Some(r#"{"decision":"deny"}"#));
+    assert_eq!(status, 404);
+}
+
+#[test]
+fn a_node_killed_with_requests_pending_leaves_the_inbox_within_the_lease() {
+    if !root_or_skip("the fleet's nodes live in network namespaces") {
+        return;
+    }
+    const TTL: Duration = Duration::from_secs(2);
+    let mut lab = FleetLab::start(2, &["--fleet-lease-ttl", "2"]);
+    lab.wait_fleet_state("connected", REACH);
+    let held = ask_from(&lab.nodes[0]);
+    assert!(wait_until(REACH, || inbox(&lab, 1).len() == 1), "{:?}", inbox(&lab, 1));
+    lab.nodes[0].kill();
+    let killed = std::time::Instant::now();
+    assert!(wait_until(REACH, || inbox(&lab, 1).is_empty()), "{:?}", inbox(&lab, 1));
+    let took = killed.elapsed();
+    eprintln!("the dead node's request left the inbox after {took:?}");
+    assert!(took <= TTL + Duration::from_secs(2), "{took:?} for a {TTL:?} lease");
+    let _ = held.join();
 }

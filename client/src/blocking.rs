@@ -5,8 +5,8 @@
 //! tokio); use [`crate::Client`] there.
 
 use crate::{
-    Answer, BulkAnswer, DecidedRequest, Denial, Error, Health, HealthAnswer, PendingId, PendingRequest, PolicyName,
-    PolicyRemoved, PolicySpec, RegistrationSpec, SourceUsage,
+    Answer, BulkAnswer, DecideBody, DecidedRequest, Denial, Error, Health, HealthAnswer, PendingId, PendingRequest,
+    PolicyName, PolicyRemoved, PolicySpec, RegistrationSpec, SourceUsage,
 };
 use std::net::IpAddr;
 use tokio::runtime::Runtime;
@@ -53,6 +53,16 @@ impl Client {
     /// See [`crate::Client::pending`].
     pub fn pending(&self) -> Result<Vec<PendingRequest>, Error> {
         self.runtime.block_on(self.client.pending())
+    }
+
+    /// See [`crate::Client::pending_fleet`].
+    pub fn pending_fleet(&self) -> Result<Vec<PendingRequest>, Error> {
+        self.runtime.block_on(self.client.pending_fleet())
+    }
+
+    /// See [`crate::Client::decide_with`].
+    pub fn decide_with(&self, id: PendingId, body: &DecideBody, node: Option<&str>) -> Result<DecidedRequest, Error> {
+        self.runtime.block_on(self.client.decide_with(id, body, node))
     }
 
     /// See [`crate::Client::decide`].

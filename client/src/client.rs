@@ -312,6 +312,26 @@ impl Client {
             .await
     }
 
+    /// Every fleet node's pending requests, each with its `node`
+    /// (`GET /v1/pending?fleet=true` of a fleet node, docs/fleet.md).
+    pub async fn pending_fleet(&self) -> Result<Vec<PendingRequest>, Error> {
+        let answer: PendingAnswer = self.get("/v1/pending?fleet=true").await?;
+        Ok(answer.pending)
+    }
+
+    /// Decides request `id` with `body` (an `always` may name a policy),
+    /// held by fleet node `node` when given (the answer reaches it through
+    /// etcd), else by this daemon.
+    pub async fn decide_with(
+        &self,
+        id: PendingId,
+        body: &DecideBody,
+        node: Option<&str>,
+    ) -> Result<DecidedRequest, Error> {
+        let query = node.map_or_else(String::new, |node| format!("?node={}", query_value(node)));
+        self.post(&format!("/v1/pending/{id}{query}"), body).await
+    }
+
     /// Subscribes to `GET /v1/events`: every `pending` and `decided` event
     /// from now on (what is pending already: [`pending`](Client::pending)).
     /// The client's timeout bounds only the opening; the events come as

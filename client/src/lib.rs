@@ -38,7 +38,7 @@ mod url;
 
 pub use client::Client;
 pub use crackbox_policy::admin_body::{BulkAnswer, Health, HealthAnswer, PolicyRemoved};
-pub use crackbox_policy::ask::{Answer, DecidedRequest, PendingId, PendingRequest, Settlement};
+pub use crackbox_policy::ask::{Answer, DecideBody, DecidedRequest, PendingId, PendingRequest, Settlement};
 pub use crackbox_policy::reason::{Layer, Reason};
 pub use crackbox_policy::wire::{Denial, SourceUsage};
 pub use crackbox_policy::{Allowlist, Bandwidth, Mode, PolicyName, PolicySpec, RegistrationSpec};

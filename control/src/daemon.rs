@@ -111,6 +111,14 @@ async fn run_async(settings: Settings, mode: Mode) -> anyhow::Result<()> {
         forward: settings.engine.listen,
         fleet,
     };
+    if let Some(fleet) = &state.fleet {
+        let answering = state.clone();
+        let answer: crate::fleet::Answerer = Arc::new(move |id, body| {
+            let state = answering.clone();
+            Box::pin(async move { api::answer(&state, id, body).await.map(drop).map_err(|err| err.message) })
+        });
+        fleet.start_inbox(state.link.clone(), answer);
+    }
     let start_failure = supervisor.as_ref().map(Supervisor::start_failure);
     let stop = {
         let start_failure = start_failure.clone();

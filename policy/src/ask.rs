@@ -44,6 +44,10 @@ pub struct PendingRequest {
     pub since: u64,
     /// Connections held for it now.
     pub waiting: u32,
+    /// The fleet node that holds it (`GET /v1/pending?fleet=true`, docs/fleet.md);
+    /// left out otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
 }
 
 /// What someone decides about a pending request: the body of
@@ -338,6 +342,7 @@ mod tests {
             front_end: "connect".into(),
             since: 1,
             waiting: 2,
+            node: None,
         };
         let decided = DecidedRequest {
             request,
@@ -379,6 +384,7 @@ mod tests {
             front_end: "connect".into(),
             since: 5,
             waiting: 1,
+            node: None,
         };
         let events = [
             Event::Pending(request.clone()),

@@ -14,8 +14,11 @@
 use super::body::{self, LimitedBody};
 use super::policies::{applied, fleet_failed};
 use super::routes::{authorise, enforced, not_applied};
+use super::ENFORCE_TIMEOUT;
 use super::{ApiError, AppState, ENGINE_REQUEST_TIMEOUT};
 use crate::registry::Change;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::Query;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
@@ -25,37 +28,95 @@ use crackbox_policy::ask::{
 };
 use crackbox_policy::PolicyName;
 use futures_util::{Stream, StreamExt};
+use serde::Deserialize;
 use tokio::sync::broadcast::error::RecvError;
 
-/// `GET /v1/pending` -> `{"pending": [...]}`.
-pub async fn pending(State(state): State<AppState>) -> Result<Json<PendingAnswer>, ApiError> {
-    let pending = state.link.pending(ENGINE_REQUEST_TIMEOUT).await?;
+/// Query of `GET /v1/pending` and `POST /v1/pending/{id}`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FleetQuery {
+    /// `GET`: every node's pending requests (from etcd), not only this one's.
+    #[serde(default)]
+    fleet: bool,
+    /// `POST`: the node holding the request (another node's: the answer
+    /// goes to it through etcd).
+    node: Option<String>,
+}
+
+/// `GET /v1/pending[?fleet=true]` -> `{"pending": [...]}`.
+pub async fn pending(
+    State(state): State<AppState>,
+    query: Result<Query<FleetQuery>, QueryRejection>,
+) -> Result<Json<PendingAnswer>, ApiError> {
+    let Query(query) = query.map_err(|err| ApiError::bad_request(format!("query: {}", err.body_text())))?;
+    if !query.fleet {
+        let pending = state.link.pending(ENGINE_REQUEST_TIMEOUT).await?;
+        return Ok(Json(PendingAnswer { pending }));
+    }
+    let fleet = state
+        .fleet
+        .as_ref()
+        .ok_or_else(|| ApiError::bad_request("fleet: this daemon is no fleet node (no --fleet-etcd)"))?;
+    let pending = fleet.inbox().await.map_err(fleet_failed)?;
     Ok(Json(PendingAnswer { pending }))
 }
 
-/// `POST /v1/pending/{id} {"decision": "once" | "always" | "deny"}` -> the
-/// request as decided; 404 when it is not pending.
+/// `POST /v1/pending/{id}[?node=NODE] {"decision": "once" | "always" | "deny"}`
+/// -> the request as decided; 404 when it is not pending. With another
+/// node's name, the answer goes to that node through etcd.
 pub async fn decide(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(id): Path<String>,
+    query: Result<Query<FleetQuery>, QueryRejection>,
     body: Result<LimitedBody, ApiError>,
 ) -> Result<Json<DecidedRequest>, ApiError> {
     authorise(&state, &headers)?;
+    let Query(query) = query.map_err(|err| ApiError::bad_request(format!("query: {}", err.body_text())))?;
     let number: PendingId = id.parse().map_err(|_| not_pending(&id))?;
-    let DecideBody { decision, policy } = body::parse(body)?;
-    let decided = match (decision, policy) {
-        (Answer::Always, None) => always(&state, number).await?,
-        (Answer::Always, Some(policy)) => always_for_policy(&state, number, policy).await?,
-        (_, Some(_)) => return Err(ApiError::bad_request("policy: only an always answer joins a policy")),
+    let body: DecideBody = body::parse(body)?;
+    let elsewhere = match (&state.fleet, &query.node) {
+        (Some(fleet), Some(node)) if node != fleet.node() => Some((fleet, node)),
+        (None, Some(_)) => {
+            return Err(ApiError::bad_request(
+                "node: this daemon is no fleet node (no --fleet-etcd)",
+            ))
+        }
+        _ => None,
+    };
+    let decided = match elsewhere {
+        Some((fleet, node)) => {
+            let request = fleet
+                .send_decision(node, number, &body, ENFORCE_TIMEOUT * 5 / 2)
+                .await
+                .map_err(fleet_failed)?
+                .ok_or_else(|| not_pending(&id))?;
+            DecidedRequest {
+                request,
+                decision: body.decision.into(),
+                reason: None,
+                layer: None,
+            }
+        }
+        None => answer(&state, number, body).await?,
+    };
+    tracing::info!(id = number, ip = %decided.request.ip, host = %decided.request.host, port = decided.request.port, decision = decided.decision.as_str(), "pending request decided");
+    Ok(Json(decided))
+}
+
+/// Answers this node's request `id` as `body` says (the admin API's
+/// `POST /v1/pending/{id}`, and an answer another node left in etcd).
+pub async fn answer(state: &AppState, id: PendingId, body: DecideBody) -> Result<DecidedRequest, ApiError> {
+    match (body.decision, body.policy) {
+        (Answer::Always, None) => always(state, id).await,
+        (Answer::Always, Some(policy)) => always_for_policy(state, id, policy).await,
+        (_, Some(_)) => Err(ApiError::bad_request("policy: only an always answer joins a policy")),
         (answer, None) => state
             .link
-            .decide(number, answer, ENGINE_REQUEST_TIMEOUT)
+            .decide(id, answer, ENGINE_REQUEST_TIMEOUT)
             .await?
-            .ok_or_else(|| not_pending(&id))?,
-    };
-    tracing::info!(id = number, ip = %decided.request.ip, host = %decided.request.host, port = decided.request.port, %decision, settled = decided.decision.as_str(), "pending request decided");
-    Ok(Json(decided))
+            .ok_or_else(|| not_pending(&id.to_string())),
+    }
 }
 
 fn not_pending(id: &str) -> ApiError {

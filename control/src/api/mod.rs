@@ -16,6 +16,7 @@ mod observe;
 mod policies;
 mod routes;
 
+pub use ask::answer;
 pub use auth::Secret;
 pub use error::ApiError;
 

@@ -158,7 +158,7 @@ pub(super) fn fleet_failed(err: WriteError) -> ApiError {
     let status = match err {
         WriteError::Stale { .. } => StatusCode::CONFLICT,
         WriteError::NoRoom(_) => StatusCode::CONFLICT,
-        WriteError::Unreachable | WriteError::Etcd(_) => StatusCode::SERVICE_UNAVAILABLE,
+        WriteError::Unreachable | WriteError::Etcd(_) | WriteError::NotTaken(_) => StatusCode::SERVICE_UNAVAILABLE,
     };
     ApiError::new(status, err.to_string())
 }

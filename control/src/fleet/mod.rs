@@ -5,23 +5,29 @@
 //!
 //! `sync` keeps the copy: it reads the policies, then watches them from the
 //! revision it read. `writes` sends the admin API's policy writes to etcd.
+//! `inbox` publishes this node's pending asks and takes the answers other
+//! nodes leave for it; `Fleet::inbox` and `Fleet::send_decision` are the
+//! other side of it, for any node's admin API.
 //! `status` says where the link stands. `keys` and `value` are the layout
 //! in etcd. Never touches the data path: the engine only ever sees the
 //! registry's policies, as without a fleet.
 
 mod connect;
+mod inbox;
 mod keys;
 mod status;
 mod sync;
 mod value;
 mod writes;
 
+pub use inbox::Answerer;
 pub use status::{millis, Status};
 pub use writes::WriteError;
 
 use crate::registry::Registry;
 use crackbox_config::Fleet as Settings;
 use crackbox_policy::admin_body::FleetHealth;
+use crackbox_policy::ask::{DecideBody, PendingId, PendingRequest};
 use crackbox_policy::{Generation, PolicySpec};
 use etcd_client::{Client, GetOptions};
 use keys::Keys;
@@ -142,6 +148,84 @@ impl Fleet {
     /// Removes a policy from etcd; the etcd revision of the removal.
     pub async fn delete_policy(&self, name: &crackbox_policy::PolicyName) -> Result<i64, WriteError> {
         self.0.delete_policy(name).await
+    }
+
+    /// This node's name in the fleet.
+    pub fn node(&self) -> &str {
+        &self.0.settings.node
+    }
+
+    /// Starts publishing this node's pending asks and taking the answers
+    /// other nodes leave for it (answered with `answer`).
+    pub fn start_inbox(&self, link: Arc<crate::publisher::EngineLink>, answer: Answerer) {
+        tokio::spawn(inbox::run(Arc::clone(&self.0), link, answer));
+    }
+
+    /// Every node's pending requests, each with its `node`, oldest first.
+    pub async fn inbox(&self) -> Result<Vec<PendingRequest>, WriteError> {
+        let mut client = self
+            .0
+            .client
+            .lock()
+            .expect("fleet client lock")
+            .clone()
+            .ok_or(WriteError::Unreachable)?;
+        let response = client
+            .get(self.0.keys.pending(), Some(GetOptions::new().with_prefix()))
+            .await?;
+        let mut pending: Vec<PendingRequest> = response
+            .kvs()
+            .iter()
+            .filter_map(|kv| {
+                let (node, _) = self.0.keys.pending_of(kv.key())?;
+                let mut request: PendingRequest = serde_json::from_slice(kv.value()).ok()?;
+                request.node = Some(node);
+                Some(request)
+            })
+            .collect();
+        pending.sort_by_key(|request| request.since);
+        Ok(pending)
+    }
+
+    /// Leaves `body` for request `id` of `node` and waits (at most
+    /// `timeout`) until that node took it; the request as it was pending.
+    /// `Ok(None)` when `node` holds no such request.
+    pub async fn send_decision(
+        &self,
+        node: &str,
+        id: PendingId,
+        body: &DecideBody,
+        timeout: Duration,
+    ) -> Result<Option<PendingRequest>, WriteError> {
+        let mut client = self
+            .0
+            .client
+            .lock()
+            .expect("fleet client lock")
+            .clone()
+            .ok_or(WriteError::Unreachable)?;
+        let pending_key = self.0.keys.pending_request(node, id);
+        let read = client.get(pending_key.clone(), None).await?;
+        let Some(request) = read
+            .kvs()
+            .first()
+            .and_then(|kv| serde_json::from_slice::<PendingRequest>(kv.value()).ok())
+        else {
+            return Ok(None);
+        };
+        let value = serde_json::to_vec(body).map_err(|err| etcd_client::Error::InvalidArgs(err.to_string()))?;
+        client.put(self.0.keys.decision(node, id), value, None).await?;
+        let deadline = tokio::time::Instant::now() + timeout;
+        while tokio::time::Instant::now() < deadline {
+            if client.get(pending_key.clone(), None).await?.kvs().is_empty() {
+                return Ok(Some(PendingRequest {
+                    node: Some(node.to_string()),
+                    ..request
+                }));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Err(WriteError::NotTaken(node.to_string()))
     }
 
     /// Waits until etcd `revision` is applied here; the registry generation

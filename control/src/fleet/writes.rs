@@ -28,6 +28,9 @@ pub enum WriteError {
     /// etcd refused or failed.
     #[error("etcd: {0}")]
     Etcd(#[from] etcd_client::Error),
+    /// The node holding a request did not take the answer left for it in time.
+    #[error("node {0:?} did not take the answer within 5 s (is it connected?); it stays in etcd for it")]
+    NotTaken(String),
     /// The policy a name was to join is not in etcd, or not a policy, or full.
     #[error("policy {0:?} is not in etcd, or holds the most entries it may")]
     NoRoom(PolicyName),

@@ -146,6 +146,7 @@ fn pending() -> PendingRequest {
         front_end: "connect".into(),
         since: 5,
         waiting: 1,
+        node: None,
     }
 }
 
