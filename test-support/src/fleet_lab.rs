@@ -146,14 +146,24 @@ impl Node {
     }
 }
 
-/// A fleet: etcd and its nodes.
+/// A fleet: etcd and its nodes (dropped in this order, the bridge last).
 pub struct FleetLab {
-    /// The etcd cluster.
-    pub etcd: EtcdCluster,
     /// The nodes.
     pub nodes: Vec<Node>,
-    bridge: String,
+    /// The etcd cluster.
+    pub etcd: EtcdCluster,
+    bridge: Bridge,
     dir: PathBuf,
+}
+
+/// The bridge the nodes reach etcd through; removed on drop (also when
+/// the lab fails half-built).
+struct Bridge(String);
+
+impl Drop for Bridge {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["link", "del", &self.0]).status();
+    }
 }
 
 impl FleetLab {
@@ -164,14 +174,16 @@ impl FleetLab {
         let subnet = free_subnet();
         let host_ip = format!("10.254.{subnet}.1");
         run(&["ip", "link", "add", &bridge, "type", "bridge"]);
-        run(&["ip", "addr", "add", &format!("{host_ip}/24"), "dev", &bridge]);
-        run(&["ip", "link", "set", &bridge, "up"]);
+        let bridge = Bridge(bridge);
+        let bridge_name = bridge.0.clone();
+        run(&["ip", "addr", "add", &format!("{host_ip}/24"), "dev", &bridge_name]);
+        run(&["ip", "link", "set", &bridge_name, "up"]);
         let dir = std::env::temp_dir().join(format!("crackbox-fleet-{id}"));
         std::fs::create_dir_all(&dir).expect("fleet test directory");
         let mut lab = FleetLab {
             etcd: EtcdCluster::start_serving(Some(&host_ip)),
             nodes: Vec::new(),
-            bridge: bridge.clone(),
+            bridge,
             dir,
         };
         let endpoints = lab.etcd.endpoints_on_extra().join(",");
@@ -182,7 +194,7 @@ impl FleetLab {
             run(&[
                 "ip", "link", "add", &veth, "type", "veth", "peer", "name", "eth0", "netns", &ns,
             ]);
-            run(&["ip", "link", "set", &veth, "master", &bridge, "up"]);
+            run(&["ip", "link", "set", &veth, "master", &bridge_name, "up"]);
             let ip = format!("10.254.{subnet}.{}/24", 10 + k);
             run(&["ip", "-n", &ns, "addr", "add", &ip, "dev", "eth0"]);
             run(&["ip", "-n", &ns, "link", "set", "eth0", "up"]);
@@ -205,12 +217,12 @@ impl FleetLab {
 
     /// Takes the bridge down: no node reaches etcd (etcd itself runs on).
     pub fn cut(&self) {
-        run(&["ip", "link", "set", &self.bridge, "down"]);
+        run(&["ip", "link", "set", &self.bridge.0, "down"]);
     }
 
     /// Brings the bridge back up.
     pub fn mend(&self) {
-        run(&["ip", "link", "set", &self.bridge, "up"]);
+        run(&["ip", "link", "set", &self.bridge.0, "up"]);
     }
 
     /// Waits until every node's `/health` says `state` for the fleet.
@@ -232,7 +244,6 @@ impl Drop for FleetLab {
             node.process.take();
             let _ = Command::new("ip").args(["netns", "del", &node.ns]).status();
         }
-        let _ = Command::new("ip").args(["link", "del", &self.bridge]).status();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -131,12 +131,15 @@ impl Fleet {
         self.0.status.register_metrics(registry);
     }
 
-    /// Stores `policy` in etcd (see [`Shared::put_policy`]); its etcd revision.
+    /// Stores `policy` in etcd (only while it is at `expect`, when given: 0
+    /// means absent); its etcd revision.
     pub async fn put_policy(&self, policy: &PolicySpec, expect: Option<u64>) -> Result<i64, WriteError> {
         self.0.put_policy(policy, expect).await
     }
 
-    /// Adds `entry` to policy `name` in etcd (see [`Shared::allow_in_policy`]).
+    /// Adds `entry` to policy `name` in etcd, a transaction on its revision
+    /// tried again when another writer came between; the etcd revision at
+    /// which the policy holds it.
     pub async fn allow_in_policy(
         &self,
         name: &crackbox_policy::PolicyName,
