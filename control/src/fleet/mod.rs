@@ -109,8 +109,12 @@ impl Fleet {
             status: status::Tracker::default(),
             client: Mutex::new(None),
         });
-        if let Some(revision) = revision {
-            shared.status.applied(revision, registry.current().generation);
+        // What `/health` shows before the first read: the revision read at
+        // start, else the newest of the policies this node kept.
+        let current = registry.current();
+        let kept = current.policies.values().map(|policy| policy.revision as i64).max();
+        if let Some(seen) = revision.or(kept) {
+            shared.status.applied(seen, current.generation);
         }
         tokio::spawn(sync::run(Arc::clone(&shared), registry, revision));
         Fleet(shared)
