@@ -4,7 +4,7 @@
 //! sandboxes, state file and upstream.
 //!
 //! ```text
-//!  host: etcd x3 on 127.0.0.1, clients also on 10.254.X.1 (bridge cbfID)
+//!  host: etcd x3 on 127.0.0.1, clients also on 10.254.X.1 (bridge cbfbX)
 //!    | veth
 //!  node ns k: eth0 10.254.X.(10+k)/24; lo: crackbox 127.0.0.1:3128 (admin :3129),
 //!             its sandboxes 127.0.0.2.., an echo upstream on 127.0.0.1
@@ -170,11 +170,8 @@ impl FleetLab {
     /// A fleet of `nodes` nodes, each started with `extra` flags too.
     pub fn start(nodes: usize, extra: &[&str]) -> FleetLab {
         let id = format!("{:06x}", (std::process::id() << 8 ^ u32::from(free_port())) & 0xff_ffff);
-        let bridge = format!("cbf{id}");
-        let subnet = free_subnet();
+        let (subnet, bridge) = claim_subnet();
         let host_ip = format!("10.254.{subnet}.1");
-        run(&["ip", "link", "add", &bridge, "type", "bridge"]);
-        let bridge = Bridge(bridge);
         let bridge_name = bridge.0.clone();
         run(&["ip", "addr", "add", &format!("{host_ip}/24"), "dev", &bridge_name]);
         run(&["ip", "link", "set", &bridge_name, "up"]);
@@ -248,15 +245,26 @@ impl Drop for FleetLab {
     }
 }
 
-/// A third octet of 10.254.0.0/16 no interface of this host uses.
-fn free_subnet() -> u8 {
+/// A third octet of 10.254.0.0/16 no interface of this host uses, claimed
+/// by creating its bridge (`cbfbNNN`: creating it fails when a lab running
+/// beside this one claimed the octet first).
+fn claim_subnet() -> (u8, Bridge) {
     let used = Command::new("ip").args(["-4", "-o", "addr"]).output().expect("ip addr");
     let used = String::from_utf8_lossy(&used.stdout).into_owned();
-    let start = (std::process::id() % 200) as u8;
-    (0..250u8)
-        .map(|i| 1 + (start.wrapping_add(i) % 250))
-        .find(|octet| !used.contains(&format!("10.254.{octet}.")))
-        .expect("a free /24 of 10.254.0.0/16")
+    let start = (std::process::id() % 250) as u8;
+    for octet in (0..250u8).map(|i| 1 + (start.wrapping_add(i) % 250)) {
+        if used.contains(&format!("10.254.{octet}.")) {
+            continue;
+        }
+        let name = format!("cbfb{octet:03}");
+        let created = Command::new("ip")
+            .args(["link", "add", &name, "type", "bridge"])
+            .output();
+        if created.is_ok_and(|out| out.status.success()) {
+            return (octet, Bridge(name));
+        }
+    }
+    panic!("no free /24 of 10.254.0.0/16 for a fleet lab");
 }
 
 fn run(args: &[&str]) {
