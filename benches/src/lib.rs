@@ -5,7 +5,8 @@
 //! and sends requests directly or through a forward proxy ([`dial`]), the
 //! load modes ([`modes`]), `/proc` sampling of the proxy under test
 //! ([`proctree`]) and the comparison table ([`report`]); [`control_plane`]
-//! measures the admin API at sandbox density; [`soak`] runs hours of churn,
+//! measures the admin API at sandbox density, [`policy_scale`] named
+//! policies at that density; [`soak`] runs hours of churn,
 //! traffic and faults against one daemon and judges it. Every run is bounded
 //! in count and time, and traffic goes only to the addresses it is given.
 
@@ -15,6 +16,7 @@ pub mod latency;
 pub mod limits;
 pub mod modes;
 pub mod pattern;
+pub mod policy_scale;
 pub mod proctree;
 pub mod protocol;
 pub mod report;

@@ -66,29 +66,38 @@ pub(crate) fn unreachable_hint(url: &str, err: crackbox_client::Error) -> anyhow
 
 /// A human table: one line per registration, with a MODE column when any
 /// registration is not enforced (report or ask), a BANDWIDTH column when
-/// any is capped and a DENY column when any has deny entries.
+/// any is capped, a POLICIES column when any names policies and a DENY
+/// column when any has deny entries. A mode or cap left to the policies
+/// shows as `-`.
 fn table(entries: &[RegistrationSpec]) -> String {
     if entries.is_empty() {
         return "no registrations\n".to_string();
     }
-    let modes = entries.iter().any(|e| e.mode != Mode::Enforce);
+    let modes = entries.iter().any(|e| e.mode.is_some_and(|mode| mode != Mode::Enforce));
     let capped = entries.iter().any(|e| e.bandwidth.is_some());
+    let naming = entries.iter().any(|e| !e.policies.is_empty());
     let denying = entries.iter().any(|e| !e.allowlist.denied().is_empty());
-    let title = ["IP", "ID", "MODE", "BANDWIDTH", "DENY", "ALLOWLIST"].map(String::from);
-    let shown = [true, true, modes, capped, denying, true];
+    let title = ["IP", "ID", "MODE", "BANDWIDTH", "POLICIES", "DENY", "ALLOWLIST"].map(String::from);
+    let shown = [true, true, modes, capped, naming, denying, true];
     let rows: Vec<Vec<String>> = std::iter::once(title)
         .chain(entries.iter().map(|e| {
-            let deny = e.allowlist.denied_texts();
+            let listed = |texts: Vec<String>| match texts.is_empty() {
+                true => "-".to_string(),
+                false => texts.join(", "),
+            };
+            let mode = match (e.mode, e.policies.is_empty()) {
+                (Some(mode), _) => mode.to_string(),
+                (None, true) => Mode::Enforce.to_string(),
+                (None, false) => "-".to_string(),
+            };
+            let policies = e.policies.iter().map(|name| name.as_str().to_string()).collect();
             [
                 e.ip.to_string(),
                 e.id.to_string(),
-                e.mode.to_string(),
+                mode,
                 e.bandwidth.map_or_else(|| "-".to_string(), |cap| cap.to_string()),
-                if deny.is_empty() {
-                    "-".to_string()
-                } else {
-                    deny.join(", ")
-                },
+                listed(policies).replace(", ", ","),
+                listed(e.allowlist.denied_texts()),
                 allowlist_cell(e),
             ]
         }))
@@ -114,15 +123,20 @@ fn table(entries: &[RegistrationSpec]) -> String {
     text
 }
 
-/// The allowlist of `entry`, or what an empty one means in its mode:
-/// everything refused (enforce), asked (ask) or let through and recorded
-/// (report).
+/// The allowlist of `entry`, or what an empty one means: the policies'
+/// entries only, or in its mode everything refused (enforce), asked (ask)
+/// or let through and recorded (report).
 fn allowlist_cell(entry: &RegistrationSpec) -> String {
-    match (entry.allowlist.is_empty(), entry.mode) {
-        (false, _) => entry.allowlist.texts().join(", "),
-        (true, Mode::Enforce) => "(deny all)".to_string(),
-        (true, Mode::Ask) => "(ask for every host)".to_string(),
-        (true, Mode::Report) => "(let through, report every host)".to_string(),
+    if !entry.allowlist.is_empty() {
+        return entry.allowlist.texts().join(", ");
+    }
+    if !entry.policies.is_empty() {
+        return "(the policies' only)".to_string();
+    }
+    match entry.mode.unwrap_or_default() {
+        Mode::Enforce => "(deny all)".to_string(),
+        Mode::Ask => "(ask for every host)".to_string(),
+        Mode::Report => "(let through, report every host)".to_string(),
     }
 }
 
@@ -169,6 +183,19 @@ mod tests {
             "IP        ID     MODE     BANDWIDTH  ALLOWLIST\n\
              10.0.0.2  agent  report   -          github.com\n\
              10.0.0.3  b      enforce  1MiB/s     x.test\n"
+        );
+        let named = [
+            RegistrationSpec::parse("10.0.0.2", "agent", &["github.com"])
+                .unwrap()
+                .with_policies(&["base", "python"])
+                .unwrap(),
+            RegistrationSpec::parse("10.0.0.3", "b", &Vec::<String>::new()).unwrap(),
+        ];
+        assert_eq!(
+            table(&named),
+            "IP        ID     POLICIES     ALLOWLIST\n\
+             10.0.0.2  agent  base,python  github.com\n\
+             10.0.0.3  b      -            (deny all)\n"
         );
     }
 

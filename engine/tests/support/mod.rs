@@ -92,6 +92,7 @@ impl Engine {
             &Message::Snapshot {
                 generation,
                 registrations,
+                policies: Vec::new(),
             },
         )
         .unwrap();

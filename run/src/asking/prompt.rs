@@ -194,6 +194,7 @@ mod tests {
             front_end: "forward".into(),
             since: 0,
             waiting: 1,
+            node: None,
         }
     }
 
