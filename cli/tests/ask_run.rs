@@ -77,6 +77,7 @@ fn run_ask_on_netns_is_decided_from_a_second_process_and_the_jail_cannot_decide(
          curl -sS -m 30 http://localhost:{port}/second; echo"
     );
     let mut child = Command::new(binary())
+        .env("TMPDIR", crackbox_test_support::scratch())
         .env("CRACKBOX_ALLOW_PRIVATE_DESTINATIONS", "1")
         .env("CRACKBOX_RUNS_DIR", &runs_dir)
         .args(["run", "--backend", "netns", "--ask", "--allow", "allowed.test", "--"])

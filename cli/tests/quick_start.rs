@@ -75,6 +75,7 @@ fn start_upstream(words: &[String], addr: &str, dir: &std::path::Path) -> Backgr
 /// Runs a crackbox command of the README (`words[start]` is crackbox) with the binary under test.
 fn run_crackbox(words: &[String], start: usize) -> Output {
     let mut command = Command::new(crackbox_test_support::binary());
+    command.env("TMPDIR", crackbox_test_support::scratch());
     for word in &words[..start] {
         if let Some((name, value)) = word.split_once('=') {
             command.env(name, value);
@@ -435,6 +436,7 @@ fn a_workload_image_that_cannot_be_pulled_names_the_script_that_builds_one() {
     // A registry on a closed loopback port: the pull fails at once, offline.
     let image = format!("127.0.0.1:{}/crackbox-no-such-image:0", free_port());
     let out = Command::new(crackbox_test_support::binary())
+        .env("TMPDIR", crackbox_test_support::scratch())
         .args(["run", "--allow", "a.test", "--image", &image, "--", "true"])
         .env("CRACKBOX_LOG", "warn")
         .stdin(Stdio::null())

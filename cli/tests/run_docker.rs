@@ -402,6 +402,7 @@ fn run_egress_network_without_a_configured_subnet_is_a_crackbox_error() {
     ]);
     let id = unique("nosubnet");
     let out = Command::new(binary())
+        .env("TMPDIR", crackbox_test_support::scratch())
         .env("CRACKBOX_IMAGE", crackbox_image())
         .env_remove("CRACKBOX_EGRESS_NETWORK")
         .args(["run", "--allow", ALLOWED, "--id", &id, "--egress-network", &network])
@@ -459,6 +460,7 @@ fn run_builds_its_proxy_image_once_from_its_own_binary() {
     for round in ["first", "second"] {
         let id = unique(round);
         let out = Command::new(&binary)
+            .env("TMPDIR", crackbox_test_support::scratch())
             .env_remove("CRACKBOX_IMAGE")
             .env_remove("CRACKBOX_DAEMON")
             .env("CRACKBOX_ALLOW_PRIVATE_DESTINATIONS", "1")

@@ -36,6 +36,7 @@ fn netns_run(allow: &str, script: &str) -> Command {
 fn netns_run_with(allow: &str, flags: &[&str], script: &str) -> Command {
     let mut cmd = Command::new(binary());
     cmd.env("CRACKBOX_ALLOW_PRIVATE_DESTINATIONS", "1")
+        .env("TMPDIR", crackbox_test_support::scratch())
         .args(["run", "--backend", "netns", "--allow", allow])
         .args(flags)
         .args(["--", "sh", "-c", script])
@@ -181,6 +182,7 @@ fn run_netns_missing_command_exits_127_and_cleans_up() {
     };
     let before = namespaces();
     let out = Command::new(binary())
+        .env("TMPDIR", crackbox_test_support::scratch())
         .args([
             "run",
             "--backend",

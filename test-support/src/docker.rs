@@ -417,7 +417,9 @@ pub fn run_command_with(upstream: &Upstream, id: &str, allow: &str, flags: &[&st
 /// with stdin closed (FLAGS may name another `--image`).
 pub fn crackbox_run(id: &str, allow: &str, flags: &[&str], command: &[&str]) -> Command {
     let mut cmd = Command::new(binary());
-    cmd.args(["run", "--allow", allow, "--id", id]).args(flags);
+    cmd.env("TMPDIR", crate::crackbox::scratch())
+        .args(["run", "--allow", allow, "--id", id])
+        .args(flags);
     if !flags.contains(&"--image") {
         cmd.args(["--image", &workload_image()]);
     }
