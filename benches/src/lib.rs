@@ -5,8 +5,9 @@
 //! and sends requests directly or through a forward proxy ([`dial`]), the
 //! load modes ([`modes`]), `/proc` sampling of the proxy under test
 //! ([`proctree`]) and the comparison table ([`report`]); [`control_plane`]
-//! measures the admin API at sandbox density; [`cost`] counts what one
-//! connection costs the engine (allocations, held heap, syscalls); [`soak`] runs hours of churn,
+//! measures the admin API at sandbox density, [`policy_scale`] named
+//! policies at that density; [`cost`] counts what one connection costs the
+//! engine (allocations, held heap, syscalls); [`soak`] runs hours of churn,
 //! traffic and faults against one daemon and judges it; [`scale`] runs the
 //! data plane at one thread count after another. Every run is bounded
 //! in count and time, and traffic goes only to the addresses it is given.
@@ -18,6 +19,7 @@ pub mod latency;
 pub mod limits;
 pub mod modes;
 pub mod pattern;
+pub mod policy_scale;
 pub mod proctree;
 pub mod protocol;
 pub mod report;

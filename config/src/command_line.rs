@@ -42,6 +42,7 @@ impl ProxyArgs {
             dns_listen,
             dns_upstream,
             steer,
+            steered_ports,
             threads,
             io_driver,
             state,
@@ -56,6 +57,14 @@ impl ProxyArgs {
             tunnel_idle_timeout,
             denial_logs_per_second,
             ask_timeout,
+            fleet_etcd,
+            fleet_prefix,
+            fleet_node,
+            fleet_user,
+            fleet_ca,
+            fleet_cert,
+            fleet_key,
+            fleet_lease_ttl,
         } = self;
         let mut words = Vec::new();
         let mut value = |name: &str, value: Option<String>| {
@@ -74,6 +83,7 @@ impl ProxyArgs {
         for ip in steer {
             value("steer", Some(ip.clone()));
         }
+        value("steered-ports", steered_ports.clone());
         value("threads", threads.map(|n| n.to_string()));
         value("io-driver", io_driver.clone());
         value("state", path(state));
@@ -93,6 +103,16 @@ impl ProxyArgs {
         value("tunnel-idle-timeout", tunnel_idle_timeout.map(|n| n.to_string()));
         value("denial-logs-per-second", denial_logs_per_second.map(|n| n.to_string()));
         value("ask-timeout", ask_timeout.map(|n| n.to_string()));
+        for endpoint in fleet_etcd {
+            value("fleet-etcd", Some(endpoint.clone()));
+        }
+        value("fleet-prefix", fleet_prefix.clone());
+        value("fleet-node", fleet_node.clone());
+        value("fleet-user", fleet_user.clone());
+        value("fleet-ca", path(fleet_ca));
+        value("fleet-cert", path(fleet_cert));
+        value("fleet-key", path(fleet_key));
+        value("fleet-lease-ttl", fleet_lease_ttl.map(|n| n.to_string()));
         let switches = [
             ("--allow-private-destinations", *allow_private_destinations),
             ("--docker", *docker),
@@ -143,6 +163,7 @@ mod tests {
                 dns_listen: Some(":53".into()),
                 dns_upstream: Some("10.0.0.1:53".into()),
                 steer: vec!["10.0.0.2".into(), "fd00::2".into()],
+                steered_ports: Some("8080,8443".into()),
                 threads: Some(3),
                 io_driver: Some("epoll".into()),
                 state: Some("/var/lib/cb/state.json".into()),
@@ -157,6 +178,14 @@ mod tests {
                 tunnel_idle_timeout: Some(0),
                 denial_logs_per_second: Some(2),
                 ask_timeout: Some(5),
+                fleet_etcd: vec!["http://10.0.0.9:2379".into(), "http://10.0.0.10:2379".into()],
+                fleet_prefix: Some("/team-a/crackbox/".into()),
+                fleet_node: Some("node-1".into()),
+                fleet_user: Some("crackbox".into()),
+                fleet_ca: Some("/etc/cb/ca.pem".into()),
+                fleet_cert: Some("/etc/cb/node.pem".into()),
+                fleet_key: Some("/etc/cb/node-key.pem".into()),
+                fleet_lease_ttl: Some(15),
             },
             ProxyArgs {
                 listen: Some("-odd".into()),

@@ -6,10 +6,9 @@
 //! `crackbox_client::live_runs`), else to the daemon on the default admin
 //! address.
 
-use crate::state_cmd::{unreachable_hint, DEFAULT_ADMIN_URL};
+use crate::state_cmd::{print, unreachable_hint, DEFAULT_ADMIN_URL};
 use anyhow::Context;
-use crackbox_client::{live_runs, Answer, Client, PendingRequest};
-use std::io::Write;
+use crackbox_client::{live_runs, Answer, Client, DecideBody, PendingRequest, PolicyName};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Arguments of `crackbox pending`.
@@ -23,6 +22,11 @@ pub struct PendingArgs {
     /// Print the JSON array instead of a table.
     #[arg(long)]
     pub json: bool,
+
+    /// Every fleet node's pending requests (the daemon must be a fleet node,
+    /// docs/fleet.md), with the node holding each.
+    #[arg(long)]
+    pub fleet: bool,
 }
 
 /// Arguments of `crackbox decide`.
@@ -36,31 +40,74 @@ pub struct DecideArgs {
     #[arg(value_parser = ["once", "always", "deny"])]
     pub decision: String,
 
+    /// The fleet node holding the request (from `crackbox pending --fleet`): the answer
+    /// reaches it through etcd.
+    #[arg(long, value_name = "NODE")]
+    pub node: Option<String>,
+
+    /// With always: add the name to this named policy (which the sandbox names) instead
+    /// of the sandbox's own allowlist.
+    #[arg(long, value_name = "NAME")]
+    pub policy: Option<String>,
+
     /// Admin API URL [env CRACKBOX_ADMIN; default: the newest live `crackbox run --ask`,
     /// else http://127.0.0.1:3129].
     #[arg(long, value_name = "URL")]
     pub admin: Option<String>,
 }
 
+/// Where the admin API to talk to came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Found {
+    /// `--admin` or `CRACKBOX_ADMIN`.
+    Named,
+    /// The newest live `crackbox run --ask`.
+    LiveRun,
+    /// Neither: the daemon's default address.
+    Default,
+}
+
 /// The admin API to talk to (see the module comment), with its secret:
 /// a live run's own, else `CRACKBOX_ADMIN_SECRET`.
-fn admin(given: Option<String>) -> anyhow::Result<(String, crackbox_client::blocking::Client)> {
+fn admin(given: Option<String>) -> anyhow::Result<(String, Found, crackbox_client::blocking::Client)> {
     let env_secret = || std::env::var("CRACKBOX_ADMIN_SECRET").unwrap_or_default();
-    let (url, secret) = match given.or_else(|| std::env::var("CRACKBOX_ADMIN").ok().filter(|v| !v.is_empty())) {
-        Some(url) => (url, env_secret()),
+    let (url, found, secret) = match given.or_else(|| std::env::var("CRACKBOX_ADMIN").ok().filter(|v| !v.is_empty())) {
+        Some(url) => (url, Found::Named, env_secret()),
         None => match live_runs::live_runs().into_iter().next() {
-            Some(run) => (run.admin, run.secret.unwrap_or_default()),
-            None => (DEFAULT_ADMIN_URL.to_string(), env_secret()),
+            Some(run) => (run.admin, Found::LiveRun, run.secret.unwrap_or_default()),
+            None => (DEFAULT_ADMIN_URL.to_string(), Found::Default, env_secret()),
         },
     };
     let client = Client::new(&url)?.with_secret(secret).blocking()?;
-    Ok((url, client))
+    Ok((url, found, client))
+}
+
+/// The client's error, said for where the admin API came from: with no
+/// asking run alive and no daemon on the default address, the run that
+/// asked has most likely ended, and with it what it held.
+fn failed(url: &str, found: Found, err: crackbox_client::Error) -> anyhow::Error {
+    let unreachable = matches!(
+        err,
+        crackbox_client::Error::Unreachable { .. } | crackbox_client::Error::Timeout { .. }
+    );
+    if found == Found::Default && unreachable {
+        return anyhow::anyhow!(
+            "no `crackbox run --ask` is running (none in {}) and no daemon answers at {url}: a run's \
+             requests end with it; for a daemon elsewhere name its admin API with --admin URL or CRACKBOX_ADMIN",
+            live_runs::runs_dir().display()
+        );
+    }
+    unreachable_hint(url, err)
 }
 
 /// `crackbox pending`: prints the pending requests.
 pub fn pending(args: PendingArgs) -> anyhow::Result<()> {
-    let (url, client) = admin(args.admin)?;
-    let pending = client.pending().map_err(|err| unreachable_hint(&url, err))?;
+    let (url, found, client) = admin(args.admin)?;
+    let pending = match args.fleet {
+        true => client.pending_fleet(),
+        false => client.pending(),
+    };
+    let pending = pending.map_err(|err| failed(&url, found, err))?;
     let text = if args.json {
         let mut text = serde_json::to_string_pretty(&pending)?;
         text.push('\n');
@@ -68,24 +115,38 @@ pub fn pending(args: PendingArgs) -> anyhow::Result<()> {
     } else {
         table(&pending, now_ms())
     };
-    std::io::stdout()
-        .write_all(text.as_bytes())
-        .context("cannot write to stdout")
+    print(&text)
 }
 
 /// `crackbox decide ID once|always|deny`.
 pub fn decide(args: DecideArgs) -> anyhow::Result<()> {
-    let (url, client) = admin(args.admin)?;
+    let (url, found, client) = admin(args.admin)?;
     let answer = Answer::parse(&args.decision).context("the decision is once, always or deny")?;
-    let decided = client
-        .decide(args.id, answer)
-        .map_err(|err| unreachable_hint(&url, err))?;
+    let policy = args
+        .policy
+        .as_deref()
+        .map(PolicyName::parse)
+        .transpose()
+        .context("--policy")?;
+    let body = DecideBody {
+        decision: answer,
+        policy,
+    };
+    let decided = match client.decide_with(args.id, &body, args.node.as_deref()) {
+        Ok(decided) => decided,
+        Err(crackbox_client::Error::Api {
+            status: 404, message, ..
+        }) => {
+            anyhow::bail!("cannot decide {}: {message}", args.id)
+        }
+        Err(err) => return Err(failed(&url, found, err)),
+    };
     let request = decided.request;
-    println!(
-        "{} {}:{} for {}: {answer}",
+    let line = format!(
+        "{} {}:{} for {}: {answer}\n",
         request.id, request.host, request.port, request.sandbox
     );
-    Ok(())
+    print(&line)
 }
 
 fn now_ms() -> u64 {
@@ -99,20 +160,24 @@ fn table(pending: &[PendingRequest], now_ms: u64) -> String {
     if pending.is_empty() {
         return "no pending requests\n".to_string();
     }
-    let rows: Vec<[String; 6]> = std::iter::once(["ID", "SANDBOX", "IP", "TARGET", "WAITING", "FOR"].map(String::from))
-        .chain(pending.iter().map(|p| {
-            let waited = Duration::from_millis(now_ms.saturating_sub(p.since)).as_secs();
-            [
-                p.id.to_string(),
-                p.sandbox.clone(),
-                p.ip.to_string(),
-                format!("{}:{}", p.host, p.port),
-                p.waiting.to_string(),
-                format!("{waited}s"),
-            ]
-        }))
-        .collect();
-    let widths: Vec<usize> = (0..6)
+    let fleet = pending.iter().any(|p| p.node.is_some());
+    let rows: Vec<Vec<String>> =
+        std::iter::once(["NODE", "ID", "SANDBOX", "IP", "TARGET", "WAITING", "FOR"].map(String::from))
+            .chain(pending.iter().map(|p| {
+                let waited = Duration::from_millis(now_ms.saturating_sub(p.since)).as_secs();
+                [
+                    p.node.clone().unwrap_or_default(),
+                    p.id.to_string(),
+                    p.sandbox.clone(),
+                    p.ip.to_string(),
+                    format!("{}:{}", p.host, p.port),
+                    p.waiting.to_string(),
+                    format!("{waited}s"),
+                ]
+            }))
+            .map(|row| row.into_iter().skip(usize::from(!fleet)).collect())
+            .collect();
+    let widths: Vec<usize> = (0..rows[0].len())
         .map(|column| rows.iter().map(|r| r[column].chars().count()).max().unwrap_or(0))
         .collect();
     let mut text = String::new();
@@ -143,6 +208,7 @@ mod tests {
             front_end: "connect".into(),
             since: 1_000,
             waiting: 2,
+            node: None,
         };
         assert_eq!(
             table(&[request], 6_500),

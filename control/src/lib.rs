@@ -21,7 +21,7 @@
 //!
 //! # async fn demo(engine_config: crackbox_policy::engine_config::EngineConfig) -> anyhow::Result<()> {
 //! let socket = Path::new("/run/my-orchestrator/crackbox.sock");
-//! let registry = Arc::new(Registry::load(None, vec![]));
+//! let registry = Arc::new(Registry::load(None, vec![]).expect("no seeds to refuse"));
 //! let link = Arc::new(publisher::EngineLink::default());
 //! tokio::spawn(publisher::accept(publisher::bind(socket)?, registry.clone(), link.clone()));
 //! // The data plane, with engine_config.control_socket = `socket`:
@@ -35,7 +35,7 @@
 //! assert!(link.wait_enforced(generation, Duration::from_secs(2)).await);
 //!
 //! // Or serve the admin API (or nest `api::router(state)` in your own app).
-//! let state = api::AppState { registry, link, secret: None, forward: "127.0.0.1:3128".parse()? };
+//! let state = api::AppState { registry, link, secret: None, forward: "127.0.0.1:3128".parse()?, fleet: None };
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:3129").await?;
 //! api::serve(listener, state, std::future::pending()).await?;
 //! # Ok(()) }
@@ -48,6 +48,7 @@ pub mod ask_cmd;
 pub mod asks;
 mod daemon;
 pub mod docker_watch;
+pub mod fleet;
 pub mod metrics;
 pub mod publisher;
 pub mod registry;

@@ -19,6 +19,10 @@
 //! reported as let through and never asked about. Every verdict names the
 //! [`Layer`] that decided it. A held connection is decided again by the
 //! same function, with its answer as one more input (`held`).
+//!
+//! A registration that names policies is decided with theirs too
+//! (`effective`): its entries plus every policy's, a deny entry of any of
+//! them winning, and its own mode when it has one, else the policies'.
 
 use super::allowlist::{Lookup, MatchedBy};
 use super::host::is_valid_host;
@@ -346,34 +350,42 @@ pub fn decide_ref<'a>(
         Standing::AwaitingRegistration => return DecisionRef::AwaitRegistration,
         Standing::Unregistered => return deny(Reason::Unregistered, Layer::Registration, None, None),
     };
+    let effective = snapshot.effective(registration);
     let lookup = match port {
-        Port::Number(port) => registration.allowlist.lookup(host, port),
-        Port::Any => registration.allowlist.lookup_any_port(host),
+        Port::Number(port) => effective.lookup(host, Some(port)),
+        Port::Any => effective.lookup(host, None),
     };
     let (id, account) = (registration.id.shared(), &registration.account);
-    let matched = match lookup {
-        Lookup::Allowed(matched) => Some(matched),
-        Lookup::Denied => return deny(Reason::DeniedEntry, Layer::DenyEntry, Some(id), Some(account)),
-        Lookup::Unlisted => None,
-    };
-    match matched {
-        Some(matched) => DecisionRef::Made(VerdictRef::Allow {
+    match lookup {
+        Lookup::Allowed(matched) => DecisionRef::Made(VerdictRef::Allow {
             matched,
             layer: Layer::Entry,
             id,
             account,
         }),
+        Lookup::Denied => deny(Reason::DeniedEntry, Layer::DenyEntry, Some(id), Some(account)),
+        Lookup::Unlisted => unlisted(registration, effective.mode(), host),
+    }
+}
+
+/// A host no entry covers, for a registration in `mode`.
+fn unlisted<'a>(registration: &'a Registered, mode: Mode, host: &str) -> DecisionRef<'a> {
+    let (id, account) = (registration.id.shared(), &registration.account);
+    match mode {
         // Report mode lets through what could be reached: never a host that
         // is no name or address at all (a request without `Host`).
-        None if registration.mode == Mode::Report && is_valid_host(host) => DecisionRef::Made(VerdictRef::Report {
+        Mode::Report if is_valid_host(host) => DecisionRef::Made(VerdictRef::Report {
             reason: Reason::NotAllowed,
             id,
             account,
         }),
-        None if registration.mode == Mode::Ask && is_valid_host(host) => {
-            DecisionRef::Made(VerdictRef::Ask { id, account })
-        }
-        None => deny(Reason::NotAllowed, Layer::Entry, Some(id), Some(account)),
+        Mode::Ask if is_valid_host(host) => DecisionRef::Made(VerdictRef::Ask { id, account }),
+        _ => DecisionRef::Made(VerdictRef::Deny {
+            reason: Reason::NotAllowed,
+            layer: Layer::Entry,
+            id: Some(id),
+            account: Some(account),
+        }),
     }
 }
 

@@ -1,25 +1,35 @@
 //! The run's allowlist, decided before anything exists: the `--allow`
 //! entries and the lines of every `--allow-file` (docs/run.md),
 //! presets expanded, then validated and normalised exactly as the admin API
-//! does, so the run is registered with the names it enforces. Reads the
-//! allow files; never touches Docker, the network or a process.
+//! does, so the run is registered with the names it enforces; and the
+//! named policies of `--policy`, with their definitions from the config
+//! file when the run brings its own proxy. Reads the allow files and the
+//! config file; never touches Docker, the network or a process.
 
 use crate::error::RunError;
-use crackbox_policy::{entries_from_config, parse_allow_file, Allowlist, ListError, SpecError};
+use crackbox_policy::{
+    entries_from_config, parse_allow_file, policy_references, Allowlist, ListError, PolicyName, PolicySpec, SpecError,
+};
 use std::path::{Path, PathBuf};
 
 /// The compiled allowlist of `--allow` and `--allow-file` (in that order)
 /// with the `--deny` entries; empty only when the run `learning` lets
-/// everything through anyway.
-pub fn allowlist(allow: &[String], files: &[PathBuf], deny: &[String], learning: bool) -> Result<Allowlist, RunError> {
-    if allow.is_empty() && files.is_empty() && !learning {
+/// everything through anyway, or `named` policies give the entries.
+pub fn allowlist(
+    allow: &[String],
+    files: &[PathBuf],
+    deny: &[String],
+    learning: bool,
+    named: bool,
+) -> Result<Allowlist, RunError> {
+    if allow.is_empty() && files.is_empty() && !learning && !named {
         return Err(RunError::NoAllowlist);
     }
     let mut entries = allow.to_vec();
     for path in files {
         entries.extend(read_allow_file(path)?);
     }
-    if entries.is_empty() && !learning {
+    if entries.is_empty() && !learning && !named {
         return Err(RunError::EmptyAllow);
     }
     let allow = entries_from_config(&entries).map_err(|err| match err {
@@ -28,6 +38,34 @@ pub fn allowlist(allow: &[String], files: &[PathBuf], deny: &[String], learning:
     })?;
     let deny = entries_from_config(deny).map_err(|err| RunError::InvalidRegistration(SpecError::Deny(err)))?;
     Ok(Allowlist::with_deny(allow, deny))
+}
+
+/// The policies `--policy` names (checked, repeats dropped) and, when the
+/// run brings its own proxy (`own_proxy`), their definitions from the
+/// config file's `[[policies]]` tables (`env` standing in for the
+/// environment, for the config search path); a name the file lacks is an
+/// error naming it.
+pub fn policies(
+    names: &[String],
+    own_proxy: bool,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(Vec<PolicyName>, Vec<PolicySpec>), RunError> {
+    let names = policy_references(names).map_err(|err| RunError::InvalidRegistration(err.into()))?;
+    if names.is_empty() || !own_proxy {
+        return Ok((names, Vec::new()));
+    }
+    let defined = crackbox_config::policies_from_config(env)?;
+    let definitions = names
+        .iter()
+        .map(|name| {
+            defined
+                .iter()
+                .find(|policy| policy.name == *name)
+                .cloned()
+                .ok_or_else(|| RunError::UndefinedPolicy(name.clone()))
+        })
+        .collect::<Result<_, _>>()?;
+    Ok((names, definitions))
 }
 
 /// The entries of the allow file at `path`; an error names the file and,
@@ -77,7 +115,7 @@ mod tests {
         ];
         for (allow, files, want) in cases {
             assert_eq!(
-                allowlist(&strings(allow), &files, &[], false).unwrap().texts(),
+                allowlist(&strings(allow), &files, &[], false, false).unwrap().texts(),
                 want,
                 "{allow:?} {files:?}"
             );
@@ -86,13 +124,20 @@ mod tests {
 
     #[test]
     fn deny_entries_join_the_list_and_are_checked_like_allow_entries() {
-        let list = allowlist(&strings(&["github.com"]), &[], &strings(&["Gist.GitHub.com"]), false).unwrap();
+        let list = allowlist(
+            &strings(&["github.com"]),
+            &[],
+            &strings(&["Gist.GitHub.com"]),
+            false,
+            false,
+        )
+        .unwrap();
         assert_eq!(
             (list.texts(), list.denied_texts()),
             (strings(&["github.com"]), strings(&["gist.github.com"]))
         );
         assert!(list.matching("gist.github.com", 443).is_none());
-        let err = allowlist(&strings(&["github.com"]), &[], &strings(&["*"]), false).unwrap_err();
+        let err = allowlist(&strings(&["github.com"]), &[], &strings(&["*"]), false, false).unwrap_err();
         assert!(
             err.to_string().starts_with("deny: invalid allowlist entry \"*\""),
             "{err}"
@@ -101,8 +146,8 @@ mod tests {
 
     #[test]
     fn a_learning_run_may_start_from_nothing() {
-        assert!(allowlist(&[], &[], &[], true).unwrap().is_empty());
-        assert!(allowlist(&strings(&["bad host"]), &[], &[], true).is_err());
+        assert!(allowlist(&[], &[], &[], true, false).unwrap().is_empty());
+        assert!(allowlist(&strings(&["bad host"]), &[], &[], true, false).is_err());
     }
 
     #[test]
@@ -123,6 +168,7 @@ mod tests {
                     "run needs an allowlist: --allow".into(),
                     "--allow-file PATH".into(),
                     "--learn".into(),
+                    "--ask".into(),
                 ],
             ),
             (&[], vec![empty.clone()], vec!["needs at least one entry".into()]),
@@ -148,7 +194,9 @@ mod tests {
             ),
         ];
         for (allow, files, words) in cases {
-            let err = allowlist(&strings(allow), &files, &[], false).unwrap_err().to_string();
+            let err = allowlist(&strings(allow), &files, &[], false, false)
+                .unwrap_err()
+                .to_string();
             for word in &words {
                 assert!(err.contains(word.as_str()), "{allow:?} {files:?}: {err}");
             }

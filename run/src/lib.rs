@@ -38,6 +38,7 @@ mod workload_env;
 pub use args::{BackendKind, RunArgs};
 pub use error::{RunError, EXIT_CRACKBOX_ERROR};
 pub use hold::hold;
+pub use summary::remedies;
 
 use args::Placement;
 use crackbox_policy::SandboxId;
@@ -63,9 +64,19 @@ fn execute(args: RunArgs) -> Result<i32, RunError> {
     let id = args.id.clone().unwrap_or_else(|| format!("run-{run_id}"));
     let id = SandboxId::parse(&id).map_err(|err| RunError::InvalidRegistration(err.into()))?;
     let learning = args.learning();
+    let own_proxy = !matches!(placement, Placement::DockerOnDaemon { .. });
+    let (policies, definitions) = allow::policies(&args.policies, own_proxy, &env)?;
     let plan = Plan {
-        allow: allow::allowlist(&args.allow, &args.allow_file, &args.deny, learning || args.ask)?,
+        allow: allow::allowlist(
+            &args.allow,
+            &args.allow_file,
+            &args.deny,
+            learning || args.ask,
+            !policies.is_empty(),
+        )?,
         bandwidth: args.bandwidth_cap()?,
+        policies,
+        definitions,
         learning,
         asking: args.ask,
         learn_file: args
@@ -80,7 +91,10 @@ fn execute(args: RunArgs) -> Result<i32, RunError> {
         tty: terminal::stdin_is_tty(),
         quiet: args.quiet,
     };
-    let proxy = JailProxy::from_env(&env)?;
+    let proxy = match args.ask {
+        true => JailProxy::from_env(&env)?.asking(args.ask_timeout, &env)?,
+        false => JailProxy::from_env(&env)?,
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -95,13 +95,15 @@ pub async fn run<B: Backend>(plan: &Plan, backend: &B) -> Result<i32, RunError> 
         }
     };
     tracing::debug!("workload done");
+    // No question is asked once the summary is out (the terminal is as it was).
+    let answered = asking.map(|asking| asking.stop());
     // A workload that never started moved nothing: its error is the one line.
     let learned = match (&registered, &outcome) {
         (Some((jail, scope)), Ok(_)) => timed("summary", conclude(plan, &jail.admin, *scope)).await,
         _ => Ok(()),
     };
-    if let Some(asking) = asking {
-        asking.finish(plan.quiet);
+    if let Some(answered) = answered {
+        answered.print(plan.quiet);
     }
     timed("teardown", journal.undo()).await;
     tracing::debug!("jail removed");
@@ -127,8 +129,9 @@ async fn conclude(plan: &Plan, admin: &Client, scope: Scope) -> Result<(), RunEr
     }
 }
 
-/// Registers the workload's source with the plan's allowlist and cap;
-/// returns, once the proxy enforces it, what the exit summary covers. On a
+/// Registers the workload's source with the plan's allowlist, cap and
+/// policies (storing the policies' definitions first on a proxy of the
+/// run's own); returns, once the proxy enforces it, what the exit summary covers. On a
 /// shared daemon the registration is recorded first (one that timed out may
 /// still be kept) and forgotten again when the daemon refused it (undoing
 /// it could remove someone else's).
@@ -147,6 +150,12 @@ async fn register(plan: &Plan, jail: &Jail, journal: &Journal) -> Result<Scope, 
         )?),
         false => None,
     };
+    for policy in &plan.definitions {
+        jail.admin
+            .put_policy(policy, None)
+            .await
+            .map_err(|e| admin::failed("storing the run's policies", &e))?;
+    }
     match jail.admin.register(&spec).await {
         Ok(_) => {
             tracing::debug!(source = %jail.source, "workload registered");

@@ -49,6 +49,7 @@ impl Engine {
             dns_listen: None,
             dns_upstream: None,
             steer: vec![],
+            steered_ports: Default::default(),
             threads,
             io_driver: driver,
             allow_private_destinations: true,
@@ -91,6 +92,7 @@ impl Engine {
             &mut self.control,
             &Message::Snapshot {
                 generation,
+                policies: Vec::new(),
                 registrations,
             },
         )?;

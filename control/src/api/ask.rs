@@ -12,8 +12,13 @@
 //! the request stays pending.
 
 use super::body::{self, LimitedBody};
-use super::routes::{authorise, enforced};
+use super::policies::{applied, fleet_failed};
+use super::routes::{authorise, enforced, not_applied};
+use super::ENFORCE_TIMEOUT;
 use super::{ApiError, AppState, ENGINE_REQUEST_TIMEOUT};
+use crate::registry::Change;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::Query;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
@@ -21,40 +26,110 @@ use axum::Json;
 use crackbox_policy::ask::{
     always_entry, Answer, DecideBody, DecidedRequest, Event, PendingAnswer, PendingId, Settlement,
 };
+use crackbox_policy::PolicyName;
 use futures_util::{Stream, StreamExt};
+use serde::Deserialize;
 use tokio::sync::broadcast::error::RecvError;
 
-/// `GET /v1/pending` -> `{"pending": [...]}`.
-pub async fn pending(State(state): State<AppState>) -> Result<Json<PendingAnswer>, ApiError> {
-    let pending = state.link.pending(ENGINE_REQUEST_TIMEOUT).await?;
+/// Query of `GET /v1/pending` and `POST /v1/pending/{id}`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FleetQuery {
+    /// `GET`: every node's pending requests (from etcd), not only this one's.
+    #[serde(default)]
+    fleet: bool,
+    /// `POST`: the node holding the request (another node's: the answer
+    /// goes to it through etcd).
+    node: Option<String>,
+}
+
+/// `GET /v1/pending[?fleet=true]` -> `{"pending": [...]}`.
+pub async fn pending(
+    State(state): State<AppState>,
+    query: Result<Query<FleetQuery>, QueryRejection>,
+) -> Result<Json<PendingAnswer>, ApiError> {
+    let Query(query) = query.map_err(|err| ApiError::bad_request(format!("query: {}", err.body_text())))?;
+    if !query.fleet {
+        let pending = state.link.pending(ENGINE_REQUEST_TIMEOUT).await?;
+        return Ok(Json(PendingAnswer { pending }));
+    }
+    let fleet = state
+        .fleet
+        .as_ref()
+        .ok_or_else(|| ApiError::bad_request("fleet: this daemon is no fleet node (no --fleet-etcd)"))?;
+    let pending = fleet.inbox().await.map_err(fleet_failed)?;
     Ok(Json(PendingAnswer { pending }))
 }
 
-/// `POST /v1/pending/{id} {"decision": "once" | "always" | "deny"}` -> the
-/// request as decided; 404 when it is not pending.
+/// `POST /v1/pending/{id}[?node=NODE] {"decision": "once" | "always" | "deny"}`
+/// -> the request as decided; 404 when it is not pending. With another
+/// node's name, the answer goes to that node through etcd.
 pub async fn decide(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(id): Path<String>,
+    query: Result<Query<FleetQuery>, QueryRejection>,
     body: Result<LimitedBody, ApiError>,
 ) -> Result<Json<DecidedRequest>, ApiError> {
     authorise(&state, &headers)?;
-    let number: PendingId = id.parse().map_err(|_| not_pending(&id))?;
-    let DecideBody { decision } = body::parse(body)?;
-    let decided = match decision {
-        Answer::Always => always(&state, number).await?,
-        answer => state
-            .link
-            .decide(number, answer, ENGINE_REQUEST_TIMEOUT)
-            .await?
-            .ok_or_else(|| not_pending(&id))?,
+    let Query(query) = query.map_err(|err| ApiError::bad_request(format!("query: {}", err.body_text())))?;
+    let number: PendingId = id.parse().map_err(|_| {
+        let message = format!("no pending request {id:?}: an id is a number (`crackbox pending` lists them)");
+        ApiError::new(StatusCode::NOT_FOUND, message)
+    })?;
+    let body: DecideBody = body::parse(body)?;
+    let elsewhere = match (&state.fleet, &query.node) {
+        (Some(fleet), Some(node)) if node != fleet.node() => Some((fleet, node)),
+        (None, Some(_)) => {
+            return Err(ApiError::bad_request(
+                "node: this daemon is no fleet node (no --fleet-etcd)",
+            ))
+        }
+        _ => None,
     };
-    tracing::info!(id = number, ip = %decided.request.ip, host = %decided.request.host, port = decided.request.port, %decision, settled = decided.decision.as_str(), "pending request decided");
+    let decided = match elsewhere {
+        Some((fleet, node)) => {
+            let request = fleet
+                .send_decision(node, number, &body, ENFORCE_TIMEOUT * 5 / 2)
+                .await
+                .map_err(fleet_failed)?
+                .ok_or_else(|| {
+                    ApiError::new(
+                        StatusCode::NOT_FOUND,
+                        format!("no pending request {number} on node {node:?}"),
+                    )
+                })?;
+            DecidedRequest {
+                request,
+                decision: body.decision.into(),
+                reason: None,
+                layer: None,
+            }
+        }
+        None => answer(&state, number, body).await?,
+    };
+    tracing::info!(id = number, ip = %decided.request.ip, host = %decided.request.host, port = decided.request.port, decision = decided.decision.as_str(), "pending request decided");
     Ok(Json(decided))
 }
 
-fn not_pending(id: &str) -> ApiError {
-    ApiError::new(StatusCode::NOT_FOUND, format!("no pending request {id:?}"))
+/// Answers this node's request `id` as `body` says (the admin API's
+/// `POST /v1/pending/{id}`, and an answer another node left in etcd).
+pub async fn answer(state: &AppState, id: PendingId, body: DecideBody) -> Result<DecidedRequest, ApiError> {
+    match (body.decision, body.policy) {
+        (Answer::Always, None) => always(state, id).await,
+        (Answer::Always, Some(policy)) => always_for_policy(state, id, policy).await,
+        (_, Some(_)) => Err(ApiError::bad_request("policy: only an always answer joins a policy")),
+        (answer, None) => state
+            .link
+            .decide(id, answer, ENGINE_REQUEST_TIMEOUT)
+            .await?
+            .ok_or_else(|| not_pending(state, id)),
+    }
+}
+
+/// 404 for this node's request `id`, which is not pending: what became of it.
+fn not_pending(state: &AppState, id: PendingId) -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, state.link.asks().fate(id).message(id))
 }
 
 fn conflict(message: &str) -> ApiError {
@@ -72,7 +147,7 @@ async fn always(state: &AppState, id: PendingId) -> Result<DecidedRequest, ApiEr
     let request = pending
         .into_iter()
         .find(|request| request.id == id)
-        .ok_or_else(|| not_pending(&id.to_string()))?;
+        .ok_or_else(|| not_pending(state, id))?;
     let entry = always_entry(&request.host, request.port).ok_or_else(|| conflict("the host is no name"))?;
     let current = state.registry.current();
     let registered = current
@@ -88,7 +163,7 @@ async fn always(state: &AppState, id: PendingId) -> Result<DecidedRequest, ApiEr
         .link
         .decide(id, Answer::Always, ENGINE_REQUEST_TIMEOUT)
         .await?
-        .ok_or_else(|| not_pending(&id.to_string()))?;
+        .ok_or_else(|| not_pending(state, id))?;
     if decided.decision != Settlement::Always {
         // Settled otherwise before the answer came (a snapshot refused it).
         return Ok(decided);
@@ -104,6 +179,57 @@ async fn always(state: &AppState, id: PendingId) -> Result<DecidedRequest, ApiEr
         return Err(conflict("the registration changed meanwhile"));
     }
     enforced(state, outcome.generation).await?;
+    Ok(decided)
+}
+
+/// Answers request `id` `always` for `policy`: the engine records the
+/// answer, then the name joins the policy (journaled here, or in a fleet
+/// written to etcd with a revision check and tried again on a conflict, so
+/// answers given at once on several nodes all land), and the snapshot that
+/// carries it lets the held connections through, here and on every sandbox
+/// naming the policy.
+async fn always_for_policy(state: &AppState, id: PendingId, policy: PolicyName) -> Result<DecidedRequest, ApiError> {
+    let pending = state.link.pending(ENGINE_REQUEST_TIMEOUT).await?;
+    let request = pending
+        .into_iter()
+        .find(|request| request.id == id)
+        .ok_or_else(|| not_pending(state, id))?;
+    let entry = always_entry(&request.host, request.port).ok_or_else(|| conflict("the host is no name"))?;
+    let current = state.registry.current();
+    let registered = current
+        .entries
+        .get(&request.ip)
+        .filter(|spec| spec.id.as_str() == request.sandbox)
+        .ok_or_else(|| conflict("the source was unregistered or registered again under another id"))?;
+    if !registered.names(&policy) {
+        return Err(conflict(&format!("the sandbox does not name policy {policy:?}")));
+    }
+    let decided = state
+        .link
+        .decide(id, Answer::Always, ENGINE_REQUEST_TIMEOUT)
+        .await?
+        .ok_or_else(|| not_pending(state, id))?;
+    if decided.decision != Settlement::Always {
+        return Ok(decided);
+    }
+    let generation = match &state.fleet {
+        Some(fleet) => {
+            let revision = fleet.allow_in_policy(&policy, &entry).await.map_err(fleet_failed)?;
+            applied(fleet, revision).await?
+        }
+        None => {
+            let change = Change::AllowInPolicy {
+                name: policy.clone(),
+                entry,
+            };
+            let outcome = state.registry.apply(change).await.map_err(not_applied)?;
+            if outcome.policy.is_none() {
+                return Err(conflict(&format!("policy {policy:?} is gone or full")));
+            }
+            outcome.generation
+        }
+    };
+    enforced(state, generation).await?;
     Ok(decided)
 }
 

@@ -1,6 +1,6 @@
 //! The admin API (docs/admin-api.md): register, unregister, batch, state (read and
-//! replace), health, metrics, denials, usage, and ask mode's pending
-//! requests, decisions and events.
+//! replace), named policies, health, metrics, denials, usage, and ask mode's
+//! pending requests, decisions and events.
 //!
 //! Every error is JSON `{"error": "..."}`. Mutations need the bearer secret
 //! when one is configured and are answered only once the engine enforces
@@ -13,8 +13,10 @@ mod body;
 mod bulk;
 mod error;
 mod observe;
+mod policies;
 mod routes;
 
+pub use ask::answer;
 pub use auth::Secret;
 pub use error::ApiError;
 
@@ -48,6 +50,8 @@ pub struct AppState {
     pub secret: Option<Arc<Secret>>,
     /// The forward proxy listener, for the health self-test.
     pub forward: SocketAddr,
+    /// The fleet's etcd, when the policies live there.
+    pub fleet: Option<crate::fleet::Fleet>,
 }
 
 /// The admin API's routes.
@@ -57,6 +61,11 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/unregister", post(routes::unregister))
         .route("/v1/state", get(routes::state).put(bulk::replace))
         .route("/v1/batch", post(bulk::batch))
+        .route("/v1/policies", get(policies::list))
+        .route(
+            "/v1/policies/{name}",
+            get(policies::get).put(policies::put).delete(policies::delete),
+        )
         .route("/v1/denials", get(observe::denials))
         .route("/v1/usage", get(observe::usage))
         .route("/health", get(observe::health))

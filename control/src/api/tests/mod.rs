@@ -40,7 +40,7 @@ async fn admin(secret: Option<&str>, engine: Engine, state_file: bool) -> Admin 
     if state_file {
         std::fs::create_dir(dir.path().join("state")).unwrap();
     }
-    let registry = Arc::new(Registry::load(store, vec![]));
+    let registry = Arc::new(Registry::load(store, vec![]).unwrap());
     let link = Arc::new(EngineLink::default());
     tokio::spawn(publisher::accept(
         publisher::bind(&socket).unwrap(),
@@ -53,6 +53,7 @@ async fn admin(secret: Option<&str>, engine: Engine, state_file: bool) -> Admin 
         link: link.clone(),
         secret: secret.map(|s| Arc::new(Secret::new(s))),
         forward: forward.local_addr().unwrap(),
+        fleet: None,
     };
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -61,6 +62,7 @@ async fn admin(secret: Option<&str>, engine: Engine, state_file: bool) -> Admin 
         tokio::spawn(fake_engine(socket.clone(), engine == Engine::Acking));
         let mut connected = 0;
         while !link.connected() && connected < 500 {
+            // Not synchronisation: the pause between two looks at the link, within 5 s.
             tokio::time::sleep(Duration::from_millis(10)).await;
             connected += 1;
         }
