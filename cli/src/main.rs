@@ -32,10 +32,7 @@ fn main() -> ExitCode {
         Command::Hold => return ExitCode::from(clamp_exit(crackbox_run::hold())),
         Command::Pending(args) => crackbox_control::ask_cmd::pending(args),
         Command::Decide(args) => crackbox_control::ask_cmd::decide(args),
-        Command::Presets => {
-            print_presets();
-            Ok(())
-        }
+        Command::Presets => print_presets(),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -83,12 +80,14 @@ fn run_engine(args: &EngineArgs) -> ExitCode {
 }
 
 /// `crackbox presets`: each preset's name and purpose, then its hosts.
-fn print_presets() {
+fn print_presets() -> anyhow::Result<()> {
     use crackbox_policy::{presets, PRESET_MARK};
+    let mut text = String::new();
     for preset in presets() {
-        println!("{PRESET_MARK}{:<12} {}", preset.name, preset.about);
-        println!("{:13} {}", "", preset.hosts.join(", "));
+        text.push_str(&format!("{PRESET_MARK}{:<12} {}\n", preset.name, preset.about));
+        text.push_str(&format!("{:13} {}\n", "", preset.hosts.join(", ")));
     }
+    crackbox_control::state_cmd::print(&text)
 }
 
 fn clamp_exit(code: i32) -> u8 {

@@ -29,7 +29,9 @@ pub use fleet::{Fleet, DEFAULT_FLEET_PREFIX};
 pub use origin::Origin;
 pub use policy_table::PolicyTable;
 pub use settings::parse_addr;
-pub use settings::{allow_private_destinations, policies_from_config, DockerWatch, Settings, DEFAULT_CONTROL_SOCKET};
+pub use settings::{
+    allow_private_destinations, ask_timeout, policies_from_config, DockerWatch, Settings, DEFAULT_CONTROL_SOCKET,
+};
 
 use crackbox_policy::engine_config::EngineConfig;
 
