@@ -13,7 +13,10 @@ fn main() -> ExitCode {
         eprintln!("crackbox: {err}");
         return ExitCode::FAILURE;
     }
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => return refused_command_line(&err),
+    };
     let result = match cli.command {
         Command::Proxy {
             command: ProxyCommand::Serve(args),
@@ -37,6 +40,21 @@ fn main() -> ExitCode {
             eprintln!("crackbox: {err:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// A command line clap does not take: help and version print and exit 0; a
+/// usage error exits 2, except for `run`, whose own failures all exit 125
+/// (as `docker run`'s do) so that none is taken for the command's exit code.
+fn refused_command_line(err: &clap::Error) -> ExitCode {
+    let _ = err.print();
+    if !err.use_stderr() {
+        return ExitCode::SUCCESS;
+    }
+    if std::env::args_os().nth(1).is_some_and(|command| command == "run") {
+        ExitCode::from(clamp_exit(crackbox_run::EXIT_CRACKBOX_ERROR))
+    } else {
+        ExitCode::from(2)
     }
 }
 

@@ -26,6 +26,7 @@ use axum::Json;
 use crackbox_policy::ask::{
     always_entry, Answer, DecideBody, DecidedRequest, Event, PendingAnswer, PendingId, Settlement,
 };
+use crackbox_policy::reason::Layer;
 use crackbox_policy::PolicyName;
 use futures_util::{Stream, StreamExt};
 use serde::Deserialize;
@@ -179,7 +180,7 @@ async fn always(state: &AppState, id: PendingId) -> Result<DecidedRequest, ApiEr
         return Err(conflict("the registration changed meanwhile"));
     }
     enforced(state, outcome.generation).await?;
-    Ok(decided)
+    Ok(answered(decided))
 }
 
 /// Answers request `id` `always` for `policy`: the engine records the
@@ -230,7 +231,17 @@ async fn always_for_policy(state: &AppState, id: PendingId, policy: PolicyName) 
         }
     };
     enforced(state, generation).await?;
-    Ok(decided)
+    Ok(answered(decided))
+}
+
+/// The request as its `always` answer let it through: the engine recorded
+/// the answer while the verdict was still "ask" (layer `mode`), but what let
+/// the held connections go is the answer, as the `decided` event says.
+fn answered(decided: DecidedRequest) -> DecidedRequest {
+    DecidedRequest {
+        layer: Some(Layer::Answer),
+        ..decided
+    }
 }
 
 /// `GET /v1/events`: `text/event-stream` of `pending` and `decided`
