@@ -44,14 +44,11 @@ pub struct Asks {
     pending_gauge: Gauge,
     decisions: Family<Labels, Counter>,
     time_to_decision: Histogram,
-    /// Set when the admin API shuts down: event streams end then.
-    closing: tokio::sync::watch::Sender<bool>,
 }
 
 impl Default for Asks {
     fn default() -> Self {
         Asks {
-            closing: tokio::sync::watch::Sender::new(false),
             events: broadcast::Sender::new(EVENTS_KEPT),
             pending: Mutex::default(),
             pending_gauge: Gauge::default(),
@@ -65,17 +62,6 @@ impl Asks {
     /// A new subscriber: every event from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<AskEvent> {
         self.events.subscribe()
-    }
-
-    /// Ends every event stream (the admin API is shutting down).
-    pub fn close(&self) {
-        self.closing.send_replace(true);
-    }
-
-    /// Completes once [`Asks::close`] was called.
-    pub async fn closed(&self) {
-        let mut closing = self.closing.subscribe();
-        let _ = closing.wait_for(|closed| *closed).await;
     }
 
     fn pending(&self) -> std::sync::MutexGuard<'_, HashSet<PendingId>> {
@@ -114,6 +100,11 @@ impl Asks {
                 .observe(now.saturating_sub(decided.request.since) as f64 / 1000.0);
         }
         let _ = self.events.send(AskEvent::Decided(decided));
+    }
+
+    /// Requests waiting now, as far as control heard.
+    pub fn pending_count(&self) -> usize {
+        self.pending().len()
     }
 
     /// The engine went away: what it held went with it.

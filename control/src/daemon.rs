@@ -1,6 +1,6 @@
 //! `proxy serve` and `proxy control`: settings, runtime, listeners, shutdown.
 
-use crate::api::{self, AppState, Secret};
+use crate::api::{self, AppState};
 use crate::publisher::{self, EngineLink};
 use crate::registry::Registry;
 use crate::supervisor::Supervisor;
@@ -86,12 +86,11 @@ async fn run_async(settings: Settings, mode: Mode) -> anyhow::Result<()> {
         }
         Mode::Control => None,
     };
-    let state = AppState {
-        registry,
-        link,
-        secret: settings.admin_secret.as_deref().map(|s| Arc::new(Secret::new(s))),
-        forward: settings.engine.listen,
-    };
+    let admin = admin_listener.local_addr().unwrap_or(settings.admin_listen);
+    let state = AppState::new(registry, link, settings.engine.listen, admin)
+        .with_secret(settings.admin_secret.as_deref())
+        .with_names(admin, &settings.admin_names)
+        .with_status(settings.engine.limits.ask_timeout, settings.console);
     let start_failure = supervisor.as_ref().map(Supervisor::start_failure);
     let stop = {
         let start_failure = start_failure.clone();

@@ -13,7 +13,13 @@
 //! ([`Message::Asked`], again for each still pending after a reconnect) and
 //! of each that ends ([`Message::Settled`]); control lists them with
 //! [`Message::PendingQuery`] and answers one with [`Message::Decide`].
+//! The console's event feed polls the engine's live figures and the denials
+//! recorded since it last asked with [`Message::FeedRequest`].
 //! Pure code: it is fuzzed as it runs.
+
+mod feed;
+
+pub use feed::FeedReport;
 
 use crate::ask::{Answer, DecidedRequest, PendingId, PendingRequest};
 use crate::reason::Reason;
@@ -23,8 +29,8 @@ use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 
 /// The protocol version both sides must speak (5: ask mode and its
-/// pending requests).
-pub const PROTOCOL: u32 = 5;
+/// pending requests; 6: the console's feed request).
+pub const PROTOCOL: u32 = 6;
 
 /// Largest frame accepted (a very large registry still fits).
 pub const MAX_FRAME: usize = 64 * 1024 * 1024;
@@ -149,6 +155,21 @@ pub enum Message {
         request: u64,
         /// The request decided; `None` when it was unknown or decided already.
         decided: Option<DecidedRequest>,
+    },
+    /// Ask the engine for its live figures and the denials it recorded
+    /// after the `denials_after`-th (control -> engine).
+    FeedRequest {
+        /// Echoed in the reply.
+        request: u64,
+        /// How many denials the asker has seen already (0: none).
+        denials_after: u64,
+    },
+    /// The answer to a [`Message::FeedRequest`] (engine -> control).
+    Feed {
+        /// The request this answers.
+        request: u64,
+        /// The figures and the newer denials.
+        report: FeedReport,
     },
 }
 

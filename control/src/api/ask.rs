@@ -1,5 +1,5 @@
-//! Ask mode's endpoints: the pending requests, deciding one, and the
-//! event stream (README, "Ask while it runs").
+//! Ask mode's endpoints: the pending requests and deciding one (README,
+//! "Ask while it runs"); their events are in `events`.
 //!
 //! The engine holds the connections and the requests: the list and a
 //! decision are asked of it. An `always` answer also adds the name to the
@@ -8,16 +8,12 @@
 use super::body::{self, LimitedBody};
 use super::routes::{authorise, enforced, store_failed};
 use super::{ApiError, AppState, STATS_TIMEOUT};
-use crate::asks::AskEvent;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::Json;
 use crackbox_policy::ask::{always_entry, Answer, DecideBody, DecidedRequest, PendingRequest};
 use crackbox_policy::{entries_from_config, parse_source_ip, Allowlist, RegistrationSpec};
-use futures_util::{Stream, StreamExt};
 use serde::Serialize;
-use tokio::sync::broadcast::error::RecvError;
 
 /// `GET /v1/pending` answer.
 #[derive(Debug, Serialize)]
@@ -81,24 +77,4 @@ async fn remember(state: &AppState, request: &PendingRequest) -> Result<(), ApiE
     widened.allowlist = Allowlist::with_deny(allow, spec.allowlist.denied().to_vec());
     let generation = state.registry.register(ip, widened).await.map_err(store_failed)?;
     enforced(state, generation).await
-}
-
-/// `GET /v1/events`: `text/event-stream` of `pending` and `decided`
-/// events (and `lagged` for a subscriber that fell behind), from now on.
-pub async fn events(State(state): State<AppState>) -> Sse<impl Stream<Item = Result<Event, axum::Error>>> {
-    let asks = std::sync::Arc::clone(state.link.asks());
-    let receiver = asks.subscribe();
-    let stream = futures_util::stream::unfold(receiver, |mut receiver| async move {
-        let event = match receiver.recv().await {
-            Ok(AskEvent::Pending(request)) => Event::default().event("pending").json_data(request),
-            Ok(AskEvent::Decided(decided)) => Event::default().event("decided").json_data(decided),
-            Err(RecvError::Lagged(missed)) => Ok(Event::default()
-                .event("lagged")
-                .data(format!("{{\"missed\":{missed}}}"))),
-            Err(RecvError::Closed) => return None,
-        };
-        Some((event, receiver))
-    });
-    let closing = async move { asks.closed().await };
-    Sse::new(stream.take_until(closing)).keep_alive(KeepAlive::default())
 }

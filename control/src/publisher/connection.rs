@@ -1,10 +1,10 @@
 //! One engine connection: handshake, the full snapshot, then deltas; acks,
-//! resync requests, and counter and usage requests.
+//! resync requests, and counter, usage and feed requests.
 
 use super::{frames, EngineLink, Query};
 use crate::registry::{Published, Registry, Update};
 use crackbox_policy::ask::{DecidedRequest, PendingRequest};
-use crackbox_policy::wire::{Message, Role, SourceUsage, StatsReport, WatchList, WireError, PROTOCOL};
+use crackbox_policy::wire::{FeedReport, Message, Role, SourceUsage, StatsReport, WatchList, WireError, PROTOCOL};
 use crackbox_policy::Generation;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -37,6 +37,7 @@ enum Waiting {
     Usage(oneshot::Sender<Vec<SourceUsage>>),
     Pending(oneshot::Sender<Vec<PendingRequest>>),
     Decide(oneshot::Sender<Option<DecidedRequest>>),
+    Feed(oneshot::Sender<FeedReport>),
 }
 
 impl Waiting {
@@ -47,6 +48,7 @@ impl Waiting {
             Waiting::Usage(reply) => reply.is_closed(),
             Waiting::Pending(reply) => reply.is_closed(),
             Waiting::Decide(reply) => reply.is_closed(),
+            Waiting::Feed(reply) => reply.is_closed(),
         }
     }
 }
@@ -114,6 +116,9 @@ pub(super) async fn run(stream: UnixStream, registry: Arc<Registry>, link: Arc<E
                     Query::Decide(id, decision, reply) => {
                         (Waiting::Decide(reply), Message::Decide { request, id, decision })
                     }
+                    Query::Feed(denials_after, reply) => {
+                        (Waiting::Feed(reply), Message::FeedRequest { request, denials_after })
+                    }
                 };
                 pending.insert(request, waiting);
                 outcome = send(&mut writer, message).await;
@@ -144,6 +149,11 @@ pub(super) async fn run(stream: UnixStream, registry: Arc<Registry>, link: Arc<E
                 Some(Ok(Message::DecideOutcome { request, decided })) => {
                     if let Some(Waiting::Decide(waiting)) = pending.remove(&request) {
                         let _ = waiting.send(decided);
+                    }
+                }
+                Some(Ok(Message::Feed { request, report })) => {
+                    if let Some(Waiting::Feed(waiting)) = pending.remove(&request) {
+                        let _ = waiting.send(report);
                     }
                 }
                 Some(Ok(Message::Asked { pending: request })) => link.asks.asked(request),

@@ -15,7 +15,7 @@ pub use socket::bind;
 use crate::asks::Asks;
 use crate::registry::Registry;
 use crackbox_policy::ask::{Answer, DecidedRequest, PendingId, PendingRequest};
-use crackbox_policy::wire::{SourceUsage, StatsReport, UsageQuery, WatchList};
+use crackbox_policy::wire::{FeedReport, SourceUsage, StatsReport, UsageQuery, WatchList};
 use crackbox_policy::Generation;
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,6 +44,8 @@ enum Query {
     Pending(oneshot::Sender<Vec<PendingRequest>>),
     /// A decision on a pending request: the request decided, if it was pending.
     Decide(PendingId, Answer, oneshot::Sender<Option<DecidedRequest>>),
+    /// The console feed's figures and the denials after the given number.
+    Feed(u64, oneshot::Sender<FeedReport>),
 }
 
 /// Why counters or usage could not be fetched from the engine.
@@ -127,6 +129,12 @@ impl EngineLink {
         timeout: Duration,
     ) -> Result<Option<DecidedRequest>, StatsError> {
         self.ask(|reply| Query::Decide(id, answer, reply), timeout).await
+    }
+
+    /// Asks the engine for its live figures and the denials it recorded
+    /// after the `denials_after`-th (the console's event feed).
+    pub async fn feed(&self, denials_after: u64, timeout: Duration) -> Result<FeedReport, StatsError> {
+        self.ask(|reply| Query::Feed(denials_after, reply), timeout).await
     }
 
     /// The events and figures of the engine's pending requests.

@@ -4,7 +4,7 @@
 //! control plane, swaps in the full snapshot it gets first and then each
 //! delta applied to the snapshot in force (O(change)), acks each generation,
 //! asks for a full snapshot when a delta does not follow on from the one in
-//! force, and answers stats and usage requests. When control goes away the last snapshot stays in force
+//! force, and answers stats, usage and feed requests. When control goes away the last snapshot stays in force
 //! and the link reconnects with backoff. A full snapshot is built on the one
 //! in force, so the usage counters of sources registered under the same id
 //! survive a reconnect (a control restart). Ask mode: it hands control's
@@ -20,7 +20,7 @@ use crackbox_policy::ask::Answer;
 use crackbox_policy::reason::Reason;
 use crackbox_policy::registry::Registry;
 use crackbox_policy::watch::{Watch, Watched};
-use crackbox_policy::wire::{self, Message, Role, WireError, PROTOCOL};
+use crackbox_policy::wire::{self, FeedReport, Message, Role, WireError, PROTOCOL};
 use crackbox_policy::{Generation, RegistrationSpec, Snapshot, SourceChange};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -41,6 +41,8 @@ pub(crate) struct Engine {
     pub(crate) stats: Arc<Stats>,
     pub(crate) admission: Arc<Admission>,
     pub(crate) asks: Arc<Asks>,
+    /// The io driver the core threads run on (the console's header).
+    pub(crate) io_driver: &'static str,
 }
 
 /// Starts the link thread (and the thread that frees retired snapshots).
@@ -163,6 +165,17 @@ fn session(
                 request,
                 sources: usage_report::report(&engine.registry.load(), &query, &engine.admission),
             }),
+            Message::FeedRequest { request, denials_after } => {
+                let (denials_recorded, denials) = engine.stats.denials_after(denials_after);
+                let report = FeedReport {
+                    io_driver: engine.io_driver.to_owned(),
+                    active_tunnels: engine.stats.active_tunnels(),
+                    connections: engine.admission.total() as u64,
+                    denials_recorded,
+                    denials,
+                };
+                Some(Message::Feed { request, report })
+            }
             Message::PendingQuery { request } => Some(Message::PendingList {
                 request,
                 pending: engine.asks.list(),

@@ -55,6 +55,11 @@ impl Admission {
         })
     }
 
+    /// Client connections open now, all sources together.
+    pub fn total(&self) -> usize {
+        self.total.load(Ordering::Relaxed)
+    }
+
     /// Connections open now, by source (sources with none are left out).
     pub fn open_connections(&self) -> FxHashMap<IpAddr, usize> {
         self.per_source.lock().unwrap_or_else(|p| p.into_inner()).clone()

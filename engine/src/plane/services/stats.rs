@@ -96,6 +96,9 @@ impl RecentDenial {
 pub struct Stats {
     decisions: Mutex<DecisionCounts>,
     denials: Mutex<VecDeque<RecentDenial>>,
+    /// Denials recorded since start (the newest one's number), moved under
+    /// the lock of `denials`, so the two are read consistently.
+    denials_recorded: AtomicU64,
     /// The id counted for unregistered sources (empty), shared so a denial
     /// allocates none.
     no_id: Arc<str>,
@@ -202,6 +205,7 @@ impl Stats {
             reason,
             enforced,
         });
+        self.denials_recorded.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Whether a denial of `source` in `second` may be logged. Only the
@@ -321,6 +325,24 @@ impl Stats {
     }
 }
 
+impl Stats {
+    /// The number of the newest denial and the denials after the
+    /// `after`-th still in the ring, oldest first (the console's feed); the
+    /// decision counts are not touched.
+    pub fn denials_after(&self, after: u64) -> (u64, Vec<Denial>) {
+        let ring = lock(&self.denials);
+        let recorded = self.denials_recorded.load(Ordering::Relaxed);
+        let newer = usize::try_from(recorded.saturating_sub(after)).unwrap_or(usize::MAX);
+        let skip = ring.len().saturating_sub(newer);
+        (recorded, ring.iter().skip(skip).map(RecentDenial::to_wire).collect())
+    }
+
+    /// Tunnels and forwarded connections open now.
+    pub fn active_tunnels(&self) -> u64 {
+        self.active.load(Ordering::Relaxed)
+    }
+}
+
 /// Keeps one tunnel counted as active while alive.
 pub struct ActiveTunnel(Arc<Stats>);
 
@@ -389,6 +411,26 @@ mod tests {
             "apart from the denials"
         );
         assert_eq!(count("", Some(Reason::Unregistered), true), 1);
+    }
+
+    #[test]
+    fn the_feed_gets_only_the_denials_after_the_ones_it_saw() {
+        let stats = Stats::new(0);
+        let deny = |host: &str| stats.record_denied("127.0.0.2".parse().unwrap(), None, host, 443, Reason::NotAllowed);
+        assert_eq!(stats.denials_after(0), (0, vec![]));
+        deny("a.test");
+        deny("b.test");
+        let hosts = |(n, denials): (u64, Vec<Denial>)| (n, denials.into_iter().map(|d| d.host).collect::<Vec<_>>());
+        assert_eq!(hosts(stats.denials_after(0)), (2, vec!["a.test".into(), "b.test".into()]));
+        assert_eq!(hosts(stats.denials_after(1)), (2, vec!["b.test".into()]));
+        assert_eq!(hosts(stats.denials_after(2)), (2, vec![]));
+        for i in 0..DENIAL_RING + 3 {
+            deny(&format!("h{i}.test"));
+        }
+        let (recorded, denials) = stats.denials_after(1);
+        assert_eq!(recorded, DENIAL_RING as u64 + 5);
+        assert_eq!(denials.len(), DENIAL_RING, "what left the ring is gone");
+        assert_eq!(denials[0].host, "h3.test");
     }
 
     #[test]
