@@ -47,6 +47,8 @@ pub struct Status {
     pub ask_timeout_ms: u64,
     /// Whether the console is served.
     pub console: bool,
+    /// Whether changes need the bearer secret.
+    pub auth: bool,
     /// crackbox's version.
     pub version: &'static str,
 }
@@ -62,6 +64,8 @@ pub struct StatusSource {
     pub ask_timeout: Duration,
     /// Whether the console is served.
     pub console: bool,
+    /// Whether changes need the bearer secret.
+    pub auth: bool,
 }
 
 impl StatusSource {
@@ -84,6 +88,7 @@ impl StatusSource {
             tunnels: figures.map_or(0, |report| report.active_tunnels),
             ask_timeout_ms: u64::try_from(self.ask_timeout.as_millis()).unwrap_or(u64::MAX),
             console: self.console,
+            auth: self.auth,
             version: env!("CARGO_PKG_VERSION"),
         }
     }

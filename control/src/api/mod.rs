@@ -13,6 +13,7 @@ mod ask;
 mod auth;
 mod body;
 mod bulk;
+mod console;
 mod error;
 mod events;
 mod guard;
@@ -76,6 +77,7 @@ impl AppState {
             link: Arc::clone(&link),
             ask_timeout: DEFAULT_ASK_TIMEOUT,
             console: true,
+            auth: false,
         };
         AppState {
             feed: crate::feed::start(&status),
@@ -91,6 +93,7 @@ impl AppState {
     /// The same with mutations needing `secret`.
     pub fn with_secret(mut self, secret: Option<&str>) -> Self {
         self.secret = secret.map(|secret| Arc::new(Secret::new(secret)));
+        self.status.auth = self.secret.is_some();
         self
     }
 
@@ -124,6 +127,10 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/pending/{id}", post(ask::decide))
         .route("/v1/events", get(events::events))
         .route("/v1/status", get(observe::status))
+        .route("/v1/auth", post(routes::check_secret))
+        .route("/", get(console::index))
+        .route("/console", get(console::index))
+        .route("/console/{file}", get(console::asset))
         .fallback(error::not_found)
         .method_not_allowed_fallback(error::method_not_allowed)
         .with_state(state)
