@@ -6,6 +6,7 @@ use crate::url::{query_value, AdminUrl};
 use crate::{BulkAnswer, Denial, Error, Health, HealthAnswer, RegistrationSpec, SourceUsage};
 use crackbox_policy::admin_body::{BatchBody, ErrorAnswer, UnregisterAnswer, UnregisterBody};
 use crackbox_policy::ask::{self, DecideBody, DecidedRequest, PendingId, PendingRequest};
+use crackbox_policy::grant::{DecideAnswer, Grant, Period};
 use hyper::Method;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -265,7 +266,39 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn decide(&self, id: PendingId, decision: ask::Answer) -> Result<DecidedRequest, Error> {
-        self.post(&format!("/v1/pending/{id}"), &DecideBody { decision }).await
+        let body = DecideBody { decision, period: None };
+        self.post(&format!("/v1/pending/{id}"), &body).await
+    }
+
+    /// Answers pending request `id` `always` for `period` only: the name
+    /// joins the registration's allowlist and leaves it again then (a grant
+    /// that expires, kept across restarts). The answer says which entry
+    /// and until when.
+    ///
+    /// ```no_run
+    /// # async fn demo(admin: crackbox_client::Client) -> Result<(), crackbox_client::Error> {
+    /// let period = crackbox_client::Period::parse("30m").expect("a period");
+    /// let answer = admin.decide_for(7, period).await?;
+    /// if let Some(grant) = answer.grant {
+    ///     println!("{} allowed until {:?}", grant.entry, grant.expires);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn decide_for(&self, id: PendingId, period: Period) -> Result<DecideAnswer, Error> {
+        let body = DecideBody {
+            decision: ask::Answer::Always,
+            period: Some(period),
+        };
+        self.post(&format!("/v1/pending/{id}"), &body).await
+    }
+
+    /// Removes the grant of `entry` (an entry an ask answer added) from the
+    /// registration of `ip`: `DELETE /v1/grants/{ip}/{entry}`, answered once
+    /// the engine enforces it; the grant removed.
+    pub async fn revoke_grant(&self, ip: IpAddr, entry: &str) -> Result<Grant, Error> {
+        let path = format!("/v1/grants/{}/{}", query_value(&ip.to_string()), query_value(entry));
+        let answer = self.send(Method::DELETE, &path, None).await?;
+        self.success(&answer)
     }
 
     /// Subscribes to `GET /v1/events`: every `pending` and `decided` event

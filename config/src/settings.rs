@@ -198,7 +198,10 @@ impl Settings {
             config.admin.names.clone(),
             list,
         )?;
-        let admin_names = admin_names.map(|given| given.check(host_names)).transpose()?.unwrap_or_default();
+        let admin_names = admin_names
+            .map(|given| given.check(host_names))
+            .transpose()?
+            .unwrap_or_default();
         // `--admin :PORT`, the documented form, names no interface: without
         // a secret it can only mean loopback, never every interface.
         let admin_narrowed = admin_host_less && admin_secret.is_none();

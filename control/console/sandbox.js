@@ -16,7 +16,7 @@ function source(spec, entry) {
   if (origin && origin.from === 'ask') return 'ask answer';
   if (origin && origin.from === 'preset') return 'preset ' + origin.name;
   if (origin && origin.from === 'file') return 'file ' + origin.name;
-  return ORIGINS[spec.origin] || spec.origin || 'registration';
+  return ORIGINS[spec.origin || 'api'];
 }
 
 function expiry(spec, entry, now) {
@@ -66,7 +66,7 @@ function facts(spec) {
   const rows = [
     ['Address', spec.ip],
     ['Mode', spec.mode || 'enforce'],
-    ['Registered by', ORIGINS[spec.origin] || spec.origin || 'unknown (an older state file)'],
+    ['Registered by', ORIGINS[spec.origin || 'api']],
     ['Cap', spec.bandwidth ? bytes(spec.bandwidth) + '/s each way' : 'none'],
   ];
   if (usage) {

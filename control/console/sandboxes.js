@@ -32,7 +32,7 @@ export function sandboxes() {
     }
     sandbox.ips.push(spec.ip);
     sandbox.modes.add(spec.mode || 'enforce');
-    sandbox.origins.add(spec.origin || '-');
+    sandbox.origins.add(spec.origin || 'api');
     sandbox.entries = Math.max(sandbox.entries, spec.allowlist.length);
     const usage = state.usage.get(spec.ip);
     if (!usage) continue;

@@ -8,7 +8,7 @@
 
 use crate::state_cmd::{unreachable_hint, DEFAULT_ADMIN_URL};
 use anyhow::Context;
-use crackbox_client::{live_runs, Answer, Client, PendingRequest};
+use crackbox_client::{live_runs, Answer, Client, PendingRequest, Period};
 use std::io::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -35,6 +35,11 @@ pub struct DecideArgs {
     /// allowlist; deny: refuse them.
     #[arg(value_parser = ["once", "always", "deny"])]
     pub decision: String,
+
+    /// With always: keep the name only this long (90s, 30m, 8h, 2d, 1h30m), then it
+    /// leaves the allowlist again.
+    #[arg(long = "for", value_name = "PERIOD", value_parser = Period::parse)]
+    pub period: Option<Period>,
 
     /// Admin API URL [env CRACKBOX_ADMIN; default: the newest live `crackbox run --ask`,
     /// else http://127.0.0.1:3129].
@@ -73,16 +78,33 @@ pub fn pending(args: PendingArgs) -> anyhow::Result<()> {
         .context("cannot write to stdout")
 }
 
-/// `crackbox decide ID once|always|deny`.
+/// `crackbox decide ID once|always|deny [--for PERIOD]`.
 pub fn decide(args: DecideArgs) -> anyhow::Result<()> {
-    let (url, client) = admin(args.admin)?;
     let answer = Answer::parse(&args.decision).context("the decision is once, always or deny")?;
-    let decided = client
-        .decide(args.id, answer)
-        .map_err(|err| unreachable_hint(&url, err))?;
-    let request = decided.request;
+    if args.period.is_some() && answer != Answer::Always {
+        anyhow::bail!("--for goes only with always (a grant for a while)");
+    }
+    let (url, client) = admin(args.admin)?;
+    let (request, until) = match args.period {
+        Some(period) => {
+            let answer = client
+                .decide_for(args.id, period)
+                .map_err(|err| unreachable_hint(&url, err))?;
+            let until = answer
+                .grant
+                .and_then(|grant| grant.expires)
+                .map(|_| format!(" for {period}"));
+            (answer.decided.request, until.unwrap_or_default())
+        }
+        None => {
+            let decided = client
+                .decide(args.id, answer)
+                .map_err(|err| unreachable_hint(&url, err))?;
+            (decided.request, String::new())
+        }
+    };
     println!(
-        "{} {}:{} for {}: {answer}",
+        "{} {}:{} for {}: {answer}{until}",
         request.id, request.host, request.port, request.sandbox
     );
     Ok(())

@@ -49,6 +49,7 @@ pub mod asks;
 mod daemon;
 pub mod docker_watch;
 pub mod feed;
+pub mod grants;
 pub mod metrics;
 pub mod publisher;
 pub mod registry;

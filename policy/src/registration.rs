@@ -6,14 +6,16 @@
 //! label, a `--register` flag or `crackbox run` through
 //! [`RegistrationSpec::parse`]), and is a typed value from then on: a
 //! canonical [`IpAddr`], a [`SandboxId`], a compiled [`Allowlist`] with its
-//! presets expanded, an optional [`Bandwidth`] and a [`Mode`]. Nothing
-//! downstream validates it again. Its JSON is the registration object of the
-//! admin API, the state file and the wire protocol (docs/admin-api.md).
+//! presets expanded, an optional [`Bandwidth`] and a [`Mode`], and where it
+//! and its entries came from (`provenance`). Nothing downstream validates
+//! it again. Its JSON is the registration object of the admin API, the
+//! state file and the wire protocol (docs/admin-api.md).
 
 use super::allowlist::{entries_from_config, entry_texts, Allowlist, ListError};
 use super::bandwidth::{Bandwidth, BandwidthError};
 use super::entry::AllowEntry;
 use super::mode::Mode;
+use super::provenance::{EntryOrigins, Origin, WrittenList};
 use super::source::{canonical_ip, parse_source_ip, SourceIpError};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
@@ -42,6 +44,12 @@ pub struct RegistrationSpec {
     /// `enforce` (left out of the JSON) or `report`: what the allowlist
     /// does not allow is let through and recorded instead of denied.
     pub mode: Mode,
+    /// How it was registered (JSON `origin`); `None`, left out: not known
+    /// (a state file from before it was recorded).
+    pub origin: Option<Origin>,
+    /// Where its entries that came another way than its own list came from
+    /// (JSON `origins`, left out when empty); only entries of its lists.
+    pub origins: EntryOrigins,
 }
 
 /// The JSON object field by field, each field parsed into its type as it
@@ -53,26 +61,34 @@ struct Fields {
     #[serde(with = "source_ip_text")]
     ip: IpAddr,
     id: SandboxId,
-    #[serde(with = "entry_texts")]
-    allowlist: Vec<AllowEntry>,
+    allowlist: WrittenList,
     #[serde(default, with = "entry_texts", skip_serializing_if = "Vec::is_empty")]
     deny: Vec<AllowEntry>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     bandwidth: Option<Bandwidth>,
     #[serde(default, skip_serializing_if = "Mode::is_enforce")]
     mode: Mode,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    origin: Option<Origin>,
+    #[serde(default, skip_serializing_if = "EntryOrigins::is_empty")]
+    origins: EntryOrigins,
 }
 crate::object_only!(Fields, Serialize);
 
 impl From<Fields> for RegistrationSpec {
     fn from(fields: Fields) -> Self {
+        let mut origins = fields.origins;
+        origins.merge(fields.allowlist.presets);
         RegistrationSpec {
             ip: fields.ip,
             id: fields.id,
-            allowlist: Allowlist::with_deny(fields.allowlist, fields.deny),
+            allowlist: Allowlist::with_deny(fields.allowlist.entries, fields.deny),
             bandwidth: fields.bandwidth,
             mode: fields.mode,
+            origin: fields.origin,
+            origins: EntryOrigins::new(),
         }
+        .with_origins(origins)
     }
 }
 
@@ -81,10 +97,12 @@ impl From<RegistrationSpec> for Fields {
         Fields {
             ip: spec.ip,
             id: spec.id,
-            allowlist: spec.allowlist.entries().to_vec(),
+            allowlist: WrittenList::from(spec.allowlist.entries().to_vec()),
             deny: spec.allowlist.denied().to_vec(),
             bandwidth: spec.bandwidth,
             mode: spec.mode,
+            origin: spec.origin,
+            origins: spec.origins,
         }
     }
 }
@@ -118,6 +136,8 @@ impl RegistrationSpec {
             allowlist,
             bandwidth: None,
             mode: Mode::Enforce,
+            origin: None,
+            origins: EntryOrigins::new(),
         }
     }
 
@@ -130,11 +150,12 @@ impl RegistrationSpec {
     /// assert_eq!(serde_json::to_string(&spec).unwrap(), r#"{"ip":"10.0.0.2","id":"agent","allowlist":["pypi.org"]}"#);
     /// ```
     pub fn parse<S: AsRef<str>>(ip: &str, id: &str, allowlist: &[S]) -> Result<Self, SpecError> {
-        Ok(RegistrationSpec::new(
+        let spec = RegistrationSpec::new(
             parse_source_ip(ip)?,
             SandboxId::parse(id)?,
             Allowlist::from_config(allowlist)?,
-        ))
+        );
+        Ok(spec.with_origins(EntryOrigins::of_presets(allowlist)))
     }
 
     /// The same registration with `deny` (entries as written, presets
@@ -170,6 +191,36 @@ impl RegistrationSpec {
     /// ```
     pub fn with_mode(mut self, mode: Mode) -> Self {
         self.mode = mode;
+        self
+    }
+
+    /// The same registration, registered by `origin`.
+    pub fn with_origin(mut self, origin: Origin) -> Self {
+        self.origin = Some(origin);
+        self
+    }
+
+    /// The same registration with `origins` recorded besides those it
+    /// holds (what it holds wins), of the entries of its lists only.
+    ///
+    /// ```
+    /// use crackbox_policy::{EntryOrigin, EntryOrigins, RegistrationSpec};
+    /// let spec = RegistrationSpec::parse("10.0.0.2", "agent", &["@pypi", "a.test"]).unwrap();
+    /// assert_eq!(spec.origins.get("pypi.org:443"), Some(&EntryOrigin::Preset { name: "@pypi".into() }));
+    /// let spec = spec.with_origins(EntryOrigins::of_file(&["a.test", "gone.test"], "x.allow"));
+    /// assert_eq!(spec.origins.get("a.test"), Some(&EntryOrigin::File { name: "x.allow".into() }));
+    /// assert_eq!(spec.origins.get("gone.test"), None, "not in the lists");
+    /// ```
+    pub fn with_origins(mut self, origins: EntryOrigins) -> Self {
+        self.origins.merge(origins);
+        let listed: std::collections::HashSet<String> = self
+            .allowlist
+            .entries()
+            .iter()
+            .chain(self.allowlist.denied())
+            .map(ToString::to_string)
+            .collect();
+        self.origins.retain(|entry| listed.contains(entry));
         self
     }
 }

@@ -5,19 +5,27 @@
 //! allow files; never touches Docker, the network or a process.
 
 use crate::error::RunError;
-use crackbox_policy::{entries_from_config, parse_allow_file, Allowlist, ListError, SpecError};
+use crackbox_policy::{entries_from_config, parse_allow_file, Allowlist, EntryOrigins, ListError, SpecError};
 use std::path::{Path, PathBuf};
 
 /// The compiled allowlist of `--allow` and `--allow-file` (in that order)
-/// with the `--deny` entries; empty only when the run `learning` lets
-/// everything through anyway.
-pub fn allowlist(allow: &[String], files: &[PathBuf], deny: &[String], learning: bool) -> Result<Allowlist, RunError> {
+/// with the `--deny` entries, and which entries came from a preset or a
+/// file; empty only when the run `learning` lets everything through anyway.
+pub fn allowlist(
+    allow: &[String],
+    files: &[PathBuf],
+    deny: &[String],
+    learning: bool,
+) -> Result<(Allowlist, EntryOrigins), RunError> {
     if allow.is_empty() && files.is_empty() && !learning {
         return Err(RunError::NoAllowlist);
     }
     let mut entries = allow.to_vec();
+    let mut origins = EntryOrigins::of_presets(allow);
     for path in files {
-        entries.extend(read_allow_file(path)?);
+        let lines = read_allow_file(path)?;
+        origins.merge(EntryOrigins::of_file(&lines, &path.display().to_string()));
+        entries.extend(lines);
     }
     if entries.is_empty() && !learning {
         return Err(RunError::EmptyAllow);
@@ -27,7 +35,7 @@ pub fn allowlist(allow: &[String], files: &[PathBuf], deny: &[String], learning:
         other => RunError::InvalidRegistration(SpecError::Allowlist(other)),
     })?;
     let deny = entries_from_config(deny).map_err(|err| RunError::InvalidRegistration(SpecError::Deny(err)))?;
-    Ok(Allowlist::with_deny(allow, deny))
+    Ok((Allowlist::with_deny(allow, deny), origins))
 }
 
 /// The entries of the allow file at `path`; an error names the file and,
@@ -77,7 +85,7 @@ mod tests {
         ];
         for (allow, files, want) in cases {
             assert_eq!(
-                allowlist(&strings(allow), &files, &[], false).unwrap().texts(),
+                allowlist(&strings(allow), &files, &[], false).unwrap().0.texts(),
                 want,
                 "{allow:?} {files:?}"
             );
@@ -86,7 +94,7 @@ mod tests {
 
     #[test]
     fn deny_entries_join_the_list_and_are_checked_like_allow_entries() {
-        let list = allowlist(&strings(&["github.com"]), &[], &strings(&["Gist.GitHub.com"]), false).unwrap();
+        let (list, _) = allowlist(&strings(&["github.com"]), &[], &strings(&["Gist.GitHub.com"]), false).unwrap();
         assert_eq!(
             (list.texts(), list.denied_texts()),
             (strings(&["github.com"]), strings(&["gist.github.com"]))
@@ -101,7 +109,7 @@ mod tests {
 
     #[test]
     fn a_learning_run_may_start_from_nothing() {
-        assert!(allowlist(&[], &[], &[], true).unwrap().is_empty());
+        assert!(allowlist(&[], &[], &[], true).unwrap().0.is_empty());
         assert!(allowlist(&strings(&["bad host"]), &[], &[], true).is_err());
     }
 

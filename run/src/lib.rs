@@ -63,8 +63,10 @@ fn execute(args: RunArgs) -> Result<i32, RunError> {
     let id = args.id.clone().unwrap_or_else(|| format!("run-{run_id}"));
     let id = SandboxId::parse(&id).map_err(|err| RunError::InvalidRegistration(err.into()))?;
     let learning = args.learning();
+    let (allow, origins) = allow::allowlist(&args.allow, &args.allow_file, &args.deny, learning || args.ask)?;
     let plan = Plan {
-        allow: allow::allowlist(&args.allow, &args.allow_file, &args.deny, learning || args.ask)?,
+        allow,
+        origins,
         bandwidth: args.bandwidth_cap()?,
         learning,
         asking: args.ask,

@@ -4,7 +4,7 @@
 //! user's terminal.
 
 use crate::learn_file::LearnFile;
-use crackbox_policy::{Allowlist, Bandwidth, Mode, RegistrationSpec, SandboxId};
+use crackbox_policy::{Allowlist, Bandwidth, EntryOrigins, Mode, Origin, RegistrationSpec, SandboxId};
 use std::net::IpAddr;
 
 /// One run, as every backend sees it.
@@ -16,6 +16,8 @@ pub struct Plan {
     pub id: SandboxId,
     /// The compiled allowlist (presets expanded).
     pub allow: Allowlist,
+    /// Which of its entries came from a preset or an allow file.
+    pub origins: EntryOrigins,
     /// The bandwidth cap (`--bandwidth`), if any.
     pub bandwidth: Option<Bandwidth>,
     /// Whether the run learns (`--learn`): its source is registered
@@ -47,5 +49,7 @@ impl Plan {
         RegistrationSpec::new(source, self.id.clone(), self.allow.clone())
             .with_bandwidth(self.bandwidth)
             .with_mode(mode)
+            .with_origin(Origin::Run)
+            .with_origins(self.origins.clone())
     }
 }

@@ -23,7 +23,11 @@ const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Where Chromium and chromedriver are looked for, in order.
-const CHROMIUM: [&str; 3] = ["/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome"];
+const CHROMIUM: [&str; 3] = [
+    "/usr/bin/chromium",
+    "/usr/bin/chromium-browser",
+    "/usr/bin/google-chrome",
+];
 const CHROMEDRIVER: [&str; 2] = ["/usr/bin/chromedriver", "/usr/lib/chromium/chromedriver"];
 
 /// A WebDriver error answer.
@@ -112,7 +116,9 @@ impl Browser {
             session: String::new(),
             _profile: profile,
         };
-        let answer = browser.call("POST", "/session", Some(&capabilities)).expect("a WebDriver session");
+        let answer = browser
+            .call("POST", "/session", Some(&capabilities))
+            .expect("a WebDriver session");
         browser.session = answer["sessionId"].as_str().expect("a session id").to_owned();
         browser
     }
@@ -125,13 +131,17 @@ impl Browser {
             message,
         };
         let mut stream = TcpStream::connect(self.addr).map_err(|e| failed(e.to_string()))?;
-        stream.set_read_timeout(Some(COMMAND_TIMEOUT)).map_err(|e| failed(e.to_string()))?;
+        stream
+            .set_read_timeout(Some(COMMAND_TIMEOUT))
+            .map_err(|e| failed(e.to_string()))?;
         let request = format!(
             "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
             self.addr,
             body.len()
         );
-        stream.write_all(request.as_bytes()).map_err(|e| failed(e.to_string()))?;
+        stream
+            .write_all(request.as_bytes())
+            .map_err(|e| failed(e.to_string()))?;
         let json = read_answer(&mut stream).map_err(|e| failed(e.to_string()))?;
         let answer: Value = serde_json::from_str(&json).map_err(|e| failed(format!("{e}: {json}")))?;
         let value = answer.get("value").cloned().unwrap_or(Value::Null);
@@ -165,7 +175,11 @@ impl Browser {
 
     /// The elements `css` selects now.
     pub fn find_all(&self, css: &str) -> Vec<Element> {
-        let found = self.must("POST", "/elements", Some(&json!({"using": "css selector", "value": css})));
+        let found = self.must(
+            "POST",
+            "/elements",
+            Some(&json!({"using": "css selector", "value": css})),
+        );
         found
             .as_array()
             .map(|items| items.iter().filter_map(element_of).collect())
@@ -174,7 +188,11 @@ impl Browser {
 
     /// The first element `css` selects now, if any.
     pub fn find(&self, css: &str) -> Option<Element> {
-        match self.session_call("POST", "/element", Some(&json!({"using": "css selector", "value": css}))) {
+        match self.session_call(
+            "POST",
+            "/element",
+            Some(&json!({"using": "css selector", "value": css})),
+        ) {
             Ok(found) => element_of(&found),
             Err(err) if err.error == "no such element" => None,
             Err(err) => panic!("find {css}: {err:?}"),
@@ -218,7 +236,11 @@ impl Browser {
 
     /// Types `text` into `element`.
     pub fn type_into(&self, element: &Element, text: &str) {
-        self.must("POST", &format!("/element/{}/value", element.0), Some(&json!({ "text": text })));
+        self.must(
+            "POST",
+            &format!("/element/{}/value", element.0),
+            Some(&json!({ "text": text })),
+        );
     }
 
     /// Presses keys on the page (what has the focus gets them).
@@ -234,7 +256,9 @@ impl Browser {
 
     /// The rendered text of `element`; `None` when it left the page.
     pub fn text(&self, element: &Element) -> Option<String> {
-        let text = self.session_call("GET", &format!("/element/{}/text", element.0), None).ok()?;
+        let text = self
+            .session_call("GET", &format!("/element/{}/text", element.0), None)
+            .ok()?;
         text.as_str().map(str::to_owned)
     }
 
@@ -294,7 +318,8 @@ fn read_answer(stream: &mut TcpStream) -> std::io::Result<String> {
     let head = crate::http::read_head(stream);
     let length = head.lines().find_map(|line| {
         let (name, value) = line.split_once(':')?;
-        name.eq_ignore_ascii_case("content-length").then(|| value.trim().parse::<usize>().ok())?
+        name.eq_ignore_ascii_case("content-length")
+            .then(|| value.trim().parse::<usize>().ok())?
     });
     let mut body = Vec::new();
     match length {
@@ -310,7 +335,10 @@ fn read_answer(stream: &mut TcpStream) -> std::io::Result<String> {
 }
 
 fn element_of(value: &Value) -> Option<Element> {
-    value.get(ELEMENT).and_then(Value::as_str).map(|id| Element(id.to_owned()))
+    value
+        .get(ELEMENT)
+        .and_then(Value::as_str)
+        .map(|id| Element(id.to_owned()))
 }
 
 /// Standard base64 (what WebDriver screenshots are) to bytes.

@@ -3,16 +3,19 @@
 //!
 //! The engine holds the connections and the requests: the list and a
 //! decision are asked of it. An `always` answer also adds the name to the
-//! registration's allowlist, stored and published like any change.
+//! registration's allowlist, stored and published like any change, for
+//! good or, with `"for"`, as a grant that expires (`crate::grants`).
 
 use super::body::{self, LimitedBody};
 use super::routes::{authorise, enforced, store_failed};
 use super::{ApiError, AppState, STATS_TIMEOUT};
+use crate::grants;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
-use crackbox_policy::ask::{always_entry, Answer, DecideBody, DecidedRequest, PendingRequest};
-use crackbox_policy::{entries_from_config, parse_source_ip, Allowlist, RegistrationSpec};
+use crackbox_policy::ask::{always_entry, Answer, DecideBody, PendingRequest};
+use crackbox_policy::grant::{DecideAnswer, Grant, Period};
+use crackbox_policy::parse_source_ip;
 use serde::Serialize;
 
 /// `GET /v1/pending` answer.
@@ -32,49 +35,61 @@ pub async fn pending(State(state): State<AppState>) -> Result<Json<PendingAnswer
     Ok(Json(PendingAnswer { pending }))
 }
 
-/// `POST /v1/pending/{id} {"decision": "once" | "always" | "deny"}` -> the
-/// request as decided; 404 when it is not pending.
+/// `POST /v1/pending/{id} {"decision": "once" | "always" | "deny"[, "for": PERIOD]}`
+/// -> the request as decided, with the grant an `always` made; 404 when it
+/// is not pending.
 pub async fn decide(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(id): Path<String>,
     body: Result<LimitedBody, ApiError>,
-) -> Result<Json<DecidedRequest>, ApiError> {
+) -> Result<Json<DecideAnswer>, ApiError> {
     authorise(&state, &headers)?;
     let not_pending = || ApiError::new(StatusCode::NOT_FOUND, format!("no pending request {id:?}"));
     let number: u64 = id.parse().map_err(|_| not_pending())?;
-    let DecideBody { decision } = body::parse(body)?;
+    let DecideBody { decision, period } = body::parse(body)?;
+    if period.is_some() && decision != Answer::Always {
+        return Err(ApiError::bad_request(
+            "for: a period goes only with the decision always",
+        ));
+    }
     let decided = state
         .link
         .decide(number, decision, STATS_TIMEOUT)
         .await
         .map_err(engine_unavailable)?
         .ok_or_else(not_pending)?;
-    if decision == Answer::Always {
-        remember(&state, &decided.request).await?;
-    }
-    tracing::info!(id = number, ip = %decided.request.ip, host = %decided.request.host, port = decided.request.port, %decision, "pending request decided");
-    Ok(Json(decided))
+    let grant = match decision {
+        Answer::Always => remember(&state, &decided.request, period).await?,
+        _ => None,
+    };
+    tracing::info!(id = number, ip = %decided.request.ip, host = %decided.request.host, port = decided.request.port, %decision, period = ?period.map(|p| p.to_string()), "pending request decided");
+    Ok(Json(DecideAnswer { decided, grant }))
 }
 
-/// Adds what `request` asked for to its registration's allowlist, unless
-/// the source was registered again under another id since.
-async fn remember(state: &AppState, request: &PendingRequest) -> Result<(), ApiError> {
+/// Adds what `request` asked for to its registration's allowlist, for
+/// good or for `period`, unless the source was registered again under
+/// another id since; the grant made, if any.
+async fn remember(
+    state: &AppState,
+    request: &PendingRequest,
+    period: Option<Period>,
+) -> Result<Option<Grant>, ApiError> {
     let (Ok(ip), Some(entry)) = (parse_source_ip(&request.ip), always_entry(&request.host, request.port)) else {
-        return Ok(());
+        return Ok(None);
     };
     let current = state.registry.current();
     let Some(spec) = current.entries.get(&ip) else {
-        return Ok(());
+        return Ok(None);
     };
-    let mut allow = spec.allowlist.texts();
-    if spec.id.as_str() != request.sandbox || allow.contains(&entry) {
-        return Ok(());
+    if spec.id.as_str() != request.sandbox {
+        return Ok(None);
     }
-    allow.push(entry);
-    let allow = entries_from_config(&allow).map_err(|err| ApiError::bad_request(format!("allowlist: {err}")))?;
-    let mut widened: RegistrationSpec = spec.as_ref().clone();
-    widened.allowlist = Allowlist::with_deny(allow, spec.allowlist.denied().to_vec());
+    let expires = period.map(|period| period.ends(grants::now_ms()));
+    let Some(widened) = grants::granted(spec, &entry, expires).map_err(ApiError::bad_request)? else {
+        return Ok(None);
+    };
     let generation = state.registry.register(ip, widened).await.map_err(store_failed)?;
-    enforced(state, generation).await
+    enforced(state, generation).await?;
+    Ok(Some(Grant { ip, entry, expires }))
 }

@@ -18,7 +18,11 @@ struct File {
 
 /// Every file, by the name it is served under.
 const FILES: &[File] = &[
-    file("style.css", "text/css; charset=utf-8", include_str!("../../console/style.css")),
+    file(
+        "style.css",
+        "text/css; charset=utf-8",
+        include_str!("../../console/style.css"),
+    ),
     script("main.js", include_str!("../../console/main.js")),
     script("api.js", include_str!("../../console/api.js")),
     script("auth.js", include_str!("../../console/auth.js")),
@@ -111,7 +115,13 @@ mod tests {
     #[test]
     fn no_file_writes_markup_from_data() {
         for file in FILES.iter().filter(|file| file.name.ends_with(".js")) {
-            for forbidden in ["innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("] {
+            for forbidden in [
+                "innerHTML",
+                "outerHTML",
+                "insertAdjacentHTML",
+                "document.write",
+                "eval(",
+            ] {
                 assert!(!file.body.contains(forbidden), "{} uses {forbidden}", file.name);
             }
         }

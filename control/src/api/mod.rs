@@ -16,6 +16,7 @@ mod bulk;
 mod console;
 mod error;
 mod events;
+mod grants;
 mod guard;
 mod observe;
 mod routes;
@@ -70,7 +71,8 @@ impl AppState {
     /// The state of an admin API listening on `admin`, for `registry` and
     /// the engine behind `link` whose forward listener is `forward`: no
     /// secret, no names but the listener's own, the console on. Starts the
-    /// event feed's tasks, so it must be called within a tokio runtime.
+    /// event feed's tasks and the expiry of grants, so it must be called
+    /// within a tokio runtime.
     pub fn new(registry: Arc<Registry>, link: Arc<EngineLink>, forward: SocketAddr, admin: SocketAddr) -> Self {
         let status = StatusSource {
             registry: Arc::clone(&registry),
@@ -79,6 +81,7 @@ impl AppState {
             console: true,
             auth: false,
         };
+        tokio::spawn(crate::grants::expiry::run(Arc::clone(&registry)));
         AppState {
             feed: crate::feed::start(&status),
             registry,
@@ -128,6 +131,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/events", get(events::events))
         .route("/v1/status", get(observe::status))
         .route("/v1/auth", post(routes::check_secret))
+        .route("/v1/grants/{ip}/{entry}", axum::routing::delete(grants::revoke))
         .route("/", get(console::index))
         .route("/console", get(console::index))
         .route("/console/{file}", get(console::asset))

@@ -5,7 +5,7 @@
 use super::labels::{self, Labelled};
 use super::registrations::Holdings;
 use crackbox_policy::wire::InvalidSource;
-use crackbox_policy::RegistrationSpec;
+use crackbox_policy::{Origin, RegistrationSpec};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 
@@ -73,7 +73,8 @@ pub fn plan(seen: &[Seen], scope: &Scope, holdings: &Holdings) -> Plan {
                     }
                     let spec = RegistrationSpec::new(ip, id.clone(), allowlist.clone())
                         .with_bandwidth(bandwidth)
-                        .with_mode(mode);
+                        .with_mode(mode)
+                        .with_origin(Origin::Label);
                     wanted.insert(ip, spec);
                 }
             }
@@ -118,7 +119,9 @@ mod tests {
     }
 
     fn spec(ip: &str, id: &str, allow: &[&str]) -> RegistrationSpec {
-        RegistrationSpec::parse(ip, id, allow).unwrap()
+        RegistrationSpec::parse(ip, id, allow)
+            .unwrap()
+            .with_origin(Origin::Label)
     }
 
     #[test]

@@ -22,7 +22,11 @@ fn a_reconnecting_subscriber_gets_what_it_missed_then_the_live_events() {
     assert_eq!(missed[0].data, r#"{"ip":"10.0.0.2"}"#);
     feed.publish(Topic::Usage, "usage", &json!({}));
     let live = again.live.try_recv().unwrap();
-    assert_eq!((live.seq, live.name), (4, "usage"), "live after the replay, nothing twice");
+    assert_eq!(
+        (live.seq, live.name),
+        (4, "usage"),
+        "live after the replay, nothing twice"
+    );
     let current = feed.subscribe(Topics::all(), Some(&feed.id(4)));
     assert_eq!(current.replay, Replay::Events(vec![]));
 }

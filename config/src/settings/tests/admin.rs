@@ -20,8 +20,14 @@ fn the_console_switch_and_admin_names_come_from_flag_env_or_file() {
     assert!(!from_flags.console);
     assert_eq!(from_flags.admin_names, ["c.test"]);
     let bad_switch = Settings::resolve(&args(&[]), &env_of(&[("CRACKBOX_CONSOLE", "maybe")])).unwrap_err();
-    assert_eq!(bad_switch.to_string(), "env CRACKBOX_CONSOLE: \"maybe\" is neither on nor off");
+    assert_eq!(
+        bad_switch.to_string(),
+        "env CRACKBOX_CONSOLE: \"maybe\" is neither on nor off"
+    );
     let bad_name = Settings::resolve(&args(&["--admin-name", "10.0.0.2"]), &env_of(&[])).unwrap_err();
-    assert_eq!(bad_name.to_string(), "flag --admin-name: \"10.0.0.2\" is not a host name");
+    assert_eq!(
+        bad_name.to_string(),
+        "flag --admin-name: \"10.0.0.2\" is not a host name"
+    );
     assert!(Cli::try_parse_from(["crackbox", "--console", "maybe"]).is_err());
 }

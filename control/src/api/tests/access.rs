@@ -38,8 +38,14 @@ async fn mutations_need_the_exact_bearer_token_reads_do_not() {
 async fn unknown_paths_are_404_and_wrong_methods_405_as_json() {
     let admin = admin(None, Engine::Acking, false).await;
     let cases: [(&[u8], u16); 5] = [
-        (b"GET /v2/state HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n", 404),
-        (b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n", 404),
+        (
+            b"GET /v2/state HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
+            404,
+        ),
+        (
+            b"GET /console/nosuch.js HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
+            404,
+        ),
         (
             b"GET /v1/register HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
             405,

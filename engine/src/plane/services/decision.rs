@@ -70,13 +70,26 @@ fn count_denial(
 }
 
 /// [`decide`], holding a name to ask about until it is decided: never
-/// [`Decision::Ask`]. A client that goes away while held gets a denial
-/// nobody hears (not counted: nothing was refused).
-pub(crate) async fn decide_held(worker: &Worker, client: Client<'_>, host: &str, port: u16) -> Decision {
+/// [`Decision::Ask`]; with whether an answer (not the list) decided it. A
+/// client that goes away while held gets a denial nobody hears (not
+/// counted: nothing was refused).
+pub(crate) async fn decide_held(worker: &Worker, client: Client<'_>, host: &str, port: u16) -> (Decision, bool) {
     let (id, account) = match decide(worker, client.source, host, port) {
         Decision::Ask { id, account } => (id, account),
-        decided => return decided,
+        decided => return (decided, false),
     };
+    (decide_asked(worker, client, host, port, id, account).await, true)
+}
+
+/// Holds a name to ask about until it is decided.
+async fn decide_asked(
+    worker: &Worker,
+    client: Client<'_>,
+    host: &str,
+    port: u16,
+    id: Arc<str>,
+    account: Arc<Account>,
+) -> Decision {
     // The destination guard never asks: an address it refuses is refused now.
     if let Some(HostKind::Ip(ip)) = normalise_host(host) {
         let is_local = |ip: IpAddr| worker.shared.local_addresses.contains(ip);
@@ -231,7 +244,7 @@ pub(crate) async fn reach_reusing(
         }
         None => None,
     };
-    let passed = Passed::of(decide_held(worker, client, host, port).await).map_err(Unreached::Denied)?;
+    let passed = Passed::of(decide_held(worker, client, host, port).await.0).map_err(Unreached::Denied)?;
     let literal = passed.matched == MatchedBy::IpLiteral;
     let usable = |place: &Place, conn: &Conn| {
         let is_local = |ip: IpAddr| worker.shared.local_addresses.contains(ip);
@@ -299,7 +312,7 @@ pub(crate) async fn reach(
     host: &str,
     port: u16,
 ) -> Result<(Conn, Arc<Account>), Unreached> {
-    let passed = Passed::of(decide_held(worker, client, host, port).await).map_err(Unreached::Denied)?;
+    let passed = Passed::of(decide_held(worker, client, host, port).await.0).map_err(Unreached::Denied)?;
     connect(worker, client.source, host, port, passed).await
 }
 
@@ -313,8 +326,9 @@ pub(crate) async fn reach_tracked(
     host: &str,
     port: u16,
 ) -> Result<(Conn, LiveEntry, Arc<Account>), Unreached> {
-    let passed = Passed::of(decide_held(worker, client, host, port).await).map_err(Unreached::Denied)?;
-    let live = LiveEntry::register(&worker.live, client.source, host, port);
+    let (decision, answered) = decide_held(worker, client, host, port).await;
+    let passed = Passed::of(decision).map_err(Unreached::Denied)?;
+    let live = LiveEntry::register(&worker.live, client.source, host, port, answered);
     let (conn, account) = connect(worker, client.source, host, port, passed).await?;
     Ok((conn, live, account))
 }

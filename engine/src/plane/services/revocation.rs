@@ -6,7 +6,8 @@
 //! full snapshot) with the policy's one decision, firing the
 //! [`CloseSignal`] of each one the new snapshot would deny, well within a
 //! second (a source switched from report mode to enforce loses what its
-//! list does not cover). The idle upstream connections the thread keeps
+//! list does not cover; an ask-mode source loses what an entry that left
+//! its list let through, not what an answer did). The idle upstream connections the thread keeps
 //! between HTTP requests go the same way: those of a touched source that
 //! the new snapshot no longer lets it reach under the same registration
 //! are closed at once, as are those idle past the pool's timeout or closed
@@ -38,6 +39,9 @@ struct Live {
     host: Box<str>,
     port: u16,
     signal: Revocation,
+    /// Let through by an answer to a pending request: when the policy
+    /// would ask about it again, it stays (someone said yes to it).
+    answered: bool,
 }
 
 /// The connections one thread serves, with what they were allowed to reach.
@@ -57,8 +61,9 @@ pub(crate) struct LiveEntry {
 }
 
 impl LiveEntry {
-    /// Registers a connection from `source` allowed to reach `host:port`.
-    pub(crate) fn register(set: &Rc<LiveSet>, source: IpAddr, host: &str, port: u16) -> LiveEntry {
+    /// Registers a connection from `source` allowed to reach `host:port`,
+    /// by an answer (`answered`) or by the list.
+    pub(crate) fn register(set: &Rc<LiveSet>, source: IpAddr, host: &str, port: u16, answered: bool) -> LiveEntry {
         let signal = Rc::new(CloseSignal::default());
         let source = canonical_ip(source);
         let live = Live {
@@ -66,6 +71,7 @@ impl LiveEntry {
             host: host.into(),
             port,
             signal: Rc::clone(&signal),
+            answered,
         };
         let index = match set.free.borrow_mut().pop() {
             Some(index) => {
@@ -138,9 +144,18 @@ impl LiveSet {
     }
 
     /// Re-decides the live connections of the `touched` sources against
-    /// `snapshot` and fires the signal of each it denies; returns how many
+    /// `snapshot` and fires the signal of each it denies, or would ask about
+    /// where `before` (the snapshot seen last) allowed it (an entry left an
+    /// ask-mode source's list: a grant revoked or expired); returns how many
     /// were revoked.
-    fn revoke_denied(&self, snapshot: &Snapshot, watch: &Watch, touched: &Touched, stats: &Stats) -> usize {
+    fn revoke_denied(
+        &self,
+        snapshot: &Snapshot,
+        before: &Snapshot,
+        watch: &Watch,
+        touched: &Touched,
+        stats: &Stats,
+    ) -> usize {
         let slots = self.slots.borrow();
         let by_source = self.by_source.borrow();
         let lives: Box<dyn Iterator<Item = &Live>> = match touched {
@@ -157,8 +172,16 @@ impl LiveSet {
         for live in lives.filter(|live| !live.signal.is_fired()) {
             let (id, account) =
                 match decide(snapshot, watch, live.source, &live.host, Port::Number(live.port)).settled() {
-                    // Asked about: it was let through by someone's decision.
-                    Verdict::Allow { .. } | Verdict::Report { .. } | Verdict::Ask { .. } => continue,
+                    Verdict::Allow { .. } | Verdict::Report { .. } => continue,
+                    // Asked about: let through by someone's answer, it stays;
+                    // let through by an entry that has left the list, it goes.
+                    Verdict::Ask { id, account } => {
+                        let was = decide(before, watch, live.source, &live.host, Port::Number(live.port));
+                        if live.answered && !matches!(was.settled(), Verdict::Allow { .. }) {
+                            continue;
+                        }
+                        (Some(id), Some(account))
+                    }
                     Verdict::Deny { id, account, .. } => (id, account),
                 };
             if let Some(account) = account {
@@ -185,7 +208,10 @@ pub(crate) async fn watch(
     registry: Arc<Registry>,
     watched: Arc<Watched>,
 ) {
-    let mut seen = registry.changes_since(0).swaps;
+    let first = registry.changes_since(0);
+    let mut seen = first.swaps;
+    // The snapshot seen last: what a live connection was let through by.
+    let mut before = first.snapshot;
     let mut ticks: u32 = 0;
     loop {
         monoio::time::sleep(CHECK_EVERY).await;
@@ -209,7 +235,7 @@ pub(crate) async fn watch(
         }
         seen = changes.swaps;
         let watch = watched.load();
-        let revoked = live.revoke_denied(&changes.snapshot, &watch, &changes.touched, &stats);
+        let revoked = live.revoke_denied(&changes.snapshot, &before, &watch, &changes.touched, &stats);
         let unpooled = upstreams.retain(&changes.touched, |source, place| {
             still_allowed(&changes.snapshot, &watch, source, place)
         });
@@ -220,5 +246,6 @@ pub(crate) async fn watch(
             let generation = changes.snapshot.generation();
             tracing::info!(revoked, generation, "closed connections the new snapshot denies");
         }
+        before = changes.snapshot;
     }
 }

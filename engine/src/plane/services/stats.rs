@@ -421,7 +421,10 @@ mod tests {
         deny("a.test");
         deny("b.test");
         let hosts = |(n, denials): (u64, Vec<Denial>)| (n, denials.into_iter().map(|d| d.host).collect::<Vec<_>>());
-        assert_eq!(hosts(stats.denials_after(0)), (2, vec!["a.test".into(), "b.test".into()]));
+        assert_eq!(
+            hosts(stats.denials_after(0)),
+            (2, vec!["a.test".into(), "b.test".into()])
+        );
         assert_eq!(hosts(stats.denials_after(1)), (2, vec!["b.test".into()]));
         assert_eq!(hosts(stats.denials_after(2)), (2, vec![]));
         for i in 0..DENIAL_RING + 3 {
