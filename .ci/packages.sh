@@ -3,7 +3,7 @@
 # cargo-nextest, when missing. Idempotent: a second run installs nothing.
 set -euo pipefail
 
-packages=(curl python3 iptables iproute2 openssl procps psmisc busybox-static squid tinyproxy docker.io nodejs netcat-openbsd)
+packages=(curl python3 iptables iproute2 openssl procps psmisc busybox-static squid tinyproxy docker.io nodejs netcat-openbsd chromium chromium-driver)
 missing=()
 for package in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
