@@ -5,10 +5,13 @@
 //! and sends requests directly or through a forward proxy ([`dial`]), the
 //! load modes ([`modes`]), `/proc` sampling of the proxy under test
 //! ([`proctree`]) and the comparison table ([`report`]); [`control_plane`]
-//! measures the admin API at sandbox density; [`soak`] runs hours of churn,
+//! measures the admin API at sandbox density; [`console`] the operator
+//! console in headless Chromium and what its subscribers cost the data
+//! plane; [`soak`] runs hours of churn,
 //! traffic and faults against one daemon and judges it. Every run is bounded
 //! in count and time, and traffic goes only to the addresses it is given.
 
+pub mod console;
 pub mod control_plane;
 pub mod dial;
 pub mod latency;

@@ -6,6 +6,7 @@ use crate::registry::Registry;
 use crackbox_policy::wire::FeedReport;
 use crackbox_policy::Generation;
 use serde::Serialize;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -53,22 +54,63 @@ pub struct Status {
     pub version: &'static str,
 }
 
-/// What a status is made from.
+/// What a status is made from. Clones share the settings: the feed's
+/// poll and the admin API report the same.
 #[derive(Debug, Clone)]
 pub struct StatusSource {
     /// The registry.
     pub registry: Arc<Registry>,
     /// The engine connection.
     pub link: Arc<EngineLink>,
-    /// The ask timeout the engine was given.
-    pub ask_timeout: Duration,
-    /// Whether the console is served.
-    pub console: bool,
-    /// Whether changes need the bearer secret.
-    pub auth: bool,
+    settings: Arc<Settings>,
+}
+
+/// The daemon's settings a status reports.
+#[derive(Debug)]
+struct Settings {
+    ask_timeout_ms: AtomicU64,
+    console: AtomicBool,
+    auth: AtomicBool,
 }
 
 impl StatusSource {
+    /// The status of `registry` and the engine behind `link`: an ask
+    /// timeout of `ask_timeout`, the console on, no secret.
+    pub fn new(registry: Arc<Registry>, link: Arc<EngineLink>, ask_timeout: Duration) -> Self {
+        let source = StatusSource {
+            registry,
+            link,
+            settings: Arc::new(Settings {
+                ask_timeout_ms: AtomicU64::new(0),
+                console: AtomicBool::new(true),
+                auth: AtomicBool::new(false),
+            }),
+        };
+        source.set_ask_timeout(ask_timeout);
+        source
+    }
+
+    /// The ask timeout the engine was given.
+    pub fn set_ask_timeout(&self, ask_timeout: Duration) {
+        let ms = u64::try_from(ask_timeout.as_millis()).unwrap_or(u64::MAX);
+        self.settings.ask_timeout_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Whether the console is served.
+    pub fn set_console(&self, on: bool) {
+        self.settings.console.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether changes need the bearer secret.
+    pub fn set_auth(&self, on: bool) {
+        self.settings.auth.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether the console is served.
+    pub fn console(&self) -> bool {
+        self.settings.console.load(Ordering::Relaxed)
+    }
+
     /// The status now, with the engine's figures when it answered.
     pub fn compose(&self, figures: Option<&FeedReport>) -> Status {
         let current = self.registry.current();
@@ -86,9 +128,9 @@ impl StatusSource {
             pending: self.link.asks().pending_count(),
             connections: figures.map_or(0, |report| report.connections),
             tunnels: figures.map_or(0, |report| report.active_tunnels),
-            ask_timeout_ms: u64::try_from(self.ask_timeout.as_millis()).unwrap_or(u64::MAX),
-            console: self.console,
-            auth: self.auth,
+            ask_timeout_ms: self.settings.ask_timeout_ms.load(Ordering::Relaxed),
+            console: self.console(),
+            auth: self.settings.auth.load(Ordering::Relaxed),
             version: env!("CARGO_PKG_VERSION"),
         }
     }

@@ -93,7 +93,7 @@ pub struct DecideBody {
     pub decision: Answer,
     /// With `always`: how long the name stays (JSON `for`); absent: for good.
     #[serde(default, rename = "for", skip_serializing_if = "Option::is_none")]
-    pub period: Option<crate::grant::Period>,
+    pub period: Option<crate::period::Period>,
 }
 crate::object_only!(DecideBody, Serialize);
 

@@ -44,6 +44,7 @@ mod host;
 pub mod json_object;
 pub mod limiter;
 mod mode;
+mod period;
 mod preset;
 mod provenance;
 pub mod reason;

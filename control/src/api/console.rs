@@ -69,7 +69,7 @@ fn served(content_type: &'static str, body: &'static str) -> Response {
 
 /// `GET /` and `GET /console`: the page.
 pub async fn index(State(state): State<AppState>) -> Result<Response, ApiError> {
-    if !state.status.console {
+    if !state.status.console() {
         return Err(off());
     }
     Ok(served("text/html; charset=utf-8", INDEX))
@@ -77,7 +77,7 @@ pub async fn index(State(state): State<AppState>) -> Result<Response, ApiError> 
 
 /// `GET /console/{file}`: a script or the style sheet.
 pub async fn asset(State(state): State<AppState>, Path(name): Path<String>) -> Result<Response, ApiError> {
-    if !state.status.console {
+    if !state.status.console() {
         return Err(off());
     }
     let file = FILES

@@ -74,13 +74,7 @@ impl AppState {
     /// event feed's tasks and the expiry of grants, so it must be called
     /// within a tokio runtime.
     pub fn new(registry: Arc<Registry>, link: Arc<EngineLink>, forward: SocketAddr, admin: SocketAddr) -> Self {
-        let status = StatusSource {
-            registry: Arc::clone(&registry),
-            link: Arc::clone(&link),
-            ask_timeout: DEFAULT_ASK_TIMEOUT,
-            console: true,
-            auth: false,
-        };
+        let status = StatusSource::new(Arc::clone(&registry), Arc::clone(&link), DEFAULT_ASK_TIMEOUT);
         tokio::spawn(crate::grants::expiry::run(Arc::clone(&registry)));
         AppState {
             feed: crate::feed::start(&status),
@@ -96,7 +90,7 @@ impl AppState {
     /// The same with mutations needing `secret`.
     pub fn with_secret(mut self, secret: Option<&str>) -> Self {
         self.secret = secret.map(|secret| Arc::new(Secret::new(secret)));
-        self.status.auth = self.secret.is_some();
+        self.status.set_auth(self.secret.is_some());
         self
     }
 
@@ -107,9 +101,9 @@ impl AppState {
     }
 
     /// The same reporting `ask_timeout` and whether the console is served.
-    pub fn with_status(mut self, ask_timeout: Duration, console: bool) -> Self {
-        self.status.ask_timeout = ask_timeout;
-        self.status.console = console;
+    pub fn with_status(self, ask_timeout: Duration, console: bool) -> Self {
+        self.status.set_ask_timeout(ask_timeout);
+        self.status.set_console(console);
         self
     }
 }

@@ -15,6 +15,7 @@ use tokio::net::{TcpListener, TcpStream, UnixStream};
 mod access;
 mod bulk;
 mod engine;
+mod events;
 mod register;
 
 /// A running admin API and what it talks to.
