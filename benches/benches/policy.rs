@@ -74,9 +74,9 @@ fn bench_decide(c: &mut Criterion) {
         .collect();
     let snapshot = Snapshot::build(1, &specs);
     let watched = Watched::default();
-    watched.swap(Watch::build(
-        ["10.9.0.0/16", "fd00:9::/64"],
-        [("10.9.0.7", "docker:bad")],
+    watched.swap(Watch::new(
+        ["10.9.0.0/16".parse().unwrap(), "fd00:9::/64".parse().unwrap()],
+        [("10.9.0.7".parse().unwrap(), "docker:bad".into())],
     ));
     let mut cache = watched.cache();
     let (registered, waiting) = ("10.1.2.100".parse().unwrap(), "10.9.3.3".parse().unwrap());

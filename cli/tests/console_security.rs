@@ -8,7 +8,7 @@
 
 mod console_support;
 
-use console_support::{answered, client, wait_pending, Console, ASKER, SHOWN};
+use console_support::{answered, client, wait_pending, Console, ASKER, LOADED, SHOWN};
 use crackbox_client::{Mode, RegistrationSpec};
 use crackbox_test_support::{admin, read_head, wait_until, Browser, Echo, Ports, Spawned};
 use serde_json::json;
@@ -184,7 +184,7 @@ fn the_page_survives_a_reload_and_a_control_restart_and_shows_what_was_decided_m
     client(ports.admin, None).register(&spec).unwrap();
     let url = format!("http://{}/", ports.admin);
     browser.goto(&url);
-    browser.wait_for("#connection.online", SHOWN);
+    browser.wait_for("#connection.online", LOADED);
     let hold = |port: u16| {
         let target = format!("localhost:{port}");
         let mut stream = crackbox_test_support::connect_from(ASKER, ports.proxy);

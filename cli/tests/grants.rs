@@ -225,7 +225,8 @@ fn delete_takes_one_grant_out_at_once_and_only_a_grant() {
     assert_eq!(answer["grant"], serde_json::json!({"ip": ASKER, "entry": target}));
     assert_eq!(answer["decision"], "always");
     assert!(read_head(&mut tunnel).starts_with("HTTP/1.1 200"));
-    drop(tunnel);
+    let mut released = tunnel;
+    echo_round(&mut released, "the held connection, released by the grant");
     let mut tunnel = proxy.tunnel(ASKER, &target);
     echo_round(&mut tunnel, "granted for good: the list lets it through");
     let path = format!("/v1/grants/{ASKER}/{target}");
@@ -255,6 +256,7 @@ fn delete_takes_one_grant_out_at_once_and_only_a_grant() {
         serde_json::json!({"ip": ASKER, "entry": target})
     );
     assert_cut(&mut tunnel, "the tunnel to the revoked grant");
+    assert_cut(&mut released, "the connection the grant released");
     assert_untouched(&mut once, "a tunnel an answer let through once");
     assert_eq!(
         admin(proxy.admin, "DELETE", &path, None, &[&bearer]).0,

@@ -5,19 +5,13 @@ use crate::transport::{self, Answer, Call};
 use crate::url::{query_value, AdminUrl};
 use crate::{BulkAnswer, Denial, Error, Health, HealthAnswer, RegistrationSpec, SourceUsage};
 use crackbox_policy::admin_body::{BatchBody, ErrorAnswer, UnregisterAnswer, UnregisterBody};
-use crackbox_policy::ask::{self, DecideBody, DecidedRequest, PendingId, PendingRequest};
+use crackbox_policy::ask::{self, DecideBody, DecidedRequest, PendingAnswer, PendingId, PendingRequest};
 use crackbox_policy::grant::{DecideAnswer, Grant, Period};
 use hyper::Method;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
-
-/// `GET /v1/pending` answer.
-#[derive(serde::Deserialize)]
-struct PendingAnswer {
-    pending: Vec<PendingRequest>,
-}
 
 /// Client of one crackbox admin API.
 ///

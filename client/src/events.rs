@@ -6,30 +6,11 @@
 
 use crate::transport::Streaming;
 use crate::Error;
-use crackbox_policy::ask::{DecidedRequest, PendingRequest};
 use http_body_util::BodyExt;
-use serde::Deserialize;
 
-/// One event of `GET /v1/events`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Event {
-    /// A request started waiting for a decision.
-    Pending(PendingRequest),
-    /// A request was answered, timed out or withdrawn.
-    Decided(DecidedRequest),
-    /// This subscriber fell behind and missed this many events (read
-    /// `GET /v1/pending` for where things stand).
-    Lagged {
-        /// Events dropped for this subscriber.
-        missed: u64,
-    },
-}
-
-/// The data of a `lagged` event.
-#[derive(Deserialize)]
-struct Lagged {
-    missed: u64,
-}
+/// One event of `GET /v1/events`: the daemon's own definition, name and
+/// JSON.
+pub use crackbox_policy::ask::Event;
 
 /// The events of one open `GET /v1/events`, from [`crate::Client::events`].
 pub struct Events {
@@ -70,17 +51,10 @@ impl Events {
     }
 
     fn decode(&self, (name, data): (String, String)) -> Result<Event, Error> {
-        let malformed = |detail: String| Error::Malformed {
+        Event::parse(&name, &data).map_err(|err| Error::Malformed {
             url: self.url.clone(),
-            detail,
-        };
-        let event = match name.as_str() {
-            "pending" => serde_json::from_str(&data).map(Event::Pending),
-            "decided" => serde_json::from_str(&data).map(Event::Decided),
-            "lagged" => serde_json::from_str::<Lagged>(&data).map(|l| Event::Lagged { missed: l.missed }),
-            other => return Err(malformed(format!("unknown event {other:?}"))),
-        };
-        event.map_err(|err| malformed(format!("event {name}: {err}")))
+            detail: err.to_string(),
+        })
     }
 }
 

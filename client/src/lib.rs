@@ -40,7 +40,7 @@ pub use client::Client;
 pub use crackbox_policy::admin_body::{BulkAnswer, Health, HealthAnswer};
 pub use crackbox_policy::ask::{Answer, DecidedRequest, PendingId, PendingRequest, Settlement};
 pub use crackbox_policy::grant::{DecideAnswer, Grant, Period};
-pub use crackbox_policy::reason::Reason;
+pub use crackbox_policy::reason::{Layer, Reason};
 pub use crackbox_policy::wire::{Denial, SourceUsage};
 pub use crackbox_policy::{Bandwidth, Mode, RegistrationSpec};
 pub use error::Error;

@@ -127,7 +127,7 @@ fn table(pending: &[PendingRequest], now_ms: u64) -> String {
             [
                 p.id.to_string(),
                 p.sandbox.clone(),
-                p.ip.clone(),
+                p.ip.to_string(),
                 format!("{}:{}", p.host, p.port),
                 p.waiting.to_string(),
                 format!("{waited}s"),
@@ -158,7 +158,7 @@ mod tests {
     fn the_table_lines_up() {
         let request = PendingRequest {
             id: 7,
-            ip: "10.0.0.2".into(),
+            ip: "10.0.0.2".parse().unwrap(),
             sandbox: "agent".into(),
             host: "pypi.org".into(),
             port: 443,

@@ -8,7 +8,7 @@
 //! and is told how many (a `lagged` event), and never slows the link to
 //! the engine, let alone the data plane.
 
-use crackbox_policy::ask::{DecidedRequest, PendingId, PendingRequest, Settlement};
+use crackbox_policy::ask::{DecidedRequest, Event, PendingId, PendingRequest, Settlement};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -23,15 +23,6 @@ use tokio::sync::broadcast;
 /// dropped for it (it gets a `lagged` event).
 pub const EVENTS_KEPT: usize = 1024;
 
-/// One event of `GET /v1/events`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AskEvent {
-    /// A request started waiting.
-    Pending(PendingRequest),
-    /// A request was answered, timed out or withdrawn.
-    Decided(DecidedRequest),
-}
-
 /// Decision labels of the metrics: `decision` = once, always, deny,
 /// timeout, withdrawn.
 type Labels = Vec<(&'static str, &'static str)>;
@@ -39,7 +30,8 @@ type Labels = Vec<(&'static str, &'static str)>;
 /// The events and figures of the engine's pending requests.
 #[derive(Debug)]
 pub struct Asks {
-    events: broadcast::Sender<AskEvent>,
+    /// `pending` and `decided` events (a `lagged` one is each subscriber's own).
+    events: broadcast::Sender<Event>,
     pending: Mutex<HashSet<PendingId>>,
     pending_gauge: Gauge,
     decisions: Family<Labels, Counter>,
@@ -60,7 +52,7 @@ impl Default for Asks {
 
 impl Asks {
     /// A new subscriber: every event from now on.
-    pub fn subscribe(&self) -> broadcast::Receiver<AskEvent> {
+    pub fn subscribe(&self) -> broadcast::Receiver<Event> {
         self.events.subscribe()
     }
 
@@ -75,7 +67,7 @@ impl Asks {
         if pending.insert(request.id) {
             self.pending_gauge.set(pending.len() as i64);
             drop(pending);
-            let _ = self.events.send(AskEvent::Pending(request));
+            let _ = self.events.send(Event::Pending(request));
         }
     }
 
@@ -99,7 +91,7 @@ impl Asks {
             self.time_to_decision
                 .observe(now.saturating_sub(decided.request.since) as f64 / 1000.0);
         }
-        let _ = self.events.send(AskEvent::Decided(decided));
+        let _ = self.events.send(Event::Decided(decided));
     }
 
     /// Requests waiting now, as far as control heard.
@@ -141,7 +133,7 @@ mod tests {
     fn request(id: PendingId) -> PendingRequest {
         PendingRequest {
             id,
-            ip: "10.0.0.2".into(),
+            ip: "10.0.0.2".parse().unwrap(),
             sandbox: "agent".into(),
             host: "new.test".into(),
             port: 443,
@@ -158,13 +150,15 @@ mod tests {
         let mut slow = asks.subscribe();
         asks.asked(request(1));
         asks.asked(request(1));
-        assert_eq!(fast.try_recv().unwrap(), AskEvent::Pending(request(1)));
+        assert_eq!(fast.try_recv().unwrap(), Event::Pending(request(1)));
         assert!(fast.try_recv().is_err(), "told again on reconnect, announced once");
         asks.settled(DecidedRequest {
             request: request(1),
             decision: Settlement::Once,
+            reason: None,
+            layer: None,
         });
-        assert!(matches!(fast.try_recv().unwrap(), AskEvent::Decided(d) if d.decision == Settlement::Once));
+        assert!(matches!(fast.try_recv().unwrap(), Event::Decided(d) if d.decision == Settlement::Once));
         for id in 2..(EVENTS_KEPT as u64 + 10) {
             asks.asked(request(id));
         }
@@ -172,7 +166,7 @@ mod tests {
             slow.try_recv(),
             Err(broadcast::error::TryRecvError::Lagged(_))
         ));
-        assert!(matches!(slow.try_recv().unwrap(), AskEvent::Pending(_)));
+        assert!(matches!(slow.try_recv().unwrap(), Event::Pending(_)));
         assert_eq!(asks.pending_gauge.get(), EVENTS_KEPT as i64 + 8);
         asks.engine_gone();
         assert_eq!(asks.pending_gauge.get(), 0);

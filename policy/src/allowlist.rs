@@ -208,6 +208,21 @@ impl Allowlist {
         &self.0.denied
     }
 
+    /// This list with `entry` added to its allow entries (its deny entries
+    /// kept): the list itself when the entry is on it already, `None` when
+    /// it holds [`MAX_ENTRIES`] entries.
+    pub fn with_entry(&self, entry: AllowEntry) -> Option<Allowlist> {
+        if self.entries().contains(&entry) {
+            return Some(self.clone());
+        }
+        if self.entries().len() >= MAX_ENTRIES {
+            return None;
+        }
+        let mut entries = self.entries().to_vec();
+        entries.push(entry);
+        Some(Allowlist::with_deny(entries, self.denied().to_vec()))
+    }
+
     /// The normalised entries as text, as the JSON carries them.
     pub fn texts(&self) -> Vec<String> {
         self.entries().iter().map(ToString::to_string).collect()

@@ -1,11 +1,15 @@
 //! Ask mode's values: a pending request as the admin API shows it, the
-//! answer someone gives it, how it ended, and the allow entry an `always`
-//! answer adds (README, "Ask while it runs").
+//! answer someone gives it, how it ended, the events of `GET /v1/events`
+//! (name and data), and the allow entry an `always` answer adds
+//! (docs/ask.md).
 //!
 //! Pure data shared by the engine (which holds the connections), control
-//! (which shows and decides them), the client and the fuzz targets.
+//! (which shows and decides them), the client and the fuzz targets: each
+//! body and event is defined here once.
 
+use crate::entry::{AllowEntry, Target};
 use crate::host::{normalise_host, HostKind};
+use crate::reason::{Layer, Reason};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::net::IpAddr;
@@ -24,8 +28,9 @@ pub type PendingId = u64;
 pub struct PendingRequest {
     /// The request's id (`POST /v1/pending/{id}`).
     pub id: PendingId,
-    /// The source address.
-    pub ip: String,
+    /// The source address, canonical.
+    #[serde(with = "crate::registration::source_ip_text")]
+    pub ip: IpAddr,
     /// The source's registration id.
     pub sandbox: String,
     /// The host asked for, normalised.
@@ -146,7 +151,15 @@ impl From<Answer> for Settlement {
     }
 }
 
-/// A pending request with how it ended: the data of the `decided` event.
+/// `GET /v1/pending` answer: `{"pending": [...]}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingAnswer {
+    /// Every pending request, oldest first.
+    pub pending: Vec<PendingRequest>,
+}
+
+/// A pending request with how it ended: the data of the `decided` event
+/// and the answer of `POST /v1/pending/{id}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DecidedRequest {
     /// The request as it was pending.
@@ -154,34 +167,118 @@ pub struct DecidedRequest {
     pub request: PendingRequest,
     /// How it ended.
     pub decision: Settlement,
+    /// Why its connections were refused; absent when they went through.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<Reason>,
+    /// The layer of the policy that decided it (absent from a daemon that
+    /// predates it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layer: Option<Layer>,
 }
 
-/// The allow entry an `always` answer adds for `host:port`: the name (an
-/// IPv6 literal in brackets), with `:port` unless the port is 80 or 443.
-/// `None` for a host that is no name or address.
+/// One event of `GET /v1/events` (`text/event-stream`): its name is the
+/// `event:` field, its data the JSON of the `data:` field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// `pending`: a request started waiting for a decision.
+    Pending(PendingRequest),
+    /// `decided`: a request was answered, timed out or withdrawn.
+    Decided(DecidedRequest),
+    /// `lagged`: this subscriber fell behind and missed this many events
+    /// (read `GET /v1/pending` for where things stand).
+    Lagged {
+        /// Events dropped for this subscriber.
+        missed: u64,
+    },
+}
+
+/// The data of a `lagged` event: `{"missed": N}`.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Lagged {
+    missed: u64,
+}
+
+/// An event that could not be read: an unknown name, or data that is not
+/// its JSON.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("event {name:?}: {problem}")]
+pub struct EventError {
+    /// The event's name.
+    pub name: String,
+    /// What is wrong with it.
+    pub problem: String,
+}
+
+impl Event {
+    /// The name of every event, in declaration order.
+    pub const NAMES: [&'static str; 3] = ["pending", "decided", "lagged"];
+
+    /// The event's name (the `event:` field).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Event::Pending(_) => Event::NAMES[0],
+            Event::Decided(_) => Event::NAMES[1],
+            Event::Lagged { .. } => Event::NAMES[2],
+        }
+    }
+
+    /// The event's data as one line of JSON (the `data:` field).
+    pub fn data(&self) -> String {
+        let json = match self {
+            Event::Pending(request) => serde_json::to_string(request),
+            Event::Decided(decided) => serde_json::to_string(decided),
+            Event::Lagged { missed } => serde_json::to_string(&Lagged { missed: *missed }),
+        };
+        json.expect("events always serialise")
+    }
+
+    /// Reads the event called `name` with JSON `data`.
+    pub fn parse(name: &str, data: &str) -> Result<Event, EventError> {
+        let event = match name {
+            "pending" => serde_json::from_str(data).map(Event::Pending),
+            "decided" => serde_json::from_str(data).map(Event::Decided),
+            "lagged" => serde_json::from_str::<Lagged>(data).map(|l| Event::Lagged { missed: l.missed }),
+            _ => {
+                return Err(EventError {
+                    name: name.to_owned(),
+                    problem: "unknown event".to_owned(),
+                })
+            }
+        };
+        event.map_err(|err| EventError {
+            name: name.to_owned(),
+            problem: err.to_string(),
+        })
+    }
+}
+
+/// The allow entry an `always` answer adds for `host:port`: the name (and
+/// its subdomains) or the address, on `port` unless the port is 80 or 443
+/// (then any port). `None` for a host that is no name or address.
 ///
 /// ```
 /// use crackbox_policy::ask::always_entry;
-/// assert_eq!(always_entry("API.Example.test.", 443).as_deref(), Some("api.example.test"));
-/// assert_eq!(always_entry("db.test", 5432).as_deref(), Some("db.test:5432"));
+/// let text = |host, port| always_entry(host, port).map(|entry| entry.to_string());
+/// assert_eq!(text("API.Example.test.", 443).as_deref(), Some("api.example.test"));
+/// assert_eq!(text("db.test", 5432).as_deref(), Some("db.test:5432"));
 /// ```
-pub fn always_entry(host: &str, port: u16) -> Option<String> {
-    let host = match normalise_host(host)? {
-        HostKind::Name(name) => name,
-        HostKind::Ip(IpAddr::V4(ip)) => ip.to_string(),
-        HostKind::Ip(IpAddr::V6(ip)) => format!("[{ip}]"),
+pub fn always_entry(host: &str, port: u16) -> Option<AllowEntry> {
+    let target = match normalise_host(host)? {
+        HostKind::Name(name) => Target::Domain(name),
+        HostKind::Ip(ip) => Target::Ip(ip),
     };
-    Some(match port {
-        80 | 443 => host,
-        port => format!("{host}:{port}"),
-    })
+    let port = match port {
+        80 | 443 => None,
+        port => Some(port),
+    };
+    Some(AllowEntry { target, port })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::admin_body::decode;
-    use crate::AllowEntry;
 
     #[test]
     fn decide_bodies() {
@@ -230,9 +327,10 @@ mod tests {
         ];
         for (host, port, want) in cases {
             let got = always_entry(host, port);
-            assert_eq!(got.as_deref(), want, "{host}:{port}");
+            assert_eq!(got.as_ref().map(ToString::to_string).as_deref(), want, "{host}:{port}");
             if let Some(entry) = got {
-                assert!(AllowEntry::parse(&entry).is_ok(), "{entry} must be a valid entry");
+                let parsed = AllowEntry::parse(&entry.to_string());
+                assert_eq!(parsed.as_ref(), Ok(&entry), "{entry} must be the entry its text is");
             }
         }
     }
@@ -241,7 +339,7 @@ mod tests {
     fn the_decided_event_is_the_request_plus_its_decision() {
         let request = PendingRequest {
             id: 7,
-            ip: "10.0.0.2".into(),
+            ip: "10.0.0.2".parse().unwrap(),
             sandbox: "agent".into(),
             host: "pypi.org".into(),
             port: 443,
@@ -252,9 +350,60 @@ mod tests {
         let decided = DecidedRequest {
             request,
             decision: Settlement::Timeout,
+            reason: Some(Reason::AskTimeout),
+            layer: Some(Layer::Timeout),
         };
         let json = serde_json::to_string(&decided).unwrap();
-        assert!(json.ends_with(r#""waiting":2,"decision":"timeout"}"#), "{json}");
+        assert!(
+            json.ends_with(r#""waiting":2,"decision":"timeout","reason":"ask-timeout","layer":"timeout"}"#),
+            "{json}"
+        );
+        assert!(json.starts_with(r#"{"id":7,"ip":"10.0.0.2","#), "{json}");
         assert_eq!(serde_json::from_str::<DecidedRequest>(&json).unwrap(), decided);
+        // A request let through names no reason; an older daemon no layer.
+        let older = json.replace(r#","reason":"ask-timeout","layer":"timeout""#, "");
+        let read: DecidedRequest = serde_json::from_str(&older).unwrap();
+        assert_eq!((read.reason, read.layer), (None, None));
+    }
+
+    #[test]
+    fn a_bad_address_in_a_pending_request_is_refused_naming_it() {
+        let json = r#"{"id":1,"ip":"::ffff:10.0.0.2","sandbox":"a","host":"h.test","port":1,"front_end":"connect","since":0,"waiting":1}"#;
+        let read: PendingRequest = decode(json.as_bytes()).unwrap();
+        assert_eq!(read.ip.to_string(), "10.0.0.2", "canonical");
+        let bad = json.replace("::ffff:10.0.0.2", "10.0.0.999");
+        let err = decode::<PendingRequest>(bad.as_bytes()).unwrap_err().0;
+        assert!(err.starts_with("ip: ") && err.contains("10.0.0.999"), "{err}");
+    }
+
+    #[test]
+    fn events_read_back_as_they_were_written() {
+        let request = PendingRequest {
+            id: 3,
+            ip: "10.0.0.2".parse().unwrap(),
+            sandbox: "agent".into(),
+            host: "pypi.org".into(),
+            port: 443,
+            front_end: "connect".into(),
+            since: 5,
+            waiting: 1,
+        };
+        let events = [
+            Event::Pending(request.clone()),
+            Event::Decided(DecidedRequest {
+                request,
+                decision: Settlement::Withdrawn,
+                reason: Some(Reason::DeniedEntry),
+                layer: Some(Layer::DenyEntry),
+            }),
+            Event::Lagged { missed: 3 },
+        ];
+        for (event, name) in events.iter().zip(Event::NAMES) {
+            assert_eq!(event.name(), name);
+            assert_eq!(Event::parse(name, &event.data()).as_ref(), Ok(event), "{name}");
+        }
+        assert_eq!(Event::Lagged { missed: 3 }.data(), r#"{"missed":3}"#);
+        assert!(Event::parse("other", "{}").is_err());
+        assert!(Event::parse("lagged", r#"{"missed":"x"}"#).is_err());
     }
 }

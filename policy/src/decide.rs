@@ -16,12 +16,14 @@
 //! the engine's `ask`). Only `not-allowed` is ever asked about.
 //! A deny entry that covers the destination refuses it in every mode
 //! (`denied-entry`), however an allow entry covers it too: it is never
-//! reported as let through and never asked about.
+//! reported as let through and never asked about. Every verdict names the
+//! [`Layer`] that decided it. A held connection is decided again by the
+//! same function, with its answer as one more input (`held`).
 
 use super::allowlist::{Lookup, MatchedBy};
 use super::host::is_valid_host;
 use super::mode::Mode;
-use super::reason::Reason;
+use super::reason::{Layer, Reason};
 use super::snapshot::{Registered, Snapshot};
 use super::source::canonical_ip;
 use super::usage::Account;
@@ -58,6 +60,7 @@ impl Decision {
             Decision::Made(verdict) => verdict,
             Decision::AwaitRegistration => Verdict::Deny {
                 reason: Reason::Unregistered,
+                layer: Layer::Registration,
                 id: None,
                 account: None,
             },
@@ -73,6 +76,9 @@ pub enum Verdict {
     Allow {
         /// Name or IP-literal match.
         matched: MatchedBy,
+        /// What let it through: an allow entry, or (a held connection) an
+        /// answer.
+        layer: Layer,
         /// The source's registration id.
         id: Arc<str>,
         /// The registration's usage account and cap, which the connection
@@ -81,8 +87,11 @@ pub enum Verdict {
     },
     /// Denied.
     Deny {
-        /// Why: `not-allowed`, `denied-entry`, `unregistered` or `invalid-label`.
+        /// Why: `not-allowed`, `denied-entry`, `unregistered` or
+        /// `invalid-label` (and, for a held connection, `ask-timeout`).
         reason: Reason,
+        /// What refused it.
+        layer: Layer,
         /// The registration id, or the container of an `invalid-label`
         /// source; `None` for an unregistered source.
         id: Option<Arc<str>>,
@@ -115,6 +124,17 @@ pub enum Verdict {
         /// The registration's usage account.
         account: Arc<Account>,
     },
+}
+
+impl Verdict {
+    /// The layer that decided: report mode and a held connection still
+    /// waiting are the mode's doing.
+    pub fn layer(&self) -> Layer {
+        match self {
+            Verdict::Allow { layer, .. } | Verdict::Deny { layer, .. } => *layer,
+            Verdict::Report { .. } | Verdict::Ask { .. } => Layer::Mode,
+        }
+    }
 }
 
 /// Where a source stands, before any destination is looked at: the first
@@ -150,18 +170,19 @@ pub fn standing<'a>(snapshot: &'a Snapshot, watch: &'a Watch, source: IpAddr) ->
 
 /// Decides whether `source` may reach `host` on `port`.
 pub fn decide(snapshot: &Snapshot, watch: &Watch, source: IpAddr, host: &str, port: Port) -> Decision {
-    let deny = |reason, id: Option<&Arc<str>>, account: Option<&Arc<Account>>| {
+    let deny = |reason, layer, id: Option<&Arc<str>>, account: Option<&Arc<Account>>| {
         Decision::Made(Verdict::Deny {
             reason,
+            layer,
             id: id.map(Arc::clone),
             account: account.map(Arc::clone),
         })
     };
     let registration = match standing(snapshot, watch, source) {
         Standing::Registered(registration) => registration,
-        Standing::InvalidLabel(id) => return deny(Reason::InvalidLabel, Some(id), None),
+        Standing::InvalidLabel(id) => return deny(Reason::InvalidLabel, Layer::Registration, Some(id), None),
         Standing::AwaitingRegistration => return Decision::AwaitRegistration,
-        Standing::Unregistered => return deny(Reason::Unregistered, None, None),
+        Standing::Unregistered => return deny(Reason::Unregistered, Layer::Registration, None, None),
     };
     let lookup = match port {
         Port::Number(port) => registration.allowlist.lookup(host, port),
@@ -172,6 +193,7 @@ pub fn decide(snapshot: &Snapshot, watch: &Watch, source: IpAddr, host: &str, po
         Lookup::Denied => {
             return deny(
                 Reason::DeniedEntry,
+                Layer::DenyEntry,
                 Some(registration.id.shared()),
                 Some(&registration.account),
             )
@@ -181,6 +203,7 @@ pub fn decide(snapshot: &Snapshot, watch: &Watch, source: IpAddr, host: &str, po
     match matched {
         Some(matched) => Decision::Made(Verdict::Allow {
             matched,
+            layer: Layer::Entry,
             id: Arc::clone(registration.id.shared()),
             account: Arc::clone(&registration.account),
         }),
@@ -197,6 +220,7 @@ pub fn decide(snapshot: &Snapshot, watch: &Watch, source: IpAddr, host: &str, po
         }),
         None => deny(
             Reason::NotAllowed,
+            Layer::Entry,
             Some(registration.id.shared()),
             Some(&registration.account),
         ),
@@ -232,7 +256,10 @@ mod tests {
     }
 
     fn watch() -> Watch {
-        Watch::build(["10.5.0.0/16"], [("10.5.0.9", "docker:bad")])
+        Watch::new(
+            ["10.5.0.0/16".parse().unwrap()],
+            [("10.5.0.9".parse().unwrap(), "docker:bad".into())],
+        )
     }
 
     #[test]
@@ -254,13 +281,20 @@ mod tests {
         let allow = |matched, id: &str| {
             Decision::Made(Verdict::Allow {
                 matched,
+                layer: Layer::Entry,
                 id: id.into(),
                 account: account(id).unwrap(),
             })
         };
         let deny = |reason, id: Option<&str>| {
+            let layer = match reason {
+                Reason::DeniedEntry => Layer::DenyEntry,
+                Reason::NotAllowed => Layer::Entry,
+                _ => Layer::Registration,
+            };
             Decision::Made(Verdict::Deny {
                 reason,
+                layer,
                 id: id.map(Into::into),
                 account: id.and_then(account),
             })
@@ -425,12 +459,14 @@ mod tests {
     fn a_settled_wait_is_an_unregistered_denial() {
         let unregistered = Verdict::Deny {
             reason: Reason::Unregistered,
+            layer: Layer::Registration,
             id: None,
             account: None,
         };
         assert_eq!(Decision::AwaitRegistration.settled(), unregistered);
         let allowed = Verdict::Allow {
             matched: MatchedBy::Name,
+            layer: Layer::Entry,
             id: "a".into(),
             account: Arc::new(Account::new(1, Arc::default())),
         };

@@ -2,8 +2,9 @@
 //!
 //! Who may reach what: allowlist entries, `match_host`, the allowlist presets and files, a registration's mode (enforced or only
 //! reported), source keys, snapshots and the registry holding the one in
-//! force, the one decision every front end asks (`decide`), the
-//! destination guard and the one vocabulary of denial reasons; and what each
+//! force, the one decision every front end asks (`decide`) and its form for
+//! a connection held in ask mode (`held`), the destination guard and the
+//! one vocabulary of denial reasons and deciding layers; and what each
 //! registration may use and has used: its bandwidth cap, the token buckets
 //! that hold it there, and its usage counters.
 //!
@@ -40,6 +41,7 @@ pub mod engine_config;
 mod entry;
 pub mod grant;
 pub mod guard;
+pub mod held;
 mod host;
 pub mod json_object;
 pub mod limiter;
@@ -63,6 +65,7 @@ pub use bandwidth::{Bandwidth, BandwidthError, MIN_BANDWIDTH};
 pub use decide::{decide, Decision, Port, Verdict};
 pub use direction::Direction;
 pub use entry::{AllowEntry, EntryError, Target, MAX_ENTRIES};
+pub use held::{decide_held, AskState};
 pub use host::{is_valid_host, normalise_host, HostKind};
 pub use mode::{Mode, ModeError};
 pub use preset::{expand_presets, preset, presets, Preset, UnknownPreset, PRESET_MARK};

@@ -1,7 +1,11 @@
-//! The one vocabulary of denial reasons.
+//! The one vocabulary of denial reasons, and of the layers of the policy
+//! that decide.
 //!
 //! The same words appear in the `X-Crackbox-Reason` header, metrics labels,
 //! `/v1/denials` and logs, so an operator can follow one denial everywhere.
+//! A [`Layer`] says which part of the policy made a decision (an entry, a
+//! deny entry, the destination guard, an answer, ...): `/v1/denials` and
+//! the `decided` events of ask mode name it beside the reason.
 
 use serde::{Deserialize, Serialize};
 
@@ -93,6 +97,68 @@ impl std::fmt::Display for Reason {
     }
 }
 
+/// The layer of the policy that made a decision: named with every denial
+/// (`/v1/denials`) and every end of a held request (the `decided` event).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Layer {
+    /// The source's registration: there is none (`unregistered`), or its
+    /// container's labels are invalid (`invalid-label`).
+    Registration,
+    /// The allow entries: one covers the destination, or (enforce mode)
+    /// none does (`not-allowed`).
+    Entry,
+    /// A deny entry covers the destination (`denied-entry`).
+    DenyEntry,
+    /// The registration's mode: report mode let through what no entry covers.
+    Mode,
+    /// The destination guard: no address of the destination may be dialled
+    /// (`private-address`).
+    Guard,
+    /// Someone answered a held request: `once` or `always` let it through,
+    /// `deny` refused it (`not-allowed`).
+    Answer,
+    /// Nobody answered a held request within the ask timeout (`ask-timeout`).
+    Timeout,
+    /// A limit: connections per source (`too-many-connections`) or pending
+    /// requests per source (`ask-limit`).
+    Limit,
+}
+
+impl Layer {
+    /// Every layer, in declaration order.
+    pub const ALL: [Layer; 8] = [
+        Layer::Registration,
+        Layer::Entry,
+        Layer::DenyEntry,
+        Layer::Mode,
+        Layer::Guard,
+        Layer::Answer,
+        Layer::Timeout,
+        Layer::Limit,
+    ];
+
+    /// The kebab-case word used in JSON and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Layer::Registration => "registration",
+            Layer::Entry => "entry",
+            Layer::DenyEntry => "deny-entry",
+            Layer::Mode => "mode",
+            Layer::Guard => "guard",
+            Layer::Answer => "answer",
+            Layer::Timeout => "timeout",
+            Layer::Limit => "limit",
+        }
+    }
+}
+
+impl std::fmt::Display for Layer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -103,6 +169,11 @@ mod tests {
             assert_eq!(reason.index(), index);
             let json = serde_json::to_string(&reason).unwrap();
             assert_eq!(json, format!("\"{}\"", reason.as_str()));
+        }
+        for layer in Layer::ALL {
+            let json = serde_json::to_string(&layer).unwrap();
+            assert_eq!(json, format!("\"{layer}\""));
+            assert_eq!(serde_json::from_str::<Layer>(&json).unwrap(), layer);
         }
     }
 }

@@ -9,29 +9,66 @@
 //! at once as `invalid-label`. Pure and immutable: control sends a whole new
 //! list on every change and the engine swaps it in.
 
-use super::source::parse_source_ip;
+use super::source::{canonical_ip, parse_source_ip};
 use arc_swap::{ArcSwap, Cache};
 use rustc_hash::FxHashMap;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::fmt;
 use std::net::IpAddr;
+use std::str::FromStr;
 use std::sync::Arc;
 
-/// One IPv4 or IPv6 subnet.
+/// One IPv4 or IPv6 subnet, written `ADDR/PREFIX` (in JSON too).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Subnet {
     base: IpAddr,
     prefix: u8,
 }
 
-impl Subnet {
-    /// Parses `ADDR/PREFIX`; `None` for anything else (or a prefix too long).
-    pub fn parse(text: &str) -> Option<Subnet> {
-        let (addr, prefix) = text.split_once('/')?;
-        let base = parse_source_ip(addr).ok()?;
-        let prefix: u8 = prefix.parse().ok()?;
-        let max = if base.is_ipv4() { 32 } else { 128 };
-        (prefix <= max).then_some(Subnet { base, prefix })
-    }
+/// Text that is no `ADDR/PREFIX` subnet.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{input:?} is not a subnet (ADDR/PREFIX, a prefix of at most 32 bits for IPv4 and 128 for IPv6)")]
+pub struct SubnetError {
+    /// The rejected text (truncated to 100 characters).
+    pub input: String,
+}
 
+impl FromStr for Subnet {
+    type Err = SubnetError;
+
+    /// Parses `ADDR/PREFIX` (an IPv4-mapped IPv6 address is its IPv4 one).
+    fn from_str(text: &str) -> Result<Subnet, SubnetError> {
+        let fail = || SubnetError {
+            input: text.chars().take(100).collect(),
+        };
+        let (addr, prefix) = text.split_once('/').ok_or_else(fail)?;
+        let base = parse_source_ip(addr).map_err(|_| fail())?;
+        let prefix: u8 = prefix.parse().map_err(|_| fail())?;
+        let max = if base.is_ipv4() { 32 } else { 128 };
+        (prefix <= max).then_some(Subnet { base, prefix }).ok_or_else(fail)
+    }
+}
+
+impl fmt::Display for Subnet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.base, self.prefix)
+    }
+}
+
+impl Serialize for Subnet {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Subnet {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+impl Subnet {
     /// Whether `ip` lies inside the subnet.
     pub fn contains(&self, ip: IpAddr) -> bool {
         match (self.base, ip) {
@@ -59,19 +96,15 @@ pub struct Watch {
 }
 
 impl Watch {
-    /// Builds the list from `ADDR/PREFIX` subnets and `(ip, container
-    /// name)` pairs; entries that do not parse are skipped (control only
-    /// sends what it parsed itself).
-    pub fn build<'a>(
-        subnets: impl IntoIterator<Item = &'a str>,
-        invalid: impl IntoIterator<Item = (&'a str, &'a str)>,
+    /// The list of these subnets and `(address, container id)` pairs, each
+    /// parsed where it entered (the wire's watch list).
+    pub fn new(
+        subnets: impl IntoIterator<Item = Subnet>,
+        invalid: impl IntoIterator<Item = (IpAddr, Arc<str>)>,
     ) -> Watch {
         Watch {
-            subnets: subnets.into_iter().filter_map(Subnet::parse).collect(),
-            invalid: invalid
-                .into_iter()
-                .filter_map(|(ip, id)| Some((parse_source_ip(ip).ok()?, id.into())))
-                .collect(),
+            subnets: subnets.into_iter().collect(),
+            invalid: invalid.into_iter().map(|(ip, id)| (canonical_ip(ip), id)).collect(),
         }
     }
 
@@ -139,19 +172,31 @@ mod tests {
             ("fd00:1::/64", "fd00:2::1", false),
             ("fd00:1::/64", "10.1.2.3", false),
         ];
-        for (subnet, ip, inside) in cases {
-            let subnet = Subnet::parse(subnet).unwrap();
+        for (text, ip, inside) in cases {
+            let subnet: Subnet = text.parse().unwrap();
             assert_eq!(subnet.contains(parse_source_ip(ip).unwrap()), inside, "{subnet:?} {ip}");
+            assert_eq!(subnet.to_string(), text);
         }
-        for bad in ["10.0.0.0", "10.0.0.0/33", "x/8", "fd00::/129", "10.0.0.0/-1"] {
-            assert_eq!(Subnet::parse(bad), None, "{bad}");
+        for bad in ["10.0.0.0", "10.0.0.0/33", "x/8", "fd00::/129", "10.0.0.0/-1", ""] {
+            let err = bad.parse::<Subnet>().unwrap_err();
+            assert!(err.to_string().contains("is not a subnet"), "{bad}: {err}");
         }
+        let json: Vec<Subnet> = serde_json::from_str(r#"["10.5.0.0/16","fd00:1::/64"]"#).unwrap();
+        assert_eq!(
+            serde_json::to_string(&json).unwrap(),
+            r#"["10.5.0.0/16","fd00:1::/64"]"#
+        );
+        let err = serde_json::from_str::<Vec<Subnet>>(r#"["10.5.0.0/16","junk"]"#).unwrap_err();
+        assert!(err.to_string().contains(r#""junk" is not a subnet"#), "{err}");
     }
 
     #[test]
     fn invalid_sources_are_not_held_but_named() {
-        let watch = Watch::build(["10.5.0.0/16", "junk"], [("10.5.0.9", "agent-7"), ("junk", "x")]);
-        let ip = |s: &str| s.parse().unwrap();
+        let ip = |s: &str| -> IpAddr { s.parse().unwrap() };
+        let watch = Watch::new(
+            ["10.5.0.0/16".parse().unwrap()],
+            [(ip("::ffff:10.5.0.9"), "agent-7".into())],
+        );
         assert!(watch.holds(ip("10.5.0.8")));
         assert!(!watch.holds(ip("10.6.0.8")));
         assert!(!watch.holds(ip("10.5.0.9")));
@@ -165,7 +210,7 @@ mod tests {
         let mut cache = watched.cache();
         let ip = "10.5.0.8".parse().unwrap();
         assert!(!cache.load().holds(ip));
-        watched.swap(Watch::build(["10.5.0.0/16"], []));
+        watched.swap(Watch::new(["10.5.0.0/16".parse().unwrap()], []));
         assert!(cache.load().holds(ip));
         assert!(watched.load().holds(ip));
     }

@@ -15,6 +15,12 @@
 //! [`Message::PendingQuery`] and answers one with [`Message::Decide`].
 //! The console's event feed polls the engine's live figures and the denials
 //! recorded since it last asked with [`Message::FeedRequest`].
+//! Each question control asks ([`Query`]) and the engine's [`Reply`] travel
+//! as a pair of messages matched by a request number; both sides handle
+//! the pairs through these two types, never one by one.
+//! Every field is parsed into its type as the frame is decoded (addresses,
+//! subnets, entries); a frame with a bad one is refused, naming the value
+//! and what it should be.
 //! Pure code: it is fuzzed as it runs.
 
 mod feed;
@@ -22,15 +28,18 @@ mod feed;
 pub use feed::FeedReport;
 
 use crate::ask::{Answer, DecidedRequest, PendingId, PendingRequest};
-use crate::reason::Reason;
+use crate::reason::{Layer, Reason};
+use crate::watch::Subnet;
 use crate::{Generation, RegistrationSpec, SourceChange};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
+use std::net::IpAddr;
 
-/// The protocol version both sides must speak (5: ask mode and its
-/// pending requests; 6: the console's feed request).
-pub const PROTOCOL: u32 = 6;
+/// The protocol version both sides must speak (6: a held request settles
+/// through the one decision, `always` once stored; denials and settled
+/// requests name the layer that decided; 7: the console's feed request).
+pub const PROTOCOL: u32 = 7;
 
 /// Largest frame accepted (a very large registry still fits).
 pub const MAX_FRAME: usize = 64 * 1024 * 1024;
@@ -173,6 +182,11 @@ pub enum Message {
     },
 }
 
+mod exchange;
+mod kind;
+
+pub use exchange::{Query, Reply};
+
 /// Which registrations' usage to report: all, or those matching every
 /// field given. Also the query of `GET /v1/usage` (`?id=` / `?ip=`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -224,9 +238,10 @@ pub struct SourceUsage {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WatchList {
-    /// `ADDR/PREFIX` subnets of the watched networks: a new connection from
-    /// an unregistered source there waits briefly for its registration.
-    pub subnets: Vec<String>,
+    /// Subnets of the watched networks (`ADDR/PREFIX` in JSON): a new
+    /// connection from an unregistered source there waits briefly for its
+    /// registration.
+    pub subnets: Vec<Subnet>,
     /// Labelled containers whose labels are invalid: denied as `invalid-label`.
     pub invalid: Vec<InvalidSource>,
 }
@@ -235,8 +250,9 @@ pub struct WatchList {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct InvalidSource {
-    /// The container's address.
-    pub ip: String,
+    /// The container's address, canonical.
+    #[serde(with = "crate::registration::source_ip_text")]
+    pub ip: IpAddr,
     /// The id the container would have had (shown in denials).
     pub id: String,
 }
@@ -312,6 +328,10 @@ pub struct Denial {
     /// predates report mode is a denial).
     #[serde(default = "enforced")]
     pub enforced: bool,
+    /// The layer of the policy that decided (absent from a daemon that
+    /// predates it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layer: Option<Layer>,
 }
 
 /// What a record without `enforced` was: a denial.
@@ -325,7 +345,8 @@ pub enum WireError {
     /// The length prefix exceeds [`MAX_FRAME`].
     #[error("frame of {0} bytes exceeds the {MAX_FRAME}-byte limit")]
     TooLarge(usize),
-    /// The payload is not a valid message.
+    /// The payload is not a valid message (a bad address or subnet is
+    /// named with what it should be).
     #[error("malformed frame: {0}")]
     Malformed(#[from] serde_json::Error),
     /// The socket failed or closed.
@@ -386,200 +407,4 @@ pub fn write_message(writer: &mut impl Write, message: &Message) -> Result<(), W
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn sample() -> Vec<Message> {
-        vec![
-            Message::Hello {
-                protocol: PROTOCOL,
-                role: Role::Engine,
-            },
-            Message::Snapshot {
-                generation: 3,
-                registrations: vec![RegistrationSpec::parse("10.0.0.2", "agent", &["github.com"]).unwrap()],
-            },
-            Message::Delta {
-                base: 3,
-                generation: 4,
-                changes: vec![
-                    SourceChange::Remove("10.0.0.2".parse().unwrap()),
-                    SourceChange::Put(
-                        RegistrationSpec::parse("10.0.0.3", "b", &["b.test"])
-                            .unwrap()
-                            .with_bandwidth(Some(crate::Bandwidth::parse("10MiB/s").unwrap())),
-                    ),
-                    SourceChange::Put(
-                        RegistrationSpec::parse("10.0.0.4", "c", &["c.test"])
-                            .unwrap()
-                            .with_mode(crate::Mode::Report),
-                    ),
-                ],
-            },
-            Message::Resync { generation: 2 },
-            Message::Ack { generation: 3 },
-            Message::Watch {
-                list: WatchList {
-                    subnets: vec!["10.5.0.0/16".into()],
-                    invalid: vec![InvalidSource {
-                        ip: "10.5.0.9".into(),
-                        id: "agent-7".into(),
-                    }],
-                },
-            },
-            Message::StatsRequest { request: 9 },
-            Message::Stats {
-                request: 9,
-                report: StatsReport {
-                    decisions: vec![
-                        DecisionCount {
-                            id: "agent".into(),
-                            reason: Some(Reason::NotAllowed),
-                            enforced: true,
-                            count: 2,
-                        },
-                        DecisionCount {
-                            id: "watched".into(),
-                            reason: Some(Reason::NotAllowed),
-                            enforced: false,
-                            count: 3,
-                        },
-                    ],
-                    denials: vec![Denial {
-                        time_ms: 1,
-                        ip: "10.0.0.2".into(),
-                        id: "agent".into(),
-                        host: "evil.test".into(),
-                        port: 443,
-                        reason: Reason::NotAllowed,
-                        enforced: false,
-                    }],
-                    ..StatsReport::default()
-                },
-            },
-            Message::UsageRequest {
-                request: 10,
-                query: UsageQuery {
-                    ip: Some("10.0.0.2".into()),
-                    id: None,
-                },
-            },
-            Message::Usage {
-                request: 10,
-                sources: vec![SourceUsage {
-                    ip: "10.0.0.2".into(),
-                    id: "agent".into(),
-                    bytes_up: 1,
-                    bytes_down: 2,
-                    tunnels: 3,
-                    requests: 4,
-                    denials: [(Reason::NotAllowed, 5)].into(),
-                    reported: [(Reason::NotAllowed, 8)].into(),
-                    connections: 6,
-                    bandwidth: Some(1 << 20),
-                    since_ms: 7,
-                }],
-            },
-            Message::Asked { pending: pending() },
-            Message::Settled {
-                decided: DecidedRequest {
-                    request: pending(),
-                    decision: crate::ask::Settlement::Timeout,
-                },
-            },
-            Message::PendingQuery { request: 11 },
-            Message::PendingList {
-                request: 11,
-                pending: vec![pending()],
-            },
-            Message::Decide {
-                request: 12,
-                id: 3,
-                decision: Answer::Always,
-            },
-            Message::DecideOutcome {
-                request: 12,
-                decided: None,
-            },
-        ]
-    }
-
-    fn pending() -> PendingRequest {
-        PendingRequest {
-            id: 3,
-            ip: "10.0.0.2".into(),
-            sandbox: "agent".into(),
-            host: "pypi.org".into(),
-            port: 443,
-            front_end: "connect".into(),
-            since: 5,
-            waiting: 1,
-        }
-    }
-
-    #[test]
-    fn frames_round_trip_one_by_one_and_concatenated() {
-        let mut stream = Vec::new();
-        for message in sample() {
-            let frame = encode(&message);
-            assert_eq!(decode_frame(&frame).unwrap().unwrap(), (message.clone(), frame.len()));
-            assert!(decode_frame(&frame[..frame.len() - 1]).unwrap().is_none());
-            stream.extend_from_slice(&frame);
-        }
-        let mut reader = stream.as_slice();
-        for message in sample() {
-            assert_eq!(read_message(&mut reader).unwrap(), message);
-        }
-    }
-
-    #[test]
-    fn oversized_and_malformed_frames_are_errors() {
-        let huge = (MAX_FRAME as u32 + 1).to_be_bytes();
-        assert!(matches!(decode_frame(&huge), Err(WireError::TooLarge(_))));
-        let mut bad = 5u32.to_be_bytes().to_vec();
-        bad.extend_from_slice(b"{oops");
-        assert!(matches!(decode_frame(&bad), Err(WireError::Malformed(_))));
-        let unknown = br#"{"type":"ack","generation":1,"extra":true}"#;
-        assert!(decode_payload(unknown).is_err());
-    }
-
-    #[test]
-    fn usage_speaks_the_reason_words() {
-        let usage = SourceUsage {
-            ip: "10.0.0.2".into(),
-            id: "a".into(),
-            denials: [(Reason::NotAllowed, 2), (Reason::PrivateAddress, 1)].into(),
-            ..SourceUsage::default()
-        };
-        let text = serde_json::to_string(&usage).unwrap();
-        assert!(
-            text.contains(r#""denials":{"not-allowed":2,"private-address":1}"#),
-            "{text}"
-        );
-        assert!(!text.contains("bandwidth") && !text.contains("reported"), "{text}");
-        assert_eq!(serde_json::from_str::<SourceUsage>(&text).unwrap(), usage);
-    }
-
-    #[test]
-    fn a_denial_says_whether_it_was_enforced() {
-        let record = |enforced| Denial {
-            time_ms: 1,
-            ip: "10.0.0.2".into(),
-            id: "a".into(),
-            host: "x.test".into(),
-            port: 443,
-            reason: Reason::NotAllowed,
-            enforced,
-        };
-        let text = serde_json::to_string(&record(false)).unwrap();
-        assert!(text.ends_with(r#""reason":"not-allowed","enforced":false}"#), "{text}");
-        let text = serde_json::to_string(&record(true)).unwrap();
-        assert!(text.ends_with(r#""enforced":true}"#), "{text}");
-        let old = r#"{"time_ms":1,"ip":"10.0.0.2","id":"a","host":"x.test","port":443,"reason":"not-allowed"}"#;
-        assert_eq!(
-            serde_json::from_str::<Denial>(old).unwrap(),
-            record(true),
-            "an older record was enforced"
-        );
-    }
-}
+mod tests;

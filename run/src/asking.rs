@@ -49,7 +49,7 @@ pub async fn start(plan: &Plan, admin: &Client, source: IpAddr) -> Result<Asking
     };
     let always = Arc::default();
     let remembered = Arc::clone(&always);
-    let (admin, source, sandbox) = (admin.clone(), source.to_string(), plan.id.clone());
+    let (admin, sandbox) = (admin.clone(), plan.id.clone());
     let task = tokio::spawn(async move {
         while let Some(Ok(event)) = events.next().await {
             match event {
@@ -59,7 +59,7 @@ pub async fn start(plan: &Plan, admin: &Client, source: IpAddr) -> Result<Asking
                 Event::Decided(decided) if decided.request.ip == source && decided.decision == Settlement::Always => {
                     let request = decided.request;
                     if let Some(entry) = always_entry(&request.host, request.port) {
-                        lock(&remembered).push(entry);
+                        lock(&remembered).push(entry.to_string());
                     }
                 }
                 _ => {}

@@ -14,6 +14,9 @@ use std::time::Duration;
 pub const ASKER: &str = "127.0.0.2";
 /// How long the page may take to show what happened.
 pub const SHOWN: Duration = Duration::from_secs(10);
+/// How long a page may take to load (Chromium starting up on a loaded
+/// machine included).
+pub const LOADED: Duration = Duration::from_secs(30);
 
 /// A daemon, a browser on its console.
 pub struct Console {
@@ -76,8 +79,8 @@ impl Console {
 
     /// Waits until the page has its snapshots and a live stream.
     pub fn wait_loaded(&self) {
-        self.browser.wait_for("main[aria-busy=\"false\"]", SHOWN);
-        self.browser.wait_for("#connection.online", SHOWN);
+        self.browser.wait_for("main[aria-busy=\"false\"]", LOADED);
+        self.browser.wait_for("#connection.online", LOADED);
     }
 
     /// A CONNECT from the asking source to `target`, held by the daemon.

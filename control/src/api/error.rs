@@ -29,6 +29,13 @@ impl ApiError {
     }
 }
 
+/// A question the engine could not answer: 503.
+impl From<crate::publisher::EngineRequestError> for ApiError {
+    fn from(err: crate::publisher::EngineRequestError) -> Self {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, err.to_string())
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = Json(ErrorAnswer { error: self.message });

@@ -4,7 +4,6 @@
 
 use super::routes::{authorise, enforced, store_failed};
 use super::{ApiError, AppState};
-use crate::grants;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
@@ -25,11 +24,20 @@ pub async fn revoke(
         .to_string();
     let no_grant = || ApiError::new(StatusCode::NOT_FOUND, format!("no grant of {entry:?} on {ip}"));
     let current = state.registry.current();
-    let spec = current.entries.get(&ip).ok_or_else(no_grant)?;
-    let expires = spec.origins.get(&entry).and_then(|origin| origin.expires());
-    let narrowed = grants::without(spec, &entry).ok_or_else(no_grant)?;
-    let generation = state.registry.register(ip, narrowed).await.map_err(store_failed)?;
-    enforced(&state, generation).await?;
+    let expires = current
+        .entries
+        .get(&ip)
+        .and_then(|spec| spec.origins.get(&entry))
+        .and_then(|origin| origin.expires());
+    let outcome = state
+        .registry
+        .ungrant(ip, entry.clone(), None)
+        .await
+        .map_err(store_failed)?;
+    if outcome.registered == 0 {
+        return Err(no_grant());
+    }
+    enforced(&state, outcome.generation).await?;
     tracing::info!(%ip, entry, "grant revoked");
     Ok(Json(Grant { ip, entry, expires }))
 }

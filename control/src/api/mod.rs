@@ -42,8 +42,9 @@ pub const MAX_BODY: usize = 64 * 1024;
 pub const MAX_BULK_BODY: usize = 8 * 1024 * 1024;
 /// How long a mutation waits for the engine's ack before answering 503.
 pub const ENFORCE_TIMEOUT: Duration = Duration::from_secs(2);
-/// How long `/metrics`, `/v1/denials` and `/v1/usage` wait for the engine.
-pub const STATS_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a question to the engine waits for its reply (`/metrics`,
+/// `/v1/denials`, `/v1/usage`, `/v1/pending` and answers to pending requests).
+pub const ENGINE_REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The ask timeout `/v1/status` reports unless told the engine's.
 const DEFAULT_ASK_TIMEOUT: Duration = Duration::from_secs(30);

@@ -1,8 +1,7 @@
 //! Read-only observation endpoints: health, metrics, recent denials and
 //! usage per registration.
 
-use super::{ApiError, AppState, STATS_TIMEOUT};
-use crate::publisher::StatsError;
+use super::{ApiError, AppState, ENGINE_REQUEST_TIMEOUT};
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::{header, StatusCode};
@@ -43,7 +42,7 @@ pub async fn health(State(state): State<AppState>) -> Response {
 /// `GET /v1/status`: the daemon's status as the console's header shows it
 /// (the engine's figures left at zero when it does not answer).
 pub async fn status(State(state): State<AppState>) -> Json<crate::status::Status> {
-    let figures = state.link.feed(u64::MAX, STATS_TIMEOUT).await.ok();
+    let figures = state.link.feed(u64::MAX, ENGINE_REQUEST_TIMEOUT).await.ok();
     Json(state.status.compose(figures.as_ref()))
 }
 
@@ -91,21 +90,12 @@ pub async fn usage(
     if query.id.as_deref() == Some("") {
         return Err(ApiError::bad_request("id: must not be empty"));
     }
-    let sources = state.link.usage(query, STATS_TIMEOUT).await.map_err(unavailable)?;
+    let sources = state.link.usage(query, ENGINE_REQUEST_TIMEOUT).await?;
     Ok(Json(sources))
 }
 
 async fn engine_stats(state: &AppState) -> Result<StatsReport, ApiError> {
-    state.link.stats(STATS_TIMEOUT).await.map_err(unavailable)
-}
-
-/// The 503 of a question the engine could not answer.
-fn unavailable(err: StatsError) -> ApiError {
-    let message = match err {
-        StatsError::NotConnected => "the engine is not connected",
-        StatsError::NoAnswer => "the engine did not answer in time",
-    };
-    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, message)
+    Ok(state.link.stats(ENGINE_REQUEST_TIMEOUT).await?)
 }
 
 /// Connects to the forward listener (its loopback address when it is bound

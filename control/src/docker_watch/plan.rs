@@ -4,6 +4,7 @@
 
 use super::labels::{self, Labelled};
 use super::registrations::Holdings;
+use crackbox_policy::watch::Subnet;
 use crackbox_policy::wire::InvalidSource;
 use crackbox_policy::{Origin, RegistrationSpec};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -27,8 +28,8 @@ pub struct Seen {
 pub struct Scope {
     /// Network ids.
     pub networks: BTreeSet<String>,
-    /// Their subnets, `ADDR/PREFIX`.
-    pub subnets: Vec<String>,
+    /// Their subnets.
+    pub subnets: Vec<Subnet>,
 }
 
 /// What one reconciliation does.
@@ -79,10 +80,8 @@ pub fn plan(seen: &[Seen], scope: &Scope, holdings: &Holdings) -> Plan {
                 }
             }
             Labelled::Invalid { id, problem } => {
-                plan.invalid.extend(addresses.map(|ip| InvalidSource {
-                    ip: ip.to_string(),
-                    id: id.clone(),
-                }));
+                plan.invalid
+                    .extend(addresses.map(|ip| InvalidSource { ip, id: id.clone() }));
                 plan.problems
                     .push((container.id.clone(), container.name.clone(), problem));
             }
@@ -163,7 +162,7 @@ mod tests {
         assert_eq!(
             plan.invalid,
             vec![InvalidSource {
-                ip: "10.0.0.6".into(),
+                ip: ip("10.0.0.6"),
                 id: "docker:bad".into()
             }]
         );

@@ -6,6 +6,7 @@
 use super::plan::Scope;
 use bollard::query_parameters::InspectNetworkOptions;
 use bollard::Docker;
+use crackbox_policy::watch::Subnet;
 
 /// Where the watched networks come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,7 +36,10 @@ pub async fn resolve(docker: &Docker, source: &Source) -> Result<Scope, String> 
                 let v6 = (endpoint.global_ipv6_address.as_deref(), endpoint.global_ipv6_prefix_len);
                 for (addr, prefix) in [v4, v6] {
                     if let (Some(addr), Some(prefix)) = (addr.filter(|a| !a.is_empty()), prefix) {
-                        scope.subnets.push(format!("{addr}/{prefix}"));
+                        let field = "the container's IPAddress/IPPrefixLen";
+                        scope
+                            .subnets
+                            .extend(subnet(&network, field, &format!("{addr}/{prefix}")));
                     }
                 }
                 scope.networks.insert(network);
@@ -46,7 +50,9 @@ pub async fn resolve(docker: &Docker, source: &Source) -> Result<Scope, String> 
                 match docker.inspect_network(name, None::<InspectNetworkOptions>).await {
                     Ok(network) => {
                         let configs = network.ipam.and_then(|i| i.config).unwrap_or_default();
-                        scope.subnets.extend(configs.into_iter().filter_map(|c| c.subnet));
+                        for text in configs.into_iter().filter_map(|c| c.subnet) {
+                            scope.subnets.extend(subnet(name, "IPAM.Config.Subnet", &text));
+                        }
                         scope.networks.extend(network.id);
                     }
                     Err(e) => tracing::warn!(network = %name, error = %e, "watched Docker network not found"),
@@ -55,6 +61,14 @@ pub async fn resolve(docker: &Docker, source: &Source) -> Result<Scope, String> 
         }
     }
     Ok(scope)
+}
+
+/// The subnet Docker gave as `text` in `field` of `network`; a warning
+/// naming both, and none, when it is no subnet.
+fn subnet(network: &str, field: &str, text: &str) -> Option<Subnet> {
+    text.parse()
+        .map_err(|err| tracing::warn!(%network, field, error = %err, "watched Docker network: subnet left out"))
+        .ok()
 }
 
 /// This process's container id, from the Docker bind mounts in

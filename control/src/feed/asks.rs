@@ -2,7 +2,8 @@
 //! the engine's requests, its JSON as the stream always carried it.
 
 use super::{Feed, Topic};
-use crate::asks::{AskEvent, Asks};
+use crate::asks::Asks;
+use crackbox_policy::ask::Event;
 use std::sync::Arc;
 use tokio::sync::broadcast::error::RecvError;
 
@@ -11,8 +12,11 @@ pub async fn forward(feed: Arc<Feed>, asks: Arc<Asks>) {
     let mut events = asks.subscribe();
     loop {
         match events.recv().await {
-            Ok(AskEvent::Pending(request)) => feed.publish(Topic::Ask, "pending", &request),
-            Ok(AskEvent::Decided(decided)) => feed.publish(Topic::Ask, "decided", &decided),
+            Ok(event @ (Event::Pending(_) | Event::Decided(_))) => {
+                feed.publish_raw(Topic::Ask, event.name(), event.data())
+            }
+            // A subscriber's own, never sent on the channel.
+            Ok(Event::Lagged { .. }) => {}
             Err(RecvError::Lagged(missed)) => feed.reset_all(&format!("{missed} ask events lost")),
             Err(RecvError::Closed) => return,
         }

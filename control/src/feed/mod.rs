@@ -129,6 +129,11 @@ impl Feed {
         self.push(Some(topic), name, data);
     }
 
+    /// Publishes event `name` about `topic` whose JSON is `data` already.
+    pub fn publish_raw(&self, topic: Topic, name: &'static str, data: String) {
+        self.push(Some(topic), name, data);
+    }
+
     /// Tells every subscriber to fetch the snapshots again (something was
     /// lost on the way into the feed).
     pub fn reset_all(&self, why: &str) {

@@ -1,12 +1,12 @@
 //! Grants leave on time: an index of the grants that expire, kept up to
 //! date from the registry's deltas in O(change) (never a scan of the
 //! registry per change), and a task that sleeps until the first one is due
-//! and then takes every due grant out in one change. After a restart the
+//! and then takes every due grant out. After a restart the
 //! index is built from the loaded registry, so a grant that expired while
 //! control was down leaves at once.
 
-use super::{now_ms, without};
-use crate::registry::{Change, Registry, Update};
+use super::now_ms;
+use crate::registry::{Registry, Update};
 use crate::store::Entries;
 use crackbox_policy::{RegistrationSpec, SourceChange};
 use std::collections::{BTreeSet, HashMap};
@@ -78,16 +78,13 @@ impl Index {
         }
     }
 
-    /// The sources with a grant due at `now`.
-    fn due_at(&self, now: u64) -> Vec<IpAddr> {
-        let mut sources: Vec<IpAddr> = self
-            .due
+    /// The grants due at `now`.
+    fn due_at(&self, now: u64) -> Vec<(IpAddr, String)> {
+        self.due
             .iter()
             .take_while(|(at, _, _)| *at <= now)
-            .map(|(_, ip, _)| *ip)
-            .collect();
-        sources.dedup();
-        sources
+            .map(|(_, ip, entry)| (*ip, entry.clone()))
+            .collect()
     }
 }
 
@@ -144,37 +141,21 @@ async fn sleep(wait: Option<Duration>) {
     }
 }
 
-/// Takes the grants of `sources` due at `now` out of their registrations,
-/// as one change.
-async fn expire(registry: &Registry, sources: &[IpAddr], now: u64) -> Result<(), ()> {
-    let current = registry.current();
-    let mut narrowed = Vec::new();
-    for spec in sources.iter().filter_map(|ip| current.entries.get(ip)) {
-        let due: Vec<&str> = spec
-            .origins
-            .expiring()
-            .filter(|(_, at)| *at <= now)
-            .map(|(entry, _)| entry)
-            .collect();
-        let mut kept = spec.as_ref().clone();
-        for entry in &due {
-            kept = without(&kept, entry).unwrap_or(kept);
-            tracing::info!(ip = %spec.ip, id = %spec.id, entry, "grant expired, entry removed");
-        }
-        if !due.is_empty() {
-            narrowed.push((spec.ip, kept));
+/// Takes the grants `due` at `now` out of their registrations, each as a
+/// change the registry applies to the registration in force (so one that
+/// was renewed meanwhile stays).
+async fn expire(registry: &Registry, due: &[(IpAddr, String)], now: u64) -> Result<(), ()> {
+    for (ip, entry) in due {
+        match registry.ungrant(*ip, entry.clone(), Some(now)).await {
+            Ok(outcome) if outcome.registered > 0 => tracing::info!(%ip, entry, "grant expired, entry removed"),
+            Ok(_) => {}
+            Err(err) => {
+                tracing::error!(error = %err, "cannot store the removal of an expired grant; trying again");
+                return Err(());
+            }
         }
     }
-    if narrowed.is_empty() {
-        return Ok(());
-    }
-    let change = Change::Edit {
-        register: narrowed,
-        unregister: vec![],
-    };
-    registry.apply(change).await.map(drop).map_err(|err| {
-        tracing::error!(error = %err, "cannot store the removal of expired grants; trying again");
-    })
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,10 +1,10 @@
 //! One engine connection: handshake, the full snapshot, then deltas; acks,
-//! resync requests, and counter, usage and feed requests.
+//! resync requests, the events of ask mode, and the admin API's questions
+//! (each sent numbered, its reply matched back by that number).
 
-use super::{frames, EngineLink, Query};
+use super::{frames, Asked, EngineLink};
 use crate::registry::{Published, Registry, Update};
-use crackbox_policy::ask::{DecidedRequest, PendingRequest};
-use crackbox_policy::wire::{FeedReport, Message, Role, SourceUsage, StatsReport, WatchList, WireError, PROTOCOL};
+use crackbox_policy::wire::{Message, Reply, Role, WatchList, WireError, PROTOCOL};
 use crackbox_policy::Generation;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -31,28 +31,6 @@ enum LinkError {
     Timeout,
 }
 
-/// A request sent to the engine, waiting for its answer.
-enum Waiting {
-    Stats(oneshot::Sender<StatsReport>),
-    Usage(oneshot::Sender<Vec<SourceUsage>>),
-    Pending(oneshot::Sender<Vec<PendingRequest>>),
-    Decide(oneshot::Sender<Option<DecidedRequest>>),
-    Feed(oneshot::Sender<FeedReport>),
-}
-
-impl Waiting {
-    /// Whether the asker gave up.
-    fn is_closed(&self) -> bool {
-        match self {
-            Waiting::Stats(reply) => reply.is_closed(),
-            Waiting::Usage(reply) => reply.is_closed(),
-            Waiting::Pending(reply) => reply.is_closed(),
-            Waiting::Decide(reply) => reply.is_closed(),
-            Waiting::Feed(reply) => reply.is_closed(),
-        }
-    }
-}
-
 /// Serves one engine connection until it closes or a newer engine takes over.
 pub(super) async fn run(stream: UnixStream, registry: Arc<Registry>, link: Arc<EngineLink>) {
     let (mut reader, mut writer) = stream.into_split();
@@ -60,7 +38,7 @@ pub(super) async fn run(stream: UnixStream, registry: Arc<Registry>, link: Arc<E
         tracing::error!(error = %err, "engine handshake failed, closing the connection");
         return;
     }
-    let (queries, mut query_rx) = mpsc::channel::<Query>(64);
+    let (queries, mut query_rx) = mpsc::channel::<Asked>(64);
     let epoch = link.take_over(queries);
     // The engine tells this connection again of all it still holds.
     link.asks.engine_gone();
@@ -78,7 +56,8 @@ pub(super) async fn run(stream: UnixStream, registry: Arc<Registry>, link: Arc<E
     let mut generations = registry.subscribe();
     generations.borrow_and_update();
     let mut replaced = link.watch();
-    let mut pending: HashMap<u64, Waiting> = HashMap::new();
+    // Questions sent, by request number, waiting for their reply.
+    let mut pending: HashMap<u64, oneshot::Sender<Reply>> = HashMap::new();
     let mut next_request = 0u64;
     let mut watch_lists = link.watch_list.subscribe();
     let first = registry.current();
@@ -105,60 +84,30 @@ pub(super) async fn run(stream: UnixStream, registry: Arc<Registry>, link: Arc<E
                 generations.borrow_and_update();
                 outcome = push(&mut writer, &registry, &mut sent).await;
             }
-            Some(query) = query_rx.recv() => {
+            Some(Asked { query, reply }) = query_rx.recv() => {
                 next_request += 1;
-                let request = next_request;
                 pending.retain(|_, waiting| !waiting.is_closed());
-                let (waiting, message) = match query {
-                    Query::Stats(reply) => (Waiting::Stats(reply), Message::StatsRequest { request }),
-                    Query::Usage(query, reply) => (Waiting::Usage(reply), Message::UsageRequest { request, query }),
-                    Query::Pending(reply) => (Waiting::Pending(reply), Message::PendingQuery { request }),
-                    Query::Decide(id, decision, reply) => {
-                        (Waiting::Decide(reply), Message::Decide { request, id, decision })
-                    }
-                    Query::Feed(denials_after, reply) => {
-                        (Waiting::Feed(reply), Message::FeedRequest { request, denials_after })
-                    }
-                };
-                pending.insert(request, waiting);
-                outcome = send(&mut writer, message).await;
+                pending.insert(next_request, reply);
+                outcome = send(&mut writer, query.into_message(next_request)).await;
             }
-            frame = frame_rx.recv() => match frame {
-                Some(Ok(Message::Ack { generation })) => link.ack(epoch, generation),
-                Some(Ok(Message::Resync { generation })) => {
-                    tracing::info!(epoch, generation, "the engine asked for a full snapshot");
-                    let full = registry.current();
-                    sent = full.generation;
-                    outcome = send(&mut writer, snapshot_message(&full)).await;
-                }
-                Some(Ok(Message::Stats { request, report })) => {
-                    if let Some(Waiting::Stats(waiting)) = pending.remove(&request) {
-                        let _ = waiting.send(report);
+            frame = frame_rx.recv() => match frame.map(|frame| frame.map(Message::into_reply)) {
+                Some(Ok(Ok((request, reply)))) => {
+                    if let Some(waiting) = pending.remove(&request) {
+                        let _ = waiting.send(reply);
                     }
                 }
-                Some(Ok(Message::Usage { request, sources })) => {
-                    if let Some(Waiting::Usage(waiting)) = pending.remove(&request) {
-                        let _ = waiting.send(sources);
+                Some(Ok(Err(message))) => match message {
+                    Message::Ack { generation } => link.ack(epoch, generation),
+                    Message::Resync { generation } => {
+                        tracing::info!(epoch, generation, "the engine asked for a full snapshot");
+                        let full = registry.current();
+                        sent = full.generation;
+                        outcome = send(&mut writer, snapshot_message(&full)).await;
                     }
-                }
-                Some(Ok(Message::PendingList { request, pending: list })) => {
-                    if let Some(Waiting::Pending(waiting)) = pending.remove(&request) {
-                        let _ = waiting.send(list);
-                    }
-                }
-                Some(Ok(Message::DecideOutcome { request, decided })) => {
-                    if let Some(Waiting::Decide(waiting)) = pending.remove(&request) {
-                        let _ = waiting.send(decided);
-                    }
-                }
-                Some(Ok(Message::Feed { request, report })) => {
-                    if let Some(Waiting::Feed(waiting)) = pending.remove(&request) {
-                        let _ = waiting.send(report);
-                    }
-                }
-                Some(Ok(Message::Asked { pending: request })) => link.asks.asked(request),
-                Some(Ok(Message::Settled { decided })) => link.asks.settled(decided),
-                Some(Ok(other)) => tracing::warn!(message = ?other, "unexpected message from the engine, ignored"),
+                    Message::Asked { pending: request } => link.asks.asked(request),
+                    Message::Settled { decided } => link.asks.settled(decided),
+                    other => tracing::warn!(message = ?other, "unexpected message from the engine, ignored"),
+                },
                 Some(Err(WireError::Io(err))) if err.kind() == std::io::ErrorKind::UnexpectedEof => {
                     tracing::warn!(epoch, "engine disconnected");
                     break;

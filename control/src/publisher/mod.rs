@@ -2,9 +2,12 @@
 //!
 //! After both hellos, control pushes the full registry as a
 //! `Message::Snapshot`, then a `Message::Delta` per change (or a snapshot
-//! again when the engine asks to resync); the engine acks each generation. [`EngineLink`] is what the admin API sees: which generation the
-//! engine enforces and a way to ask it for counters and usage. One engine is expected;
-//! a new connection replaces the old one. Never touches the data path.
+//! again when the engine asks to resync); the engine acks each generation.
+//! [`EngineLink`] is what the admin API sees: which generation the engine
+//! enforces, and one way to ask it a question (a wire [`Query`]: counters,
+//! usage, pending requests, an answer to one) and wait for its [`Reply`].
+//! One engine is expected; a new connection replaces the old one. Never
+//! touches the data path.
 
 mod connection;
 mod frames;
@@ -15,7 +18,7 @@ pub use socket::bind;
 use crate::asks::Asks;
 use crate::registry::Registry;
 use crackbox_policy::ask::{Answer, DecidedRequest, PendingId, PendingRequest};
-use crackbox_policy::wire::{FeedReport, SourceUsage, StatsReport, UsageQuery, WatchList};
+use crackbox_policy::wire::{FeedReport, Query, Reply, SourceUsage, StatsReport, UsageQuery, WatchList};
 use crackbox_policy::Generation;
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,32 +33,25 @@ struct LinkState {
     /// Highest generation the current engine acked.
     acked: Option<Generation>,
     /// Requests for the current engine; `None` while none is connected.
-    queries: Option<mpsc::Sender<Query>>,
+    queries: Option<mpsc::Sender<Asked>>,
 }
 
-/// A question for the engine and where its answer goes.
+/// A question for the engine and where its reply goes.
 #[derive(Debug)]
-enum Query {
-    /// Counters and recent denials.
-    Stats(oneshot::Sender<StatsReport>),
-    /// Usage per registration.
-    Usage(UsageQuery, oneshot::Sender<Vec<SourceUsage>>),
-    /// Pending requests.
-    Pending(oneshot::Sender<Vec<PendingRequest>>),
-    /// A decision on a pending request: the request decided, if it was pending.
-    Decide(PendingId, Answer, oneshot::Sender<Option<DecidedRequest>>),
-    /// The console feed's figures and the denials after the given number.
-    Feed(u64, oneshot::Sender<FeedReport>),
+struct Asked {
+    query: Query,
+    reply: oneshot::Sender<Reply>,
 }
 
-/// Why counters or usage could not be fetched from the engine.
+/// Why a question to the engine got no reply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum StatsError {
+pub enum EngineRequestError {
     /// No engine is connected.
     #[error("the engine is not connected")]
     NotConnected,
-    /// The engine did not answer in time or went away.
-    #[error("the engine did not answer")]
+    /// The engine did not answer in time, went away, or answered another
+    /// question.
+    #[error("the engine did not answer in time")]
     NoAnswer,
 }
 
@@ -104,37 +100,53 @@ impl EngineLink {
     }
 
     /// Asks the engine for its counters.
-    pub async fn stats(&self, timeout: Duration) -> Result<StatsReport, StatsError> {
-        self.ask(Query::Stats, timeout).await
+    pub async fn stats(&self, timeout: Duration) -> Result<StatsReport, EngineRequestError> {
+        match self.request(Query::Stats, timeout).await? {
+            Reply::Stats(report) => Ok(report),
+            _ => Err(EngineRequestError::NoAnswer),
+        }
     }
 
     /// Asks the engine for the usage of the registrations `query` names,
     /// sorted by address. The engine keeps the counters: they survive a
     /// restart of control, not one of the engine.
-    pub async fn usage(&self, query: UsageQuery, timeout: Duration) -> Result<Vec<SourceUsage>, StatsError> {
-        self.ask(|reply| Query::Usage(query, reply), timeout).await
+    pub async fn usage(&self, query: UsageQuery, timeout: Duration) -> Result<Vec<SourceUsage>, EngineRequestError> {
+        match self.request(Query::Usage(query), timeout).await? {
+            Reply::Usage(sources) => Ok(sources),
+            _ => Err(EngineRequestError::NoAnswer),
+        }
     }
 
     /// Asks the engine for its pending requests, oldest first.
-    pub async fn pending(&self, timeout: Duration) -> Result<Vec<PendingRequest>, StatsError> {
-        self.ask(Query::Pending, timeout).await
+    pub async fn pending(&self, timeout: Duration) -> Result<Vec<PendingRequest>, EngineRequestError> {
+        match self.request(Query::Pending, timeout).await? {
+            Reply::Pending(pending) => Ok(pending),
+            _ => Err(EngineRequestError::NoAnswer),
+        }
     }
 
-    /// Decides pending request `id`: the request as decided, or `None` when
-    /// it was not pending (unknown, or decided or timed out already).
+    /// Answers pending request `id`: the request as decided (an `always`
+    /// as answered: it settles once a snapshot lists its name), or `None`
+    /// when it was not pending (unknown, or decided or timed out already).
     pub async fn decide(
         &self,
         id: PendingId,
-        answer: Answer,
+        decision: Answer,
         timeout: Duration,
-    ) -> Result<Option<DecidedRequest>, StatsError> {
-        self.ask(|reply| Query::Decide(id, answer, reply), timeout).await
+    ) -> Result<Option<DecidedRequest>, EngineRequestError> {
+        match self.request(Query::Decide { id, decision }, timeout).await? {
+            Reply::Decided(decided) => Ok(decided),
+            _ => Err(EngineRequestError::NoAnswer),
+        }
     }
 
     /// Asks the engine for its live figures and the denials it recorded
     /// after the `denials_after`-th (the console's event feed).
-    pub async fn feed(&self, denials_after: u64, timeout: Duration) -> Result<FeedReport, StatsError> {
-        self.ask(|reply| Query::Feed(denials_after, reply), timeout).await
+    pub async fn feed(&self, denials_after: u64, timeout: Duration) -> Result<FeedReport, EngineRequestError> {
+        match self.request(Query::Feed { denials_after }, timeout).await? {
+            Reply::Feed(report) => Ok(report),
+            _ => Err(EngineRequestError::NoAnswer),
+        }
     }
 
     /// The events and figures of the engine's pending requests.
@@ -142,18 +154,25 @@ impl EngineLink {
         &self.asks
     }
 
-    /// Sends the engine the query `make` builds around a reply channel and
-    /// waits for its answer.
-    async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Query, timeout: Duration) -> Result<T, StatsError> {
-        let queries = self.state.borrow().queries.clone().ok_or(StatsError::NotConnected)?;
+    /// Sends the engine `query` and waits for its reply.
+    async fn request(&self, query: Query, timeout: Duration) -> Result<Reply, EngineRequestError> {
+        let queries = self
+            .state
+            .borrow()
+            .queries
+            .clone()
+            .ok_or(EngineRequestError::NotConnected)?;
         let (reply, answer) = oneshot::channel();
         let asked = async {
-            queries.send(make(reply)).await.map_err(|_| StatsError::NotConnected)?;
-            answer.await.map_err(|_| StatsError::NoAnswer)
+            queries
+                .send(Asked { query, reply })
+                .await
+                .map_err(|_| EngineRequestError::NotConnected)?;
+            answer.await.map_err(|_| EngineRequestError::NoAnswer)
         };
         tokio::time::timeout(timeout, asked)
             .await
-            .map_err(|_| StatsError::NoAnswer)?
+            .map_err(|_| EngineRequestError::NoAnswer)?
     }
 
     /// Hands the engine a new watch list (sent now, and to every engine that connects).
@@ -168,7 +187,7 @@ impl EngineLink {
     }
 
     /// Makes a freshly handshaken connection the current one; returns its epoch.
-    fn take_over(&self, queries: mpsc::Sender<Query>) -> u64 {
+    fn take_over(&self, queries: mpsc::Sender<Asked>) -> u64 {
         let mut epoch = 0;
         self.state.send_modify(|state| {
             state.epoch += 1;

@@ -230,7 +230,7 @@ async fn an_engine_that_goes_away_is_no_longer_connected() {
     let gone = tokio::time::timeout(WAIT, state.wait_for(|s| s.queries.is_none())).await;
     assert!(gone.is_ok());
     assert!(!control.link.enforces(1));
-    assert_eq!(control.link.stats(WAIT).await, Err(StatsError::NotConnected));
+    assert_eq!(control.link.stats(WAIT).await, Err(EngineRequestError::NotConnected));
 }
 
 #[tokio::test]
@@ -249,6 +249,7 @@ async fn counters_are_requested_and_routed_back_by_request_number() {
             port: 443,
             reason: Reason::NotAllowed,
             enforced: true,
+            layer: None,
         }],
         ..StatsReport::default()
     };
@@ -272,7 +273,7 @@ async fn counters_are_requested_and_routed_back_by_request_number() {
         .await;
     assert_eq!(asked.await.unwrap(), Ok(report));
     let silent = control.link.stats(Duration::from_millis(200)).await;
-    assert_eq!(silent, Err(StatsError::NoAnswer));
+    assert_eq!(silent, Err(EngineRequestError::NoAnswer));
 }
 
 #[tokio::test]

@@ -10,6 +10,7 @@
 use super::log::{Delta, Log};
 use super::{is_report_only, warn_report_only, Change, Outcome, Published};
 use crate::store::{Entries, Store, StoreError};
+use crackbox_policy::grant;
 use crackbox_policy::{Generation, RegistrationSpec, SourceChange};
 use std::collections::HashSet;
 use std::net::IpAddr;
@@ -173,6 +174,37 @@ pub(super) fn apply(entries: &mut Entries, change: &Change, changes: &mut Vec<So
                 put(entries, changes, *ip, spec);
             }
             (wanted.len(), gone.len())
+        }
+        Change::Allow { ip, id, entry, expires } => {
+            let Some(stored) = entries.get(ip).filter(|stored| stored.id == *id).cloned() else {
+                return (0, 0);
+            };
+            match grant::granted(&stored, entry, *expires) {
+                Ok(Some(spec)) => {
+                    put(entries, changes, *ip, &spec);
+                    (1, 0)
+                }
+                // On the list another way, or the same grant: nothing to change.
+                Ok(None) => (1, 0),
+                Err(grant::ListFull) => (0, 0),
+            }
+        }
+        Change::Ungrant { ip, entry, due_by } => {
+            let due = |stored: &RegistrationSpec| {
+                let expires = stored.origins.get(entry).and_then(|origin| origin.expires());
+                due_by.is_none_or(|by| expires.is_some_and(|at| at <= by))
+            };
+            let narrowed = entries
+                .get(ip)
+                .filter(|stored| due(stored))
+                .and_then(|stored| grant::without(stored, entry));
+            match narrowed {
+                Some(spec) => {
+                    put(entries, changes, *ip, &spec);
+                    (1, 0)
+                }
+                None => (0, 0),
+            }
         }
     }
 }

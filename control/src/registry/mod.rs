@@ -19,7 +19,7 @@ mod log;
 pub use log::{Delta, Update};
 
 use crate::store::{Entries, Store, StoreError};
-use crackbox_policy::{Generation, Mode, RegistrationSpec};
+use crackbox_policy::{AllowEntry, Generation, Mode, RegistrationSpec, SandboxId};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::{mpsc, Arc, Mutex};
@@ -85,6 +85,33 @@ pub enum Change {
     /// label watcher's ([`WATCHER_ID_PREFIX`]) at addresses not among them,
     /// which stay.
     Replace(Vec<(IpAddr, RegistrationSpec)>),
+    /// Adds `entry` to the allow entries of the registration of `ip`, while
+    /// it is registered under `id` and its list has room (an ask answered
+    /// `always`), as a grant until `expires` (for good: `None`; see
+    /// `crackbox_policy::grant::granted`). Applied to the registration in
+    /// force when its turn comes, so a change that landed meanwhile is
+    /// kept; registers nothing otherwise.
+    Allow {
+        /// The source.
+        ip: IpAddr,
+        /// The registration the answer was for.
+        id: SandboxId,
+        /// The entry to add.
+        entry: AllowEntry,
+        /// When the grant ends (ms since the Unix epoch); `None`: never.
+        expires: Option<u64>,
+    },
+    /// Takes the grant of `entry` (normalised text) out of the registration
+    /// of `ip`, if it holds one, and, with `due_by`, only if it expires by
+    /// then (the expiry of grants). Registers one when it did.
+    Ungrant {
+        /// The source.
+        ip: IpAddr,
+        /// The entry granted.
+        entry: String,
+        /// Take it out only if it expires by this time (ms since the Unix epoch).
+        due_by: Option<u64>,
+    },
 }
 
 /// What one mutation did.
@@ -187,6 +214,26 @@ impl Registry {
             unregister: vec![],
         };
         Ok(self.apply(change).await?.generation)
+    }
+
+    /// Adds `entry` to the allowlist of `ip`'s registration under `id`
+    /// ([`Change::Allow`]); stored and published like any change. The
+    /// outcome registers one when the registration was there to widen.
+    pub async fn allow(
+        &self,
+        ip: IpAddr,
+        id: SandboxId,
+        entry: AllowEntry,
+        expires: Option<u64>,
+    ) -> Result<Outcome, StoreError> {
+        self.apply(Change::Allow { ip, id, entry, expires }).await
+    }
+
+    /// Takes the grant of `entry` out of `ip`'s registration
+    /// ([`Change::Ungrant`]); the outcome registers one when there was
+    /// such a grant.
+    pub async fn ungrant(&self, ip: IpAddr, entry: String, due_by: Option<u64>) -> Result<Outcome, StoreError> {
+        self.apply(Change::Ungrant { ip, entry, due_by }).await
     }
 
     /// Removes the registration of `ip`; returns whether one existed and the

@@ -207,6 +207,26 @@ fn name() -> impl Strategy<Value = String> {
     prop::collection::vec(label(), 1..4).prop_map(|labels| labels.join("."))
 }
 
+#[test]
+fn an_entry_is_added_typed_keeping_the_deny_entries_and_the_bound() {
+    let parse = |raw: &str| AllowEntry::parse(raw).unwrap();
+    let list = Allowlist::with_deny(vec![parse("a.test")], vec![parse("gist.b.test")]);
+    let widened = list.with_entry(parse("b.test:8080")).unwrap();
+    assert_eq!(widened.texts(), ["a.test", "b.test:8080"]);
+    assert_eq!(widened.denied_texts(), ["gist.b.test"]);
+    assert_eq!(widened.lookup("b.test", 8080), Lookup::Allowed(MatchedBy::Name));
+    assert_eq!(widened.lookup("gist.b.test", 8080), Lookup::Denied);
+    assert_eq!(
+        widened.with_entry(parse("a.test")),
+        Some(widened.clone()),
+        "already on it"
+    );
+    let full: Vec<AllowEntry> = (0..MAX_ENTRIES).map(|n| parse(&format!("h{n}.test"))).collect();
+    let full = Allowlist::from_entries(full);
+    assert_eq!(full.with_entry(parse("one.more.test")), None);
+    assert!(full.with_entry(parse("h0.test")).is_some(), "no new entry, no bound");
+}
+
 fn entry() -> impl Strategy<Value = String> {
     (
         any::<bool>(),

@@ -28,7 +28,7 @@ pub struct FeedReport {
 mod tests {
     use super::super::{decode_payload, encode, Message};
     use super::*;
-    use crate::reason::Reason;
+    use crate::reason::{Layer, Reason};
 
     #[test]
     fn feed_messages_round_trip() {
@@ -39,6 +39,7 @@ mod tests {
             host: "x.test".into(),
             port: 443,
             reason: Reason::NotAllowed,
+            layer: Some(Layer::Entry),
             enforced: true,
         };
         let messages = [

@@ -135,6 +135,7 @@ mod tests {
             port,
             reason,
             enforced: true,
+            layer: None,
         }
     }
 

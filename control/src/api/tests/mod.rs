@@ -114,6 +114,7 @@ fn canned_report() -> StatsReport {
         port: 443,
         reason: Reason::NotAllowed,
         enforced: true,
+        layer: None,
     };
     StatsReport {
         decisions: vec![DecisionCount {

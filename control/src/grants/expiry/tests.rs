@@ -1,10 +1,13 @@
 use super::*;
-use crate::grants::granted;
+use crackbox_policy::grant::granted;
+use crackbox_policy::AllowEntry;
 
 fn spec(ip: &str, grants: &[(&str, Option<u64>)]) -> RegistrationSpec {
     let mut spec = RegistrationSpec::parse(ip, "agent", &["kept.test"]).unwrap();
     for (entry, expires) in grants {
-        spec = granted(&spec, entry, *expires).unwrap().unwrap();
+        spec = granted(&spec, &AllowEntry::parse(entry).unwrap(), *expires)
+            .unwrap()
+            .unwrap();
     }
     spec
 }
@@ -64,7 +67,9 @@ async fn a_renewed_grant_follows_its_new_expiry() {
     tokio::spawn(run(Arc::clone(&registry)));
     let first = spec("10.0.0.3", &[("x.test", Some(now_ms() + 200))]);
     registry.register(first.ip, first.clone()).await.unwrap();
-    let renewed = granted(&first, "x.test", Some(now_ms() + 60_000)).unwrap().unwrap();
+    let renewed = granted(&first, &AllowEntry::parse("x.test").unwrap(), Some(now_ms() + 60_000))
+        .unwrap()
+        .unwrap();
     registry.register(renewed.ip, renewed).await.unwrap();
     let unregistered = spec("10.0.0.4", &[("y.test", Some(now_ms() + 100))]);
     registry.register(unregistered.ip, unregistered.clone()).await.unwrap();

@@ -18,7 +18,7 @@ use crate::plane::services::tunnel;
 use crate::plane::services::worker::Worker;
 use crate::protocol::responses;
 use crackbox_policy::canonical_ip;
-use crackbox_policy::reason::Reason;
+use crackbox_policy::reason::{Layer, Reason};
 use monoio::net::TcpListener;
 use std::future::Future;
 use std::net::IpAddr;
@@ -67,7 +67,7 @@ fn serve_connection(worker: Rc<Worker>, mut conn: Conn, source: IpAddr, plane: P
             Err(_) => {
                 worker
                     .stats
-                    .record_denied(source, None, "", 0, Reason::TooManyConnections);
+                    .record_denied(source, None, "", 0, Reason::TooManyConnections, Layer::Limit);
                 worker.with_policy(|snapshot, _| {
                     if let Some(registration) = snapshot.lookup(source) {
                         registration.account.add_denial(Reason::TooManyConnections);

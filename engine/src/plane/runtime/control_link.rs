@@ -4,23 +4,25 @@
 //! control plane, swaps in the full snapshot it gets first and then each
 //! delta applied to the snapshot in force (O(change)), acks each generation,
 //! asks for a full snapshot when a delta does not follow on from the one in
-//! force, and answers stats, usage and feed requests. When control goes away the last snapshot stays in force
-//! and the link reconnects with backoff. A full snapshot is built on the one
-//! in force, so the usage counters of sources registered under the same id
-//! survive a reconnect (a control restart). Ask mode: it hands control's
-//! decisions to the pending requests, lists them when asked, settles those
-//! a new snapshot no longer asks about, and shares its stream with the `ask`
-//! thread, which tells control of requests as they start and end.
+//! force, and answers control's questions (counters, usage, pending
+//! requests, answers to them, the console feed's figures: one [`Query`]
+//! in, one [`Reply`] out). When
+//! control goes away the last snapshot stays in force and the link
+//! reconnects with backoff. A full snapshot is built on the one in force,
+//! so the usage counters of sources registered under the same id survive a
+//! reconnect (a control restart). Ask mode: it hands control's answers to
+//! the pending requests, lists them when asked, has every snapshot it swaps
+//! in decide them again (settling those it no longer holds), and shares its
+//! stream with the `ask` thread, which tells control of requests as they
+//! start and end.
 
 use super::usage_report;
 use crate::plane::services::admission::Admission;
-use crate::plane::services::ask::{Asks, Outcome};
+use crate::plane::services::ask::Asks;
 use crate::plane::services::stats::Stats;
-use crackbox_policy::ask::Answer;
-use crackbox_policy::reason::Reason;
 use crackbox_policy::registry::Registry;
 use crackbox_policy::watch::{Watch, Watched};
-use crackbox_policy::wire::{self, FeedReport, Message, Role, WireError, PROTOCOL};
+use crackbox_policy::wire::{self, FeedReport, Message, Query, Reply, Role, WatchList, WireError, PROTOCOL};
 use crackbox_policy::{Generation, RegistrationSpec, Snapshot, SourceChange};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -132,65 +134,22 @@ fn session(
         resync_asked: false,
     };
     loop {
-        let reply = match wire::read_message(&mut stream)? {
-            Message::Snapshot {
+        let reply = match wire::read_message(&mut stream)?.into_query() {
+            Ok((request, query)) => Some(answer(engine, query).into_message(request)),
+            Err(Message::Snapshot {
                 generation,
                 registrations,
-            } => Some(link.full(generation, &registrations)),
-            Message::Delta {
+            }) => Some(link.full(generation, &registrations)),
+            Err(Message::Delta {
                 base,
                 generation,
                 changes,
-            } => link.delta(base, generation, &changes),
-            Message::Watch { list } => {
-                let invalid = list.invalid.iter().map(|s| (s.ip.as_str(), s.id.as_str()));
-                engine
-                    .watched
-                    .swap(Watch::build(list.subnets.iter().map(String::as_str), invalid));
-                tracing::debug!(
-                    subnets = list.subnets.len(),
-                    invalid = list.invalid.len(),
-                    "watch list in force"
-                );
+            }) => link.delta(base, generation, &changes),
+            Err(Message::Watch { list }) => {
+                watch_in_force(&engine.watched, &list);
                 None
             }
-            Message::StatsRequest { request } => {
-                let report = engine.stats.report();
-                engine
-                    .stats
-                    .forget_departed(engine.registry.load().ids(), Instant::now());
-                Some(Message::Stats { request, report })
-            }
-            Message::UsageRequest { request, query } => Some(Message::Usage {
-                request,
-                sources: usage_report::report(&engine.registry.load(), &query, &engine.admission),
-            }),
-            Message::FeedRequest { request, denials_after } => {
-                let (denials_recorded, denials) = engine.stats.denials_after(denials_after);
-                let report = FeedReport {
-                    io_driver: engine.io_driver.to_owned(),
-                    active_tunnels: engine.stats.active_tunnels(),
-                    connections: engine.admission.total() as u64,
-                    denials_recorded,
-                    denials,
-                };
-                Some(Message::Feed { request, report })
-            }
-            Message::PendingQuery { request } => Some(Message::PendingList {
-                request,
-                pending: engine.asks.list(),
-            }),
-            Message::Decide { request, id, decision } => {
-                let outcome = match decision {
-                    Answer::Once | Answer::Always => Outcome::Allow,
-                    Answer::Deny => Outcome::Refuse(Reason::NotAllowed),
-                };
-                Some(Message::DecideOutcome {
-                    request,
-                    decided: engine.asks.settle(id, decision.into(), outcome),
-                })
-            }
-            other => {
+            Err(other) => {
                 tracing::warn!(message = ?other, "unexpected message from control ignored");
                 None
             }
@@ -200,6 +159,44 @@ fn session(
             wire::write_message(&mut *writer, &reply)?;
         }
     }
+}
+
+/// The engine's reply to one of control's questions.
+fn answer(engine: &Engine, query: Query) -> Reply {
+    match query {
+        Query::Stats => {
+            let report = engine.stats.report();
+            engine
+                .stats
+                .forget_departed(engine.registry.load().ids(), Instant::now());
+            Reply::Stats(report)
+        }
+        Query::Usage(query) => Reply::Usage(usage_report::report(&engine.registry.load(), &query, &engine.admission)),
+        Query::Pending => Reply::Pending(engine.asks.list()),
+        Query::Decide { id, decision } => Reply::Decided(engine.asks.answer(id, decision)),
+        Query::Feed { denials_after } => {
+            let (denials_recorded, denials) = engine.stats.denials_after(denials_after);
+            Reply::Feed(FeedReport {
+                io_driver: engine.io_driver.to_owned(),
+                active_tunnels: engine.stats.active_tunnels(),
+                connections: engine.admission.total() as u64,
+                denials_recorded,
+                denials,
+            })
+        }
+    }
+}
+
+/// Swaps in the label watcher's list (its values were parsed as the frame
+/// was decoded).
+fn watch_in_force(watched: &Watched, list: &WatchList) {
+    let invalid = list.invalid.iter().map(|source| (source.ip, source.id.as_str().into()));
+    watched.swap(Watch::new(list.subnets.iter().copied(), invalid));
+    tracing::debug!(
+        subnets = list.subnets.len(),
+        invalid = list.invalid.len(),
+        "watch list in force"
+    );
 }
 
 /// What one control connection has brought the registry to.
@@ -243,7 +240,7 @@ impl Session<'_> {
     }
 
     fn in_force(&mut self, generation: Generation) -> Message {
-        self.asks.revisit(&self.registry.load());
+        self.asks.revisit();
         self.synced = Some(generation);
         self.stats.set_generation(generation);
         Message::Ack { generation }

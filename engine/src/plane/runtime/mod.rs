@@ -89,7 +89,11 @@ pub fn run(mut config: EngineConfig) -> Result<(), EngineError> {
     let watched = Arc::new(Watched::default());
     let stats = Arc::new(Stats::new(config.limits.denial_logs_per_second));
     let admission = Arc::new(Admission::new(&config.limits));
-    let asks = crate::plane::services::ask::clock::start(config.limits.ask_timeout)?;
+    let policy = crate::plane::services::ask::Policy {
+        registry: Arc::clone(&registry),
+        watched: Arc::clone(&watched),
+    };
+    let asks = crate::plane::services::ask::clock::start(config.limits.ask_timeout, policy)?;
     let shared = Arc::new(Shared {
         asks: Arc::clone(&asks),
         admission: Arc::clone(&admission),

@@ -5,27 +5,28 @@
 //! (and a registered source's denials in its usage account). A would-be
 //! denial of report mode is dialled like an allowed name (the destination
 //! guard judging it in full) and counted apart once the guard let it
-//! through. A name an ask-mode source's list does not cover is held (see
-//! `ask`) until it is decided, the client goes away or the request times
-//! out, and then dialled as an allowed name or refused. Used by every TCP
-//! front end (the DNS filter asks the same function on its own threads).
+//! through. A name an ask-mode source's list does not cover is first judged
+//! by the destination guard (resolved on the resolver pool: a name none of
+//! whose addresses may be dialled is refused at once, never asked about),
+//! then held (see `ask`) until the one decision settles it (an answer, a
+//! new snapshot, the timeout) or the client goes away, and then dialled or
+//! refused as that verdict says. Every denial is counted with the layer
+//! that decided it. Used by every TCP front end (the DNS filter asks the
+//! same function on its own threads).
 
-use crate::plane::services::ask::{Asking, Outcome};
+use crate::plane::services::ask::Asking;
 use crate::plane::services::conn::{Conn, Peeked};
+use crate::plane::services::resolve::may_dial;
 use crate::plane::services::revocation::LiveEntry;
 use crate::plane::services::upstream_pool::{self, still_allowed, Place};
 use crate::plane::services::worker::Worker;
 use crackbox_policy::guard::Verdict as GuardVerdict;
-use crackbox_policy::reason::Reason;
+use crackbox_policy::reason::{Layer, Reason};
 use crackbox_policy::usage::Account;
-use crackbox_policy::{normalise_host, HostKind, MatchedBy, Port};
-use std::net::{IpAddr, SocketAddr};
+use crackbox_policy::{MatchedBy, Port, Verdict};
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
-
-/// What the policy says about one destination, once any registration hold
-/// is over (the policy's settled [`Verdict`](crackbox_policy::Verdict)).
-pub(crate) use crackbox_policy::Verdict as Decision;
 
 /// Who asks: the source, its client connection (watched while held, so a
 /// client that goes away leaves its pending request) and the front end.
@@ -43,99 +44,72 @@ pub(crate) struct Client<'a> {
 /// address (it may still deny as private-address). By now any registration
 /// hold is over (it runs right after accept), so a source still awaiting
 /// its registration is `unregistered`. A name to ask about comes back as
-/// [`Decision::Ask`], uncounted: [`decide_held`] holds it.
-pub(crate) fn decide(worker: &Worker, source: IpAddr, host: &str, port: u16) -> Decision {
-    let decision = worker.with_policy(|snapshot, watch| {
+/// [`Verdict::Ask`], uncounted: [`decide_held`] holds it.
+pub(crate) fn decide(worker: &Worker, source: IpAddr, host: &str, port: u16) -> Verdict {
+    let verdict = worker.with_policy(|snapshot, watch| {
         crackbox_policy::decide(snapshot, watch, source, host, Port::Number(port)).settled()
     });
-    if let Decision::Deny { reason, id, account } = &decision {
-        count_denial(worker, source, id.as_ref(), account.as_ref(), host, port, *reason);
-    }
-    decision
+    count_if_denied(worker, source, host, port, &verdict);
+    verdict
 }
 
-fn count_denial(
-    worker: &Worker,
-    source: IpAddr,
-    id: Option<&Arc<str>>,
-    account: Option<&Arc<Account>>,
-    host: &str,
-    port: u16,
-    reason: Reason,
-) {
-    worker.stats.record_denied(source, id, host, port, reason);
-    if let Some(account) = account {
-        account.add_denial(reason);
-    }
-}
-
-/// [`decide`], holding a name to ask about until it is decided: never
-/// [`Decision::Ask`]; with whether an answer (not the list) decided it. A
-/// client that goes away while held gets a denial nobody hears (not
-/// counted: nothing was refused).
-pub(crate) async fn decide_held(worker: &Worker, client: Client<'_>, host: &str, port: u16) -> (Decision, bool) {
-    let (id, account) = match decide(worker, client.source, host, port) {
-        Decision::Ask { id, account } => (id, account),
-        decided => return (decided, false),
-    };
-    (decide_asked(worker, client, host, port, id, account).await, true)
-}
-
-/// Holds a name to ask about until it is decided.
-async fn decide_asked(
-    worker: &Worker,
-    client: Client<'_>,
-    host: &str,
-    port: u16,
-    id: Arc<str>,
-    account: Arc<Account>,
-) -> Decision {
-    // The destination guard never asks: an address it refuses is refused now.
-    if let Some(HostKind::Ip(ip)) = normalise_host(host) {
-        let is_local = |ip: IpAddr| worker.shared.local_addresses.contains(ip);
-        if worker.shared.guard.judge(SocketAddr::new(ip, port), false, is_local) != GuardVerdict::Dial {
-            let reason = Reason::PrivateAddress;
-            count_denial(worker, client.source, Some(&id), Some(&account), host, port, reason);
-            return Decision::Deny {
-                reason,
-                id: Some(id),
-                account: Some(account),
-            };
+/// Counts `verdict` when it is a denial, with the layer that decided it.
+fn count_if_denied(worker: &Worker, source: IpAddr, host: &str, port: u16, verdict: &Verdict) {
+    if let Verdict::Deny {
+        reason,
+        layer,
+        id,
+        account,
+    } = verdict
+    {
+        worker
+            .stats
+            .record_denied(source, id.as_ref(), host, port, *reason, *layer);
+        if let Some(account) = account {
+            account.add_denial(*reason);
         }
     }
-    let asking = Asking {
-        source: client.source,
-        sandbox: &id,
-        host,
-        port,
-        front_end: client.front_end,
+}
+
+/// [`decide`], holding a name to ask about until the one decision settles
+/// it: never [`Verdict::Ask`]. The destination guard is never asked about:
+/// a destination none of whose addresses may be dialled is refused at once
+/// (`private-address`). A client that goes away while held gets a denial
+/// nobody hears (not counted: nothing was refused).
+pub(crate) async fn decide_held(worker: &Worker, client: Client<'_>, host: &str, port: u16) -> Verdict {
+    let (id, account) = match decide(worker, client.source, host, port) {
+        Verdict::Ask { id, account } => (id, account),
+        decided => return decided,
     };
-    let outcome = match worker.shared.asks.hold(asking) {
-        Ok(held) => {
-            monoio::select! {
-                outcome = held => outcome,
-                () = gone(client.conn) => {
-                    return Decision::Deny { reason: Reason::NotAllowed, id: Some(id), account: Some(account) };
+    let refused = |reason, layer, id, account| Verdict::Deny {
+        reason,
+        layer,
+        id: Some(id),
+        account: Some(account),
+    };
+    let verdict = if !may_dial(&worker.dialer(), host, port).await {
+        refused(Reason::PrivateAddress, Layer::Guard, id, account)
+    } else {
+        let asking = Asking {
+            source: client.source,
+            sandbox: &id,
+            host,
+            port,
+            front_end: client.front_end,
+        };
+        match worker.shared.asks.hold(asking) {
+            Ok(held) => {
+                monoio::select! {
+                    verdict = held => verdict,
+                    () = gone(client.conn) => return refused(Reason::NotAllowed, Layer::Entry, id, account),
                 }
             }
+            Err(Reason::AskLimit) => refused(Reason::AskLimit, Layer::Limit, id, account),
+            Err(reason) => refused(reason, Layer::Entry, id, account),
         }
-        Err(reason) => Outcome::Refuse(reason),
     };
-    match outcome {
-        Outcome::Allow => Decision::Allow {
-            matched: MatchedBy::Name,
-            id,
-            account,
-        },
-        Outcome::Refuse(reason) => {
-            count_denial(worker, client.source, Some(&id), Some(&account), host, port, reason);
-            Decision::Deny {
-                reason,
-                id: Some(id),
-                account: Some(account),
-            }
-        }
-    }
+    count_if_denied(worker, client.source, host, port, &verdict);
+    verdict
 }
 
 /// Returns once the client closed its connection (or it failed); never
@@ -165,24 +139,26 @@ struct Passed {
 }
 
 impl Passed {
-    /// The decision's passage, or the denial's reason.
-    fn of(decision: Decision) -> Result<Passed, Reason> {
-        match decision {
-            Decision::Allow { matched, id, account } => Ok(Passed {
+    /// The verdict's passage, or the denial's reason.
+    fn of(verdict: Verdict) -> Result<Passed, Reason> {
+        match verdict {
+            Verdict::Allow {
+                matched, id, account, ..
+            } => Ok(Passed {
                 matched,
                 reported: None,
                 id,
                 account,
             }),
-            Decision::Report { reason, id, account } => Ok(Passed {
+            Verdict::Report { reason, id, account } => Ok(Passed {
                 matched: MatchedBy::Name,
                 reported: Some(reason),
                 id,
                 account,
             }),
-            Decision::Deny { reason, .. } => Err(reason),
-            // Only `decide_held`'s decisions pass here, never one to ask about.
-            Decision::Ask { .. } => Err(Reason::NotAllowed),
+            Verdict::Deny { reason, .. } => Err(reason),
+            // Only `decide_held`'s verdicts pass here, never one to ask about.
+            Verdict::Ask { .. } => Err(Reason::NotAllowed),
         }
     }
 
@@ -244,7 +220,7 @@ pub(crate) async fn reach_reusing(
         }
         None => None,
     };
-    let passed = Passed::of(decide_held(worker, client, host, port).await.0).map_err(Unreached::Denied)?;
+    let passed = Passed::of(decide_held(worker, client, host, port).await).map_err(Unreached::Denied)?;
     let literal = passed.matched == MatchedBy::IpLiteral;
     let usable = |place: &Place, conn: &Conn| {
         let is_local = |ip: IpAddr| worker.shared.local_addresses.contains(ip);
@@ -312,7 +288,7 @@ pub(crate) async fn reach(
     host: &str,
     port: u16,
 ) -> Result<(Conn, Arc<Account>), Unreached> {
-    let passed = Passed::of(decide_held(worker, client, host, port).await.0).map_err(Unreached::Denied)?;
+    let passed = Passed::of(decide_held(worker, client, host, port).await).map_err(Unreached::Denied)?;
     connect(worker, client.source, host, port, passed).await
 }
 
@@ -326,8 +302,21 @@ pub(crate) async fn reach_tracked(
     host: &str,
     port: u16,
 ) -> Result<(Conn, LiveEntry, Arc<Account>), Unreached> {
-    let (decision, answered) = decide_held(worker, client, host, port).await;
-    let passed = Passed::of(decision).map_err(Unreached::Denied)?;
+    let verdict = decide_held(worker, client, host, port).await;
+    // Let through by an answer the list does not hold (`once`; an `always`
+    // is listed before it lets anything through): it stays when the policy
+    // would ask about it again. Decided again only for an answered one.
+    let answered = matches!(
+        verdict,
+        Verdict::Allow {
+            layer: Layer::Answer,
+            ..
+        }
+    ) && !worker.with_policy(|snapshot, watch| {
+        let listed = crackbox_policy::decide(snapshot, watch, client.source, host, Port::Number(port));
+        matches!(listed.settled(), Verdict::Allow { .. })
+    });
+    let passed = Passed::of(verdict).map_err(Unreached::Denied)?;
     let live = LiveEntry::register(&worker.live, client.source, host, port, answered);
     let (conn, account) = connect(worker, client.source, host, port, passed).await?;
     Ok((conn, live, account))
@@ -357,9 +346,14 @@ async fn connect(
             Ok((conn, passed.account))
         }
         Err(crate::plane::services::resolve::DialError::Private) => {
-            worker
-                .stats
-                .record_denied(source, Some(&passed.id), host, port, Reason::PrivateAddress);
+            worker.stats.record_denied(
+                source,
+                Some(&passed.id),
+                host,
+                port,
+                Reason::PrivateAddress,
+                Layer::Guard,
+            );
             passed.account.add_denial(Reason::PrivateAddress);
             Err(Unreached::Denied(Reason::PrivateAddress))
         }

@@ -151,6 +151,25 @@ async fn resolve_name(dialer: &Dialer<'_>, name: &str) -> Result<Rc<[IpAddr]>, D
     }
 }
 
+/// Whether some address of `host:port` may be dialled as a name match (how
+/// a held connection let through is dialled): the destination guard,
+/// judged before anyone is asked about it. A name that does not resolve now
+/// has no address the guard refuses, so it may be asked about.
+pub(crate) async fn may_dial(dialer: &Dialer<'_>, host: &str, port: u16) -> bool {
+    let addresses: Rc<[IpAddr]> = match normalise_host(host) {
+        Some(HostKind::Ip(ip)) => Rc::from([ip]),
+        Some(HostKind::Name(name)) => match resolve_name(dialer, &name).await {
+            Ok(addresses) => addresses,
+            Err(_) => return true,
+        },
+        None => return true,
+    };
+    let is_local = |ip: IpAddr| dialer.local_addresses.contains(ip);
+    addresses
+        .iter()
+        .any(|ip| dialer.guard.judge(SocketAddr::new(*ip, port), false, is_local) == Verdict::Dial)
+}
+
 /// Resolves (unless a literal), guards and connects to `host:port`.
 pub(crate) async fn dial(dialer: &Dialer<'_>, host: &str, port: u16, matched: MatchedBy) -> Result<Conn, DialError> {
     let deadline = Instant::now() + CONNECT_BUDGET;

@@ -18,7 +18,7 @@ use crate::plane::services::stats::Stats;
 use crate::plane::services::tunnel::{CloseSignal, Revocation};
 use crate::plane::services::upstream_pool::{still_allowed, UpstreamPool};
 use crackbox_policy::canonical_ip;
-use crackbox_policy::reason::Reason;
+use crackbox_policy::reason::{Layer, Reason};
 use crackbox_policy::registry::{Registry, Touched};
 use crackbox_policy::watch::{Watch, Watched};
 use crackbox_policy::{decide, Port, Snapshot, Verdict};
@@ -170,7 +170,7 @@ impl LiveSet {
         };
         let mut revoked = 0;
         for live in lives.filter(|live| !live.signal.is_fired()) {
-            let (id, account) =
+            let (id, account, layer) =
                 match decide(snapshot, watch, live.source, &live.host, Port::Number(live.port)).settled() {
                     Verdict::Allow { .. } | Verdict::Report { .. } => continue,
                     // Asked about: let through by someone's answer, it stays;
@@ -180,14 +180,15 @@ impl LiveSet {
                         if live.answered && !matches!(was.settled(), Verdict::Allow { .. }) {
                             continue;
                         }
-                        (Some(id), Some(account))
+                        (Some(id), Some(account), Layer::Entry)
                     }
-                    Verdict::Deny { id, account, .. } => (id, account),
+                    Verdict::Deny { id, account, layer, .. } => (id, account, layer),
                 };
             if let Some(account) = account {
                 account.add_denial(Reason::Revoked);
             }
-            stats.record_denied(live.source, id.as_ref(), &live.host, live.port, Reason::Revoked);
+            // Revoked, by the layer that now denies it.
+            stats.record_denied(live.source, id.as_ref(), &live.host, live.port, Reason::Revoked, layer);
             live.signal.fire();
             revoked += 1;
         }

@@ -8,7 +8,7 @@
 //! beyond [`DEPARTED_FLOOR`] or the registry's size, whichever is larger,
 //! so they never outgrow the registry however fast sandboxes come and go.
 
-use crackbox_policy::reason::Reason;
+use crackbox_policy::reason::{Layer, Reason};
 use crackbox_policy::wire::{DecisionCount, Denial, StatsReport, TunnelCount};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::VecDeque;
@@ -74,6 +74,7 @@ struct RecentDenial {
     host: String,
     port: u16,
     reason: Reason,
+    layer: Layer,
     enforced: bool,
 }
 
@@ -87,6 +88,7 @@ impl RecentDenial {
             port: self.port,
             reason: self.reason,
             enforced: self.enforced,
+            layer: Some(self.layer),
         }
     }
 }
@@ -161,18 +163,35 @@ impl Stats {
         *lock(&self.decisions).entry((Arc::clone(id), None, true)).or_insert(0) += 1;
     }
 
-    /// Counts, remembers and (rate-limited) logs one denial.
-    pub fn record_denied(&self, source: IpAddr, id: Option<&Arc<str>>, host: &str, port: u16, reason: Reason) {
-        self.record(source, id, host, port, reason, true);
+    /// Counts, remembers and (rate-limited) logs one denial, with the
+    /// layer that decided it.
+    pub fn record_denied(
+        &self,
+        source: IpAddr,
+        id: Option<&Arc<str>>,
+        host: &str,
+        port: u16,
+        reason: Reason,
+        layer: Layer,
+    ) {
+        self.record(source, id, host, port, (reason, layer), true);
     }
 
     /// Counts, remembers and (rate-limited) logs one would-be denial let
-    /// through in report mode, apart from the denials.
+    /// through in report mode (the mode's doing), apart from the denials.
     pub fn record_reported(&self, source: IpAddr, id: &Arc<str>, host: &str, port: u16, reason: Reason) {
-        self.record(source, Some(id), host, port, reason, false);
+        self.record(source, Some(id), host, port, (reason, Layer::Mode), false);
     }
 
-    fn record(&self, source: IpAddr, id: Option<&Arc<str>>, host: &str, port: u16, reason: Reason, enforced: bool) {
+    fn record(
+        &self,
+        source: IpAddr,
+        id: Option<&Arc<str>>,
+        host: &str,
+        port: u16,
+        (reason, layer): (Reason, Layer),
+        enforced: bool,
+    ) {
         let id = Arc::clone(id.unwrap_or(&self.no_id));
         *lock(&self.decisions)
             .entry((Arc::clone(&id), Some(reason), enforced))
@@ -183,9 +202,9 @@ impl Stats {
             let remedy = reason.remedy();
             let host = host.escape_debug();
             if enforced {
-                tracing::info!(%source, id = %id, %host, port, %reason, remedy, "denied");
+                tracing::info!(%source, id = %id, %host, port, %reason, %layer, remedy, "denied");
             } else {
-                tracing::info!(%source, id = %id, %host, port, %reason, remedy, "let through, not enforced (report mode)");
+                tracing::info!(%source, id = %id, %host, port, %reason, %layer, remedy, "let through, not enforced (report mode)");
             }
         }
         let mut ring = lock(&self.denials);
@@ -203,6 +222,7 @@ impl Stats {
             host: recorded,
             port,
             reason,
+            layer,
             enforced,
         });
         self.denials_recorded.fetch_add(1, Ordering::Relaxed);
@@ -369,9 +389,17 @@ mod tests {
                 &format!("h{i}.test"),
                 443,
                 Reason::NotAllowed,
+                Layer::Entry,
             );
         }
-        stats.record_denied("127.0.0.3".parse().unwrap(), None, "x.test", 80, Reason::Unregistered);
+        stats.record_denied(
+            "127.0.0.3".parse().unwrap(),
+            None,
+            "x.test",
+            80,
+            Reason::Unregistered,
+            Layer::Registration,
+        );
         stats.record_reported("127.0.0.4".parse().unwrap(), &id, "new.test", 443, Reason::NotAllowed);
         let tunnel = stats.open_tunnel();
         stats.count_tunnel(FrontEnd::Socks5);
@@ -393,8 +421,12 @@ mod tests {
             (last.reason, last.enforced, last.host.as_str()),
             (Reason::NotAllowed, false, "new.test")
         );
+        assert_eq!(last.layer, Some(Layer::Mode));
         let before = &report.denials[report.denials.len() - 2];
-        assert_eq!((before.reason, before.enforced), (Reason::Unregistered, true));
+        assert_eq!(
+            (before.reason, before.enforced, before.layer),
+            (Reason::Unregistered, true, Some(Layer::Registration))
+        );
         assert_eq!(report.denials[0].host, "h7.test");
         let count = |id: &str, reason, enforced| {
             report
@@ -416,7 +448,16 @@ mod tests {
     #[test]
     fn the_feed_gets_only_the_denials_after_the_ones_it_saw() {
         let stats = Stats::new(0);
-        let deny = |host: &str| stats.record_denied("127.0.0.2".parse().unwrap(), None, host, 443, Reason::NotAllowed);
+        let deny = |host: &str| {
+            stats.record_denied(
+                "127.0.0.2".parse().unwrap(),
+                None,
+                host,
+                443,
+                Reason::NotAllowed,
+                Layer::Entry,
+            )
+        };
         assert_eq!(stats.denials_after(0), (0, vec![]));
         deny("a.test");
         deny("b.test");
@@ -440,7 +481,14 @@ mod tests {
     fn recorded_hosts_are_cut_at_255_bytes_on_a_char_boundary() {
         let stats = Stats::new(0);
         let long = format!("{}é{}", "a".repeat(254), "b".repeat(10));
-        stats.record_denied("127.0.0.2".parse().unwrap(), None, &long, 443, Reason::NotAllowed);
+        stats.record_denied(
+            "127.0.0.2".parse().unwrap(),
+            None,
+            &long,
+            443,
+            Reason::NotAllowed,
+            Layer::Entry,
+        );
         let report = stats.report();
         assert_eq!(report.denials[0].host, "a".repeat(254));
         assert_eq!(report.denials[0].ip, "127.0.0.2");
@@ -457,7 +505,7 @@ mod tests {
         for id in [&live, &gone, &back] {
             stats.record_allowed(id);
         }
-        stats.record_denied(source, None, "x.test", 80, Reason::Unregistered);
+        stats.record_denied(source, None, "x.test", 80, Reason::Unregistered, Layer::Registration);
         let t0 = Instant::now();
         let minutes = |m: u64| t0 + Duration::from_secs(60 * m);
         let ids = |stats: &Stats| {
@@ -484,7 +532,14 @@ mod tests {
         ];
         for (minute, registered, denied_again, after) in steps {
             if denied_again {
-                stats.record_denied(source, Some(&still_denied), "x.test", 443, Reason::InvalidLabel);
+                stats.record_denied(
+                    source,
+                    Some(&still_denied),
+                    "x.test",
+                    443,
+                    Reason::InvalidLabel,
+                    Layer::Registration,
+                );
             }
             stats.forget_departed(registered.iter().copied(), minutes(minute));
             assert_eq!(ids(&stats), after, "minute {minute}");

@@ -12,7 +12,7 @@
 //! asks), and a source awaiting its registration is held.
 
 use super::{DenialHook, DnsDenial};
-use crackbox_policy::reason::Reason;
+use crackbox_policy::reason::{Layer, Reason};
 use crackbox_policy::watch::Watch;
 use crackbox_policy::{Decision, Port, Snapshot, Verdict};
 use hickory_proto::op::{Edns, Header, Message, MessageType, OpCode, ResponseCode};
@@ -76,9 +76,9 @@ pub(crate) fn decide(
         decision => decision.settled(),
     };
     // Sources that are not registered are refused whatever they ask.
-    if let Verdict::Deny { reason, id, .. } = &verdict {
+    if let Verdict::Deny { reason, layer, id, .. } = &verdict {
         if *reason != Reason::NotAllowed {
-            record(on_denial, source, id.as_ref(), &name, *reason, true);
+            record(on_denial, source, id.as_ref(), &name, (*reason, *layer), true);
             return Action::Reply(error_reply(&request, ResponseCode::Refused));
         }
     }
@@ -92,16 +92,21 @@ pub(crate) fn decide(
         return Action::Reply(error_reply(&request, ResponseCode::Refused));
     }
     match &verdict {
-        Verdict::Deny { reason, id, account } => {
+        Verdict::Deny {
+            reason,
+            layer,
+            id,
+            account,
+        } => {
             if let Some(account) = account {
                 account.add_denial(*reason);
             }
-            record(on_denial, source, id.as_ref(), &name, *reason, true);
+            record(on_denial, source, id.as_ref(), &name, (*reason, *layer), true);
             Action::Reply(error_reply(&request, ResponseCode::NXDomain))
         }
         Verdict::Report { reason, id, account } => {
             account.add_reported(*reason);
-            record(on_denial, source, Some(id), &name, *reason, false);
+            record(on_denial, source, Some(id), &name, (*reason, Layer::Mode), false);
             Action::Forward(request)
         }
         // Answered, so that the connection that follows can ask.
@@ -145,7 +150,7 @@ fn record(
     source: IpAddr,
     id: Option<&Arc<str>>,
     name: &str,
-    reason: Reason,
+    (reason, layer): (Reason, Layer),
     enforced: bool,
 ) {
     if let Some(hook) = on_denial {
@@ -154,6 +159,7 @@ fn record(
             id,
             name,
             reason,
+            layer,
             enforced,
         });
     }

@@ -28,7 +28,7 @@ pub use steer::SteerTo;
 
 use crate::plane::services::local_addrs::LocalAddresses;
 use crackbox_policy::canonical_ip;
-use crackbox_policy::reason::Reason;
+use crackbox_policy::reason::{Layer, Reason};
 use crackbox_policy::registry::Registry;
 use crackbox_policy::watch::Watched;
 use decide::{decide, error_reply, Action, Hold};
@@ -61,8 +61,10 @@ pub struct DnsDenial<'a> {
     pub id: Option<&'a Arc<str>>,
     /// The queried name, as asked (with its trailing dot).
     pub name: &'a str,
-    /// `not-allowed`, `unregistered` or `invalid-label`.
+    /// `not-allowed`, `denied-entry`, `unregistered` or `invalid-label`.
     pub reason: Reason,
+    /// The layer of the policy that decided.
+    pub layer: Layer,
     /// False when the query was answered anyway: the source is registered
     /// in report mode and this is what its allowlist would have denied.
     pub enforced: bool,
@@ -233,7 +235,7 @@ pub(crate) fn start(
     };
     let hook: DenialHook = Arc::new(move |d: &DnsDenial<'_>| match (d.enforced, d.id) {
         (false, Some(id)) => stats.record_reported(d.source, id, d.name, 53, d.reason),
-        _ => stats.record_denied(d.source, d.id, d.name, 53, d.reason),
+        _ => stats.record_denied(d.source, d.id, d.name, 53, d.reason, d.layer),
     });
     let policy = Policy {
         registry,

@@ -9,13 +9,14 @@
 use super::head::{head_refusal, HeadRead, Prepared};
 use super::{Origin, Session};
 use crate::plane::services::conn::Conn;
-use crate::plane::services::decision::{decide, reach_tracked, Decision};
+use crate::plane::services::decision::{decide, reach_tracked};
 use crate::plane::services::revocation::LiveEntry;
 use crate::plane::services::stats::{ActiveTunnel, Direction, FrontEnd};
 use crate::protocol::http_head::{self, Target};
 use crate::protocol::responses;
 use crackbox_policy::reason::Reason;
 use crackbox_policy::usage::Account;
+use crackbox_policy::Verdict;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -137,7 +138,7 @@ impl Session<'_> {
         let Some(Origin { port, steered: true }) = self.origin else {
             return;
         };
-        if let Decision::Deny { reason, .. } = decide(self.worker, self.source, "", port) {
+        if let Verdict::Deny { reason, .. } = decide(self.worker, self.source, "", port) {
             self.reply(&responses::denial(reason, "", port)).await;
         }
     }

@@ -9,7 +9,7 @@
 //! or absent control never holds up a core thread: they only send on a
 //! channel.
 
-use super::{Asks, Event};
+use super::{Asks, Event, Policy};
 use crackbox_policy::wire::{self, Message};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -21,11 +21,11 @@ use std::time::{Duration, Instant};
 /// The longest the thread sleeps with nothing due.
 const IDLE: Duration = Duration::from_secs(3600);
 
-/// Makes the shared [`Asks`] with its thread, whose requests time out
-/// after `timeout`.
-pub(crate) fn start(timeout: Duration) -> std::io::Result<Arc<Asks>> {
+/// Makes the shared [`Asks`] with its thread, whose requests are decided
+/// against `policy` and time out after `timeout`.
+pub(crate) fn start(timeout: Duration, policy: Policy) -> std::io::Result<Arc<Asks>> {
     let (events, incoming) = channel();
-    let asks = Arc::new(Asks::new(timeout, events));
+    let asks = Arc::new(Asks::new(timeout, events, policy));
     let shared = Arc::clone(&asks);
     std::thread::Builder::new()
         .name("crackbox-ask".into())

@@ -5,17 +5,24 @@
 //! the first one asks; [`Asks`] is shared by every core thread. A held
 //! connection costs a [`Held`] (a reference and a waker slot) beside its own
 //! task, no timer and no thread: the one `ask` thread (see [`clock`]) times
-//! requests out and tells control about them. Whoever settles a request
-//! (control's decision on the link thread, the timeout, a snapshot that
-//! unregisters the source or takes it out of ask mode) wakes every held
-//! connection, on whichever core thread it waits. Never blocks a core
-//! thread: the lock is held for table updates only, never across I/O.
+//! requests out and tells control about them. Whatever resolves a request
+//! (control's answer on the link thread, the timeout, a new snapshot) has it
+//! decided again by the one decision, [`decide_held`], against the policy
+//! in force, with how the request stands as one more input: so a deny entry
+//! wins over any answer, and `always` lets the held connections through
+//! only once the snapshot in force lists the name (stored, then released).
+//! The verdict wakes every held connection, on whichever core thread it
+//! waits. Never blocks a core thread: the lock is held for table updates
+//! only, never across I/O.
 
 pub(crate) mod clock;
 
-use crackbox_policy::ask::{DecidedRequest, PendingId, PendingRequest, Settlement, MAX_PENDING_PER_SOURCE};
+use crackbox_policy::ask::{Answer, DecidedRequest, PendingId, PendingRequest, Settlement, MAX_PENDING_PER_SOURCE};
+use crackbox_policy::held::{decide_held, settlement, AskState};
 use crackbox_policy::reason::Reason;
-use crackbox_policy::{canonical_ip, normalise_host, HostKind, Mode, Snapshot};
+use crackbox_policy::registry::Registry;
+use crackbox_policy::watch::Watched;
+use crackbox_policy::{canonical_ip, normalise_host, HostKind, Verdict};
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -25,15 +32,6 @@ use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
-/// How a held connection goes on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Outcome {
-    /// Let through (dialled as a name match).
-    Allow,
-    /// Refused for this reason.
-    Refuse(Reason),
-}
 
 /// What a request is about.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -54,10 +52,13 @@ pub(crate) struct Request {
     state: Mutex<State>,
 }
 
-/// The part of a request its held connections change.
+/// The part of a request its held connections and its answer change.
 #[derive(Default)]
 struct State {
-    outcome: Option<Outcome>,
+    /// The verdict that ended the wait (never [`Verdict::Ask`]).
+    outcome: Option<Verdict>,
+    /// The answer given, while it waits on (an `always` not stored yet).
+    answer: Option<Answer>,
     /// One slot per held connection: its waker once it waited.
     wakers: Vec<Option<Waker>>,
     free: Vec<usize>,
@@ -73,7 +74,7 @@ impl Request {
     fn shown(&self) -> PendingRequest {
         PendingRequest {
             id: self.id,
-            ip: self.target.source.to_string(),
+            ip: self.target.source,
             sandbox: self.sandbox.to_string(),
             host: self.target.host.to_string(),
             port: self.target.port,
@@ -83,11 +84,30 @@ impl Request {
         }
     }
 
-    /// Ends the wait of every held connection with `outcome`.
-    fn settle(&self, outcome: Outcome) {
+    /// How it stands now.
+    fn standing(&self) -> AskState {
+        self.state().answer.map_or(AskState::Waiting, AskState::Answered)
+    }
+
+    /// The request as it ends (or, an `always` not stored yet, as
+    /// answered) with `verdict`.
+    fn decided(&self, decision: Settlement, verdict: &Verdict) -> DecidedRequest {
+        DecidedRequest {
+            request: self.shown(),
+            decision,
+            reason: match verdict {
+                Verdict::Deny { reason, .. } => Some(*reason),
+                _ => None,
+            },
+            layer: Some(verdict.layer()),
+        }
+    }
+
+    /// Ends the wait of every held connection with `verdict`.
+    fn settle(&self, verdict: Verdict) {
         let wakers: Vec<Waker> = {
             let mut state = self.state();
-            state.outcome = Some(outcome);
+            state.outcome = Some(verdict);
             state.wakers.iter_mut().filter_map(Option::take).collect()
         };
         wakers.into_iter().for_each(Waker::wake);
@@ -113,11 +133,18 @@ pub(crate) enum Event {
     Connected(Arc<Mutex<std::os::unix::net::UnixStream>>),
 }
 
+/// The policy in force, which every request is decided against.
+pub(crate) struct Policy {
+    pub(crate) registry: Arc<Registry>,
+    pub(crate) watched: Arc<Watched>,
+}
+
 /// The engine's pending requests.
 pub(crate) struct Asks {
     table: Mutex<Table>,
     timeout: Duration,
     events: Sender<Event>,
+    policy: Policy,
 }
 
 /// A connection that asks about `host:port` for `source`.
@@ -130,13 +157,14 @@ pub(crate) struct Asking<'a> {
 }
 
 impl Asks {
-    /// Pending requests that time out after `timeout`; `events` go to the
-    /// `ask` thread.
-    pub(crate) fn new(timeout: Duration, events: Sender<Event>) -> Self {
+    /// Pending requests decided against `policy` that time out after
+    /// `timeout`; `events` go to the `ask` thread.
+    pub(crate) fn new(timeout: Duration, events: Sender<Event>, policy: Policy) -> Self {
         Asks {
             table: Mutex::default(),
             timeout,
             events,
+            policy,
         }
     }
 
@@ -186,10 +214,61 @@ impl Asks {
         Ok(held)
     }
 
-    /// Ends request `id` as `settlement`, letting its held connections
-    /// through or refusing them as `outcome` says; the request as it ended,
-    /// or `None` when it was not pending.
-    pub(crate) fn settle(&self, id: PendingId, settlement: Settlement, outcome: Outcome) -> Option<DecidedRequest> {
+    /// Records `answer` to request `id` and decides it again: the request
+    /// as it ended, or (an `always` whose name is not listed in the snapshot
+    /// in force yet) as answered, still holding its connections until a
+    /// snapshot lists it; `None` when it was not pending.
+    pub(crate) fn answer(&self, id: PendingId, answer: Answer) -> Option<DecidedRequest> {
+        let request = Arc::clone(self.table().by_id.get(&id)?);
+        request.state().answer = Some(answer);
+        let state = AskState::Answered(answer);
+        let verdict = self.decide(&request, state);
+        match settlement(&verdict, state) {
+            Some(settlement) => self.settle(id, settlement, verdict),
+            None => {
+                tracing::info!(id, host = %request.target.host, port = request.target.port, "ask: answered always, held until the name is stored");
+                Some(request.decided(answer.into(), &verdict))
+            }
+        }
+    }
+
+    /// Decides every pending request again against the policy in force
+    /// (a new snapshot): settles those it no longer holds.
+    pub(crate) fn revisit(&self) {
+        let requests: Vec<Arc<Request>> = self.table().by_id.values().cloned().collect();
+        for request in requests {
+            let state = request.standing();
+            let verdict = self.decide(&request, state);
+            if let Some(settlement) = settlement(&verdict, state) {
+                self.settle(request.id, settlement, verdict);
+            }
+        }
+    }
+
+    /// Times out the requests `due`, each as the one decision says.
+    fn expire(&self, due: &[PendingId]) {
+        for &id in due {
+            let Some(request) = self.table().by_id.get(&id).cloned() else {
+                continue;
+            };
+            let verdict = self.decide(&request, AskState::Expired);
+            let settlement = settlement(&verdict, AskState::Expired).unwrap_or(Settlement::Timeout);
+            self.settle(id, settlement, verdict);
+        }
+    }
+
+    /// The one decision for `request` standing as `state`, against the
+    /// policy in force.
+    fn decide(&self, request: &Request, state: AskState) -> Verdict {
+        let (snapshot, watch) = (self.policy.registry.load(), self.policy.watched.load());
+        let Target { source, host, port } = &request.target;
+        decide_held(&snapshot, &watch, *source, host, *port, state)
+    }
+
+    /// Ends request `id` as `settlement`, its held connections going on as
+    /// `verdict` says; the request as it ended, or `None` when it was not
+    /// pending.
+    fn settle(&self, id: PendingId, settlement: Settlement, verdict: Verdict) -> Option<DecidedRequest> {
         let request = {
             let mut table = self.table();
             let request = table.by_id.remove(&id)?;
@@ -202,11 +281,8 @@ impl Asks {
             }
             request
         };
-        let decided = DecidedRequest {
-            request: request.shown(),
-            decision: settlement,
-        };
-        request.settle(outcome);
+        let decided = request.decided(settlement, &verdict);
+        request.settle(verdict);
         tracing::info!(
             id,
             source = %request.target.source,
@@ -214,6 +290,8 @@ impl Asks {
             host = %request.target.host,
             port = request.target.port,
             decision = settlement.as_str(),
+            reason = decided.reason.map(Reason::as_str),
+            layer = decided.layer.map(|layer| layer.as_str()),
             "ask: request settled"
         );
         let _ = self.events.send(Event::Settled(decided.clone()));
@@ -231,47 +309,12 @@ impl Asks {
         let requests: Vec<Arc<Request>> = self.table().by_id.values().cloned().collect();
         requests.iter().map(|request| request.shown()).collect()
     }
-
-    /// Settles what a new snapshot decides: requests of sources it
-    /// unregistered (`unregistered`) or took out of ask mode (let through
-    /// when their mode or list now allows them, else `not-allowed`).
-    pub(crate) fn revisit(&self, snapshot: &Snapshot) {
-        let settled: Vec<(PendingId, Outcome)> = {
-            let table = self.table();
-            table
-                .by_id
-                .values()
-                .filter_map(|request| {
-                    let Target { source, host, port } = &request.target;
-                    let outcome = match snapshot.lookup(*source) {
-                        None => Outcome::Refuse(Reason::Unregistered),
-                        Some(registered) if registered.allowlist.matching(host, *port).is_some() => Outcome::Allow,
-                        Some(registered) => match registered.mode {
-                            Mode::Ask => return None,
-                            Mode::Report => Outcome::Allow,
-                            Mode::Enforce => Outcome::Refuse(Reason::NotAllowed),
-                        },
-                    };
-                    Some((request.id, outcome))
-                })
-                .collect()
-        };
-        for (id, outcome) in settled {
-            self.settle(id, Settlement::Withdrawn, outcome);
-        }
-    }
-
-    /// Times out the requests `due`.
-    fn expire(&self, due: &[PendingId]) {
-        for &id in due {
-            self.settle(id, Settlement::Timeout, Outcome::Refuse(Reason::AskTimeout));
-        }
-    }
 }
 
 /// One connection held for a pending request: a future that ends with the
-/// request's outcome. Dropped before (its client went away), it leaves the
-/// request, which stays pending for the others and for its answer.
+/// verdict that settled the request (never [`Verdict::Ask`]). Dropped
+/// before (its client went away), it leaves the request, which stays
+/// pending for the others and for its answer.
 pub(crate) struct Held {
     request: Arc<Request>,
     slot: usize,
@@ -295,12 +338,12 @@ impl Held {
 }
 
 impl Future for Held {
-    type Output = Outcome;
+    type Output = Verdict;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Outcome> {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Verdict> {
         let mut state = self.request.state();
-        if let Some(outcome) = state.outcome {
-            return Poll::Ready(outcome);
+        if let Some(outcome) = &state.outcome {
+            return Poll::Ready(outcome.clone());
         }
         match &mut state.wakers[self.slot] {
             Some(waker) if waker.will_wake(cx.waker()) => {}

@@ -1,11 +1,34 @@
 use super::*;
-use crackbox_policy::RegistrationSpec;
+use crackbox_policy::reason::Layer;
+use crackbox_policy::{Mode, RegistrationSpec, Snapshot};
 use std::sync::mpsc::{channel, Receiver};
 use std::task::Waker;
 
-fn asks() -> (Asks, Receiver<Event>) {
+/// Registrations of `sources` in ask mode with `allow` and `deny` entries.
+fn asking_snapshot(generation: u64, sources: &[&str], allow: &[&str], deny: &[&str]) -> Snapshot {
+    let specs: Vec<RegistrationSpec> = sources
+        .iter()
+        .map(|ip| {
+            RegistrationSpec::parse(ip, "agent", allow)
+                .unwrap()
+                .with_deny(deny)
+                .unwrap()
+                .with_mode(Mode::Ask)
+        })
+        .collect();
+    Snapshot::build(generation, &specs)
+}
+
+/// Pending requests decided against a registry that holds `snapshot`.
+fn asks(snapshot: Snapshot) -> (Asks, Arc<Registry>, Receiver<Event>) {
     let (events, incoming) = channel();
-    (Asks::new(Duration::from_secs(30), events), incoming)
+    let registry = Arc::new(Registry::deny_all());
+    registry.swap(snapshot);
+    let policy = Policy {
+        registry: Arc::clone(&registry),
+        watched: Arc::default(),
+    };
+    (Asks::new(Duration::from_secs(30), events, policy), registry, incoming)
 }
 
 fn asking<'a>(sandbox: &'a Arc<str>, source: &str, host: &'a str, port: u16) -> Asking<'a> {
@@ -18,13 +41,33 @@ fn asking<'a>(sandbox: &'a Arc<str>, source: &str, host: &'a str, port: u16) -> 
     }
 }
 
-fn poll(held: &mut Held) -> Poll<Outcome> {
+fn poll(held: &mut Held) -> Poll<Verdict> {
     Pin::new(held).poll(&mut Context::from_waker(Waker::noop()))
 }
 
+/// What a settled connection goes on with: through (by which layer), or
+/// refused (why, by which layer).
+fn ended(held: &mut Held) -> Option<Result<Layer, (Reason, Layer)>> {
+    match poll(held) {
+        Poll::Pending => None,
+        Poll::Ready(Verdict::Deny { reason, layer, .. }) => Some(Err((reason, layer))),
+        Poll::Ready(verdict) => Some(Ok(verdict.layer())),
+    }
+}
+
+fn settled_events(events: &Receiver<Event>) -> Vec<DecidedRequest> {
+    events
+        .try_iter()
+        .filter_map(|event| match event {
+            Event::Settled(decided) => Some(decided),
+            _ => None,
+        })
+        .collect()
+}
+
 #[test]
-fn connections_to_one_target_join_one_request_and_all_get_its_outcome() {
-    let (asks, _events) = asks();
+fn connections_to_one_target_join_one_request_and_all_get_its_verdict() {
+    let (asks, _registry, _events) = asks(asking_snapshot(1, &["10.0.0.2"], &[], &[]));
     let sandbox: Arc<str> = "agent".into();
     let mut first = asks.hold(asking(&sandbox, "10.0.0.2", "New.test.", 443)).unwrap();
     let mut second = asks.hold(asking(&sandbox, "::ffff:10.0.0.2", "new.test", 443)).unwrap();
@@ -35,16 +78,17 @@ fn connections_to_one_target_join_one_request_and_all_get_its_outcome() {
         (listed[0].host.as_str(), listed[0].port, listed[0].waiting),
         ("new.test", 443, 2)
     );
+    assert_eq!(listed[0].ip.to_string(), "10.0.0.2");
     assert!(poll(&mut first).is_pending() && poll(&mut second).is_pending());
-    let decided = asks.settle(listed[0].id, Settlement::Once, Outcome::Allow).unwrap();
-    assert_eq!(decided.decision, Settlement::Once);
-    assert_eq!(poll(&mut first), Poll::Ready(Outcome::Allow));
-    assert_eq!(poll(&mut second), Poll::Ready(Outcome::Allow));
-    assert!(poll(&mut other_port).is_pending());
-    assert!(
-        asks.settle(listed[0].id, Settlement::Deny, Outcome::Allow).is_none(),
-        "decided already"
+    let decided = asks.answer(listed[0].id, Answer::Once).unwrap();
+    assert_eq!(
+        (decided.decision, decided.reason, decided.layer),
+        (Settlement::Once, None, Some(Layer::Answer))
     );
+    assert_eq!(ended(&mut first), Some(Ok(Layer::Answer)));
+    assert_eq!(ended(&mut second), Some(Ok(Layer::Answer)));
+    assert!(poll(&mut other_port).is_pending());
+    assert!(asks.answer(listed[0].id, Answer::Deny).is_none(), "decided already");
     // The next connection to the decided target asks again.
     drop((first, second));
     let _again = asks.hold(asking(&sandbox, "10.0.0.2", "new.test", 443)).unwrap();
@@ -53,7 +97,7 @@ fn connections_to_one_target_join_one_request_and_all_get_its_outcome() {
 
 #[test]
 fn a_connection_that_goes_away_leaves_the_request() {
-    let (asks, _events) = asks();
+    let (asks, _registry, _events) = asks(asking_snapshot(1, &["10.0.0.2"], &[], &[]));
     let sandbox: Arc<str> = "agent".into();
     let mut staying = asks.hold(asking(&sandbox, "10.0.0.2", "new.test", 443)).unwrap();
     let leaving = asks.hold(asking(&sandbox, "10.0.0.2", "new.test", 443)).unwrap();
@@ -61,13 +105,14 @@ fn a_connection_that_goes_away_leaves_the_request() {
     drop(leaving);
     let listed = asks.list();
     assert_eq!(listed[0].waiting, 1);
-    asks.settle(listed[0].id, Settlement::Deny, Outcome::Refuse(Reason::NotAllowed));
-    assert_eq!(poll(&mut staying), Poll::Ready(Outcome::Refuse(Reason::NotAllowed)));
+    let decided = asks.answer(listed[0].id, Answer::Deny).unwrap();
+    assert_eq!(decided.reason, Some(Reason::NotAllowed));
+    assert_eq!(ended(&mut staying), Some(Err((Reason::NotAllowed, Layer::Answer))));
 }
 
 #[test]
-fn a_source_has_at_most_the_limit_pending() {
-    let (asks, _events) = asks();
+fn a_source_has_at_most_the_limit_pending_and_the_timeout_refuses() {
+    let (asks, _registry, events) = asks(asking_snapshot(1, &["10.0.0.2", "10.0.0.3"], &[], &[]));
     let sandbox: Arc<str> = "agent".into();
     let hosts: Vec<String> = (0..=MAX_PENDING_PER_SOURCE).map(|n| format!("h{n}.test")).collect();
     let mut held = Vec::new();
@@ -84,35 +129,108 @@ fn a_source_has_at_most_the_limit_pending() {
     assert!(asks
         .hold(asking(&sandbox, "10.0.0.2", &hosts[MAX_PENDING_PER_SOURCE], 443))
         .is_ok());
-    assert_eq!(poll(&mut held[0]), Poll::Ready(Outcome::Refuse(Reason::AskTimeout)));
+    assert_eq!(ended(&mut held[0]), Some(Err((Reason::AskTimeout, Layer::Timeout))));
+    let settled = settled_events(&events);
+    assert_eq!(
+        (settled[0].decision, settled[0].reason),
+        (Settlement::Timeout, Some(Reason::AskTimeout))
+    );
 }
 
 #[test]
-fn a_snapshot_settles_what_it_no_longer_asks_about() {
-    let (asks, events) = asks();
+fn a_snapshot_settles_what_it_no_longer_asks_about_through_the_one_decision() {
+    let sources = ["10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5", "10.0.0.6"];
+    let (asks, registry, events) = asks(asking_snapshot(1, &sources, &[], &[]));
     let sandbox: Arc<str> = "agent".into();
-    let mut gone = asks.hold(asking(&sandbox, "10.0.0.2", "a.test", 443)).unwrap();
-    let mut enforced = asks.hold(asking(&sandbox, "10.0.0.3", "a.test", 443)).unwrap();
-    let mut listed = asks.hold(asking(&sandbox, "10.0.0.4", "a.test", 443)).unwrap();
-    let mut still = asks.hold(asking(&sandbox, "10.0.0.5", "a.test", 443)).unwrap();
-    let spec = |ip: &str, allow: &[&str], mode| RegistrationSpec::parse(ip, "agent", allow).unwrap().with_mode(mode);
-    let snapshot = Snapshot::build(
+    let mut held: Vec<Held> = sources
+        .iter()
+        .map(|source| asks.hold(asking(&sandbox, source, "a.test", 443)).unwrap())
+        .collect();
+    let spec = |ip: &str, allow: &[&str], deny: &[&str], mode| {
+        RegistrationSpec::parse(ip, "agent", allow)
+            .unwrap()
+            .with_deny(deny)
+            .unwrap()
+            .with_mode(mode)
+    };
+    registry.swap(Snapshot::build(
         2,
         &[
-            spec("10.0.0.3", &[], Mode::Enforce),
-            spec("10.0.0.4", &["a.test"], Mode::Ask),
-            spec("10.0.0.5", &[], Mode::Ask),
+            // 10.0.0.2 unregistered.
+            spec("10.0.0.3", &[], &[], Mode::Enforce),
+            spec("10.0.0.4", &["a.test"], &[], Mode::Ask),
+            spec("10.0.0.5", &[], &[], Mode::Ask),
+            spec("10.0.0.6", &[], &["a.test"], Mode::Ask),
         ],
+    ));
+    asks.revisit();
+    let verdicts: Vec<_> = held.iter_mut().map(ended).collect();
+    assert_eq!(
+        verdicts,
+        [
+            Some(Err((Reason::Unregistered, Layer::Registration))),
+            Some(Err((Reason::NotAllowed, Layer::Entry))),
+            Some(Ok(Layer::Entry)),
+            None,
+            Some(Err((Reason::DeniedEntry, Layer::DenyEntry))),
+        ]
     );
-    asks.revisit(&snapshot);
-    assert_eq!(poll(&mut gone), Poll::Ready(Outcome::Refuse(Reason::Unregistered)));
-    assert_eq!(poll(&mut enforced), Poll::Ready(Outcome::Refuse(Reason::NotAllowed)));
-    assert_eq!(poll(&mut listed), Poll::Ready(Outcome::Allow));
-    assert!(poll(&mut still).is_pending());
     assert_eq!(asks.list().len(), 1);
-    let settled = events
-        .try_iter()
-        .filter(|event| matches!(event, Event::Settled(d) if d.decision == Settlement::Withdrawn))
-        .count();
-    assert_eq!(settled, 3);
+    let settled = settled_events(&events);
+    assert_eq!(settled.len(), 4);
+    assert!(
+        settled.iter().all(|d| d.decision == Settlement::Withdrawn),
+        "{settled:?}"
+    );
+    let denied = settled.iter().find(|d| d.request.ip.to_string() == "10.0.0.6").unwrap();
+    assert_eq!(
+        (denied.reason, denied.layer),
+        (Some(Reason::DeniedEntry), Some(Layer::DenyEntry))
+    );
+}
+
+#[test]
+fn always_holds_until_a_snapshot_lists_the_name_and_a_deny_entry_beats_it() {
+    let (asks, registry, events) = asks(asking_snapshot(1, &["10.0.0.2", "10.0.0.3"], &[], &[]));
+    let sandbox: Arc<str> = "agent".into();
+    let mut stored = asks.hold(asking(&sandbox, "10.0.0.2", "a.test", 8080)).unwrap();
+    let mut denied = asks.hold(asking(&sandbox, "10.0.0.3", "a.test", 8080)).unwrap();
+    let ids: Vec<PendingId> = asks.list().iter().map(|p| p.id).collect();
+    for &id in &ids {
+        let answered = asks.answer(id, Answer::Always).unwrap();
+        assert_eq!(answered.decision, Settlement::Always);
+    }
+    assert!(poll(&mut stored).is_pending(), "not stored yet: still held");
+    assert!(poll(&mut denied).is_pending());
+    assert!(settled_events(&events).is_empty());
+    assert_eq!(asks.list().len(), 2, "still pending");
+    // An unrelated snapshot changes nothing.
+    registry.swap(asking_snapshot(2, &["10.0.0.2", "10.0.0.3"], &["other.test"], &[]));
+    asks.revisit();
+    assert!(poll(&mut stored).is_pending());
+    // The name stored for one source, a deny entry for the other.
+    let spec = |ip: &str, allow: &[&str], deny: &[&str]| {
+        RegistrationSpec::parse(ip, "agent", allow)
+            .unwrap()
+            .with_deny(deny)
+            .unwrap()
+            .with_mode(Mode::Ask)
+    };
+    registry.swap(Snapshot::build(
+        3,
+        &[
+            spec("10.0.0.2", &["a.test:8080"], &[]),
+            spec("10.0.0.3", &[], &["a.test"]),
+        ],
+    ));
+    asks.revisit();
+    assert_eq!(ended(&mut stored), Some(Ok(Layer::Answer)));
+    assert_eq!(ended(&mut denied), Some(Err((Reason::DeniedEntry, Layer::DenyEntry))));
+    let settled = settled_events(&events);
+    let decisions: Vec<_> = settled.iter().map(|d| (d.request.id, d.decision)).collect();
+    assert_eq!(
+        decisions,
+        [(ids[0], Settlement::Always), (ids[1], Settlement::Withdrawn)]
+    );
+    assert!(asks.answer(ids[1], Answer::Once).is_none(), "gone once denied");
 }

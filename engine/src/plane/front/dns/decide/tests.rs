@@ -22,7 +22,10 @@ fn snapshot() -> Snapshot {
 
 /// The label watcher answers for 10.5.0.0/16; 10.5.0.9's labels are invalid.
 fn watch() -> Watch {
-    Watch::build(["10.5.0.0/16"], [("10.5.0.9", "docker:bad")])
+    Watch::new(
+        ["10.5.0.0/16".parse().unwrap()],
+        [("10.5.0.9".parse().unwrap(), "docker:bad".into())],
+    )
 }
 
 fn query(name: &str, kind: RecordType) -> Message {

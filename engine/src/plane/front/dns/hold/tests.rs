@@ -39,7 +39,7 @@ fn filter() -> (SocketAddr, Arc<Registry>, Denials) {
     let registry = Arc::new(Registry::deny_all());
     registry.swap(Snapshot::build(1, &[spec("127.0.2.1")]));
     let watched = Arc::new(Watched::default());
-    watched.swap(Watch::build(["127.0.2.0/24"], []));
+    watched.swap(Watch::new(["127.0.2.0/24".parse().unwrap()], []));
     let denials: Denials = Arc::default();
     let sink = Arc::clone(&denials);
     let hook: DenialHook =
