@@ -173,19 +173,6 @@ impl Browser {
         self.must("POST", "/refresh", Some(&json!({})));
     }
 
-    /// The elements `css` selects now.
-    pub fn find_all(&self, css: &str) -> Vec<Element> {
-        let found = self.must(
-            "POST",
-            "/elements",
-            Some(&json!({"using": "css selector", "value": css})),
-        );
-        found
-            .as_array()
-            .map(|items| items.iter().filter_map(element_of).collect())
-            .unwrap_or_default()
-    }
-
     /// The first element `css` selects now, if any.
     pub fn find(&self, css: &str) -> Option<Element> {
         match self.session_call(
@@ -287,12 +274,6 @@ impl Browser {
     pub fn screenshot(&self) -> Vec<u8> {
         let encoded = self.must("GET", "/screenshot", None);
         base64_decode(encoded.as_str().unwrap_or_default())
-    }
-
-    /// Sets the window's size.
-    pub fn resize(&self, width: u32, height: u32) {
-        let rect = json!({ "width": width, "height": height });
-        self.must("POST", "/window/rect", Some(&rect));
     }
 }
 
