@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Installs the system packages the tests use (as root on Debian) and
 # cargo-nextest, when missing. Idempotent: a second run installs nothing.
+# protobuf-compiler and libprotobuf-dev (protoc and its well-known .proto
+# files) build the etcd client; etcd-server and etcd-client (etcd 3.4) run
+# the fleet tests' cluster.
 set -euo pipefail
 
-packages=(curl python3 iptables iproute2 openssl procps psmisc busybox-static squid tinyproxy docker.io nodejs netcat-openbsd chromium chromium-driver)
+packages=(curl python3 iptables iproute2 openssl procps psmisc busybox-static squid tinyproxy docker.io nodejs netcat-openbsd protobuf-compiler libprotobuf-dev etcd-server etcd-client chromium chromium-driver)
 missing=()
 for package in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

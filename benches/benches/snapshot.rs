@@ -2,11 +2,13 @@
 //! of the snapshot frame, and `Registry::swap` (benches/README.md targets: all together
 //! ≤ 50 ms), plus the whole path in one measurement; and one delta (one
 //! source replaced) decoded and applied to it, which must not grow with the
-//! registry.
+//! registry; and, with 1,000 named policies that every registration names
+//! three of, one policy change (the policy named by all of them, and one
+//! named by a few) decoded, applied and swapped in.
 
 use crackbox_policy::registry::Registry;
 use crackbox_policy::wire::{decode_frame, encode, Message};
-use crackbox_policy::{Allowlist, RegistrationSpec, Snapshot, SourceChange};
+use crackbox_policy::{Allowlist, PolicyChange, PolicyName, PolicySpec, RegistrationSpec, Snapshot, SourceChange};
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use std::hint::black_box;
 
@@ -36,6 +38,7 @@ fn message(registrations: Vec<RegistrationSpec>) -> Message {
     Message::Snapshot {
         generation: 2,
         registrations,
+        policies: Vec::new(),
     }
 }
 
@@ -76,6 +79,7 @@ fn bench_snapshot(c: &mut Criterion) {
                     Message::Snapshot {
                         generation,
                         registrations,
+                        ..
                     },
                     _,
                 )) = decode_frame(&frame).expect("valid frame")
@@ -96,6 +100,7 @@ fn bench_snapshot(c: &mut Criterion) {
             base: 2,
             generation: 3,
             changes: vec![SourceChange::Put(changed)],
+            policies: Vec::new(),
         });
         let base = Snapshot::build(2, &specs);
         b.iter(|| {
@@ -116,5 +121,64 @@ fn bench_snapshot(c: &mut Criterion) {
     assert_eq!(registry.load().len(), REGISTRATIONS as usize);
 }
 
-criterion_group!(benches, bench_snapshot);
+/// Policy `name` with eight entries of `version`.
+fn policy(name: &str, version: usize) -> PolicySpec {
+    let entries: Vec<String> = (0..8).map(|k| format!("h{k}-v{version}.{name}.bench.test")).collect();
+    PolicySpec::new(
+        PolicyName::parse(name).unwrap(),
+        Allowlist::from_config(&entries).unwrap(),
+    )
+}
+
+fn bench_policy_change(c: &mut Criterion) {
+    const POLICIES: usize = 1000;
+    let policies: Vec<PolicySpec> = std::iter::once(policy("base", 0))
+        .chain((0..POLICIES).map(|i| policy(&format!("p{i}"), 0)))
+        .collect();
+    let specs: Vec<RegistrationSpec> = specs()
+        .into_iter()
+        .enumerate()
+        .map(|(i, spec)| {
+            let names = [
+                "base".to_string(),
+                format!("p{}", i * 7 % POLICIES),
+                format!("p{}", (i * 13 + 1) % POLICIES),
+            ];
+            spec.with_policies(&names).unwrap()
+        })
+        .collect();
+    let registry = Registry::deny_all();
+    let base = Snapshot::empty().rebuild(2, &policies, &specs);
+    let mut group = c.benchmark_group("policy-change-1000x10k");
+    group.sample_size(20);
+    for name in ["base", "p1"] {
+        let delta = encode(&Message::Delta {
+            base: 2,
+            generation: 3,
+            changes: Vec::new(),
+            policies: vec![PolicyChange::Put(policy(name, 1))],
+        });
+        group.bench_function(format!("{name}-decode-apply-swap"), |b| {
+            b.iter(|| {
+                let Some((
+                    Message::Delta {
+                        generation,
+                        changes,
+                        policies,
+                        ..
+                    },
+                    _,
+                )) = decode_frame(&delta).expect("valid frame")
+                else {
+                    panic!("not a delta frame");
+                };
+                let applied = base.apply_delta(generation, &policies, &changes);
+                registry.swap_changed(applied.snapshot, applied.touched);
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_snapshot, bench_policy_change);
 criterion_main!(benches);

@@ -147,14 +147,24 @@ impl Daemon {
                 children.split_whitespace().next()?.parse::<u32>().ok()
             })
             .context("no engine child")?;
-        let status = std::fs::read_to_string(format!("/proc/{engine}/status"))?;
-        let line = status.lines().find(|l| l.starts_with("VmRSS:")).context("no VmRSS")?;
-        line.split_whitespace()
-            .nth(1)
-            .context("VmRSS value")?
-            .parse()
-            .context("VmRSS number")
+        rss_kib(engine)
     }
+
+    /// The control plane's (`serve` itself) resident memory, KiB.
+    pub fn control_rss_kib(&self) -> anyhow::Result<u64> {
+        rss_kib(self.child.id())
+    }
+}
+
+/// The resident memory of process `pid`, KiB.
+fn rss_kib(pid: u32) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).context("no VmRSS")?;
+    line.split_whitespace()
+        .nth(1)
+        .context("VmRSS value")?
+        .parse()
+        .context("VmRSS number")
 }
 
 impl Drop for Daemon {

@@ -5,9 +5,9 @@
 //! and sends requests directly or through a forward proxy ([`dial`]), the
 //! load modes ([`modes`]), `/proc` sampling of the proxy under test
 //! ([`proctree`]) and the comparison table ([`report`]); [`control_plane`]
-//! measures the admin API at sandbox density; [`console`] the operator
-//! console in headless Chromium and what its subscribers cost the data
-//! plane; [`soak`] runs hours of churn,
+//! measures the admin API at sandbox density, [`policy_scale`] named
+//! policies at that density; [`console`] the operator console in headless
+//! Chromium and what its subscribers cost the data plane; [`soak`] runs hours of churn,
 //! traffic and faults against one daemon and judges it. Every run is bounded
 //! in count and time, and traffic goes only to the addresses it is given.
 
@@ -18,6 +18,7 @@ pub mod latency;
 pub mod limits;
 pub mod modes;
 pub mod pattern;
+pub mod policy_scale;
 pub mod proctree;
 pub mod protocol;
 pub mod report;

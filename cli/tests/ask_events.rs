@@ -168,7 +168,7 @@ fn always_is_stored_survives_a_restart_and_shows_in_crackbox_state() {
         ["allowed.test", target.as_str()],
         "{entries:?}"
     );
-    assert_eq!(entries[0].mode, Mode::Ask);
+    assert_eq!(entries[0].mode, Some(Mode::Ask));
     let mut tunnel = proxy.tunnel(ASKER, &target);
     crackbox_test_support::echo_round(&mut tunnel, "no asking after a restart");
     assert!(client(proxy.admin).pending().unwrap().is_empty());

@@ -274,7 +274,7 @@ fn always_survives_kill_9_of_control_and_engine() {
     let again = Daemon::start(&flags);
     let entries = client(again.admin).state().unwrap();
     assert_eq!(entries[0].allowlist.texts(), ["allowed.test", target.as_str()]);
-    assert_eq!(entries[0].mode, Mode::Ask);
+    assert_eq!(entries[0].mode, Some(Mode::Ask));
     let mut tunnel = again.tunnel(ASKER, &target);
     echo_round(&mut tunnel, "no asking after kill -9");
     assert!(client(again.admin).pending().unwrap().is_empty());

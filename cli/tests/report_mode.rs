@@ -271,7 +271,7 @@ fn health_the_log_and_crackbox_state_say_how_many_sources_are_report_only() {
     assert!(lines[3].starts_with("127.0.0.4  c   enforce  x.test"), "{table}");
     let json = run(&["state", "--json", "--admin", &format!("http://{}", proxy.admin)], &[]);
     let entries: Vec<RegistrationSpec> = serde_json::from_slice(&json.stdout).unwrap();
-    let modes: Vec<Mode> = entries.iter().map(|e| e.mode).collect();
+    let modes: Vec<Mode> = entries.iter().map(|e| e.mode.unwrap_or_default()).collect();
     assert_eq!(modes, [Mode::Report, Mode::Report, Mode::Enforce]);
 
     let url = format!("http://localhost:{}/", upstream.port());
@@ -338,7 +338,7 @@ fn presets_and_allowlist_files_expand_in_register_the_config_file_and_the_admin_
     let state = client(proxy.admin).state().unwrap();
     let listed: Vec<(String, Vec<String>, Mode)> = state
         .iter()
-        .map(|e| (e.ip.to_string(), e.allowlist.texts(), e.mode))
+        .map(|e| (e.ip.to_string(), e.allowlist.texts(), e.mode.unwrap_or_default()))
         .collect();
     let listed: Vec<(&str, Vec<&str>, Mode)> = listed
         .iter()
@@ -424,7 +424,7 @@ fn old_state_files_load_as_enforce_and_the_mode_survives_a_restart() {
     let flags = ["--allow-private-destinations", "--state", state_text.as_str()];
     let proxy = daemon(&flags, &[]);
     let admin = client(proxy.admin);
-    assert_eq!(admin.state().unwrap()[0].mode, Mode::Enforce);
+    assert_eq!(admin.state().unwrap()[0].mode, None);
     assert_eq!(admin.health_answer().unwrap().report_only, 0);
     assert_eq!(proxied(proxy.proxy, "127.0.0.2", &url, false), 403);
     let (_, listed) = crackbox_test_support::http(proxy.admin, "GET", "/v1/state", None, &[]);
@@ -441,7 +441,7 @@ fn old_state_files_load_as_enforce_and_the_mode_survives_a_restart() {
         .state()
         .unwrap()
         .into_iter()
-        .map(|e| (e.ip.to_string(), e.mode))
+        .map(|e| (e.ip.to_string(), e.mode.unwrap_or_default()))
         .collect();
     assert_eq!(
         modes,

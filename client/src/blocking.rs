@@ -5,8 +5,8 @@
 //! tokio); use [`crate::Client`] there.
 
 use crate::{
-    Answer, BulkAnswer, DecideAnswer, DecidedRequest, Denial, Error, Grant, Health, HealthAnswer, PendingId,
-    PendingRequest, Period, RegistrationSpec, SourceUsage,
+    Answer, BulkAnswer, DecideAnswer, DecideBody, DecidedRequest, Denial, Error, Grant, Health, HealthAnswer,
+    PendingId, PendingRequest, Period, PolicyName, PolicyRemoved, PolicySpec, RegistrationSpec, SourceUsage,
 };
 use std::net::IpAddr;
 use tokio::runtime::Runtime;
@@ -53,6 +53,16 @@ impl Client {
     /// See [`crate::Client::pending`].
     pub fn pending(&self) -> Result<Vec<PendingRequest>, Error> {
         self.runtime.block_on(self.client.pending())
+    }
+
+    /// See [`crate::Client::pending_fleet`].
+    pub fn pending_fleet(&self) -> Result<Vec<PendingRequest>, Error> {
+        self.runtime.block_on(self.client.pending_fleet())
+    }
+
+    /// See [`crate::Client::decide_with`].
+    pub fn decide_with(&self, id: PendingId, body: &DecideBody, node: Option<&str>) -> Result<DecideAnswer, Error> {
+        self.runtime.block_on(self.client.decide_with(id, body, node))
     }
 
     /// See [`crate::Client::decide`].
@@ -128,6 +138,26 @@ impl Client {
     /// See [`crate::Client::usage_by_id`].
     pub fn usage_by_id(&self, id: &str) -> Result<Vec<SourceUsage>, Error> {
         self.runtime.block_on(self.client.usage_by_id(id))
+    }
+
+    /// See [`crate::Client::policies`].
+    pub fn policies(&self) -> Result<Vec<PolicySpec>, Error> {
+        self.runtime.block_on(self.client.policies())
+    }
+
+    /// See [`crate::Client::policy`].
+    pub fn policy(&self, name: &PolicyName) -> Result<PolicySpec, Error> {
+        self.runtime.block_on(self.client.policy(name))
+    }
+
+    /// See [`crate::Client::put_policy`].
+    pub fn put_policy(&self, policy: &PolicySpec, expect: Option<u64>) -> Result<PolicySpec, Error> {
+        self.runtime.block_on(self.client.put_policy(policy, expect))
+    }
+
+    /// See [`crate::Client::delete_policy`].
+    pub fn delete_policy(&self, name: &PolicyName, force: bool) -> Result<PolicyRemoved, Error> {
+        self.runtime.block_on(self.client.delete_policy(name, force))
     }
 
     /// See [`crate::Client::usage_all`].

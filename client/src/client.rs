@@ -4,9 +4,12 @@ use crate::events::Events;
 use crate::transport::{self, Answer, Call};
 use crate::url::{query_value, AdminUrl};
 use crate::{BulkAnswer, Denial, Error, Health, HealthAnswer, RegistrationSpec, SourceUsage};
-use crackbox_policy::admin_body::{BatchBody, ErrorAnswer, UnregisterAnswer, UnregisterBody};
+use crackbox_policy::admin_body::{
+    BatchBody, ErrorAnswer, PoliciesAnswer, PolicyBody, PolicyRemoved, UnregisterAnswer, UnregisterBody,
+};
 use crackbox_policy::ask::{self, DecideBody, DecidedRequest, PendingAnswer, PendingId, PendingRequest};
 use crackbox_policy::grant::{DecideAnswer, Grant, Period};
+use crackbox_policy::{PolicyName, PolicySpec};
 use hyper::Method;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -240,6 +243,52 @@ impl Client {
         self.send_json(Method::PUT, "/v1/state", &entries).await
     }
 
+    /// `GET /v1/policies`: every named policy with its revision, sorted by name.
+    pub async fn policies(&self) -> Result<Vec<PolicySpec>, Error> {
+        let answer: PoliciesAnswer = self.get("/v1/policies").await?;
+        Ok(answer.policies)
+    }
+
+    /// `GET /v1/policies/{name}`: the policy with its revision; a 404
+    /// [`Error::Api`] when there is none.
+    pub async fn policy(&self, name: &PolicyName) -> Result<PolicySpec, Error> {
+        self.get(&format!("/v1/policies/{name}")).await
+    }
+
+    /// `PUT /v1/policies/{name}`: stores `policy` (its own revision is not
+    /// sent) and returns it with the revision it got, once the engine
+    /// enforces it for every registration that names it. With `expect`, the
+    /// write applies only while the stored policy is at that revision (0:
+    /// only if there is none), else a 409 [`Error::Api`].
+    ///
+    /// ```no_run
+    /// # async fn demo(admin: crackbox_client::Client) -> Result<(), crackbox_client::Error> {
+    /// use crackbox_client::{Allowlist, PolicyName, PolicySpec, RegistrationSpec};
+    /// let python = PolicySpec::new(PolicyName::parse("python").unwrap(), Allowlist::from_config(&["@pypi"]).unwrap());
+    /// let stored = admin.put_policy(&python, None).await?;
+    /// let agent = RegistrationSpec::parse("10.0.0.2", "agent-7", &["github.com"]).unwrap().with_policies(&["python"]).unwrap();
+    /// admin.register(&agent).await?;
+    /// println!("python at revision {}", stored.revision);
+    /// # Ok(()) }
+    /// ```
+    pub async fn put_policy(&self, policy: &PolicySpec, expect: Option<u64>) -> Result<PolicySpec, Error> {
+        let body = PolicyBody::of(policy, expect);
+        self.send_json(Method::PUT, &format!("/v1/policies/{}", policy.name), &body)
+            .await
+    }
+
+    /// `DELETE /v1/policies/{name}`: removes the policy. One that
+    /// registrations name is a 409 [`Error::Api`] unless `force`, which
+    /// takes it out of them (they keep their own entries); the answer says
+    /// how many lost it.
+    pub async fn delete_policy(&self, name: &PolicyName, force: bool) -> Result<PolicyRemoved, Error> {
+        let query = if force { "?force=true" } else { "" };
+        let answer = self
+            .send(Method::DELETE, &format!("/v1/policies/{name}{query}"), None)
+            .await?;
+        self.success(&answer)
+    }
+
     /// The requests held in ask mode waiting for a decision, oldest first
     /// (`GET /v1/pending`).
     pub async fn pending(&self) -> Result<Vec<PendingRequest>, Error> {
@@ -260,7 +309,11 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn decide(&self, id: PendingId, decision: ask::Answer) -> Result<DecidedRequest, Error> {
-        let body = DecideBody { decision, period: None };
+        let body = DecideBody {
+            decision,
+            period: None,
+            policy: None,
+        };
         self.post(&format!("/v1/pending/{id}"), &body).await
     }
 
@@ -282,6 +335,7 @@ impl Client {
         let body = DecideBody {
             decision: ask::Answer::Always,
             period: Some(period),
+            policy: None,
         };
         self.post(&format!("/v1/pending/{id}"), &body).await
     }
@@ -293,6 +347,27 @@ impl Client {
         let path = format!("/v1/grants/{}/{}", query_value(&ip.to_string()), query_value(entry));
         let answer = self.send(Method::DELETE, &path, None).await?;
         self.success(&answer)
+    }
+
+    /// Every fleet node's pending requests, each with its `node`
+    /// (`GET /v1/pending?fleet=true` of a fleet node, docs/fleet.md).
+    pub async fn pending_fleet(&self) -> Result<Vec<PendingRequest>, Error> {
+        let answer: PendingAnswer = self.get("/v1/pending?fleet=true").await?;
+        Ok(answer.pending)
+    }
+
+    /// Decides request `id` with `body` (an `always` may name a policy, or
+    /// hold for a period: the answer says which grant it made),
+    /// held by fleet node `node` when given (the answer reaches it through
+    /// etcd), else by this daemon.
+    pub async fn decide_with(
+        &self,
+        id: PendingId,
+        body: &DecideBody,
+        node: Option<&str>,
+    ) -> Result<DecideAnswer, Error> {
+        let query = node.map_or_else(String::new, |node| format!("?node={}", query_value(node)));
+        self.post(&format!("/v1/pending/{id}{query}"), body).await
     }
 
     /// Subscribes to `GET /v1/events`: every `pending` and `decided` event

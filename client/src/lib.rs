@@ -1,6 +1,6 @@
 //! Client of the crackbox admin API (register, unregister, batch, state and
-//! its replacement, health, denials, usage, and ask mode's pending requests,
-//! decisions, grants that expire and events), for orchestrators that start and stop sandboxes
+//! its replacement, named policies, health, denials, usage, and ask mode's
+//! pending requests, decisions, grants that expire and events), for orchestrators that start and stop sandboxes
 //! and for policy services that decide for them.
 //!
 //! Async on tokio (only its `net`, `rt` and `time` parts), with a
@@ -9,7 +9,7 @@
 //! and `{"error": ...}` text ([`Error::Api`]). The documents are the ones the
 //! daemon itself uses ([`RegistrationSpec`] with its [`Mode`], [`Denial`],
 //! [`SourceUsage`], [`Reason`], [`Health`], [`HealthAnswer`], [`BulkAnswer`],
-//! [`Bandwidth`]), re-exported from `crackbox-engine`'s pure modules.
+//! [`Bandwidth`], [`PolicySpec`] with its [`PolicyName`], [`PolicyRemoved`]), re-exported from `crackbox-engine`'s pure modules.
 //!
 //! ```no_run
 //! use crackbox_client::{Client, RegistrationSpec};
@@ -37,11 +37,11 @@ mod transport;
 mod url;
 
 pub use client::Client;
-pub use crackbox_policy::admin_body::{BulkAnswer, Health, HealthAnswer};
-pub use crackbox_policy::ask::{Answer, DecidedRequest, PendingId, PendingRequest, Settlement};
+pub use crackbox_policy::admin_body::{BulkAnswer, Health, HealthAnswer, PolicyRemoved};
+pub use crackbox_policy::ask::{Answer, DecideBody, DecidedRequest, PendingId, PendingRequest, Settlement};
 pub use crackbox_policy::grant::{DecideAnswer, Grant, Period};
 pub use crackbox_policy::reason::{Layer, Reason};
 pub use crackbox_policy::wire::{Denial, SourceUsage};
-pub use crackbox_policy::{Bandwidth, Mode, RegistrationSpec};
+pub use crackbox_policy::{Allowlist, Bandwidth, Mode, PolicyName, PolicySpec, RegistrationSpec};
 pub use error::Error;
 pub use events::{Event, Events};

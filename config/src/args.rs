@@ -107,6 +107,44 @@ pub struct ProxyArgs {
     #[arg(long = "docker-network", value_name = "NET")]
     pub docker_networks: Vec<String>,
 
+    /// Keep the named policies in etcd, shared by every node of a fleet: etcd's client URLs,
+    /// comma-separated or repeated (docs/fleet.md) [env CRACKBOX_FLEET_ETCD, [fleet] etcd;
+    /// default: no fleet, the policies are this host's].
+    #[arg(long = "fleet-etcd", value_name = "URL", value_delimiter = ',')]
+    pub fleet_etcd: Vec<String>,
+
+    /// The prefix of every etcd key crackbox uses [env CRACKBOX_FLEET_PREFIX, [fleet] prefix;
+    /// default /crackbox/].
+    #[arg(long, value_name = "PREFIX")]
+    pub fleet_prefix: Option<String>,
+
+    /// This node's name in the fleet [env CRACKBOX_FLEET_NODE, [fleet] node; default: the host name].
+    #[arg(long, value_name = "NAME")]
+    pub fleet_node: Option<String>,
+
+    /// etcd user; its password from CRACKBOX_FLEET_PASSWORD or [fleet] password
+    /// [env CRACKBOX_FLEET_USER, [fleet] user; default: none].
+    #[arg(long, value_name = "USER")]
+    pub fleet_user: Option<String>,
+
+    /// CA certificate (PEM) that etcd's is checked against [env CRACKBOX_FLEET_CA, [fleet] ca].
+    #[arg(long, value_name = "PATH")]
+    pub fleet_ca: Option<PathBuf>,
+
+    /// Client certificate (PEM) for etcd, with --fleet-key [env CRACKBOX_FLEET_CERT, [fleet] cert].
+    #[arg(long, value_name = "PATH")]
+    pub fleet_cert: Option<PathBuf>,
+
+    /// Client key (PEM) for etcd [env CRACKBOX_FLEET_KEY, [fleet] key].
+    #[arg(long, value_name = "PATH")]
+    pub fleet_key: Option<PathBuf>,
+
+    /// Seconds the lease of this node's pending requests in etcd lasts, 2 to 3600: a node that
+    /// dies takes them out of the fleet's inbox within it [env CRACKBOX_FLEET_LEASE_TTL,
+    /// [fleet] lease_ttl; default 10].
+    #[arg(long, value_name = "SECS")]
+    pub fleet_lease_ttl: Option<u64>,
+
     /// Unix socket between control and engine [env CRACKBOX_CONTROL_SOCKET, [proxy]
     /// control_socket; default: a private temporary path for `serve`,
     /// /run/crackbox/control.sock for `control` and `engine`].

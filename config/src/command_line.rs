@@ -58,6 +58,14 @@ impl ProxyArgs {
             tunnel_idle_timeout,
             denial_logs_per_second,
             ask_timeout,
+            fleet_etcd,
+            fleet_prefix,
+            fleet_node,
+            fleet_user,
+            fleet_ca,
+            fleet_cert,
+            fleet_key,
+            fleet_lease_ttl,
         } = self;
         let mut words = Vec::new();
         let mut value = |name: &str, value: Option<String>| {
@@ -99,6 +107,16 @@ impl ProxyArgs {
         value("tunnel-idle-timeout", tunnel_idle_timeout.map(|n| n.to_string()));
         value("denial-logs-per-second", denial_logs_per_second.map(|n| n.to_string()));
         value("ask-timeout", ask_timeout.map(|n| n.to_string()));
+        for endpoint in fleet_etcd {
+            value("fleet-etcd", Some(endpoint.clone()));
+        }
+        value("fleet-prefix", fleet_prefix.clone());
+        value("fleet-node", fleet_node.clone());
+        value("fleet-user", fleet_user.clone());
+        value("fleet-ca", path(fleet_ca));
+        value("fleet-cert", path(fleet_cert));
+        value("fleet-key", path(fleet_key));
+        value("fleet-lease-ttl", fleet_lease_ttl.map(|n| n.to_string()));
         let switches = [
             ("--allow-private-destinations", *allow_private_destinations),
             ("--docker", *docker),
@@ -165,6 +183,14 @@ mod tests {
                 tunnel_idle_timeout: Some(0),
                 denial_logs_per_second: Some(2),
                 ask_timeout: Some(5),
+                fleet_etcd: vec!["http://10.0.0.9:2379".into(), "http://10.0.0.10:2379".into()],
+                fleet_prefix: Some("/team-a/crackbox/".into()),
+                fleet_node: Some("node-1".into()),
+                fleet_user: Some("crackbox".into()),
+                fleet_ca: Some("/etc/cb/ca.pem".into()),
+                fleet_cert: Some("/etc/cb/node.pem".into()),
+                fleet_key: Some("/etc/cb/node-key.pem".into()),
+                fleet_lease_ttl: Some(15),
             },
             ProxyArgs {
                 listen: Some("-odd".into()),

@@ -1,5 +1,6 @@
 //! The TOML config file: its schema (unknown keys are errors) and where it is looked up.
 
+use super::policy_table::PolicyTable;
 use super::register::RegisterTable;
 use super::ConfigError;
 use serde::Deserialize;
@@ -21,8 +22,13 @@ pub struct FileConfig {
     pub limits: LimitsSection,
     /// `[docker]`: the Docker label watcher.
     pub docker: DockerSection,
+    /// `[fleet]`: the etcd cluster the policies live in.
+    pub fleet: FleetSection,
     /// `[[register]]`: registrations made at start, as `--register` makes them.
     pub register: Vec<RegisterTable>,
+    /// `[[policies]]`: named policies stored at start (`[policy]` is the
+    /// daemon-wide switches' section).
+    pub policies: Vec<PolicyTable>,
 }
 
 /// `[proxy]` keys.
@@ -91,6 +97,30 @@ pub struct DockerSection {
     /// unregistered address inside a watched network waits for its
     /// registration; 0 never waits.
     pub registration_hold_ms: Option<u64>,
+}
+
+/// `[fleet]` keys (docs/fleet.md).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FleetSection {
+    /// etcd client URLs.
+    pub etcd: Option<Vec<String>>,
+    /// Key prefix.
+    pub prefix: Option<String>,
+    /// This node's name.
+    pub node: Option<String>,
+    /// etcd user.
+    pub user: Option<String>,
+    /// etcd password.
+    pub password: Option<String>,
+    /// CA certificate (PEM) for etcd's.
+    pub ca: Option<PathBuf>,
+    /// Client certificate (PEM).
+    pub cert: Option<PathBuf>,
+    /// Client key (PEM).
+    pub key: Option<PathBuf>,
+    /// Seconds the lease of this node's pending requests lasts.
+    pub lease_ttl: Option<u64>,
 }
 
 /// `[limits]` keys, as in `crackbox_policy::engine_config::Limits`.

@@ -13,9 +13,11 @@
 mod args;
 mod command_line;
 mod file;
+mod fleet;
 pub mod handoff;
 mod layers;
 mod origin;
+mod policy_table;
 mod register;
 mod settings;
 mod steer;
@@ -23,9 +25,11 @@ mod steer;
 pub use args::{EngineArgs, ProxyArgs};
 pub use command_line::CommandLineError;
 pub use file::{search_path, FileConfig};
+pub use fleet::{Fleet, DEFAULT_FLEET_PREFIX};
 pub use origin::Origin;
+pub use policy_table::PolicyTable;
 pub use settings::parse_addr;
-pub use settings::{allow_private_destinations, DockerWatch, Settings, DEFAULT_CONTROL_SOCKET};
+pub use settings::{allow_private_destinations, policies_from_config, DockerWatch, Settings, DEFAULT_CONTROL_SOCKET};
 
 use crackbox_policy::engine_config::EngineConfig;
 

@@ -6,6 +6,7 @@
 //! each `key=value`, separated by `;`: `bandwidth` (the cap, written as
 //! everywhere on the command line: `10MiB/s`), `mode` (`enforce` or
 //! `report`), `deny` (entries refused even where the allowlist reaches,
+//! comma-separated), `policies` (named policies it takes too,
 //! comma-separated) and `allow-file` (a file of entries, one per line; the
 //! one option that may be given more than once). An unknown or repeated key is
 //! an error naming it. Presets (`@pypi`) expand wherever entries are
@@ -16,10 +17,11 @@ use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
 /// What `--register` takes, for error messages.
-const FORM: &str = "IP=ID:host1,host2[;bandwidth=10MiB/s][;mode=MODE][;deny=host3,host4][;allow-file=PATH]";
+const FORM: &str =
+    "IP=ID:host1,host2[;bandwidth=10MiB/s][;mode=MODE][;deny=host3,host4][;policies=NAME,NAME][;allow-file=PATH]";
 
 /// The options `--register` knows.
-const OPTIONS: &str = "bandwidth, mode, deny, allow-file";
+const OPTIONS: &str = "bandwidth, mode, deny, policies, allow-file";
 
 /// One `[[register]]` table of the config file: `--register` as TOML.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -42,6 +44,9 @@ pub struct RegisterTable {
     pub mode: Option<String>,
     /// The cap, e.g. `10MiB/s`.
     pub bandwidth: Option<String>,
+    /// Named policies it takes too (`[[policies]]` tables or saved ones).
+    #[serde(default)]
+    pub policies: Vec<String>,
 }
 
 /// A registration as given, before it is resolved.
@@ -54,6 +59,7 @@ struct Seed<'a> {
     deny: Vec<String>,
     mode: Option<&'a str>,
     bandwidth: Option<&'a str>,
+    policies: Vec<String>,
 }
 
 /// Parses one `--register` value into a normalised registration; the error
@@ -86,6 +92,7 @@ pub(crate) fn parse_seed(raw: &str) -> Result<RegistrationSpec, String> {
             "bandwidth" => seed.bandwidth = Some(value),
             "mode" => seed.mode = Some(value),
             "deny" => seed.deny = value.split(',').filter(|h| !h.is_empty()).map(str::to_owned).collect(),
+            "policies" => seed.policies = value.split(',').filter(|n| !n.is_empty()).map(str::to_owned).collect(),
             "allow-file" => seed.allow_files.push(PathBuf::from(value)),
             _ => return Err(format!("{raw:?}: unknown option {key:?} (known: {OPTIONS})")),
         }
@@ -105,6 +112,7 @@ pub(crate) fn from_table(table: &RegisterTable, dir: &Path) -> Result<Registrati
         deny: table.deny.clone(),
         mode: table.mode.as_deref(),
         bandwidth: table.bandwidth.as_deref(),
+        policies: table.policies.clone(),
     };
     resolve(seed).map_err(|err| format!("{} ({}): {err}", table.ip, table.id))
 }
@@ -121,11 +129,12 @@ fn resolve(seed: Seed<'_>) -> Result<RegistrationSpec, String> {
     }
     let mut spec = RegistrationSpec::parse(seed.ip, seed.id, &allow)
         .and_then(|spec| spec.with_deny(&seed.deny))
+        .and_then(|spec| spec.with_policies(&seed.policies))
         .map_err(|err| err.to_string())?
         .with_origin(Origin::Config)
         .with_origins(from_files);
     if let Some(mode) = seed.mode {
-        spec.mode = Mode::parse(mode).map_err(|err| format!("mode: {err}"))?;
+        spec = spec.with_mode(Mode::parse(mode).map_err(|err| format!("mode: {err}"))?);
     }
     if let Some(bandwidth) = seed.bandwidth {
         spec.bandwidth = Some(Bandwidth::parse(bandwidth).map_err(|err| format!("bandwidth: {err}"))?);
@@ -134,7 +143,7 @@ fn resolve(seed: Seed<'_>) -> Result<RegistrationSpec, String> {
 }
 
 /// The entries of the allowlist file at `path`.
-fn read_allow_file(path: &Path) -> Result<Vec<String>, String> {
+pub(crate) fn read_allow_file(path: &Path) -> Result<Vec<String>, String> {
     let shown = path.display();
     let text = std::fs::read_to_string(path).map_err(|err| format!("allow-file {shown}: {err}"))?;
     parse_allow_file(&text).map_err(|err| format!("allow-file {shown}: {err}"))
@@ -235,7 +244,10 @@ mod tests {
             assert_eq!((spec.ip.to_string().as_str(), spec.id.as_str()), (ip, id), "{raw}");
             assert_eq!(spec.allowlist.texts(), allowlist, "{raw}");
             assert_eq!(
-                (spec.bandwidth.map(Bandwidth::bytes_per_second), spec.mode),
+                (
+                    spec.bandwidth.map(Bandwidth::bytes_per_second),
+                    spec.mode.unwrap_or_default()
+                ),
                 (bandwidth, mode),
                 "{raw}"
             );
@@ -264,7 +276,7 @@ mod tests {
                 "files.pythonhosted.org:443"
             ]
         );
-        assert_eq!(spec.mode, Mode::Report);
+        assert_eq!(spec.mode, Some(Mode::Report));
         let table = RegisterTable {
             ip: "10.0.0.3".into(),
             id: "b".into(),
@@ -273,9 +285,18 @@ mod tests {
             deny: vec!["Files.PythonHosted.org:443".into()],
             mode: None,
             bandwidth: Some("2MiB/s".into()),
+            policies: vec!["python".into()],
         };
         let spec = from_table(&table, dir.path()).unwrap();
         assert_eq!(spec.allowlist.denied_texts(), ["files.pythonhosted.org:443"]);
+        assert_eq!(spec.policies[0].as_str(), "python");
+        let named = parse_seed("10.0.0.5=n:;policies=base,python,base").unwrap();
+        assert_eq!(
+            named.policies.iter().map(|n| n.as_str()).collect::<Vec<_>>(),
+            ["base", "python"]
+        );
+        let err = parse_seed("10.0.0.5=n:;policies=Base").unwrap_err();
+        assert!(err.contains("policies: invalid policy name \"Base\""), "{err}");
         let flagged = parse_seed("10.0.0.4=d:github.com;deny=gist.github.com,raw.github.com").unwrap();
         assert_eq!(flagged.allowlist.denied_texts(), ["gist.github.com", "raw.github.com"]);
         let err = parse_seed("10.0.0.4=d:github.com;deny=*").unwrap_err();
@@ -287,7 +308,7 @@ mod tests {
         );
         assert_eq!(
             (spec.bandwidth.map(Bandwidth::bytes_per_second), spec.mode),
-            (Some(2 << 20), Mode::Enforce)
+            (Some(2 << 20), None)
         );
     }
 
@@ -311,7 +332,7 @@ mod tests {
             ("127.0.0.1=dev:*", "allowlist: "),
             (
                 "10.0.0.2=a:x.test;speed=1MiB/s",
-                "unknown option \"speed\" (known: bandwidth, mode, deny, allow-file)",
+                "unknown option \"speed\" (known: bandwidth, mode, deny, policies, allow-file)",
             ),
             (
                 "10.0.0.2=a:x.test;bandwidth=10MB/s",

@@ -4,10 +4,10 @@
 
 use super::file::{self, FileConfig, LimitsSection};
 use super::layers::{boolean, list, number, text, within, Given, Key, Sources};
-use super::{ConfigError, Origin, ProxyArgs};
+use super::{ConfigError, Fleet, Origin, ProxyArgs};
 use crackbox_policy::engine_config::resolv_conf::first_nameserver;
 use crackbox_policy::engine_config::{EngineConfig, IoDriver, Limits, DEFAULT_REGISTRATION_HOLD};
-use crackbox_policy::RegistrationSpec;
+use crackbox_policy::{PolicySpec, RegistrationSpec};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -64,6 +64,17 @@ pub fn allow_private_destinations(env: &dyn Fn(&str) -> Option<String>) -> Resul
     Ok(given.is_some_and(|given| given.value))
 }
 
+/// The named policies of the config file's `[[policies]]` tables, the file
+/// found as `proxy serve` finds it without `--config` (`env` standing in for
+/// the environment); none without a file. For `crackbox run`, whose own
+/// proxy gets the policies it names.
+pub fn policies_from_config(env: &dyn Fn(&str) -> Option<String>) -> Result<Vec<PolicySpec>, ConfigError> {
+    match file::load(None, env)? {
+        Some((path, config)) => resolve_policies(&config, Some(&path)),
+        None => Ok(Vec::new()),
+    }
+}
+
 /// Every setting, resolved and validated: the engine's, exactly as the
 /// engine gets them, and the control plane's own.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,11 +100,15 @@ pub struct Settings {
     /// Registrations from the config file's `[[register]]` tables and
     /// `--register`, normalised.
     pub seeds: Vec<RegistrationSpec>,
+    /// Named policies from the config file's `[[policies]]` tables.
+    pub policies: Vec<PolicySpec>,
     /// The control socket if one was given (`proxy serve` makes a private
     /// one otherwise).
     pub control_socket: Option<PathBuf>,
     /// The Docker label watcher; `None` when off.
     pub docker: Option<DockerWatch>,
+    /// The fleet's etcd, when the policies live there; `None`: this host's own.
+    pub fleet: Option<Fleet>,
     /// The config file that was read, if any.
     pub config_file: Option<PathBuf>,
     /// Where each setting not left at its default came from.
@@ -228,6 +243,16 @@ impl Settings {
             None => DEFAULT_REGISTRATION_HOLD,
         };
         let seeds = resolve_seeds(args, &config, path.as_deref())?;
+        let policies = resolve_policies(&config, path.as_deref())?;
+        let fleet = crate::fleet::resolve(&mut sources, args, &config.fleet, &crate::fleet::hostname)?;
+        if let (Some(_), false) = (&fleet, policies.is_empty()) {
+            return Err(ConfigError::Invalid {
+                origin: Origin::File(path.clone().unwrap_or_default(), "policies"),
+                message: "with --fleet-etcd the policies live in etcd: store them there (PUT /v1/policies/NAME), \
+                          not in [[policies]]"
+                    .into(),
+            });
+        }
         let control_socket = control_socket.and_then(|given| given.value);
         let engine = EngineConfig {
             listen,
@@ -253,8 +278,10 @@ impl Settings {
             admin_names,
             state_path: state_path.and_then(|given| given.value),
             seeds,
+            policies,
             control_socket,
             docker: resolve_docker(args, &config),
+            fleet,
             origins: sources.origins(),
             config_file: path,
         })
@@ -357,6 +384,28 @@ fn host_names(names: Vec<String>) -> Result<Vec<String>, String> {
             _ => Err(format!("{name:?} is not a host name")),
         })
         .collect()
+}
+
+/// The named policies of the config file's `[[policies]]` tables; a name
+/// given twice is an error.
+fn resolve_policies(config: &FileConfig, file: Option<&Path>) -> Result<Vec<PolicySpec>, ConfigError> {
+    let dir = file.and_then(Path::parent).unwrap_or(Path::new("."));
+    let invalid = |index: usize, message: String| ConfigError::Invalid {
+        origin: Origin::File(file.unwrap_or(Path::new("")).to_path_buf(), "policies"),
+        message: format!("[{index}] {message}"),
+    };
+    let mut policies: Vec<PolicySpec> = Vec::with_capacity(config.policies.len());
+    for (index, table) in config.policies.iter().enumerate() {
+        let policy = crate::policy_table::from_table(table, dir).map_err(|message| invalid(index, message))?;
+        if policies.iter().any(|earlier| earlier.name == policy.name) {
+            return Err(invalid(
+                index,
+                format!("{}: a second [[policies]] table of this name", policy.name),
+            ));
+        }
+        policies.push(policy);
+    }
+    Ok(policies)
 }
 
 /// `values`, or `None` when there are none (a repeatable flag not given).

@@ -8,7 +8,7 @@
 
 use crate::state_cmd::{unreachable_hint, DEFAULT_ADMIN_URL};
 use anyhow::Context;
-use crackbox_client::{live_runs, Answer, Client, PendingRequest, Period};
+use crackbox_client::{live_runs, Answer, Client, DecideBody, PendingRequest, Period, PolicyName};
 use std::io::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -23,6 +23,11 @@ pub struct PendingArgs {
     /// Print the JSON array instead of a table.
     #[arg(long)]
     pub json: bool,
+
+    /// Every fleet node's pending requests (the daemon must be a fleet node,
+    /// docs/fleet.md), with the node holding each.
+    #[arg(long)]
+    pub fleet: bool,
 }
 
 /// Arguments of `crackbox decide`.
@@ -40,6 +45,16 @@ pub struct DecideArgs {
     /// leaves the allowlist again.
     #[arg(long = "for", value_name = "PERIOD", value_parser = Period::parse)]
     pub period: Option<Period>,
+
+    /// The fleet node holding the request (from `crackbox pending --fleet`): the answer
+    /// reaches it through etcd.
+    #[arg(long, value_name = "NODE")]
+    pub node: Option<String>,
+
+    /// With always: add the name to this named policy (which the sandbox names) instead
+    /// of the sandbox's own allowlist.
+    #[arg(long, value_name = "NAME")]
+    pub policy: Option<String>,
 
     /// Admin API URL [env CRACKBOX_ADMIN; default: the newest live `crackbox run --ask`,
     /// else http://127.0.0.1:3129].
@@ -65,7 +80,11 @@ fn admin(given: Option<String>) -> anyhow::Result<(String, crackbox_client::bloc
 /// `crackbox pending`: prints the pending requests.
 pub fn pending(args: PendingArgs) -> anyhow::Result<()> {
     let (url, client) = admin(args.admin)?;
-    let pending = client.pending().map_err(|err| unreachable_hint(&url, err))?;
+    let pending = match args.fleet {
+        true => client.pending_fleet(),
+        false => client.pending(),
+    };
+    let pending = pending.map_err(|err| unreachable_hint(&url, err))?;
     let text = if args.json {
         let mut text = serde_json::to_string_pretty(&pending)?;
         text.push('\n');
@@ -85,24 +104,25 @@ pub fn decide(args: DecideArgs) -> anyhow::Result<()> {
         anyhow::bail!("--for goes only with always (a grant for a while)");
     }
     let (url, client) = admin(args.admin)?;
-    let (request, until) = match args.period {
-        Some(period) => {
-            let answer = client
-                .decide_for(args.id, period)
-                .map_err(|err| unreachable_hint(&url, err))?;
-            let until = answer
-                .grant
-                .and_then(|grant| grant.expires)
-                .map(|_| format!(" for {period}"));
-            (answer.decided.request, until.unwrap_or_default())
-        }
-        None => {
-            let decided = client
-                .decide(args.id, answer)
-                .map_err(|err| unreachable_hint(&url, err))?;
-            (decided.request, String::new())
-        }
+    let policy = args
+        .policy
+        .as_deref()
+        .map(PolicyName::parse)
+        .transpose()
+        .context("--policy")?;
+    let body = DecideBody {
+        decision: answer,
+        period: args.period,
+        policy,
     };
+    let answered = client
+        .decide_with(args.id, &body, args.node.as_deref())
+        .map_err(|err| unreachable_hint(&url, err))?;
+    let until = match (args.period, answered.grant.and_then(|grant| grant.expires)) {
+        (Some(period), Some(_)) => format!(" for {period}"),
+        _ => String::new(),
+    };
+    let request = answered.decided.request;
     println!(
         "{} {}:{} for {}: {answer}{until}",
         request.id, request.host, request.port, request.sandbox
@@ -121,20 +141,24 @@ fn table(pending: &[PendingRequest], now_ms: u64) -> String {
     if pending.is_empty() {
         return "no pending requests\n".to_string();
     }
-    let rows: Vec<[String; 6]> = std::iter::once(["ID", "SANDBOX", "IP", "TARGET", "WAITING", "FOR"].map(String::from))
-        .chain(pending.iter().map(|p| {
-            let waited = Duration::from_millis(now_ms.saturating_sub(p.since)).as_secs();
-            [
-                p.id.to_string(),
-                p.sandbox.clone(),
-                p.ip.to_string(),
-                format!("{}:{}", p.host, p.port),
-                p.waiting.to_string(),
-                format!("{waited}s"),
-            ]
-        }))
-        .collect();
-    let widths: Vec<usize> = (0..6)
+    let fleet = pending.iter().any(|p| p.node.is_some());
+    let rows: Vec<Vec<String>> =
+        std::iter::once(["NODE", "ID", "SANDBOX", "IP", "TARGET", "WAITING", "FOR"].map(String::from))
+            .chain(pending.iter().map(|p| {
+                let waited = Duration::from_millis(now_ms.saturating_sub(p.since)).as_secs();
+                [
+                    p.node.clone().unwrap_or_default(),
+                    p.id.to_string(),
+                    p.sandbox.clone(),
+                    p.ip.to_string(),
+                    format!("{}:{}", p.host, p.port),
+                    p.waiting.to_string(),
+                    format!("{waited}s"),
+                ]
+            }))
+            .map(|row| row.into_iter().skip(usize::from(!fleet)).collect())
+            .collect();
+    let widths: Vec<usize> = (0..rows[0].len())
         .map(|column| rows.iter().map(|r| r[column].chars().count()).max().unwrap_or(0))
         .collect();
     let mut text = String::new();
@@ -165,6 +189,7 @@ mod tests {
             front_end: "connect".into(),
             since: 1_000,
             waiting: 2,
+            node: None,
         };
         assert_eq!(
             table(&[request], 6_500),

@@ -140,6 +140,7 @@ mod tests {
             front_end: "connect".into(),
             since: 0,
             waiting: 1,
+            node: None,
         }
     }
 

@@ -1,8 +1,9 @@
 //! `proxy serve` and `proxy control`: settings, runtime, listeners, shutdown.
 
 use crate::api::{self, AppState};
+use crate::fleet::Fleet;
 use crate::publisher::{self, EngineLink};
-use crate::registry::Registry;
+use crate::registry::{Registry, Seeds};
 use crate::supervisor::Supervisor;
 use anyhow::Context;
 use crackbox_config::{handoff, ProxyArgs, Settings};
@@ -20,6 +21,9 @@ pub enum Mode {
 
 /// Control plane worker threads: it is light, the cores belong to the engine.
 const CONTROL_THREADS: usize = 2;
+/// How long start-up waits to read the fleet's policies before it goes on
+/// with the ones in the journal.
+const FIRST_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Runs the daemon until SIGTERM or SIGINT.
 pub fn run(args: ProxyArgs, mode: Mode) -> anyhow::Result<()> {
@@ -51,7 +55,21 @@ async fn run_async(settings: Settings, mode: Mode) -> anyhow::Result<()> {
         // Before anything is spawned: a busy port is this process's one-line error.
         check_engine_listeners(&engine)?;
     }
-    let registry = Arc::new(Registry::load(settings.state_path.clone(), settings.seeds.clone()));
+    let first_read = match &settings.fleet {
+        Some(fleet) => Fleet::first_read(fleet, FIRST_READ_TIMEOUT).await,
+        None => None,
+    };
+    let seeds = Seeds {
+        synced: first_read.as_ref().map(|read| read.policies.clone()),
+        policies: settings.policies.clone(),
+        registrations: settings.seeds.clone(),
+    };
+    let registry = Registry::load(settings.state_path.clone(), seeds).context("--register / [[register]]")?;
+    let registry = Arc::new(registry);
+    let fleet = settings
+        .fleet
+        .clone()
+        .map(|fleet| Fleet::start(fleet, registry.clone(), first_read.map(|read| read.revision)));
     let link = Arc::new(EngineLink::default());
     let engine_listener = publisher::bind(&socket).with_context(|| format!("control socket {}", socket.display()))?;
     let admin_listener = tokio::net::TcpListener::bind(settings.admin_listen)
@@ -90,7 +108,16 @@ async fn run_async(settings: Settings, mode: Mode) -> anyhow::Result<()> {
     let state = AppState::new(registry, link, settings.engine.listen, admin)
         .with_secret(settings.admin_secret.as_deref())
         .with_names(admin, &settings.admin_names)
-        .with_status(settings.engine.limits.ask_timeout, settings.console);
+        .with_status(settings.engine.limits.ask_timeout, settings.console)
+        .with_fleet(fleet);
+    if let Some(fleet) = &state.fleet {
+        let answering = state.clone();
+        let answer: crate::fleet::Answerer = Arc::new(move |id, body| {
+            let state = answering.clone();
+            Box::pin(async move { api::answer(&state, id, body).await.map(drop).map_err(|err| err.message) })
+        });
+        fleet.start_inbox(state.link.clone(), answer);
+    }
     let start_failure = supervisor.as_ref().map(Supervisor::start_failure);
     let stop = {
         let start_failure = start_failure.clone();

@@ -21,7 +21,7 @@
 //!
 //! # async fn demo(engine_config: crackbox_policy::engine_config::EngineConfig) -> anyhow::Result<()> {
 //! let socket = Path::new("/run/my-orchestrator/crackbox.sock");
-//! let registry = Arc::new(Registry::load(None, vec![]));
+//! let registry = Arc::new(Registry::load(None, vec![]).expect("no seeds to refuse"));
 //! let link = Arc::new(publisher::EngineLink::default());
 //! tokio::spawn(publisher::accept(publisher::bind(socket)?, registry.clone(), link.clone()));
 //! // The data plane, with engine_config.control_socket = `socket`:
@@ -49,6 +49,7 @@ pub mod asks;
 mod daemon;
 pub mod docker_watch;
 pub mod feed;
+pub mod fleet;
 pub mod grants;
 pub mod metrics;
 pub mod publisher;

@@ -4,6 +4,7 @@
 //! fresh on every scrape, so a restarted engine shows as a counter reset.
 
 use crate::asks::Asks;
+use crate::fleet::Fleet;
 use crackbox_policy::wire::StatsReport;
 use crackbox_policy::Generation;
 use prometheus_client::encoding::text::encode;
@@ -19,8 +20,14 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 type Labels = Vec<(&'static str, String)>;
 
 /// Renders the engine's `report` plus control's own `generation`, registry
-/// size and ask-mode figures.
-pub fn render(report: &StatsReport, generation: Generation, registrations: usize, asks: &Asks) -> String {
+/// size and ask-mode figures, and the fleet link's when there is one.
+pub fn render(
+    report: &StatsReport,
+    generation: Generation,
+    registrations: usize,
+    asks: &Asks,
+    fleet: Option<&Fleet>,
+) -> String {
     let mut registry = Registry::with_prefix("crackbox");
     let allowed = Family::<Labels, Counter>::default();
     let denied = Family::<Labels, Counter>::default();
@@ -105,6 +112,9 @@ pub fn render(report: &StatsReport, generation: Generation, registrations: usize
         gauge(registrations as u64),
     );
     asks.register_metrics(&mut registry);
+    if let Some(fleet) = fleet {
+        fleet.register_metrics(&mut registry);
+    }
     let mut text = String::new();
     encode(&mut text, &registry).expect("writing to a String cannot fail");
     text
@@ -155,7 +165,7 @@ mod tests {
                 count: 8,
             }],
         };
-        let text = render(&report, 7, 3, &Asks::default());
+        let text = render(&report, 7, 3, &Asks::default(), None);
         assert!(!text.contains("crackbox_denied_total{id=\"watched\""), "{text}");
         for line in [
             "crackbox_allowed_total{id=\"agent\"} 5",

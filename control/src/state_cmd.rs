@@ -58,15 +58,17 @@ pub(crate) fn unreachable_hint(url: &str, err: crackbox_client::Error) -> anyhow
 }
 
 /// A human table: one line per registration, with a MODE column when any
-/// registration is not enforced (report or ask) and a BANDWIDTH column when
-/// any is capped.
+/// registration is not enforced (report or ask), a BANDWIDTH column when
+/// any is capped and a POLICIES column when any names policies. A mode or
+/// cap left to the policies shows as `-`.
 fn table(entries: &[RegistrationSpec]) -> String {
     if entries.is_empty() {
         return "no registrations\n".to_string();
     }
-    let reporting = entries.iter().any(|e| e.mode != Mode::Enforce);
+    let reporting = entries.iter().any(|e| e.mode.is_some_and(|mode| mode != Mode::Enforce));
     let capped = entries.iter().any(|e| e.bandwidth.is_some());
-    let columns = |ip: String, id: String, mode: String, bandwidth: String, allowlist: String| {
+    let naming = entries.iter().any(|e| !e.policies.is_empty());
+    let columns = |[ip, id, mode, bandwidth, policies, allowlist]: [String; 6]| {
         let mut row = vec![ip, id];
         if reporting {
             row.push(mode);
@@ -74,16 +76,13 @@ fn table(entries: &[RegistrationSpec]) -> String {
         if capped {
             row.push(bandwidth);
         }
+        if naming {
+            row.push(policies);
+        }
         row.push(allowlist);
         row
     };
-    let title = columns(
-        "IP".into(),
-        "ID".into(),
-        "MODE".into(),
-        "BANDWIDTH".into(),
-        "ALLOWLIST".into(),
-    );
+    let title = columns(["IP", "ID", "MODE", "BANDWIDTH", "POLICIES", "ALLOWLIST"].map(String::from));
     let rows: Vec<Vec<String>> = std::iter::once(title)
         .chain(entries.iter().map(|e| {
             let allowlist = if e.allowlist.is_empty() {
@@ -92,13 +91,21 @@ fn table(entries: &[RegistrationSpec]) -> String {
                 e.allowlist.texts().join(", ")
             };
             let bandwidth = e.bandwidth.map_or_else(|| "-".to_string(), |cap| cap.to_string());
-            columns(
-                e.ip.to_string(),
-                e.id.to_string(),
-                e.mode.to_string(),
-                bandwidth,
-                allowlist,
-            )
+            let mode = match (e.mode, e.policies.is_empty()) {
+                (Some(mode), _) => mode.to_string(),
+                (None, true) => Mode::Enforce.to_string(),
+                (None, false) => "-".to_string(),
+            };
+            let policies = match e.policies.is_empty() {
+                true => "-".to_string(),
+                false => e
+                    .policies
+                    .iter()
+                    .map(|name| name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(","),
+            };
+            columns([e.ip.to_string(), e.id.to_string(), mode, bandwidth, policies, allowlist])
         }))
         .collect();
     let last = rows[0].len() - 1;
@@ -159,6 +166,19 @@ mod tests {
             "IP        ID     MODE     BANDWIDTH  ALLOWLIST\n\
              10.0.0.2  agent  report   -          github.com\n\
              10.0.0.3  b      enforce  1MiB/s     x.test\n"
+        );
+        let named = [
+            RegistrationSpec::parse("10.0.0.2", "agent", &["github.com"])
+                .unwrap()
+                .with_policies(&["base", "python"])
+                .unwrap(),
+            RegistrationSpec::parse("10.0.0.3", "b", &Vec::<String>::new()).unwrap(),
+        ];
+        assert_eq!(
+            table(&named),
+            "IP        ID     POLICIES     ALLOWLIST\n\
+             10.0.0.2  agent  base,python  github.com\n\
+             10.0.0.3  b      -            (deny all)\n"
         );
     }
 }

@@ -65,15 +65,19 @@ fn check_applies(message: &Message) {
         Message::Snapshot {
             generation,
             registrations,
+            policies,
         } => {
-            let snapshot = Snapshot::build(*generation, registrations);
+            let snapshot = Snapshot::empty().rebuild(*generation, policies, registrations);
             assert_eq!(snapshot.generation(), *generation);
             assert!(snapshot.len() <= registrations.len());
         }
         Message::Delta {
-            generation, changes, ..
+            generation,
+            changes,
+            policies,
+            ..
         } => {
-            let next = Snapshot::empty().apply(*generation, changes);
+            let next = Snapshot::empty().apply_delta(*generation, policies, changes).snapshot;
             assert_eq!(next.generation(), *generation);
             for (at, change) in changes.iter().enumerate() {
                 let ip = change.ip();

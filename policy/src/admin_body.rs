@@ -6,7 +6,7 @@
 //! errors whose message names the field or the problem. Pure, so the admin
 //! API, its client and the fuzz targets share exactly these definitions.
 
-use crate::RegistrationSpec;
+use crate::{AllowEntry, Allowlist, Bandwidth, Mode, PolicyName, PolicySpec, RegistrationSpec};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
@@ -39,6 +39,32 @@ pub struct HealthAnswer {
     /// that predates report mode.
     #[serde(default)]
     pub report_only: usize,
+    /// The link to the fleet's etcd; left out without a fleet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<FleetHealth>,
+}
+
+/// Where a fleet node's link to etcd stands (`GET /health`'s `fleet`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FleetHealth {
+    /// Connected, or not (the last policies it saw stay enforced).
+    pub state: FleetState,
+    /// Since when, milliseconds since the Unix epoch.
+    pub since_ms: u64,
+    /// The last etcd revision of the policies applied here (0: none yet).
+    pub revision: i64,
+}
+
+/// A fleet node's link to etcd.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FleetState {
+    /// Not connected yet since start.
+    Connecting,
+    /// Reading and watching the policies.
+    Connected,
+    /// etcd cannot be reached: the last policies seen stay enforced.
+    Disconnected,
 }
 
 /// Whether the daemon enforces its registry.
@@ -83,6 +109,85 @@ pub struct BulkAnswer {
     pub registered: usize,
     /// Registrations it removed.
     pub removed: usize,
+}
+
+/// `PUT /v1/policies/{name}` body (a JSON object only): the policy, its
+/// name given by the path (a `name` field, if any, must be the same), and
+/// optionally the revision the stored policy must have for the write to
+/// apply (`0`: only if there is none).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(remote = "Self", deny_unknown_fields)]
+pub struct PolicyBody {
+    /// The policy's name, if repeated in the body.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<PolicyName>,
+    /// Allow entries.
+    #[serde(default, with = "crate::allowlist::entry_texts")]
+    pub allow: Vec<AllowEntry>,
+    /// Deny entries.
+    #[serde(
+        default,
+        with = "crate::allowlist::entry_texts",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub deny: Vec<AllowEntry>,
+    /// The mode it gives registrations without their own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Mode>,
+    /// The cap it gives registrations without their own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bandwidth: Option<Bandwidth>,
+    /// The revision the stored policy must be at (compare and set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<u64>,
+}
+crate::object_only!(PolicyBody, Serialize);
+
+impl PolicyBody {
+    /// The body of a write of `policy`, applied only at `revision` if given.
+    pub fn of(policy: &PolicySpec, revision: Option<u64>) -> Self {
+        PolicyBody {
+            name: Some(policy.name.clone()),
+            allow: policy.allowlist.entries().to_vec(),
+            deny: policy.allowlist.denied().to_vec(),
+            mode: policy.mode,
+            bandwidth: policy.bandwidth,
+            revision,
+        }
+    }
+
+    /// The policy this body stores under `name` (the path's), and the
+    /// revision it expects; an error when the body names another policy.
+    pub fn into_policy(self, name: PolicyName) -> Result<(PolicySpec, Option<u64>), BodyError> {
+        if let Some(named) = &self.name {
+            if *named != name {
+                return Err(BodyError(format!("name: the body names {named:?}, the path {name:?}")));
+            }
+        }
+        let policy = PolicySpec {
+            mode: self.mode,
+            bandwidth: self.bandwidth,
+            ..PolicySpec::new(name, Allowlist::with_deny(self.allow, self.deny))
+        };
+        Ok((policy, self.revision))
+    }
+}
+
+/// `GET /v1/policies` answer: every named policy, sorted by name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoliciesAnswer {
+    /// The policies, each with its revision.
+    pub policies: Vec<PolicySpec>,
+}
+
+/// `DELETE /v1/policies/{name}` answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicyRemoved {
+    /// Always true: a missing policy is a 404.
+    pub removed: bool,
+    /// Registrations that named it and no longer do (`?force`); they keep
+    /// their own entries and their other policies.
+    pub released: usize,
 }
 
 /// A body that is not the expected JSON; the message is for the client.

@@ -347,14 +347,20 @@ impl Compiled {
         let mut buf = NameBuf::new();
         match normalise_into(host, &mut buf) {
             None => Lookup::Unlisted,
-            Some(HostRef::Ip(ip)) => match self.ips.get(&ip) {
+            Some(host) => self.lookup_normalised(&host, ports),
+        }
+    }
+
+    fn lookup_normalised(&self, host: &HostRef<'_>, ports: Ports) -> Lookup {
+        match host {
+            HostRef::Ip(ip) => match self.ips.get(ip) {
                 Some(rule) if rule.deny.as_ref().is_some_and(|r| ports.denied_by(r)) => Lookup::Denied,
                 Some(rule) if rule.allow.as_ref().is_some_and(|r| ports.allowed_by(r)) => {
                     Lookup::Allowed(MatchedBy::IpLiteral)
                 }
                 _ => Lookup::Unlisted,
             },
-            Some(HostRef::Name(name)) => self.lookup_name(name, ports),
+            HostRef::Name(name) => self.lookup_name(name, ports),
         }
     }
 
@@ -388,6 +394,27 @@ impl Compiled {
             false => Lookup::Unlisted,
         }
     }
+}
+
+/// What several lists say of `host` on `port` (`None`: any port) together
+/// (a registration's own and those of the policies it names): a deny entry
+/// in any of them refuses, else an allow entry in any of them allows. The
+/// host is normalised once, and each list costs one probe per label.
+pub fn lookup_all<'a>(lists: impl IntoIterator<Item = &'a Allowlist>, host: &str, port: Option<u16>) -> Lookup {
+    let ports = port.map_or(Ports::Any, Ports::One);
+    let mut buf = NameBuf::new();
+    let Some(host) = normalise_into(host, &mut buf) else {
+        return Lookup::Unlisted;
+    };
+    let mut found = Lookup::Unlisted;
+    for list in lists {
+        match list.0.lookup_normalised(&host, ports) {
+            Lookup::Denied => return Lookup::Denied,
+            Lookup::Allowed(by) if found == Lookup::Unlisted => found = Lookup::Allowed(by),
+            Lookup::Allowed(_) | Lookup::Unlisted => {}
+        }
+    }
+    found
 }
 
 /// The policy decision: may a client with `allowlist` reach `host:port`?

@@ -44,6 +44,10 @@ pub struct PendingRequest {
     pub since: u64,
     /// Connections held for it now.
     pub waiting: u32,
+    /// The fleet node that holds it (`GET /v1/pending?fleet=true`, docs/fleet.md);
+    /// left out otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
 }
 
 /// What someone decides about a pending request: the body of
@@ -90,8 +94,11 @@ impl fmt::Display for Answer {
     }
 }
 
-/// `POST /v1/pending/{id}` body (a JSON object only).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// `POST /v1/pending/{id}` body (a JSON object only):
+/// `{"decision": "always", "policy": "NAME"}` adds the name to the named
+/// policy (which the sandbox names) instead of its own allowlist, so it
+/// reaches every sandbox of that policy (docs/ask.md, "For a policy").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(remote = "Self", deny_unknown_fields)]
 pub struct DecideBody {
     /// The answer.
@@ -99,6 +106,9 @@ pub struct DecideBody {
     /// With `always`: how long the name stays (JSON `for`); absent: for good.
     #[serde(default, rename = "for", skip_serializing_if = "Option::is_none")]
     pub period: Option<crate::period::Period>,
+    /// With `always`: the policy the name joins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<crate::PolicyName>,
 }
 crate::object_only!(DecideBody, Serialize);
 
@@ -346,6 +356,7 @@ mod tests {
             front_end: "connect".into(),
             since: 1,
             waiting: 2,
+            node: None,
         };
         let decided = DecidedRequest {
             request,
@@ -387,6 +398,7 @@ mod tests {
             front_end: "connect".into(),
             since: 5,
             waiting: 1,
+            node: None,
         };
         let events = [
             Event::Pending(request.clone()),

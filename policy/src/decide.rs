@@ -19,6 +19,10 @@
 //! reported as let through and never asked about. Every verdict names the
 //! [`Layer`] that decided it. A held connection is decided again by the
 //! same function, with its answer as one more input (`held`).
+//!
+//! A registration that names policies is decided with theirs too
+//! (`effective`): its entries plus every policy's, a deny entry of any of
+//! them winning, and its own mode when it has one, else the policies'.
 
 use super::allowlist::{Lookup, MatchedBy};
 use super::host::is_valid_host;
@@ -184,46 +188,48 @@ pub fn decide(snapshot: &Snapshot, watch: &Watch, source: IpAddr, host: &str, po
         Standing::AwaitingRegistration => return Decision::AwaitRegistration,
         Standing::Unregistered => return deny(Reason::Unregistered, Layer::Registration, None, None),
     };
+    let effective = snapshot.effective(registration);
     let lookup = match port {
-        Port::Number(port) => registration.allowlist.lookup(host, port),
-        Port::Any => registration.allowlist.lookup_any_port(host),
+        Port::Number(port) => effective.lookup(host, Some(port)),
+        Port::Any => effective.lookup(host, None),
     };
-    let matched = match lookup {
-        Lookup::Allowed(matched) => Some(matched),
-        Lookup::Denied => {
-            return deny(
-                Reason::DeniedEntry,
-                Layer::DenyEntry,
-                Some(registration.id.shared()),
-                Some(&registration.account),
-            )
-        }
-        Lookup::Unlisted => None,
-    };
-    match matched {
-        Some(matched) => Decision::Made(Verdict::Allow {
+    match lookup {
+        Lookup::Allowed(matched) => Decision::Made(Verdict::Allow {
             matched,
             layer: Layer::Entry,
             id: Arc::clone(registration.id.shared()),
             account: Arc::clone(&registration.account),
         }),
+        Lookup::Denied => deny(
+            Reason::DeniedEntry,
+            Layer::DenyEntry,
+            Some(registration.id.shared()),
+            Some(&registration.account),
+        ),
+        Lookup::Unlisted => unlisted(registration, effective.mode(), host),
+    }
+}
+
+/// A host no entry covers, for a registration in `mode`.
+fn unlisted(registration: &Registered, mode: Mode, host: &str) -> Decision {
+    match mode {
         // Report mode lets through what could be reached: never a host that
         // is no name or address at all (a request without `Host`).
-        None if registration.mode == Mode::Report && is_valid_host(host) => Decision::Made(Verdict::Report {
+        Mode::Report if is_valid_host(host) => Decision::Made(Verdict::Report {
             reason: Reason::NotAllowed,
             id: Arc::clone(registration.id.shared()),
             account: Arc::clone(&registration.account),
         }),
-        None if registration.mode == Mode::Ask && is_valid_host(host) => Decision::Made(Verdict::Ask {
+        Mode::Ask if is_valid_host(host) => Decision::Made(Verdict::Ask {
             id: Arc::clone(registration.id.shared()),
             account: Arc::clone(&registration.account),
         }),
-        None => deny(
-            Reason::NotAllowed,
-            Layer::Entry,
-            Some(registration.id.shared()),
-            Some(&registration.account),
-        ),
+        _ => Decision::Made(Verdict::Deny {
+            reason: Reason::NotAllowed,
+            layer: Layer::Entry,
+            id: Some(Arc::clone(registration.id.shared())),
+            account: Some(Arc::clone(&registration.account)),
+        }),
     }
 }
 

@@ -1,7 +1,7 @@
 //! crackbox-policy: the model every crackbox crate shares.
 //!
 //! Who may reach what: allowlist entries, `match_host`, the allowlist presets and files, a registration's mode (enforced or only
-//! reported), source keys, snapshots and the registry holding the one in
+//! reported), the named policies registrations share, source keys, snapshots and the registry holding the one in
 //! force, the one decision every front end asks (`decide`) and its form for
 //! a connection held in ask mode (`held`), the destination guard and the
 //! one vocabulary of denial reasons and deciding layers; and what each
@@ -37,6 +37,7 @@ pub mod ask;
 mod bandwidth;
 pub mod decide;
 mod direction;
+mod effective;
 pub mod engine_config;
 mod entry;
 pub mod grant;
@@ -46,6 +47,7 @@ mod host;
 pub mod json_object;
 pub mod limiter;
 mod mode;
+mod named;
 mod period;
 mod preset;
 mod provenance;
@@ -60,16 +62,21 @@ pub mod watch;
 pub mod wire;
 
 pub use allow_file::{parse_allow_file, AllowFileError};
-pub use allowlist::{entries_from_config, match_host, Allowlist, ListError, Lookup, MatchedBy};
+pub use allowlist::{entries_from_config, lookup_all, match_host, Allowlist, ListError, Lookup, MatchedBy};
 pub use bandwidth::{Bandwidth, BandwidthError, MIN_BANDWIDTH};
 pub use decide::{decide, Decision, Port, Verdict};
 pub use direction::Direction;
+pub use effective::Effective;
 pub use entry::{AllowEntry, EntryError, Target, MAX_ENTRIES};
 pub use held::{decide_held, AskState};
 pub use host::{is_valid_host, normalise_host, HostKind};
 pub use mode::{Mode, ModeError};
+pub use named::{
+    policy_references, PolicyChange, PolicyName, PolicyNameError, PolicySpec, ReferencesError, MAX_POLICY_NAME,
+    MAX_POLICY_REFERENCES,
+};
 pub use preset::{expand_presets, preset, presets, Preset, UnknownPreset, PRESET_MARK};
 pub use provenance::{EntryOrigin, EntryOrigins, Origin};
 pub use registration::{IdError, RegistrationSpec, SandboxId, SpecError};
-pub use snapshot::{Generation, Registered, Snapshot, SourceChange};
+pub use snapshot::{Applied, Generation, Registered, Snapshot, SourceChange};
 pub use source::{canonical_ip, parse_source_ip, SourceIpError};

@@ -6,15 +6,21 @@
 //! label, a `--register` flag or `crackbox run` through
 //! [`RegistrationSpec::parse`]), and is a typed value from then on: a
 //! canonical [`IpAddr`], a [`SandboxId`], a compiled [`Allowlist`] with its
-//! presets expanded, an optional [`Bandwidth`] and a [`Mode`], and where it
-//! and its entries came from (`provenance`). Nothing downstream validates
-//! it again. Its JSON is the registration object of the admin API, the
-//! state file and the wire protocol (docs/admin-api.md).
+//! presets expanded, an optional [`Bandwidth`], an optional [`Mode`], the
+//! names of the policies it references, and where it and its entries came
+//! from (`provenance`). Nothing downstream validates it again. Its JSON is
+//! the registration object of the admin API, the state file and the wire
+//! protocol (docs/admin-api.md).
+//!
+//! Mode and cap are the registration's own, `None` when not given: a policy
+//! it names may give them then (`effective`). Without policies an unset mode
+//! is enforce, and the JSON leaves `"mode":"enforce"` out as it always did.
 
 use super::allowlist::{entries_from_config, entry_texts, Allowlist, ListError};
 use super::bandwidth::{Bandwidth, BandwidthError};
 use super::entry::AllowEntry;
 use super::mode::Mode;
+use super::named::{policy_references, reference_list, PolicyName, ReferencesError};
 use super::provenance::{EntryOrigins, Origin, WrittenList};
 use super::source::{canonical_ip, parse_source_ip, SourceIpError};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -27,8 +33,10 @@ use std::sync::Arc;
 const MAX_ID_LEN: usize = 128;
 
 /// A registration as the admin API, the state file and the wire carry it,
-/// validated; decoded from a JSON object only (never the array form).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// validated; decoded from a JSON object only (never the array form). Two
+/// are equal when they register the same (an `enforce` mode without
+/// policies equals no mode).
+#[derive(Debug, Clone, Eq, Serialize, Deserialize)]
 #[serde(from = "Fields", into = "Fields")]
 pub struct RegistrationSpec {
     /// Client source address in canonical form, the registry key.
@@ -39,11 +47,15 @@ pub struct RegistrationSpec {
     /// the deny entries (JSON `deny`) compiled into one matcher.
     pub allowlist: Allowlist,
     /// Cap each direction on its own, over all the source's connections;
-    /// `None` (left out of the JSON): no cap.
+    /// `None` (left out of the JSON): its policies' cap, if any.
     pub bandwidth: Option<Bandwidth>,
-    /// `enforce` (left out of the JSON) or `report`: what the allowlist
-    /// does not allow is let through and recorded instead of denied.
-    pub mode: Mode,
+    /// `enforce`, `report` (what the allowlist does not allow is let through
+    /// and recorded instead of denied) or `ask`; `None` (left out of the
+    /// JSON): its policies' mode, else enforce.
+    pub mode: Option<Mode>,
+    /// The named policies whose entries, mode and cap it takes too (JSON
+    /// `policies`, left out when none), in the order given, without repeats.
+    pub policies: Vec<PolicyName>,
     /// How it was registered (JSON `origin`); `None`, left out: not known
     /// (a state file from before it was recorded).
     pub origin: Option<Origin>,
@@ -66,14 +78,40 @@ struct Fields {
     deny: Vec<AllowEntry>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     bandwidth: Option<Bandwidth>,
-    #[serde(default, skip_serializing_if = "Mode::is_enforce")]
-    mode: Mode,
+    #[serde(default, deserialize_with = "given_mode", skip_serializing_if = "Option::is_none")]
+    mode: Option<Mode>,
+    #[serde(
+        default,
+        deserialize_with = "reference_list::deserialize",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    policies: Vec<PolicyName>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     origin: Option<Origin>,
     #[serde(default, skip_serializing_if = "EntryOrigins::is_empty")]
     origins: EntryOrigins,
 }
+
+/// A mode that is present is a mode (`null` is refused, as it always was).
+fn given_mode<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Mode>, D::Error> {
+    Mode::deserialize(deserializer).map(Some)
+}
+
+/// The mode as the JSON shows it: `enforce` is said only where a policy
+/// could give another, so a registration without policies reads as it always did.
+fn shown_mode(mode: Option<Mode>, policies: &[PolicyName]) -> Option<Mode> {
+    mode.filter(|mode| !(mode.is_enforce() && policies.is_empty()))
+}
 crate::object_only!(Fields, Serialize);
+
+impl PartialEq for RegistrationSpec {
+    fn eq(&self, other: &RegistrationSpec) -> bool {
+        (self.ip, &self.id, &self.allowlist, self.bandwidth, &self.policies)
+            == (other.ip, &other.id, &other.allowlist, other.bandwidth, &other.policies)
+            && shown_mode(self.mode, &self.policies) == shown_mode(other.mode, &other.policies)
+            && (self.origin, &self.origins) == (other.origin, &other.origins)
+    }
+}
 
 impl From<Fields> for RegistrationSpec {
     fn from(fields: Fields) -> Self {
@@ -84,7 +122,8 @@ impl From<Fields> for RegistrationSpec {
             id: fields.id,
             allowlist: Allowlist::with_deny(fields.allowlist.entries, fields.deny),
             bandwidth: fields.bandwidth,
-            mode: fields.mode,
+            mode: shown_mode(fields.mode, &fields.policies),
+            policies: fields.policies,
             origin: fields.origin,
             origins: EntryOrigins::new(),
         }
@@ -100,7 +139,8 @@ impl From<RegistrationSpec> for Fields {
             allowlist: WrittenList::from(spec.allowlist.entries().to_vec()),
             deny: spec.allowlist.denied().to_vec(),
             bandwidth: spec.bandwidth,
-            mode: spec.mode,
+            mode: shown_mode(spec.mode, &spec.policies),
+            policies: spec.policies,
             origin: spec.origin,
             origins: spec.origins,
         }
@@ -125,17 +165,22 @@ pub enum SpecError {
     /// The bandwidth cap is out of range.
     #[error("bandwidth: {0}")]
     Bandwidth(#[from] BandwidthError),
+    /// A policy name is invalid, or too many are named.
+    #[error("policies: {0}")]
+    Policies(#[from] ReferencesError),
 }
 
 impl RegistrationSpec {
-    /// `ip` registered as `id` with `allowlist`, enforced and uncapped.
+    /// `ip` registered as `id` with `allowlist`, with no mode, cap or
+    /// policy of its own (so enforced and uncapped).
     pub fn new(ip: IpAddr, id: SandboxId, allowlist: Allowlist) -> Self {
         RegistrationSpec {
             ip: canonical_ip(ip),
             id,
             allowlist,
             bandwidth: None,
-            mode: Mode::Enforce,
+            mode: None,
+            policies: Vec::new(),
             origin: None,
             origins: EntryOrigins::new(),
         }
@@ -190,8 +235,28 @@ impl RegistrationSpec {
     /// assert_eq!(serde_json::to_string(&spec).unwrap(), r#"{"ip":"10.0.0.2","id":"agent","allowlist":["pypi.org"],"mode":"report"}"#);
     /// ```
     pub fn with_mode(mut self, mode: Mode) -> Self {
-        self.mode = mode;
+        self.mode = Some(mode);
         self
+    }
+
+    /// The same registration naming the policies `names` (as written:
+    /// checked, repeats dropped) instead of any it named.
+    ///
+    /// ```
+    /// let spec = crackbox_policy::RegistrationSpec::parse("10.0.0.2", "agent", &["pypi.org"])
+    ///     .unwrap()
+    ///     .with_policies(&["base", "python"])
+    ///     .unwrap();
+    /// assert_eq!(serde_json::to_string(&spec).unwrap(), r#"{"ip":"10.0.0.2","id":"agent","allowlist":["pypi.org"],"policies":["base","python"]}"#);
+    /// ```
+    pub fn with_policies<S: AsRef<str>>(mut self, names: &[S]) -> Result<Self, SpecError> {
+        self.policies = policy_references(names)?;
+        Ok(self)
+    }
+
+    /// Whether it names the policy `name`.
+    pub fn names(&self, name: &PolicyName) -> bool {
+        self.policies.contains(name)
     }
 
     /// The same registration, registered by `origin`.

@@ -1,5 +1,5 @@
-//! Immutable registry snapshots (source address -> registration) and the
-//! source changes that derive one from the last.
+//! Immutable registry snapshots (source address -> registration, name ->
+//! policy) and the source and policy changes that derive one from the last.
 //!
 //! The engine builds one from the full list of [`RegistrationSpec`]s once per
 //! control connection, and derives each next one from the last by a delta of
@@ -8,6 +8,12 @@
 //! registry; nothing mutates a snapshot once built. The registrations arrive
 //! validated (decoded from the wire), so building a snapshot cannot fail.
 //!
+//! Each named policy is held once, shared; a registration names it and the
+//! decision looks it up ([`Snapshot::effective`]). Changing a policy costs
+//! one map insert plus one pass over the registrations to find those that
+//! name it (their caps may change, and revocation re-decides their
+//! connections), never a copy of its entries into theirs.
+//!
 //! Each registration in force carries its [`Account`] (usage and cap). A
 //! snapshot derived from another hands a source's account on when the
 //! source is registered again under the same id, and its [`Limiter`] on
@@ -15,12 +21,14 @@
 //! open are held to it. A removed source's account is dropped.
 
 use super::bandwidth::Bandwidth;
+use super::effective::Effective;
 use super::limiter::Limiter;
+use super::named::{PolicyChange, PolicyName, PolicySpec};
 use super::registration::{source_ip_text, RegistrationSpec};
 use super::source::canonical_ip;
 use super::usage::Account;
 use imbl::shared_ptr::DefaultSharedPtr;
-use rustc_hash::FxBuildHasher;
+use rustc_hash::{FxBuildHasher, FxHashSet};
 use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
 use std::ops::Deref;
@@ -79,17 +87,39 @@ impl Deref for Registered {
 /// Registrations by canonical source address, as a persistent hash trie.
 type BySource = imbl::GenericHashMap<IpAddr, Arc<Registered>, FxBuildHasher, DefaultSharedPtr>;
 
+/// Named policies by name, each held once.
+type ByName = imbl::GenericHashMap<PolicyName, Arc<PolicySpec>, FxBuildHasher, DefaultSharedPtr>;
+
 /// An immutable view of the whole registry at one generation.
 #[derive(Debug, Default)]
 pub struct Snapshot {
     generation: Generation,
     by_source: BySource,
+    policies: ByName,
     /// Counter slots of each account: the engine's core threads.
     threads: usize,
 }
 
+/// A snapshot derived by [`Snapshot::apply_delta`], with the sources whose
+/// decisions may differ from the last one's.
+#[derive(Debug)]
+pub struct Applied {
+    /// The new snapshot.
+    pub snapshot: Snapshot,
+    /// The sources the changes put or removed, and those that name a
+    /// policy they changed (canonical; an address may come twice).
+    pub touched: Vec<IpAddr>,
+}
+
 /// Limiters whose cap a new snapshot changes, set once it is complete.
 type NewCaps = Vec<(Arc<Limiter>, Option<Bandwidth>)>;
+
+/// Queues `cap` for `account`'s limiter when it differs from the rate in force.
+fn cap_change(account: &Arc<Account>, cap: Option<Bandwidth>, caps: &mut NewCaps) {
+    if account.limiter().rate() != cap.map(Bandwidth::bytes_per_second) {
+        caps.push((Arc::clone(account.limiter()), cap));
+    }
+}
 
 impl Snapshot {
     /// The deny-all snapshot the engine starts with (generation 0).
@@ -106,34 +136,67 @@ impl Snapshot {
         }
     }
 
-    /// Builds a snapshot holding `specs`.
+    /// Builds a snapshot holding `specs` (and no policies).
     pub fn build(generation: Generation, specs: &[RegistrationSpec]) -> Self {
-        Snapshot::empty().rebuild(generation, specs)
+        Snapshot::empty().rebuild(generation, &[], specs)
     }
 
-    /// The snapshot at `generation` holding exactly `specs`, handing on the
-    /// accounts of sources this one has under the same id (O(registry)).
-    pub fn rebuild(&self, generation: Generation, specs: &[RegistrationSpec]) -> Self {
+    /// The snapshot at `generation` holding exactly `policies` and `specs`,
+    /// handing on the accounts of sources this one has under the same id
+    /// (O(registry)).
+    pub fn rebuild(&self, generation: Generation, policies: &[PolicySpec], specs: &[RegistrationSpec]) -> Self {
+        let policies: ByName = policies
+            .iter()
+            .map(|policy| (policy.name.clone(), Arc::new(policy.clone())))
+            .collect();
         let mut by_source = BySource::default();
         let mut caps = NewCaps::new();
         for spec in specs {
             let ip = canonical_ip(spec.ip);
-            let registered = self.registered(self.by_source.get(&ip), spec.clone(), &mut caps);
+            let registered = self.registered(self.by_source.get(&ip), spec.clone(), &policies, &mut caps);
             by_source.insert(ip, registered);
         }
-        self.derived(generation, by_source, caps)
+        self.derived(generation, by_source, policies, caps)
     }
 
     /// The snapshot at `generation` that `changes` (applied in order) make
     /// of this one, in O(changes).
     pub fn apply(&self, generation: Generation, changes: &[SourceChange]) -> Self {
+        self.apply_delta(generation, &[], changes).snapshot
+    }
+
+    /// The snapshot at `generation` that `policies` and then `changes`
+    /// (each applied in order) make of this one: O(changes) for the
+    /// sources, and for a changed policy one pass over the registrations
+    /// to find those naming it.
+    pub fn apply_delta(&self, generation: Generation, policies: &[PolicyChange], changes: &[SourceChange]) -> Applied {
+        let mut by_name = self.policies.clone();
+        let mut changed = FxHashSet::default();
+        for change in policies {
+            match change {
+                PolicyChange::Put(policy) => by_name.insert(policy.name.clone(), Arc::new(policy.clone())),
+                PolicyChange::Remove(name) => by_name.remove(name),
+            };
+            changed.insert(change.name().clone());
+        }
         let mut by_source = self.by_source.clone();
         let mut caps = NewCaps::new();
+        let mut touched = Vec::with_capacity(changes.len());
+        if !changed.is_empty() {
+            for (ip, registered) in self.by_source.iter() {
+                if registered.policies.iter().any(|name| changed.contains(name)) {
+                    touched.push(*ip);
+                    let cap = Effective::new(registered, |name: &PolicyName| by_name.get(name).map(AsRef::as_ref));
+                    cap_change(&registered.account, cap.bandwidth(), &mut caps);
+                }
+            }
+        }
         for change in changes {
             let ip = canonical_ip(change.ip());
+            touched.push(ip);
             match change {
                 SourceChange::Put(spec) => {
-                    let registered = self.registered(by_source.get(&ip), spec.clone(), &mut caps);
+                    let registered = self.registered(by_source.get(&ip), spec.clone(), &by_name, &mut caps);
                     by_source.insert(ip, registered);
                 }
                 SourceChange::Remove(_) => {
@@ -141,34 +204,35 @@ impl Snapshot {
                 }
             }
         }
-        self.derived(generation, by_source, caps)
+        Applied {
+            snapshot: self.derived(generation, by_source, by_name, caps),
+            touched,
+        }
     }
 
     /// `registration` in force, with the account of `earlier` (the source's
     /// registration before this change) when the id is the same, else a new
-    /// one on `earlier`'s limiter; the cap to set goes to `caps`.
+    /// one on `earlier`'s limiter; the cap to set (its own, else its
+    /// policies') goes to `caps`.
     fn registered(
         &self,
         earlier: Option<&Arc<Registered>>,
         registration: RegistrationSpec,
+        policies: &ByName,
         caps: &mut NewCaps,
     ) -> Arc<Registered> {
+        let cap = Effective::new(&registration, |name: &PolicyName| policies.get(name).map(AsRef::as_ref)).bandwidth();
         let account = match earlier {
             Some(earlier) if earlier.id == registration.id => Arc::clone(&earlier.account),
             Some(earlier) => Arc::new(Account::new(self.threads, Arc::clone(earlier.account.limiter()))),
-            None => Arc::new(Account::new(
-                self.threads,
-                Arc::new(Limiter::new(registration.bandwidth)),
-            )),
+            None => Arc::new(Account::new(self.threads, Arc::new(Limiter::new(cap)))),
         };
-        if account.limiter().rate() != registration.bandwidth.map(Bandwidth::bytes_per_second) {
-            caps.push((Arc::clone(account.limiter()), registration.bandwidth));
-        }
+        cap_change(&account, cap, caps);
         Arc::new(Registered { registration, account })
     }
 
     /// The next snapshot, once every change is valid: only now are new caps set.
-    fn derived(&self, generation: Generation, by_source: BySource, caps: NewCaps) -> Self {
+    fn derived(&self, generation: Generation, by_source: BySource, policies: ByName, caps: NewCaps) -> Self {
         let now = Instant::now();
         for (limiter, cap) in caps {
             limiter.set_rate(cap, now);
@@ -176,8 +240,31 @@ impl Snapshot {
         Snapshot {
             generation,
             by_source,
+            policies,
             threads: self.threads,
         }
+    }
+
+    /// The policy called `name`, if any.
+    pub fn policy(&self, name: &PolicyName) -> Option<&PolicySpec> {
+        self.policies.get(name).map(AsRef::as_ref)
+    }
+
+    /// Every policy in force, in no particular order.
+    pub fn policies(&self) -> impl Iterator<Item = &PolicySpec> {
+        self.policies.values().map(AsRef::as_ref)
+    }
+
+    /// `registration` with the policies in force: what it may reach, its
+    /// mode and its cap.
+    pub fn effective<'a>(
+        &'a self,
+        registration: &'a RegistrationSpec,
+    ) -> Effective<'a, impl Fn(&PolicyName) -> Option<&'a PolicySpec> + Copy + 'a> {
+        let policies = &self.policies;
+        Effective::new(registration, move |name: &PolicyName| {
+            policies.get(name).map(AsRef::as_ref)
+        })
     }
 
     /// The generation this snapshot was published as.

@@ -7,7 +7,9 @@
 //! (the source changes from one generation to the next); the engine answers
 //! each with [`Message::Ack`], and a delta whose base is not the generation it
 //! holds with [`Message::Resync`], which control answers with a full
-//! snapshot. Control polls counters with [`Message::StatsRequest`] and
+//! snapshot. Both carry the named policies too: every policy in a snapshot,
+//! and in a delta the policies that change (put or removed), so changing one
+//! policy is one small frame however many registrations name it. Control polls counters with [`Message::StatsRequest`] and
 //! usage per registration with [`Message::UsageRequest`]. In ask mode the
 //! engine tells control of each request it starts holding
 //! ([`Message::Asked`], again for each still pending after a reconnect) and
@@ -30,16 +32,17 @@ pub use feed::FeedReport;
 use crate::ask::{Answer, DecidedRequest, PendingId, PendingRequest};
 use crate::reason::{Layer, Reason};
 use crate::watch::Subnet;
-use crate::{Generation, RegistrationSpec, SourceChange};
+use crate::{Generation, PolicyChange, PolicySpec, RegistrationSpec, SourceChange};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 use std::net::IpAddr;
 
-/// The protocol version both sides must speak (6: a held request settles
-/// through the one decision, `always` once stored; denials and settled
-/// requests name the layer that decided; 7: the console's feed request).
-pub const PROTOCOL: u32 = 7;
+/// The protocol version both sides must speak (8: the console's feed
+/// request; 7: named policies in snapshots and deltas; 6: a held request
+/// settles through the one decision, `always` once stored; denials and
+/// settled requests name the layer that decided).
+pub const PROTOCOL: u32 = 8;
 
 /// Largest frame accepted (a very large registry still fits).
 pub const MAX_FRAME: usize = 64 * 1024 * 1024;
@@ -71,6 +74,9 @@ pub enum Message {
         generation: Generation,
         /// Every registration, normalised.
         registrations: Vec<RegistrationSpec>,
+        /// Every named policy.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        policies: Vec<PolicySpec>,
     },
     /// The changes from `base` to `generation` (control -> engine); only
     /// applies to an engine that holds `base`.
@@ -79,8 +85,11 @@ pub enum Message {
         base: Generation,
         /// The generation they produce.
         generation: Generation,
-        /// Source changes, applied in order.
+        /// Source changes, applied in order after the policy changes.
         changes: Vec<SourceChange>,
+        /// Policy changes, applied in order before the source changes.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        policies: Vec<PolicyChange>,
     },
     /// The engine could not apply a delta and asks for a full snapshot
     /// (engine -> control).

@@ -1,23 +1,30 @@
 //! The run's allowlist, decided before anything exists: the `--allow`
 //! entries and the lines of every `--allow-file` (docs/run.md),
 //! presets expanded, then validated and normalised exactly as the admin API
-//! does, so the run is registered with the names it enforces. Reads the
-//! allow files; never touches Docker, the network or a process.
+//! does, so the run is registered with the names it enforces; and the
+//! named policies of `--policy`, with their definitions from the config
+//! file when the run brings its own proxy. Reads the allow files and the
+//! config file; never touches Docker, the network or a process.
 
 use crate::error::RunError;
-use crackbox_policy::{entries_from_config, parse_allow_file, Allowlist, EntryOrigins, ListError, SpecError};
+use crackbox_policy::{
+    entries_from_config, parse_allow_file, policy_references, Allowlist, EntryOrigins, ListError, PolicyName,
+    PolicySpec, SpecError,
+};
 use std::path::{Path, PathBuf};
 
 /// The compiled allowlist of `--allow` and `--allow-file` (in that order)
 /// with the `--deny` entries, and which entries came from a preset or a
-/// file; empty only when the run `learning` lets everything through anyway.
+/// file; empty only when the run `learning` lets everything through anyway,
+/// or `named` policies give the entries.
 pub fn allowlist(
     allow: &[String],
     files: &[PathBuf],
     deny: &[String],
     learning: bool,
+    named: bool,
 ) -> Result<(Allowlist, EntryOrigins), RunError> {
-    if allow.is_empty() && files.is_empty() && !learning {
+    if allow.is_empty() && files.is_empty() && !learning && !named {
         return Err(RunError::NoAllowlist);
     }
     let mut entries = allow.to_vec();
@@ -27,7 +34,7 @@ pub fn allowlist(
         origins.merge(EntryOrigins::of_file(&lines, &path.display().to_string()));
         entries.extend(lines);
     }
-    if entries.is_empty() && !learning {
+    if entries.is_empty() && !learning && !named {
         return Err(RunError::EmptyAllow);
     }
     let allow = entries_from_config(&entries).map_err(|err| match err {
@@ -36,6 +43,34 @@ pub fn allowlist(
     })?;
     let deny = entries_from_config(deny).map_err(|err| RunError::InvalidRegistration(SpecError::Deny(err)))?;
     Ok((Allowlist::with_deny(allow, deny), origins))
+}
+
+/// The policies `--policy` names (checked, repeats dropped) and, when the
+/// run brings its own proxy (`own_proxy`), their definitions from the
+/// config file's `[[policies]]` tables (`env` standing in for the
+/// environment, for the config search path); a name the file lacks is an
+/// error naming it.
+pub fn policies(
+    names: &[String],
+    own_proxy: bool,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(Vec<PolicyName>, Vec<PolicySpec>), RunError> {
+    let names = policy_references(names).map_err(|err| RunError::InvalidRegistration(err.into()))?;
+    if names.is_empty() || !own_proxy {
+        return Ok((names, Vec::new()));
+    }
+    let defined = crackbox_config::policies_from_config(env)?;
+    let definitions = names
+        .iter()
+        .map(|name| {
+            defined
+                .iter()
+                .find(|policy| policy.name == *name)
+                .cloned()
+                .ok_or_else(|| RunError::UndefinedPolicy(name.clone()))
+        })
+        .collect::<Result<_, _>>()?;
+    Ok((names, definitions))
 }
 
 /// The entries of the allow file at `path`; an error names the file and,
@@ -85,7 +120,7 @@ mod tests {
         ];
         for (allow, files, want) in cases {
             assert_eq!(
-                allowlist(&strings(allow), &files, &[], false).unwrap().0.texts(),
+                allowlist(&strings(allow), &files, &[], false, false).unwrap().0.texts(),
                 want,
                 "{allow:?} {files:?}"
             );
@@ -94,13 +129,20 @@ mod tests {
 
     #[test]
     fn deny_entries_join_the_list_and_are_checked_like_allow_entries() {
-        let (list, _) = allowlist(&strings(&["github.com"]), &[], &strings(&["Gist.GitHub.com"]), false).unwrap();
+        let (list, _) = allowlist(
+            &strings(&["github.com"]),
+            &[],
+            &strings(&["Gist.GitHub.com"]),
+            false,
+            false,
+        )
+        .unwrap();
         assert_eq!(
             (list.texts(), list.denied_texts()),
             (strings(&["github.com"]), strings(&["gist.github.com"]))
         );
         assert!(list.matching("gist.github.com", 443).is_none());
-        let err = allowlist(&strings(&["github.com"]), &[], &strings(&["*"]), false).unwrap_err();
+        let err = allowlist(&strings(&["github.com"]), &[], &strings(&["*"]), false, false).unwrap_err();
         assert!(
             err.to_string().starts_with("deny: invalid allowlist entry \"*\""),
             "{err}"
@@ -109,8 +151,8 @@ mod tests {
 
     #[test]
     fn a_learning_run_may_start_from_nothing() {
-        assert!(allowlist(&[], &[], &[], true).unwrap().0.is_empty());
-        assert!(allowlist(&strings(&["bad host"]), &[], &[], true).is_err());
+        assert!(allowlist(&[], &[], &[], true, false).unwrap().0.is_empty());
+        assert!(allowlist(&strings(&["bad host"]), &[], &[], true, false).is_err());
     }
 
     #[test]
@@ -156,7 +198,9 @@ mod tests {
             ),
         ];
         for (allow, files, words) in cases {
-            let err = allowlist(&strings(allow), &files, &[], false).unwrap_err().to_string();
+            let err = allowlist(&strings(allow), &files, &[], false, false)
+                .unwrap_err()
+                .to_string();
             for word in &words {
                 assert!(err.contains(word.as_str()), "{allow:?} {files:?}: {err}");
             }

@@ -26,8 +26,8 @@ pub struct RunArgs {
     /// blocks everything). Same forms as the admin API: `example.com`,
     /// `*.example.com`, `example.com:443`, IP literals; presets (`@pypi`,
     /// `crackbox presets` lists them) expand to their hosts.
-    /// One of --allow, --allow-file and --learn is needed (checked by the
-    /// run, which names all three, rather than by clap).
+    /// One of --allow, --allow-file, --policy and --learn is needed (checked
+    /// by the run, which names them all, rather than by clap).
     #[arg(long, value_delimiter = ',')]
     pub allow: Vec<String>,
     /// A file of allowlist entries, one per line (`#` comments, blank lines
@@ -39,6 +39,13 @@ pub struct RunArgs {
     /// --allow, comma-separated or repeated.
     #[arg(long, value_delimiter = ',')]
     pub deny: Vec<String>,
+    /// Named policies the command takes too (their allow and deny entries,
+    /// and their mode and cap where the run gives none), comma-separated or
+    /// repeated. With --daemon, the daemon's policies; otherwise the
+    /// `[[policies]]` tables of the config file (crackbox.toml, as `proxy
+    /// serve` finds it), handed to the run's own proxy.
+    #[arg(long = "policy", value_name = "NAME", value_delimiter = ',')]
+    pub policies: Vec<String>,
     /// Learn what the command needs: nothing beyond the allowlist (which may
     /// be empty) is blocked, everything it reaches is recorded, and at exit
     /// crackbox prints the names to add (`crackbox: learned --allow ...`).

@@ -2,7 +2,7 @@
 //! that tells the user what to do; `run` prints it and exits with
 //! [`RunError::exit_code`] (125, or 126/127 for a command that cannot start).
 
-use crackbox_policy::{BandwidthError, SpecError, UnknownPreset};
+use crackbox_policy::{BandwidthError, PolicyName, SpecError, UnknownPreset};
 
 /// Exit code for crackbox's own failures (as `docker run` uses it).
 pub const EXIT_CRACKBOX_ERROR: i32 = 125;
@@ -13,12 +13,19 @@ pub enum RunError {
     /// An `--allow` entry or the `--id` failed validation.
     #[error("{0}")]
     InvalidRegistration(#[from] SpecError),
-    /// Neither `--allow` nor `--allow-file` nor `--learn` was given.
+    /// Neither `--allow` nor `--allow-file` nor `--policy` nor `--learn` was given.
     #[error(
         "run needs an allowlist: --allow HOST,HOST (presets too: --allow @pypi; crackbox presets lists them), \
-         --allow-file PATH (one entry per line), or --learn to find it by running the command once"
+         --allow-file PATH (one entry per line), --policy NAME (a named policy), or --learn to find it by \
+         running the command once"
     )]
     NoAllowlist,
+    /// A `--policy` the config file does not define (a run with its own proxy).
+    #[error(
+        "--policy {0}: no [[policies]] table of that name in the config file (crackbox.toml); a run with its \
+         own proxy takes its policies from there, a run with --daemon from the daemon"
+    )]
+    UndefinedPolicy(PolicyName),
     /// A `CRACKBOX_*` variable of `run`'s environment is unusable.
     #[error("{0}")]
     Setting(#[from] crackbox_config::ConfigError),

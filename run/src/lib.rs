@@ -63,11 +63,21 @@ fn execute(args: RunArgs) -> Result<i32, RunError> {
     let id = args.id.clone().unwrap_or_else(|| format!("run-{run_id}"));
     let id = SandboxId::parse(&id).map_err(|err| RunError::InvalidRegistration(err.into()))?;
     let learning = args.learning();
-    let (allow, origins) = allow::allowlist(&args.allow, &args.allow_file, &args.deny, learning || args.ask)?;
+    let own_proxy = !matches!(placement, Placement::DockerOnDaemon { .. });
+    let (policies, definitions) = allow::policies(&args.policies, own_proxy, &env)?;
+    let (allow, origins) = allow::allowlist(
+        &args.allow,
+        &args.allow_file,
+        &args.deny,
+        learning || args.ask,
+        !policies.is_empty(),
+    )?;
     let plan = Plan {
         allow,
         origins,
         bandwidth: args.bandwidth_cap()?,
+        policies,
+        definitions,
         learning,
         asking: args.ask,
         learn_file: args

@@ -127,8 +127,9 @@ async fn conclude(plan: &Plan, admin: &Client, scope: Scope) -> Result<(), RunEr
     }
 }
 
-/// Registers the workload's source with the plan's allowlist and cap;
-/// returns, once the proxy enforces it, what the exit summary covers. On a
+/// Registers the workload's source with the plan's allowlist, cap and
+/// policies (storing the policies' definitions first on a proxy of the
+/// run's own); returns, once the proxy enforces it, what the exit summary covers. On a
 /// shared daemon the registration is recorded first (one that timed out may
 /// still be kept) and forgotten again when the daemon refused it (undoing
 /// it could remove someone else's).
@@ -147,6 +148,12 @@ async fn register(plan: &Plan, jail: &Jail, journal: &Journal) -> Result<Scope, 
         )?),
         false => None,
     };
+    for policy in &plan.definitions {
+        jail.admin
+            .put_policy(policy, None)
+            .await
+            .map_err(|e| admin::failed("storing the run's policies", &e))?;
+    }
     match jail.admin.register(&spec).await {
         Ok(_) => {
             tracing::debug!(source = %jail.source, "workload registered");

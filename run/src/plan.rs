@@ -4,7 +4,9 @@
 //! user's terminal.
 
 use crate::learn_file::LearnFile;
-use crackbox_policy::{Allowlist, Bandwidth, EntryOrigins, Mode, Origin, RegistrationSpec, SandboxId};
+use crackbox_policy::{
+    Allowlist, Bandwidth, EntryOrigins, Mode, Origin, PolicyName, PolicySpec, RegistrationSpec, SandboxId,
+};
 use std::net::IpAddr;
 
 /// One run, as every backend sees it.
@@ -20,6 +22,11 @@ pub struct Plan {
     pub origins: EntryOrigins,
     /// The bandwidth cap (`--bandwidth`), if any.
     pub bandwidth: Option<Bandwidth>,
+    /// The named policies it takes too (`--policy`).
+    pub policies: Vec<PolicyName>,
+    /// Their definitions, for a proxy of the run's own (none with `--daemon`,
+    /// whose policies they are).
+    pub definitions: Vec<PolicySpec>,
     /// Whether the run learns (`--learn`): its source is registered
     /// report-only, so nothing beyond the list is blocked, only recorded.
     pub learning: bool,
@@ -39,17 +46,17 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// The registration of the workload at `source`.
+    /// The registration of the workload at `source`: its mode is the run's
+    /// (`--learn` reports, `--ask` asks), else its policies', else enforce.
     pub fn registration(&self, source: IpAddr) -> RegistrationSpec {
-        let mode = match (self.learning, self.asking) {
-            (true, _) => Mode::Report,
-            (false, true) => Mode::Ask,
-            (false, false) => Mode::Enforce,
+        let mut spec =
+            RegistrationSpec::new(source, self.id.clone(), self.allow.clone()).with_bandwidth(self.bandwidth);
+        spec.mode = match (self.learning, self.asking) {
+            (true, _) => Some(Mode::Report),
+            (false, true) => Some(Mode::Ask),
+            (false, false) => None,
         };
-        RegistrationSpec::new(source, self.id.clone(), self.allow.clone())
-            .with_bandwidth(self.bandwidth)
-            .with_mode(mode)
-            .with_origin(Origin::Run)
-            .with_origins(self.origins.clone())
+        spec.policies = self.policies.clone();
+        spec.with_origin(Origin::Run).with_origins(self.origins.clone())
     }
 }

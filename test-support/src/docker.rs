@@ -152,6 +152,29 @@ fn remove_stale_test_images(current: &str) {
     }
 }
 
+/// An etcd image from this machine's `etcd` (Debian's etcd-server) and the
+/// shared libraries it needs, imported from scratch (no pull).
+pub fn etcd_image() -> String {
+    let tag = "crackbox-test-etcd:1".to_string();
+    with_build_lock(|| {
+        if docker_try(&["image", "inspect", &tag]) {
+            return;
+        }
+        let script = r#"set -eu
+root="$(mktemp -d)"; trap 'rm -rf "$root"' EXIT
+mkdir -p "$root/usr/bin" "$root/tmp" "$root/var/lib/etcd"; chmod 1777 "$root/tmp"
+cp /usr/bin/etcd "$root/usr/bin/etcd"
+for lib in $(ldd /usr/bin/etcd | grep -o '/[^ ]*'); do mkdir -p "$root$(dirname "$lib")"; cp -L "$lib" "$root$lib"; done
+tar -C "$root" --numeric-owner -c . | docker import --change 'ENTRYPOINT ["/usr/bin/etcd"]' - "$1" >/dev/null"#;
+        let status = Command::new("bash")
+            .args(["-c", script, "etcd-image", &tag])
+            .status()
+            .expect("bash");
+        assert!(status.success(), "building the etcd image failed");
+    });
+    tag
+}
+
 /// The busybox + curl + netcat workload image: `/usr/bin/nc` is OpenBSD
 /// netcat (`-X 5` speaks SOCKS5); a bare `nc` in its shell is busybox's.
 pub fn workload_image() -> String {

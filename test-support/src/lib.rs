@@ -5,7 +5,8 @@
 //! WebDriver (`Browser`); the `crackbox` binary under
 //! test as a daemon (`Daemon`, `Ports`) or one process (`Spawned`), an
 //! upstream that records its connections (`TrackedUpstream`); the Docker fixtures
-//! (`docker`), the network-namespace lab (`netns_lab`) and the probes run
+//! (`docker`), the network-namespace lab (`netns_lab`), a real etcd cluster
+//! (`etcd`) and the nodes of a fleet on it (`fleet_lab`) and the probes run
 //! inside `crackbox run` jails (`steer_probe`, `run_probe`). Dev-only, never
 //! published. Traffic goes to 127.0.0.0/8 or to networks and namespaces a test made.
 
@@ -15,6 +16,8 @@ mod crackbox;
 mod daemon;
 pub mod docker;
 mod echo;
+pub mod etcd;
+pub mod fleet_lab;
 mod http;
 pub mod load;
 mod metrics;

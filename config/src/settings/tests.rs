@@ -250,7 +250,7 @@ fn config_file_tables_seed_registrations_before_the_flags() {
                 ip.as_str(),
                 id.as_str(),
                 allow,
-                s.mode,
+                s.mode.unwrap_or_default(),
                 s.bandwidth.map(crackbox_policy::Bandwidth::bytes_per_second),
             )
         })

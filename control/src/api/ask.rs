@@ -13,51 +13,122 @@
 //! expires (`crate::grants`); the answer says which grant was made.
 
 use super::body::{self, LimitedBody};
-use super::routes::{authorise, enforced};
+use super::policies::{applied, fleet_failed};
+use super::routes::{authorise, enforced, not_applied};
+use super::ENFORCE_TIMEOUT;
 use super::{ApiError, AppState, ENGINE_REQUEST_TIMEOUT};
 use crate::grants;
+use crate::registry::Change;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::Query;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use crackbox_policy::ask::{always_entry, Answer, DecideBody, DecidedRequest, PendingAnswer, PendingId, Settlement};
 use crackbox_policy::grant::{DecideAnswer, Grant, Period};
+use crackbox_policy::PolicyName;
+use serde::Deserialize;
 
-/// `GET /v1/pending` -> `{"pending": [...]}`.
-pub async fn pending(State(state): State<AppState>) -> Result<Json<PendingAnswer>, ApiError> {
-    let pending = state.link.pending(ENGINE_REQUEST_TIMEOUT).await?;
+/// Query of `GET /v1/pending` and `POST /v1/pending/{id}`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FleetQuery {
+    /// `GET`: every node's pending requests (from etcd), not only this one's.
+    #[serde(default)]
+    fleet: bool,
+    /// `POST`: the node holding the request (another node's: the answer
+    /// goes to it through etcd).
+    node: Option<String>,
+}
+
+/// `GET /v1/pending[?fleet=true]` -> `{"pending": [...]}`.
+pub async fn pending(
+    State(state): State<AppState>,
+    query: Result<Query<FleetQuery>, QueryRejection>,
+) -> Result<Json<PendingAnswer>, ApiError> {
+    let Query(query) = query.map_err(|err| ApiError::bad_request(format!("query: {}", err.body_text())))?;
+    if !query.fleet {
+        let pending = state.link.pending(ENGINE_REQUEST_TIMEOUT).await?;
+        return Ok(Json(PendingAnswer { pending }));
+    }
+    let fleet = state
+        .fleet
+        .as_ref()
+        .ok_or_else(|| ApiError::bad_request("fleet: this daemon is no fleet node (no --fleet-etcd)"))?;
+    let pending = fleet.inbox().await.map_err(fleet_failed)?;
     Ok(Json(PendingAnswer { pending }))
 }
 
-/// `POST /v1/pending/{id} {"decision": "once" | "always" | "deny"[, "for": PERIOD]}`
-/// -> the request as decided, with the grant an `always` made; 404 when it
-/// is not pending.
+/// `POST /v1/pending/{id}[?node=NODE] {"decision": "once" | "always" | "deny"}`
+/// (an `always` may carry `"for"` or `"policy"`) -> the request as decided,
+/// with the grant an `always` made; 404 when it is not pending. With
+/// another node's name, the answer goes to that node through etcd.
 pub async fn decide(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(id): Path<String>,
+    query: Result<Query<FleetQuery>, QueryRejection>,
     body: Result<LimitedBody, ApiError>,
 ) -> Result<Json<DecideAnswer>, ApiError> {
     authorise(&state, &headers)?;
+    let Query(query) = query.map_err(|err| ApiError::bad_request(format!("query: {}", err.body_text())))?;
     let number: PendingId = id.parse().map_err(|_| not_pending(&id))?;
-    let DecideBody { decision, period } = body::parse(body)?;
-    if period.is_some() && decision != Answer::Always {
-        return Err(ApiError::bad_request(
-            "for: a period goes only with the decision always",
-        ));
-    }
-    let (decided, grant) = match decision {
-        Answer::Always => always(&state, number, period).await?,
-        answer => {
-            let decided = state
-                .link
-                .decide(number, answer, ENGINE_REQUEST_TIMEOUT)
-                .await?
-                .ok_or_else(|| not_pending(&id))?;
-            (decided, None)
+    let body: DecideBody = body::parse(body)?;
+    let elsewhere = match (&state.fleet, &query.node) {
+        (Some(fleet), Some(node)) if node != fleet.node() => Some((fleet, node)),
+        (None, Some(_)) => {
+            return Err(ApiError::bad_request(
+                "node: this daemon is no fleet node (no --fleet-etcd)",
+            ))
         }
+        _ => None,
     };
-    tracing::info!(id = number, ip = %decided.request.ip, host = %decided.request.host, port = decided.request.port, %decision, period = ?period.map(|p| p.to_string()), settled = decided.decision.as_str(), "pending request decided");
-    Ok(Json(DecideAnswer { decided, grant }))
+    let answered = match elsewhere {
+        Some((fleet, node)) => {
+            let request = fleet
+                .send_decision(node, number, &body, ENFORCE_TIMEOUT * 5 / 2)
+                .await
+                .map_err(fleet_failed)?
+                .ok_or_else(|| not_pending(&id))?;
+            let decided = DecidedRequest {
+                request,
+                decision: body.decision.into(),
+                reason: None,
+                layer: None,
+            };
+            DecideAnswer { decided, grant: None }
+        }
+        None => answer(&state, number, body).await?,
+    };
+    let decided = &answered.decided;
+    tracing::info!(id = number, ip = %decided.request.ip, host = %decided.request.host, port = decided.request.port, decision = decided.decision.as_str(), grant = ?answered.grant, "pending request decided");
+    Ok(Json(answered))
+}
+
+/// Answers this node's request `id` as `body` says (the admin API's
+/// `POST /v1/pending/{id}`, and an answer another node left in etcd).
+pub async fn answer(state: &AppState, id: PendingId, body: DecideBody) -> Result<DecideAnswer, ApiError> {
+    let decided = match (body.decision, body.policy, body.period) {
+        (Answer::Always, None, period) => return always(state, id, period).await,
+        (Answer::Always, Some(_), Some(_)) => {
+            return Err(ApiError::bad_request(
+                "for: a grant for a while is the sandbox's own, not a policy's",
+            ))
+        }
+        (Answer::Always, Some(policy), None) => always_for_policy(state, id, policy).await?,
+        (_, Some(_), _) => return Err(ApiError::bad_request("policy: only an always answer joins a policy")),
+        (_, None, Some(_)) => {
+            return Err(ApiError::bad_request(
+                "for: a period goes only with the decision always",
+            ))
+        }
+        (answer, None, None) => state
+            .link
+            .decide(id, answer, ENGINE_REQUEST_TIMEOUT)
+            .await?
+            .ok_or_else(|| not_pending(&id.to_string()))?,
+    };
+    Ok(DecideAnswer { decided, grant: None })
 }
 
 fn not_pending(id: &str) -> ApiError {
@@ -76,11 +147,7 @@ fn conflict(message: &str) -> ApiError {
 /// a grant (journaled, then enforced), and only that snapshot lets the held
 /// connections through; with the grant recorded, if it was one (not when
 /// the list had the name another way).
-async fn always(
-    state: &AppState,
-    id: PendingId,
-    period: Option<Period>,
-) -> Result<(DecidedRequest, Option<Grant>), ApiError> {
+async fn always(state: &AppState, id: PendingId, period: Option<Period>) -> Result<DecideAnswer, ApiError> {
     let pending = state.link.pending(ENGINE_REQUEST_TIMEOUT).await?;
     let request = pending
         .into_iter()
@@ -104,7 +171,7 @@ async fn always(
         .ok_or_else(|| not_pending(&id.to_string()))?;
     if decided.decision != Settlement::Always {
         // Settled otherwise before the answer came (a snapshot refused it).
-        return Ok((decided, None));
+        return Ok(DecideAnswer { decided, grant: None });
     }
     let expires = period.map(|period| period.ends(grants::now_ms()));
     let text = entry.to_string();
@@ -133,5 +200,56 @@ async fn always(
         entry: text,
         expires: origin.expires(),
     });
-    Ok((decided, grant))
+    Ok(DecideAnswer { decided, grant })
+}
+
+/// Answers request `id` `always` for `policy`: the engine records the
+/// answer, then the name joins the policy (journaled here, or in a fleet
+/// written to etcd with a revision check and tried again on a conflict, so
+/// answers given at once on several nodes all land), and the snapshot that
+/// carries it lets the held connections through, here and on every sandbox
+/// naming the policy.
+async fn always_for_policy(state: &AppState, id: PendingId, policy: PolicyName) -> Result<DecidedRequest, ApiError> {
+    let pending = state.link.pending(ENGINE_REQUEST_TIMEOUT).await?;
+    let request = pending
+        .into_iter()
+        .find(|request| request.id == id)
+        .ok_or_else(|| not_pending(&id.to_string()))?;
+    let entry = always_entry(&request.host, request.port).ok_or_else(|| conflict("the host is no name"))?;
+    let current = state.registry.current();
+    let registered = current
+        .entries
+        .get(&request.ip)
+        .filter(|spec| spec.id.as_str() == request.sandbox)
+        .ok_or_else(|| conflict("the source was unregistered or registered again under another id"))?;
+    if !registered.names(&policy) {
+        return Err(conflict(&format!("the sandbox does not name policy {policy:?}")));
+    }
+    let decided = state
+        .link
+        .decide(id, Answer::Always, ENGINE_REQUEST_TIMEOUT)
+        .await?
+        .ok_or_else(|| not_pending(&id.to_string()))?;
+    if decided.decision != Settlement::Always {
+        return Ok(decided);
+    }
+    let generation = match &state.fleet {
+        Some(fleet) => {
+            let revision = fleet.allow_in_policy(&policy, &entry).await.map_err(fleet_failed)?;
+            applied(fleet, revision).await?
+        }
+        None => {
+            let change = Change::AllowInPolicy {
+                name: policy.clone(),
+                entry,
+            };
+            let outcome = state.registry.apply(change).await.map_err(not_applied)?;
+            if outcome.policy.is_none() {
+                return Err(conflict(&format!("policy {policy:?} is gone or full")));
+            }
+            outcome.generation
+        }
+    };
+    enforced(state, generation).await?;
+    Ok(decided)
 }

@@ -6,9 +6,9 @@
 
 use super::admin_spec;
 use super::body::{self, BatchBody, LimitedBody, ReplaceBody};
-use super::routes::{authorise, enforced, store_failed};
+use super::routes::{authorise, enforced, not_applied};
 use super::{ApiError, AppState, MAX_BULK_BODY};
-use crate::registry::{Change, Outcome};
+use crate::registry::{ApplyError, Change, Outcome, Refusal};
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::Json;
@@ -33,7 +33,7 @@ pub async fn batch(
         claim(&mut seen, entry.ip, name)?;
         unregister.push(entry.ip);
     }
-    let outcome = commit(&state, Change::Edit { register, unregister }).await?;
+    let outcome = commit(&state, Change::Edit { register, unregister }, &seen).await?;
     tracing::info!(
         registered = outcome.registered,
         removed = outcome.removed,
@@ -52,8 +52,9 @@ pub async fn replace(
 ) -> Result<Json<BulkAnswer>, ApiError> {
     authorise(&state, &headers)?;
     let request: ReplaceBody = body::parse(body)?;
-    let entries = checked_all(&request, "", &mut HashMap::new())?;
-    let outcome = commit(&state, Change::Replace(entries)).await?;
+    let mut seen = HashMap::new();
+    let entries = checked_all(&request, "", &mut seen)?;
+    let outcome = commit(&state, Change::Replace(entries), &seen).await?;
     tracing::info!(
         registered = outcome.registered,
         removed = outcome.removed,
@@ -89,8 +90,20 @@ fn claim(seen: &mut HashMap<IpAddr, String>, ip: IpAddr, name: String) -> Result
     Ok(())
 }
 
-async fn commit(state: &AppState, change: Change) -> Result<Outcome, ApiError> {
-    let outcome = state.registry.apply(change).await.map_err(store_failed)?;
+/// Applies `change`; a refusal about one registration names its place in
+/// the request (`register[3].policies: ...`), from `seen`.
+async fn commit(state: &AppState, change: Change, seen: &HashMap<IpAddr, String>) -> Result<Outcome, ApiError> {
+    let outcome = state.registry.apply(change).await.map_err(|err| {
+        let place = match &err {
+            ApplyError::Refused(Refusal::UnknownPolicy { ip, .. }) => seen.get(ip),
+            _ => None,
+        };
+        let mut answer = not_applied(err);
+        if let Some(place) = place {
+            answer.message = format!("{place}.{}", answer.message);
+        }
+        answer
+    })?;
     enforced(state, outcome.generation).await?;
     Ok(outcome)
 }

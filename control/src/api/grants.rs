@@ -2,7 +2,7 @@
 //! answer added) out of a registration at once, as its expiry would
 //! (`crate::grants`); answered once the engine enforces it.
 
-use super::routes::{authorise, enforced, store_failed};
+use super::routes::{authorise, enforced, not_applied};
 use super::{ApiError, AppState};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -33,7 +33,7 @@ pub async fn revoke(
         .registry
         .ungrant(ip, entry.clone(), None)
         .await
-        .map_err(store_failed)?;
+        .map_err(not_applied)?;
     if outcome.registered == 0 {
         return Err(no_grant());
     }

@@ -1,6 +1,6 @@
 //! The admin API (docs/admin-api.md): register, unregister, batch, state (read and
-//! replace), health, status, metrics, denials, usage, ask mode's pending
-//! requests and decisions, and the event stream.
+//! replace), named policies, health, status, metrics, denials, usage, ask
+//! mode's pending requests and decisions, and the event stream.
 //!
 //! Every error is JSON `{"error": "..."}`. Mutations need the bearer secret
 //! when one is configured and are answered only once the engine enforces
@@ -19,8 +19,10 @@ mod events;
 mod grants;
 mod guard;
 mod observe;
+mod policies;
 mod routes;
 
+pub use ask::answer;
 pub use auth::Secret;
 pub use error::ApiError;
 pub use guard::{HostNames, LocalAddr, CONTENT_SECURITY_POLICY};
@@ -66,6 +68,8 @@ pub struct AppState {
     pub names: Arc<HostNames>,
     /// What `GET /v1/status` is made from.
     pub status: StatusSource,
+    /// The fleet's etcd, when the policies live there.
+    pub fleet: Option<crate::fleet::Fleet>,
 }
 
 impl AppState {
@@ -85,7 +89,14 @@ impl AppState {
             forward,
             names: Arc::new(HostNames::new(admin, &[])),
             status,
+            fleet: None,
         }
+    }
+
+    /// The same keeping the policies in the fleet's etcd.
+    pub fn with_fleet(mut self, fleet: Option<crate::fleet::Fleet>) -> Self {
+        self.fleet = fleet;
+        self
     }
 
     /// The same with mutations needing `secret`.
@@ -117,6 +128,11 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/unregister", post(routes::unregister))
         .route("/v1/state", get(routes::state).put(bulk::replace))
         .route("/v1/batch", post(bulk::batch))
+        .route("/v1/policies", get(policies::list))
+        .route(
+            "/v1/policies/{name}",
+            get(policies::get).put(policies::put).delete(policies::delete),
+        )
         .route("/v1/denials", get(observe::denials))
         .route("/v1/usage", get(observe::usage))
         .route("/health", get(observe::health))

@@ -35,6 +35,7 @@ pub async fn health(State(state): State<AppState>) -> Response {
     let answer = HealthAnswer {
         status,
         report_only: current.report_only,
+        fleet: state.fleet.as_ref().map(crate::fleet::Fleet::health),
     };
     (code, Json(answer)).into_response()
 }
@@ -50,7 +51,13 @@ pub async fn status(State(state): State<AppState>) -> Json<crate::status::Status
 pub async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
     let report = engine_stats(&state).await?;
     let current = state.registry.current();
-    let text = crate::metrics::render(&report, current.generation, current.entries.len(), state.link.asks());
+    let text = crate::metrics::render(
+        &report,
+        current.generation,
+        current.entries.len(),
+        state.link.asks(),
+        state.fleet.as_ref(),
+    );
     Ok(([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response())
 }
 

@@ -3,6 +3,7 @@
 use super::admin_spec;
 use super::body::{self, LimitedBody, UnregisterBody};
 use super::{ApiError, AppState, ENFORCE_TIMEOUT};
+use crate::registry::{ApplyError, Refusal};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
@@ -22,9 +23,10 @@ pub async fn register(
         .registry
         .register(stored.ip, stored.clone())
         .await
-        .map_err(store_failed)?;
+        .map_err(not_applied)?;
     enforced(&state, generation).await?;
-    tracing::info!(ip = %stored.ip, id = %stored.id, entries = stored.allowlist.entries().len(), mode = %stored.mode, generation, "registered");
+    let mode = stored.mode.map(crackbox_policy::Mode::as_str);
+    tracing::info!(ip = %stored.ip, id = %stored.id, entries = stored.allowlist.entries().len(), mode, policies = stored.policies.len(), generation, "registered");
     Ok(Json(stored))
 }
 
@@ -37,7 +39,7 @@ pub async fn unregister(
     authorise(&state, &headers)?;
     let request: UnregisterBody = body::parse(body)?;
     let ip = request.ip;
-    let (removed, generation) = state.registry.unregister(ip).await.map_err(store_failed)?;
+    let (removed, generation) = state.registry.unregister(ip).await.map_err(not_applied)?;
     enforced(&state, generation).await?;
     tracing::info!(%ip, removed, generation, "unregistered");
     Ok(Json(UnregisterAnswer { removed }))
@@ -81,10 +83,25 @@ pub(super) async fn enforced(state: &AppState, generation: Generation) -> Result
     ))
 }
 
-pub(super) fn store_failed(err: crate::store::StoreError) -> ApiError {
-    tracing::error!(error = %err, "state file write failed, change not applied");
-    ApiError::new(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "the state file could not be written; the change was not applied",
-    )
+/// The answer to a change the registry did not apply: a refusal's status
+/// and text (400 for a registration naming a missing policy, 409 for a
+/// policy in use or at another revision, 404 for a missing policy), or 500
+/// when the state file could not be written.
+pub(super) fn not_applied(err: ApplyError) -> ApiError {
+    let refusal = match err {
+        ApplyError::Refused(refusal) => refusal,
+        ApplyError::Store(err) => {
+            tracing::error!(error = %err, "state file write failed, change not applied");
+            return ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the state file could not be written; the change was not applied",
+            );
+        }
+    };
+    let status = match refusal {
+        Refusal::UnknownPolicy { .. } => StatusCode::BAD_REQUEST,
+        Refusal::PolicyInUse { .. } | Refusal::StaleRevision { .. } => StatusCode::CONFLICT,
+        Refusal::NoSuchPolicy(_) => StatusCode::NOT_FOUND,
+    };
+    ApiError::new(status, refusal.to_string())
 }

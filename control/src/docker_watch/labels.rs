@@ -8,12 +8,16 @@
 //! number with `KiB/s`, `MiB/s` or `GiB/s`); `io.crackbox.mode=report`
 //! registers it in report mode (`enforce`, the default, may be written too;
 //! any other value is an invalid label); `io.crackbox.deny=host1,host2`
-//! (entries as in the allow label) refuses names its allow entries reach.
+//! (entries as in the allow label) refuses names its allow entries reach;
+//! `io.crackbox.policy=name1,name2` names policies it takes too (whether
+//! they exist is the plan's question: it knows the registry's).
 //! Registrations the watcher makes carry the id with [`ID_PREFIX`] in front,
 //! which is how it tells them from registrations made through the admin API
 //! or `--register`.
 
-use crackbox_policy::{entries_from_config, Allowlist, Bandwidth, Mode, SandboxId, SpecError};
+use crackbox_policy::{
+    entries_from_config, policy_references, Allowlist, Bandwidth, Mode, PolicyName, SandboxId, SpecError,
+};
 use std::collections::HashMap;
 
 /// The label that opts a container in: its allowlist.
@@ -26,6 +30,8 @@ pub const BANDWIDTH_LABEL: &str = "io.crackbox.bandwidth";
 pub const MODE_LABEL: &str = "io.crackbox.mode";
 /// The optional label listing deny entries.
 pub const DENY_LABEL: &str = "io.crackbox.deny";
+/// The optional label naming policies.
+pub const POLICY_LABEL: &str = "io.crackbox.policy";
 /// Prefix of every id the watcher registers (reserved for it).
 pub use crate::registry::WATCHER_ID_PREFIX as ID_PREFIX;
 
@@ -41,8 +47,10 @@ pub enum Labelled {
         allowlist: Allowlist,
         /// The cap, if labelled.
         bandwidth: Option<Bandwidth>,
-        /// Enforced, or (labelled `report`) only reported.
-        mode: Mode,
+        /// The labelled mode (`None`: its policies', else enforce).
+        mode: Option<Mode>,
+        /// The policies it names.
+        policies: Vec<PolicyName>,
     },
     /// Invalid labels: not registered.
     Invalid {
@@ -72,7 +80,7 @@ pub fn read(name: &str, labels: &HashMap<String, String>) -> Option<Labelled> {
         }
     };
     let mode = match labels.get(MODE_LABEL).map(|value| Mode::parse(value)).transpose() {
-        Ok(mode) => mode.unwrap_or_default(),
+        Ok(mode) => mode,
         Err(err) => {
             return Some(Labelled::Invalid {
                 id,
@@ -110,11 +118,20 @@ pub fn read(name: &str, labels: &HashMap<String, String>) -> Option<Labelled> {
             return Some(Labelled::Invalid { id, problem });
         }
     };
+    let policies = labels.get(POLICY_LABEL).map_or_else(Vec::new, |value| entries(value));
+    let policies = match policy_references(&policies) {
+        Ok(policies) => policies,
+        Err(err) => {
+            let problem = format!("{POLICY_LABEL}: {}", SpecError::from(err));
+            return Some(Labelled::Invalid { id, problem });
+        }
+    };
     Some(Labelled::Valid {
         id: sandbox,
         allowlist: Allowlist::with_deny(allow, deny),
         bandwidth,
         mode,
+        policies,
     })
 }
 
@@ -134,9 +151,10 @@ mod tests {
                 allowlist: Allowlist::parse(allow).unwrap(),
                 bandwidth: bandwidth.map(|cap| Bandwidth::new(cap).unwrap()),
                 mode,
+                policies: Vec::new(),
             })
         };
-        let valid = |id: &str, allow: &[&str]| labelled(id, allow, None, Mode::Enforce);
+        let valid = |id: &str, allow: &[&str]| labelled(id, allow, None, None);
         assert_eq!(read("agent-1", &labels(&[])), None);
         assert_eq!(read("agent-1", &labels(&[(ID_LABEL, "x")])), None);
         assert_eq!(
@@ -159,7 +177,7 @@ mod tests {
                 "agent-1",
                 &labels(&[(ALLOW_LABEL, "a.test"), (BANDWIDTH_LABEL, "10MiB/s")])
             ),
-            labelled("docker:agent-1", &["a.test"], Some(10 << 20), Mode::Enforce)
+            labelled("docker:agent-1", &["a.test"], Some(10 << 20), None)
         );
         assert_eq!(
             read(
@@ -170,12 +188,22 @@ mod tests {
                 "docker:agent-1",
                 &["registry.npmjs.org:443", "a.test"],
                 None,
-                Mode::Report
+                Some(Mode::Report)
             )
         );
         assert_eq!(
             read("agent-1", &labels(&[(ALLOW_LABEL, "a.test"), (MODE_LABEL, "enforce")])),
-            valid("docker:agent-1", &["a.test"])
+            labelled("docker:agent-1", &["a.test"], None, Some(Mode::Enforce))
+        );
+        let Some(Labelled::Valid { policies, .. }) = read(
+            "agent-1",
+            &labels(&[(ALLOW_LABEL, ""), (POLICY_LABEL, "base, python,base")]),
+        ) else {
+            panic!("a policy label is valid");
+        };
+        assert_eq!(
+            policies.iter().map(PolicyName::as_str).collect::<Vec<_>>(),
+            ["base", "python"]
         );
         let Some(Labelled::Valid { allowlist, .. }) = read(
             "agent-1",
@@ -215,6 +243,10 @@ mod tests {
             (
                 vec![(ALLOW_LABEL, "ok.test"), (DENY_LABEL, "bad host")],
                 "io.crackbox.deny: deny: invalid allowlist entry \"bad host\"",
+            ),
+            (
+                vec![(ALLOW_LABEL, "ok.test"), (POLICY_LABEL, "Base")],
+                "io.crackbox.policy: policies: invalid policy name \"Base\"",
             ),
         ] {
             match read("agent-1", &labels(&pairs)) {

@@ -10,7 +10,9 @@
 //! session (so a Docker restart is reconciled too). Registrations the
 //! watcher did not make are never touched. The engine is told which subnets
 //! the watcher answers for, so a container's first connection waits for its
-//! registration instead of being denied.
+//! registration instead of being denied. A label may name a policy only
+//! the registry holds, so when the registry's set of policies changes the
+//! watcher reconciles again too.
 
 mod departures;
 mod labels;
@@ -27,11 +29,12 @@ use bollard::query_parameters::{EventsOptionsBuilder, ListContainersOptionsBuild
 use bollard::Docker;
 use crackbox_config::DockerWatch;
 use crackbox_policy::wire::WatchList;
+use crackbox_policy::PolicyName;
 use departures::{Departures, Event};
 use futures_util::{FutureExt, StreamExt};
 use plan::Seen;
 use scope::Source;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -59,6 +62,8 @@ pub struct Watcher {
     warned: HashSet<(String, String)>,
     /// Departures the events announced before the container list shows them.
     departures: Departures,
+    /// The names of the registry's policies at the last reconciliation.
+    policy_names: BTreeSet<PolicyName>,
 }
 
 impl Watcher {
@@ -75,6 +80,7 @@ impl Watcher {
             link,
             warned: HashSet::new(),
             departures: Departures::default(),
+            policy_names: BTreeSet::new(),
         })
     }
 
@@ -119,12 +125,22 @@ impl Watcher {
         self.departures = Departures::default();
         self.reconcile(&docker).await?;
         *reconciled = true;
+        let mut generations = self.registry.subscribe();
         loop {
-            let first = events.next().await;
-            self.take(first)?;
-            // One reconciliation for a whole burst (e.g. many containers starting).
-            while let Some(next) = events.next().now_or_never() {
-                self.take(next)?;
+            tokio::select! {
+                first = events.next() => {
+                    self.take(first)?;
+                    // One reconciliation for a whole burst (e.g. many containers starting).
+                    while let Some(next) = events.next().now_or_never() {
+                        self.take(next)?;
+                    }
+                }
+                changed = generations.changed() => {
+                    changed.map_err(|_| "the registry stopped".to_string())?;
+                    if self.registry.current().policies.keys().eq(self.policy_names.iter()) {
+                        continue;
+                    }
+                }
             }
             self.reconcile(&docker).await?;
         }
@@ -172,6 +188,7 @@ impl Watcher {
         self.departures.apply(&mut seen);
         let holdings = registrations::holdings(&self.registry);
         let plan = plan::plan(&seen, &scope, &holdings);
+        self.policy_names = holdings.policies;
         self.warn_once(&seen, &plan);
         self.link.set_watch_list(WatchList {
             subnets: scope.subnets.clone(),

@@ -2,7 +2,7 @@
 //! and the networks in scope, which registrations to add, replace and
 //! remove, and which containers' labels are refused. Pure.
 
-use super::labels::{self, Labelled};
+use super::labels::{self, Labelled, POLICY_LABEL};
 use super::registrations::Holdings;
 use crackbox_policy::watch::Subnet;
 use crackbox_policy::wire::InvalidSource;
@@ -60,22 +60,24 @@ pub fn plan(seen: &[Seen], scope: &Scope, holdings: &Holdings) -> Plan {
             .iter()
             .filter(|(network, _)| scope.networks.contains(network))
             .map(|(_, ip)| *ip);
-        match labelled {
+        match known_policies(labelled, holdings) {
             Labelled::Valid {
                 id,
                 allowlist,
                 bandwidth,
                 mode,
+                policies,
             } => {
                 for ip in addresses {
                     if holdings.others.contains(&ip) {
                         plan.conflicts.push((container.name.clone(), ip));
                         continue;
                     }
-                    let spec = RegistrationSpec::new(ip, id.clone(), allowlist.clone())
+                    let mut spec = RegistrationSpec::new(ip, id.clone(), allowlist.clone())
                         .with_bandwidth(bandwidth)
-                        .with_mode(mode)
                         .with_origin(Origin::Label);
+                    spec.mode = mode;
+                    spec.policies = policies.clone();
                     wanted.insert(ip, spec);
                 }
             }
@@ -100,10 +102,25 @@ pub fn plan(seen: &[Seen], scope: &Scope, holdings: &Holdings) -> Plan {
     plan
 }
 
+/// `labelled`, or invalid when it names a policy the registry lacks.
+fn known_policies(labelled: Labelled, holdings: &Holdings) -> Labelled {
+    let Labelled::Valid { id, policies, .. } = &labelled else {
+        return labelled;
+    };
+    match policies.iter().find(|name| !holdings.policies.contains(*name)) {
+        Some(missing) => Labelled::Invalid {
+            id: id.to_string(),
+            problem: format!("{POLICY_LABEL}: no policy named {missing:?}"),
+        },
+        None => labelled,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::docker_watch::labels::{ALLOW_LABEL, ID_LABEL};
+    use crackbox_policy::PolicyName;
 
     fn seen(name: &str, labels: &[(&str, &str)], addresses: &[(&str, &str)]) -> Seen {
         Seen {
@@ -137,6 +154,7 @@ mod tests {
             ]
             .into(),
             others: [ip("10.0.0.9")].into(),
+            policies: [PolicyName::parse("python").unwrap()].into(),
         };
         let containers = [
             seen(
@@ -152,22 +170,45 @@ mod tests {
             seen("plain", &[], &[("net-a", "10.0.0.4")]),
             seen("bad", &[(ALLOW_LABEL, "ok.test,no way")], &[("net-a", "10.0.0.6")]),
             seen("clash", &[(ALLOW_LABEL, "c.test")], &[("net-a", "10.0.0.9")]),
+            seen(
+                "named",
+                &[(ALLOW_LABEL, ""), (POLICY_LABEL, "python")],
+                &[("net-a", "10.0.0.7")],
+            ),
+            seen(
+                "unknown",
+                &[(ALLOW_LABEL, ""), (POLICY_LABEL, "python,missing")],
+                &[("net-a", "10.0.0.8")],
+            ),
         ];
         let plan = plan(&containers, &scope, &holdings);
+        let named = spec("10.0.0.7", "docker:named", &[])
+            .with_policies(&["python"])
+            .unwrap();
         assert_eq!(
             plan.register,
-            vec![(ip("10.1.0.3"), spec("10.1.0.3", "docker:store", &["b.test"]))]
+            vec![
+                (ip("10.0.0.7"), named),
+                (ip("10.1.0.3"), spec("10.1.0.3", "docker:store", &["b.test"]))
+            ]
         );
         assert_eq!(plan.unregister, vec![ip("10.0.0.5")]);
         assert_eq!(
             plan.invalid,
-            vec![InvalidSource {
-                ip: ip("10.0.0.6"),
-                id: "docker:bad".into()
-            }]
+            vec![
+                InvalidSource {
+                    ip: ip("10.0.0.6"),
+                    id: "docker:bad".into()
+                },
+                InvalidSource {
+                    ip: ip("10.0.0.8"),
+                    id: "docker:unknown".into()
+                }
+            ]
         );
-        assert_eq!(plan.problems.len(), 1);
+        assert_eq!(plan.problems.len(), 2);
         assert!(plan.problems[0].2.contains("\"no way\""), "{:?}", plan.problems);
+        assert_eq!(plan.problems[1].2, "io.crackbox.policy: no policy named \"missing\"");
         assert_eq!(plan.conflicts, vec![("clash".to_string(), ip("10.0.0.9"))]);
     }
 }

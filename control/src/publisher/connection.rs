@@ -183,6 +183,7 @@ async fn push(writer: &mut OwnedWriteHalf, registry: &Registry, sent: &mut Gener
                 base: *sent,
                 generation: last.generation,
                 changes: deltas.iter().flat_map(|delta| delta.changes.iter().cloned()).collect(),
+                policies: deltas.iter().flat_map(|delta| delta.policies.iter().cloned()).collect(),
             };
             *sent = last.generation;
             message
@@ -199,5 +200,6 @@ fn snapshot_message(published: &Published) -> Message {
     Message::Snapshot {
         generation: published.generation,
         registrations: published.registrations(),
+        policies: published.policy_list(),
     }
 }

@@ -24,7 +24,7 @@ async fn control(seeds: Vec<RegistrationSpec>) -> Control {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("run/control.sock");
     let listener = bind(&socket).unwrap();
-    let registry = Arc::new(Registry::load(None, seeds));
+    let registry = Arc::new(Registry::load(None, seeds).unwrap());
     let link = Arc::new(EngineLink::default());
     tokio::spawn(accept(listener, registry.clone(), link.clone()));
     Control {
@@ -71,6 +71,7 @@ impl FakeEngine {
             Message::Snapshot {
                 generation,
                 registrations,
+                ..
             } => (generation, registrations),
             other => panic!("expected a snapshot, got {other:?}"),
         }
@@ -82,6 +83,7 @@ impl FakeEngine {
                 base,
                 generation,
                 changes,
+                ..
             } => (base, generation, changes),
             other => panic!("expected a delta, got {other:?}"),
         }

@@ -11,7 +11,7 @@
 //! held megabytes under steady churn for nothing.
 
 use super::Published;
-use crackbox_policy::{Generation, SourceChange};
+use crackbox_policy::{Generation, PolicyChange, SourceChange};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -30,8 +30,17 @@ pub struct Delta {
     pub base: Generation,
     /// The generation they produce.
     pub generation: Generation,
-    /// The changes, in order.
+    /// The source changes, in order.
     pub changes: Vec<SourceChange>,
+    /// The policy changes, in order, applied before the source changes.
+    pub policies: Vec<PolicyChange>,
+}
+
+impl Delta {
+    /// How many source and policy changes it carries.
+    pub fn size(&self) -> usize {
+        self.changes.len() + self.policies.len()
+    }
 }
 
 /// What takes an engine from the generation it has to the current one.
@@ -75,7 +84,7 @@ impl Log {
     /// [`Log::push`] at `now`.
     fn push_at(&mut self, delta: Delta, published: Arc<Published>, now: Instant) {
         debug_assert_eq!(delta.base, self.current.generation);
-        self.changes += delta.changes.len();
+        self.changes += delta.size();
         self.deltas.push_back((now, Arc::new(delta)));
         self.current = published;
         while self.deltas.len() > 1 {
@@ -84,7 +93,7 @@ impl Log {
             if !stale && self.deltas.len() <= MAX_DELTAS && self.changes <= MAX_CHANGES {
                 break;
             }
-            self.changes -= oldest.changes.len();
+            self.changes -= oldest.size();
             self.deltas.pop_front();
         }
     }
@@ -113,6 +122,7 @@ mod tests {
         Arc::new(Published {
             generation,
             entries: Entries::new(),
+            policies: crate::store::Policies::new(),
             report_only: 0,
         })
     }
@@ -124,6 +134,7 @@ mod tests {
             changes: (0..changes)
                 .map(|i| SourceChange::Remove(std::net::Ipv4Addr::from(0x0a00_0000 + i as u32).into()))
                 .collect(),
+            policies: Vec::new(),
         }
     }
 

@@ -1,4 +1,5 @@
-//! The authoritative registry: source address -> registration, at a generation.
+//! The authoritative registry: source address -> registration and name ->
+//! named policy, at a generation.
 //!
 //! One committer thread applies every mutation: it takes the requests that
 //! queued up while it was busy as one group, applies them to a persistent map
@@ -8,18 +9,25 @@
 //! it. Readers get the published map and never wait for a write; the engine
 //! link gets the deltas in order, or the full map when it fell behind.
 //!
-//! Each generation also carries how many registrations are in report mode,
-//! kept up to date in O(change); the registry warns at start when there are
-//! any, and whenever their number rises from none, so nobody leaves a
-//! report-only source on by accident.
+//! Each generation also carries how many registrations are in report mode
+//! (their own mode, or their policies'), kept up to date in O(change); the
+//! registry warns at start when there are any, and whenever their number
+//! rises from none, so nobody leaves a report-only source on by accident.
+//!
+//! A named policy is stored once; registrations name it. Changing it is one
+//! change, one generation, whatever number of registrations name it: the
+//! engine gets the policy, not copies of it. A registration may name only a
+//! policy that exists, and a policy in use is removed only when forced
+//! ([`Refusal`]).
 
+mod changes;
 mod committer;
 mod log;
 
 pub use log::{Delta, Update};
 
-use crate::store::{Entries, Store, StoreError};
-use crackbox_policy::{AllowEntry, Generation, Mode, RegistrationSpec, SandboxId};
+use crate::store::{Contents, Entries, Policies, Store, StoreError};
+use crackbox_policy::{AllowEntry, Effective, Generation, Mode, PolicyName, PolicySpec, RegistrationSpec, SandboxId};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::{mpsc, Arc, Mutex};
@@ -35,9 +43,27 @@ pub fn is_watchers(spec: &RegistrationSpec) -> bool {
     spec.id.starts_with(WATCHER_ID_PREFIX)
 }
 
-/// Whether `spec` lets through what its allowlist would deny.
-fn is_report_only(spec: &RegistrationSpec) -> bool {
-    spec.mode == Mode::Report
+/// Whether `spec`, with the policies it names, lets through what its
+/// allowlist would deny.
+fn is_report_only(spec: &RegistrationSpec, policies: &Policies) -> bool {
+    effective(spec, policies).mode() == Mode::Report
+}
+
+/// How many registrations of `contents` are in report mode (O(registry)).
+fn report_only_count(contents: &Contents) -> usize {
+    contents
+        .entries
+        .values()
+        .filter(|spec| is_report_only(spec, &contents.policies))
+        .count()
+}
+
+/// `spec` seen with the policies in `policies`.
+pub fn effective<'a>(
+    spec: &'a RegistrationSpec,
+    policies: &'a Policies,
+) -> Effective<'a, impl Fn(&PolicyName) -> Option<&'a PolicySpec> + Copy + 'a> {
+    Effective::new(spec, move |name: &PolicyName| policies.get(name).map(AsRef::as_ref))
 }
 
 /// Says that `count` sources are report-only, when there are any.
@@ -58,6 +84,8 @@ pub struct Published {
     pub generation: Generation,
     /// Every registration, normalised, by source address.
     pub entries: Entries,
+    /// Every named policy, by name.
+    pub policies: Policies,
     /// How many of them are in report mode.
     pub report_only: usize,
 }
@@ -67,6 +95,24 @@ impl Published {
     /// and full snapshots only).
     pub fn registrations(&self) -> Vec<RegistrationSpec> {
         self.entries.values().map(|spec| spec.as_ref().clone()).collect()
+    }
+
+    /// Every named policy, sorted by name.
+    pub fn policy_list(&self) -> Vec<PolicySpec> {
+        self.policies.values().map(|policy| policy.as_ref().clone()).collect()
+    }
+
+    /// The sources whose registrations name `name` (O(registry)).
+    pub fn users(&self, name: &PolicyName) -> Vec<IpAddr> {
+        changes::users(&self.contents(), name)
+    }
+
+    /// The registrations and policies (clones are O(1)).
+    fn contents(&self) -> Contents {
+        Contents {
+            entries: self.entries.clone(),
+            policies: self.policies.clone(),
+        }
     }
 }
 
@@ -85,6 +131,46 @@ pub enum Change {
     /// label watcher's ([`WATCHER_ID_PREFIX`]) at addresses not among them,
     /// which stay.
     Replace(Vec<(IpAddr, RegistrationSpec)>),
+    /// Stores a named policy under a new revision (unless it is the same as
+    /// the stored one); with `expect`, only when the stored one is at that
+    /// revision (0: only when there is none).
+    PutPolicy {
+        /// The policy (its revision is ignored).
+        policy: PolicySpec,
+        /// The revision the stored policy must have.
+        expect: Option<u64>,
+    },
+    /// Removes a named policy; one that registrations name only with
+    /// `force`, which takes the name out of them (they keep their own
+    /// entries and their other policies).
+    RemovePolicy {
+        /// The policy.
+        name: PolicyName,
+        /// Remove it even where it is named.
+        force: bool,
+    },
+    /// The fleet's policies as etcd has them (each with its etcd revision):
+    /// stores each that differs and removes `removed`, taking a removed
+    /// policy out of the registrations naming it (etcd decides; nothing
+    /// here is refused). With `complete`, `policies` are all there are:
+    /// every other is removed too.
+    SyncPolicies {
+        /// Policies to store as they are.
+        policies: Vec<PolicySpec>,
+        /// Policies removed.
+        removed: Vec<PolicyName>,
+        /// Whether `policies` are all of them.
+        complete: bool,
+    },
+    /// Adds `entry` to the allow entries of policy `name` under a new
+    /// revision (an ask answered `always` for a policy), while it exists and
+    /// its list has room; changes nothing otherwise.
+    AllowInPolicy {
+        /// The policy.
+        name: PolicyName,
+        /// The entry to add.
+        entry: AllowEntry,
+    },
     /// Adds `entry` to the allow entries of the registration of `ip`, while
     /// it is registered under `id` and its list has room (an ask answered
     /// `always`), as a grant until `expires` (for good: `None`; see
@@ -115,7 +201,7 @@ pub enum Change {
 }
 
 /// What one mutation did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Outcome {
     /// The generation that carries it (the current one when nothing changed).
     pub generation: Generation,
@@ -123,6 +209,82 @@ pub struct Outcome {
     pub registered: usize,
     /// Registrations it removed.
     pub removed: usize,
+    /// The policy it stored (with its revision), for a policy change.
+    pub policy: Option<Arc<PolicySpec>>,
+    /// Registrations that lost the policy it removed.
+    pub released: usize,
+}
+
+/// A change the registry refuses; nothing of it is applied.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// A registration names a policy that does not exist.
+    #[error("policies: no policy named {name:?}")]
+    UnknownPolicy {
+        /// The registration's source.
+        ip: IpAddr,
+        /// The missing policy.
+        name: PolicyName,
+    },
+    /// A policy registrations name was to be removed without force.
+    #[error(
+        "policy {name:?} is named by {users} registration(s); remove it with ?force=true to take it \
+         out of them (they keep their own entries)"
+    )]
+    PolicyInUse {
+        /// The policy.
+        name: PolicyName,
+        /// How many registrations name it.
+        users: usize,
+    },
+    /// The stored policy is not at the revision the change expected.
+    #[error("policy {name:?} is at revision {actual}, not {expected}")]
+    StaleRevision {
+        /// The policy.
+        name: PolicyName,
+        /// The revision the change expected.
+        expected: u64,
+        /// The revision stored (0: none).
+        actual: u64,
+    },
+    /// No policy of that name exists.
+    #[error("no policy named {0:?}")]
+    NoSuchPolicy(PolicyName),
+}
+
+/// Why a change was not applied.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// The state file could not be written; nothing changed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The registry refuses the change.
+    #[error(transparent)]
+    Refused(Refusal),
+}
+
+/// What the registry starts with besides its state file: the fleet's
+/// policies read at start, the config file's `[[policies]]` tables and the
+/// registrations of `--register` and `[[register]]`, each replacing a
+/// saved one of the same name or address.
+#[derive(Debug, Clone, Default)]
+pub struct Seeds {
+    /// The fleet's policies, all of them, when etcd could be read at start.
+    pub synced: Option<Vec<PolicySpec>>,
+    /// Named policies.
+    pub policies: Vec<PolicySpec>,
+    /// Registrations (they may name the policies above and saved ones).
+    pub registrations: Vec<RegistrationSpec>,
+}
+
+impl From<Vec<RegistrationSpec>> for Seeds {
+    fn from(registrations: Vec<RegistrationSpec>) -> Self {
+        Seeds {
+            synced: None,
+            policies: Vec::new(),
+            registrations,
+        }
+    }
 }
 
 /// The registry of one control plane.
@@ -135,47 +297,65 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// Starts from the state file (if any) with `seeds` replacing entries for
-    /// the same address (persisted like any change); publishes generation 1.
-    pub fn load(state_path: Option<PathBuf>, seeds: Vec<RegistrationSpec>) -> Self {
-        let (mut store, mut entries) = match state_path.clone() {
+    /// Starts from the state file (if any) with `seeds` replacing policies
+    /// and entries of the same name or address (persisted like any change);
+    /// publishes generation 1. A seed registration naming a policy that
+    /// neither the seeds nor the state file hold is refused.
+    pub fn load(state_path: Option<PathBuf>, seeds: impl Into<Seeds>) -> Result<Self, Refusal> {
+        let seeds = seeds.into();
+        let (mut store, mut contents) = match state_path.clone() {
             Some(path) => {
-                let (store, entries) = Store::open(path);
-                (Some(store), entries)
+                let (store, contents) = Store::open(path);
+                (Some(store), contents)
             }
-            None => (None, Entries::new()),
+            None => (None, Contents::default()),
         };
-        let mut changes = Vec::new();
-        let seeds: Vec<_> = seeds.into_iter().map(|spec| (spec.ip, spec)).collect();
-        committer::apply(
-            &mut entries,
-            &Change::Edit {
-                register: seeds,
-                unregister: vec![],
-            },
-            &mut changes,
-        );
-        if let (Some(store), false) = (store.as_mut(), changes.is_empty()) {
-            if let Err(err) = store.commit(&changes, &entries) {
-                tracing::warn!(error = %err, "cannot persist the --register seeds; they apply in memory only");
+        let mut revision = contents
+            .policies
+            .values()
+            .map(|policy| policy.revision)
+            .max()
+            .unwrap_or(0);
+        let mut made = changes::Made::default();
+        let synced = seeds.synced.map(|policies| Change::SyncPolicies {
+            policies,
+            removed: Vec::new(),
+            complete: true,
+        });
+        let policies = seeds
+            .policies
+            .into_iter()
+            .map(|policy| Change::PutPolicy { policy, expect: None });
+        let register = seeds.registrations.into_iter().map(|spec| (spec.ip, spec)).collect();
+        let register = Change::Edit {
+            register,
+            unregister: vec![],
+        };
+        for change in synced.into_iter().chain(policies).chain([register]) {
+            changes::apply(&mut contents, &change, &mut made, &mut revision)?;
+        }
+        if let (Some(store), false) = (store.as_mut(), made.is_empty()) {
+            if let Err(err) = store.commit(&made.policies, &made.sources, &contents) {
+                tracing::warn!(error = %err, "cannot persist the --register and [[policies]] seeds; they apply in memory only");
             }
         }
-        let report_only = entries.values().filter(|spec| is_report_only(spec)).count();
+        let report_only = report_only_count(&contents);
         warn_report_only(report_only);
         let published = Arc::new(Published {
             generation: 1,
-            entries,
+            entries: contents.entries,
+            policies: contents.policies,
             report_only,
         });
         let log = Arc::new(Mutex::new(log::Log::new(published.clone())));
         let (changed_tx, changed) = watch::channel(1);
-        let requests = committer::spawn(store, published, log.clone(), changed_tx);
-        Registry {
+        let requests = committer::spawn(store, published, revision, log.clone(), changed_tx);
+        Ok(Registry {
             requests,
             log,
             changed,
             state_path,
-        }
+        })
     }
 
     /// The generation in force now.
@@ -194,11 +374,13 @@ impl Registry {
     }
 
     /// Applies `change` durably; answers once it is published.
-    pub async fn apply(&self, change: Change) -> Result<Outcome, StoreError> {
+    pub async fn apply(&self, change: Change) -> Result<Outcome, ApplyError> {
         let (reply, answer) = oneshot::channel();
-        let stopped = || StoreError {
-            path: self.state_path.clone().unwrap_or_default(),
-            source: std::io::Error::other("the registry committer stopped"),
+        let stopped = || {
+            ApplyError::Store(StoreError {
+                path: self.state_path.clone().unwrap_or_default(),
+                source: std::io::Error::other("the registry committer stopped"),
+            })
         };
         self.requests
             .send(committer::Request { change, reply })
@@ -208,7 +390,7 @@ impl Registry {
 
     /// Adds or replaces the registration of `ip` with `spec` (already
     /// normalised); returns the generation that carries it.
-    pub async fn register(&self, ip: IpAddr, spec: RegistrationSpec) -> Result<Generation, StoreError> {
+    pub async fn register(&self, ip: IpAddr, spec: RegistrationSpec) -> Result<Generation, ApplyError> {
         let change = Change::Edit {
             register: vec![(ip, spec)],
             unregister: vec![],
@@ -225,20 +407,20 @@ impl Registry {
         id: SandboxId,
         entry: AllowEntry,
         expires: Option<u64>,
-    ) -> Result<Outcome, StoreError> {
+    ) -> Result<Outcome, ApplyError> {
         self.apply(Change::Allow { ip, id, entry, expires }).await
     }
 
     /// Takes the grant of `entry` out of `ip`'s registration
     /// ([`Change::Ungrant`]); the outcome registers one when there was
     /// such a grant.
-    pub async fn ungrant(&self, ip: IpAddr, entry: String, due_by: Option<u64>) -> Result<Outcome, StoreError> {
+    pub async fn ungrant(&self, ip: IpAddr, entry: String, due_by: Option<u64>) -> Result<Outcome, ApplyError> {
         self.apply(Change::Ungrant { ip, entry, due_by }).await
     }
 
     /// Removes the registration of `ip`; returns whether one existed and the
     /// generation without it.
-    pub async fn unregister(&self, ip: IpAddr) -> Result<(bool, Generation), StoreError> {
+    pub async fn unregister(&self, ip: IpAddr) -> Result<(bool, Generation), ApplyError> {
         let change = Change::Edit {
             register: vec![],
             unregister: vec![ip],

@@ -1,11 +1,12 @@
 //! The journal beside the snapshot file: one JSON line per committed group of
-//! changes, `{"sequence":N,"changes":[...]}`, appended and fdatasynced.
+//! changes, `{"sequence":N,"changes":[...],"policies":[...]}` (`policies`
+//! left out when the group changed none), appended and fdatasynced.
 //!
 //! Reading stops at the first line that is incomplete or does not parse: the
 //! bytes before it are the valid prefix, the rest is reported so the owner can
 //! drop it with a warning. Blocking I/O: never on the data path.
 
-use crackbox_policy::SourceChange;
+use crackbox_policy::{PolicyChange, SourceChange};
 use serde::{Deserialize, Serialize};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -18,18 +19,28 @@ use std::path::{Path, PathBuf};
 pub(super) struct Record {
     /// Consecutive record number; the snapshot file names the last it includes.
     pub sequence: u64,
-    /// The changes, in the order they were applied.
+    /// The source changes, in the order they were applied.
     pub changes: Vec<SourceChange>,
+    /// The policy changes, applied in order before the source changes.
+    #[serde(default)]
+    pub policies: Vec<PolicyChange>,
 }
 
 /// Encodes a record as one line.
-pub(super) fn encode(sequence: u64, changes: &[SourceChange]) -> Vec<u8> {
+pub(super) fn encode(sequence: u64, policies: &[PolicyChange], changes: &[SourceChange]) -> Vec<u8> {
     #[derive(Serialize)]
     struct RecordRef<'a> {
         sequence: u64,
         changes: &'a [SourceChange],
+        #[serde(skip_serializing_if = "<[PolicyChange]>::is_empty")]
+        policies: &'a [PolicyChange],
     }
-    let mut line = serde_json::to_vec(&RecordRef { sequence, changes }).expect("changes always serialise");
+    let record = RecordRef {
+        sequence,
+        changes,
+        policies,
+    };
+    let mut line = serde_json::to_vec(&record).expect("changes always serialise");
     line.push(b'\n');
     line
 }
@@ -160,9 +171,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("j");
         let mut journal = Journal::open(path.clone(), 0).unwrap();
-        journal.append(&encode(1, &[put("10.0.0.1")])).unwrap();
+        journal.append(&encode(1, &[], &[put("10.0.0.1")])).unwrap();
         journal
-            .append(&encode(2, &[SourceChange::Remove("10.0.0.1".parse().unwrap())]))
+            .append(&encode(2, &[], &[SourceChange::Remove("10.0.0.1".parse().unwrap())]))
             .unwrap();
         let good = std::fs::read(&path).unwrap();
         let replay = read(&path).unwrap().unwrap();
@@ -187,7 +198,7 @@ mod tests {
         let mut reopened = Journal::open(path.clone(), good.len() as u64).unwrap();
         assert_eq!(reopened.len(), good.len() as u64);
         assert_eq!(std::fs::read(&path).unwrap(), good, "the tail is cut off");
-        reopened.append(&encode(3, &[])).unwrap();
+        reopened.append(&encode(3, &[], &[])).unwrap();
         assert_eq!(read(&path).unwrap().unwrap().records.len(), 3, "appends go at the end");
     }
 
@@ -197,6 +208,6 @@ mod tests {
         let path = dir.path().join("j");
         let mut journal = Journal::open(path.clone(), 0).unwrap();
         std::fs::remove_file(&path).unwrap();
-        assert!(journal.append(&encode(1, &[put("10.0.0.1")])).is_err());
+        assert!(journal.append(&encode(1, &[], &[put("10.0.0.1")])).is_err());
     }
 }

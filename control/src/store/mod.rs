@@ -1,4 +1,5 @@
-//! Durable registry: a snapshot file plus an append-only journal beside it.
+//! Durable registry: a snapshot file plus an append-only journal beside it,
+//! holding the registrations and the named policies.
 //!
 //! Every committed group of changes is one journal line, fdatasynced before
 //! the commit returns, so concurrent changes grouped by the caller share one
@@ -16,7 +17,7 @@ mod snapshot;
 
 pub use snapshot::STATE_VERSION;
 
-use crackbox_policy::{RegistrationSpec, SourceChange};
+use crackbox_policy::{PolicyChange, PolicyName, PolicySpec, RegistrationSpec, SourceChange};
 use journal::Journal;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -25,6 +26,36 @@ use std::thread::JoinHandle;
 
 /// The registry's entries by source address (a persistent map: clones are O(1)).
 pub type Entries = imbl::OrdMap<IpAddr, Arc<RegistrationSpec>>;
+
+/// The named policies by name (a persistent map: clones are O(1)).
+pub type Policies = imbl::OrdMap<PolicyName, Arc<PolicySpec>>;
+
+/// Everything the registry holds (clones are O(1)).
+#[derive(Debug, Clone, Default)]
+pub struct Contents {
+    /// The registrations.
+    pub entries: Entries,
+    /// The named policies.
+    pub policies: Policies,
+}
+
+impl Contents {
+    /// Applies one group's changes: the policies first, then the sources.
+    pub fn apply(&mut self, policies: &[PolicyChange], changes: &[SourceChange]) {
+        for change in policies {
+            match change {
+                PolicyChange::Put(spec) => self.policies.insert(spec.name.clone(), Arc::new(spec.clone())),
+                PolicyChange::Remove(name) => self.policies.remove(name),
+            };
+        }
+        for change in changes {
+            match change {
+                SourceChange::Put(spec) => self.entries.insert(spec.ip, Arc::new(spec.clone())),
+                SourceChange::Remove(ip) => self.entries.remove(ip),
+            };
+        }
+    }
+}
 
 /// A journal shorter than this is never compacted.
 const MIN_COMPACT_BYTES: u64 = 1024 * 1024;
@@ -56,7 +87,7 @@ pub struct Store {
 
 /// What start-up read from disk.
 struct Loaded {
-    entries: Entries,
+    contents: Contents,
     sequence: u64,
     journal_len: u64,
     needs_rewrite: bool,
@@ -65,13 +96,18 @@ struct Loaded {
 /// Reads the saved registrations (snapshot + journal) without changing any
 /// file; problems are logged and skipped as at start-up.
 pub fn read(path: &Path) -> Vec<RegistrationSpec> {
-    load(path).entries.values().map(|spec| spec.as_ref().clone()).collect()
+    load(path)
+        .contents
+        .entries
+        .values()
+        .map(|spec| spec.as_ref().clone())
+        .collect()
 }
 
 impl Store {
-    /// Opens the state at `path`: the saved entries and a store to commit to.
-    /// Never fails; problems are logged.
-    pub fn open(path: PathBuf) -> (Store, Entries) {
+    /// Opens the state at `path`: the saved contents and a store to commit
+    /// to. Never fails; problems are logged.
+    pub fn open(path: PathBuf) -> (Store, Contents) {
         let loaded = load(&path);
         let journal = match Journal::open(journal_path(&path), loaded.journal_len) {
             Ok(journal) => Some(journal),
@@ -88,7 +124,7 @@ impl Store {
             snapshot_bytes: 0,
             compaction: None,
         };
-        (store, loaded.entries)
+        (store, loaded.contents)
     }
 
     /// The state file path.
@@ -96,15 +132,21 @@ impl Store {
         &self.path
     }
 
-    /// Makes `changes` durable; `after` is the registry with them applied.
-    /// On error nothing of them is kept on disk.
-    pub fn commit(&mut self, changes: &[SourceChange], after: &Entries) -> Result<(), StoreError> {
+    /// Makes `policies` and `changes` (one group, applied in that order)
+    /// durable; `after` is the registry with them applied. On error nothing
+    /// of them is kept on disk.
+    pub fn commit(
+        &mut self,
+        policies: &[PolicyChange],
+        changes: &[SourceChange],
+        after: &Contents,
+    ) -> Result<(), StoreError> {
         let sequence = self.sequence + 1;
         if self.needs_rewrite {
             self.rewrite(sequence, after)?;
         } else {
             let journal = self.journal.as_mut().expect("a journal unless a rewrite is due");
-            if let Err(source) = journal.append(&journal::encode(sequence, changes)) {
+            if let Err(source) = journal.append(&journal::encode(sequence, policies, changes)) {
                 self.needs_rewrite = true;
                 return Err(self.failed(source));
             }
@@ -115,10 +157,9 @@ impl Store {
     }
 
     /// Writes the whole snapshot at `sequence` and starts an empty journal.
-    fn rewrite(&mut self, sequence: u64, after: &Entries) -> Result<(), StoreError> {
+    fn rewrite(&mut self, sequence: u64, after: &Contents) -> Result<(), StoreError> {
         self.finish_compaction(true);
-        self.snapshot_bytes =
-            snapshot::write(&self.path, sequence, after.values().map(AsRef::as_ref)).map_err(|err| self.failed(err))?;
+        self.snapshot_bytes = snapshot::write(&self.path, sequence, after).map_err(|err| self.failed(err))?;
         let _ = std::fs::remove_file(old_journal_path(&self.path));
         self.journal = None;
         let journal = Journal::open(journal_path(&self.path), 0).map_err(|err| self.failed(err))?;
@@ -130,7 +171,7 @@ impl Store {
 
     /// Rotates the journal and snapshots `after` in the background once the
     /// journal outgrows the snapshot (one compaction at a time).
-    fn compact_if_due(&mut self, after: &Entries) {
+    fn compact_if_due(&mut self, after: &Contents) {
         let journal_len = self.journal.as_ref().map_or(0, Journal::len);
         if journal_len < MIN_COMPACT_BYTES.max(self.snapshot_bytes) || !self.finish_compaction(false) {
             return;
@@ -149,11 +190,11 @@ impl Store {
                 }
             }
         }
-        let (path, sequence, entries) = (self.path.clone(), self.sequence, after.clone());
+        let (path, sequence, contents) = (self.path.clone(), self.sequence, after.clone());
         let spawned = std::thread::Builder::new()
             .name("crackbox-compaction".into())
             .spawn(move || {
-                let bytes = snapshot::write(&path, sequence, entries.values().map(AsRef::as_ref))?;
+                let bytes = snapshot::write(&path, sequence, &contents)?;
                 std::fs::remove_file(old_journal_path(&path))?;
                 snapshot::sync_directory(&path)?;
                 Ok(bytes)
@@ -209,7 +250,7 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
 fn load(path: &Path) -> Loaded {
     let shown = path.display();
     let mut loaded = Loaded {
-        entries: Entries::new(),
+        contents: Contents::default(),
         sequence: 0,
         journal_len: 0,
         needs_rewrite: false,
@@ -218,7 +259,10 @@ fn load(path: &Path) -> Loaded {
         Ok(Some(saved)) => {
             loaded.sequence = saved.sequence;
             for spec in saved.entries {
-                loaded.entries.insert(spec.ip, Arc::new(spec));
+                loaded.contents.entries.insert(spec.ip, Arc::new(spec));
+            }
+            for policy in saved.policies {
+                loaded.contents.policies.insert(policy.name.clone(), Arc::new(policy));
             }
             for error in &saved.skipped {
                 tracing::warn!(path = %shown, %error, "skipping an invalid state file entry");
@@ -265,24 +309,11 @@ fn load(path: &Path) -> Loaded {
                 loaded.needs_rewrite = true;
                 break;
             }
-            for change in &record.changes {
-                apply(&mut loaded.entries, change);
-            }
+            loaded.contents.apply(&record.policies, &record.changes);
             loaded.sequence = record.sequence;
         }
     }
     loaded
-}
-
-fn apply(entries: &mut Entries, change: &SourceChange) {
-    match change {
-        SourceChange::Put(spec) => {
-            entries.insert(spec.ip, Arc::new(spec.clone()));
-        }
-        SourceChange::Remove(ip) => {
-            entries.remove(ip);
-        }
-    }
 }
 
 #[cfg(test)]

@@ -1,4 +1,6 @@
-//! The snapshot file: `{"version":1,"sequence":N,"entries":[...]}`, written atomically.
+//! The snapshot file: `{"version":1,"sequence":N,"entries":[...],"policies":[...]}`
+//! (`policies` left out when there are none, so files written before named
+//! policies read the same), written atomically.
 //!
 //! A write goes to a temporary file in the same directory, is fsynced, renamed
 //! over the snapshot file, and the directory is fsynced, so a crash leaves
@@ -6,7 +8,8 @@
 //! journal record the entries include (absent in files written before the
 //! journal: 0). Blocking I/O: never on the data path.
 
-use crackbox_policy::RegistrationSpec;
+use super::Contents;
+use crackbox_policy::{PolicySpec, RegistrationSpec};
 use serde::{Deserialize, Serialize};
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
@@ -26,6 +29,9 @@ struct StateFile {
     /// Decoded one by one, so that one entry an older crackbox accepted and
     /// this one refuses costs only that entry.
     entries: Vec<serde_json::Value>,
+    /// Decoded one by one too.
+    #[serde(default)]
+    policies: Vec<serde_json::Value>,
 }
 
 #[derive(Serialize)]
@@ -33,6 +39,8 @@ struct StateFileRef<'a> {
     version: u32,
     sequence: u64,
     entries: Vec<&'a RegistrationSpec>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    policies: Vec<&'a PolicySpec>,
 }
 
 /// A snapshot file as read.
@@ -41,7 +49,9 @@ pub(super) struct SavedSnapshot {
     pub sequence: u64,
     /// The valid entries.
     pub entries: Vec<RegistrationSpec>,
-    /// Why each invalid entry was skipped.
+    /// The valid policies.
+    pub policies: Vec<PolicySpec>,
+    /// Why each invalid entry or policy was skipped.
     pub skipped: Vec<String>,
 }
 
@@ -73,6 +83,7 @@ pub(super) fn read(path: &Path) -> Result<Option<SavedSnapshot>, ReadError> {
     let mut saved = SavedSnapshot {
         sequence: file.sequence,
         entries: Vec::with_capacity(file.entries.len()),
+        policies: Vec::with_capacity(file.policies.len()),
         skipped: Vec::new(),
     };
     for entry in file.entries {
@@ -81,20 +92,23 @@ pub(super) fn read(path: &Path) -> Result<Option<SavedSnapshot>, ReadError> {
             Err(err) => saved.skipped.push(err.to_string()),
         }
     }
+    for policy in file.policies {
+        match serde_json::from_value(policy) {
+            Ok(policy) => saved.policies.push(policy),
+            Err(err) => saved.skipped.push(format!("policy: {err}")),
+        }
+    }
     Ok(Some(saved))
 }
 
-/// Replaces the snapshot file with `entries` at `sequence`, atomically and
-/// durably; returns the bytes written.
-pub(super) fn write<'a>(
-    path: &Path,
-    sequence: u64,
-    entries: impl Iterator<Item = &'a RegistrationSpec>,
-) -> std::io::Result<u64> {
+/// Replaces the snapshot file with `contents` at `sequence`, atomically
+/// and durably; returns the bytes written.
+pub(super) fn write(path: &Path, sequence: u64, contents: &Contents) -> std::io::Result<u64> {
     let file = StateFileRef {
         version: STATE_VERSION,
         sequence,
-        entries: entries.collect(),
+        entries: contents.entries.values().map(AsRef::as_ref).collect(),
+        policies: contents.policies.values().map(AsRef::as_ref).collect(),
     };
     let mut bytes = serde_json::to_vec_pretty(&file)?;
     bytes.push(b'\n');

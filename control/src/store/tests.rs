@@ -5,12 +5,10 @@ fn spec(ip: &str, allowlist: &[&str]) -> RegistrationSpec {
     RegistrationSpec::parse(ip, "t", allowlist).unwrap()
 }
 
-/// Applies `changes` to `entries` as the registry does, then commits them.
-fn commit(store: &mut Store, entries: &mut Entries, changes: Vec<SourceChange>) {
-    for change in &changes {
-        apply(entries, change);
-    }
-    store.commit(&changes, entries).unwrap();
+/// Applies `changes` to `contents` as the registry does, then commits them.
+fn commit(store: &mut Store, contents: &mut Contents, changes: Vec<SourceChange>) {
+    contents.apply(&[], &changes);
+    store.commit(&[], &changes, contents).unwrap();
 }
 
 fn put_change(ip: &str, allowlist: &[&str]) -> SourceChange {
@@ -31,7 +29,7 @@ fn first_commit_writes_the_snapshot_later_ones_only_append() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("state.json");
     let (mut store, mut entries) = Store::open(path.clone());
-    assert!(entries.is_empty());
+    assert!(entries.entries.is_empty());
     commit(&mut store, &mut entries, vec![put_change("10.0.0.1", &["github.com"])]);
     let snapshot_after_first = fs::read(&path).unwrap();
     let value: serde_json::Value = serde_json::from_slice(&snapshot_after_first).unwrap();
@@ -52,7 +50,7 @@ fn first_commit_writes_the_snapshot_later_ones_only_append() {
     assert_eq!(read(&path), vec![spec("10.0.0.2", &[])]);
     drop(store);
     let (_, reopened) = Store::open(path);
-    assert_eq!(reopened.len(), 1);
+    assert_eq!(reopened.entries.len(), 1);
 }
 
 #[test]
@@ -88,10 +86,14 @@ fn bad_snapshot_files_load_as_empty_and_the_next_commit_rewrites_them() {
     ];
     for bytes in variants {
         fs::write(&path, bytes).unwrap();
-        fs::write(journal_path(&path), journal::encode(1, &[put_change("10.0.0.9", &[])])).unwrap();
+        fs::write(
+            journal_path(&path),
+            journal::encode(1, &[], &[put_change("10.0.0.9", &[])]),
+        )
+        .unwrap();
         assert!(read(&path).is_empty(), "{:?}", String::from_utf8_lossy(bytes));
         let (mut store, mut entries) = Store::open(path.clone());
-        assert!(entries.is_empty());
+        assert!(entries.entries.is_empty());
         commit(&mut store, &mut entries, vec![put_change("10.0.0.1", &[])]);
         assert_eq!(read(&path), vec![spec("10.0.0.1", &[])]);
     }
@@ -99,7 +101,7 @@ fn bad_snapshot_files_load_as_empty_and_the_next_commit_rewrites_them() {
     fs::create_dir(&path).unwrap();
     assert!(read(&path).is_empty(), "a directory in place of the file");
     let (mut store, entries) = Store::open(path);
-    assert!(store.commit(&[put_change("10.0.0.1", &[])], &entries).is_err());
+    assert!(store.commit(&[], &[put_change("10.0.0.1", &[])], &entries).is_err());
 }
 
 #[test]
@@ -116,7 +118,7 @@ fn a_torn_last_record_is_dropped_and_cut_off() {
     fs::write(&journal, &whole[..whole.len() - 5]).unwrap();
     assert_eq!(read(&path).len(), 2, "the torn third change is dropped");
     let (mut store, mut entries) = Store::open(path.clone());
-    assert_eq!(entries.len(), 2);
+    assert_eq!(entries.entries.len(), 2);
     commit(&mut store, &mut entries, vec![put_change("10.0.0.4", &[])]);
     let ips: Vec<_> = read(&path).into_iter().map(|s| s.ip.to_string()).collect();
     assert_eq!(
@@ -135,10 +137,10 @@ fn a_corrupt_middle_record_drops_the_rest_and_forces_a_rewrite() {
     commit(&mut store, &mut entries, vec![put_change("10.0.0.2", &[])]);
     drop(store);
     let mut bytes = b"garbage\n".to_vec();
-    bytes.extend_from_slice(&journal::encode(3, &[put_change("10.0.0.3", &[])]));
+    bytes.extend_from_slice(&journal::encode(3, &[], &[put_change("10.0.0.3", &[])]));
     fs::write(journal_path(&path), bytes).unwrap();
     let (mut store, mut entries) = Store::open(path.clone());
-    assert_eq!(entries.len(), 1, "only the snapshot's entry");
+    assert_eq!(entries.entries.len(), 1, "only the snapshot's entry");
     commit(&mut store, &mut entries, vec![put_change("10.0.0.4", &[])]);
     assert_eq!(read(&path).len(), 2);
     assert_eq!(
@@ -188,8 +190,8 @@ fn a_failed_commit_keeps_nothing() {
     fs::rename(&sub, &moved).unwrap();
     fs::write(&sub, b"now a file").unwrap();
     let mut after = entries.clone();
-    apply(&mut after, &put_change("10.0.0.2", &[]));
-    let err = store.commit(&[put_change("10.0.0.2", &[])], &after).unwrap_err();
+    after.apply(&[], &[put_change("10.0.0.2", &[])]);
+    let err = store.commit(&[], &[put_change("10.0.0.2", &[])], &after).unwrap_err();
     assert!(err.to_string().contains("sub/state.json"), "{err}");
     assert_eq!(read(&moved.join("state.json")), vec![spec("10.0.0.1", &[])]);
 }
@@ -217,6 +219,6 @@ fn a_cap_is_kept_in_the_snapshot_and_the_journal_and_left_out_when_unset() {
     );
     drop(store);
     let (_, reopened) = Store::open(path);
-    let loaded: Vec<_> = reopened.values().map(|spec| spec.as_ref().clone()).collect();
+    let loaded: Vec<_> = reopened.entries.values().map(|spec| spec.as_ref().clone()).collect();
     assert_eq!(loaded, [capped("10.0.0.1"), capped("10.0.0.2"), spec("10.0.0.3", &[])]);
 }

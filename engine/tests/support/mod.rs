@@ -90,6 +90,7 @@ impl Engine {
             &Message::Snapshot {
                 generation,
                 registrations,
+                policies: Vec::new(),
             },
         )
         .unwrap();

@@ -66,9 +66,9 @@ fn the_cap_is_optional_in_json_and_checked_where_it_enters() {
 #[test]
 fn the_mode_is_optional_in_json_and_enforce_when_left_out() {
     let old = body(r#"{"ip":"10.0.0.2","id":"a","allowlist":[]}"#).unwrap();
-    assert_eq!(old.mode, Mode::Enforce);
+    assert_eq!(old.mode, None);
     let report = body(r#"{"ip":"10.0.0.2","id":"a","allowlist":[],"mode":"report"}"#).unwrap();
-    assert_eq!(report.mode, Mode::Report);
+    assert_eq!(report.mode, Some(Mode::Report));
     assert_eq!(
         serde_json::to_string(&report).unwrap(),
         r#"{"ip":"10.0.0.2","id":"a","allowlist":[],"mode":"report"}"#
@@ -82,6 +82,38 @@ fn the_mode_is_optional_in_json_and_enforce_when_left_out() {
         let text = format!(r#"{{"ip":"10.0.0.2","id":"a","allowlist":[],"mode":{bad}}}"#);
         assert!(body(&text).is_err(), "{text}");
     }
+    // With policies an unset mode is theirs, so an explicit enforce is kept.
+    let named = r#"{"ip":"10.0.0.2","id":"a","allowlist":[],"mode":"enforce","policies":["base"]}"#;
+    assert_eq!(serde_json::to_string(&body(named).unwrap()).unwrap(), named);
+    assert_eq!(body(named).unwrap().mode, Some(Mode::Enforce));
+}
+
+#[test]
+fn policies_are_named_checked_and_deduplicated() {
+    let spec = body(r#"{"ip":"10.0.0.2","id":"a","allowlist":[],"policies":["b","a","b"]}"#).unwrap();
+    assert_eq!(spec.policies.iter().map(|n| n.as_str()).collect::<Vec<_>>(), ["b", "a"]);
+    assert!(spec.names(&crate::PolicyName::parse("a").unwrap()));
+    for (text, want) in [
+        (
+            r#"{"ip":"10.0.0.2","id":"a","allowlist":[],"policies":["B"]}"#,
+            "policies[0]: invalid policy name",
+        ),
+        (
+            r#"{"ip":"10.0.0.2","id":"a","allowlist":[],"policies":"b"}"#,
+            "policies: invalid type",
+        ),
+    ] {
+        let err = body(text).unwrap_err();
+        assert!(err.starts_with(want), "{text}: {err}");
+    }
+    let many: Vec<String> = (0..33).map(|i| format!("\"p{i}\"")).collect();
+    let text = format!(
+        r#"{{"ip":"10.0.0.2","id":"a","allowlist":[],"policies":[{}]}}"#,
+        many.join(",")
+    );
+    assert!(body(&text).unwrap_err().contains("at most 32"), "{text}");
+    let unnamed = spec.clone().with_policies(&Vec::<String>::new()).unwrap();
+    assert!(!serde_json::to_string(&unnamed).unwrap().contains("policies"));
 }
 
 #[test]

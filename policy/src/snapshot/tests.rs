@@ -114,7 +114,7 @@ fn accounts_pass_on_under_the_same_id_and_limiters_under_any() {
         snapshot = next;
     }
     let kept = account(&snapshot, "10.0.0.1");
-    let full = snapshot.rebuild(9, &[spec("10.0.0.1", "a", &[]), spec("10.0.0.3", "c", &[])]);
+    let full = snapshot.rebuild(9, &[], &[spec("10.0.0.1", "a", &[]), spec("10.0.0.3", "c", &[])]);
     assert!(
         Arc::ptr_eq(&kept, &account(&full, "10.0.0.1")),
         "a full snapshot keeps same-id accounts"
@@ -138,4 +138,57 @@ fn changes_serialise_as_tagged_objects() {
     ] {
         assert!(serde_json::from_str::<SourceChange>(bad).is_err(), "{bad}");
     }
+}
+
+fn policy(name: &str, allow: &[&str], cap: Option<&str>) -> crate::PolicySpec {
+    crate::PolicySpec {
+        bandwidth: cap.map(|cap| Bandwidth::parse(cap).unwrap()),
+        ..crate::PolicySpec::new(
+            crate::PolicyName::parse(name).unwrap(),
+            crate::Allowlist::parse(allow).unwrap(),
+        )
+    }
+}
+
+#[test]
+fn a_policy_change_reaches_every_registration_naming_it_and_touches_only_them() {
+    let named = |ip: &str, names: &[&str]| spec(ip, "n", &[]).with_policies(names).unwrap();
+    let base = Snapshot::empty_for(1).rebuild(
+        1,
+        &[policy("p", &["a.test"], Some("1MiB/s")), policy("q", &[], None)],
+        &[
+            named("10.0.0.1", &["p"]),
+            named("10.0.0.2", &["p", "q"]),
+            named("10.0.0.3", &["q"]),
+        ],
+    );
+    let reaches = |snapshot: &Snapshot, source: &str, host: &str| {
+        let registered = snapshot.lookup(ip(source)).unwrap();
+        snapshot.effective(registered).lookup(host, Some(443)) != crate::Lookup::Unlisted
+    };
+    let rate = |snapshot: &Snapshot, source: &str| snapshot.lookup(ip(source)).unwrap().account.limiter().rate();
+    assert!(reaches(&base, "10.0.0.1", "a.test") && !reaches(&base, "10.0.0.3", "a.test"));
+    assert_eq!(rate(&base, "10.0.0.2"), Some(1 << 20), "the policy's cap");
+    let changed = [crate::PolicyChange::Put(policy("p", &["b.test"], Some("2MiB/s")))];
+    let applied = base.apply_delta(2, &changed, &[]);
+    let mut touched = applied.touched.clone();
+    touched.sort();
+    assert_eq!(touched, [ip("10.0.0.1"), ip("10.0.0.2")], "only those naming it");
+    let next = applied.snapshot;
+    assert!(reaches(&next, "10.0.0.2", "b.test") && !reaches(&next, "10.0.0.2", "a.test"));
+    assert!(reaches(&base, "10.0.0.2", "a.test"), "the base is unchanged");
+    assert_eq!(
+        rate(&next, "10.0.0.1"),
+        Some(2 << 20),
+        "the new cap is set on the live limiter"
+    );
+    let removed = next.apply_delta(
+        3,
+        &[crate::PolicyChange::Remove(crate::PolicyName::parse("p").unwrap())],
+        &[],
+    );
+    let next = removed.snapshot;
+    assert!(!reaches(&next, "10.0.0.1", "b.test"), "a missing policy gives nothing");
+    assert_eq!(rate(&next, "10.0.0.1"), None);
+    assert_eq!(next.policies().count(), 1);
 }

@@ -8,7 +8,11 @@ fn sample() -> Vec<Message> {
         },
         Message::Snapshot {
             generation: 3,
-            registrations: vec![RegistrationSpec::parse("10.0.0.2", "agent", &["github.com"]).unwrap()],
+            registrations: vec![RegistrationSpec::parse("10.0.0.2", "agent", &["github.com"])
+                .unwrap()
+                .with_policies(&["base"])
+                .unwrap()],
+            policies: vec![policy()],
         },
         Message::Delta {
             base: 3,
@@ -25,6 +29,10 @@ fn sample() -> Vec<Message> {
                         .unwrap()
                         .with_mode(crate::Mode::Report),
                 ),
+            ],
+            policies: vec![
+                PolicyChange::Put(policy()),
+                PolicyChange::Remove(crate::PolicyName::parse("old").unwrap()),
             ],
         },
         Message::Resync { generation: 2 },
@@ -126,6 +134,16 @@ fn sample() -> Vec<Message> {
     ]
 }
 
+fn policy() -> PolicySpec {
+    PolicySpec {
+        revision: 2,
+        ..PolicySpec::new(
+            crate::PolicyName::parse("base").unwrap(),
+            crate::Allowlist::parse(&["pypi.org"]).unwrap(),
+        )
+    }
+}
+
 fn pending() -> PendingRequest {
     PendingRequest {
         id: 3,
@@ -136,6 +154,7 @@ fn pending() -> PendingRequest {
         front_end: "connect".into(),
         since: 5,
         waiting: 1,
+        node: None,
     }
 }
 

@@ -105,7 +105,7 @@ async fn the_default_stream_is_ask_events_only_with_ids_and_bad_topics_are_400()
 
 #[tokio::test]
 async fn status_its_event_and_the_console_report_the_settings_alike() {
-    let registry = Arc::new(Registry::load(None, vec![]));
+    let registry = Arc::new(Registry::load(None, vec![]).unwrap());
     let link = Arc::new(EngineLink::default());
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

@@ -41,7 +41,7 @@ async fn admin(secret: Option<&str>, engine: Engine, state_file: bool) -> Admin 
     if state_file {
         std::fs::create_dir(dir.path().join("state")).unwrap();
     }
-    let registry = Arc::new(Registry::load(store, vec![]));
+    let registry = Arc::new(Registry::load(store, vec![]).unwrap());
     let link = Arc::new(EngineLink::default());
     tokio::spawn(publisher::accept(
         publisher::bind(&socket).unwrap(),

@@ -33,7 +33,7 @@ async fn until(what: &str, condition: impl Fn() -> bool) {
 async fn grants_leave_when_due_and_others_stay() {
     let now = now_ms();
     let expired_while_down = spec("10.0.0.1", &[("old.test", Some(now - 1000)), ("forever.test", None)]);
-    let registry = Arc::new(Registry::load(None, vec![expired_while_down]));
+    let registry = Arc::new(Registry::load(None, vec![expired_while_down]).unwrap());
     tokio::spawn(run(Arc::clone(&registry)));
     until("a grant that expired before start leaves at once", || {
         entries_of(&registry, "10.0.0.1") == ["kept.test", "forever.test"]
@@ -63,7 +63,7 @@ async fn grants_leave_when_due_and_others_stay() {
 
 #[tokio::test]
 async fn a_renewed_grant_follows_its_new_expiry() {
-    let registry = Arc::new(Registry::load(None, vec![]));
+    let registry = Arc::new(Registry::load(None, vec![]).unwrap());
     tokio::spawn(run(Arc::clone(&registry)));
     let first = spec("10.0.0.3", &[("x.test", Some(now_ms() + 200))]);
     registry.register(first.ip, first.clone()).await.unwrap();

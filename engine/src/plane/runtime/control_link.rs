@@ -23,7 +23,7 @@ use crate::plane::services::stats::Stats;
 use crackbox_policy::registry::Registry;
 use crackbox_policy::watch::{Watch, Watched};
 use crackbox_policy::wire::{self, FeedReport, Message, Query, Reply, Role, WatchList, WireError, PROTOCOL};
-use crackbox_policy::{Generation, RegistrationSpec, Snapshot, SourceChange};
+use crackbox_policy::{Generation, PolicyChange, PolicySpec, RegistrationSpec, Snapshot, SourceChange};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{channel, RecvTimeoutError, Sender};
@@ -139,12 +139,14 @@ fn session(
             Err(Message::Snapshot {
                 generation,
                 registrations,
-            }) => Some(link.full(generation, &registrations)),
+                policies,
+            }) => Some(link.full(generation, &policies, &registrations)),
             Err(Message::Delta {
                 base,
                 generation,
                 changes,
-            }) => link.delta(base, generation, &changes),
+                policies,
+            }) => link.delta(base, generation, &policies, &changes),
             Err(Message::Watch { list }) => {
                 watch_in_force(&engine.watched, &list);
                 None
@@ -216,26 +218,41 @@ impl Session<'_> {
     /// it hands on); the ack. The registrations were validated as the frame
     /// was decoded (a frame with an invalid one ends the session, keeping
     /// the snapshot in force).
-    fn full(&mut self, generation: Generation, registrations: &[RegistrationSpec]) -> Message {
-        let snapshot = self.registry.load().rebuild(generation, registrations);
+    fn full(&mut self, generation: Generation, policies: &[PolicySpec], registrations: &[RegistrationSpec]) -> Message {
+        let snapshot = self.registry.load().rebuild(generation, policies, registrations);
         let sources = snapshot.len();
         let _ = self.retired.send(self.registry.swap(snapshot));
         self.resync_asked = false;
-        tracing::debug!(generation, sources, "full snapshot in force");
+        tracing::debug!(generation, sources, policies = policies.len(), "full snapshot in force");
         self.in_force(generation)
     }
 
     /// Applies a delta to the snapshot in force; the ack, or a resync
-    /// request when it does not follow on from it.
-    fn delta(&mut self, base: Generation, generation: Generation, changes: &[SourceChange]) -> Option<Message> {
+    /// request when it does not follow on from it. A changed policy
+    /// touches every source that names it, so revocation re-decides theirs.
+    fn delta(
+        &mut self,
+        base: Generation,
+        generation: Generation,
+        policies: &[PolicyChange],
+        changes: &[SourceChange],
+    ) -> Option<Message> {
         let current = self.registry.load();
         if self.synced != Some(base) || current.generation() != base {
             return self.resync(base, "a delta that does not follow on from the snapshot in force");
         }
-        let snapshot = current.apply(generation, changes);
-        let sources = changes.iter().map(SourceChange::ip).collect();
-        let _ = self.retired.send(self.registry.swap_changed(snapshot, sources));
-        tracing::debug!(generation, changes = changes.len(), "delta in force");
+        let applied = current.apply_delta(generation, policies, changes);
+        let touched = applied.touched.len();
+        let _ = self
+            .retired
+            .send(self.registry.swap_changed(applied.snapshot, applied.touched));
+        tracing::debug!(
+            generation,
+            changes = changes.len(),
+            policies = policies.len(),
+            touched,
+            "delta in force"
+        );
         Some(self.in_force(generation))
     }
 

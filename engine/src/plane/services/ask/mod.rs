@@ -81,6 +81,7 @@ impl Request {
             front_end: self.front_end.to_string(),
             since: self.since_ms,
             waiting: self.state().waiting,
+            node: None,
         }
     }
 

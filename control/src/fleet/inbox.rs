@@ -1,0 +1,126 @@
+//! The fleet's inbox of asks (docs/fleet.md, "Asks across the fleet"):
+//! this node publishes every request it holds in ask mode at
+//! `PREFIX/pending/NODE/ID` under a lease of its own, removes it when the
+//! request ends, and takes the answers other nodes leave for it at
+//! `PREFIX/decisions/NODE/ID`, answering them as its own admin API would
+//! (then removing the answer). A node that dies stops renewing its lease,
+//! and etcd removes its pending requests within the lease's time to live.
+//! A lost connection starts over: a new lease, every pending request
+//! published again, the answers left meanwhile taken.
+
+use super::connect::connect;
+use super::Shared;
+use crate::publisher::EngineLink;
+use crackbox_policy::ask::{DecideBody, Event, PendingId, PendingRequest};
+use etcd_client::{Client, EventType, GetOptions, PutOptions, WatchOptions};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::broadcast::error::RecvError;
+
+/// How this node answers a request: what its admin API does for
+/// `POST /v1/pending/{id}`; the error is the refusal's text.
+pub type Answerer =
+    Arc<dyn Fn(PendingId, DecideBody) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> + Send + Sync>;
+
+const BACKOFF: Duration = Duration::from_millis(500);
+/// How long listing the engine's pending requests may take.
+const LIST_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Keeps this node's part of the inbox, forever.
+pub(super) async fn run(shared: Arc<Shared>, link: Arc<EngineLink>, answer: Answerer) {
+    loop {
+        if let Err(err) = session(&shared, &link, &answer).await {
+            tracing::debug!(error = %err, "fleet: inbox session ended; starting over");
+        }
+        tokio::time::sleep(BACKOFF).await;
+    }
+}
+
+async fn session(shared: &Shared, link: &EngineLink, answer: &Answerer) -> Result<(), String> {
+    let mut client = connect(&shared.settings).await.map_err(|err| err.to_string())?;
+    let ttl = shared.settings.lease_ttl.as_secs() as i64;
+    let lease = client.lease_grant(ttl, None).await.map_err(|err| err.to_string())?.id();
+    let (mut keeper, mut kept) = client.lease_keep_alive(lease).await.map_err(|err| err.to_string())?;
+    let node = shared.settings.node.clone();
+    let mut events = link.asks().subscribe();
+    for request in link.pending(LIST_TIMEOUT).await.unwrap_or_default() {
+        publish(&mut client, shared, lease, &request).await?;
+    }
+    let decisions = shared.keys.decisions(&node);
+    let left = client
+        .get(decisions.clone(), Some(GetOptions::new().with_prefix()))
+        .await
+        .map_err(|err| err.to_string())?;
+    let from = left.header().map_or(0, |header| header.revision()) + 1;
+    for kv in left.kvs() {
+        take_decision(&mut client, shared, answer, kv.key(), kv.value()).await;
+    }
+    let options = WatchOptions::new().with_prefix().with_start_revision(from);
+    let mut watch = client
+        .watch(decisions, Some(options))
+        .await
+        .map_err(|err| err.to_string())?;
+    let mut renew = tokio::time::interval(shared.settings.lease_ttl / 3);
+    loop {
+        tokio::select! {
+            _ = renew.tick() => {
+                keeper.keep_alive().await.map_err(|err| err.to_string())?;
+                let renewed = kept.message().await.map_err(|err| err.to_string())?;
+                if renewed.is_none_or(|renewed| renewed.ttl() <= 0) {
+                    return Err("the lease expired".into());
+                }
+            }
+            event = events.recv() => match event {
+                Ok(Event::Pending(request)) => publish(&mut client, shared, lease, &request).await?,
+                Ok(Event::Decided(decided)) => {
+                    let key = shared.keys.pending_request(&node, decided.request.id);
+                    client.delete(key, None).await.map_err(|err| err.to_string())?;
+                }
+                Ok(Event::Lagged { .. }) | Err(RecvError::Lagged(_)) => return Err("missed ask events".into()),
+                Err(RecvError::Closed) => return Ok(()),
+            },
+            message = watch.message() => {
+                let response = message.map_err(|err| err.to_string())?.ok_or("the decisions watch ended")?;
+                if response.canceled() {
+                    return Err(format!("the decisions watch was cancelled: {}", response.cancel_reason()));
+                }
+                for event in response.events() {
+                    if let (EventType::Put, Some(kv)) = (event.event_type(), event.kv()) {
+                        take_decision(&mut client, shared, answer, kv.key(), kv.value()).await;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Puts `request` in the inbox under `lease`.
+async fn publish(client: &mut Client, shared: &Shared, lease: i64, request: &PendingRequest) -> Result<(), String> {
+    let key = shared.keys.pending_request(&shared.settings.node, request.id);
+    let value = serde_json::to_vec(request).map_err(|err| err.to_string())?;
+    client
+        .put(key, value, Some(PutOptions::new().with_lease(lease)))
+        .await
+        .map_err(|err| err.to_string())?;
+    Ok(())
+}
+
+/// Answers the request an answer left for this node names, then removes
+/// the answer (a bad or stale one is removed with a warning).
+async fn take_decision(client: &mut Client, shared: &Shared, answer: &Answerer, key: &[u8], value: &[u8]) {
+    let Some(id) = shared.keys.decision_of(&shared.settings.node, key) else {
+        return;
+    };
+    match crackbox_policy::admin_body::decode::<DecideBody>(value) {
+        Ok(body) => match answer(id, body).await {
+            Ok(()) => tracing::info!(id, "fleet: answered a request from another node's decision"),
+            Err(err) => tracing::warn!(id, error = %err, "fleet: a decision from another node could not be applied"),
+        },
+        Err(err) => tracing::warn!(id, error = %err.0, "fleet: a decision in etcd is not one; removed"),
+    }
+    if let Err(err) = client.delete(key.to_vec(), None).await {
+        tracing::debug!(id, error = %err, "fleet: could not remove a decision taken");
+    }
+}
