@@ -3,8 +3,9 @@
 # system packages the tests use, starts the Docker engine (and stops the
 # one it started at exit), then runs every test. The `crackbox run` tests
 # build their images from the binary under test, with no pulls; at exit the
-# images and the engine tests' temporary directories that this run made are
-# removed (those that were there before it stay).
+# images that this run made are removed (those that were there before it
+# stay). Nothing else may be left: the entries of /tmp, /etc and /etc/netns
+# are listed before the tests and after, and anything new fails the run.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -13,24 +14,36 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 dockerd_owner="$(mktemp -u /tmp/crackbox-ci-dockerd-owner.XXXXXX)"
 deploy/ci-docker.sh start --owner "$dockerd_owner"
 
-# What the tests leave behind: their images (crackbox-test*, the README
-# quick start's crackbox-workload, and the jail proxy images crackbox:<hash>
-# that `crackbox run` builds, and the untagged ones their rebuilds leave)
-# and the engine tests' crackbox-engine-test-* directories. Listed before,
-# removed after.
+# What the tests leave behind on purpose: their images (crackbox-test*, the
+# README quick start's crackbox-workload, and the jail proxy images
+# crackbox:<hash> that `crackbox run` builds, and the untagged ones their
+# rebuilds leave). Listed before, removed after.
 test_images() {
     docker images --format '{{.Repository}}:{{.Tag}}' | grep -E '^crackbox-test|^crackbox-workload:|^crackbox:[0-9a-f]{12}$' || true
     docker images --filter dangling=true --quiet --no-trunc # the images a rebuild of those tags left untagged
 }
-test_dirs() {
-    find "${TMPDIR:-/tmp}" -maxdepth 1 -name 'crackbox-engine-test-*' 2>/dev/null || true
+# And what must never be left: a file or directory in /tmp, /etc or
+# /etc/netns that was not there before (taken once dockerd is up, which
+# keeps its own files in /etc and its log in /tmp until it stops).
+system_entries() {
+    find /tmp /etc /etc/netns -mindepth 1 -maxdepth 1 2>/dev/null | sort
 }
 images_before="$(test_images)"
-dirs_before="$(test_dirs)"
+entries_before="$(system_entries)"
 cleanup() {
+    local status=$?
     comm -13 <(echo "$images_before" | sort) <(test_images | sort) | xargs -r docker rmi -f >/dev/null || true
-    comm -13 <(echo "$dirs_before" | sort) <(test_dirs | sort) | xargs -r rm -rf || true
     deploy/ci-docker.sh stop "$dockerd_owner"
+    local left
+    left="$(comm -13 <(echo "$entries_before") <(system_entries))"
+    if [ -n "$left" ]; then
+        echo "ci: the run left these in /tmp and /etc:" >&2
+        echo "$left" >&2
+        [ "$status" -ne 0 ] || status=1
+    else
+        echo "ci: nothing left in /tmp or /etc"
+    fi
+    exit "$status"
 }
 trap cleanup EXIT
 # Docker is set up above and this runs as root, so a Docker or root-only

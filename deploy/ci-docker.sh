@@ -10,9 +10,9 @@
 # (default /run/crackbox-ci-dockerd.pid, so a second caller waits for it
 # rather than starting another) and logs to $CRACKBOX_DOCKERD_LOG (default
 # /tmp/crackbox-ci-dockerd.log). Only the caller whose `start --owner FILE`
-# started it gets FILE, and `stop FILE` stops only that dockerd: an engine
-# that was already running, or that another caller started, is never
-# stopped. Exits non-zero when Docker cannot be made to work, with the
+# started it gets FILE, and `stop FILE` stops only that dockerd, and removes
+# its log: an engine that was already running, or that another caller
+# started, is never stopped. Exits non-zero when Docker cannot be made to work, with the
 # reason on stderr.
 set -euo pipefail
 
@@ -103,6 +103,9 @@ stop_dockerd() {
     done
     if [ "$(cat "$pidfile" 2>/dev/null)" = "$pid" ]; then
         rm -f "$pidfile"
+    fi
+    if ! kill -0 "$pid" 2>/dev/null; then
+        rm -f "$logfile"
     fi
 }
 

@@ -13,7 +13,10 @@ fn main() -> ExitCode {
         eprintln!("crackbox: {err}");
         return ExitCode::FAILURE;
     }
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => return refused_command_line(&err),
+    };
     let result = match cli.command {
         Command::Proxy {
             command: ProxyCommand::Serve(args),
@@ -29,10 +32,7 @@ fn main() -> ExitCode {
         Command::Hold => return ExitCode::from(clamp_exit(crackbox_run::hold())),
         Command::Pending(args) => crackbox_control::ask_cmd::pending(args),
         Command::Decide(args) => crackbox_control::ask_cmd::decide(args),
-        Command::Presets => {
-            print_presets();
-            Ok(())
-        }
+        Command::Presets => print_presets(),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -40,6 +40,21 @@ fn main() -> ExitCode {
             eprintln!("crackbox: {err:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// A command line clap does not take: help and version print and exit 0; a
+/// usage error exits 2, except for `run`, whose own failures all exit 125
+/// (as `docker run`'s do) so that none is taken for the command's exit code.
+fn refused_command_line(err: &clap::Error) -> ExitCode {
+    let _ = err.print();
+    if !err.use_stderr() {
+        return ExitCode::SUCCESS;
+    }
+    if std::env::args_os().nth(1).is_some_and(|command| command == "run") {
+        ExitCode::from(clamp_exit(crackbox_run::EXIT_CRACKBOX_ERROR))
+    } else {
+        ExitCode::from(2)
     }
 }
 
@@ -65,12 +80,14 @@ fn run_engine(args: &EngineArgs) -> ExitCode {
 }
 
 /// `crackbox presets`: each preset's name and purpose, then its hosts.
-fn print_presets() {
+fn print_presets() -> anyhow::Result<()> {
     use crackbox_policy::{presets, PRESET_MARK};
+    let mut text = String::new();
     for preset in presets() {
-        println!("{PRESET_MARK}{:<12} {}", preset.name, preset.about);
-        println!("{:13} {}", "", preset.hosts.join(", "));
+        text.push_str(&format!("{PRESET_MARK}{:<12} {}\n", preset.name, preset.about));
+        text.push_str(&format!("{:13} {}\n", "", preset.hosts.join(", ")));
     }
+    crackbox_control::state_cmd::print(&text)
 }
 
 fn clamp_exit(code: i32) -> u8 {

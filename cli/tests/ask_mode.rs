@@ -317,7 +317,7 @@ fn crackbox_pending_and_decide_on_the_command_line() {
     assert!(read_head(&mut held).starts_with("HTTP/1.1 200"));
     let again = run(&["decide", &request.id.to_string(), "once", "--admin", &admin], &[]);
     let err = String::from_utf8_lossy(&again.stderr);
-    assert!(!again.status.success() && err.contains("404"), "{err}");
+    assert!(!again.status.success() && err.contains("is not pending"), "{err}");
 }
 
 #[test]

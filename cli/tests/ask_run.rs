@@ -3,11 +3,15 @@
 //! and `crackbox decide` run as second processes, finding the run through
 //! the runs directory without flags; at exit the run prints the names
 //! answered always as an `--allow` line; with the run's terminal free (the
-//! workload's stdin is not the terminal) it asks there instead, as a pty
-//! shows. From inside the jail the admin API that decides is unreachable.
+//! workload's stdin is not the terminal) it asks there instead, as a real
+//! pty shows: one key answers, a wrong one is told the choices, a request
+//! decided elsewhere or timed out is said so and the next asked at once, and
+//! the terminal is as it was afterwards. From inside the jail the admin API
+//! that decides is unreachable. `--ask-timeout` and `CRACKBOX_ASK_TIMEOUT`
+//! are honoured.
 
-use crackbox_test_support::{binary, describe, run, Upstream};
-use std::io::{BufRead, BufReader, Read, Write};
+use crackbox_test_support::{binary, describe, root_or_skip, run, Pty, Upstream};
+use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -15,12 +19,7 @@ use std::time::Duration;
 const BODY: &str = "asked upstream ok";
 
 fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    if !root {
-        eprintln!("SKIPPED: crackbox run --ask netns test: not root");
-    }
-    root
+    root_or_skip("crackbox run --ask netns test")
 }
 
 fn serve() -> Upstream {
@@ -78,6 +77,7 @@ fn run_ask_on_netns_is_decided_from_a_second_process_and_the_jail_cannot_decide(
          curl -sS -m 30 http://localhost:{port}/second; echo"
     );
     let mut child = Command::new(binary())
+        .env("TMPDIR", crackbox_test_support::scratch())
         .env("CRACKBOX_ALLOW_PRIVATE_DESTINATIONS", "1")
         .env("CRACKBOX_RUNS_DIR", &runs_dir)
         .args(["run", "--backend", "netns", "--ask", "--allow", "allowed.test", "--"])
@@ -117,56 +117,160 @@ fn run_ask_on_netns_is_decided_from_a_second_process_and_the_jail_cannot_decide(
     );
 }
 
+/// `crackbox run --backend netns --ask FLAGS -- sh -c SCRIPT` on a
+/// terminal of its own (a pty), the workload's stdin /dev/null so that the
+/// terminal is free for the prompt, and its runs directory.
+fn on_a_terminal(flags: &[&str], script: &str) -> (Pty, tempfile::TempDir) {
+    let runs = tempfile::tempdir().unwrap();
+    let mut command = crackbox_test_support::command(&["run", "--backend", "netns", "--ask"], &[]);
+    command
+        .args(flags)
+        .args(["--", "sh", "-c", script])
+        .env("CRACKBOX_ALLOW_PRIVATE_DESTINATIONS", "1")
+        .env("CRACKBOX_RUNS_DIR", runs.path());
+    (Pty::spawn(&mut command), runs)
+}
+
+/// `curl URL` printing `LABEL:STATUS` on a line of its own.
+fn probe(label: &str, url: &str) -> String {
+    format!("curl -s -m 30 -o /dev/null -w '{label}:%{{http_code}}\\n' {url}")
+}
+
+const LIMIT: Duration = Duration::from_secs(30);
+
 #[test]
-fn run_ask_prompts_on_its_terminal_when_the_workload_does_not_have_it() {
+fn run_ask_prompt_takes_one_key_and_answers_a_wrong_one_with_the_choices() {
     if !is_root() {
         return;
     }
     let upstream = serve();
     let port = upstream.port();
-    let runs = tempfile::tempdir().unwrap();
-    // `script` gives the run a pty as its terminal; the workload's stdin
-    // is /dev/null, so the terminal is free for the prompt.
-    let inner = format!(
-        "{} run --backend netns --ask --allow allowed.test -- sh -c 'curl -sS -m 30 http://localhost:{port}/p; echo' < /dev/null",
-        binary().display()
+    let (mut pty, _runs) = on_a_terminal(&[], &probe("first", &format!("http://localhost:{port}/p")));
+    let question = format!(
+        "wants localhost:{port}: allow [o]nce, [a]lways, [d]eny? (always: localhost:{port} and its subdomains; \
+         press o, a or d)\r\n"
     );
-    let mut child = Command::new("script")
-        .args(["-qefc", &inner, "/dev/null"])
+    assert!(pty.wait_for(&question, LIMIT), "no prompt: {:?}", pty.output());
+    assert!(
+        !pty.canonical_with_echo(),
+        "the terminal takes single keys while it asks"
+    );
+    pty.type_keys(b"x");
+    let choices = "crackbox: \"x\" is no answer: press o (once), a (always) or d (deny)";
+    assert!(pty.wait_for(choices, LIMIT), "{:?}", pty.output());
+    assert!(upstream.requests().is_empty(), "still held");
+    // One key, no Enter.
+    pty.type_keys(b"o");
+    assert!(
+        pty.wait_for(&format!("crackbox: localhost:{port}: once"), LIMIT),
+        "{:?}",
+        pty.output()
+    );
+    assert!(pty.wait_for("first:200", LIMIT), "{:?}", pty.output());
+    assert!(pty.wait(LIMIT).success(), "{:?}", pty.output());
+    assert!(pty.canonical_with_echo(), "the terminal is as it was after the run");
+    assert!(!pty.output().contains("answered always"), "{:?}", pty.output());
+    assert_eq!(upstream.requests().len(), 1);
+}
+
+#[test]
+fn run_ask_prompt_moves_on_when_a_request_is_decided_elsewhere_or_times_out() {
+    if !is_root() {
+        return;
+    }
+    let (first, second) = (serve(), serve());
+    // The workload stays until the test has seen the timeout said (a run
+    // whose workload ended asks nothing more).
+    let done = tempfile::tempdir().unwrap();
+    let go = done.path().join("go");
+    let script = format!(
+        "{}; {}; while [ ! -e {} ]; do sleep 0.1; done",
+        probe("first", &format!("http://localhost:{}/", first.port())),
+        probe("second", &format!("http://localhost:{}/", second.port())),
+        go.display()
+    );
+    let (mut pty, runs) = on_a_terminal(&["--ask-timeout", "4"], &script);
+    let asked_first = format!("wants localhost:{}: allow", first.port());
+    assert!(pty.wait_for(&asked_first, LIMIT), "no prompt: {:?}", pty.output());
+    // Decided from a second process, as crackbox decide finds the run.
+    let env = [("CRACKBOX_RUNS_DIR", runs.path().to_str().unwrap())];
+    let listed = run(&["pending", "--json"], &env);
+    let pending: Vec<crackbox_client::PendingRequest> = serde_json::from_slice(&listed.stdout).unwrap();
+    let id = pending[0].id.to_string();
+    let decided = run(&["decide", &id, "once"], &env);
+    assert!(decided.status.success(), "{}", describe(&decided));
+    // Said at once, and the next question asked without a keystroke.
+    let elsewhere = format!("crackbox: localhost:{} was decided elsewhere: once", first.port());
+    assert!(pty.wait_for(&elsewhere, LIMIT), "{:?}", pty.output());
+    let asked_second = format!("wants localhost:{}: allow", second.port());
+    assert!(pty.wait_for(&asked_second, LIMIT), "{:?}", pty.output());
+    // Nobody answers: said when it times out.
+    let timed_out = format!(
+        "crackbox: localhost:{} timed out: nobody decided within the ask timeout, so it was refused",
+        second.port()
+    );
+    assert!(pty.wait_for(&timed_out, LIMIT), "{:?}", pty.output());
+    std::fs::write(&go, "").unwrap();
+    assert!(pty.wait(LIMIT).success(), "{:?}", pty.output());
+    let output = pty.output();
+    assert!(
+        output.contains("first:200") && output.contains("second:403"),
+        "{output:?}"
+    );
+    // The one blocked host is said on one line.
+    let summary: Vec<&str> = output.lines().filter(|l| l.contains(" in, ")).collect();
+    assert_eq!(summary.len(), 1, "{output:?}");
+    assert!(
+        summary[0].contains(&format!(" in, blocked localhost:{} (ask-timeout: ", second.port())),
+        "{output:?}"
+    );
+    assert!(!output.contains("host blocked"), "{output:?}");
+    assert_eq!((first.requests().len(), second.requests().len()), (1, 0));
+}
+
+/// `crackbox run --backend netns --ask` of a curl that waits on a request
+/// nobody decides, with `flags` and `env`: what curl printed and how long
+/// the run took.
+fn undecided(flags: &[&str], env: &[(&str, &str)]) -> (String, Duration) {
+    let upstream = serve();
+    let runs = tempfile::tempdir().unwrap();
+    let script = format!(
+        "curl -s -m 8 -o /dev/null -w '%{{http_code}} %header{{x-crackbox-reason}}' http://localhost:{}/",
+        upstream.port()
+    );
+    let started = std::time::Instant::now();
+    let out = crackbox_test_support::command(&["run", "--backend", "netns", "--ask", "--quiet"], env)
+        .args(flags)
+        .args(["--allow", "allowed.test", "--", "sh", "-c", &script])
         .env("CRACKBOX_ALLOW_PRIVATE_DESTINATIONS", "1")
         .env("CRACKBOX_RUNS_DIR", runs.path())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
+        .output()
         .unwrap();
-    let mut output = child.stdout.take().unwrap();
-    let (sender, chunks) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 4096];
-        while let Ok(n @ 1..) = output.read(&mut buf) {
-            if sender.send(String::from_utf8_lossy(&buf[..n]).into_owned()).is_err() {
-                return;
-            }
-        }
-    });
-    let question = "sandbox run-";
-    let mut text = String::new();
-    while !(text.contains(question) && text.contains("allow [o]nce, [a]lways, [d]eny?")) {
-        match chunks.recv_timeout(Duration::from_secs(30)) {
-            Ok(chunk) => text.push_str(&chunk),
-            Err(_) => panic!("no prompt: {text:?}"),
-        }
+    let took = started.elapsed();
+    assert!(upstream.requests().is_empty(), "nothing reached the upstream");
+    (
+        format!("{} {}", String::from_utf8_lossy(&out.stdout), describe(&out)),
+        took,
+    )
+}
+
+#[test]
+fn run_ask_timeout_comes_from_the_flag_or_the_variable() {
+    if !is_root() {
+        return;
     }
-    assert!(
-        text.contains(&format!("wants localhost:{port}: allow [o]nce, [a]lways, [d]eny?")),
-        "{text}"
-    );
-    child.stdin.as_mut().unwrap().write_all(b"o\n").unwrap();
-    let status = child.wait().unwrap();
-    text.extend(chunks.iter());
-    assert!(status.success(), "{text}");
-    assert!(text.contains(BODY), "{text}");
-    assert!(!text.contains("answered always"), "{text}");
-    assert_eq!(upstream.requests().len(), 1);
+    // Without either the default (30 s) outlasts curl's 8 s: what the
+    // two below are told apart from.
+    let (printed, _) = undecided(&[], &[]);
+    assert!(printed.starts_with("000 "), "{printed}");
+    for (flags, env) in [
+        (&["--ask-timeout", "2"][..], &[][..]),
+        (&[][..], &[("CRACKBOX_ASK_TIMEOUT", "2")][..]),
+    ] {
+        let (printed, took) = undecided(flags, env);
+        assert!(printed.starts_with("403 ask-timeout"), "{flags:?} {env:?}: {printed}");
+        assert!(took < Duration::from_secs(8), "{flags:?} {env:?}: took {took:?}");
+    }
+    let (refused, _) = undecided(&["--ask-timeout", "0"], &[]);
+    assert!(refused.contains("--ask-timeout: 0: must be at least 1"), "{refused}");
 }

@@ -217,8 +217,11 @@ impl Download {
     /// The bytes that arrived in the second after the next `settle`, and
     /// the exact time that took.
     fn second_after(&self, settle: Duration) -> (u64, f64) {
+        // Not synchronisation: a rate is measured over time; the first
+        // `settle` is left out of it, the next second is the window.
         std::thread::sleep(settle);
         let (from, at) = (self.received.load(Ordering::Relaxed), Instant::now());
+        // Not synchronisation: the window.
         std::thread::sleep(Duration::from_secs(1));
         let bytes = self.received.load(Ordering::Relaxed) - from;
         (bytes, at.elapsed().as_secs_f64())

@@ -64,6 +64,7 @@ fn serve_takes(variable: &str, value: &str) -> Result<(), String> {
             return Ok(());
         }
         assert!(Instant::now() < deadline, "serve neither came up nor exited");
+        // Not synchronisation: the pause between two looks at the process and its health, within a deadline.
         std::thread::sleep(Duration::from_millis(50));
     }
 }

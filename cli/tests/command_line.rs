@@ -514,8 +514,8 @@ fn run_refuses_bad_allow_files_presets_and_caps_in_one_line_with_exit_125() {
     assert_eq!(
         stderr,
         "crackbox: run needs an allowlist: --allow HOST,HOST (presets too: --allow @pypi; crackbox presets lists \
-         them), --allow-file PATH (one entry per line), --policy NAME (a named policy), or --learn to find it by \
-         running the command once\n"
+         them), --allow-file PATH (one entry per line), --policy NAME (a named policy), --learn to find it by \
+         running the command once, or --ask to decide each host while it runs\n"
     );
     // `*` is refused with what to write instead.
     let (code, stderr) = run_refused(&["--allow", "*"]);

@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 /// A daemon with a SOCKS5 listener; 127.0.0.2 enforces `localhost` with
 /// `deny.localhost` denied, 127.0.0.3 reports everything but denies the
 /// same, 127.0.0.4 asks about the rest but denies the same.
-fn daemon() -> (Daemon, SocketAddr) {
+fn denying() -> (Daemon, SocketAddr) {
     let socks: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let socks_text = socks.to_string();
     let daemon = Daemon::start(&[
@@ -45,7 +45,7 @@ fn reason_of(proxy: SocketAddr, source: &str, url: &str) -> String {
 #[test]
 fn a_denied_name_under_an_allowed_parent_is_refused_on_every_front_end_and_in_report_mode() {
     let upstream = Upstream::echo_request_line();
-    let (daemon, socks) = daemon();
+    let (daemon, socks) = denying();
     let port = upstream.port();
     let allowed = format!("http://localhost:{port}/");
     let denied = format!("http://deny.localhost:{port}/");

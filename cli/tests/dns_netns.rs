@@ -59,7 +59,10 @@ fn dns_filter_decides_by_name_and_type() {
     );
 
     lab.seen.dns_down.store(true, Ordering::SeqCst);
-    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        crackbox_test_support::wait_until(Duration::from_secs(5), || lab.seen.dns_stopped.load(Ordering::SeqCst)),
+        "the upstream resolver did not stop"
+    );
     let down = lab.dns_query("allowed.test.", RecordType::A);
     assert_eq!(down.metadata.response_code, ResponseCode::ServFail, "upstream down");
 }

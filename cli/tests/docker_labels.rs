@@ -10,10 +10,7 @@
 
 use crackbox_test_support::docker::*;
 use crackbox_test_support::{describe, wait_until, Spawned};
-use std::os::unix::net::{UnixListener, UnixStream};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// The Docker socket crackbox's container gets mounted.
@@ -385,71 +382,6 @@ fn crackbox_restart_reconciles_labels_and_keeps_admin_registrations() {
     assert_eq!(out, "200:");
 }
 
-/// A Unix-socket relay to the Docker socket that the test can cut (every
-/// connection closed, new ones refused) and restore: to crackbox, Docker
-/// going away and coming back.
-struct Relay {
-    path: std::path::PathBuf,
-    open: Arc<AtomicBool>,
-    streams: Arc<Mutex<Vec<UnixStream>>>,
-}
-
-impl Relay {
-    fn start() -> Relay {
-        let path = std::env::temp_dir().join(format!("{}.sock", unique("crackbox-docker-relay")));
-        let listener = UnixListener::bind(&path).unwrap();
-        let open = Arc::new(AtomicBool::new(true));
-        let streams: Arc<Mutex<Vec<UnixStream>>> = Arc::default();
-        let (is_open, tracked) = (open.clone(), streams.clone());
-        std::thread::spawn(move || {
-            for client in listener.incoming() {
-                let Ok(client) = client else { return };
-                if !is_open.load(Ordering::SeqCst) {
-                    continue;
-                }
-                let Ok(docker) = UnixStream::connect(DOCKER_SOCKET) else {
-                    continue;
-                };
-                let mut list = tracked.lock().unwrap();
-                list.extend([client.try_clone().unwrap(), docker.try_clone().unwrap()]);
-                drop(list);
-                pipe(client.try_clone().unwrap(), docker.try_clone().unwrap());
-                pipe(docker, client);
-            }
-        });
-        Relay { path, open, streams }
-    }
-
-    fn docker_host(&self) -> String {
-        format!("unix://{}", self.path.display())
-    }
-
-    fn cut(&self) {
-        self.open.store(false, Ordering::SeqCst);
-        for stream in self.streams.lock().unwrap().drain(..) {
-            let _ = stream.shutdown(std::net::Shutdown::Both);
-        }
-    }
-
-    fn restore(&self) {
-        self.open.store(true, Ordering::SeqCst);
-    }
-}
-
-impl Drop for Relay {
-    fn drop(&mut self) {
-        self.cut();
-        let _ = std::fs::remove_file(&self.path);
-    }
-}
-
-fn pipe(mut from: UnixStream, mut to: UnixStream) {
-    std::thread::spawn(move || {
-        let _ = std::io::copy(&mut from, &mut to);
-        let _ = to.shutdown(std::net::Shutdown::Write);
-    });
-}
-
 #[test]
 fn lost_docker_connection_is_reconciled_on_reconnect() {
     if !docker_ready() {
@@ -516,11 +448,18 @@ fn lost_docker_connection_is_reconciled_on_reconnect() {
     docker(&["rm", "-f", &stale]);
     let fresh = unique("agent-fresh");
     let fresh_ip = container(&fresh);
-    std::thread::sleep(Duration::from_millis(500));
+    // The watcher has tried to reach Docker since the fresh container
+    // started, and was turned away: it had its chance to register it.
+    let tried = relay.refused();
+    assert!(
+        wait_until(Duration::from_secs(20), || relay.refused() > tried),
+        "the watcher never tried to reconnect"
+    );
     let fresh_id = format!("\"ip\":\"{fresh_ip}\",\"id\":\"docker:{fresh}\"");
     let stale_id = format!("\"id\":\"docker:{stale}\"");
     let state = admin_call(&admin, "", "/v1/state", None);
     assert!(!state.contains(&fresh_id), "registered without Docker: {state}");
+    // The same state once Docker is back shows it registered (below).
     relay.restore();
     let reconciled = wait_until(Duration::from_secs(20), || {
         let state = admin_call(&admin, "", "/v1/state", None);

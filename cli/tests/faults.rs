@@ -26,20 +26,11 @@ fn measuring() -> MutexGuard<'static, ()> {
     MEASURING.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-fn daemon(extra: &[&str], registrations: &[&str]) -> Daemon {
-    let mut args = vec!["--allow-private-destinations"];
-    args.extend_from_slice(extra);
-    for registration in registrations {
-        args.extend(["--register", registration]);
-    }
-    Daemon::start(&args)
-}
-
 #[test]
 fn kill_9_of_the_engine_under_load_then_the_restarted_engine_enforces_the_snapshot() {
     let _serial = measuring();
     let upstream = fast_upstream();
-    let proxy = daemon(&[], &["127.0.0.2=seed:localhost"]);
+    let proxy = Daemon::loopback(&[], &["127.0.0.2=seed:localhost"]);
     proxy.register("127.0.0.3", "api", &["localhost"]);
     let allowed = format!("http://localhost:{}/", upstream.port());
     let denied = format!("http://denied.test:{}/", upstream.port());
@@ -58,6 +49,7 @@ fn kill_9_of_the_engine_under_load_then_the_restarted_engine_enforces_the_snapsh
                         answered.fetch_add(1, Ordering::Relaxed);
                     } else {
                         failed.fetch_add(1, Ordering::Relaxed);
+                        // Not synchronisation: the load's back-off after a failed request.
                         std::thread::sleep(Duration::from_millis(10));
                     }
                 }
@@ -279,7 +271,7 @@ fn a_full_disk_refuses_changes_with_500_and_changes_nothing() {
     let upstream = fast_upstream();
     let disk = Tmpfs::mount("64k");
     let state = disk.path().join("state.json");
-    let proxy = daemon(&["--state", &state.display().to_string()], &[]);
+    let proxy = Daemon::loopback(&["--state", &state.display().to_string()], &[]);
     proxy.register("127.0.0.2", "kept", &["localhost"]);
     let saved = std::fs::read_to_string(&state).unwrap();
     let journal = disk.path().join("state.json.journal");
@@ -341,7 +333,7 @@ fn crowd_and_a_well_behaved_client(pause: Duration, min_answers: usize, sanity: 
     let mut registrations: Vec<String> = sources.iter().map(|s| format!("{s}=crowd:localhost")).collect();
     registrations.push("127.0.0.2=calm:localhost".into());
     let registrations: Vec<&str> = registrations.iter().map(String::as_str).collect();
-    let proxy = daemon(&[], &registrations);
+    let proxy = Daemon::loopback(&[], &registrations);
     let url = format!("http://localhost:{}/", upstream.port());
     // The well-behaved client talks to a service of its own, as sandboxes
     // do: what it measures is crackbox's share, not a queue at the crowd's
@@ -423,7 +415,7 @@ fn slowloris_on_500_connections_does_not_stop_new_clients() {
     let _serial = measuring();
     raise_fd_limit();
     let upstream = fast_upstream();
-    let proxy = daemon(&[], &["127.0.0.2=fresh:localhost", "127.0.0.3=slow:localhost"]);
+    let proxy = Daemon::loopback(&[], &["127.0.0.2=fresh:localhost", "127.0.0.3=slow:localhost"]);
     let url = format!("http://localhost:{}/", upstream.port());
     let started = Instant::now();
     let mut slow: Vec<TcpStream> = (0..500)
@@ -448,6 +440,7 @@ fn slowloris_on_500_connections_does_not_stop_new_clients() {
             assert_eq!(fetch(proxy.proxy, "127.0.0.2", &url), 200, "new client served");
             latencies.push(sent.elapsed());
         }
+        // Not synchronisation: the slow clients' pace is what is tested.
         std::thread::sleep(Duration::from_millis(300));
     }
     let mut still_open = 0;
@@ -490,7 +483,7 @@ const FLOOD_ROUNDS: usize = 4;
 fn a_flood_of_denied_requests_next_to_another_sources_allowed_traffic() {
     let _serial = measuring();
     let upstream = fast_upstream();
-    let proxy = daemon(&[], &["127.0.0.2=flood:localhost", "127.0.0.3=good:localhost"]);
+    let proxy = Daemon::loopback(&[], &["127.0.0.2=flood:localhost", "127.0.0.3=good:localhost"]);
     let url = format!("http://localhost:{}/", upstream.port());
     let window = Duration::from_secs(1);
 
@@ -504,6 +497,7 @@ fn a_flood_of_denied_requests_next_to_another_sources_allowed_traffic() {
                 let mut other = 0;
                 while !stop.load(Ordering::Relaxed) {
                     if !flooding.load(Ordering::Relaxed) {
+                        // Not synchronisation: an idle flooder's pause until the flood starts.
                         std::thread::sleep(Duration::from_millis(1));
                         continue;
                     }

@@ -7,19 +7,10 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-fn daemon(registrations: &[&str]) -> Daemon {
-    let mut args = vec!["--allow-private-destinations"];
-    for registration in registrations {
-        args.push("--register");
-        args.push(registration);
-    }
-    Daemon::start(&args)
-}
-
 #[test]
 fn curl_connect_allowed_and_denied() {
     let upstream = Upstream::echo_request_line();
-    let proxy = daemon(&["127.0.0.1=curl:localhost"]);
+    let proxy = Daemon::loopback(&[], &["127.0.0.1=curl:localhost"]);
     let url = format!("http://localhost:{}/tunnelled", upstream.port());
     let (code, body, stderr) = curl(&["-p", "-x", &proxy.proxy_url(), &url]);
     assert_eq!(code, 0, "{stderr}");
@@ -38,7 +29,7 @@ fn curl_connect_allowed_and_denied() {
 #[test]
 fn curl_http_allowed_and_denied_with_reason_header() {
     let upstream = Upstream::echo_request_line();
-    let proxy = daemon(&["127.0.0.1=curl:localhost"]);
+    let proxy = Daemon::loopback(&[], &["127.0.0.1=curl:localhost"]);
     let url = format!("http://localhost:{}/a?b=c", upstream.port());
     let (code, body, stderr) = curl(&["-x", &proxy.proxy_url(), &url]);
     assert_eq!(code, 0, "{stderr}");
@@ -73,7 +64,7 @@ fn an_ipv6_client_is_known_by_its_address() {
 #[test]
 fn unregistered_source_is_denied() {
     let echo = Echo::start();
-    let proxy = daemon(&["127.0.0.1=main:localhost"]);
+    let proxy = Daemon::loopback(&[], &["127.0.0.1=main:localhost"]);
     let url = format!("http://localhost:{}/", echo.addr.port());
     let (_, out, _) = curl(&["-i", "--interface", "127.0.0.9", "-x", &proxy.proxy_url(), &url]);
     assert!(out.starts_with("HTTP/1.1 403"), "{out}");
@@ -84,7 +75,7 @@ fn unregistered_source_is_denied() {
 #[test]
 fn every_keep_alive_request_is_decided_anew() {
     let upstream = Upstream::echo_request_line();
-    let proxy = daemon(&["127.0.0.2=ka:localhost"]);
+    let proxy = Daemon::loopback(&[], &["127.0.0.2=ka:localhost"]);
     let mut client = proxy.client("127.0.0.2");
     let port = upstream.port();
     write!(
@@ -114,7 +105,7 @@ fn every_keep_alive_request_is_decided_anew() {
 #[test]
 fn post_with_content_length_arrives_with_content_length() {
     let upstream = Upstream::echo_request_line();
-    let proxy = daemon(&["127.0.0.1=post:localhost"]);
+    let proxy = Daemon::loopback(&[], &["127.0.0.1=post:localhost"]);
     let url = format!("http://localhost:{}/upload", upstream.port());
     let (code, _, stderr) = curl(&["-x", &proxy.proxy_url(), "--data-binary", "hello=world", &url]);
     assert_eq!(code, 0, "{stderr}");
@@ -135,7 +126,7 @@ fn post_with_content_length_arrives_with_content_length() {
 #[test]
 fn chunked_upload_arrives_chunked() {
     let upstream = Upstream::echo_request_line();
-    let proxy = daemon(&["127.0.0.1=chunk:localhost"]);
+    let proxy = Daemon::loopback(&[], &["127.0.0.1=chunk:localhost"]);
     let url = format!("http://localhost:{}/chunked", upstream.port());
     let (code, _, stderr) = curl(&[
         "-x",
@@ -176,7 +167,7 @@ fn server_sent_events_stream_before_upstream_finishes() {
         let _ = finished.recv_timeout(Duration::from_secs(20));
         stream.write_all(b"e\r\ndata: second\n\n\r\n0\r\n\r\n").unwrap();
     });
-    let proxy = daemon(&["127.0.0.3=sse:localhost"]);
+    let proxy = Daemon::loopback(&[], &["127.0.0.3=sse:localhost"]);
     let mut client = proxy.client("127.0.0.3");
     write!(
         client,
@@ -202,7 +193,7 @@ fn redirects_are_returned_not_followed() {
     let upstream = Upstream::start(|_| {
         b"HTTP/1.1 302 Found\r\nLocation: http://evil.test/steal\r\nContent-Length: 0\r\n\r\n".to_vec()
     });
-    let proxy = daemon(&["127.0.0.1=redir:localhost"]);
+    let proxy = Daemon::loopback(&[], &["127.0.0.1=redir:localhost"]);
     let url = format!("http://localhost:{}/go", upstream.port());
     let (code, out, stderr) = curl(&["-i", "-x", &proxy.proxy_url(), &url]);
     assert_eq!(code, 0, "{stderr}");
@@ -214,7 +205,7 @@ fn redirects_are_returned_not_followed() {
 #[test]
 fn connect_keeps_pipelined_bytes_and_honours_half_close() {
     let echo = Echo::start();
-    let proxy = daemon(&["127.0.0.4=pipe:localhost"]);
+    let proxy = Daemon::loopback(&[], &["127.0.0.4=pipe:localhost"]);
     let mut client = proxy.client("127.0.0.4");
     let port = echo.addr.port();
     write!(
@@ -235,7 +226,7 @@ fn connect_keeps_pipelined_bytes_and_honours_half_close() {
 
 #[test]
 fn origin_form_and_malformed_heads_get_400() {
-    let proxy = daemon(&["127.0.0.1=bad:localhost"]);
+    let proxy = Daemon::loopback(&[], &["127.0.0.1=bad:localhost"]);
     let cases = [
         "GET / HTTP/1.1\r\nHost: localhost\r\n\r\n",
         "GET https://localhost/ HTTP/1.1\r\n\r\n",
@@ -254,7 +245,7 @@ fn origin_form_and_malformed_heads_get_400() {
 
 #[test]
 fn oversized_head_gets_431() {
-    let proxy = daemon(&["127.0.0.1=big:localhost"]);
+    let proxy = Daemon::loopback(&[], &["127.0.0.1=big:localhost"]);
     let mut client = proxy.client("127.0.0.1");
     let filler = "a".repeat(70 * 1024);
     let request = format!("GET http://localhost/ HTTP/1.1\r\nX-Big: {filler}\r\n\r\n");
@@ -270,7 +261,7 @@ fn oversized_head_gets_431() {
 #[test]
 fn slowloris_is_cut_off_while_others_are_served() {
     let upstream = Upstream::echo_request_line();
-    let proxy = daemon(&["127.0.0.1=slow:localhost"]);
+    let proxy = Daemon::loopback(&[], &["127.0.0.1=slow:localhost"]);
     let mut slow = proxy.client("127.0.0.1");
     slow.write_all(b"GET http://localhost/ HTTP/1.1\r\n").unwrap();
     let started = Instant::now();
@@ -279,6 +270,7 @@ fn slowloris_is_cut_off_while_others_are_served() {
         let (code, body, stderr) = curl(&["-x", &proxy.proxy_url(), &url]);
         assert_eq!((code, body.as_str()), (0, "GET /fast HTTP/1.1"), "{stderr}");
         let _ = slow.write_all(b"X-Slow: 1\r\n");
+        // Not synchronisation: the slow client's pace is what is tested.
         std::thread::sleep(Duration::from_millis(500));
     }
     let response = read_to_end(&mut slow);
@@ -307,14 +299,14 @@ fn destination_guard_needs_the_opt_in() {
     );
     assert!(!out.contains("127.0.0.1"), "never reveal resolved addresses: {out}");
     assert_eq!(upstream.accepts.load(Ordering::SeqCst), 0);
-    let open = daemon(&["127.0.0.1=guard:localhost"]);
+    let open = Daemon::loopback(&[], &["127.0.0.1=guard:localhost"]);
     let (code, body, _) = curl(&["-x", &open.proxy_url(), &url]);
     assert_eq!((code, body.as_str()), (0, "GET / HTTP/1.1"));
 }
 
 #[test]
 fn connect_to_the_proxy_itself_is_refused() {
-    let proxy = daemon(&["127.0.0.1=loop:localhost,127.0.0.1"]);
+    let proxy = Daemon::loopback(&[], &["127.0.0.1=loop:localhost,127.0.0.1"]);
     for target in [
         format!("localhost:{}", proxy.proxy.port()),
         format!("127.0.0.1:{}", proxy.admin.port()),

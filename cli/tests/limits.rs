@@ -11,15 +11,6 @@ use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn daemon(extra: &[&str], registrations: &[&str]) -> Daemon {
-    let mut args = vec!["--allow-private-destinations"];
-    args.extend_from_slice(extra);
-    for registration in registrations {
-        args.extend(["--register", registration]);
-    }
-    Daemon::start(&args)
-}
-
 /// A GET through the proxy from `source` with curl; `(exit code, output with head)`.
 fn curl_from(proxy: &Daemon, source: &str, url: &str) -> (i32, String) {
     let (code, out, err) = curl(&["-i", "--interface", source, "-x", &proxy.proxy_url(), url]);
@@ -61,7 +52,7 @@ fn assert_refused_429(proxy: &Daemon, source: &str) {
 fn per_source_cap_answers_429_while_other_sources_are_served() {
     let echo = Echo::start();
     let upstream = Upstream::echo_request_line();
-    let proxy = daemon(
+    let proxy = Daemon::loopback(
         &["--max-connections-per-source", "3"],
         &["127.0.0.2=capped:localhost", "127.0.0.3=other:localhost"],
     );
@@ -97,7 +88,7 @@ fn per_source_cap_answers_429_while_other_sources_are_served() {
 #[test]
 fn total_cap_refuses_every_source_until_a_connection_closes() {
     let echo = Echo::start();
-    let proxy = daemon(
+    let proxy = Daemon::loopback(
         &["--max-connections-total", "4"],
         &[
             "127.0.0.2=a:localhost",
@@ -140,7 +131,7 @@ fn total_cap_refuses_every_source_until_a_connection_closes() {
 #[test]
 fn idle_tunnels_time_out_and_active_ones_do_not() {
     let echo = Echo::start();
-    let proxy = daemon(&["--tunnel-idle-timeout", "2"], &["127.0.0.2=idle:localhost"]);
+    let proxy = Daemon::loopback(&["--tunnel-idle-timeout", "2"], &["127.0.0.2=idle:localhost"]);
     let target = format!("localhost:{}", echo.addr.port());
     let mut idle = proxy.tunnel("127.0.0.2", &target);
     let mut active = proxy.tunnel("127.0.0.2", &target);
@@ -153,6 +144,7 @@ fn idle_tunnels_time_out_and_active_ones_do_not() {
     let started = Instant::now();
     while started.elapsed() < Duration::from_secs(4) {
         echo_round(&mut active, "keep-alive bytes");
+        // Not synchronisation: traffic every 250 ms is what keeps this tunnel from being idle.
         std::thread::sleep(Duration::from_millis(250));
     }
     let idle_closed = watcher.join().unwrap();
@@ -196,7 +188,7 @@ fn connect_answered(client: &mut TcpStream, target: &str, wait: Duration) -> boo
 fn fd_exhaustion_neither_kills_nor_spins_the_engine_and_it_recovers() {
     crackbox_test_support::raise_fd_limit();
     let echo = Echo::start();
-    let proxy = daemon(&[], &["127.0.0.2=fds:localhost"]);
+    let proxy = Daemon::loopback(&[], &["127.0.0.2=fds:localhost"]);
     let target = format!("localhost:{}", echo.addr.port());
     let engine = proxy.engine_pid();
     let mut existing: Vec<TcpStream> = (0..5).map(|_| proxy.tunnel("127.0.0.2", &target)).collect();
@@ -241,6 +233,7 @@ fn fd_exhaustion_neither_kills_nor_spins_the_engine_and_it_recovers() {
     for tunnel in &mut existing {
         echo_round(tunnel, "existing tunnels keep working while accept fails");
     }
+    // Not synchronisation: the two seconds the engine's CPU is measured over.
     std::thread::sleep(Duration::from_secs(2).saturating_sub(sampled.elapsed()));
     let used = (cpu_ticks(engine) - ticks) as f64 / ticks_per_second() as f64;
     let wall = sampled.elapsed().as_secs_f64();

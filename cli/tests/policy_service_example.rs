@@ -30,9 +30,13 @@ fn the_policy_service_example_decides_by_its_rule() {
     // One request pending before the service starts.
     let port = echo.addr.port();
     let mut early = connect(&proxy, &format!("localhost:{port}"));
-    while admin.pending().unwrap().is_empty() {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    assert!(
+        crackbox_test_support::wait_until(std::time::Duration::from_secs(10), || !admin
+            .pending()
+            .unwrap()
+            .is_empty()),
+        "the early request never waited"
+    );
     let rule = Rule {
         always: vec!["localhost".into()],
         once: vec!["once.test".into()],

@@ -75,6 +75,7 @@ fn start_upstream(words: &[String], addr: &str, dir: &std::path::Path) -> Backgr
 /// Runs a crackbox command of the README (`words[start]` is crackbox) with the binary under test.
 fn run_crackbox(words: &[String], start: usize) -> Output {
     let mut command = Command::new(crackbox_test_support::binary());
+    command.env("TMPDIR", crackbox_test_support::scratch());
     for word in &words[..start] {
         if let Some((name, value)) = word.split_once('=') {
             command.env(name, value);
@@ -92,9 +93,80 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// The quick start's first run (`words`, crackbox at `start`) again, with
+/// its curl told to skip the proxy: it must not reach the upstream, as the
+/// same run through the proxy did (checked by [`check`]).
+fn assert_no_way_around(line: usize, words: &[String], start: usize) {
+    let curl = words.iter().position(|w| w == "curl").expect("the quick start's curl");
+    let mut around = words[..=curl].to_vec();
+    around.extend(["-sS", "-m", "3", "--noproxy", "*"].map(String::from));
+    around.extend(words[curl + 1..].iter().filter(|w| *w != "-s").cloned());
+    let out = run_crackbox(&around, start);
+    assert!(
+        !out.status.success() && !text(&out.stdout).contains("quick-start.txt"),
+        "README.md:{line}: the jail reached the upstream around crackbox: {around:?}\n{}\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+}
+
+/// A summary line with its byte figures made alike (`78 B`, `1.2 KiB` -> `N U`).
+fn shape(line: &str) -> String {
+    line.split(' ')
+        .map(|word| {
+            let number = !word.is_empty() && word.chars().all(|c| c.is_ascii_digit() || c == '.');
+            match word {
+                "B" | "KiB" | "MiB" | "GiB" => "U",
+                _ if number => "N",
+                _ => word,
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The summary lines the README quotes after quick start 1 (`crackbox: ...`
+/// in backticks), in order.
+fn quoted_summaries() -> Vec<String> {
+    let readme = read("README.md");
+    let after = readme.split("## Quick start 1").nth(1).expect("quick start 1");
+    let paragraph = after.split("```\n\n").nth(1).expect("the text after its commands");
+    let paragraph = paragraph
+        .split("\n\n")
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    paragraph
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|quote| quote.starts_with("crackbox: "))
+        .map(str::to_string)
+        .collect()
+}
+
 /// Checks the two outcomes the README promises: the first run reaches the
-/// upstream and blocks nothing, a run that asks for another host is told so.
+/// upstream and blocks nothing, a run that asks for another host is told
+/// so, each ending with the summary line the README quotes (byte figures
+/// aside).
 fn check(outputs: &[(usize, Output)]) {
+    let quoted = quoted_summaries();
+    assert_eq!(
+        quoted.len(),
+        2,
+        "README.md quotes two summary lines after quick start 1: {quoted:?}"
+    );
+    for ((line, out), quote) in outputs.iter().zip(&quoted) {
+        let stderr = text(&out.stderr);
+        let last = stderr.lines().last().unwrap_or_default();
+        assert_eq!(
+            shape(last),
+            shape(quote),
+            "README.md:{line}: the run printed {last:?}, the README quotes {quote:?}"
+        );
+    }
     assert!(!outputs.is_empty(), "no crackbox command in the quick start");
     let (line, first) = &outputs[0];
     let (stdout, stderr) = (text(&first.stdout), text(&first.stderr));
@@ -107,7 +179,7 @@ fn check(outputs: &[(usize, Output)]) {
     if let Some((line, blocked)) = outputs.get(1) {
         let stderr = text(&blocked.stderr);
         assert!(
-            stderr.contains("crackbox: blocked blocked.test (not on --allow)"),
+            stderr.contains(" in, blocked blocked.test (not on --allow)"),
             "README.md:{line}: {}\n{stderr}",
             text(&blocked.stdout)
         );
@@ -116,9 +188,7 @@ fn check(outputs: &[(usize, Output)]) {
 
 #[test]
 fn the_readme_netns_quick_start_runs_as_written() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIPPED: the netns quick start needs root");
+    if !crackbox_test_support::root_or_skip("the netns quick start") {
         return;
     }
     let port = free_port().to_string();
@@ -126,10 +196,14 @@ fn the_readme_netns_quick_start_runs_as_written() {
     let dir = tempfile::tempdir().unwrap();
     let mut upstream = None;
     let mut outputs = Vec::new();
+    let mut first = None;
     for (line, words) in quick_start("--backend netns") {
         let words = subs.apply(&words);
         match (words[0].as_str(), crackbox_start(&words)) {
-            (_, Some(start)) => outputs.push((line, run_crackbox(&words, start))),
+            (_, Some(start)) => {
+                first.get_or_insert((line, words.clone(), start));
+                outputs.push((line, run_crackbox(&words, start)));
+            }
             ("cargo", None) => {}
             ("python3", None) => upstream = Some(start_upstream(&words, &format!("127.0.0.1:{port}"), dir.path())),
             _ => panic!("README.md:{line}: a quick start step this test does not know: {words:?}"),
@@ -137,6 +211,8 @@ fn the_readme_netns_quick_start_runs_as_written() {
     }
     assert!(upstream.is_some(), "the quick start starts no upstream");
     check(&outputs);
+    let (line, words, start) = first.expect("a crackbox run in the quick start");
+    assert_no_way_around(line, &words, start);
 }
 
 /// The Docker quick start's set-up as the README writes it: Docker, the
@@ -144,7 +220,8 @@ fn the_readme_netns_quick_start_runs_as_written() {
 /// the upstream on the network's host address. Removed on drop.
 struct DockerSetUp {
     subs: Substitutions,
-    network: Option<String>,
+    /// The networks made, quick start 1's first.
+    networks: Vec<String>,
     upstream: Option<Background>,
     dir: tempfile::TempDir,
 }
@@ -153,7 +230,7 @@ impl DockerSetUp {
     fn new() -> Self {
         DockerSetUp {
             subs: Substitutions(vec![("8001".into(), free_port().to_string())]),
-            network: None,
+            networks: Vec::new(),
             upstream: None,
             dir: tempfile::tempdir().unwrap(),
         }
@@ -174,16 +251,23 @@ impl DockerSetUp {
                 assert!(status.success(), "README.md:{line}: {words:?} failed");
             }
             ["docker", "network", "create"] => {
-                // The README's network on a free subnet of the tests' range, under a unique name.
+                // The README's network on a free subnet of the tests' range, under a unique name,
+                // with the README's other flags (`--internal`, `-o ...`).
                 let subnet = words.iter().position(|w| w == "--subnet").map(|i| words[i + 1].clone());
                 let subnet = subnet.unwrap_or_else(|| panic!("README.md:{line}: no --subnet: {words:?}"));
+                let name = words.last().unwrap().clone();
+                let extra: Vec<&str> = words[3..words.len() - 1]
+                    .iter()
+                    .map(String::as_str)
+                    .filter(|w| *w != "--subnet" && *w != subnet)
+                    .collect();
                 let network = unique("crackbox-test-quick-start");
-                let (a, b, c, _) = create_network(&network, 24, &[]);
-                self.subs.0.push((words.last().unwrap().clone(), network.clone()));
+                let (a, b, c, _) = create_network(&network, 24, &extra);
+                self.subs.0.push((name, network.clone()));
                 self.subs
                     .0
                     .push((subnet.trim_end_matches("0/24").to_string(), format!("{a}.{b}.{c}.")));
-                self.network = Some(network);
+                self.networks.push(network);
             }
             ["python3", ..] => {
                 let bind = words.iter().position(|w| w == "--bind").map(|i| words[i + 1].clone());
@@ -199,7 +283,7 @@ impl DockerSetUp {
 impl Drop for DockerSetUp {
     fn drop(&mut self) {
         self.upstream.take();
-        if let Some(network) = self.network.take() {
+        for network in self.networks.drain(..).rev() {
             remove_network(&network);
         }
     }
@@ -212,22 +296,51 @@ fn the_readme_docker_quick_start_runs_as_written() {
     }
     let mut set_up = DockerSetUp::new();
     let mut outputs = Vec::new();
+    let mut first = None;
     for (line, words) in quick_start("--egress-network") {
         let words = set_up.subs.apply(&words);
         match crackbox_start(&words) {
-            Some(start) => outputs.push((line, run_crackbox(&words, start))),
+            Some(start) => {
+                first.get_or_insert((line, words.clone(), start));
+                outputs.push((line, run_crackbox(&words, start)));
+            }
             None => assert!(
                 set_up.step(line, &words),
                 "README.md:{line}: a quick start step this test does not know: {words:?}"
             ),
         }
     }
-    drop(set_up);
     check(&outputs);
+    let (line, words, start) = first.expect("a crackbox run in the quick start");
+    assert_no_way_around(line, &words, start);
+    drop(set_up);
+}
+
+/// A word of the README with its `$(...)` expanded as sh would.
+fn expanded(word: &str) -> String {
+    if !word.contains("$(") {
+        return word.to_string();
+    }
+    let out = Command::new("sh")
+        .args(["-c", &format!("printf %s \"{word}\"")])
+        .output()
+        .expect("sh");
+    text(&out.stdout)
+}
+
+/// Containers a quick start step named (`--name NAME`), removed on drop.
+struct Containers(Vec<String>);
+
+impl Drop for Containers {
+    fn drop(&mut self) {
+        for name in &self.0 {
+            crackbox_test_support::docker::docker_try(&["rm", "-f", name]);
+        }
+    }
 }
 
 #[test]
-fn the_readme_label_quick_start_runs_as_written() {
+fn the_readme_label_quick_start_runs_as_written_and_jails() {
     if !docker_ready() {
         return;
     }
@@ -239,70 +352,80 @@ fn the_readme_label_quick_start_runs_as_written() {
             assert!(set_up.step(line, &words), "README.md:{line}: unknown step {words:?}");
         }
     }
-    let gateway = set_up.subs.apply(&["10.77.0.1".to_string()])[0].clone();
-    // The daemon's default ports may be taken on a shared machine: free ones, named where the README names them.
-    let (forward, admin) = (free_port(), free_port());
-    set_up.subs.0.push((":3128".into(), format!(":{forward}")));
-    set_up
-        .subs
-        .0
-        .push(("127.0.0.1:3129".into(), format!("127.0.0.1:{admin}")));
-    let mut daemon = None;
+    set_up.subs.0.push((
+        "crackbox:latest".into(),
+        crackbox_test_support::docker::crackbox_image(),
+    ));
+    let mut containers = Containers(Vec::new());
     let mut outputs = Vec::new();
     for (line, words) in quick_start("io.crackbox.allow=") {
-        let words = set_up.subs.apply(&words);
-        match (words[0].as_str(), crackbox_start(&words)) {
-            (_, Some(start)) => {
-                let child = Command::new(crackbox_test_support::binary())
-                    .args(&words[start + 1..])
-                    .args([
-                        "--listen",
-                        &format!("{gateway}:{forward}"),
-                        "--admin",
-                        &format!("127.0.0.1:{admin}"),
-                    ])
-                    .args(["--transparent", ""])
-                    .env("CRACKBOX_LOG", "warn")
-                    .stdin(Stdio::null())
-                    .spawn()
-                    .expect("crackbox proxy serve");
-                daemon = Some(Background(child));
-                let health = format!("127.0.0.1:{admin}");
-                assert!(
-                    wait_until(Duration::from_secs(15), || TcpStream::connect(&health).is_ok()),
-                    "README.md:{line}: the daemon's admin API does not answer"
-                );
-            }
-            ("docker" | "curl", None) => {
-                let out = Command::new(&words[0])
-                    .args(&words[1..])
-                    .output()
-                    .expect("docker / curl");
-                outputs.push((line, words[0].clone(), text(&out.stdout), text(&out.stderr)));
-            }
-            _ => panic!("README.md:{line}: a quick start step this test does not know: {words:?}"),
+        let words: Vec<String> = set_up.subs.apply(&words).iter().map(|w| expanded(w)).collect();
+        if words[0] == "deploy/build-image.sh" || set_up.step(line, &words) {
+            continue; // the test's crackbox image stands in for crackbox:latest
         }
+        assert!(
+            matches!(words[0].as_str(), "docker" | "curl"),
+            "README.md:{line}: a quick start step this test does not know: {words:?}"
+        );
+        if let Some(at) = words.iter().position(|w| w == "--name") {
+            containers.0.push(words[at + 1].clone());
+        }
+        let out = Command::new(&words[0])
+            .args(&words[1..])
+            .output()
+            .expect("docker / curl");
+        let failed = !out.status.success();
+        outputs.push((line, words, failed, text(&out.stdout), text(&out.stderr)));
     }
-    drop(daemon);
-    drop(set_up);
-    let [allowed, refused, denials] = outputs.as_slice() else {
-        panic!("quick start 2 has other steps than two containers and a curl: {outputs:#?}")
+    let run = |at: usize| &outputs[at];
+    let workloads: Vec<usize> = (0..outputs.len())
+        .filter(|&i| run(i).1.starts_with(&["docker".to_string(), "run".to_string()]))
+        .collect();
+    let [allowed, refused, direct] = workloads[..] else {
+        panic!("quick start 2 has other than three workload containers: {outputs:#?}")
     };
+    let (line, _, _, listing, _) = run(allowed);
     assert!(
-        allowed.2.contains("quick-start.txt"),
-        "README.md:{}: {allowed:?}",
-        allowed.0
+        listing.contains("quick-start.txt"),
+        "README.md:{line}: {:?}",
+        run(allowed)
     );
+    let (line, _, _, answer, _) = run(refused);
     assert!(
-        refused.2.starts_with("HTTP/1.1 403") && refused.2.contains("X-Crackbox-Reason: not-allowed"),
-        "README.md:{}: {refused:?}",
-        refused.0
+        answer.starts_with("HTTP/1.1 403") && answer.contains("X-Crackbox-Reason: not-allowed"),
+        "README.md:{line}: {:?}",
+        run(refused)
     );
+    // The jail: past the proxy the upstream is out of reach...
+    let (line, words, failed, listing, _) = run(direct);
     assert!(
-        denials.2.contains("\"host\":\"other.test\"") && denials.2.contains("\"reason\":\"not-allowed\""),
+        *failed && !listing.contains("quick-start.txt"),
+        "README.md:{line}: a labelled container reached the upstream around crackbox: {:?}",
+        run(direct)
+    );
+    // ...which the same container on a network without the jail does reach.
+    let egress = set_up.networks.first().cloned().expect("quick start 1's network");
+    let mut unjailed = words.clone();
+    let network = unjailed.iter().position(|w| w == "--network").unwrap() + 1;
+    unjailed[network] = egress;
+    let out = Command::new("docker").args(&unjailed[1..]).output().unwrap();
+    assert!(
+        text(&out.stdout).contains("quick-start.txt"),
+        "{unjailed:?}: {}",
+        text(&out.stderr)
+    );
+    let denials = outputs
+        .iter()
+        .find(|(_, words, ..)| words[0] == "curl" && words.iter().any(|w| w.ends_with("/v1/denials")))
+        .expect("quick start 2 reads /v1/denials");
+    assert!(
+        denials.3.contains("\"host\":\"other.test\"") && denials.3.contains("\"reason\":\"not-allowed\""),
         "README.md:{}: {denials:?}",
         denials.0
     );
+    let cleaned = outputs.last().unwrap();
+    assert!(!cleaned.2, "README.md:{}: the clean-up failed: {cleaned:?}", cleaned.0);
+    drop(containers);
 }
 
 #[test]
@@ -313,6 +436,7 @@ fn a_workload_image_that_cannot_be_pulled_names_the_script_that_builds_one() {
     // A registry on a closed loopback port: the pull fails at once, offline.
     let image = format!("127.0.0.1:{}/crackbox-no-such-image:0", free_port());
     let out = Command::new(crackbox_test_support::binary())
+        .env("TMPDIR", crackbox_test_support::scratch())
         .args(["run", "--allow", "a.test", "--image", &image, "--", "true"])
         .env("CRACKBOX_LOG", "warn")
         .stdin(Stdio::null())

@@ -28,15 +28,6 @@ fn client(admin: SocketAddr) -> blocking::Client {
     Client::from_addr(admin).blocking().unwrap()
 }
 
-/// `proxy serve` with `flags` and `registrations` (`--register` values).
-fn daemon(flags: &[&str], registrations: &[&str]) -> Daemon {
-    let mut args = flags.to_vec();
-    for registration in registrations {
-        args.extend(["--register", registration]);
-    }
-    Daemon::start(&args)
-}
-
 /// The denials the admin API lists for `source`, as `(host, port, reason, enforced)`.
 fn denials_of(admin: SocketAddr, source: &str) -> Vec<(String, u16, Reason, bool)> {
     records_of(&client(admin).denials(1000).unwrap(), source)
@@ -68,7 +59,7 @@ fn forward_connect_and_socks5_reach_names_off_the_list_recorded_as_not_enforced(
     let echo = Echo::start();
     let socks: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let socks_text = socks.to_string();
-    let proxy = daemon(
+    let proxy = Daemon::registering(
         &[
             "--allow-private-destinations",
             "--socks",
@@ -169,7 +160,7 @@ fn forward_connect_and_socks5_reach_names_off_the_list_recorded_as_not_enforced(
 fn private_destinations_and_unregistered_sources_are_refused_in_report_mode() {
     let upstream = Upstream::echo_request_line();
     let echo = Echo::start();
-    let proxy = daemon(&[], &["127.0.0.2=watched:allowed.test;mode=report"]);
+    let proxy = Daemon::registering(&[], &["127.0.0.2=watched:allowed.test;mode=report"]);
     let port = echo.addr.port();
     for target in [format!("localhost:{port}"), format!("127.0.0.1:{port}")] {
         let head = connect_head(&proxy, "127.0.0.2", &target);
@@ -203,7 +194,7 @@ fn private_destinations_and_unregistered_sources_are_refused_in_report_mode() {
 #[test]
 fn switching_to_enforce_revokes_within_a_second_what_the_list_does_not_cover() {
     let echo = Echo::start();
-    let proxy = daemon(
+    let proxy = Daemon::registering(
         &["--allow-private-destinations"],
         &["127.0.0.2=watched:localhost;mode=report"],
     );
@@ -331,7 +322,7 @@ fn presets_and_allowlist_files_expand_in_register_the_config_file_and_the_admin_
     .unwrap();
     let register = format!("127.0.0.2=flagged:@pypi;allow-file={}", file.display());
     let config_text = config.display().to_string();
-    let proxy = daemon(
+    let proxy = Daemon::registering(
         &["--allow-private-destinations", "--config", &config_text],
         &[&register],
     );
@@ -422,7 +413,7 @@ fn old_state_files_load_as_enforce_and_the_mode_survives_a_restart() {
     let state_text = state.display().to_string();
     let url = format!("http://localhost:{}/", upstream.port());
     let flags = ["--allow-private-destinations", "--state", state_text.as_str()];
-    let proxy = daemon(&flags, &[]);
+    let proxy = Daemon::registering(&flags, &[]);
     let admin = client(proxy.admin);
     assert_eq!(admin.state().unwrap()[0].mode, None);
     assert_eq!(admin.health_answer().unwrap().report_only, 0);
@@ -435,7 +426,7 @@ fn old_state_files_load_as_enforce_and_the_mode_survives_a_restart() {
     admin.register(&watched).unwrap();
     drop(proxy);
 
-    let proxy = daemon(&flags, &[]);
+    let proxy = Daemon::registering(&flags, &[]);
     let admin = client(proxy.admin);
     let modes: Vec<(String, Mode)> = admin
         .state()

@@ -4,19 +4,12 @@
 //! and counts each as reason `revoked`.
 
 use crackbox_test_support::{
-    assert_cut, assert_untouched, closed_within, echo_round, metric, read_head, Daemon, Echo, Upstream, STAYS_OPEN,
+    assert_cut, assert_untouched, closed_within, dialling, echo_round, metric, read_head, wait_until, Daemon, Echo,
+    Upstream, STAYS_OPEN,
 };
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
-
-fn daemon(registrations: &[&str]) -> Daemon {
-    let mut args = vec!["--allow-private-destinations"];
-    for registration in registrations {
-        args.extend(["--register", registration]);
-    }
-    Daemon::start(&args)
-}
 
 fn revoked(proxy: &Daemon, id: &str) -> f64 {
     metric(
@@ -30,7 +23,7 @@ fn revoked(proxy: &Daemon, id: &str) -> f64 {
 #[test]
 fn unregister_cuts_the_sources_tunnel_and_no_other() {
     let echo = Echo::start();
-    let proxy = daemon(&["127.0.0.2=victim:localhost", "127.0.0.3=bystander:localhost"]);
+    let proxy = Daemon::loopback(&[], &["127.0.0.2=victim:localhost", "127.0.0.3=bystander:localhost"]);
     let target = format!("localhost:{}", echo.addr.port());
     let mut victim = proxy.tunnel("127.0.0.2", &target);
     let mut bystander = proxy.tunnel("127.0.0.3", &target);
@@ -47,7 +40,10 @@ fn unregister_cuts_the_sources_tunnel_and_no_other() {
 #[test]
 fn removing_a_host_cuts_only_tunnels_to_that_host() {
     let echo = Echo::start();
-    let proxy = daemon(&["127.0.0.4=shrink:localhost,127.0.0.1", "127.0.0.5=bystander:localhost"]);
+    let proxy = Daemon::loopback(
+        &[],
+        &["127.0.0.4=shrink:localhost,127.0.0.1", "127.0.0.5=bystander:localhost"],
+    );
     let port = echo.addr.port();
     let mut by_name = proxy.tunnel("127.0.0.4", &format!("localhost:{port}"));
     let mut by_address = proxy.tunnel("127.0.0.4", &format!("127.0.0.1:{port}"));
@@ -87,7 +83,7 @@ fn keep_alive_get(client: &mut TcpStream, port: u16, path: &str) {
 #[test]
 fn idle_keep_alive_connection_of_a_revoked_source_is_closed() {
     let upstream = Upstream::echo_request_line();
-    let proxy = daemon(&["127.0.0.6=idle:localhost", "127.0.0.7=bystander:localhost"]);
+    let proxy = Daemon::loopback(&[], &["127.0.0.6=idle:localhost", "127.0.0.7=bystander:localhost"]);
     let port = upstream.port();
     let mut idle = proxy.client("127.0.0.6");
     let mut bystander = proxy.client("127.0.0.7");
@@ -142,6 +138,8 @@ impl Stalled {
             for stream in listener.incoming().take(2).flatten() {
                 held.push(stream);
             }
+            // Not synchronisation: this thread's life is what keeps the
+            // accepted connections open while the test looks at them.
             std::thread::sleep(Duration::from_secs(5));
         })
     }
@@ -150,7 +148,7 @@ impl Stalled {
 #[test]
 fn a_tunnel_dialled_across_a_revocation_is_still_cut() {
     let mut upstream = Stalled::start();
-    let proxy = daemon(&["127.0.0.8=racing:localhost"]);
+    let proxy = Daemon::loopback(&[], &["127.0.0.8=racing:localhost"]);
     let mut client = proxy.client("127.0.0.8");
     write!(
         client,
@@ -158,7 +156,10 @@ fn a_tunnel_dialled_across_a_revocation_is_still_cut() {
         upstream.port()
     )
     .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        wait_until(Duration::from_secs(5), || dialling(upstream.port())),
+        "the engine never dialled the stalled upstream"
+    );
     client.set_nonblocking(true).unwrap();
     let mut byte = [0u8; 1];
     assert!(
@@ -167,7 +168,11 @@ fn a_tunnel_dialled_across_a_revocation_is_still_cut() {
     );
     client.set_nonblocking(false).unwrap();
     proxy.unregister("127.0.0.8");
-    // Let every core thread's revocation check pass while the dial hangs.
+    // Not synchronisation: a revocation pass has no outside sign; every
+    // core thread looks for a new generation every 200 ms
+    // (engine/src/plane/services/revocation.rs), so within 500 ms each has
+    // passed while the dial hangs. (Either order passes: a tunnel dialled
+    // after the pass is refused or cut, one dialled before it is cut.)
     std::thread::sleep(Duration::from_millis(500));
     let _accepting = upstream.release();
     client.set_read_timeout(Some(Duration::from_secs(8))).unwrap();

@@ -163,9 +163,28 @@ fn the_claim_of_a_killed_run_is_taken_back_after_the_grace() {
         docker_try(&["inspect", &workload]),
         "the killed run's claim was removed within the grace"
     );
-    // Past the grace (60 s after it stopped) a run that finds no free jail
-    // takes it back: both jails are held at once here.
-    std::thread::sleep(Duration::from_secs(62));
+    // Past the grace (60 s after it stopped, by Docker's own record: see
+    // GRACE in run/src/docker/pool.rs) a run that finds no free jail takes
+    // it back: both jails are held at once here.
+    let finished = docker(&["inspect", "-f", "{{.State.FinishedAt}}", &workload]);
+    let stopped = std::process::Command::new("date")
+        .args(["-d", &finished, "+%s"])
+        .output()
+        .unwrap();
+    let stopped: u64 = String::from_utf8_lossy(&stopped.stdout)
+        .trim()
+        .parse()
+        .expect("FinishedAt");
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    };
+    assert!(
+        wait_until(Duration::from_secs(90), || now() > stopped + 61),
+        "the grace never ran out"
+    );
     let script = "read go";
     let hold = |name: &str| {
         daemon
@@ -305,6 +324,7 @@ fn a_signal_while_a_run_makes_a_jail_leaves_the_pool_whole() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
+        // Not synchronisation: when the signal lands in set-up is what is varied.
         std::thread::sleep(Duration::from_millis(delay_ms));
         crackbox_test_support::signal(child.id(), libc::SIGINT);
         let out = child.wait_with_output().unwrap();

@@ -59,7 +59,7 @@ fn run_denied_host_gets_403_and_is_summarised_at_exit() {
     assert!(text.starts_with("403\n"), "{}", describe(&out));
     assert!(text.contains("curl_exit=22"), "{}", describe(&out));
     assert!(
-        stderr(&out).contains("crackbox: blocked denied.test (not on --allow)\n"),
+        stderr(&out).contains(" in, blocked denied.test (not on --allow)\n"),
         "{}",
         describe(&out)
     );
@@ -149,7 +149,7 @@ fn run_ip_literal_is_denied() {
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     assert_eq!(stdout(&out), "403", "{}", describe(&out));
     assert!(
-        stderr(&out).contains(&format!("crackbox: blocked {} (not on --allow)", upstream.ip)),
+        stderr(&out).contains(&format!(" in, blocked {} (not on --allow)", upstream.ip)),
         "{}",
         describe(&out)
     );
@@ -319,6 +319,7 @@ fn run_signal_during_setup_leaves_nothing() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
+        // Not synchronisation: when the signal lands in set-up is what is varied.
         std::thread::sleep(Duration::from_millis(delay_ms));
         crackbox_test_support::signal(child.id(), libc::SIGINT);
         let out = child.wait_with_output().unwrap();
@@ -401,6 +402,7 @@ fn run_egress_network_without_a_configured_subnet_is_a_crackbox_error() {
     ]);
     let id = unique("nosubnet");
     let out = Command::new(binary())
+        .env("TMPDIR", crackbox_test_support::scratch())
         .env("CRACKBOX_IMAGE", crackbox_image())
         .env_remove("CRACKBOX_EGRESS_NETWORK")
         .args(["run", "--allow", ALLOWED, "--id", &id, "--egress-network", &network])
@@ -458,6 +460,7 @@ fn run_builds_its_proxy_image_once_from_its_own_binary() {
     for round in ["first", "second"] {
         let id = unique(round);
         let out = Command::new(&binary)
+            .env("TMPDIR", crackbox_test_support::scratch())
             .env_remove("CRACKBOX_IMAGE")
             .env_remove("CRACKBOX_DAEMON")
             .env("CRACKBOX_ALLOW_PRIVATE_DESTINATIONS", "1")

@@ -36,6 +36,7 @@ fn netns_run(allow: &str, script: &str) -> Command {
 fn netns_run_with(allow: &str, flags: &[&str], script: &str) -> Command {
     let mut cmd = Command::new(binary());
     cmd.env("CRACKBOX_ALLOW_PRIVATE_DESTINATIONS", "1")
+        .env("TMPDIR", crackbox_test_support::scratch())
         .args(["run", "--backend", "netns", "--allow", allow])
         .args(flags)
         .args(["--", "sh", "-c", script])
@@ -96,7 +97,7 @@ fn run_netns_allows_denies_and_passes_the_exit_code() {
     assert_eq!(lines.next(), Some(BODY), "{}", describe(&out));
     assert_eq!(lines.next(), Some("403"), "{}", describe(&out));
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("crackbox: blocked denied.test (not on --allow)"),
+        String::from_utf8_lossy(&out.stderr).contains(" in, blocked denied.test (not on --allow)"),
         "{}",
         describe(&out)
     );
@@ -181,6 +182,7 @@ fn run_netns_missing_command_exits_127_and_cleans_up() {
     };
     let before = namespaces();
     let out = Command::new(binary())
+        .env("TMPDIR", crackbox_test_support::scratch())
         .args([
             "run",
             "--backend",
@@ -207,10 +209,7 @@ fn run_netns_missing_command_exits_127_and_cleans_up() {
         let now = namespaces();
         appeared.iter().filter(|n| now.contains(n)).cloned().collect()
     };
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !left().is_empty() && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    crackbox_test_support::wait_until(Duration::from_secs(20), || left().is_empty());
     assert_eq!(left(), Vec::<String>::new(), "a crackbox namespace was left");
 }
 

@@ -253,6 +253,7 @@ impl Serve {
             .env_clear()
             .env("HOME", home)
             .env("XDG_CONFIG_HOME", home.join("xdg"))
+            .env("TMPDIR", crackbox_test_support::scratch())
             .env("CRACKBOX_LOG", "info")
             .env("CRACKBOX_LOG_FORMAT", "json")
             .envs(env.iter().map(|(name, value)| (name, value)))

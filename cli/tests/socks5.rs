@@ -500,6 +500,7 @@ fn an_idle_socks5_tunnel_is_closed_after_the_idle_timeout_and_an_active_one_is_n
     let started = Instant::now();
     while started.elapsed() < Duration::from_secs(4) {
         echo_round(&mut active, "keep-alive bytes");
+        // Not synchronisation: traffic every 250 ms is what keeps this tunnel from being idle.
         std::thread::sleep(Duration::from_millis(250));
     }
     let closed = watcher.join().unwrap().expect("the idle SOCKS5 tunnel was closed");

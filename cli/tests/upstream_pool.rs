@@ -9,18 +9,10 @@
 //! One engine core thread, so every client connection sees the same pool.
 
 use crackbox_test_support::{
-    http, ok, read_head, read_to_end, wait_until, Daemon, TrackedUpstream, REVOKE_WITHIN, STAYS_OPEN,
+    http, loopback_args, ok, read_head, read_to_end, wait_until, Daemon, TrackedUpstream, REVOKE_WITHIN, STAYS_OPEN,
 };
 use std::io::{Read, Write};
 use std::time::Duration;
-
-fn daemon(registrations: &[&str]) -> Daemon {
-    let mut args = vec!["--allow-private-destinations"];
-    for registration in registrations {
-        args.extend(["--register", registration]);
-    }
-    Daemon::start_one_thread(&args)
-}
 
 /// How the client ends its connection after one GET.
 #[derive(Debug, Clone, Copy)]
@@ -77,10 +69,16 @@ fn open_connections(proxy: &Daemon, source: &str) -> u64 {
     usage(proxy, source)["connections"].as_u64().unwrap_or(0)
 }
 
+/// One engine core thread (every connection lands on it, so what one thread
+/// keeps, all see), registering `registrations`.
+fn one_thread(registrations: &[&str]) -> Daemon {
+    Daemon::start_one_thread(&loopback_args(&[], registrations))
+}
+
 #[test]
 fn a_new_client_connection_gets_the_pooled_upstream_connection() {
     let upstream = TrackedUpstream::keep_alive();
-    let proxy = daemon(&["127.1.1.1=pool-reuse:localhost"]);
+    let proxy = one_thread(&["127.1.1.1=pool-reuse:localhost"]);
     let endings = [
         Ending::Close,
         Ending::Close,
@@ -109,7 +107,7 @@ fn a_new_client_connection_gets_the_pooled_upstream_connection() {
 #[test]
 fn another_source_or_registration_never_gets_the_pooled_connection() {
     let upstream = TrackedUpstream::keep_alive();
-    let proxy = daemon(&["127.1.2.1=pool-a:localhost", "127.1.2.2=pool-b:localhost"]);
+    let proxy = one_thread(&["127.1.2.1=pool-a:localhost", "127.1.2.2=pool-b:localhost"]);
     let port = upstream.port();
     let (a, b) = ("127.1.2.1", "127.1.2.2");
     get(&proxy, a, "localhost", port, "/a1", Ending::Close);
@@ -141,7 +139,7 @@ fn another_source_or_registration_never_gets_the_pooled_connection() {
 #[test]
 fn unregistering_the_source_closes_its_pooled_connection() {
     let upstream = TrackedUpstream::keep_alive();
-    let proxy = daemon(&["127.1.3.1=pool-gone:localhost", "127.1.3.2=pool-stays:localhost"]);
+    let proxy = one_thread(&["127.1.3.1=pool-gone:localhost", "127.1.3.2=pool-stays:localhost"]);
     let port = upstream.port();
     get(&proxy, "127.1.3.1", "localhost", port, "/gone", Ending::Close);
     get(&proxy, "127.1.3.2", "localhost", port, "/stays", Ending::Hangup);
@@ -164,7 +162,7 @@ fn unregistering_the_source_closes_its_pooled_connection() {
 #[test]
 fn removing_the_host_closes_the_pooled_connection_to_it() {
     let upstream = TrackedUpstream::keep_alive();
-    let proxy = daemon(&["127.1.4.1=pool-shrink:localhost,127.0.0.1"]);
+    let proxy = one_thread(&["127.1.4.1=pool-shrink:localhost,127.0.0.1"]);
     let (source, port) = ("127.1.4.1", upstream.port());
     get(&proxy, source, "localhost", port, "/by-name", Ending::Close);
     get(&proxy, source, "127.0.0.1", port, "/by-address", Ending::Close);
@@ -200,7 +198,7 @@ fn a_response_that_cannot_be_reused_is_never_pooled() {
         ),
         _ => (ok(path), false),
     });
-    let proxy = daemon(&["127.1.5.1=pool-never:localhost"]);
+    let proxy = one_thread(&["127.1.5.1=pool-never:localhost"]);
     let (source, port) = ("127.1.5.1", upstream.port());
     for case in ["/close", "/unframed", "/http10", "/http10-keep-alive"] {
         assert_eq!(get(&proxy, source, "localhost", port, case, Ending::Close), "ok");

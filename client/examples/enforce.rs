@@ -26,14 +26,19 @@ type Result<T> = std::result::Result<T, Box<dyn Error>>;
 const SECRET: &str = "example-secret";
 const GREETING: &str = "hello from the upstream";
 
-/// Public so the end-to-end test can run exactly this.
 pub fn main() -> Result<()> {
     let binary = std::env::var_os("CRACKBOX_BIN")
         .or_else(|| std::env::args_os().nth(1))
         .map(PathBuf::from)
         .ok_or("usage: enforce PATH-TO-crackbox (or set CRACKBOX_BIN)")?;
+    run(&binary, &mut std::io::stdout())
+}
+
+/// The example with `binary` as crackbox, each step reported as one line
+/// to `out`. Public so the end-to-end test runs exactly this.
+pub fn run(binary: &Path, out: &mut dyn Write) -> Result<()> {
     let upstream = greeting_upstream()?;
-    let daemon = Daemon::start(&binary)?;
+    let daemon = Daemon::start(binary)?;
     let admin = Client::new(&format!("http://{}", daemon.admin))?
         .with_secret(SECRET)
         .with_timeout(Duration::from_secs(5))
@@ -43,14 +48,15 @@ pub fn main() -> Result<()> {
     // The sandbox is this process (source 127.0.0.1); it may reach the upstream only.
     let sandbox = RegistrationSpec::parse("127.0.0.1", "example", &[upstream.to_string()]).unwrap();
     let stored = admin.register(&sandbox)?;
-    println!("registered {} as {:?}: {:?}", stored.ip, stored.id, stored.allowlist);
+    let allowed = stored.allowlist.texts().join(", ");
+    writeln!(out, "registered {} as {}: {allowed}", stored.ip, stored.id)?;
 
     let (status, greeting) = connect(daemon.proxy, &upstream.to_string())?;
     check(
         status == 200 && greeting == GREETING,
         format!("allowed CONNECT: {status} {greeting:?}"),
     )?;
-    println!("CONNECT {upstream}: 200, upstream says {greeting:?}");
+    writeln!(out, "CONNECT {upstream}: 200, the upstream says: {greeting}")?;
 
     let other = format!("localhost:{}", upstream.port());
     let (status, reason) = connect(daemon.proxy, &other)?;
@@ -58,14 +64,14 @@ pub fn main() -> Result<()> {
         status == 403 && reason == "not-allowed",
         format!("other host: {status} {reason}"),
     )?;
-    println!("CONNECT {other}: 403 ({reason})");
+    writeln!(out, "CONNECT {other}: 403 ({reason})")?;
 
     let denials = admin.denials(10)?;
     let seen = denials
         .iter()
         .any(|d| d.host == "localhost" && d.reason == Reason::NotAllowed);
     check(seen, format!("the denial is listed: {denials:?}"))?;
-    println!("denials list it: localhost:{} not-allowed", upstream.port());
+    writeln!(out, "denials list it: localhost:{} not-allowed", upstream.port())?;
 
     check(admin.unregister(stored.ip)?, "unregister removed the entry".into())?;
     let (status, reason) = connect(daemon.proxy, &upstream.to_string())?;
@@ -73,7 +79,7 @@ pub fn main() -> Result<()> {
         status == 403 && reason == "unregistered",
         format!("after unregister: {status} {reason}"),
     )?;
-    println!("unregistered; CONNECT {upstream}: 403 ({reason})");
+    writeln!(out, "unregistered; CONNECT {upstream}: 403 ({reason})")?;
     Ok(())
 }
 

@@ -65,6 +65,12 @@ pub struct ProxyArgs {
     #[arg(long = "steer", value_name = "IP")]
     pub steer: Vec<String>,
 
+    /// The ports the steered listeners bind for 80 and 443, for a DNAT in front of them
+    /// that keeps 80 and 443 in the clients' view (`crackbox run --backend netns`)
+    /// [default 80,443].
+    #[arg(long, value_name = "HTTP,HTTPS", hide = true)]
+    pub steered_ports: Option<String>,
+
     /// Engine core threads [env CRACKBOX_THREADS, [proxy] threads; default: available cores].
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,

@@ -44,6 +44,7 @@ impl ProxyArgs {
             dns_listen,
             dns_upstream,
             steer,
+            steered_ports,
             threads,
             io_driver,
             state,
@@ -88,6 +89,7 @@ impl ProxyArgs {
         for ip in steer {
             value("steer", Some(ip.clone()));
         }
+        value("steered-ports", steered_ports.clone());
         value("threads", threads.map(|n| n.to_string()));
         value("io-driver", io_driver.clone());
         value("state", path(state));
@@ -169,6 +171,7 @@ mod tests {
                 dns_listen: Some(":53".into()),
                 dns_upstream: Some("10.0.0.1:53".into()),
                 steer: vec!["10.0.0.2".into(), "fd00::2".into()],
+                steered_ports: Some("8080,8443".into()),
                 threads: Some(3),
                 io_driver: Some("epoll".into()),
                 state: Some("/var/lib/cb/state.json".into()),

@@ -170,9 +170,9 @@ pub(super) fn load(
             None => return Ok(None),
         },
     };
-    let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read {
+    let text = std::fs::read_to_string(&path).map_err(|cause| ConfigError::Read {
         path: path.clone(),
-        source,
+        cause,
     })?;
     let config = parse(&text).map_err(|message| ConfigError::Parse {
         path: path.clone(),

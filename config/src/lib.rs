@@ -29,7 +29,9 @@ pub use fleet::{Fleet, DEFAULT_FLEET_PREFIX};
 pub use origin::Origin;
 pub use policy_table::PolicyTable;
 pub use settings::parse_addr;
-pub use settings::{allow_private_destinations, policies_from_config, DockerWatch, Settings, DEFAULT_CONTROL_SOCKET};
+pub use settings::{
+    allow_private_destinations, ask_timeout, policies_from_config, DockerWatch, Settings, DEFAULT_CONTROL_SOCKET,
+};
 
 use crackbox_policy::engine_config::EngineConfig;
 
@@ -37,12 +39,13 @@ use crackbox_policy::engine_config::EngineConfig;
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// A config file could not be read.
-    #[error("config file {path}: {source}")]
+    #[error("config file {path}: {cause}")]
     Read {
         /// The file.
         path: std::path::PathBuf,
-        /// Why reading failed.
-        source: std::io::Error,
+        /// Why reading failed (in the message, so not also a `source` that
+        /// a printed error chain would repeat).
+        cause: std::io::Error,
     },
     /// A config file is not valid TOML or has an unknown key or a wrong type.
     #[error("config file {path}: {message}")]

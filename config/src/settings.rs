@@ -64,6 +64,16 @@ pub fn allow_private_destinations(env: &dyn Fn(&str) -> Option<String>) -> Resul
     Ok(given.is_some_and(|given| given.value))
 }
 
+/// The ask timeout in seconds from `flag` (a `--ask-timeout` of a command
+/// other than `proxy serve`, e.g. `crackbox run`), else
+/// `CRACKBOX_ASK_TIMEOUT` (`env` standing in for the environment), checked
+/// as `proxy serve` checks it; `None` when neither is given.
+pub fn ask_timeout(flag: Option<u64>, env: &dyn Fn(&str) -> Option<String>) -> Result<Option<u64>, ConfigError> {
+    let mut sources = Sources::new(env, None);
+    let given = sources.pick(ASK_TIMEOUT, flag, None, number)?;
+    given.map(|given| given.check(within(1..=3600))).transpose()
+}
+
 /// The named policies of the config file's `[[policies]]` tables, the file
 /// found as `proxy serve` finds it without `--config` (`env` standing in for
 /// the environment); none without a file. For `crackbox run`, whose own
@@ -178,6 +188,7 @@ impl Settings {
         let dns_upstream = optional_address(dns_upstream, None)?;
         let steer = sources.pick(STEER, non_empty(&args.steer), p.steer.clone(), list)?;
         let steer = steer.map(super::steer::addresses).transpose()?.unwrap_or_default();
+        let steered_ports = super::steer::ports(args.steered_ports.as_deref())?;
         let dns_upstream = match (dns_listen, &steer[..], dns_upstream) {
             (Some(_), [], None) => Some(system_upstream()?),
             (_, _, given) => given,
@@ -261,6 +272,7 @@ impl Settings {
             dns_listen,
             dns_upstream,
             steer,
+            steered_ports,
             threads,
             io_driver,
             allow_private_destinations,

@@ -5,8 +5,31 @@
 //! address its question arrived on.
 
 use super::layers::Given;
-use super::ConfigError;
+use super::{ConfigError, Origin};
+use crackbox_policy::engine_config::SteeredPorts;
 use std::net::IpAddr;
+
+/// `--steered-ports HTTP,HTTPS` (flag only): two different ports, neither 0.
+pub(super) fn ports(given: Option<&str>) -> Result<SteeredPorts, ConfigError> {
+    let Some(text) = given else {
+        return Ok(SteeredPorts::default());
+    };
+    let given = Given {
+        origin: Origin::Flag("--steered-ports"),
+        value: text.to_string(),
+    };
+    given.check(|text| {
+        let ports: Vec<u16> = text
+            .split(',')
+            .map(|port| port.trim().parse::<u16>().ok().filter(|port| *port != 0))
+            .collect::<Option<_>>()
+            .ok_or_else(|| format!("{text:?}: give two ports, HTTP,HTTPS"))?;
+        match ports[..] {
+            [http, https] if http != https => Ok(SteeredPorts { http, https }),
+            _ => Err(format!("{text:?}: give two different ports, HTTP,HTTPS")),
+        }
+    })
+}
 
 /// Checks the steering addresses given: at most one IPv4 and one IPv6
 /// address (a DNS answer names one per family), each one a host could
@@ -74,6 +97,22 @@ mod tests {
         for input in bad {
             let err = check(input).unwrap_err();
             assert!(err.starts_with("flag --steer: "), "{input:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn steered_ports_are_two_different_ports() {
+        assert_eq!(ports(None).unwrap(), SteeredPorts::default());
+        assert_eq!(
+            ports(Some("8080,8443")).unwrap(),
+            SteeredPorts {
+                http: 8080,
+                https: 8443
+            }
+        );
+        for bad in ["80", "80,80", "0,443", "80,443,8", "x,443", ""] {
+            let err = ports(Some(bad)).unwrap_err().to_string();
+            assert!(err.starts_with("flag --steered-ports: "), "{bad:?}: {err}");
         }
     }
 }

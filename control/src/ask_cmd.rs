@@ -6,10 +6,9 @@
 //! `crackbox_client::live_runs`), else to the daemon on the default admin
 //! address.
 
-use crate::state_cmd::{unreachable_hint, DEFAULT_ADMIN_URL};
+use crate::state_cmd::{print, unreachable_hint, DEFAULT_ADMIN_URL};
 use anyhow::Context;
 use crackbox_client::{live_runs, Answer, Client, DecideBody, PendingRequest, Period, PolicyName};
-use std::io::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Arguments of `crackbox pending`.
@@ -62,29 +61,58 @@ pub struct DecideArgs {
     pub admin: Option<String>,
 }
 
+/// Where the admin API to talk to came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Found {
+    /// `--admin` or `CRACKBOX_ADMIN`.
+    Named,
+    /// The newest live `crackbox run --ask`.
+    LiveRun,
+    /// Neither: the daemon's default address.
+    Default,
+}
+
 /// The admin API to talk to (see the module comment), with its secret:
 /// a live run's own, else `CRACKBOX_ADMIN_SECRET`.
-fn admin(given: Option<String>) -> anyhow::Result<(String, crackbox_client::blocking::Client)> {
+fn admin(given: Option<String>) -> anyhow::Result<(String, Found, crackbox_client::blocking::Client)> {
     let env_secret = || std::env::var("CRACKBOX_ADMIN_SECRET").unwrap_or_default();
-    let (url, secret) = match given.or_else(|| std::env::var("CRACKBOX_ADMIN").ok().filter(|v| !v.is_empty())) {
-        Some(url) => (url, env_secret()),
+    let (url, found, secret) = match given.or_else(|| std::env::var("CRACKBOX_ADMIN").ok().filter(|v| !v.is_empty())) {
+        Some(url) => (url, Found::Named, env_secret()),
         None => match live_runs::live_runs().into_iter().next() {
-            Some(run) => (run.admin, run.secret.unwrap_or_default()),
-            None => (DEFAULT_ADMIN_URL.to_string(), env_secret()),
+            Some(run) => (run.admin, Found::LiveRun, run.secret.unwrap_or_default()),
+            None => (DEFAULT_ADMIN_URL.to_string(), Found::Default, env_secret()),
         },
     };
     let client = Client::new(&url)?.with_secret(secret).blocking()?;
-    Ok((url, client))
+    Ok((url, found, client))
+}
+
+/// The client's error, said for where the admin API came from: with no
+/// asking run alive and no daemon on the default address, the run that
+/// asked has most likely ended, and with it what it held.
+fn failed(url: &str, found: Found, err: crackbox_client::Error) -> anyhow::Error {
+    let unreachable = matches!(
+        err,
+        crackbox_client::Error::Unreachable { .. } | crackbox_client::Error::Timeout { .. }
+    );
+    if found == Found::Default && unreachable {
+        return anyhow::anyhow!(
+            "no `crackbox run --ask` is running (none in {}) and no daemon answers at {url}: a run's \
+             requests end with it; for a daemon elsewhere name its admin API with --admin URL or CRACKBOX_ADMIN",
+            live_runs::runs_dir().display()
+        );
+    }
+    unreachable_hint(url, err)
 }
 
 /// `crackbox pending`: prints the pending requests.
 pub fn pending(args: PendingArgs) -> anyhow::Result<()> {
-    let (url, client) = admin(args.admin)?;
+    let (url, found, client) = admin(args.admin)?;
     let pending = match args.fleet {
         true => client.pending_fleet(),
         false => client.pending(),
     };
-    let pending = pending.map_err(|err| unreachable_hint(&url, err))?;
+    let pending = pending.map_err(|err| failed(&url, found, err))?;
     let text = if args.json {
         let mut text = serde_json::to_string_pretty(&pending)?;
         text.push('\n');
@@ -92,9 +120,7 @@ pub fn pending(args: PendingArgs) -> anyhow::Result<()> {
     } else {
         table(&pending, now_ms())
     };
-    std::io::stdout()
-        .write_all(text.as_bytes())
-        .context("cannot write to stdout")
+    print(&text)
 }
 
 /// `crackbox decide ID once|always|deny [--for PERIOD]`.
@@ -103,7 +129,7 @@ pub fn decide(args: DecideArgs) -> anyhow::Result<()> {
     if args.period.is_some() && answer != Answer::Always {
         anyhow::bail!("--for goes only with always (a grant for a while)");
     }
-    let (url, client) = admin(args.admin)?;
+    let (url, found, client) = admin(args.admin)?;
     let policy = args
         .policy
         .as_deref()
@@ -115,19 +141,25 @@ pub fn decide(args: DecideArgs) -> anyhow::Result<()> {
         period: args.period,
         policy,
     };
-    let answered = client
-        .decide_with(args.id, &body, args.node.as_deref())
-        .map_err(|err| unreachable_hint(&url, err))?;
+    let answered = match client.decide_with(args.id, &body, args.node.as_deref()) {
+        Ok(answered) => answered,
+        Err(crackbox_client::Error::Api {
+            status: 404, message, ..
+        }) => {
+            anyhow::bail!("cannot decide {}: {message}", args.id)
+        }
+        Err(err) => return Err(failed(&url, found, err)),
+    };
     let until = match (args.period, answered.grant.and_then(|grant| grant.expires)) {
         (Some(period), Some(_)) => format!(" for {period}"),
         _ => String::new(),
     };
     let request = answered.decided.request;
-    println!(
-        "{} {}:{} for {}: {answer}{until}",
+    let line = format!(
+        "{} {}:{} for {}: {answer}{until}\n",
         request.id, request.host, request.port, request.sandbox
     );
-    Ok(())
+    print(&line)
 }
 
 fn now_ms() -> u64 {

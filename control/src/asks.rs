@@ -8,12 +8,17 @@
 //! and is told how many (a `lagged` event), and never slows the link to
 //! the engine, let alone the data plane.
 
+mod recent;
+
+pub use recent::Fate;
+
 use crackbox_policy::ask::{DecidedRequest, Event, PendingId, PendingRequest, Settlement};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+use recent::Recent;
 use std::collections::HashSet;
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -33,6 +38,8 @@ pub struct Asks {
     /// `pending` and `decided` events (a `lagged` one is each subscriber's own).
     events: broadcast::Sender<Event>,
     pending: Mutex<HashSet<PendingId>>,
+    /// What became of the requests no longer pending.
+    recent: Mutex<Recent>,
     pending_gauge: Gauge,
     decisions: Family<Labels, Counter>,
     time_to_decision: Histogram,
@@ -43,6 +50,7 @@ impl Default for Asks {
         Asks {
             events: broadcast::Sender::new(EVENTS_KEPT),
             pending: Mutex::default(),
+            recent: Mutex::default(),
             pending_gauge: Gauge::default(),
             decisions: Family::default(),
             time_to_decision: Histogram::new([0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0]),
@@ -60,9 +68,19 @@ impl Asks {
         self.pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    fn recent(&self) -> std::sync::MutexGuard<'_, Recent> {
+        self.recent.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// What became of request `id`, which the engine says is not pending.
+    pub fn fate(&self, id: PendingId) -> Fate {
+        self.recent().fate(id)
+    }
+
     /// The engine holds a new request (or tells again of one on reconnect:
     /// announced once).
     pub fn asked(&self, request: PendingRequest) {
+        self.recent().heard(request.id);
         let mut pending = self.pending();
         if pending.insert(request.id) {
             self.pending_gauge.set(pending.len() as i64);
@@ -91,6 +109,7 @@ impl Asks {
             self.time_to_decision
                 .observe(now.saturating_sub(decided.request.since) as f64 / 1000.0);
         }
+        self.recent().settled(decided.clone());
         let _ = self.events.send(Event::Decided(decided));
     }
 
@@ -104,6 +123,8 @@ impl Asks {
         let mut pending = self.pending();
         pending.clear();
         self.pending_gauge.set(0);
+        drop(pending);
+        self.recent().forget();
     }
 
     /// Adds the figures to a `/metrics` registry.

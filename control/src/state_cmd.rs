@@ -37,10 +37,17 @@ pub fn state(args: StateArgs) -> anyhow::Result<()> {
     } else {
         table(&entries)
     };
-    std::io::stdout()
-        .write_all(text.as_bytes())
-        .context("cannot write to stdout")?;
-    Ok(())
+    print(&text)
+}
+
+/// Writes `text` to stdout. A reader that went away before the end
+/// (`crackbox presets | head -1`) is no failure: the rest is not wanted.
+pub fn print(text: &str) -> anyhow::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        written => written.context("cannot write to stdout"),
+    }
 }
 
 /// The client's error, or for a daemon that cannot be reached at all, one
@@ -59,54 +66,47 @@ pub(crate) fn unreachable_hint(url: &str, err: crackbox_client::Error) -> anyhow
 
 /// A human table: one line per registration, with a MODE column when any
 /// registration is not enforced (report or ask), a BANDWIDTH column when
-/// any is capped and a POLICIES column when any names policies. A mode or
-/// cap left to the policies shows as `-`.
+/// any is capped, a POLICIES column when any names policies and a DENY
+/// column when any has deny entries. A mode or cap left to the policies
+/// shows as `-`.
 fn table(entries: &[RegistrationSpec]) -> String {
     if entries.is_empty() {
         return "no registrations\n".to_string();
     }
-    let reporting = entries.iter().any(|e| e.mode.is_some_and(|mode| mode != Mode::Enforce));
+    let modes = entries.iter().any(|e| e.mode.is_some_and(|mode| mode != Mode::Enforce));
     let capped = entries.iter().any(|e| e.bandwidth.is_some());
     let naming = entries.iter().any(|e| !e.policies.is_empty());
-    let columns = |[ip, id, mode, bandwidth, policies, allowlist]: [String; 6]| {
-        let mut row = vec![ip, id];
-        if reporting {
-            row.push(mode);
-        }
-        if capped {
-            row.push(bandwidth);
-        }
-        if naming {
-            row.push(policies);
-        }
-        row.push(allowlist);
-        row
-    };
-    let title = columns(["IP", "ID", "MODE", "BANDWIDTH", "POLICIES", "ALLOWLIST"].map(String::from));
+    let denying = entries.iter().any(|e| !e.allowlist.denied().is_empty());
+    let title = ["IP", "ID", "MODE", "BANDWIDTH", "POLICIES", "DENY", "ALLOWLIST"].map(String::from);
+    let shown = [true, true, modes, capped, naming, denying, true];
     let rows: Vec<Vec<String>> = std::iter::once(title)
         .chain(entries.iter().map(|e| {
-            let allowlist = if e.allowlist.is_empty() {
-                "(deny all)".to_string()
-            } else {
-                e.allowlist.texts().join(", ")
+            let listed = |texts: Vec<String>| match texts.is_empty() {
+                true => "-".to_string(),
+                false => texts.join(", "),
             };
-            let bandwidth = e.bandwidth.map_or_else(|| "-".to_string(), |cap| cap.to_string());
             let mode = match (e.mode, e.policies.is_empty()) {
                 (Some(mode), _) => mode.to_string(),
                 (None, true) => Mode::Enforce.to_string(),
                 (None, false) => "-".to_string(),
             };
-            let policies = match e.policies.is_empty() {
-                true => "-".to_string(),
-                false => e
-                    .policies
-                    .iter()
-                    .map(|name| name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(","),
-            };
-            columns([e.ip.to_string(), e.id.to_string(), mode, bandwidth, policies, allowlist])
+            let policies = e.policies.iter().map(|name| name.as_str().to_string()).collect();
+            [
+                e.ip.to_string(),
+                e.id.to_string(),
+                mode,
+                e.bandwidth.map_or_else(|| "-".to_string(), |cap| cap.to_string()),
+                listed(policies).replace(", ", ","),
+                listed(e.allowlist.denied_texts()),
+                allowlist_cell(e),
+            ]
         }))
+        .map(|row| {
+            row.into_iter()
+                .zip(shown)
+                .filter_map(|(cell, on)| on.then_some(cell))
+                .collect()
+        })
         .collect();
     let last = rows[0].len() - 1;
     let widths: Vec<usize> = (0..last)
@@ -121,6 +121,23 @@ fn table(entries: &[RegistrationSpec]) -> String {
         text.push('\n');
     }
     text
+}
+
+/// The allowlist of `entry`, or what an empty one means: the policies'
+/// entries only, or in its mode everything refused (enforce), asked (ask)
+/// or let through and recorded (report).
+fn allowlist_cell(entry: &RegistrationSpec) -> String {
+    if !entry.allowlist.is_empty() {
+        return entry.allowlist.texts().join(", ");
+    }
+    if !entry.policies.is_empty() {
+        return "(the policies' only)".to_string();
+    }
+    match entry.mode.unwrap_or_default() {
+        Mode::Enforce => "(deny all)".to_string(),
+        Mode::Ask => "(ask for every host)".to_string(),
+        Mode::Report => "(let through, report every host)".to_string(),
+    }
 }
 
 #[cfg(test)]
@@ -179,6 +196,31 @@ mod tests {
             "IP        ID     POLICIES     ALLOWLIST\n\
              10.0.0.2  agent  base,python  github.com\n\
              10.0.0.3  b      -            (deny all)\n"
+        );
+    }
+
+    #[test]
+    fn an_empty_allowlist_reads_as_its_mode_and_deny_entries_get_a_column() {
+        let empty = |ip: &str, mode: Mode| {
+            RegistrationSpec::parse(ip, "e", &Vec::<String>::new())
+                .unwrap()
+                .with_mode(mode)
+        };
+        let denying = RegistrationSpec::parse("10.0.0.5", "d", &["github.com"])
+            .and_then(|spec| spec.with_deny(&["gist.github.com"]))
+            .unwrap();
+        assert_eq!(
+            table(&[
+                empty("10.0.0.2", Mode::Ask),
+                empty("10.0.0.3", Mode::Report),
+                empty("10.0.0.4", Mode::Enforce),
+                denying
+            ]),
+            "IP        ID  MODE     DENY             ALLOWLIST\n\
+             10.0.0.2  e   ask      -                (ask for every host)\n\
+             10.0.0.3  e   report   -                (let through, report every host)\n\
+             10.0.0.4  e   enforce  -                (deny all)\n\
+             10.0.0.5  d   enforce  gist.github.com  github.com\n"
         );
     }
 }

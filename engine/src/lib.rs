@@ -35,6 +35,7 @@
 //!     dns_listen: None,
 //!     dns_upstream: None,
 //!     steer: vec![],
+//!     steered_ports: Default::default(),
 //!     threads: 2,
 //!     io_driver: IoDriver::Auto,
 //!     allow_private_destinations: false,

@@ -200,8 +200,11 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, BodyError> {
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
     let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|err| {
         let path = err.path().to_string();
+        let wrong = wrong_type(bytes, err.path());
         let inner = err.into_inner();
-        if path == "." || inner.is_syntax() || inner.is_eof() {
+        if let (Some(kind), true) = (wrong, inner.is_syntax()) {
+            BodyError(format!("{path}: invalid type: {kind}, expected a string"))
+        } else if path == "." || inner.is_syntax() || inner.is_eof() {
             BodyError(format!("invalid JSON body: {inner}"))
         } else {
             BodyError(format!("{path}: {}", without_position(&inner)))
@@ -211,6 +214,30 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, BodyError> {
         .end()
         .map_err(|err| BodyError(format!("invalid JSON body: {err}")))?;
     Ok(value)
+}
+
+/// What stands at `path` in a body that is valid JSON: serde_json reports a
+/// value of the wrong type for an enum (`"mode": null`) as a syntax error,
+/// though the body parses; `None` when the body is not valid JSON (a real
+/// syntax error) or the path names nothing.
+fn wrong_type(bytes: &[u8], path: &serde_path_to_error::Path) -> Option<&'static str> {
+    use serde_path_to_error::Segment;
+    let mut value = &serde_json::from_slice::<serde_json::Value>(bytes).ok()?;
+    for segment in path.iter() {
+        value = match segment {
+            Segment::Seq { index } => value.get(index)?,
+            Segment::Map { key } => value.get(key)?,
+            Segment::Enum { .. } | Segment::Unknown => return None,
+        };
+    }
+    Some(match value {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => return None,
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    })
 }
 
 /// A data error's message without serde_json's " at line L column C": the
@@ -243,6 +270,14 @@ mod tests {
             (r#"{"ip":10,"id":"a","allowlist":[]}"#, "ip"),
             (r#"{"ip":"10.0.0.1","id":null,"allowlist":[]}"#, "id"),
             (r#"{"ip":"10.0.0.1","ip":"10.0.0.2","id":"a","allowlist":[]}"#, "`ip`"),
+            (
+                r#"{"ip":"10.0.0.1","id":"a","allowlist":[],"mode":null}"#,
+                "mode: invalid type: null",
+            ),
+            (
+                r#"{"ip":"10.0.0.1","id":"a","allowlist":[],"mode":5}"#,
+                "mode: invalid type: a number",
+            ),
         ];
         for (text, field) in cases {
             let err = parse_spec(text).unwrap_err();

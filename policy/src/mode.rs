@@ -31,6 +31,9 @@ pub enum Mode {
 pub struct ModeError(pub String);
 
 impl Mode {
+    /// Every mode, in declaration order.
+    pub const ALL: [Mode; 3] = [Mode::Enforce, Mode::Report, Mode::Ask];
+
     /// Parses the word used on the command line, in labels and in the
     /// config file: `enforce`, `report` or `ask`.
     ///
@@ -86,7 +89,7 @@ mod tests {
         for (text, want) in cases {
             assert_eq!(Mode::parse(text), want, "{text:?}");
         }
-        for mode in [Mode::Enforce, Mode::Report, Mode::Ask] {
+        for mode in Mode::ALL {
             assert_eq!(Mode::parse(mode.as_str()), Ok(mode));
             assert_eq!(serde_json::to_string(&mode).unwrap(), format!("\"{mode}\""));
         }

@@ -74,7 +74,7 @@ impl Reason {
     pub fn remedy(self) -> &'static str {
         match self {
             Reason::NotAllowed => {
-                "add the host to the source's allowlist (crackbox run: --allow, or find it with --learn)"
+                "add the host to the source's allowlist (admin API, --register or the io.crackbox.allow label)"
             }
             Reason::Unregistered => "register the source address (admin API, --register or Docker labels)",
             Reason::PrivateAddress => {

@@ -21,9 +21,6 @@ use std::time::{Duration, Instant};
 /// not restart it. (78 is sysexits' EX_CONFIG.)
 pub const EXIT_START_FAILED: u8 = 78;
 
-/// Ports of the steered listeners on each steer address (docs/architecture.md, "Steered interception").
-pub const STEERED_PORTS: [u16; 2] = [80, 443];
-
 /// A listener crackbox binds, named as the one-line error names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Listener {
@@ -167,7 +164,8 @@ pub fn engine_listeners(config: &EngineConfig) -> Vec<(SocketAddr, Listener)> {
     let mut wanted = vec![(config.listen, Listener::Forward)];
     wanted.extend(config.transparent_listen.map(|addr| (addr, Listener::Transparent)));
     for ip in &config.steer {
-        wanted.extend(STEERED_PORTS.map(|port| (SocketAddr::new(*ip, port), Listener::Steered)));
+        let ports = config.steered_ports.both();
+        wanted.extend(ports.map(|port| (SocketAddr::new(*ip, port), Listener::Steered)));
     }
     wanted.extend(config.dns_listen.map(|addr| (addr, Listener::Dns)));
     wanted.extend(config.socks_listen.map(|addr| (addr, Listener::Socks)));

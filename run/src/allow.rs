@@ -173,6 +173,7 @@ mod tests {
                     "run needs an allowlist: --allow".into(),
                     "--allow-file PATH".into(),
                     "--learn".into(),
+                    "--ask".into(),
                 ],
             ),
             (&[], vec![empty.clone()], vec!["needs at least one entry".into()]),

@@ -56,12 +56,18 @@ pub struct RunArgs {
     /// cover waits until someone decides it. When crackbox's stdin is not a terminal
     /// (the command is not given the terminal, e.g. `< /dev/null`) but the run has
     /// one, crackbox asks there: `sandbox NAME wants HOST:PORT: allow [o]nce,
-    /// [a]lways, [d]eny?`; otherwise it prints the `crackbox decide ID
-    /// once|always|deny` command to run in another terminal (`crackbox pending`
-    /// lists what waits). At exit it prints the names answered always as an
-    /// --allow line.
+    /// [a]lways, [d]eny?`, answered with one key; otherwise it prints the
+    /// `crackbox decide ID once|always|deny` command to run in another terminal
+    /// (`crackbox pending` lists what waits). Always adds the name, which covers
+    /// its subdomains too. At exit it prints the names answered always as an
+    /// --allow line. With it no --allow is needed.
     #[arg(long, conflicts_with = "learn_file")]
     pub ask: bool,
+    /// With --ask: how long a held connection waits for a decision before it is
+    /// refused as ask-timeout, in seconds, 1 to 3600 [env CRACKBOX_ASK_TIMEOUT;
+    /// default 30]. With --daemon the daemon's own timeout applies.
+    #[arg(long, value_name = "SECS", requires = "ask")]
+    pub ask_timeout: Option<u64>,
     /// With --learn (implied): also write the whole allowlist, the given
     /// entries and the learned ones, to PATH, one per line (what
     /// --allow-file reads).
@@ -164,10 +170,11 @@ impl RunArgs {
                         let per_run_only = [
                             given("--proxy-image", self.proxy_image.is_some()),
                             given("--egress-network", self.egress_network.is_some()),
+                            given("--ask-timeout", self.ask_timeout.is_some()),
                         ];
                         refuse_any(
                             per_run_only,
-                            "with --daemon the daemon container is the jail's proxy; drop one of them",
+                            "with --daemon the daemon container is the jail's proxy, with its own settings; drop one of them",
                         )?;
                         Ok(Placement::DockerOnDaemon { image, daemon })
                     }
@@ -299,6 +306,10 @@ mod tests {
             (
                 &["--daemon", "cb", "--egress-network", "x"],
                 "--egress-network does not apply",
+            ),
+            (
+                &["--daemon", "cb", "--ask", "--ask-timeout", "5"],
+                "--ask-timeout does not apply",
             ),
         ];
         for (words, want) in cases {

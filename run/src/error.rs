@@ -13,11 +13,11 @@ pub enum RunError {
     /// An `--allow` entry or the `--id` failed validation.
     #[error("{0}")]
     InvalidRegistration(#[from] SpecError),
-    /// Neither `--allow` nor `--allow-file` nor `--policy` nor `--learn` was given.
+    /// Neither `--allow` nor `--allow-file` nor `--policy` nor `--learn` nor `--ask` was given.
     #[error(
         "run needs an allowlist: --allow HOST,HOST (presets too: --allow @pypi; crackbox presets lists them), \
-         --allow-file PATH (one entry per line), --policy NAME (a named policy), or --learn to find it by \
-         running the command once"
+         --allow-file PATH (one entry per line), --policy NAME (a named policy), --learn to find it by running \
+         the command once, or --ask to decide each host while it runs"
     )]
     NoAllowlist,
     /// A `--policy` the config file does not define (a run with its own proxy).

@@ -38,6 +38,7 @@ mod workload_env;
 pub use args::{BackendKind, RunArgs};
 pub use error::{RunError, EXIT_CRACKBOX_ERROR};
 pub use hold::hold;
+pub use summary::remedies;
 
 use args::Placement;
 use crackbox_policy::SandboxId;
@@ -92,7 +93,10 @@ fn execute(args: RunArgs) -> Result<i32, RunError> {
         tty: terminal::stdin_is_tty(),
         quiet: args.quiet,
     };
-    let proxy = JailProxy::from_env(&env)?;
+    let proxy = match args.ask {
+        true => JailProxy::from_env(&env)?.asking(args.ask_timeout, &env)?,
+        false => JailProxy::from_env(&env)?,
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

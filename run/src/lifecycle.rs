@@ -95,13 +95,15 @@ pub async fn run<B: Backend>(plan: &Plan, backend: &B) -> Result<i32, RunError> 
         }
     };
     tracing::debug!("workload done");
+    // No question is asked once the summary is out (the terminal is as it was).
+    let answered = asking.map(|asking| asking.stop());
     // A workload that never started moved nothing: its error is the one line.
     let learned = match (&registered, &outcome) {
         (Some((jail, scope)), Ok(_)) => timed("summary", conclude(plan, &jail.admin, *scope)).await,
         _ => Ok(()),
     };
-    if let Some(asking) = asking {
-        asking.finish(plan.quiet);
+    if let Some(answered) = answered {
+        answered.print(plan.quiet);
     }
     timed("teardown", journal.undo()).await;
     tracing::debug!("jail removed");

@@ -5,16 +5,17 @@
 //! interface (besides `lo`) is a veth to the host, on a /30 from
 //! `10.213.0.0/17` that no host route uses: the host end (`.1`) is where
 //! `run` starts `crackbox proxy serve` (this same executable, its forward
-//! and SOCKS5 listeners on that address), the namespace
-//! end (`.2`) is registered and the command runs there. No default route.
-//! Steered (the default; docs/run.md), the proxy's DNS filter and
-//! steered listeners (80, 443) sit on the host end too, and the command sees
-//! the jail's own resolv.conf and hosts (`etc`), so any client reaches
+//! and SOCKS5 listeners on that address, on free ports: `ports`), the
+//! namespace end (`.2`) is registered and the command runs there. No
+//! default route. Steered (the default; docs/run.md), the proxy's DNS
+//! filter and steered listeners sit on the host end too, which the jail
+//! reaches on 53, 80 and 443 (a DNAT in the namespace), and the command
+//! sees the jail's own resolv.conf and hosts (`etc`), so any client reaches
 //! allowed names on 80 and 443; with `--no-steer` no DNS server is
-//! reachable. iptables lets the namespace reach those ports on the host end
-//! and nothing else on the host (services bound to 0.0.0.0 would otherwise
-//! answer on the veth address), IPv6 is off on the host end. The command
-//! enters the jail as `enter` says.
+//! reachable. iptables lets the namespace reach the proxy's ports on the
+//! host end and nothing else on the host (services bound to 0.0.0.0 would
+//! otherwise answer on the veth address), IPv6 is off on the host end. The
+//! command enters the jail as `enter` says.
 //!
 //! Set-up shells out to iproute2 (`ip`) and `iptables` (`host_tools`); every
 //! step is recorded in the journal first. Only these steps live here; the
@@ -23,10 +24,11 @@
 mod enter;
 mod etc;
 mod host_tools;
+mod ports;
 
 use crate::admin::{jail_client, wait_healthy};
 use crate::error::RunError;
-use crate::jail_proxy::{self, JailProxy, Listeners, ADMIN_PORT, FORWARD_PORT, SOCKS_PORT};
+use crate::jail_proxy::{self, JailProxy, Listeners, ProxyPorts};
 use crate::journal::{Journal, Kind};
 use crate::lifecycle::{Backend, Jail};
 use crate::plan::Plan;
@@ -43,9 +45,6 @@ use std::process::Stdio;
 use std::time::Duration;
 use tokio::process::Command;
 
-/// Ports the namespace may reach on the host end when steered: DNS and the
-/// steered HTTP and TLS listeners.
-const STEERED_PORTS: &str = "53,80,443";
 /// Subnets for namespaces come from here (the docker backend uses the upper half).
 const POOL: &str = "10.213.0.0/17";
 /// How long the proxy may take to answer `/health`.
@@ -58,7 +57,7 @@ pub struct Netns {
     namespace: String,
     veth_host: String,
     veth_jail: String,
-    /// Holds the proxy's log; removed on drop.
+    /// Holds the proxy's log and the jail's /etc files; removed on drop.
     dir: tempfile::TempDir,
 }
 
@@ -125,14 +124,12 @@ impl Netns {
 
     /// From the namespace the host accepts the proxy's ports on the veth
     /// address and nothing else; nothing from it is forwarded.
-    async fn firewall(&self, journal: &Journal, host_end: Ipv4Addr) -> Result<(), RunError> {
+    async fn firewall(&self, journal: &Journal, host_end: Ipv4Addr, ports: &ProxyPorts) -> Result<(), RunError> {
         let host_if = self.veth_host.as_str();
         let host = host_end.to_string();
-        let proxy_ports = format!("{FORWARD_PORT},{SOCKS_PORT}");
-        let tcp_ports = match self.plan.steer {
-            true => format!("{proxy_ports},{STEERED_PORTS}"),
-            false => proxy_ports,
-        };
+        let tcp_ports: Vec<String> = ports.jail_tcp(self.plan.steer).iter().map(u16::to_string).collect();
+        let tcp_ports = tcp_ports.join(",");
+        let dns_port = ports.dns.to_string();
         let accept = |protocol: &str, ports: &str| {
             let rule = [
                 "-i",
@@ -156,7 +153,7 @@ impl Netns {
             ("FORWARD", strings(&["-i", host_if, "-j", "DROP"])),
         ];
         if self.plan.steer {
-            rules.push(accept("udp", "53"));
+            rules.push(accept("udp", &dns_port));
         }
         for (chain, rule) in rules {
             let mut delete = strings(&["-w", "-D", chain]);
@@ -171,25 +168,17 @@ impl Netns {
         Ok(())
     }
 
-    /// Writes the jail's resolv.conf and hosts (steered runs).
-    fn write_etc(&self, journal: &Journal, host_end: Ipv4Addr) -> Result<(), RunError> {
-        let dir = etc::dir(&self.namespace);
-        let removed = dir.clone();
-        journal.record(Kind::Leaf, async move {
-            match std::fs::remove_dir_all(&removed) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    Err(format!("cannot remove the jail's resolv.conf and hosts: {e}"))
-                }
-                _ => Ok(()),
-            }
-        })?;
-        etc::write(&dir, host_end).map_err(|e| netns_error("writing the jail's resolv.conf and hosts", &e))
+    /// Writes the jail's resolv.conf and hosts (steered runs) into the
+    /// run's state directory, which takes them along when it goes.
+    fn write_etc(&self, host_end: Ipv4Addr) -> Result<(), RunError> {
+        etc::write(&etc::dir(self.dir.path()), host_end)
+            .map_err(|e| netns_error("writing the jail's resolv.conf and hosts", &e))
     }
 
     /// Starts the proxy on the host end, in its own process group (a
     /// Ctrl-C meant for the workload must not stop it before the summary is
     /// read), and waits until its admin API is healthy.
-    async fn start_proxy(&self, journal: &Journal, host_end: Ipv4Addr) -> Result<Client, RunError> {
+    async fn start_proxy(&self, journal: &Journal, host_end: Ipv4Addr, ports: ProxyPorts) -> Result<Client, RunError> {
         let exe = std::env::current_exe().map_err(|e| RunError::io("finding the crackbox executable", e))?;
         let secret = token::random_hex(32).map_err(|e| RunError::io("reading /dev/urandom", e))?;
         let log_path = self.dir.path().join("proxy.log");
@@ -199,6 +188,7 @@ impl Netns {
             jail_side: host_end.into(),
             admin_side: host_end.into(),
             steer: self.plan.steer,
+            ports,
         };
         let mut command = Command::new(exe);
         // Only what JailProxy passes on: no CRACKBOX_* setting of this shell.
@@ -222,7 +212,7 @@ impl Netns {
                 Ok(())
             })?;
         }
-        let admin = jail_client(SocketAddr::from((host_end, ADMIN_PORT)), secret);
+        let admin = jail_client(SocketAddr::from((host_end, ports.admin)), secret);
         let exited = async || match child.try_wait() {
             Ok(Some(status)) => Some(RunError::ProxyNotReady(format!(
                 "the proxy exited ({status}): {}",
@@ -241,10 +231,10 @@ impl Netns {
 }
 
 impl Backend for Netns {
-    /// The host end of the veth, where the proxy listens.
-    type Workload = Ipv4Addr;
+    /// The host end of the veth, where the proxy listens, and its ports.
+    type Workload = (Ipv4Addr, ProxyPorts);
 
-    async fn set_up(&self, journal: &Journal) -> Result<(Jail, Ipv4Addr), RunError> {
+    async fn set_up(&self, journal: &Journal) -> Result<(Jail, Self::Workload), RunError> {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
             return Err(RunError::NotRoot);
@@ -253,20 +243,22 @@ impl Backend for Netns {
         let host_end = net.host(1).ok_or_else(|| RunError::NoFreeSubnet(POOL.into()))?;
         let jail_end = net.host(2).ok_or_else(|| RunError::NoFreeSubnet(POOL.into()))?;
         self.create_link(journal, net, host_end, jail_end).await?;
-        self.firewall(journal, host_end).await?;
+        let ports = ports::free(host_end).map_err(|e| netns_error("finding free ports for the proxy", &e))?;
+        self.firewall(journal, host_end, &ports).await?;
         if self.plan.steer {
-            self.write_etc(journal, host_end)?;
+            self.write_etc(host_end)?;
+            ports::redirect(&self.namespace, host_end, &ports).await?;
         }
         let jail = Jail {
-            admin: self.start_proxy(journal, host_end).await?,
+            admin: self.start_proxy(journal, host_end, ports).await?,
             source: jail_end.into(),
             shared: false,
         };
-        Ok((jail, host_end))
+        Ok((jail, (host_end, ports)))
     }
 
     /// Runs the command in the namespace; killed if this is dropped.
-    async fn run_workload(&self, host_end: Ipv4Addr) -> Result<i32, RunError> {
+    async fn run_workload(&self, (host_end, ports): Self::Workload) -> Result<i32, RunError> {
         let ns_path = PathBuf::from("/var/run/netns").join(&self.namespace);
         let ns = std::fs::File::open(&ns_path).map_err(|e| netns_error("opening the namespace", &e))?;
         let ns_fd = ns.as_raw_fd();
@@ -276,7 +268,7 @@ impl Backend for Netns {
         };
         let mounts = match self.plan.steer {
             true => Some(
-                BindMounts::of(&etc::dir(&self.namespace))
+                BindMounts::of(&etc::dir(self.dir.path()))
                     .map_err(|e| netns_error("preparing the jail's resolv.conf and hosts", &e))?,
             ),
             false => None,
@@ -284,7 +276,7 @@ impl Backend for Netns {
         let mut command = Command::new(program);
         command
             .args(args)
-            .envs(workload_env::variables(jail_proxy::endpoints(host_end.into())))
+            .envs(workload_env::variables(jail_proxy::endpoints(host_end.into(), ports)))
             .kill_on_drop(true);
         // SAFETY: the closure only makes async-signal-safe system calls.
         unsafe {

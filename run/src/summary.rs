@@ -7,7 +7,7 @@
 mod blocked;
 mod render;
 
-pub use render::PrivateSwitch;
+pub use render::{remedies, PrivateSwitch};
 
 use crackbox_client::{Client, Denial};
 use render::{Met, Moved};

@@ -1,6 +1,7 @@
 //! The user's terminal and standard streams on the crackbox side of a jail:
-//! raw mode while a TTY is attached (always restored), the terminal size,
-//! and a reader thread that turns stdin into chunks.
+//! raw mode while a TTY is attached (always restored), single keys without
+//! echo for `run --ask`'s prompt (always restored), the terminal size, and
+//! a reader thread that turns stdin into chunks.
 //!
 //! stdin is read on its own OS thread, never on the runtime: a blocking read
 //! of a stdin that never closes must not keep crackbox from exiting.
@@ -56,6 +57,45 @@ impl Drop for RawMode {
     fn drop(&mut self) {
         // SAFETY: restores the attributes read in `enable`.
         unsafe { libc::tcsetattr(libc::STDIN_FILENO, libc::TCSANOW, &self.saved) };
+    }
+}
+
+/// A terminal that delivers each key as it is pressed, without echo (the
+/// prompt prints what was answered); output, signals and everything else
+/// as before. The previous mode comes back on drop.
+pub struct SingleKeys {
+    tty: std::fs::File,
+    saved: libc::termios,
+}
+
+impl SingleKeys {
+    /// Switches the terminal `tty` (a handle of its own is kept to restore it).
+    pub fn enable(tty: &std::fs::File) -> std::io::Result<Self> {
+        use std::os::fd::AsRawFd;
+        let tty = tty.try_clone()?;
+        // SAFETY: termios is plain data; tcgetattr fills it or fails.
+        let mut saved: libc::termios = unsafe { std::mem::zeroed() };
+        // SAFETY: valid descriptor and pointer.
+        if unsafe { libc::tcgetattr(tty.as_raw_fd(), &mut saved) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let mut keys = saved;
+        keys.c_lflag &= !(libc::ICANON | libc::ECHO);
+        keys.c_cc[libc::VMIN] = 1;
+        keys.c_cc[libc::VTIME] = 0;
+        // SAFETY: valid descriptor and pointer.
+        if unsafe { libc::tcsetattr(tty.as_raw_fd(), libc::TCSANOW, &keys) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(SingleKeys { tty, saved })
+    }
+}
+
+impl Drop for SingleKeys {
+    fn drop(&mut self) {
+        use std::os::fd::AsRawFd;
+        // SAFETY: restores the attributes read in `enable`.
+        unsafe { libc::tcsetattr(self.tty.as_raw_fd(), libc::TCSANOW, &self.saved) };
     }
 }
 

@@ -1,8 +1,10 @@
 //! The `crackbox` executable under test and commands of it cut off from
-//! this machine's configuration.
+//! this machine's configuration, with a temporary directory of this test
+//! process's own.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
 
 /// The `crackbox` executable under test: nextest's `NEXTEST_BIN_EXE_crackbox`,
 /// else `CARGO_BIN_EXE_crackbox`, else `crackbox` in the directory above the
@@ -24,10 +26,37 @@ pub fn binary() -> PathBuf {
     beside
 }
 
+/// This test process's temporary directory, once made.
+static SCRATCH: OnceLock<PathBuf> = OnceLock::new();
+
+/// The temporary directory (`TMPDIR`) of the crackbox processes this test
+/// process starts: made on first use and removed, with everything in it,
+/// when the test process exits. What a crackbox killed with SIGKILL leaves
+/// (`proxy serve`'s control-socket directory, a run's state directory)
+/// goes with it instead of staying in /tmp.
+pub fn scratch() -> &'static Path {
+    SCRATCH.get_or_init(|| {
+        let dir = tempfile::Builder::new()
+            .prefix("crackbox-tests-")
+            .tempdir()
+            .expect("a temporary directory for the crackbox processes of this test")
+            .keep();
+        // SAFETY: registers a plain function without arguments, run once at exit.
+        unsafe { libc::atexit(remove_scratch) };
+        dir
+    })
+}
+
+extern "C" fn remove_scratch() {
+    if let Some(dir) = SCRATCH.get() {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
 /// Cuts a `crackbox` command off from this machine's configuration: no
 /// inherited `CRACKBOX_*` settings (the io driver choice passes through, so
 /// the suite can run on either driver), no config file, warn-level logs, no
-/// stdin.
+/// stdin, and this test process's [`scratch`] directory as its `TMPDIR`.
 pub fn isolated(command: &mut Command) -> &mut Command {
     for (name, _) in std::env::vars() {
         if name.starts_with("CRACKBOX_") && name != "CRACKBOX_IO_DRIVER" {
@@ -38,6 +67,7 @@ pub fn isolated(command: &mut Command) -> &mut Command {
         .env("XDG_CONFIG_HOME", "/nonexistent-crackbox-test")
         .env("HOME", "/nonexistent-crackbox-test")
         .env("CRACKBOX_LOG", "warn")
+        .env("TMPDIR", scratch())
         .stdin(Stdio::null())
 }
 

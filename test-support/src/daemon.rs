@@ -9,7 +9,7 @@ use crate::process::alive;
 use crate::spawned::Spawned;
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// `crackbox proxy serve` on the host as the Docker label watcher of the
 /// Docker network `network` (`--docker-network`): forward proxy on `proxy`,
@@ -33,6 +33,16 @@ pub fn label_watcher(proxy: &str, admin: &str, network: &str) -> Command {
     command
 }
 
+/// The arguments of [`Daemon::loopback`].
+pub fn loopback_args<'a>(extra: &[&'a str], registrations: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["--allow-private-destinations"];
+    args.extend_from_slice(extra);
+    for registration in registrations {
+        args.extend(["--register", registration]);
+    }
+    args
+}
+
 /// A running `crackbox proxy serve`, killed on drop.
 pub struct Daemon {
     process: Spawned,
@@ -47,6 +57,23 @@ impl Daemon {
     /// arguments and waits until `/health` says ok.
     pub fn start(extra: &[&str]) -> Daemon {
         Daemon::start_with(extra, &[("CRACKBOX_LOG", "warn")], Stdio::inherit())
+    }
+
+    /// `proxy serve --allow-private-destinations` (the tests' upstreams are
+    /// on loopback, a private address) with `extra` flags and each of
+    /// `registrations` (`IP=ID:HOSTS`) as a `--register`: the daemon most
+    /// end-to-end tests start.
+    pub fn loopback(extra: &[&str], registrations: &[&str]) -> Daemon {
+        Daemon::start(&loopback_args(extra, registrations))
+    }
+
+    /// Like [`Daemon::loopback`], without `--allow-private-destinations`.
+    pub fn registering(extra: &[&str], registrations: &[&str]) -> Daemon {
+        let mut args = extra.to_vec();
+        for registration in registrations {
+            args.extend(["--register", registration]);
+        }
+        Daemon::start(&args)
     }
 
     /// Like [`Daemon::start`], with extra environment variables and the
@@ -96,14 +123,10 @@ impl Daemon {
     }
 
     fn wait_healthy(&self) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if let Ok((200, _)) = try_http(self.admin, "GET", "/health", None, &[]) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("crackbox did not become healthy");
+        let healthy = crate::net::wait_until(Duration::from_secs(20), || {
+            matches!(try_http(self.admin, "GET", "/health", None, &[]), Ok((200, _)))
+        });
+        assert!(healthy, "crackbox did not become healthy");
     }
 
     /// The pid of `serve` itself.

@@ -9,8 +9,10 @@
 //! with `CRACKBOX_REQUIRE_ROOT=1` when not root.
 
 mod daemon;
+mod relay;
 mod web;
 pub use daemon::{admin_call, daemon_run_command, running_workload, Daemon, DAEMON_ADMIN_PORT, PRINT_ADDRESS};
+pub use relay::Relay;
 pub use web::web_upstream;
 
 use crate::crackbox::binary;
@@ -133,11 +135,12 @@ pub fn crackbox_image() -> String {
 }
 
 /// Runs `build` while holding a machine-wide lock, so test processes running
-/// in parallel build each image once instead of racing to import it.
+/// in parallel build each image once instead of racing to import it. The
+/// lock is taken on the temporary directory itself, which is always there:
+/// no lock file is made or left behind.
 fn with_build_lock(build: impl FnOnce()) {
     use std::os::fd::AsRawFd;
-    let path = std::env::temp_dir().join("crackbox-run-tests.lock");
-    let lock = std::fs::File::create(path).expect("lock file");
+    let lock = std::fs::File::open(std::env::temp_dir()).expect("the temporary directory");
     // SAFETY: flock on a descriptor we own; released when `lock` is dropped.
     assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
     build();
@@ -376,6 +379,7 @@ pub fn remove_network(name: &str) {
         for endpoint in &attached {
             docker_try(&["network", "disconnect", "-f", name, endpoint]);
         }
+        // Not synchronisation: a back-off before the next attempt to remove the network.
         std::thread::sleep(Duration::from_millis(200 * attempt));
     }
     if attached.is_empty() && last.contains("has active endpoints") {
@@ -413,7 +417,9 @@ pub fn run_command_with(upstream: &Upstream, id: &str, allow: &str, flags: &[&st
 /// with stdin closed (FLAGS may name another `--image`).
 pub fn crackbox_run(id: &str, allow: &str, flags: &[&str], command: &[&str]) -> Command {
     let mut cmd = Command::new(binary());
-    cmd.args(["run", "--allow", allow, "--id", id]).args(flags);
+    cmd.env("TMPDIR", crate::crackbox::scratch())
+        .args(["run", "--allow", allow, "--id", id])
+        .args(flags);
     if !flags.contains(&"--image") {
         cmd.args(["--image", &workload_image()]);
     }

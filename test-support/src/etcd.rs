@@ -41,7 +41,12 @@ impl EtcdCluster {
     /// `extra_ip` (an address of a network the test made).
     pub fn start_serving(extra_ip: Option<&str>) -> EtcdCluster {
         let unique = format!("{}-{}", std::process::id(), free_port());
-        let dir = std::env::temp_dir().join(format!("crackbox-etcd-{unique}"));
+        // Memory-backed where the machine has it: etcd fsyncs every write, and
+        // on a disk shared with a parallel test run that stalls raft past its
+        // election timeout.
+        let shm = std::path::Path::new("/dev/shm");
+        let base = if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() };
+        let dir = base.join(format!("crackbox-etcd-{unique}"));
         std::fs::create_dir_all(&dir).expect("etcd test directory");
         let members = (0..MEMBERS)
             .map(|i| Member {
@@ -110,7 +115,7 @@ impl EtcdCluster {
             ])
             .args(["--initial-cluster", &peers.join(",")])
             .args(["--initial-cluster-state", "new", "--initial-cluster-token", &self.token])
-            .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
+            .args(["--heartbeat-interval", "100", "--election-timeout", "1000"])
             .args(["--logger", "zap", "--log-level", "error"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())

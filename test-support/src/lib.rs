@@ -4,7 +4,8 @@
 //! the fault tests' load generators (`load`); a real headless Chromium over
 //! WebDriver (`Browser`); the `crackbox` binary under
 //! test as a daemon (`Daemon`, `Ports`) or one process (`Spawned`), an
-//! upstream that records its connections (`TrackedUpstream`); the Docker fixtures
+//! upstream that records its connections (`TrackedUpstream`), a command on a
+//! pseudo-terminal of its own (`Pty`); the Docker fixtures
 //! (`docker`), the network-namespace lab (`netns_lab`), a real etcd cluster
 //! (`etcd`) and the nodes of a fleet on it (`fleet_lab`) and the probes run
 //! inside `crackbox run` jails (`steer_probe`, `run_probe`). Dev-only, never
@@ -25,6 +26,7 @@ mod net;
 pub mod netns_lab;
 mod ports;
 mod process;
+mod pty;
 mod revocation;
 mod root;
 pub mod run_probe;
@@ -34,14 +36,17 @@ mod tracked;
 
 pub use browser::{Browser, Element, WebDriverError};
 pub use bulk::Bulk;
-pub use crackbox::{binary, command, isolated, run};
-pub use daemon::{label_watcher, Daemon};
+pub use crackbox::{binary, command, isolated, run, scratch};
+pub use daemon::{label_watcher, loopback_args, Daemon};
 pub use echo::{echo_round, Echo};
 pub use http::{curl, http, open_tunnel, read_head, read_request, read_to_end, try_http, Seen, Upstream};
 pub use metrics::metric;
-pub use net::{closed_within, connect_from, free_addr, free_port, holding_upstream, try_connect_from, wait_until};
+pub use net::{
+    closed_within, connect_from, dialling, free_addr, free_port, holding_upstream, try_connect_from, wait_until,
+};
 pub use ports::{admin, proxied, Ports};
 pub use process::{alive, cpu_ticks, describe, raise_fd_limit, signal, ticks_per_second};
+pub use pty::Pty;
 pub use revocation::{assert_cut, assert_untouched, REVOKE_WITHIN, STAYS_OPEN};
 pub use root::{is_root, root_or_skip};
 pub use spawned::Spawned;

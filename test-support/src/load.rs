@@ -168,6 +168,7 @@ pub fn well_behaved(
             failures += 1;
             stream = None;
         }
+        // Not synchronisation: the load's pace between requests.
         std::thread::sleep(gap);
     }
     (Latencies(latencies), failures)
@@ -207,6 +208,7 @@ impl Stream {
                 longest = longest.max(at.elapsed());
                 echoed2.fetch_add(got.len() as u64, Ordering::Relaxed);
                 block += 1;
+                // Not synchronisation: the load's pace between blocks.
                 std::thread::sleep(Duration::from_millis(5));
             }
             Ok(longest)
@@ -295,6 +297,7 @@ async fn load_client(
         return;
     };
     counts.connected.fetch_add(1, Ordering::Relaxed);
+    // Not synchronisation: spreads the clients' requests over time.
     tokio::time::sleep(phase).await;
     let mut buf = [0u8; 1024];
     while !stop.load(Ordering::Relaxed) {
@@ -318,6 +321,7 @@ async fn load_client(
             return;
         }
         counts.answered.fetch_add(1, Ordering::Relaxed);
+        // Not synchronisation: the load's pace between requests.
         tokio::time::sleep(pause).await;
     }
 }

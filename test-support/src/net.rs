@@ -115,9 +115,28 @@ pub fn wait_until(limit: Duration, mut condition: impl FnMut() -> bool) -> bool 
         if now >= deadline {
             return false;
         }
+        // Not synchronisation: the pause between two looks at the condition, within the deadline.
         std::thread::sleep(pause.min(deadline - now));
         pause = (pause * 2).min(Duration::from_millis(100));
     }
+}
+
+/// Whether a socket of this network namespace is dialling `port` right now
+/// (a SYN sent and not answered: `SYN_SENT` in /proc/net/tcp or tcp6).
+pub fn dialling(port: u16) -> bool {
+    const SYN_SENT: &str = "02";
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|table| {
+        std::fs::read_to_string(table)
+            .unwrap_or_default()
+            .lines()
+            .skip(1)
+            .any(|row| {
+                let fields: Vec<&str> = row.split_whitespace().collect();
+                let remote_port = fields.get(2).and_then(|remote| remote.rsplit(':').next());
+                fields.get(3) == Some(&SYN_SENT)
+                    && remote_port.and_then(|p| u16::from_str_radix(p, 16).ok()) == Some(port)
+            })
+    })
 }
 
 /// A loopback upstream that accepts every connection and hands it over

@@ -44,6 +44,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// Where `ip netns exec NAME` finds the files it mounts over `/etc`.
+const ETC_NETNS: &str = "/etc/netns";
 /// The workload's address (registered as `agent`).
 pub const WORKLOAD: Ipv4Addr = Ipv4Addr::new(10, 200, 1, 2);
 /// The proxy namespace's address on the workload link (DNS filter here).
@@ -129,6 +131,8 @@ pub struct Seen {
     pub dns_asked: Mutex<Vec<String>>,
     /// When set, the upstream DNS server stops and its port is closed.
     pub dns_down: AtomicBool,
+    /// Set by the upstream resolver once it stopped and closed its port.
+    pub dns_stopped: AtomicBool,
 }
 
 /// How the workload's traffic gets to crackbox.
@@ -220,7 +224,7 @@ impl Lab {
             workload_ns: format!("cbw{tag}"),
             proxy_ns: format!("cbp{tag}"),
             upstream_ns: format!("cbu{tag}"),
-            etc_dir: format!("/etc/netns/cbp{tag}"),
+            etc_dir: format!("{ETC_NETNS}/cbp{tag}"),
             crackbox: None,
             seen: Arc::default(),
             cert: CertificateDer::from(Vec::new()),
@@ -396,6 +400,7 @@ impl Lab {
             if reply.is_some_and(|r| r.metadata.response_code != ResponseCode::Refused) {
                 return;
             }
+            // Not synchronisation: the pause between two queries, within the deadline.
             std::thread::sleep(Duration::from_millis(100));
         }
         panic!("crackbox did not start enforcing within 30 s");
@@ -513,5 +518,8 @@ impl Drop for Lab {
             let _ = Command::new("ip").args(["netns", "del", ns]).status();
         }
         let _ = std::fs::remove_dir_all(&self.etc_dir);
+        // `/etc/netns` itself too once no lab (and nothing else) uses it:
+        // fails, harmlessly, while it holds anything.
+        let _ = std::fs::remove_dir(ETC_NETNS);
     }
 }

@@ -8,7 +8,7 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The addresses a daemon under test uses.
 #[derive(Debug, Clone, Copy)]
@@ -79,14 +79,10 @@ impl Ports {
 
     /// Waits until `/health` answers 200.
     pub fn wait_healthy(&self) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if admin(self.admin, "GET", "/health", None, &[]).0 == 200 {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("crackbox at {} did not become healthy", self.admin);
+        let healthy = crate::net::wait_until(Duration::from_secs(20), || {
+            admin(self.admin, "GET", "/health", None, &[]).0 == 200
+        });
+        assert!(healthy, "crackbox at {} did not become healthy", self.admin);
     }
 
     /// `GET /v1/state` as JSON.

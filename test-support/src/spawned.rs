@@ -3,7 +3,7 @@
 
 use crate::crackbox;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A running child process, stopped on drop.
 pub struct Spawned {
@@ -83,14 +83,12 @@ impl Spawned {
     }
 
     fn wait_exit(&mut self, limit: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + limit;
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return Some(status);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        None
+        let mut status = None;
+        crate::net::wait_until(limit, || {
+            status = self.child.try_wait().ok().flatten();
+            status.is_some()
+        });
+        status
     }
 }
 

@@ -81,15 +81,7 @@ impl TrackedUpstream {
     /// took from now, `None` if it is still open.
     pub fn closed_within(&self, index: usize, limit: Duration) -> Option<Duration> {
         let started = Instant::now();
-        loop {
-            if self.conns()[index].closed.is_some() {
-                return Some(started.elapsed());
-            }
-            if started.elapsed() >= limit {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        crate::net::wait_until(limit, || self.conns()[index].closed.is_some()).then(|| started.elapsed())
     }
 }
 

@@ -72,7 +72,10 @@ pub async fn decide(
 ) -> Result<Json<DecideAnswer>, ApiError> {
     authorise(&state, &headers)?;
     let Query(query) = query.map_err(|err| ApiError::bad_request(format!("query: {}", err.body_text())))?;
-    let number: PendingId = id.parse().map_err(|_| not_pending(&id))?;
+    let number: PendingId = id.parse().map_err(|_| {
+        let message = format!("no pending request {id:?}: an id is a number (`crackbox pending` lists them)");
+        ApiError::new(StatusCode::NOT_FOUND, message)
+    })?;
     let body: DecideBody = body::parse(body)?;
     let elsewhere = match (&state.fleet, &query.node) {
         (Some(fleet), Some(node)) if node != fleet.node() => Some((fleet, node)),
@@ -89,7 +92,12 @@ pub async fn decide(
                 .send_decision(node, number, &body, ENFORCE_TIMEOUT * 5 / 2)
                 .await
                 .map_err(fleet_failed)?
-                .ok_or_else(|| not_pending(&id))?;
+                .ok_or_else(|| {
+                    ApiError::new(
+                        StatusCode::NOT_FOUND,
+                        format!("no pending request {number} on node {node:?}"),
+                    )
+                })?;
             let decided = DecidedRequest {
                 request,
                 decision: body.decision.into(),
@@ -126,13 +134,14 @@ pub async fn answer(state: &AppState, id: PendingId, body: DecideBody) -> Result
             .link
             .decide(id, answer, ENGINE_REQUEST_TIMEOUT)
             .await?
-            .ok_or_else(|| not_pending(&id.to_string()))?,
+            .ok_or_else(|| not_pending(state, id))?,
     };
     Ok(DecideAnswer { decided, grant: None })
 }
 
-fn not_pending(id: &str) -> ApiError {
-    ApiError::new(StatusCode::NOT_FOUND, format!("no pending request {id:?}"))
+/// 404 for this node's request `id`, which is not pending: what became of it.
+fn not_pending(state: &AppState, id: PendingId) -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, state.link.asks().fate(id).message(id))
 }
 
 fn conflict(message: &str) -> ApiError {
@@ -152,7 +161,7 @@ async fn always(state: &AppState, id: PendingId, period: Option<Period>) -> Resu
     let request = pending
         .into_iter()
         .find(|request| request.id == id)
-        .ok_or_else(|| not_pending(&id.to_string()))?;
+        .ok_or_else(|| not_pending(state, id))?;
     let entry = always_entry(&request.host, request.port).ok_or_else(|| conflict("the host is no name"))?;
     let current = state.registry.current();
     let registered = current
@@ -168,7 +177,7 @@ async fn always(state: &AppState, id: PendingId, period: Option<Period>) -> Resu
         .link
         .decide(id, Answer::Always, ENGINE_REQUEST_TIMEOUT)
         .await?
-        .ok_or_else(|| not_pending(&id.to_string()))?;
+        .ok_or_else(|| not_pending(state, id))?;
     if decided.decision != Settlement::Always {
         // Settled otherwise before the answer came (a snapshot refused it).
         return Ok(DecideAnswer { decided, grant: None });
@@ -214,7 +223,7 @@ async fn always_for_policy(state: &AppState, id: PendingId, policy: PolicyName) 
     let request = pending
         .into_iter()
         .find(|request| request.id == id)
-        .ok_or_else(|| not_pending(&id.to_string()))?;
+        .ok_or_else(|| not_pending(state, id))?;
     let entry = always_entry(&request.host, request.port).ok_or_else(|| conflict("the host is no name"))?;
     let current = state.registry.current();
     let registered = current
@@ -229,7 +238,7 @@ async fn always_for_policy(state: &AppState, id: PendingId, policy: PolicyName) 
         .link
         .decide(id, Answer::Always, ENGINE_REQUEST_TIMEOUT)
         .await?
-        .ok_or_else(|| not_pending(&id.to_string()))?;
+        .ok_or_else(|| not_pending(state, id))?;
     if decided.decision != Settlement::Always {
         return Ok(decided);
     }

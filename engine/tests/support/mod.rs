@@ -34,7 +34,8 @@ impl Engine {
 
     /// Starts an engine with custom limits.
     pub fn start_with(registrations: Vec<RegistrationSpec>, allow_private: bool, limits: Limits) -> Engine {
-        let dir = std::env::temp_dir().join(format!("crackbox-engine-test-{}-{}", std::process::id(), free_port()));
+        // In this test process's scratch directory, removed when it exits.
+        let dir = scratch().join(format!("engine-{}", free_port()));
         std::fs::create_dir_all(&dir).unwrap();
         let socket: PathBuf = dir.join("control.sock");
         let listener = UnixListener::bind(&socket).unwrap();
@@ -46,6 +47,7 @@ impl Engine {
             dns_listen: None,
             dns_upstream: None,
             steer: vec![],
+            steered_ports: Default::default(),
             threads: 2,
             // The suite runs on the driver CRACKBOX_IO_DRIVER names, as the binary's does.
             io_driver: IoDriver::parse(&std::env::var(IO_DRIVER_ENV).unwrap_or_default()).unwrap(),

@@ -41,6 +41,11 @@ pub struct EngineConfig {
     /// each address (at most one IPv4 and one IPv6), and the DNS filter
     /// answers allowed names with them instead of asking an upstream.
     pub steer: Vec<IpAddr>,
+    /// The ports the steered listeners bind for 80 and 443: those two,
+    /// unless a DNAT in front of them keeps 80 and 443 in the clients' view
+    /// (`crackbox run --backend netns`, whose proxy shares the host's ports).
+    #[serde(default)]
+    pub steered_ports: SteeredPorts,
     /// Core threads; each runs one pinned monoio runtime.
     pub threads: usize,
     /// The io driver the core threads run on.
@@ -56,6 +61,40 @@ pub struct EngineConfig {
     /// Longest a new connection or DNS query from an unregistered source
     /// inside a watched subnet waits for its registration; zero never waits.
     pub registration_hold: Duration,
+}
+
+/// Where the steered listeners of each steer address are bound: `http`
+/// takes what clients send to port 80, `https` what they send to 443.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SteeredPorts {
+    /// The port of the listener for port 80 (HTTP).
+    pub http: u16,
+    /// The port of the listener for port 443 (TLS).
+    pub https: u16,
+}
+
+impl Default for SteeredPorts {
+    fn default() -> Self {
+        SteeredPorts { http: 80, https: 443 }
+    }
+}
+
+impl SteeredPorts {
+    /// Both ports, HTTP first.
+    pub fn both(self) -> [u16; 2] {
+        [self.http, self.https]
+    }
+
+    /// The port clients meant (80 or 443) for a connection accepted on the
+    /// steered listener bound to `bound`.
+    pub fn meant(self, bound: u16) -> u16 {
+        if bound == self.https {
+            443
+        } else {
+            80
+        }
+    }
 }
 
 /// Limits that keep one sandbox from starving the others.
@@ -108,6 +147,10 @@ mod tests {
             dns_listen: Some("[::1]:53".parse().unwrap()),
             dns_upstream: Some("127.0.0.53:53".parse().unwrap()),
             steer: vec!["10.0.0.1".parse().unwrap()],
+            steered_ports: SteeredPorts {
+                http: 8080,
+                https: 8443,
+            },
             threads: 3,
             io_driver: IoDriver::Epoll,
             allow_private_destinations: true,

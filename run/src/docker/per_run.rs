@@ -9,7 +9,7 @@ use super::workload::{self, Placed};
 use super::{image, ipv4_endpoint, proxy_spec, Place, ProxySpec};
 use crate::admin::{jail_client, wait_healthy};
 use crate::error::{docker_message, RunError};
-use crate::jail_proxy::{self, JailProxy, Listeners, ADMIN_PORT};
+use crate::jail_proxy::{self, JailProxy, Listeners, ProxyPorts};
 use crate::journal::Journal;
 use crate::lifecycle::{Backend, Jail};
 use crate::plan::Plan;
@@ -101,7 +101,7 @@ impl PerRunProxy {
                 Err(e) => return Err(RunError::docker("starting the proxy", e)),
             }
         };
-        let admin = jail_client(SocketAddr::from((egress_ip, ADMIN_PORT)), secret);
+        let admin = jail_client(SocketAddr::from((egress_ip, ProxyPorts::STANDARD.admin)), secret);
         let exited = async || self.proxy_exited(&name).await;
         if !wait_healthy(&admin, journal, PROXY_START_TIMEOUT, exited).await? {
             return Err(RunError::ProxyNotReady(format!(
@@ -121,10 +121,12 @@ impl PerRunProxy {
         egress_ip: Ipv4Addr,
         secret: &str,
     ) -> Result<(), RunError> {
+        // Its own network namespace: the usual ports, which nothing else holds there.
         let at = Listeners {
             jail_side: nets.proxy_internal.into(),
             admin_side: egress_ip.into(),
             steer: self.plan.steer,
+            ports: ProxyPorts::STANDARD,
         };
         let spec = ProxySpec {
             image,
@@ -228,7 +230,7 @@ impl Backend for PerRunProxy {
         };
         let placed = Placed {
             place: Place::On(&nets.internal, nets.workload),
-            proxy: jail_proxy::endpoints(nets.proxy_internal.into()),
+            proxy: jail_proxy::endpoints(nets.proxy_internal.into(), ProxyPorts::STANDARD),
             steered: self.plan.steer,
         };
         // The workload is created while the proxy starts; it starts only

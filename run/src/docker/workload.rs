@@ -83,8 +83,10 @@ pub fn body(
 }
 
 /// Writes `files` (path in the container, text) to a directory of the
-/// run's own, which the journal owns and removes at teardown; returns
-/// (host file, path in the container) for each.
+/// run's own, which the journal owns and removes at teardown once the
+/// workload that mounts them is gone (a container started while its mount
+/// source is missing gets Docker to make a directory there, which would be
+/// left behind); returns (host file, path in the container) for each.
 fn etc_files(
     journal: &Journal,
     files: &[(&'static str, String)],
@@ -98,7 +100,7 @@ fn etc_files(
         .tempdir()
         .map_err(failed)?;
     let path = dir.path().to_path_buf();
-    journal.record(Kind::Leaf, async move {
+    journal.record(Kind::Holder, async move {
         dir.close()
             .map_err(|e| format!("cannot remove the workload's /etc files: {e}"))
     })?;

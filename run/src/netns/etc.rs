@@ -1,11 +1,12 @@
 //! The netns jail's own `resolv.conf` and `hosts` (steered runs; README
 //! "crackbox run").
 //!
-//! They live in `/etc/netns/NAMESPACE/` (where `ip netns exec` looks too)
-//! and are bind-mounted over `/etc/resolv.conf` and `/etc/hosts` in a mount
-//! namespace of the workload's own, so every name the workload looks up,
-//! even one in the host's `/etc/hosts`, goes to crackbox's DNS filter. The
-//! host's files are never touched; the directory is removed at teardown.
+//! They live in the run's own state directory (`etc/` beside the proxy's
+//! log) and are bind-mounted over `/etc/resolv.conf` and `/etc/hosts` in a
+//! mount namespace of the workload's own, so every name the workload looks
+//! up, even one in the host's `/etc/hosts`, goes to crackbox's DNS filter.
+//! Nothing under the host's `/etc` is touched or created; the directory goes
+//! with the state directory at teardown.
 
 use std::ffi::CString;
 use std::io;
@@ -16,9 +17,9 @@ use std::path::{Path, PathBuf};
 /// The files, each bind-mounted over the host file of the same name in /etc.
 const FILES: [&str; 2] = ["resolv.conf", "hosts"];
 
-/// Where a namespace's own /etc files live.
-pub fn dir(namespace: &str) -> PathBuf {
-    Path::new("/etc/netns").join(namespace)
+/// Where a run whose state directory is `state` keeps the jail's /etc files.
+pub fn dir(state: &Path) -> PathBuf {
+    state.join("etc")
 }
 
 /// Writes the jail's files into `dir`: crackbox's DNS filter at
@@ -106,7 +107,10 @@ mod tests {
         assert!(hosts.lines().all(|l| l.contains("localhost")), "{hosts}");
         let resolv = std::fs::read_to_string(tmp.path().join("resolv.conf")).unwrap();
         assert!(resolv.contains("nameserver 10.213.0.5"), "{resolv}");
-        assert_eq!(dir("crackbox-ab12"), PathBuf::from("/etc/netns/crackbox-ab12"));
+        assert_eq!(
+            dir(Path::new("/tmp/crackbox-run-x")),
+            PathBuf::from("/tmp/crackbox-run-x/etc")
+        );
         let mounts = BindMounts::of(tmp.path()).unwrap();
         let targets: Vec<&[u8]> = mounts.pairs.iter().map(|(_, target)| target.as_bytes()).collect();
         assert_eq!(targets, [&b"/etc/resolv.conf"[..], b"/etc/hosts"]);

@@ -25,7 +25,8 @@ pub enum Fix {
 }
 
 impl Fix {
-    fn of(reason: Reason) -> Self {
+    /// What fixes a denial of `reason`.
+    pub fn of(reason: Reason) -> Self {
         match reason {
             Reason::NotAllowed => Fix::AddToAllow,
             Reason::PrivateAddress => Fix::AllowPrivate,

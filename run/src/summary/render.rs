@@ -4,6 +4,7 @@
 //! of blocked destinations saying what fixes them. Pure.
 
 use super::blocked::{self, Fix, Group};
+use crackbox_client::Reason;
 
 /// Whose setting lets allowed names reach private addresses for this run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,19 +36,24 @@ pub struct Met<'a> {
 
 /// The summary's lines: `moved` and how many destinations were blocked
 /// (left out when unknown), a learning run's line to paste, then a line per
-/// group of what was blocked.
+/// group of what was blocked; one blocked destination of a run that does
+/// not learn is said on the first line itself.
 pub fn lines(moved: Option<Moved>, met: Option<Met<'_>>, switch: PrivateSwitch) -> Vec<String> {
-    let blocked = met.map(|met| met.blocked);
+    let mut blocked = met.map(|met| met.blocked);
     let learning = met.is_some_and(|met| met.learned.is_some());
     let mut head = Vec::new();
     if let Some(moved) = moved {
         head.push(format!("{} out, {} in", bytes(moved.bytes_out), bytes(moved.bytes_in)));
     }
     if let Some(groups) = blocked {
-        head.push(match blocked::count(groups) {
-            0 => "nothing blocked".to_string(),
-            1 => "1 host blocked".to_string(),
-            n => format!("{n} hosts blocked"),
+        head.push(match (blocked::count(groups), groups, learning) {
+            (0, ..) => "nothing blocked".to_string(),
+            (1, [group], false) => {
+                blocked = None;
+                format!("blocked {} ({})", group.destinations.join(", "), why(group.fix, switch))
+            }
+            (1, ..) => "1 host blocked".to_string(),
+            (n, ..) => format!("{n} hosts blocked"),
         });
     }
     let mut lines = Vec::new();
@@ -83,13 +89,38 @@ fn why(fix: Fix, switch: PrivateSwitch) -> String {
                 .into()
         }
         (Fix::AllowPrivate, PrivateSwitch::Daemon) => {
-            "a private address: allowed with the daemon's --allow-private-destinations or by an IP-literal \
-             entry, unless it is crackbox's own"
+            "a private address: allowed when the daemon runs with crackbox proxy serve \
+             --allow-private-destinations, or by an IP-literal entry, unless it is crackbox's own"
                 .into()
         }
         (Fix::Register, _) => "unregistered: the run's registration was removed while it ran".into(),
-        (Fix::Other(reason), _) => format!("{reason}: {}", reason.remedy()),
+        (Fix::Other(reason), _) => format!("{reason}: {}", remedy(reason)),
     }
+}
+
+/// What fixes a rarer denial of a run, in the words of `crackbox run`
+/// (the daemon's log says [`Reason::remedy`], in the words of `proxy serve`).
+fn remedy(reason: Reason) -> &'static str {
+    match reason {
+        Reason::Revoked => "a newer registration of the run's source no longer allows it",
+        Reason::TooManyConnections => "the command had too many connections open at once; close some",
+        Reason::DeniedEntry => "on --deny",
+        Reason::AskTimeout => {
+            "nobody decided in time: answer sooner (crackbox pending, crackbox decide, or the prompt), or \
+             raise --ask-timeout"
+        }
+        Reason::AskLimit => "too many requests waited at once; decide them sooner (crackbox pending)",
+        other => other.remedy(),
+    }
+}
+
+/// Every text a run's summary may print for a denial of `reason`, one per
+/// way the run can be placed (for a test that walks them against the
+/// command line).
+pub fn remedies(reason: Reason) -> Vec<String> {
+    [PrivateSwitch::RunEnvironment, PrivateSwitch::Daemon]
+        .map(|switch| why(Fix::of(reason), switch))
+        .to_vec()
 }
 
 /// `n` bytes for people: `512 B`, `1.5 KiB`, `12.4 MiB`, `310 MiB`
@@ -112,7 +143,6 @@ pub fn bytes(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crackbox_client::Reason;
 
     #[test]
     fn bytes_read_like_a_person_would_write_them() {
@@ -157,8 +187,18 @@ mod tests {
         fn met(blocked: Option<&[Group]>) -> Option<Met<'_>> {
             blocked.map(|blocked| Met { blocked, learned: None })
         }
+        let one = [group(Fix::AddToAllow, &["blocked.test"])];
         let cases: &[Case] = &[
             (None, None, PrivateSwitch::RunEnvironment, &[]),
+            (
+                Some(Moved {
+                    bytes_out: 0,
+                    bytes_in: 0,
+                }),
+                Some(&one),
+                PrivateSwitch::RunEnvironment,
+                &["crackbox: 0 B out, 0 B in, blocked blocked.test (not on --allow)"],
+            ),
             (
                 None,
                 Some(&[]),
@@ -200,7 +240,8 @@ mod tests {
                      CRACKBOX_ALLOW_PRIVATE_DESTINATIONS=1 in run's environment or by an IP-literal entry, \
                      unless it is crackbox's own)",
                     "crackbox: blocked x.test (unregistered: the run's registration was removed while it ran)",
-                    "crackbox: blocked example.com (revoked: a newer registration of the source no longer allows it)",
+                    "crackbox: blocked example.com (revoked: a newer registration of the run's source no longer \
+                     allows it)",
                 ],
             ),
             (
@@ -208,9 +249,9 @@ mod tests {
                 Some(&mixed[1..2]),
                 PrivateSwitch::Daemon,
                 &[
-                    "crackbox: 1 host blocked",
-                    "crackbox: blocked newcomer-upstream (a private address: allowed with the daemon's \
-                     --allow-private-destinations or by an IP-literal entry, unless it is crackbox's own)",
+                    "crackbox: blocked newcomer-upstream (a private address: allowed when the daemon runs \
+                   with crackbox proxy serve --allow-private-destinations, or by an IP-literal entry, unless it \
+                   is crackbox's own)",
                 ],
             ),
         ];
@@ -240,8 +281,9 @@ mod tests {
             [
                 "crackbox: 2.0 KiB out, 4.0 KiB in, 1 host blocked",
                 "crackbox: learned nothing beyond --allow",
-                "crackbox: not learnable: inner.test (a private address: allowed with the daemon's \
-                 --allow-private-destinations or by an IP-literal entry, unless it is crackbox's own)",
+                "crackbox: not learnable: inner.test (a private address: allowed when the daemon runs with \
+                 crackbox proxy serve --allow-private-destinations, or by an IP-literal entry, unless it is \
+                 crackbox's own)",
             ]
         );
     }

@@ -37,6 +37,7 @@ pub fn tls_roundtrip(
         };
         let at = find(&hello, name.as_ref().as_bytes()).map_or(hello.len() / 2, |i| i + 3);
         stream.write_all(&hello[..at])?;
+        // Not synchronisation: two segments apart in time is what is tested.
         std::thread::sleep(Duration::from_millis(200));
         stream.write_all(&hello[at..])?;
     }

@@ -159,7 +159,7 @@ fn answer_http<S: Read + Write>(mut reader: BufReader<S>, seen: &Seen, label: &s
 
 /// The upstream resolver: `allowed.test` and its subdomains are at
 /// [`REAL`], everything else NXDOMAIN; stops (closing its port) once
-/// `dns_down` is set.
+/// `dns_down` is set, and says so in `dns_stopped`.
 pub fn serve_dns(socket: UdpSocket, seen: Arc<Seen>) {
     socket.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
     let mut buf = [0u8; 4096];
@@ -184,4 +184,6 @@ pub fn serve_dns(socket: UdpSocket, seen: Arc<Seen>) {
         }
         let _ = socket.send_to(&reply.to_vec().unwrap(), from);
     }
+    drop(socket);
+    seen.dns_stopped.store(true, Ordering::SeqCst);
 }

@@ -57,6 +57,7 @@ async fn admin(secret: Option<&str>, engine: Engine, state_file: bool) -> Admin 
         tokio::spawn(fake_engine(socket.clone(), engine == Engine::Acking));
         let mut connected = 0;
         while !link.connected() && connected < 500 {
+            // Not synchronisation: the pause between two looks at the link, within 5 s.
             tokio::time::sleep(Duration::from_millis(10)).await;
             connected += 1;
         }

@@ -41,7 +41,8 @@ pub(crate) enum Plane {
     Forward,
     /// The transparent listener (iptables REDIRECT).
     Transparent,
-    /// A steered listener (docs/architecture.md, "Steered interception") on this port, 80 or 443.
+    /// A steered listener (docs/architecture.md, "Steered interception") for this port
+    /// clients meant, 80 or 443 (bound there, or elsewhere behind a DNAT).
     Steered(u16),
     /// The SOCKS5 listener.
     Socks,
@@ -211,7 +212,7 @@ fn bind_all(config: &EngineConfig, threads: usize) -> Result<Bound, EngineError>
         let plane = match listener {
             Listener::Forward => Plane::Forward,
             Listener::Transparent => Plane::Transparent,
-            Listener::Steered => Plane::Steered(addr.port()),
+            Listener::Steered => Plane::Steered(config.steered_ports.meant(addr.port())),
             Listener::Socks => Plane::Socks,
             // Bound by the DNS filter itself.
             Listener::Dns | Listener::Admin => continue,

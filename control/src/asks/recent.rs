@@ -1,0 +1,147 @@
+//! What became of a request id that is not pending: the requests settled
+//! lately (a bounded ring, fed by the `decided` events control hears from
+//! the engine) and the highest id seen, so a decision that comes too late
+//! is told what happened (decided, timed out, withdrawn, or never asked)
+//! instead of a bare 404. Never consulted for a decision itself: the engine
+//! owns the requests.
+
+use crackbox_policy::ask::{DecidedRequest, PendingId, Settlement};
+use std::collections::VecDeque;
+
+/// Settled requests remembered; older ones are only "settled earlier".
+pub const REMEMBERED: usize = 1024;
+
+/// The requests settled lately and the highest id heard of.
+#[derive(Debug, Default)]
+pub struct Recent {
+    settled: VecDeque<DecidedRequest>,
+    highest: Option<PendingId>,
+}
+
+/// What became of an id that is not pending.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fate {
+    /// Settled lately, as this.
+    Settled(DecidedRequest),
+    /// Settled before the ones remembered.
+    SettledEarlier,
+    /// Never heard of since the engine started.
+    Never,
+}
+
+impl Recent {
+    /// The engine tells of request `id` (pending, or settled).
+    pub fn heard(&mut self, id: PendingId) {
+        self.highest = self.highest.max(Some(id));
+    }
+
+    /// `decided` ended.
+    pub fn settled(&mut self, decided: DecidedRequest) {
+        self.heard(decided.request.id);
+        if self.settled.len() == REMEMBERED {
+            self.settled.pop_front();
+        }
+        self.settled.push_back(decided);
+    }
+
+    /// The engine went away: its ids start again with the next one.
+    pub fn forget(&mut self) {
+        *self = Recent::default();
+    }
+
+    /// What became of `id`.
+    pub fn fate(&self, id: PendingId) -> Fate {
+        if let Some(decided) = self.settled.iter().rev().find(|d| d.request.id == id) {
+            return Fate::Settled(decided.clone());
+        }
+        match self.highest {
+            Some(highest) if id <= highest => Fate::SettledEarlier,
+            _ => Fate::Never,
+        }
+    }
+}
+
+impl Fate {
+    /// The 404 body's message for a decision on request `id`: what became
+    /// of it and what to do instead.
+    pub fn message(&self, id: PendingId) -> String {
+        let listed = "`crackbox pending` lists the requests that wait";
+        match self {
+            Fate::Settled(decided) => {
+                let request = &decided.request;
+                let what = match decided.decision {
+                    Settlement::Timeout => "timed out: nobody decided within the ask timeout, so it was refused \
+                                            as ask-timeout (the next connection asks again)"
+                        .to_string(),
+                    Settlement::Withdrawn => match decided.reason {
+                        Some(reason) => format!("was settled by a change of its registration: refused as {reason}"),
+                        None => "was settled by a change of its registration: let through".to_string(),
+                    },
+                    Settlement::Always => "was already decided: always (the name is on the allowlist)".to_string(),
+                    other => format!(
+                        "was already decided: {} (the next connection asks again)",
+                        other.as_str()
+                    ),
+                };
+                format!(
+                    "request {id} ({}:{} of {}) is not pending: it {what}; {listed}",
+                    request.host, request.port, request.sandbox
+                )
+            }
+            Fate::SettledEarlier => format!("request {id} is not pending: it was settled earlier; {listed}"),
+            Fate::Never => format!("no request {id} has been pending here; {listed}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crackbox_policy::ask::PendingRequest;
+
+    fn decided(id: PendingId, decision: Settlement) -> DecidedRequest {
+        DecidedRequest {
+            request: PendingRequest {
+                id,
+                ip: "10.0.0.2".parse().unwrap(),
+                sandbox: "agent".into(),
+                host: "new.test".into(),
+                port: 443,
+                front_end: "connect".into(),
+                since: 0,
+                waiting: 1,
+                node: None,
+            },
+            decision,
+            reason: None,
+            layer: None,
+        }
+    }
+
+    #[test]
+    fn a_late_decision_is_told_what_became_of_its_request() {
+        let mut recent = Recent::default();
+        assert_eq!(recent.fate(1), Fate::Never);
+        recent.heard(3);
+        recent.settled(decided(2, Settlement::Timeout));
+        assert_eq!(recent.fate(2), Fate::Settled(decided(2, Settlement::Timeout)));
+        assert_eq!(recent.fate(3), Fate::SettledEarlier, "pending once, then out of sight");
+        assert_eq!(recent.fate(4), Fate::Never);
+        assert!(
+            recent.fate(2).message(2).contains("timed out"),
+            "{}",
+            recent.fate(2).message(2)
+        );
+        assert_eq!(
+            Fate::Never.message(9),
+            "no request 9 has been pending here; `crackbox pending` lists the requests that wait"
+        );
+        for id in 10..10 + REMEMBERED as u64 {
+            recent.settled(decided(id, Settlement::Once));
+        }
+        assert_eq!(recent.fate(2), Fate::SettledEarlier, "the ring is bounded");
+        assert!(matches!(recent.fate(10 + REMEMBERED as u64 - 1), Fate::Settled(_)));
+        recent.forget();
+        assert_eq!(recent.fate(10), Fate::Never);
+    }
+}
