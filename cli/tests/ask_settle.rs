@@ -252,10 +252,12 @@ fn always_survives_kill_9_of_control_and_engine() {
     let events = subscribe(proxy.admin);
     let mut held = connect(&proxy, &target);
     let request = pending_for(proxy.admin, "localhost", port);
-    client(proxy.admin).decide(request.id, Answer::Always).unwrap();
+    let answer = client(proxy.admin).decide(request.id, Answer::Always).unwrap();
     assert!(read_head(&mut held).starts_with("HTTP/1.1 200"));
     echo_round(&mut held, "answered always");
     let decided = next_decided(&events);
+    // The answer to the POST and the event agree on what let it through.
+    assert_eq!(answer.layer, Some(Layer::Answer));
     assert_eq!(
         (decided.request.id, decided.decision, decided.layer),
         (request.id, Settlement::Always, Some(Layer::Answer))

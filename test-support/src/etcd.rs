@@ -45,7 +45,11 @@ impl EtcdCluster {
         // on a disk shared with a parallel test run that stalls raft past its
         // election timeout.
         let shm = std::path::Path::new("/dev/shm");
-        let base = if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() };
+        let base = if shm.is_dir() {
+            shm.to_path_buf()
+        } else {
+            std::env::temp_dir()
+        };
         let dir = base.join(format!("crackbox-etcd-{unique}"));
         std::fs::create_dir_all(&dir).expect("etcd test directory");
         let members = (0..MEMBERS)

@@ -26,6 +26,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use crackbox_policy::ask::{always_entry, Answer, DecideBody, DecidedRequest, PendingAnswer, PendingId, Settlement};
 use crackbox_policy::grant::{DecideAnswer, Grant, Period};
+use crackbox_policy::reason::Layer;
 use crackbox_policy::PolicyName;
 use serde::Deserialize;
 
@@ -209,7 +210,10 @@ async fn always(state: &AppState, id: PendingId, period: Option<Period>) -> Resu
         entry: text,
         expires: origin.expires(),
     });
-    Ok(DecideAnswer { decided, grant })
+    Ok(DecideAnswer {
+        decided: answered(decided),
+        grant,
+    })
 }
 
 /// Answers request `id` `always` for `policy`: the engine records the
@@ -260,5 +264,15 @@ async fn always_for_policy(state: &AppState, id: PendingId, policy: PolicyName) 
         }
     };
     enforced(state, generation).await?;
-    Ok(decided)
+    Ok(answered(decided))
+}
+
+/// The request as its `always` answer let it through: the engine recorded
+/// the answer while the verdict was still "ask" (layer `mode`), but what let
+/// the held connections go is the answer, as the `decided` event says.
+fn answered(decided: DecidedRequest) -> DecidedRequest {
+    DecidedRequest {
+        layer: Some(Layer::Answer),
+        ..decided
+    }
 }
