@@ -6,7 +6,7 @@
 # the fleet tests' cluster.
 set -euo pipefail
 
-packages=(curl python3 iptables iproute2 openssl procps psmisc busybox-static squid tinyproxy docker.io nodejs netcat-openbsd protobuf-compiler libprotobuf-dev etcd-server etcd-client)
+packages=(curl python3 iptables iproute2 openssl procps psmisc busybox-static squid tinyproxy docker.io nodejs netcat-openbsd protobuf-compiler libprotobuf-dev etcd-server etcd-client chromium chromium-driver)
 missing=()
 for package in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

@@ -47,8 +47,10 @@ cleanup() {
 }
 trap cleanup EXIT
 # Docker is set up above and this runs as root, so a Docker or root-only
-# (network namespace) test that would skip must fail instead.
+# (network namespace) test that would skip must fail instead; Chromium is
+# installed by .ci/packages.sh, so a console test that would skip fails too.
 export CRACKBOX_REQUIRE_DOCKER=1
 export CRACKBOX_REQUIRE_ROOT=1
+export CRACKBOX_REQUIRE_BROWSER=1
 
 cargo nextest run --workspace --no-fail-fast

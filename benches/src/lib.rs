@@ -6,12 +6,15 @@
 //! load modes ([`modes`]), `/proc` sampling of the proxy under test
 //! ([`proctree`]) and the comparison table ([`report`]); [`control_plane`]
 //! measures the admin API at sandbox density, [`policy_scale`] named
-//! policies at that density; [`cost`] counts what one connection costs the
-//! engine (allocations, held heap, syscalls); [`soak`] runs hours of churn,
-//! traffic and faults against one daemon and judges it; [`scale`] runs the
-//! data plane at one thread count after another. Every run is bounded
+//! policies at that density; [`console`] the operator console in headless
+//! Chromium and what its subscribers cost the data plane; [`cost`] counts
+//! what one connection costs the engine (allocations, held heap, syscalls);
+//! [`soak`] runs hours of churn, traffic and faults against one daemon and
+//! judges it; [`scale`] runs the data plane at one thread count after
+//! another. Every run is bounded
 //! in count and time, and traffic goes only to the addresses it is given.
 
+pub mod console;
 pub mod control_plane;
 pub mod cost;
 pub mod dial;

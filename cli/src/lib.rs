@@ -62,9 +62,11 @@ pub enum Command {
     #[command(after_help = "Example:\n  crackbox pending --json\n\n\
         Guide: docs/ask.md.")]
     Pending(PendingArgs),
-    /// Decide a pending request: `crackbox decide ID once|always|deny`.
-    #[command(after_help = "Example:\n  crackbox decide 7 always\n\n\
-        Guide: docs/ask.md.")]
+    /// Decide a pending request: `crackbox decide ID once|always|deny [--for PERIOD]`.
+    #[command(
+        after_help = "Examples:\n  crackbox decide 7 always\n  crackbox decide 8 always --for 30m\n\n\
+        Guide: docs/ask.md."
+    )]
     Decide(DecideArgs),
     /// List the allowlist presets (`--allow @pypi,@github`) and the hosts each expands to.
     #[command(

@@ -78,7 +78,8 @@ fn two_subscribers_both_see_pending_and_decided() {
     assert!(read_head(&mut held).contains("X-Crackbox-Reason: not-allowed"));
     // The stream is server-sent events.
     let mut raw = TcpStream::connect(proxy.admin).unwrap();
-    raw.write_all(b"GET /v1/events HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    raw.write_all(b"GET /v1/events HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .unwrap();
     let head = read_head(&mut raw);
     assert!(
         head.to_ascii_lowercase().contains("content-type: text/event-stream"),
@@ -97,7 +98,7 @@ fn a_subscriber_that_never_reads_does_not_slow_a_bulk_tunnel_of_another_source()
     register_asking(proxy.admin, &[]);
     let mut stalled = TcpStream::connect(proxy.admin).unwrap();
     stalled
-        .write_all(b"GET /v1/events HTTP/1.1\r\nHost: x\r\n\r\n")
+        .write_all(b"GET /v1/events HTTP/1.1\r\nHost: localhost\r\n\r\n")
         .unwrap();
     // Events keep coming while the subscriber sits: requests started and
     // decided over and over.

@@ -87,7 +87,7 @@ fn a_denied_name_under_an_allowed_parent_is_refused_on_every_front_end_and_in_re
     );
     let (_, state) = admin(daemon.admin, "GET", "/v1/state", None, &[]);
     assert!(
-        state.contains(r#"{"ip":"127.0.0.2","id":"enforcing","allowlist":["localhost"],"deny":["deny.localhost"]}"#),
+        state.contains(r#"{"ip":"127.0.0.2","id":"enforcing","allowlist":["localhost"],"deny":["deny.localhost"],"origin":"config"}"#),
         "{state}"
     );
 }

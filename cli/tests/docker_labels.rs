@@ -257,7 +257,7 @@ fn a_report_mode_label_lets_through_and_records_and_presets_expand() {
     ];
     let ip = lab.start_agent(&watched, &labels);
     let entry = format!(
-        "{{\"ip\":\"{ip}\",\"id\":\"docker:{watched}\",\"allowlist\":[\"registry.npmjs.org:443\",\"{ALLOWED}\"],\"mode\":\"report\"}}"
+        "{{\"ip\":\"{ip}\",\"id\":\"docker:{watched}\",\"allowlist\":[\"registry.npmjs.org:443\",\"{ALLOWED}\"],\"mode\":\"report\",\"origin\":\"label\"}}"
     );
     assert!(
         wait_until(Duration::from_secs(10), || lab.daemon.get("/v1/state").contains(&entry)),

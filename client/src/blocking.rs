@@ -5,8 +5,8 @@
 //! tokio); use [`crate::Client`] there.
 
 use crate::{
-    Answer, BulkAnswer, DecideBody, DecidedRequest, Denial, Error, Health, HealthAnswer, PendingId, PendingRequest,
-    PolicyName, PolicyRemoved, PolicySpec, RegistrationSpec, SourceUsage,
+    Answer, BulkAnswer, DecideAnswer, DecideBody, DecidedRequest, Denial, Error, Grant, Health, HealthAnswer,
+    PendingId, PendingRequest, Period, PolicyName, PolicyRemoved, PolicySpec, RegistrationSpec, SourceUsage,
 };
 use std::net::IpAddr;
 use tokio::runtime::Runtime;
@@ -61,13 +61,23 @@ impl Client {
     }
 
     /// See [`crate::Client::decide_with`].
-    pub fn decide_with(&self, id: PendingId, body: &DecideBody, node: Option<&str>) -> Result<DecidedRequest, Error> {
+    pub fn decide_with(&self, id: PendingId, body: &DecideBody, node: Option<&str>) -> Result<DecideAnswer, Error> {
         self.runtime.block_on(self.client.decide_with(id, body, node))
     }
 
     /// See [`crate::Client::decide`].
     pub fn decide(&self, id: PendingId, decision: Answer) -> Result<DecidedRequest, Error> {
         self.runtime.block_on(self.client.decide(id, decision))
+    }
+
+    /// See [`crate::Client::decide_for`].
+    pub fn decide_for(&self, id: PendingId, period: Period) -> Result<DecideAnswer, Error> {
+        self.runtime.block_on(self.client.decide_for(id, period))
+    }
+
+    /// See [`crate::Client::revoke_grant`].
+    pub fn revoke_grant(&self, ip: IpAddr, entry: &str) -> Result<Grant, Error> {
+        self.runtime.block_on(self.client.revoke_grant(ip, entry))
     }
 
     /// See [`crate::Client::events`]: the events as an iterator that waits

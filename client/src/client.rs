@@ -8,6 +8,7 @@ use crackbox_policy::admin_body::{
     BatchBody, ErrorAnswer, PoliciesAnswer, PolicyBody, PolicyRemoved, UnregisterAnswer, UnregisterBody,
 };
 use crackbox_policy::ask::{self, DecideBody, DecidedRequest, PendingAnswer, PendingId, PendingRequest};
+use crackbox_policy::grant::{DecideAnswer, Grant, Period};
 use crackbox_policy::{PolicyName, PolicySpec};
 use hyper::Method;
 use serde::de::DeserializeOwned;
@@ -308,8 +309,44 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub async fn decide(&self, id: PendingId, decision: ask::Answer) -> Result<DecidedRequest, Error> {
-        self.post(&format!("/v1/pending/{id}"), &DecideBody { decision, policy: None })
-            .await
+        let body = DecideBody {
+            decision,
+            period: None,
+            policy: None,
+        };
+        self.post(&format!("/v1/pending/{id}"), &body).await
+    }
+
+    /// Answers pending request `id` `always` for `period` only: the name
+    /// joins the registration's allowlist and leaves it again then (a grant
+    /// that expires, kept across restarts). The answer says which entry
+    /// and until when.
+    ///
+    /// ```no_run
+    /// # async fn demo(admin: crackbox_client::Client) -> Result<(), crackbox_client::Error> {
+    /// let period = crackbox_client::Period::parse("30m").expect("a period");
+    /// let answer = admin.decide_for(7, period).await?;
+    /// if let Some(grant) = answer.grant {
+    ///     println!("{} allowed until {:?}", grant.entry, grant.expires);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn decide_for(&self, id: PendingId, period: Period) -> Result<DecideAnswer, Error> {
+        let body = DecideBody {
+            decision: ask::Answer::Always,
+            period: Some(period),
+            policy: None,
+        };
+        self.post(&format!("/v1/pending/{id}"), &body).await
+    }
+
+    /// Removes the grant of `entry` (an entry an ask answer added) from the
+    /// registration of `ip`: `DELETE /v1/grants/{ip}/{entry}`, answered once
+    /// the engine enforces it; the grant removed.
+    pub async fn revoke_grant(&self, ip: IpAddr, entry: &str) -> Result<Grant, Error> {
+        let path = format!("/v1/grants/{}/{}", query_value(&ip.to_string()), query_value(entry));
+        let answer = self.send(Method::DELETE, &path, None).await?;
+        self.success(&answer)
     }
 
     /// Every fleet node's pending requests, each with its `node`
@@ -319,7 +356,8 @@ impl Client {
         Ok(answer.pending)
     }
 
-    /// Decides request `id` with `body` (an `always` may name a policy),
+    /// Decides request `id` with `body` (an `always` may name a policy, or
+    /// hold for a period: the answer says which grant it made),
     /// held by fleet node `node` when given (the answer reaches it through
     /// etcd), else by this daemon.
     pub async fn decide_with(
@@ -327,7 +365,7 @@ impl Client {
         id: PendingId,
         body: &DecideBody,
         node: Option<&str>,
-    ) -> Result<DecidedRequest, Error> {
+    ) -> Result<DecideAnswer, Error> {
         let query = node.map_or_else(String::new, |node| format!("?node={}", query_value(node)));
         self.post(&format!("/v1/pending/{id}{query}"), body).await
     }

@@ -1,6 +1,6 @@
 //! Client of the crackbox admin API (register, unregister, batch, state and
 //! its replacement, named policies, health, denials, usage, and ask mode's
-//! pending requests, decisions and events), for orchestrators that start and stop sandboxes
+//! pending requests, decisions, grants that expire and events), for orchestrators that start and stop sandboxes
 //! and for policy services that decide for them.
 //!
 //! Async on tokio (only its `net`, `rt` and `time` parts), with a
@@ -39,6 +39,7 @@ mod url;
 pub use client::Client;
 pub use crackbox_policy::admin_body::{BulkAnswer, Health, HealthAnswer, PolicyRemoved};
 pub use crackbox_policy::ask::{Answer, DecideBody, DecidedRequest, PendingId, PendingRequest, Settlement};
+pub use crackbox_policy::grant::{DecideAnswer, Grant, Period};
 pub use crackbox_policy::reason::{Layer, Reason};
 pub use crackbox_policy::wire::{Denial, SourceUsage};
 pub use crackbox_policy::{Allowlist, Bandwidth, Mode, PolicyName, PolicySpec, RegistrationSpec};

@@ -27,6 +27,17 @@ pub struct ProxyArgs {
     #[arg(long = "admin", visible_alias = "admin-listen", value_name = "ADDR")]
     pub admin_listen: Option<String>,
 
+    /// Serve the operator console on the admin listener (GET /): on or off [env
+    /// CRACKBOX_CONSOLE, [admin] console; default on].
+    #[arg(long, value_name = "on|off", value_parser = crate::args::on_off)]
+    pub console: Option<bool>,
+
+    /// A name the admin listener answers to besides its address and localhost (a
+    /// request for any other Host is refused, against DNS rebinding); repeatable
+    /// [env CRACKBOX_ADMIN_NAMES (comma-separated), [admin] names].
+    #[arg(long = "admin-name", value_name = "NAME")]
+    pub admin_names: Vec<String>,
+
     /// Transparent listener, "" disables [env CRACKBOX_TRANSPARENT_ADDR, [proxy]
     /// transparent_listen; default 0.0.0.0:3127].
     #[arg(long = "transparent", visible_alias = "transparent-listen", value_name = "ADDR")]
@@ -176,6 +187,15 @@ pub struct ProxyArgs {
     /// [env CRACKBOX_REGISTRATION_HOLD_MS, [docker] registration_hold_ms; default 1500].
     #[arg(long, value_name = "MS")]
     pub registration_hold_ms: Option<u64>,
+}
+
+/// `on` or `off` (also `1`/`0`, `true`/`false`, `yes`/`no`).
+pub fn on_off(value: &str) -> Result<bool, String> {
+    match value.trim() {
+        "on" | "1" | "true" | "yes" => Ok(true),
+        "off" | "0" | "false" | "no" => Ok(false),
+        other => Err(format!("{other:?} is neither on nor off")),
+    }
 }
 
 /// `proxy engine`: the shared flags, or the settings `proxy serve` resolved

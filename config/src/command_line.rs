@@ -37,6 +37,8 @@ impl ProxyArgs {
             config,
             listen,
             admin_listen,
+            console,
+            admin_names,
             transparent_listen,
             socks_listen,
             dns_listen,
@@ -76,6 +78,10 @@ impl ProxyArgs {
         value("config", path(config));
         value("listen", listen.clone());
         value("admin", admin_listen.clone());
+        value("console", console.map(|on| if on { "on" } else { "off" }.to_string()));
+        for name in admin_names {
+            value("admin-name", Some(name.clone()));
+        }
         value("transparent", transparent_listen.clone());
         value("socks", socks_listen.clone());
         value("dns-listen", dns_listen.clone());
@@ -158,6 +164,8 @@ mod tests {
                 config: Some("/etc/cb.toml".into()),
                 listen: Some("10.0.0.2:3128".into()),
                 admin_listen: Some("10.1.0.2:3129".into()),
+                console: Some(false),
+                admin_names: vec!["crackbox.internal".into(), "cb".into()],
                 transparent_listen: Some(String::new()),
                 socks_listen: Some(":1080".into()),
                 dns_listen: Some(":53".into()),

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 pub struct FileConfig {
     /// `[proxy]`: listeners and threads.
     pub proxy: ProxySection,
-    /// `[admin]`: the admin API secret.
+    /// `[admin]`: the admin API secret, the console, the listener's names.
     pub admin: AdminSection,
     /// `[state]`: the registry state file.
     pub state: StateSection,
@@ -63,6 +63,10 @@ pub struct ProxySection {
 pub struct AdminSection {
     /// Bearer secret required for mutations.
     pub secret: Option<String>,
+    /// Whether the admin listener serves the console.
+    pub console: Option<bool>,
+    /// Names the admin listener answers to besides its address and localhost.
+    pub names: Option<Vec<String>>,
 }
 
 /// `[state]` keys.

@@ -12,7 +12,7 @@
 //! an error naming it. Presets (`@pypi`) expand wherever entries are
 //! written, the files included. Reads the allowlist files; nothing else.
 
-use crackbox_policy::{parse_allow_file, Bandwidth, Mode, RegistrationSpec};
+use crackbox_policy::{parse_allow_file, Bandwidth, EntryOrigins, Mode, Origin, RegistrationSpec};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
@@ -121,13 +121,18 @@ pub(crate) fn from_table(table: &RegisterTable, dir: &Path) -> Result<Registrati
 /// presets expanded, normalised; the error says which part is wrong.
 fn resolve(seed: Seed<'_>) -> Result<RegistrationSpec, String> {
     let mut allow = seed.allow;
+    let mut from_files = EntryOrigins::new();
     for path in &seed.allow_files {
-        allow.extend(read_allow_file(path)?);
+        let entries = read_allow_file(path)?;
+        from_files.merge(EntryOrigins::of_file(&entries, &path.display().to_string()));
+        allow.extend(entries);
     }
     let mut spec = RegistrationSpec::parse(seed.ip, seed.id, &allow)
         .and_then(|spec| spec.with_deny(&seed.deny))
         .and_then(|spec| spec.with_policies(&seed.policies))
-        .map_err(|err| err.to_string())?;
+        .map_err(|err| err.to_string())?
+        .with_origin(Origin::Config)
+        .with_origins(from_files);
     if let Some(mode) = seed.mode {
         spec = spec.with_mode(Mode::parse(mode).map_err(|err| format!("mode: {err}"))?);
     }

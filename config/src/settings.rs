@@ -43,6 +43,8 @@ keys! {
     IO_DRIVER = "--io-driver", "CRACKBOX_IO_DRIVER", "proxy.io_driver";
     CONTROL_SOCKET = "--control-socket", "CRACKBOX_CONTROL_SOCKET", "proxy.control_socket";
     SECRET = "", "CRACKBOX_ADMIN_SECRET", "admin.secret";
+    CONSOLE = "--console", "CRACKBOX_CONSOLE", "admin.console";
+    ADMIN_NAMES = "--admin-name", "CRACKBOX_ADMIN_NAMES", "admin.names";
     STATE = "--state", "CRACKBOX_STATE_PATH", "state.path";
     PRIVATE = "--allow-private-destinations", "CRACKBOX_ALLOW_PRIVATE_DESTINATIONS", "policy.allow_private_destinations";
     PER_SOURCE = "--max-connections-per-source", "CRACKBOX_MAX_CONNECTIONS_PER_SOURCE", "limits.max_connections_per_source";
@@ -98,6 +100,11 @@ pub struct Settings {
     pub admin_narrowed: bool,
     /// Bearer secret for admin mutations.
     pub admin_secret: Option<String>,
+    /// Whether the admin listener serves the console.
+    pub console: bool,
+    /// Names the admin listener answers to besides its address and
+    /// localhost, lower-case.
+    pub admin_names: Vec<String>,
     /// Registry state file; `None` keeps the registry in memory only.
     pub state_path: Option<PathBuf>,
     /// Registrations from the config file's `[[register]]` tables and
@@ -209,6 +216,18 @@ impl Settings {
             .pick(SECRET, None, config.admin.secret.clone(), text)?
             .map(|given| given.value)
             .filter(|secret| !secret.is_empty());
+        let console = sources.pick(CONSOLE, args.console, config.admin.console, crate::args::on_off)?;
+        let console = console.is_none_or(|given| given.value);
+        let admin_names = sources.pick(
+            ADMIN_NAMES,
+            non_empty(&args.admin_names),
+            config.admin.names.clone(),
+            list,
+        )?;
+        let admin_names = admin_names
+            .map(|given| given.check(host_names))
+            .transpose()?
+            .unwrap_or_default();
         // `--admin :PORT`, the documented form, names no interface: without
         // a secret it can only mean loopback, never every interface.
         let admin_narrowed = admin_host_less && admin_secret.is_none();
@@ -267,6 +286,8 @@ impl Settings {
             admin_listen,
             admin_narrowed,
             admin_secret,
+            console,
+            admin_names,
             state_path: state_path.and_then(|given| given.value),
             seeds,
             policies,
@@ -364,6 +385,17 @@ fn resolve_seeds(
         })
     });
     from_file.chain(from_flags).collect()
+}
+
+/// Admin listener names: each a host name (no port, no address), lower-case.
+fn host_names(names: Vec<String>) -> Result<Vec<String>, String> {
+    names
+        .into_iter()
+        .map(|name| match crackbox_policy::normalise_host(&name) {
+            Some(crackbox_policy::HostKind::Name(normal)) => Ok(normal),
+            _ => Err(format!("{name:?} is not a host name")),
+        })
+        .collect()
 }
 
 /// The named policies of the config file's `[[policies]]` tables; a name

@@ -8,7 +8,7 @@
 
 use crate::state_cmd::{print, unreachable_hint, DEFAULT_ADMIN_URL};
 use anyhow::Context;
-use crackbox_client::{live_runs, Answer, Client, DecideBody, PendingRequest, PolicyName};
+use crackbox_client::{live_runs, Answer, Client, DecideBody, PendingRequest, Period, PolicyName};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Arguments of `crackbox pending`.
@@ -39,6 +39,11 @@ pub struct DecideArgs {
     /// allowlist; deny: refuse them.
     #[arg(value_parser = ["once", "always", "deny"])]
     pub decision: String,
+
+    /// With always: keep the name only this long (90s, 30m, 8h, 2d, 1h30m), then it
+    /// leaves the allowlist again.
+    #[arg(long = "for", value_name = "PERIOD", value_parser = Period::parse)]
+    pub period: Option<Period>,
 
     /// The fleet node holding the request (from `crackbox pending --fleet`): the answer
     /// reaches it through etcd.
@@ -118,10 +123,13 @@ pub fn pending(args: PendingArgs) -> anyhow::Result<()> {
     print(&text)
 }
 
-/// `crackbox decide ID once|always|deny`.
+/// `crackbox decide ID once|always|deny [--for PERIOD]`.
 pub fn decide(args: DecideArgs) -> anyhow::Result<()> {
-    let (url, found, client) = admin(args.admin)?;
     let answer = Answer::parse(&args.decision).context("the decision is once, always or deny")?;
+    if args.period.is_some() && answer != Answer::Always {
+        anyhow::bail!("--for goes only with always (a grant for a while)");
+    }
+    let (url, found, client) = admin(args.admin)?;
     let policy = args
         .policy
         .as_deref()
@@ -130,10 +138,11 @@ pub fn decide(args: DecideArgs) -> anyhow::Result<()> {
         .context("--policy")?;
     let body = DecideBody {
         decision: answer,
+        period: args.period,
         policy,
     };
-    let decided = match client.decide_with(args.id, &body, args.node.as_deref()) {
-        Ok(decided) => decided,
+    let answered = match client.decide_with(args.id, &body, args.node.as_deref()) {
+        Ok(answered) => answered,
         Err(crackbox_client::Error::Api {
             status: 404, message, ..
         }) => {
@@ -141,9 +150,13 @@ pub fn decide(args: DecideArgs) -> anyhow::Result<()> {
         }
         Err(err) => return Err(failed(&url, found, err)),
     };
-    let request = decided.request;
+    let until = match (args.period, answered.grant.and_then(|grant| grant.expires)) {
+        (Some(period), Some(_)) => format!(" for {period}"),
+        _ => String::new(),
+    };
+    let request = answered.decided.request;
     let line = format!(
-        "{} {}:{} for {}: {answer}\n",
+        "{} {}:{} for {}: {answer}{until}\n",
         request.id, request.host, request.port, request.sandbox
     );
     print(&line)

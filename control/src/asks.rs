@@ -43,14 +43,11 @@ pub struct Asks {
     pending_gauge: Gauge,
     decisions: Family<Labels, Counter>,
     time_to_decision: Histogram,
-    /// Set when the admin API shuts down: event streams end then.
-    closing: tokio::sync::watch::Sender<bool>,
 }
 
 impl Default for Asks {
     fn default() -> Self {
         Asks {
-            closing: tokio::sync::watch::Sender::new(false),
             events: broadcast::Sender::new(EVENTS_KEPT),
             pending: Mutex::default(),
             recent: Mutex::default(),
@@ -65,17 +62,6 @@ impl Asks {
     /// A new subscriber: every event from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<Event> {
         self.events.subscribe()
-    }
-
-    /// Ends every event stream (the admin API is shutting down).
-    pub fn close(&self) {
-        self.closing.send_replace(true);
-    }
-
-    /// Completes once [`Asks::close`] was called.
-    pub async fn closed(&self) {
-        let mut closing = self.closing.subscribe();
-        let _ = closing.wait_for(|closed| *closed).await;
     }
 
     fn pending(&self) -> std::sync::MutexGuard<'_, HashSet<PendingId>> {
@@ -125,6 +111,11 @@ impl Asks {
         }
         self.recent().settled(decided.clone());
         let _ = self.events.send(Event::Decided(decided));
+    }
+
+    /// Requests waiting now, as far as control heard.
+    pub fn pending_count(&self) -> usize {
+        self.pending().len()
     }
 
     /// The engine went away: what it held went with it.

@@ -1,6 +1,6 @@
 //! `proxy serve` and `proxy control`: settings, runtime, listeners, shutdown.
 
-use crate::api::{self, AppState, Secret};
+use crate::api::{self, AppState};
 use crate::fleet::Fleet;
 use crate::publisher::{self, EngineLink};
 use crate::registry::{Registry, Seeds};
@@ -104,13 +104,12 @@ async fn run_async(settings: Settings, mode: Mode) -> anyhow::Result<()> {
         }
         Mode::Control => None,
     };
-    let state = AppState {
-        registry,
-        link,
-        secret: settings.admin_secret.as_deref().map(|s| Arc::new(Secret::new(s))),
-        forward: settings.engine.listen,
-        fleet,
-    };
+    let admin = admin_listener.local_addr().unwrap_or(settings.admin_listen);
+    let state = AppState::new(registry, link, settings.engine.listen, admin)
+        .with_secret(settings.admin_secret.as_deref())
+        .with_names(admin, &settings.admin_names)
+        .with_status(settings.engine.limits.ask_timeout, settings.console)
+        .with_fleet(fleet);
     if let Some(fleet) = &state.fleet {
         let answering = state.clone();
         let answer: crate::fleet::Answerer = Arc::new(move |id, body| {

@@ -35,8 +35,8 @@
 //! assert!(link.wait_enforced(generation, Duration::from_secs(2)).await);
 //!
 //! // Or serve the admin API (or nest `api::router(state)` in your own app).
-//! let state = api::AppState { registry, link, secret: None, forward: "127.0.0.1:3128".parse()?, fleet: None };
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:3129").await?;
+//! let state = api::AppState::new(registry, link, "127.0.0.1:3128".parse()?, listener.local_addr()?);
 //! api::serve(listener, state, std::future::pending()).await?;
 //! # Ok(()) }
 //! ```
@@ -48,11 +48,14 @@ pub mod ask_cmd;
 pub mod asks;
 mod daemon;
 pub mod docker_watch;
+pub mod feed;
 pub mod fleet;
+pub mod grants;
 pub mod metrics;
 pub mod publisher;
 pub mod registry;
 pub mod state_cmd;
+pub mod status;
 pub mod store;
 pub mod supervisor;
 

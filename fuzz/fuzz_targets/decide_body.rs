@@ -2,15 +2,16 @@
 //! the control plane decodes it.
 //!
 //! Input: a request body. Checks: nothing panics; a body is accepted
-//! exactly when it is a JSON object whose only field is `decision` with the
-//! value `once`, `always` or `deny` (a reference check on
-//! `serde_json::Value`); an accepted decision written out again decodes to
-//! itself.
+//! exactly when it is a JSON object whose fields are `decision` with the
+//! value `once`, `always` or `deny` and, optionally, `for` with a period
+//! `Period::parse` takes (a reference check on `serde_json::Value`); an
+//! accepted decision written out again decodes to itself.
 
 #![no_main]
 
 use crackbox_policy::admin_body::decode;
 use crackbox_policy::ask::{Answer, DecideBody};
+use crackbox_policy::grant::Period;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -19,20 +20,25 @@ fuzz_target!(|data: &[u8]| {
         .ok()
         .and_then(|value| {
             let object = value.as_object()?;
-            let word = match (object.len(), object.get("decision")?) {
+            let period = match object.get("for") {
+                None => None,
+                Some(serde_json::Value::String(text)) => Some(Period::parse(text).ok()?),
+                Some(_) => return None,
+            };
+            let word = match (object.len() - usize::from(period.is_some()), object.get("decision")?) {
                 (1, serde_json::Value::String(word)) => word.clone(),
                 _ => return None,
             };
-            Answer::ALL.into_iter().find(|answer| answer.as_str() == word)
+            Answer::ALL.into_iter().find(|answer| answer.as_str() == word).map(|answer| (answer, period))
         });
     // serde_json's Value keeps the last of duplicate keys where the strict
     // decoder refuses them: only an accepted body must match the reference.
     match &decoded {
-        Ok(body) => assert_eq!(Some(body.decision), reference, "accepted a body the reference refuses"),
+        Ok(body) => assert_eq!(Some((body.decision, body.period)), reference, "accepted a body the reference refuses"),
         Err(_) if reference.is_some() => {
             let text = String::from_utf8_lossy(data);
             assert!(
-                text.matches("\"decision\"").count() > 1 || text.contains('\\'),
+                text.matches("\"decision\"").count() > 1 || text.matches("\"for\"").count() > 1 || text.contains('\\'),
                 "refused a valid decision: {text}"
             );
         }
@@ -40,10 +46,14 @@ fuzz_target!(|data: &[u8]| {
     }
     if let Ok(body) = decoded {
         let json = serde_json::to_vec(&body).expect("a decision serialises");
-        assert_eq!(json, format!("{{\"decision\":\"{}\"}}", body.decision).into_bytes());
+        let written = match body.period {
+            Some(period) => format!("{{\"decision\":\"{}\",\"for\":\"{period}\"}}", body.decision),
+            None => format!("{{\"decision\":\"{}\"}}", body.decision),
+        };
+        assert_eq!(json, written.into_bytes());
         assert_eq!(
-            decode::<DecideBody>(&json).map(|b| b.decision).ok(),
-            Some(body.decision)
+            decode::<DecideBody>(&json).map(|b| (b.decision, b.period)).ok(),
+            Some((body.decision, body.period))
         );
     }
 });

@@ -103,6 +103,9 @@ impl fmt::Display for Answer {
 pub struct DecideBody {
     /// The answer.
     pub decision: Answer,
+    /// With `always`: how long the name stays (JSON `for`); absent: for good.
+    #[serde(default, rename = "for", skip_serializing_if = "Option::is_none")]
+    pub period: Option<crate::period::Period>,
     /// With `always`: the policy the name joins.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<crate::PolicyName>,
@@ -292,6 +295,15 @@ mod tests {
         for answer in Answer::ALL {
             let body = format!(r#"{{"decision":"{answer}"}}"#);
             assert_eq!(decode::<DecideBody>(body.as_bytes()).unwrap().decision, answer);
+            let body = format!(r#"{{"decision":"{answer}","for":"30m"}}"#);
+            assert_eq!(
+                decode::<DecideBody>(body.as_bytes())
+                    .unwrap()
+                    .period
+                    .unwrap()
+                    .to_string(),
+                "30m"
+            );
             assert_eq!(Answer::parse(answer.as_str()), Some(answer));
         }
         for bad in [
@@ -301,6 +313,8 @@ mod tests {
             r#"{"decision":"once","x":1}"#,
             r#"["once"]"#,
             r#"{"decision":1}"#,
+            r#"{"decision":"always","for":"soon"}"#,
+            r#"{"decision":"always","for":30}"#,
             "",
         ] {
             assert!(decode::<DecideBody>(bad.as_bytes()).is_err(), "{bad}");

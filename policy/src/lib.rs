@@ -40,6 +40,7 @@ mod direction;
 mod effective;
 pub mod engine_config;
 mod entry;
+pub mod grant;
 pub mod guard;
 pub mod held;
 mod host;
@@ -47,7 +48,9 @@ pub mod json_object;
 pub mod limiter;
 mod mode;
 mod named;
+mod period;
 mod preset;
+mod provenance;
 pub mod reason;
 mod registration;
 pub mod registry;
@@ -73,6 +76,7 @@ pub use named::{
     MAX_POLICY_REFERENCES,
 };
 pub use preset::{expand_presets, preset, presets, Preset, UnknownPreset, PRESET_MARK};
+pub use provenance::{EntryOrigin, EntryOrigins, Origin};
 pub use registration::{IdError, RegistrationSpec, SandboxId, SpecError};
 pub use snapshot::{Applied, Generation, Registered, Snapshot, SourceChange};
 pub use source::{canonical_ip, parse_source_ip, SourceIpError};

@@ -6,10 +6,11 @@
 //! label, a `--register` flag or `crackbox run` through
 //! [`RegistrationSpec::parse`]), and is a typed value from then on: a
 //! canonical [`IpAddr`], a [`SandboxId`], a compiled [`Allowlist`] with its
-//! presets expanded, an optional [`Bandwidth`], an optional [`Mode`] and the
-//! names of the policies it references. Nothing downstream validates it
-//! again. Its JSON is the registration object of the admin API, the state
-//! file and the wire protocol (docs/admin-api.md).
+//! presets expanded, an optional [`Bandwidth`], an optional [`Mode`], the
+//! names of the policies it references, and where it and its entries came
+//! from (`provenance`). Nothing downstream validates it again. Its JSON is
+//! the registration object of the admin API, the state file and the wire
+//! protocol (docs/admin-api.md).
 //!
 //! Mode and cap are the registration's own, `None` when not given: a policy
 //! it names may give them then (`effective`). Without policies an unset mode
@@ -20,6 +21,7 @@ use super::bandwidth::{Bandwidth, BandwidthError};
 use super::entry::AllowEntry;
 use super::mode::Mode;
 use super::named::{policy_references, reference_list, PolicyName, ReferencesError};
+use super::provenance::{EntryOrigins, Origin, WrittenList};
 use super::source::{canonical_ip, parse_source_ip, SourceIpError};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
@@ -54,6 +56,12 @@ pub struct RegistrationSpec {
     /// The named policies whose entries, mode and cap it takes too (JSON
     /// `policies`, left out when none), in the order given, without repeats.
     pub policies: Vec<PolicyName>,
+    /// How it was registered (JSON `origin`); `None`, left out: not known
+    /// (a state file from before it was recorded).
+    pub origin: Option<Origin>,
+    /// Where its entries that came another way than its own list came from
+    /// (JSON `origins`, left out when empty); only entries of its lists.
+    pub origins: EntryOrigins,
 }
 
 /// The JSON object field by field, each field parsed into its type as it
@@ -65,8 +73,7 @@ struct Fields {
     #[serde(with = "source_ip_text")]
     ip: IpAddr,
     id: SandboxId,
-    #[serde(with = "entry_texts")]
-    allowlist: Vec<AllowEntry>,
+    allowlist: WrittenList,
     #[serde(default, with = "entry_texts", skip_serializing_if = "Vec::is_empty")]
     deny: Vec<AllowEntry>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -79,6 +86,10 @@ struct Fields {
         skip_serializing_if = "Vec::is_empty"
     )]
     policies: Vec<PolicyName>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    origin: Option<Origin>,
+    #[serde(default, skip_serializing_if = "EntryOrigins::is_empty")]
+    origins: EntryOrigins,
 }
 
 /// A mode that is present is a mode (`null` is refused, as it always was).
@@ -98,19 +109,25 @@ impl PartialEq for RegistrationSpec {
         (self.ip, &self.id, &self.allowlist, self.bandwidth, &self.policies)
             == (other.ip, &other.id, &other.allowlist, other.bandwidth, &other.policies)
             && shown_mode(self.mode, &self.policies) == shown_mode(other.mode, &other.policies)
+            && (self.origin, &self.origins) == (other.origin, &other.origins)
     }
 }
 
 impl From<Fields> for RegistrationSpec {
     fn from(fields: Fields) -> Self {
+        let mut origins = fields.origins;
+        origins.merge(fields.allowlist.presets);
         RegistrationSpec {
             ip: fields.ip,
             id: fields.id,
-            allowlist: Allowlist::with_deny(fields.allowlist, fields.deny),
+            allowlist: Allowlist::with_deny(fields.allowlist.entries, fields.deny),
             bandwidth: fields.bandwidth,
             mode: shown_mode(fields.mode, &fields.policies),
             policies: fields.policies,
+            origin: fields.origin,
+            origins: EntryOrigins::new(),
         }
+        .with_origins(origins)
     }
 }
 
@@ -119,11 +136,13 @@ impl From<RegistrationSpec> for Fields {
         Fields {
             ip: spec.ip,
             id: spec.id,
-            allowlist: spec.allowlist.entries().to_vec(),
+            allowlist: WrittenList::from(spec.allowlist.entries().to_vec()),
             deny: spec.allowlist.denied().to_vec(),
             bandwidth: spec.bandwidth,
             mode: shown_mode(spec.mode, &spec.policies),
             policies: spec.policies,
+            origin: spec.origin,
+            origins: spec.origins,
         }
     }
 }
@@ -162,6 +181,8 @@ impl RegistrationSpec {
             bandwidth: None,
             mode: None,
             policies: Vec::new(),
+            origin: None,
+            origins: EntryOrigins::new(),
         }
     }
 
@@ -174,11 +195,12 @@ impl RegistrationSpec {
     /// assert_eq!(serde_json::to_string(&spec).unwrap(), r#"{"ip":"10.0.0.2","id":"agent","allowlist":["pypi.org"]}"#);
     /// ```
     pub fn parse<S: AsRef<str>>(ip: &str, id: &str, allowlist: &[S]) -> Result<Self, SpecError> {
-        Ok(RegistrationSpec::new(
+        let spec = RegistrationSpec::new(
             parse_source_ip(ip)?,
             SandboxId::parse(id)?,
             Allowlist::from_config(allowlist)?,
-        ))
+        );
+        Ok(spec.with_origins(EntryOrigins::of_presets(allowlist)))
     }
 
     /// The same registration with `deny` (entries as written, presets
@@ -235,6 +257,36 @@ impl RegistrationSpec {
     /// Whether it names the policy `name`.
     pub fn names(&self, name: &PolicyName) -> bool {
         self.policies.contains(name)
+    }
+
+    /// The same registration, registered by `origin`.
+    pub fn with_origin(mut self, origin: Origin) -> Self {
+        self.origin = Some(origin);
+        self
+    }
+
+    /// The same registration with `origins` recorded besides those it
+    /// holds (what it holds wins), of the entries of its lists only.
+    ///
+    /// ```
+    /// use crackbox_policy::{EntryOrigin, EntryOrigins, RegistrationSpec};
+    /// let spec = RegistrationSpec::parse("10.0.0.2", "agent", &["@pypi", "a.test"]).unwrap();
+    /// assert_eq!(spec.origins.get("pypi.org:443"), Some(&EntryOrigin::Preset { name: "@pypi".into() }));
+    /// let spec = spec.with_origins(EntryOrigins::of_file(&["a.test", "gone.test"], "x.allow"));
+    /// assert_eq!(spec.origins.get("a.test"), Some(&EntryOrigin::File { name: "x.allow".into() }));
+    /// assert_eq!(spec.origins.get("gone.test"), None, "not in the lists");
+    /// ```
+    pub fn with_origins(mut self, origins: EntryOrigins) -> Self {
+        self.origins.merge(origins);
+        let listed: std::collections::HashSet<String> = self
+            .allowlist
+            .entries()
+            .iter()
+            .chain(self.allowlist.denied())
+            .map(ToString::to_string)
+            .collect();
+        self.origins.retain(|entry| listed.contains(entry));
+        self
     }
 }
 

@@ -15,6 +15,8 @@
 //! ([`Message::Asked`], again for each still pending after a reconnect) and
 //! of each that ends ([`Message::Settled`]); control lists them with
 //! [`Message::PendingQuery`] and answers one with [`Message::Decide`].
+//! The console's event feed polls the engine's live figures and the denials
+//! recorded since it last asked with [`Message::FeedRequest`].
 //! Each question control asks ([`Query`]) and the engine's [`Reply`] travel
 //! as a pair of messages matched by a request number; both sides handle
 //! the pairs through these two types, never one by one.
@@ -22,6 +24,10 @@
 //! subnets, entries); a frame with a bad one is refused, naming the value
 //! and what it should be.
 //! Pure code: it is fuzzed as it runs.
+
+mod feed;
+
+pub use feed::FeedReport;
 
 use crate::ask::{Answer, DecidedRequest, PendingId, PendingRequest};
 use crate::reason::{Layer, Reason};
@@ -32,11 +38,11 @@ use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 use std::net::IpAddr;
 
-/// The protocol version both sides must speak (7: named policies in
-/// snapshots and deltas; 6: a held request settles through the one
-/// decision, `always` once stored; denials and settled requests name the
-/// layer that decided).
-pub const PROTOCOL: u32 = 7;
+/// The protocol version both sides must speak (8: the console's feed
+/// request; 7: named policies in snapshots and deltas; 6: a held request
+/// settles through the one decision, `always` once stored; denials and
+/// settled requests name the layer that decided).
+pub const PROTOCOL: u32 = 8;
 
 /// Largest frame accepted (a very large registry still fits).
 pub const MAX_FRAME: usize = 64 * 1024 * 1024;
@@ -167,6 +173,21 @@ pub enum Message {
         request: u64,
         /// The request decided; `None` when it was unknown or decided already.
         decided: Option<DecidedRequest>,
+    },
+    /// Ask the engine for its live figures and the denials it recorded
+    /// after the `denials_after`-th (control -> engine).
+    FeedRequest {
+        /// Echoed in the reply.
+        request: u64,
+        /// How many denials the asker has seen already (0: none).
+        denials_after: u64,
+    },
+    /// The answer to a [`Message::FeedRequest`] (engine -> control).
+    Feed {
+        /// The request this answers.
+        request: u64,
+        /// The figures and the newer denials.
+        report: FeedReport,
     },
 }
 

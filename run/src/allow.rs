@@ -8,26 +8,31 @@
 
 use crate::error::RunError;
 use crackbox_policy::{
-    entries_from_config, parse_allow_file, policy_references, Allowlist, ListError, PolicyName, PolicySpec, SpecError,
+    entries_from_config, parse_allow_file, policy_references, Allowlist, EntryOrigins, ListError, PolicyName,
+    PolicySpec, SpecError,
 };
 use std::path::{Path, PathBuf};
 
 /// The compiled allowlist of `--allow` and `--allow-file` (in that order)
-/// with the `--deny` entries; empty only when the run `learning` lets
-/// everything through anyway, or `named` policies give the entries.
+/// with the `--deny` entries, and which entries came from a preset or a
+/// file; empty only when the run `learning` lets everything through anyway,
+/// or `named` policies give the entries.
 pub fn allowlist(
     allow: &[String],
     files: &[PathBuf],
     deny: &[String],
     learning: bool,
     named: bool,
-) -> Result<Allowlist, RunError> {
+) -> Result<(Allowlist, EntryOrigins), RunError> {
     if allow.is_empty() && files.is_empty() && !learning && !named {
         return Err(RunError::NoAllowlist);
     }
     let mut entries = allow.to_vec();
+    let mut origins = EntryOrigins::of_presets(allow);
     for path in files {
-        entries.extend(read_allow_file(path)?);
+        let lines = read_allow_file(path)?;
+        origins.merge(EntryOrigins::of_file(&lines, &path.display().to_string()));
+        entries.extend(lines);
     }
     if entries.is_empty() && !learning && !named {
         return Err(RunError::EmptyAllow);
@@ -37,7 +42,7 @@ pub fn allowlist(
         other => RunError::InvalidRegistration(SpecError::Allowlist(other)),
     })?;
     let deny = entries_from_config(deny).map_err(|err| RunError::InvalidRegistration(SpecError::Deny(err)))?;
-    Ok(Allowlist::with_deny(allow, deny))
+    Ok((Allowlist::with_deny(allow, deny), origins))
 }
 
 /// The policies `--policy` names (checked, repeats dropped) and, when the
@@ -115,7 +120,7 @@ mod tests {
         ];
         for (allow, files, want) in cases {
             assert_eq!(
-                allowlist(&strings(allow), &files, &[], false, false).unwrap().texts(),
+                allowlist(&strings(allow), &files, &[], false, false).unwrap().0.texts(),
                 want,
                 "{allow:?} {files:?}"
             );
@@ -124,7 +129,7 @@ mod tests {
 
     #[test]
     fn deny_entries_join_the_list_and_are_checked_like_allow_entries() {
-        let list = allowlist(
+        let (list, _) = allowlist(
             &strings(&["github.com"]),
             &[],
             &strings(&["Gist.GitHub.com"]),
@@ -146,7 +151,7 @@ mod tests {
 
     #[test]
     fn a_learning_run_may_start_from_nothing() {
-        assert!(allowlist(&[], &[], &[], true, false).unwrap().is_empty());
+        assert!(allowlist(&[], &[], &[], true, false).unwrap().0.is_empty());
         assert!(allowlist(&strings(&["bad host"]), &[], &[], true, false).is_err());
     }
 

@@ -66,14 +66,16 @@ fn execute(args: RunArgs) -> Result<i32, RunError> {
     let learning = args.learning();
     let own_proxy = !matches!(placement, Placement::DockerOnDaemon { .. });
     let (policies, definitions) = allow::policies(&args.policies, own_proxy, &env)?;
+    let (allow, origins) = allow::allowlist(
+        &args.allow,
+        &args.allow_file,
+        &args.deny,
+        learning || args.ask,
+        !policies.is_empty(),
+    )?;
     let plan = Plan {
-        allow: allow::allowlist(
-            &args.allow,
-            &args.allow_file,
-            &args.deny,
-            learning || args.ask,
-            !policies.is_empty(),
-        )?,
+        allow,
+        origins,
         bandwidth: args.bandwidth_cap()?,
         policies,
         definitions,

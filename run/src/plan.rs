@@ -4,7 +4,9 @@
 //! user's terminal.
 
 use crate::learn_file::LearnFile;
-use crackbox_policy::{Allowlist, Bandwidth, Mode, PolicyName, PolicySpec, RegistrationSpec, SandboxId};
+use crackbox_policy::{
+    Allowlist, Bandwidth, EntryOrigins, Mode, Origin, PolicyName, PolicySpec, RegistrationSpec, SandboxId,
+};
 use std::net::IpAddr;
 
 /// One run, as every backend sees it.
@@ -16,6 +18,8 @@ pub struct Plan {
     pub id: SandboxId,
     /// The compiled allowlist (presets expanded).
     pub allow: Allowlist,
+    /// Which of its entries came from a preset or an allow file.
+    pub origins: EntryOrigins,
     /// The bandwidth cap (`--bandwidth`), if any.
     pub bandwidth: Option<Bandwidth>,
     /// The named policies it takes too (`--policy`).
@@ -53,6 +57,6 @@ impl Plan {
             (false, false) => None,
         };
         spec.policies = self.policies.clone();
-        spec
+        spec.with_origin(Origin::Run).with_origins(self.origins.clone())
     }
 }

@@ -1,7 +1,8 @@
 //! The end-to-end test helpers of crackbox, shared by the engine's and the
 //! `crackbox` binary's tests: loopback sockets, raw HTTP, small real upstream
 //! servers and process facts, the gate of root-only tests (`root_or_skip`),
-//! the fault tests' load generators (`load`); the `crackbox` binary under
+//! the fault tests' load generators (`load`); a real headless Chromium over
+//! WebDriver (`Browser`); the `crackbox` binary under
 //! test as a daemon (`Daemon`, `Ports`) or one process (`Spawned`), an
 //! upstream that records its connections (`TrackedUpstream`), a command on a
 //! pseudo-terminal of its own (`Pty`); the Docker fixtures
@@ -10,6 +11,7 @@
 //! inside `crackbox run` jails (`steer_probe`, `run_probe`). Dev-only, never
 //! published. Traffic goes to 127.0.0.0/8 or to networks and namespaces a test made.
 
+mod browser;
 mod bulk;
 mod crackbox;
 mod daemon;
@@ -32,6 +34,7 @@ mod spawned;
 pub mod steer_probe;
 mod tracked;
 
+pub use browser::{Browser, Element, WebDriverError};
 pub use bulk::Bulk;
 pub use crackbox::{binary, command, isolated, run, scratch};
 pub use daemon::{label_watcher, loopback_args, Daemon};

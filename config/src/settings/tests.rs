@@ -3,6 +3,8 @@ use clap::Parser;
 use crackbox_policy::Mode;
 use std::collections::HashMap;
 
+mod admin;
+
 #[derive(Parser)]
 struct Cli {
     #[command(flatten)]

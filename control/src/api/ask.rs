@@ -1,5 +1,5 @@
-//! Ask mode's endpoints: the pending requests, answering one, and the
-//! event stream (docs/ask.md).
+//! Ask mode's endpoints: the pending requests and answering one
+//! (docs/ask.md); their events are in `events`.
 //!
 //! The engine holds the connections and the requests: the list and an
 //! answer are asked of it, and it decides the request again with the
@@ -9,28 +9,26 @@
 //! allowlist as a typed entry, journaled like any change, and the engine
 //! lets the held connections through only once it swaps in the snapshot
 //! that lists the name. A store that fails lets nothing through (500) and
-//! the request stays pending.
+//! the request stays pending. With `"for"` the name is a grant that
+//! expires (`crate::grants`); the answer says which grant was made.
 
 use super::body::{self, LimitedBody};
 use super::policies::{applied, fleet_failed};
 use super::routes::{authorise, enforced, not_applied};
 use super::ENFORCE_TIMEOUT;
 use super::{ApiError, AppState, ENGINE_REQUEST_TIMEOUT};
+use crate::grants;
 use crate::registry::Change;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::Query;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::Json;
-use crackbox_policy::ask::{
-    always_entry, Answer, DecideBody, DecidedRequest, Event, PendingAnswer, PendingId, Settlement,
-};
+use crackbox_policy::ask::{always_entry, Answer, DecideBody, DecidedRequest, PendingAnswer, PendingId, Settlement};
+use crackbox_policy::grant::{DecideAnswer, Grant, Period};
 use crackbox_policy::reason::Layer;
 use crackbox_policy::PolicyName;
-use futures_util::{Stream, StreamExt};
 use serde::Deserialize;
-use tokio::sync::broadcast::error::RecvError;
 
 /// Query of `GET /v1/pending` and `POST /v1/pending/{id}`.
 #[derive(Debug, Default, Deserialize)]
@@ -63,15 +61,16 @@ pub async fn pending(
 }
 
 /// `POST /v1/pending/{id}[?node=NODE] {"decision": "once" | "always" | "deny"}`
-/// -> the request as decided; 404 when it is not pending. With another
-/// node's name, the answer goes to that node through etcd.
+/// (an `always` may carry `"for"` or `"policy"`) -> the request as decided,
+/// with the grant an `always` made; 404 when it is not pending. With
+/// another node's name, the answer goes to that node through etcd.
 pub async fn decide(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(id): Path<String>,
     query: Result<Query<FleetQuery>, QueryRejection>,
     body: Result<LimitedBody, ApiError>,
-) -> Result<Json<DecidedRequest>, ApiError> {
+) -> Result<Json<DecideAnswer>, ApiError> {
     authorise(&state, &headers)?;
     let Query(query) = query.map_err(|err| ApiError::bad_request(format!("query: {}", err.body_text())))?;
     let number: PendingId = id.parse().map_err(|_| {
@@ -88,7 +87,7 @@ pub async fn decide(
         }
         _ => None,
     };
-    let decided = match elsewhere {
+    let answered = match elsewhere {
         Some((fleet, node)) => {
             let request = fleet
                 .send_decision(node, number, &body, ENFORCE_TIMEOUT * 5 / 2)
@@ -100,32 +99,45 @@ pub async fn decide(
                         format!("no pending request {number} on node {node:?}"),
                     )
                 })?;
-            DecidedRequest {
+            let decided = DecidedRequest {
                 request,
                 decision: body.decision.into(),
                 reason: None,
                 layer: None,
-            }
+            };
+            DecideAnswer { decided, grant: None }
         }
         None => answer(&state, number, body).await?,
     };
-    tracing::info!(id = number, ip = %decided.request.ip, host = %decided.request.host, port = decided.request.port, decision = decided.decision.as_str(), "pending request decided");
-    Ok(Json(decided))
+    let decided = &answered.decided;
+    tracing::info!(id = number, ip = %decided.request.ip, host = %decided.request.host, port = decided.request.port, decision = decided.decision.as_str(), grant = ?answered.grant, "pending request decided");
+    Ok(Json(answered))
 }
 
 /// Answers this node's request `id` as `body` says (the admin API's
 /// `POST /v1/pending/{id}`, and an answer another node left in etcd).
-pub async fn answer(state: &AppState, id: PendingId, body: DecideBody) -> Result<DecidedRequest, ApiError> {
-    match (body.decision, body.policy) {
-        (Answer::Always, None) => always(state, id).await,
-        (Answer::Always, Some(policy)) => always_for_policy(state, id, policy).await,
-        (_, Some(_)) => Err(ApiError::bad_request("policy: only an always answer joins a policy")),
-        (answer, None) => state
+pub async fn answer(state: &AppState, id: PendingId, body: DecideBody) -> Result<DecideAnswer, ApiError> {
+    let decided = match (body.decision, body.policy, body.period) {
+        (Answer::Always, None, period) => return always(state, id, period).await,
+        (Answer::Always, Some(_), Some(_)) => {
+            return Err(ApiError::bad_request(
+                "for: a grant for a while is the sandbox's own, not a policy's",
+            ))
+        }
+        (Answer::Always, Some(policy), None) => always_for_policy(state, id, policy).await?,
+        (_, Some(_), _) => return Err(ApiError::bad_request("policy: only an always answer joins a policy")),
+        (_, None, Some(_)) => {
+            return Err(ApiError::bad_request(
+                "for: a period goes only with the decision always",
+            ))
+        }
+        (answer, None, None) => state
             .link
             .decide(id, answer, ENGINE_REQUEST_TIMEOUT)
             .await?
-            .ok_or_else(|| not_pending(state, id)),
-    }
+            .ok_or_else(|| not_pending(state, id))?,
+    };
+    Ok(DecideAnswer { decided, grant: None })
 }
 
 /// 404 for this node's request `id`, which is not pending: what became of it.
@@ -140,10 +152,12 @@ fn conflict(message: &str) -> ApiError {
     )
 }
 
-/// Answers request `id` `always`: the engine records the answer, then the
-/// name joins the registration's allowlist (journaled, then enforced), and
-/// only that snapshot lets the held connections through.
-async fn always(state: &AppState, id: PendingId) -> Result<DecidedRequest, ApiError> {
+/// Answers request `id` `always` (for good, or for `period`): the engine
+/// records the answer, then the name joins the registration's allowlist as
+/// a grant (journaled, then enforced), and only that snapshot lets the held
+/// connections through; with the grant recorded, if it was one (not when
+/// the list had the name another way).
+async fn always(state: &AppState, id: PendingId, period: Option<Period>) -> Result<DecideAnswer, ApiError> {
     let pending = state.link.pending(ENGINE_REQUEST_TIMEOUT).await?;
     let request = pending
         .into_iter()
@@ -167,20 +181,39 @@ async fn always(state: &AppState, id: PendingId) -> Result<DecidedRequest, ApiEr
         .ok_or_else(|| not_pending(state, id))?;
     if decided.decision != Settlement::Always {
         // Settled otherwise before the answer came (a snapshot refused it).
-        return Ok(decided);
+        return Ok(DecideAnswer { decided, grant: None });
     }
-    let outcome = state.registry.allow(request.ip, id_of, entry).await.map_err(|err| {
-        tracing::error!(error = %err, id, "state file write failed, the name answered always was not added");
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "the state file could not be written; the name was not added and the held connections stay held",
-        )
-    })?;
+    let expires = period.map(|period| period.ends(grants::now_ms()));
+    let text = entry.to_string();
+    let outcome = state
+        .registry
+        .allow(request.ip, id_of, entry, expires)
+        .await
+        .map_err(|err| {
+            tracing::error!(error = %err, id, "state file write failed, the name answered always was not added");
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the state file could not be written; the name was not added and the held connections stay held",
+            )
+        })?;
     if outcome.registered == 0 {
         return Err(conflict("the registration changed meanwhile"));
     }
     enforced(state, outcome.generation).await?;
-    Ok(answered(decided))
+    let stored = state.registry.current();
+    let origin = stored
+        .entries
+        .get(&request.ip)
+        .and_then(|spec| spec.origins.get(&text).cloned());
+    let grant = origin.filter(|origin| origin.is_grant()).map(|origin| Grant {
+        ip: request.ip,
+        entry: text,
+        expires: origin.expires(),
+    });
+    Ok(DecideAnswer {
+        decided: answered(decided),
+        grant,
+    })
 }
 
 /// Answers request `id` `always` for `policy`: the engine records the
@@ -242,21 +275,4 @@ fn answered(decided: DecidedRequest) -> DecidedRequest {
         layer: Some(Layer::Answer),
         ..decided
     }
-}
-
-/// `GET /v1/events`: `text/event-stream` of `pending` and `decided`
-/// events (and `lagged` for a subscriber that fell behind), from now on.
-pub async fn events(State(state): State<AppState>) -> Sse<impl Stream<Item = Result<SseEvent, axum::Error>>> {
-    let asks = std::sync::Arc::clone(state.link.asks());
-    let receiver = asks.subscribe();
-    let stream = futures_util::stream::unfold(receiver, |mut receiver| async move {
-        let event = match receiver.recv().await {
-            Ok(event) => event,
-            Err(RecvError::Lagged(missed)) => Event::Lagged { missed },
-            Err(RecvError::Closed) => return None,
-        };
-        Some((Ok(SseEvent::default().event(event.name()).data(event.data())), receiver))
-    });
-    let closing = async move { asks.closed().await };
-    Sse::new(stream.take_until(closing)).keep_alive(KeepAlive::default())
 }

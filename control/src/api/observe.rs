@@ -40,6 +40,13 @@ pub async fn health(State(state): State<AppState>) -> Response {
     (code, Json(answer)).into_response()
 }
 
+/// `GET /v1/status`: the daemon's status as the console's header shows it
+/// (the engine's figures left at zero when it does not answer).
+pub async fn status(State(state): State<AppState>) -> Json<crate::status::Status> {
+    let figures = state.link.feed(u64::MAX, ENGINE_REQUEST_TIMEOUT).await.ok();
+    Json(state.status.compose(figures.as_ref()))
+}
+
 /// `GET /metrics`: Prometheus text from the engine's counters.
 pub async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
     let report = engine_stats(&state).await?;

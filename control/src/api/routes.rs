@@ -50,6 +50,17 @@ pub async fn state(State(state): State<AppState>) -> Json<Vec<RegistrationSpec>>
     Json(state.registry.current().registrations())
 }
 
+/// `POST /v1/auth`: 200 `{"auth": true|false}` when the request may
+/// change things (the right secret, or none configured), 401 otherwise.
+/// Changes nothing: how the console checks a secret before keeping it.
+pub async fn check_secret(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    authorise(&state, &headers)?;
+    Ok(Json(serde_json::json!({ "auth": state.secret.is_some() })))
+}
+
 pub(super) fn authorise(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     match &state.secret {
         Some(secret) => secret.check(headers),

@@ -6,7 +6,7 @@ use super::labels::{self, Labelled, POLICY_LABEL};
 use super::registrations::Holdings;
 use crackbox_policy::watch::Subnet;
 use crackbox_policy::wire::InvalidSource;
-use crackbox_policy::RegistrationSpec;
+use crackbox_policy::{Origin, RegistrationSpec};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 
@@ -73,7 +73,9 @@ pub fn plan(seen: &[Seen], scope: &Scope, holdings: &Holdings) -> Plan {
                         plan.conflicts.push((container.name.clone(), ip));
                         continue;
                     }
-                    let mut spec = RegistrationSpec::new(ip, id.clone(), allowlist.clone()).with_bandwidth(bandwidth);
+                    let mut spec = RegistrationSpec::new(ip, id.clone(), allowlist.clone())
+                        .with_bandwidth(bandwidth)
+                        .with_origin(Origin::Label);
                     spec.mode = mode;
                     spec.policies = policies.clone();
                     wanted.insert(ip, spec);
@@ -133,7 +135,9 @@ mod tests {
     }
 
     fn spec(ip: &str, id: &str, allow: &[&str]) -> RegistrationSpec {
-        RegistrationSpec::parse(ip, id, allow).unwrap()
+        RegistrationSpec::parse(ip, id, allow)
+            .unwrap()
+            .with_origin(Origin::Label)
     }
 
     #[test]

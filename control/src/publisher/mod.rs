@@ -18,7 +18,7 @@ pub use socket::bind;
 use crate::asks::Asks;
 use crate::registry::Registry;
 use crackbox_policy::ask::{Answer, DecidedRequest, PendingId, PendingRequest};
-use crackbox_policy::wire::{Query, Reply, SourceUsage, StatsReport, UsageQuery, WatchList};
+use crackbox_policy::wire::{FeedReport, Query, Reply, SourceUsage, StatsReport, UsageQuery, WatchList};
 use crackbox_policy::Generation;
 use std::sync::Arc;
 use std::time::Duration;
@@ -136,6 +136,15 @@ impl EngineLink {
     ) -> Result<Option<DecidedRequest>, EngineRequestError> {
         match self.request(Query::Decide { id, decision }, timeout).await? {
             Reply::Decided(decided) => Ok(decided),
+            _ => Err(EngineRequestError::NoAnswer),
+        }
+    }
+
+    /// Asks the engine for its live figures and the denials it recorded
+    /// after the `denials_after`-th (the console's event feed).
+    pub async fn feed(&self, denials_after: u64, timeout: Duration) -> Result<FeedReport, EngineRequestError> {
+        match self.request(Query::Feed { denials_after }, timeout).await? {
+            Reply::Feed(report) => Ok(report),
             _ => Err(EngineRequestError::NoAnswer),
         }
     }

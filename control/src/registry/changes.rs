@@ -11,6 +11,7 @@
 
 use super::{is_watchers, Change, Outcome, Refusal};
 use crate::store::Contents;
+use crackbox_policy::grant;
 use crackbox_policy::{PolicyChange, PolicyName, PolicySpec, RegistrationSpec, SourceChange};
 use std::collections::HashSet;
 use std::net::IpAddr;
@@ -117,17 +118,29 @@ pub(super) fn apply(
                 None => None,
             };
         }
-        Change::Allow { ip, id, entry } => {
-            let widened = contents
+        Change::Allow { ip, id, entry, expires } => {
+            let stored = contents.entries.get(ip).filter(|stored| stored.id == *id).cloned();
+            match stored.map(|stored| grant::granted(&stored, entry, *expires)) {
+                Some(Ok(Some(spec))) => {
+                    put(contents, made, *ip, &spec);
+                    outcome.registered = 1;
+                }
+                // On the list another way, or the same grant: nothing to change.
+                Some(Ok(None)) => outcome.registered = 1,
+                Some(Err(grant::ListFull)) | None => {}
+            }
+        }
+        Change::Ungrant { ip, entry, due_by } => {
+            let due = |stored: &RegistrationSpec| {
+                let expires = stored.origins.get(entry).and_then(|origin| origin.expires());
+                due_by.is_none_or(|by| expires.is_some_and(|at| at <= by))
+            };
+            let narrowed = contents
                 .entries
                 .get(ip)
-                .filter(|stored| stored.id == *id)
-                .and_then(|stored| Some((stored.allowlist.with_entry(entry.clone())?, stored)))
-                .map(|(allowlist, stored)| RegistrationSpec {
-                    allowlist,
-                    ..stored.as_ref().clone()
-                });
-            if let Some(spec) = widened {
+                .filter(|stored| due(stored))
+                .and_then(|stored| grant::without(stored, entry));
+            if let Some(spec) = narrowed {
                 put(contents, made, *ip, &spec);
                 outcome.registered = 1;
             }

@@ -173,9 +173,10 @@ pub enum Change {
     },
     /// Adds `entry` to the allow entries of the registration of `ip`, while
     /// it is registered under `id` and its list has room (an ask answered
-    /// `always`). Applied to the registration in force when its turn comes,
-    /// so a change that landed meanwhile is kept; registers nothing
-    /// otherwise.
+    /// `always`), as a grant until `expires` (for good: `None`; see
+    /// `crackbox_policy::grant::granted`). Applied to the registration in
+    /// force when its turn comes, so a change that landed meanwhile is
+    /// kept; registers nothing otherwise.
     Allow {
         /// The source.
         ip: IpAddr,
@@ -183,6 +184,19 @@ pub enum Change {
         id: SandboxId,
         /// The entry to add.
         entry: AllowEntry,
+        /// When the grant ends (ms since the Unix epoch); `None`: never.
+        expires: Option<u64>,
+    },
+    /// Takes the grant of `entry` (normalised text) out of the registration
+    /// of `ip`, if it holds one, and, with `due_by`, only if it expires by
+    /// then (the expiry of grants). Registers one when it did.
+    Ungrant {
+        /// The source.
+        ip: IpAddr,
+        /// The entry granted.
+        entry: String,
+        /// Take it out only if it expires by this time (ms since the Unix epoch).
+        due_by: Option<u64>,
     },
 }
 
@@ -387,8 +401,21 @@ impl Registry {
     /// Adds `entry` to the allowlist of `ip`'s registration under `id`
     /// ([`Change::Allow`]); stored and published like any change. The
     /// outcome registers one when the registration was there to widen.
-    pub async fn allow(&self, ip: IpAddr, id: SandboxId, entry: AllowEntry) -> Result<Outcome, ApplyError> {
-        self.apply(Change::Allow { ip, id, entry }).await
+    pub async fn allow(
+        &self,
+        ip: IpAddr,
+        id: SandboxId,
+        entry: AllowEntry,
+        expires: Option<u64>,
+    ) -> Result<Outcome, ApplyError> {
+        self.apply(Change::Allow { ip, id, entry, expires }).await
+    }
+
+    /// Takes the grant of `entry` out of `ip`'s registration
+    /// ([`Change::Ungrant`]); the outcome registers one when there was
+    /// such a grant.
+    pub async fn ungrant(&self, ip: IpAddr, entry: String, due_by: Option<u64>) -> Result<Outcome, ApplyError> {
+        self.apply(Change::Ungrant { ip, entry, due_by }).await
     }
 
     /// Removes the registration of `ip`; returns whether one existed and the

@@ -125,12 +125,10 @@ fn presets_expand_where_the_list_enters_and_never_reach_the_json() {
     ];
     for (given, want) in cases {
         let parsed = spec("10.0.0.2", "a", given);
+        let json = serde_json::to_value(&parsed).unwrap();
+        assert_eq!(json["allowlist"].to_string(), *want, "{given:?}");
         let json = serde_json::to_string(&parsed).unwrap();
-        assert_eq!(
-            json,
-            format!(r#"{{"ip":"10.0.0.2","id":"a","allowlist":{want}}}"#),
-            "{given:?}"
-        );
+        assert!(!json.contains("\"@") || json.contains(r#""from":"preset""#), "{json}");
         assert_eq!(
             body(&json).unwrap(),
             parsed,

@@ -3,11 +3,12 @@
 //!
 //! On the wire a pair is two message kinds matched by a request number
 //! (`stats_request` / `stats`, `usage_request` / `usage`, `pending_query` /
-//! `pending_list`, `decide` / `decide_outcome`); these conversions are the
+//! `pending_list`, `decide` / `decide_outcome`, `feed_request` / `feed`);
+//! these conversions are the
 //! only place that spells the pairs out, so each side of the link handles
 //! every pair with one generic path.
 
-use super::{Message, SourceUsage, StatsReport, UsageQuery};
+use super::{FeedReport, Message, SourceUsage, StatsReport, UsageQuery};
 use crate::ask::{Answer, DecidedRequest, PendingId, PendingRequest};
 
 /// A question control asks the engine.
@@ -26,6 +27,11 @@ pub enum Query {
         /// The answer.
         decision: Answer,
     },
+    /// The console feed's figures and the denials after the given number.
+    Feed {
+        /// How many denials the asker has seen already.
+        denials_after: u64,
+    },
 }
 
 /// The engine's reply to a [`Query`].
@@ -40,6 +46,8 @@ pub enum Reply {
     /// To [`Query::Decide`]: the request as answered, or `None` when it was
     /// not pending.
     Decided(Option<DecidedRequest>),
+    /// To [`Query::Feed`].
+    Feed(FeedReport),
 }
 
 impl Query {
@@ -50,6 +58,7 @@ impl Query {
             Query::Usage(query) => Message::UsageRequest { request, query },
             Query::Pending => Message::PendingQuery { request },
             Query::Decide { id, decision } => Message::Decide { request, id, decision },
+            Query::Feed { denials_after } => Message::FeedRequest { request, denials_after },
         }
     }
 }
@@ -62,6 +71,7 @@ impl Reply {
             Reply::Usage(sources) => Message::Usage { request, sources },
             Reply::Pending(pending) => Message::PendingList { request, pending },
             Reply::Decided(decided) => Message::DecideOutcome { request, decided },
+            Reply::Feed(report) => Message::Feed { request, report },
         }
     }
 }
@@ -76,6 +86,7 @@ impl Message {
             Message::UsageRequest { request, query } => Ok((request, Query::Usage(query))),
             Message::PendingQuery { request } => Ok((request, Query::Pending)),
             Message::Decide { request, id, decision } => Ok((request, Query::Decide { id, decision })),
+            Message::FeedRequest { request, denials_after } => Ok((request, Query::Feed { denials_after })),
             other => Err(other),
         }
     }
@@ -89,6 +100,7 @@ impl Message {
             Message::Usage { request, sources } => Ok((request, Reply::Usage(sources))),
             Message::PendingList { request, pending } => Ok((request, Reply::Pending(pending))),
             Message::DecideOutcome { request, decided } => Ok((request, Reply::Decided(decided))),
+            Message::Feed { request, report } => Ok((request, Reply::Feed(report))),
             other => Err(other),
         }
     }
@@ -111,6 +123,7 @@ mod tests {
                 id: 3,
                 decision: Answer::Always,
             },
+            Query::Feed { denials_after: 4 },
         ];
         for (request, query) in (1..).zip(queries) {
             let message = query.clone().into_message(request);
@@ -122,6 +135,7 @@ mod tests {
             Reply::Usage(vec![]),
             Reply::Pending(vec![]),
             Reply::Decided(None),
+            Reply::Feed(FeedReport::default()),
         ];
         for (request, reply) in (1..).zip(replies) {
             let message = reply.clone().into_message(request);

@@ -9,7 +9,7 @@ use super::Message;
 impl Message {
     /// Every kind of message, as its `type` field spells it, in declaration
     /// order.
-    pub const KINDS: [&'static str; 16] = [
+    pub const KINDS: [&'static str; 18] = [
         "hello",
         "snapshot",
         "delta",
@@ -26,6 +26,8 @@ impl Message {
         "pending_list",
         "decide",
         "decide_outcome",
+        "feed_request",
+        "feed",
     ];
 
     /// This message's kind (its `type` field).
@@ -47,6 +49,8 @@ impl Message {
             Message::PendingList { .. } => "pending_list",
             Message::Decide { .. } => "decide",
             Message::DecideOutcome { .. } => "decide_outcome",
+            Message::FeedRequest { .. } => "feed_request",
+            Message::Feed { .. } => "feed",
         }
     }
 }

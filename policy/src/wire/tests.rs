@@ -123,6 +123,14 @@ fn sample() -> Vec<Message> {
             request: 12,
             decided: None,
         },
+        Message::FeedRequest {
+            request: 13,
+            denials_after: 7,
+        },
+        Message::Feed {
+            request: 13,
+            report: super::FeedReport::default(),
+        },
     ]
 }
 

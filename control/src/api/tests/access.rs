@@ -29,7 +29,7 @@ async fn mutations_need_the_exact_bearer_token_reads_do_not() {
     assert_eq!(ok.status, 200);
     assert_eq!(admin.state().await.as_array().unwrap().len(), 1);
     let health = admin
-        .raw(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .raw(b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
         .await;
     assert_eq!(health.status, 200);
 }
@@ -38,18 +38,24 @@ async fn mutations_need_the_exact_bearer_token_reads_do_not() {
 async fn unknown_paths_are_404_and_wrong_methods_405_as_json() {
     let admin = admin(None, Engine::Acking, false).await;
     let cases: [(&[u8], u16); 5] = [
-        (b"GET /v2/state HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 404),
-        (b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 404),
         (
-            b"GET /v1/register HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            b"GET /v2/state HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
+            404,
+        ),
+        (
+            b"GET /console/nosuch.js HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
+            404,
+        ),
+        (
+            b"GET /v1/register HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
             405,
         ),
         (
-            b"DELETE /v1/state HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            b"DELETE /v1/state HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
             405,
         ),
         (
-            b"POST /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
+            b"POST /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
             405,
         ),
     ];

@@ -123,7 +123,7 @@ async fn a_bad_entry_rejects_the_whole_batch_or_replace_naming_it() {
     }
     for (method, path) in [("PUT", "/v1/state"), ("POST", "/v1/batch")] {
         let head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{auth}Content-Length: {}\r\n\r\n",
+            "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n{auth}Content-Length: {}\r\n\r\n",
             MAX_BULK_BODY + 1
         );
         assert_eq!(admin.raw(head.as_bytes()).await.status, 413, "{method} {path}");

@@ -15,6 +15,7 @@ use tokio::net::{TcpListener, TcpStream, UnixStream};
 mod access;
 mod bulk;
 mod engine;
+mod events;
 mod register;
 
 /// A running admin API and what it talks to.
@@ -48,15 +49,9 @@ async fn admin(secret: Option<&str>, engine: Engine, state_file: bool) -> Admin 
         link.clone(),
     ));
     let forward = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let state = AppState {
-        registry,
-        link: link.clone(),
-        secret: secret.map(|s| Arc::new(Secret::new(s))),
-        forward: forward.local_addr().unwrap(),
-        fleet: None,
-    };
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    let state = AppState::new(registry, link.clone(), forward.local_addr().unwrap(), addr).with_secret(secret);
     tokio::spawn(serve(listener, state, std::future::pending()));
     if engine != Engine::Absent {
         tokio::spawn(fake_engine(socket.clone(), engine == Engine::Acking));
@@ -166,7 +161,7 @@ impl Admin {
 
     async fn send(&self, method: &str, path: &str, headers: &str, body: &[u8]) -> Response {
         let mut request = format!(
-            "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{headers}Content-Length: {}\r\n\r\n",
+            "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n{headers}Content-Length: {}\r\n\r\n",
             body.len()
         )
         .into_bytes();

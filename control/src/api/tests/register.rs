@@ -185,8 +185,9 @@ async fn the_mode_and_presets_go_through_every_registering_route_and_health_coun
     let health = || async { body_json(&admin.client.get("/health").await.unwrap())["report_only"].clone() };
     let watched = json!({"ip": "10.0.0.2", "id": "agent", "allowlist": ["@npm", "X.test"], "mode": "report"});
     let response = admin.register(watched).await;
-    let stored =
-        json!({"ip": "10.0.0.2", "id": "agent", "allowlist": ["registry.npmjs.org:443", "x.test"], "mode": "report"});
+    let npm = json!({"from": "preset", "name": "@npm"});
+    let stored = json!({"ip": "10.0.0.2", "id": "agent", "allowlist": ["registry.npmjs.org:443", "x.test"], "mode": "report",
+        "origins": {"registry.npmjs.org:443": npm}});
     assert_eq!((response.status, body_json(&response)), (200, stored.clone()));
     assert_eq!(health().await, json!(1));
     let batch = json!({"register": [
@@ -198,7 +199,8 @@ async fn the_mode_and_presets_go_through_every_registering_route_and_health_coun
         admin.state().await,
         json!([
             {"ip": "10.0.0.2", "id": "agent", "allowlist": ["x.test"]},
-            {"ip": "10.0.0.3", "id": "b", "allowlist": ["pypi.org:443", "files.pythonhosted.org:443"], "mode": "report"},
+            {"ip": "10.0.0.3", "id": "b", "allowlist": ["pypi.org:443", "files.pythonhosted.org:443"], "mode": "report",
+                "origins": {"pypi.org:443": {"from": "preset", "name": "@pypi"}, "files.pythonhosted.org:443": {"from": "preset", "name": "@pypi"}}},
         ]),
         "enforce is the mode left out"
     );
@@ -208,7 +210,8 @@ async fn the_mode_and_presets_go_through_every_registering_route_and_health_coun
     assert_eq!(put.status, 200, "{}", put.error_message());
     assert_eq!(
         admin.state().await,
-        json!([{"ip": "10.0.0.4", "id": "c", "allowlist": ["registry.yarnpkg.com:443"]}])
+        json!([{"ip": "10.0.0.4", "id": "c", "allowlist": ["registry.yarnpkg.com:443"],
+            "origins": {"registry.yarnpkg.com:443": {"from": "preset", "name": "@yarn"}}}])
     );
     assert_eq!(health().await, json!(0));
     for (body, want) in [

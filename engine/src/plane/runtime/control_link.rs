@@ -5,7 +5,8 @@
 //! delta applied to the snapshot in force (O(change)), acks each generation,
 //! asks for a full snapshot when a delta does not follow on from the one in
 //! force, and answers control's questions (counters, usage, pending
-//! requests, answers to them: one [`Query`] in, one [`Reply`] out). When
+//! requests, answers to them, the console feed's figures: one [`Query`]
+//! in, one [`Reply`] out). When
 //! control goes away the last snapshot stays in force and the link
 //! reconnects with backoff. A full snapshot is built on the one in force,
 //! so the usage counters of sources registered under the same id survive a
@@ -21,7 +22,7 @@ use crate::plane::services::ask::Asks;
 use crate::plane::services::stats::Stats;
 use crackbox_policy::registry::Registry;
 use crackbox_policy::watch::{Watch, Watched};
-use crackbox_policy::wire::{self, Message, Query, Reply, Role, WatchList, WireError, PROTOCOL};
+use crackbox_policy::wire::{self, FeedReport, Message, Query, Reply, Role, WatchList, WireError, PROTOCOL};
 use crackbox_policy::{Generation, PolicyChange, PolicySpec, RegistrationSpec, Snapshot, SourceChange};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -42,6 +43,8 @@ pub(crate) struct Engine {
     pub(crate) stats: Arc<Stats>,
     pub(crate) admission: Arc<Admission>,
     pub(crate) asks: Arc<Asks>,
+    /// The io driver the core threads run on (the console's header).
+    pub(crate) io_driver: &'static str,
 }
 
 /// Starts the link thread (and the thread that frees retired snapshots).
@@ -178,6 +181,16 @@ fn answer(engine: &Engine, query: Query) -> Reply {
         Query::Usage(query) => Reply::Usage(usage_report::report(&engine.registry.load(), &query, &engine.admission)),
         Query::Pending => Reply::Pending(engine.asks.list()),
         Query::Decide { id, decision } => Reply::Decided(engine.asks.answer(id, decision)),
+        Query::Feed { denials_after } => {
+            let (denials_recorded, denials) = engine.stats.denials_after(denials_after);
+            Reply::Feed(FeedReport {
+                io_driver: engine.io_driver.to_owned(),
+                active_tunnels: engine.stats.active_tunnels(),
+                connections: engine.admission.total() as u64,
+                denials_recorded,
+                denials,
+            })
+        }
     }
 }
 

@@ -133,6 +133,7 @@ pub fn run(mut config: EngineConfig) -> Result<(), EngineError> {
         chosen.push(result?);
     }
     log_drivers(&chosen, driver);
+    let io_driver = driver_name(&chosen);
     // Only now, with every core thread serving, does control hear of this
     // engine, so a healthy daemon is one whose data plane is up.
     let engine = control_link::Engine {
@@ -141,6 +142,7 @@ pub fn run(mut config: EngineConfig) -> Result<(), EngineError> {
         stats,
         admission,
         asks,
+        io_driver,
     };
     control_link::spawn(config.control_socket.clone(), engine)?;
     heap_trim::spawn()?;
@@ -190,6 +192,16 @@ fn log_drivers(chosen: &[DriverChoice], requested: IoDriver) {
     }
     for (thread, (driver, ring)) in chosen.iter().enumerate() {
         tracing::info!(thread, driver, ring, requested = ?requested, "io driver selected");
+    }
+}
+
+/// The io driver the core threads run on, as the console shows it: the
+/// one all run on, or `mixed`.
+fn driver_name(chosen: &[DriverChoice]) -> &'static str {
+    match chosen.first() {
+        Some(&(driver, _)) if chosen.iter().all(|(other, _)| *other == driver) => driver,
+        Some(_) => "mixed",
+        None => "none",
     }
 }
 

@@ -124,6 +124,11 @@ impl Admission {
         }
     }
 
+    /// Client connections open now, all sources together.
+    pub fn total(&self) -> usize {
+        self.total.open()
+    }
+
     /// Connections open now, by source (sources with none are left out).
     pub fn open_connections(&self) -> FxHashMap<IpAddr, usize> {
         let pool = self.pool.lock();

@@ -39,8 +39,13 @@ use std::time::Instant;
 /// What the policy says about one destination (its settled verdict), the
 /// registration it names held as this thread's handle.
 pub(crate) enum Ruling {
-    /// Allowed, matched by name or IP literal.
-    Allow { matched: MatchedBy, sandbox: Rc<Sandbox> },
+    /// Allowed, matched by name or IP literal; `answered` when by an
+    /// answer to a pending request rather than by the list.
+    Allow {
+        matched: MatchedBy,
+        sandbox: Rc<Sandbox>,
+        answered: bool,
+    },
     /// Denied (counted already).
     Deny { reason: Reason },
     /// Let through in report mode: a would-be denial for `reason`.
@@ -79,10 +84,14 @@ fn rule(worker: &Worker, source: IpAddr, host: &str, port: u16, verdict: Verdict
     let sandboxes = &worker.sandboxes;
     match verdict {
         VerdictRef::Allow {
-            matched, id, account, ..
+            matched,
+            layer,
+            id,
+            account,
         } => Ruling::Allow {
             matched,
             sandbox: sandboxes.handle(id, account),
+            answered: layer == Layer::Answer,
         },
         VerdictRef::Report { reason, id, account } => Ruling::Report {
             reason,
@@ -203,7 +212,7 @@ impl Passed {
     /// The ruling's passage, or the denial's reason.
     fn of(ruling: Ruling) -> Result<Passed, Reason> {
         match ruling {
-            Ruling::Allow { matched, sandbox } => Ok(Passed {
+            Ruling::Allow { matched, sandbox, .. } => Ok(Passed {
                 matched,
                 reported: None,
                 sandbox,
@@ -383,8 +392,16 @@ pub(crate) async fn reach_ruled(
     port: u16,
     ruling: Ruling,
 ) -> Result<(Conn, LiveEntry, Rc<Sandbox>), Unreached> {
+    // Let through by an answer the list does not hold (`once`; an `always`
+    // is listed before it lets anything through): it stays when the policy
+    // would ask about it again. Decided again only for an answered one.
+    let answered = matches!(ruling, Ruling::Allow { answered: true, .. })
+        && !worker.with_policy(|snapshot, watch| {
+            let listed = crackbox_policy::decide_ref(snapshot, watch, client.source, host, Port::Number(port));
+            matches!(listed.settled(), VerdictRef::Allow { .. })
+        });
     let passed = Passed::of(ruling).map_err(Unreached::Denied)?;
-    let live = LiveEntry::register(&worker.live, client.source, host, port);
+    let live = LiveEntry::register(&worker.live, client.source, host, port, answered);
     let (conn, _, sandbox) = connect(worker, client.source, host, port, passed).await?;
     Ok((conn, live, sandbox))
 }

@@ -6,7 +6,8 @@
 //! full snapshot) with the policy's one decision, firing the
 //! [`CloseSignal`] of each one the new snapshot would deny, well within a
 //! second (a source switched from report mode to enforce loses what its
-//! list does not cover). The idle upstream connections the thread keeps
+//! list does not cover; an ask-mode source loses what an entry that left
+//! its list let through, not what an answer did). The idle upstream connections the thread keeps
 //! between HTTP requests go the same way: those of a touched source that
 //! the new snapshot no longer lets it reach under the same registration
 //! are closed at once, as are those idle past the pool's timeout or closed
@@ -19,7 +20,7 @@ use crate::plane::services::stats::ThreadStats;
 use crate::plane::services::tunnel::{CloseSignal, Revocation};
 use crate::plane::services::upstream_pool::{still_allowed, UpstreamPool};
 use crackbox_policy::canonical_ip;
-use crackbox_policy::reason::Reason;
+use crackbox_policy::reason::{Layer, Reason};
 use crackbox_policy::registry::{Registry, Touched};
 use crackbox_policy::watch::{Watch, Watched};
 use crackbox_policy::{decide, Port, Snapshot, Verdict};
@@ -40,6 +41,9 @@ struct Live {
     host: Box<str>,
     port: u16,
     signal: Revocation,
+    /// Let through by an answer to a pending request: when the policy
+    /// would ask about it again, it stays (someone said yes to it).
+    answered: bool,
 }
 
 /// The connections one thread serves, with what they were allowed to reach.
@@ -59,8 +63,9 @@ pub(crate) struct LiveEntry {
 }
 
 impl LiveEntry {
-    /// Registers a connection from `source` allowed to reach `host:port`.
-    pub(crate) fn register(set: &Rc<LiveSet>, source: IpAddr, host: &str, port: u16) -> LiveEntry {
+    /// Registers a connection from `source` allowed to reach `host:port`,
+    /// by an answer (`answered`) or by the list.
+    pub(crate) fn register(set: &Rc<LiveSet>, source: IpAddr, host: &str, port: u16, answered: bool) -> LiveEntry {
         let signal = Rc::new(CloseSignal::default());
         let source = canonical_ip(source);
         let live = Live {
@@ -68,6 +73,7 @@ impl LiveEntry {
             host: host.into(),
             port,
             signal: Rc::clone(&signal),
+            answered,
         };
         let index = match set.free.borrow_mut().pop() {
             Some(index) => {
@@ -143,9 +149,18 @@ impl LiveSet {
     }
 
     /// Re-decides the live connections of the `touched` sources against
-    /// `snapshot` and fires the signal of each it denies; returns how many
+    /// `snapshot` and fires the signal of each it denies, or would ask about
+    /// where `before` (the snapshot seen last) allowed it (an entry left an
+    /// ask-mode source's list: a grant revoked or expired); returns how many
     /// were revoked.
-    fn revoke_denied(&self, snapshot: &Snapshot, watch: &Watch, touched: &Touched, stats: &ThreadStats) -> usize {
+    fn revoke_denied(
+        &self,
+        snapshot: &Snapshot,
+        before: &Snapshot,
+        watch: &Watch,
+        touched: &Touched,
+        stats: &ThreadStats,
+    ) -> usize {
         let slots = self.slots.borrow();
         let by_source = self.by_source.borrow();
         let lives: Box<dyn Iterator<Item = &Live>> = match touched {
@@ -162,8 +177,16 @@ impl LiveSet {
         for live in lives.filter(|live| !live.signal.is_fired()) {
             let (id, account, layer) =
                 match decide(snapshot, watch, live.source, &live.host, Port::Number(live.port)).settled() {
-                    // Asked about: it was let through by someone's decision.
-                    Verdict::Allow { .. } | Verdict::Report { .. } | Verdict::Ask { .. } => continue,
+                    Verdict::Allow { .. } | Verdict::Report { .. } => continue,
+                    // Asked about: let through by someone's answer, it stays;
+                    // let through by an entry that has left the list, it goes.
+                    Verdict::Ask { id, account } => {
+                        let was = decide(before, watch, live.source, &live.host, Port::Number(live.port));
+                        if live.answered && !matches!(was.settled(), Verdict::Allow { .. }) {
+                            continue;
+                        }
+                        (Some(id), Some(account), Layer::Entry)
+                    }
                     Verdict::Deny { id, account, layer, .. } => (id, account, layer),
                 };
             if let Some(account) = account {
@@ -194,7 +217,10 @@ pub(crate) async fn watch(
     registry: Arc<Registry>,
     watched: Arc<Watched>,
 ) {
-    let mut seen = registry.changes_since(0).swaps;
+    let first = registry.changes_since(0);
+    let mut seen = first.swaps;
+    // The snapshot seen last: what a live connection was let through by.
+    let mut before = first.snapshot;
     let mut ticks: u32 = 0;
     loop {
         monoio::time::sleep(CHECK_EVERY).await;
@@ -220,7 +246,7 @@ pub(crate) async fn watch(
         }
         seen = changes.swaps;
         let watch = watched.load();
-        let revoked = live.revoke_denied(&changes.snapshot, &watch, &changes.touched, &stats);
+        let revoked = live.revoke_denied(&changes.snapshot, &before, &watch, &changes.touched, &stats);
         let unpooled = upstreams.retain(&changes.touched, |source, place| {
             still_allowed(&changes.snapshot, &watch, source, place)
         });
@@ -231,5 +257,6 @@ pub(crate) async fn watch(
             let generation = changes.snapshot.generation();
             tracing::info!(revoked, generation, "closed connections the new snapshot denies");
         }
+        before = changes.snapshot;
     }
 }

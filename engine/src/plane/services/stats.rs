@@ -162,6 +162,8 @@ struct Merged {
     denials: VecDeque<Denial>,
     /// The last denial taken from each ledger (its `seq` + 1).
     seen: Vec<u64>,
+    /// Denials merged since start: the number of the newest in `denials`.
+    recorded: u64,
     /// Ids with counters but no registration: since when their counters
     /// stood at this total.
     departed: FxHashMap<Arc<str>, (Instant, u64)>,
@@ -346,6 +348,7 @@ impl Stats {
             merged.seen[index] = book.next_seq;
         }
         fresh.sort_by_key(|denial| denial.time_ms);
+        merged.recorded += fresh.len() as u64;
         merged.denials.extend(fresh);
         let over = merged.denials.len().saturating_sub(DENIAL_RING);
         merged.denials.drain(..over);
@@ -399,6 +402,25 @@ impl Stats {
         }
         keep_half_free(decisions);
         keep_half_free(departed);
+    }
+
+    /// The number of the newest denial and the denials after the
+    /// `after`-th still in the ring, oldest first (the console's feed); the
+    /// decision counts are merged as by a report, their totals unchanged.
+    pub fn denials_after(&self, after: u64) -> (u64, Vec<Denial>) {
+        let mut merged = self.merged.lock();
+        self.merge(&mut merged);
+        let newer = usize::try_from(merged.recorded.saturating_sub(after)).unwrap_or(usize::MAX);
+        let skip = merged.denials.len().saturating_sub(newer);
+        (merged.recorded, merged.denials.iter().skip(skip).cloned().collect())
+    }
+
+    /// Tunnels and forwarded connections open now, summed over the threads.
+    pub fn active_tunnels(&self) -> u64 {
+        self.ledgers
+            .iter()
+            .map(|ledger| ledger.active.load(Ordering::Relaxed))
+            .fold(0u64, u64::wrapping_add)
     }
 
     /// Everything, for the control plane.

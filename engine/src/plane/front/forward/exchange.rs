@@ -45,11 +45,14 @@ impl Session<'_> {
         match &self.live {
             Some(live) => live.retarget(&request.host, request.port),
             None => {
+                // Each request is decided anew; one an answer let through
+                // stays when asked about again, as any answered connection.
                 self.live = Some(LiveEntry::register(
                     &self.worker.live,
                     self.source,
                     &request.host,
                     request.port,
+                    true,
                 ))
             }
         }

@@ -307,3 +307,48 @@ fn the_log_budget_is_shared_among_the_ledgers() {
     assert_eq!(Stats::new(2, 3).logs_per_ledger, 1);
     assert_eq!(Stats::new(4, 0).logs_per_ledger, 0);
 }
+
+#[test]
+fn the_feed_gets_only_the_denials_after_the_ones_it_saw() {
+    let stats = Arc::new(Stats::new(2, 1));
+    let (first, second) = (handle(&stats, 0), handle(&stats, 1));
+    let deny = |thread: &ThreadStats, host: &str| {
+        thread.record_denied(
+            "127.0.0.2".parse().unwrap(),
+            None,
+            host,
+            443,
+            Reason::NotAllowed,
+            Layer::Entry,
+        )
+    };
+    assert_eq!(stats.denials_after(0), (0, vec![]));
+    deny(&first, "a.test");
+    deny(&second, "b.test");
+    let hosts = |(n, denials): (u64, Vec<Denial>)| {
+        let mut hosts: Vec<String> = denials.into_iter().map(|d| d.host).collect();
+        hosts.sort();
+        (n, hosts)
+    };
+    assert_eq!(
+        hosts(stats.denials_after(0)),
+        (2, vec!["a.test".into(), "b.test".into()])
+    );
+    deny(&second, "c.test");
+    assert_eq!(hosts(stats.denials_after(2)), (3, vec!["c.test".into()]));
+    assert_eq!(hosts(stats.denials_after(3)), (3, vec![]));
+    // A report between two reads of the feed takes nothing from it.
+    deny(&first, "d.test");
+    stats.report();
+    assert_eq!(hosts(stats.denials_after(3)), (4, vec!["d.test".into()]));
+    for i in 0..DENIAL_RING + 3 {
+        deny(&first, &format!("h{i}.test"));
+        if i % 100 == 0 {
+            stats.report();
+        }
+    }
+    let (recorded, denials) = stats.denials_after(1);
+    assert_eq!(recorded, DENIAL_RING as u64 + 7);
+    assert_eq!(denials.len(), DENIAL_RING, "what left the ring is gone");
+    assert_eq!(denials[0].host, "h3.test");
+}

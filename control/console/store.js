@@ -1,0 +1,115 @@
+// What the page knows: the snapshots it fetched and every event since,
+// applied in order. Views read it and re-render when it changes.
+
+import { get } from './api.js';
+
+/** Denials kept for the feed. */
+const DENIALS_KEPT = 1000;
+
+export const state = {
+  registrations: new Map(), // ip -> registration (GET /v1/state element)
+  pending: new Map(), // id -> request (GET /v1/pending element)
+  usage: new Map(), // ip -> usage record with `rate_up`, `rate_down` (bytes/s)
+  denials: [], // newest last
+  status: null, // GET /v1/status
+  online: false,
+  loaded: false,
+  decided: [], // the last requests decided, newest last: {request, decision}
+};
+
+const listeners = new Set();
+let scheduled = false;
+
+/** Calls `listener` (coalesced, once per frame) after every change. */
+export function onChange(listener) {
+  listeners.add(listener);
+}
+
+/** Says the state changed. */
+export function changed() {
+  if (scheduled) return;
+  scheduled = true;
+  requestAnimationFrame(() => {
+    scheduled = false;
+    for (const listener of listeners) listener();
+  });
+}
+
+/** Fetches every snapshot and replaces what the page knew. */
+export async function load() {
+  const [registrations, pending, usage, denials, status] = await Promise.all([
+    get('/v1/state'),
+    get('/v1/pending').catch(() => ({ pending: [] })),
+    get('/v1/usage').catch(() => []),
+    get('/v1/denials?limit=200').catch(() => []),
+    get('/v1/status'),
+  ]);
+  state.registrations = new Map(registrations.map((spec) => [spec.ip, spec]));
+  state.pending = new Map(pending.pending.map((request) => [request.id, request]));
+  state.usage = new Map(usage.map((record) => [record.ip, record]));
+  state.denials = denials;
+  state.status = status;
+  state.loaded = true;
+  changed();
+}
+
+/** Applies one event of `GET /v1/events`. */
+export function apply(name, data) {
+  switch (name) {
+    case 'pending':
+      state.pending.set(data.id, data);
+      break;
+    case 'decided':
+      state.pending.delete(data.id);
+      state.decided.push(data);
+      state.decided = state.decided.slice(-50);
+      break;
+    case 'registered':
+      state.registrations.set(data.ip, data);
+      break;
+    case 'unregistered':
+      state.registrations.delete(data.ip);
+      state.usage.delete(data.ip);
+      break;
+    case 'usage':
+      for (const record of data.sources) usage(record, data.time_ms);
+      break;
+    case 'denials':
+      seam(data.denials);
+      break;
+    case 'status':
+      state.status = data;
+      break;
+    default:
+      return;
+  }
+  changed();
+}
+
+/** Keeps a usage record with its rates since the previous one. */
+function usage(record, time) {
+  const before = state.usage.get(record.ip);
+  const seconds = before && before.time_ms ? (time - before.time_ms) / 1000 : 0;
+  const rate = (now, then) => (seconds > 0 && now >= then ? (now - then) / seconds : 0);
+  state.usage.set(record.ip, {
+    ...record,
+    time_ms: time,
+    rate_up: before ? rate(record.bytes_up, before.bytes_up) : 0,
+    rate_down: before ? rate(record.bytes_down, before.bytes_down) : 0,
+  });
+}
+
+/** Appends new denials; at the seam with the snapshot a record already shown is not shown twice. */
+function seam(denials) {
+  const key = (d) => [d.time_ms, d.ip, d.id, d.host, d.port, d.reason].join('\u0000');
+  const tail = new Set(state.denials.slice(-denials.length).map(key));
+  for (const denial of denials) {
+    if (!tail.delete(key(denial))) state.denials.push(denial);
+  }
+  if (state.denials.length > DENIALS_KEPT) state.denials = state.denials.slice(-DENIALS_KEPT);
+}
+
+/** Every registration of sandbox `id`. */
+export function registrationsOf(id) {
+  return [...state.registrations.values()].filter((spec) => spec.id === id);
+}
