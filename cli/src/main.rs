@@ -28,10 +28,10 @@ fn main() -> ExitCode {
             command: ProxyCommand::Engine(args),
         } => return run_engine(&args),
         Command::Run(args) => return ExitCode::from(clamp_exit(crackbox_run::run(args))),
-        Command::State(args) => crackbox_control::state_cmd::state(args),
+        Command::State(args) => crackbox_cli::state_cmd::state(args),
         Command::Hold => return ExitCode::from(clamp_exit(crackbox_run::hold())),
-        Command::Pending(args) => crackbox_control::ask_cmd::pending(args),
-        Command::Decide(args) => crackbox_control::ask_cmd::decide(args),
+        Command::Pending(args) => crackbox_cli::ask_cmd::pending(args),
+        Command::Decide(args) => crackbox_cli::ask_cmd::decide(args),
         Command::Presets => print_presets(),
     };
     match result {
@@ -87,7 +87,7 @@ fn print_presets() -> anyhow::Result<()> {
         text.push_str(&format!("{PRESET_MARK}{:<12} {}\n", preset.name, preset.about));
         text.push_str(&format!("{:13} {}\n", "", preset.hosts.join(", ")));
     }
-    crackbox_control::state_cmd::print(&text)
+    crackbox_cli::state_cmd::print(&text)
 }
 
 fn clamp_exit(code: i32) -> u8 {
