@@ -7,8 +7,8 @@
 //! named by a few) decoded, applied and swapped in.
 
 use crackbox_policy::registry::Registry;
-use crackbox_policy::wire::{decode_frame, encode, Message};
 use crackbox_policy::{Allowlist, PolicyChange, PolicyName, PolicySpec, RegistrationSpec, Snapshot, SourceChange};
+use crackbox_wire::link::{decode_frame, encode, Message};
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use std::hint::black_box;
 

@@ -62,7 +62,7 @@ fn refused_command_line(err: &clap::Error) -> ExitCode {
 /// a busy listener) exits with `EXIT_START_FAILED` so `proxy serve` does not
 /// restart it; one that stops after serving exits 1 and is restarted.
 fn run_engine(args: &EngineArgs) -> ExitCode {
-    use crackbox_policy::startup::EXIT_START_FAILED;
+    use crackbox_wire::startup::EXIT_START_FAILED;
     let config = match crackbox_config::engine_config(args) {
         Ok(config) => config,
         Err(err) => {

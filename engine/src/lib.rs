@@ -14,14 +14,14 @@
 //! # Embedding the engine
 //!
 //! [`run`] starts the data plane an
-//! [`EngineConfig`](crackbox_policy::engine_config::EngineConfig) describes
+//! [`EngineConfig`](crackbox_wire::engine_config::EngineConfig) describes
 //! and blocks while it serves: every listener is bound before it returns a
 //! start-up error, then one pinned monoio thread per core serves them. The
 //! configuration is all it reads: no config file, no environment variable.
 //! It starts deny-all and takes its registry from the controller listening
 //! on `control_socket`: it connects there (reconnecting with backoff), says
 //! `Hello`, takes a full `Snapshot` and then a `Delta` per change, acking
-//! each generation it enforces (`crackbox_policy::wire`).
+//! each generation it enforces (`crackbox_wire::link`).
 //! crackbox-control's `publisher` is that controller; any program that
 //! speaks the wire protocol can be.
 //!
@@ -30,7 +30,7 @@
 //! still while connections come and go.
 //!
 //! ```no_run
-//! use crackbox_policy::engine_config::{EngineConfig, IoDriver, Limits, DEFAULT_REGISTRATION_HOLD};
+//! use crackbox_wire::engine_config::{EngineConfig, IoDriver, Limits, DEFAULT_REGISTRATION_HOLD};
 //!
 //! let config = EngineConfig {
 //!     listen: "127.0.0.1:3128".parse().unwrap(),

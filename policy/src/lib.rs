@@ -30,15 +30,12 @@
 
 #![warn(missing_docs)]
 
-pub mod admin_body;
 mod allow_file;
 mod allowlist;
-pub mod ask;
 mod bandwidth;
 pub mod decide;
 mod direction;
 mod effective;
-pub mod engine_config;
 mod entry;
 pub mod grant;
 pub mod guard;
@@ -56,13 +53,13 @@ mod registration;
 pub mod registry;
 mod snapshot;
 mod source;
-pub mod startup;
 pub mod usage;
 pub mod watch;
-pub mod wire;
 
 pub use allow_file::{parse_allow_file, AllowFileError};
-pub use allowlist::{entries_from_config, lookup_all, match_host, Allowlist, ListError, Lookup, MatchedBy};
+pub use allowlist::{
+    entries_from_config, entry_texts, lookup_all, match_host, Allowlist, ListError, Lookup, MatchedBy,
+};
 pub use bandwidth::{Bandwidth, BandwidthError, MIN_BANDWIDTH};
 pub use decide::{decide, decide_ref, Decision, DecisionRef, Port, Verdict, VerdictRef};
 pub use direction::Direction;
@@ -77,6 +74,6 @@ pub use named::{
 };
 pub use preset::{expand_presets, preset, presets, Preset, UnknownPreset, PRESET_MARK};
 pub use provenance::{EntryOrigin, EntryOrigins, Origin};
-pub use registration::{IdError, RegistrationSpec, SandboxId, SpecError};
+pub use registration::{source_ip_text, IdError, RegistrationSpec, SandboxId, SpecError};
 pub use snapshot::{Applied, Generation, Registered, Snapshot, SourceChange};
 pub use source::{canonical_ip, parse_source_ip, SourceIpError};

@@ -22,8 +22,8 @@ use crate::plane::services::ask::Asks;
 use crate::plane::services::stats::Stats;
 use crackbox_policy::registry::Registry;
 use crackbox_policy::watch::{Watch, Watched};
-use crackbox_policy::wire::{self, FeedReport, Message, Query, Reply, Role, WatchList, WireError, PROTOCOL};
 use crackbox_policy::{Generation, PolicyChange, PolicySpec, RegistrationSpec, Snapshot, SourceChange};
+use crackbox_wire::link::{self, FeedReport, Message, Query, Reply, Role, WatchList, WireError, PROTOCOL};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{channel, RecvTimeoutError, Sender};
@@ -101,14 +101,14 @@ fn session(
     connected: &mut bool,
 ) -> Result<(), WireError> {
     let mut stream = UnixStream::connect(path)?;
-    wire::write_message(
+    link::write_message(
         &mut stream,
         &Message::Hello {
             protocol: PROTOCOL,
             role: Role::Engine,
         },
     )?;
-    match wire::read_message(&mut stream)? {
+    match link::read_message(&mut stream)? {
         Message::Hello {
             protocol: PROTOCOL,
             role: Role::Control,
@@ -134,7 +134,7 @@ fn session(
         resync_asked: false,
     };
     loop {
-        let reply = match wire::read_message(&mut stream)?.into_query() {
+        let reply = match link::read_message(&mut stream)?.into_query() {
             Ok((request, query)) => Some(answer(engine, query).into_message(request)),
             Err(Message::Snapshot {
                 generation,
@@ -158,7 +158,7 @@ fn session(
         };
         if let Some(reply) = reply {
             let mut writer = writer.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            wire::write_message(&mut *writer, &reply)?;
+            link::write_message(&mut *writer, &reply)?;
         }
         // Only after the ack is out: waking the reaper would otherwise
         // stand between a change and its answer.

@@ -23,7 +23,6 @@ mod tcp;
 mod udp;
 mod upstream;
 
-pub use crackbox_policy::engine_config::resolv_conf::{first_nameserver, system_upstream};
 pub use steer::SteerTo;
 
 use crate::plane::services::local_addrs::LocalAddresses;
@@ -217,10 +216,11 @@ impl OwnAddresses {
 /// `stats` (port 53 in the denials ring) and holding queries of sources that
 /// `watched` says may be about to be registered for
 /// `config.registration_hold`. With `steer` addresses allowed names resolve
-/// to them; otherwise they are forwarded to `dns_upstream`, or without it to
-/// the first nameserver of /etc/resolv.conf.
+/// to them; otherwise they are forwarded to `dns_upstream`, which the
+/// settings document must name (`crackbox-config` fills it from
+/// /etc/resolv.conf when none is given; the engine reads no file for it).
 pub(crate) fn start(
-    config: &crackbox_policy::engine_config::EngineConfig,
+    config: &crackbox_wire::engine_config::EngineConfig,
     registry: Arc<Registry>,
     watched: Arc<Watched>,
     stats: Arc<crate::plane::services::stats::Stats>,
@@ -231,7 +231,12 @@ pub(crate) fn start(
     let answers = match config.dns_upstream {
         _ if !config.steer.is_empty() => Answers::Steered(SteerTo::from_addresses(&config.steer)),
         Some(upstream) => Answers::Upstream(upstream),
-        None => Answers::Upstream(system_upstream()?),
+        None => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the DNS filter has no upstream: its settings name neither dns_upstream nor steer addresses",
+            ))
+        }
     };
     let hook: DenialHook = Arc::new(move |d: &DnsDenial<'_>| match (d.enforced, d.id) {
         (false, Some(id)) => stats.record_reported(stats.off_core(), d.source, id, d.name, 53, d.reason),

@@ -17,12 +17,12 @@
 
 pub(crate) mod clock;
 
-use crackbox_policy::ask::{Answer, DecidedRequest, PendingId, PendingRequest, Settlement, MAX_PENDING_PER_SOURCE};
 use crackbox_policy::held::{decide_held, settlement, AskState};
 use crackbox_policy::reason::Reason;
 use crackbox_policy::registry::Registry;
 use crackbox_policy::watch::Watched;
 use crackbox_policy::{canonical_ip, normalise_host, HostKind, Verdict};
+use crackbox_wire::ask::{Answer, DecidedRequest, PendingId, PendingRequest, Settlement, MAX_PENDING_PER_SOURCE};
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
 use std::future::Future;

@@ -7,7 +7,6 @@
 //! exactly the settings the first one had.
 
 mod io_driver;
-pub mod resolv_conf;
 
 pub use io_driver::{IoDriver, UnknownIoDriver, IO_DRIVER_ENV};
 
