@@ -55,6 +55,7 @@
 
 #![warn(missing_docs)]
 
+pub mod cells;
 mod plane;
 pub mod protocol;
 

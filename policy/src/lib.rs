@@ -50,7 +50,6 @@ mod preset;
 mod provenance;
 pub mod reason;
 mod registration;
-pub mod registry;
 mod snapshot;
 mod source;
 pub mod usage;

@@ -17,11 +17,12 @@
 //! start and end.
 
 use super::usage_report;
+use crate::cells::SnapshotCell;
+use crate::cells::WatchCell;
 use crate::plane::services::admission::Admission;
 use crate::plane::services::ask::Asks;
 use crate::plane::services::stats::Stats;
-use crackbox_policy::registry::Registry;
-use crackbox_policy::watch::{Watch, Watched};
+use crackbox_policy::watch::Watch;
 use crackbox_policy::{Generation, PolicyChange, PolicySpec, RegistrationSpec, Snapshot, SourceChange};
 use crackbox_wire::link::{self, FeedReport, Message, Query, Reply, Role, WatchList, WireError, PROTOCOL};
 use std::os::unix::net::UnixStream;
@@ -38,8 +39,8 @@ const REAP_EVERY: Duration = Duration::from_millis(100);
 
 /// What the link reads and updates of the engine.
 pub(crate) struct Engine {
-    pub(crate) registry: Arc<Registry>,
-    pub(crate) watched: Arc<Watched>,
+    pub(crate) registry: Arc<SnapshotCell>,
+    pub(crate) watched: Arc<WatchCell>,
     pub(crate) stats: Arc<Stats>,
     pub(crate) admission: Arc<Admission>,
     pub(crate) asks: Arc<Asks>,
@@ -196,7 +197,7 @@ fn answer(engine: &Engine, query: Query) -> Reply {
 
 /// Swaps in the label watcher's list (its values were parsed as the frame
 /// was decoded).
-fn watch_in_force(watched: &Watched, list: &WatchList) {
+fn watch_in_force(watched: &WatchCell, list: &WatchList) {
     let invalid = list.invalid.iter().map(|source| (source.ip, source.id.as_str().into()));
     watched.swap(Watch::new(list.subnets.iter().copied(), invalid));
     tracing::debug!(
@@ -209,7 +210,7 @@ fn watch_in_force(watched: &Watched, list: &WatchList) {
 /// What one control connection has brought the registry to.
 struct Session<'a> {
     asks: &'a Asks,
-    registry: &'a Registry,
+    registry: &'a SnapshotCell,
     stats: &'a Stats,
     /// The snapshot the last swap replaced, for the reaper once the ack is out.
     retired: Option<Arc<Snapshot>>,

@@ -119,6 +119,10 @@ mod tests {
     /// allows or denies, and why (docs/architecture.md, "Locks and shared
     /// atomics", lists each lock).
     const OFF_THE_DATA_PATH: &[(&str, &str)] = &[
+        (
+            "cells.rs",
+            "the snapshot history: the control link per swap, each core thread's revocation check every 200 ms",
+        ),
         ("plane/front/dns/", "the DNS filter's own threads"),
         (
             "plane/runtime/control_link.rs",

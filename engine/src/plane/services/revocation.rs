@@ -13,6 +13,8 @@
 //! are closed at once, as are those idle past the pool's timeout or closed
 //! by their upstream. Single-threaded by design.
 
+use crate::cells::WatchCell;
+use crate::cells::{SnapshotCell, Touched};
 use crate::plane::services::admission::Gate;
 use crate::plane::services::conn::{Conn, Peeked};
 use crate::plane::services::sandboxes::Sandboxes;
@@ -21,8 +23,7 @@ use crate::plane::services::tunnel::{CloseSignal, Revocation};
 use crate::plane::services::upstream_pool::{still_allowed, UpstreamPool};
 use crackbox_policy::canonical_ip;
 use crackbox_policy::reason::{Layer, Reason};
-use crackbox_policy::registry::{Registry, Touched};
-use crackbox_policy::watch::{Watch, Watched};
+use crackbox_policy::watch::Watch;
 use crackbox_policy::{decide, Port, Snapshot, Verdict};
 use rustc_hash::FxHashMap;
 use std::cell::RefCell;
@@ -214,8 +215,8 @@ pub(crate) async fn watch(
     stats: Rc<ThreadStats>,
     (gate, sandboxes): (Rc<Gate>, Rc<Sandboxes>),
     idle_limit: Option<Duration>,
-    registry: Arc<Registry>,
-    watched: Arc<Watched>,
+    registry: Arc<SnapshotCell>,
+    watched: Arc<WatchCell>,
 ) {
     let first = registry.changes_since(0);
     let mut seen = first.swaps;

@@ -17,8 +17,8 @@
 //! entry is dropping its connection. Which connection may be parked, and
 //! whether a parked one still works, is the caller's to say.
 
+use crate::cells::Touched;
 use crate::plane::services::sandboxes::Sandbox;
-use crackbox_policy::registry::Touched;
 use crackbox_policy::watch::Watch;
 use crackbox_policy::{canonical_ip, decide_ref, Port, Snapshot, VerdictRef};
 use rustc_hash::FxHashMap;

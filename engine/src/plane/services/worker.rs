@@ -8,6 +8,8 @@
 //! this module, and `runtime`, which
 //! builds it, sits above it.
 
+use crate::cells::{SnapshotCache, SnapshotCell};
+use crate::cells::{WatchCache, WatchCell};
 use crate::plane::services::admission::{Admission, Gate};
 use crate::plane::services::ask::Asks;
 use crate::plane::services::conn::Conn;
@@ -21,9 +23,8 @@ use crate::plane::services::stats::{Stats, ThreadStats};
 use crate::plane::services::tunnel::{Plumbing, Pools};
 use crate::plane::services::upstream_pool::UpstreamPool;
 use crackbox_policy::guard::DestinationGuard;
-use crackbox_policy::registry::{Registry, SnapshotCache};
 use crackbox_policy::usage::Account;
-use crackbox_policy::watch::{Watch, WatchCache, Watched};
+use crackbox_policy::watch::Watch;
 use crackbox_policy::Snapshot;
 use crackbox_wire::engine_config::{EngineConfig, Limits};
 use std::cell::RefCell;
@@ -33,9 +34,9 @@ use std::sync::Arc;
 /// State shared by every core thread.
 pub(crate) struct Shared {
     pub(crate) config: EngineConfig,
-    pub(crate) registry: Arc<Registry>,
+    pub(crate) registry: Arc<SnapshotCell>,
     /// What the Docker label watcher answers for (unregistered sources only).
-    pub(crate) watched: Arc<Watched>,
+    pub(crate) watched: Arc<WatchCell>,
     pub(crate) stats: Arc<Stats>,
     pub(crate) admission: Arc<Admission>,
     /// Ask mode's pending requests.

@@ -25,11 +25,11 @@ mod upstream;
 
 pub use steer::SteerTo;
 
+use crate::cells::SnapshotCell;
+use crate::cells::WatchCell;
 use crate::plane::services::local_addrs::LocalAddresses;
 use crackbox_policy::canonical_ip;
 use crackbox_policy::reason::{Layer, Reason};
-use crackbox_policy::registry::Registry;
-use crackbox_policy::watch::Watched;
 use decide::{decide, error_reply, Action, Hold};
 use hickory_proto::op::{Message, ResponseCode};
 use hold::HeldQueries;
@@ -109,17 +109,17 @@ enum Resolution {
 
 /// What the filter decides against.
 struct Policy {
-    registry: Arc<Registry>,
+    registry: Arc<SnapshotCell>,
     /// What the Docker label watcher answers for.
-    watched: Arc<Watched>,
+    watched: Arc<WatchCell>,
     /// The registration hold; zero never holds.
     hold: Duration,
 }
 
 /// What every serving thread shares.
 struct Filter {
-    registry: Arc<Registry>,
-    watched: Arc<Watched>,
+    registry: Arc<SnapshotCell>,
+    watched: Arc<WatchCell>,
     /// Where queries awaiting their source's registration wait; `None`
     /// when holding is off.
     held: Option<HeldQueries>,
@@ -221,8 +221,8 @@ impl OwnAddresses {
 /// /etc/resolv.conf when none is given; the engine reads no file for it).
 pub(crate) fn start(
     config: &crackbox_wire::engine_config::EngineConfig,
-    registry: Arc<Registry>,
-    watched: Arc<Watched>,
+    registry: Arc<SnapshotCell>,
+    watched: Arc<WatchCell>,
     stats: Arc<crate::plane::services::stats::Stats>,
 ) -> io::Result<Option<DnsFilter>> {
     let Some(listen) = config.dns_listen else {
@@ -255,7 +255,7 @@ pub(crate) fn start(
 pub fn spawn(
     listen: SocketAddr,
     upstream: SocketAddr,
-    registry: Arc<Registry>,
+    registry: Arc<SnapshotCell>,
     on_denial: Option<DenialHook>,
 ) -> io::Result<DnsFilter> {
     spawn_answering(listen, Answers::Upstream(upstream), registry, on_denial)
@@ -267,7 +267,7 @@ pub fn spawn(
 pub fn spawn_answering(
     listen: SocketAddr,
     answers: Answers,
-    registry: Arc<Registry>,
+    registry: Arc<SnapshotCell>,
     on_denial: Option<DenialHook>,
 ) -> io::Result<DnsFilter> {
     let policy = Policy {

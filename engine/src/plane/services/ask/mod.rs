@@ -17,10 +17,10 @@
 
 pub(crate) mod clock;
 
+use crate::cells::SnapshotCell;
+use crate::cells::WatchCell;
 use crackbox_policy::held::{decide_held, settlement, AskState};
 use crackbox_policy::reason::Reason;
-use crackbox_policy::registry::Registry;
-use crackbox_policy::watch::Watched;
 use crackbox_policy::{canonical_ip, normalise_host, HostKind, Verdict};
 use crackbox_wire::ask::{Answer, DecidedRequest, PendingId, PendingRequest, Settlement, MAX_PENDING_PER_SOURCE};
 use rustc_hash::FxHashMap;
@@ -136,8 +136,8 @@ pub(crate) enum Event {
 
 /// The policy in force, which every request is decided against.
 pub(crate) struct Policy {
-    pub(crate) registry: Arc<Registry>,
-    pub(crate) watched: Arc<Watched>,
+    pub(crate) registry: Arc<SnapshotCell>,
+    pub(crate) watched: Arc<WatchCell>,
 }
 
 /// The engine's pending requests.

@@ -1,5 +1,8 @@
-//! The engine's live registry: one atomically swapped [`Snapshot`], and which
-//! sources each recent swap touched.
+//! What every decision of the engine reads, each in an atomically swapped
+//! cell: the [`Snapshot`] in force ([`SnapshotCell`], with which sources
+//! each recent swap touched) and the label watcher's list in force
+//! ([`WatchCell`]). The model's values (`crackbox-policy`) are immutable;
+//! these cells are the engine's runtime state that holds them.
 //!
 //! Readers load the current snapshot once per decision and never hold it
 //! across an await (lock-free). The control link swaps in each next snapshot
@@ -8,15 +11,16 @@
 //! only their connections; that small history sits behind a mutex taken only
 //! by the link and the per-thread revocation check, never by a decision.
 
-use crate::Snapshot;
 use arc_swap::{ArcSwap, Cache};
+use crackbox_policy::watch::Watch;
+use crackbox_policy::Snapshot;
 use rustc_hash::FxHashSet;
 use std::collections::VecDeque;
 use std::net::IpAddr;
 use std::ops::Deref;
 use std::sync::{Arc, Mutex};
 
-/// Swaps remembered for [`Registry::changes_since`].
+/// Swaps remembered for [`SnapshotCell::changes_since`].
 const HISTORY: usize = 256;
 
 /// The sources a run of swaps may have changed.
@@ -37,12 +41,12 @@ struct History {
 
 /// The snapshot every data plane decides against.
 #[derive(Debug)]
-pub struct Registry {
+pub struct SnapshotCell {
     current: ArcSwap<Snapshot>,
     history: Mutex<History>,
 }
 
-/// What changed since a reader last looked: see [`Registry::changes_since`].
+/// What changed since a reader last looked: see [`SnapshotCell::changes_since`].
 #[derive(Debug)]
 pub struct Changes {
     /// Swaps so far; pass it back next time.
@@ -53,16 +57,16 @@ pub struct Changes {
     pub snapshot: Arc<Snapshot>,
 }
 
-impl Registry {
-    /// A registry that denies everything until the first snapshot arrives.
+impl SnapshotCell {
+    /// A cell that denies everything until the first snapshot arrives.
     pub fn deny_all() -> Self {
-        Registry::deny_all_for(1)
+        SnapshotCell::deny_all_for(1)
     }
 
-    /// [`Registry::deny_all`] for an engine with `threads` core threads,
+    /// [`SnapshotCell::deny_all`] for an engine with `threads` core threads,
     /// whose snapshots count usage in one slot per thread.
     pub fn deny_all_for(threads: usize) -> Self {
-        Registry {
+        SnapshotCell {
             current: ArcSwap::from_pointee(Snapshot::empty_for(threads)),
             history: Mutex::new(History::default()),
         }
@@ -77,7 +81,7 @@ impl Registry {
     /// The swaps since the reader saw `seen` swaps, the sources they touched
     /// and the snapshot they led to (consistent with each other).
     pub fn changes_since(&self, seen: u64) -> Changes {
-        let history = self.history.lock().expect("registry history lock");
+        let history = self.history.lock().expect("snapshot history lock");
         let snapshot = self.current.load_full();
         let newer = || history.recent.iter().filter(move |(serial, _)| *serial > seen);
         let complete = history.recent.front().is_some_and(|(first, _)| *first <= seen + 1);
@@ -99,10 +103,10 @@ impl Registry {
         }
     }
 
-    /// Swaps under the history lock, so [`Registry::changes_since`] never
+    /// Swaps under the history lock, so [`SnapshotCell::changes_since`] never
     /// sees a swap count that does not match the snapshot.
     fn replace(&self, snapshot: Snapshot, sources: Option<Arc<[IpAddr]>>) -> Arc<Snapshot> {
-        let mut history = self.history.lock().expect("registry history lock");
+        let mut history = self.history.lock().expect("snapshot history lock");
         history.swaps += 1;
         let serial = history.swaps;
         if history.recent.len() == HISTORY {
@@ -125,15 +129,15 @@ impl Registry {
 
     /// A per-thread reader that costs about a nanosecond per load.
     pub fn cache(self: &Arc<Self>) -> SnapshotCache {
-        SnapshotCache(Cache::new(RegistryRef(Arc::clone(self))))
+        SnapshotCache(Cache::new(SnapshotCellRef(Arc::clone(self))))
     }
 }
 
-/// Lets an `Arc<Registry>` back an [`arc_swap::Cache`].
+/// Lets an `Arc<SnapshotCell>` back an [`arc_swap::Cache`].
 #[derive(Debug, Clone)]
-pub struct RegistryRef(Arc<Registry>);
+pub struct SnapshotCellRef(Arc<SnapshotCell>);
 
-impl Deref for RegistryRef {
+impl Deref for SnapshotCellRef {
     type Target = ArcSwap<Snapshot>;
 
     fn deref(&self) -> &Self::Target {
@@ -141,8 +145,8 @@ impl Deref for RegistryRef {
     }
 }
 
-/// A thread-local cached view of the registry.
-pub struct SnapshotCache(Cache<RegistryRef, Arc<Snapshot>>);
+/// A thread-local cached view of the snapshot in force.
+pub struct SnapshotCache(Cache<SnapshotCellRef, Arc<Snapshot>>);
 
 impl SnapshotCache {
     /// The snapshot in force now (borrow it only for one decision).
@@ -151,41 +155,87 @@ impl SnapshotCache {
     }
 }
 
+/// The list in force, swapped whole by the control link.
+#[derive(Debug, Default)]
+pub struct WatchCell {
+    current: Arc<ArcSwap<Watch>>,
+}
+
+impl WatchCell {
+    /// The list in force now: cheap (no reference count is touched), for
+    /// one decision at a time.
+    pub fn load(&self) -> arc_swap::Guard<Arc<Watch>> {
+        self.current.load()
+    }
+
+    /// A per-thread reader that costs about a nanosecond per load (what the
+    /// data plane's decisions use).
+    pub fn cache(&self) -> WatchCache {
+        WatchCache(Cache::new(Arc::clone(&self.current)))
+    }
+
+    /// Replaces the list in force.
+    pub fn swap(&self, watch: Watch) {
+        self.current.store(Arc::new(watch));
+    }
+}
+
+/// A thread-local cached view of the list in force.
+pub struct WatchCache(Cache<Arc<ArcSwap<Watch>>, Arc<Watch>>);
+
+impl WatchCache {
+    /// The list in force now (borrow it only for one decision).
+    pub fn load(&mut self) -> &Arc<Watch> {
+        self.0.load()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::RegistrationSpec;
+    use crackbox_policy::RegistrationSpec;
 
     #[test]
     fn cache_sees_swaps() {
-        let registry = Arc::new(Registry::deny_all());
-        let mut cache = registry.cache();
+        let cell = Arc::new(SnapshotCell::deny_all());
+        let mut cache = cell.cache();
         assert_eq!(cache.load().generation(), 0);
         let spec = RegistrationSpec::parse("127.0.0.1", "a", &Vec::<String>::new()).unwrap();
-        registry.swap(Snapshot::build(4, &[spec]));
+        cell.swap(Snapshot::build(4, &[spec]));
         assert_eq!(cache.load().generation(), 4);
-        assert_eq!(registry.load().len(), 1);
+        assert_eq!(cell.load().len(), 1);
     }
 
     #[test]
     fn touched_sources_accumulate_over_the_swaps_since_last_look() {
-        let registry = Registry::deny_all();
+        let cell = SnapshotCell::deny_all();
         let ip = |s: &str| -> IpAddr { s.parse().unwrap() };
         let snapshot = |generation| Snapshot::build(generation, &[]);
         let sources = |list: &[&str]| Touched::Sources(list.iter().map(|s| ip(s)).collect());
-        assert_eq!(registry.changes_since(0).touched, sources(&[]));
-        registry.swap(snapshot(1));
-        assert_eq!(registry.changes_since(0).touched, Touched::All, "a full snapshot");
-        registry.swap_changed(snapshot(2), vec![ip("10.0.0.1")]);
-        registry.swap_changed(snapshot(3), vec![ip("10.0.0.2"), ip("10.0.0.1")]);
-        let changes = registry.changes_since(1);
+        assert_eq!(cell.changes_since(0).touched, sources(&[]));
+        cell.swap(snapshot(1));
+        assert_eq!(cell.changes_since(0).touched, Touched::All, "a full snapshot");
+        cell.swap_changed(snapshot(2), vec![ip("10.0.0.1")]);
+        cell.swap_changed(snapshot(3), vec![ip("10.0.0.2"), ip("10.0.0.1")]);
+        let changes = cell.changes_since(1);
         assert_eq!((changes.swaps, changes.snapshot.generation()), (3, 3));
         assert_eq!(changes.touched, sources(&["10.0.0.1", "10.0.0.2"]));
-        assert_eq!(registry.changes_since(2).touched, sources(&["10.0.0.1", "10.0.0.2"]));
-        assert_eq!(registry.changes_since(3).touched, sources(&[]));
+        assert_eq!(cell.changes_since(2).touched, sources(&["10.0.0.1", "10.0.0.2"]));
+        assert_eq!(cell.changes_since(3).touched, sources(&[]));
         for generation in 4..(4 + HISTORY as u64) {
-            registry.swap_changed(snapshot(generation), vec![]);
+            cell.swap_changed(snapshot(generation), vec![]);
         }
-        assert_eq!(registry.changes_since(1).touched, Touched::All, "history too short");
+        assert_eq!(cell.changes_since(1).touched, Touched::All, "history too short");
+    }
+
+    #[test]
+    fn a_cache_sees_every_swap() {
+        let watched = WatchCell::default();
+        let mut cache = watched.cache();
+        let ip = "10.5.0.8".parse().unwrap();
+        assert!(!cache.load().holds(ip));
+        watched.swap(Watch::new(["10.5.0.0/16".parse().unwrap()], []));
+        assert!(cache.load().holds(ip));
+        assert!(watched.load().holds(ip));
     }
 }
