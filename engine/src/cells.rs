@@ -11,9 +11,9 @@
 //! only their connections; that small history sits behind a mutex taken only
 //! by the link and the per-thread revocation check, never by a decision.
 
+use crate::usage::attached::Snapshot;
 use arc_swap::{ArcSwap, Cache};
 use crackbox_policy::watch::Watch;
-use crackbox_policy::Snapshot;
 use rustc_hash::FxHashSet;
 use std::collections::VecDeque;
 use std::net::IpAddr;

@@ -56,8 +56,10 @@
 #![warn(missing_docs)]
 
 pub mod cells;
+pub mod limiter;
 mod plane;
 pub mod protocol;
+pub mod usage;
 
 pub use plane::{front::dns, lock_census, run};
 pub use protocol::{chunked, http_head, responses, socks5, tls_peek};

@@ -22,7 +22,8 @@
 
 use crate::cells::SnapshotCell;
 use crate::cells::WatchCell;
-use crackbox_policy::decide::{standing, Standing};
+use crate::usage::attached::Standing;
+use crackbox_policy::decide::standing;
 use std::io;
 use std::net::IpAddr;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
