@@ -1,15 +1,18 @@
-//! crackbox engine: the data plane that enforces a `crackbox-policy` registry.
+//! crackbox engine: the data plane that enforces the snapshots of a control plane's registry.
 //!
 //! - `plane`: the monoio data plane, one pinned runtime per core: the
 //!   forward, transparent, steered and SOCKS5 front ends, tunnels, the DNS
 //!   filter, revocation, accounting and the link to the control plane.
+//! - [`cells`], [`usage`], [`limiter`]: the runtime state the decisions read
+//!   and the connections count to: the snapshot and watch list in force,
+//!   each registration's usage account, its cap's token buckets.
 //! - [`protocol`] (pure): the formats only the data plane reads and writes:
 //!   HTTP heads and chunked framing, the TLS ClientHello's server name, the
 //!   SOCKS5 handshake and the canned responses.
 //!
-//! The model it enforces (entries, `match_host`, snapshots, the decision,
-//! the wire protocol, the engine's settings) is `crackbox-policy`; the engine
-//! only moves bytes by it.
+//! The model it enforces (entries, `match_host`, snapshots, the decision)
+//! is `crackbox-policy`; the link protocol and the engine's settings are
+//! `crackbox-wire`'s; the engine moves bytes by them and holds the state.
 //!
 //! # Embedding the engine
 //!

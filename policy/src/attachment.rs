@@ -1,7 +1,7 @@
 //! What the engine keeps beside each registration in force.
 //!
-//! The model holds no runtime state: a [`Snapshot`](crate::Snapshot) and
-//! the verdicts of [`decide`](crate::decide) carry, for each registration,
+//! The model holds no runtime state: a `Snapshot` and
+//! the verdicts of `decide` carry, for each registration,
 //! an attachment of a type the user of the model chooses. The engine's is
 //! its usage account with the registration's bandwidth cap
 //! (`crackbox_engine::usage::Account`); a snapshot only hands attachments
@@ -11,9 +11,9 @@
 //! cap's state on), and a new cap is set only once the snapshot carrying it
 //! is complete. `()` attaches nothing (control's validation, the tests).
 
-use crate::Bandwidth;
+use super::bandwidth::Bandwidth;
 
-/// A per-registration attachment a [`Snapshot`](crate::Snapshot) hands on.
+/// A per-registration attachment a `Snapshot` hands on.
 pub trait Attachment {
     /// The attachment of a registration new to its source (`earlier` is
     /// `None`), or of one registered again under another id (`earlier`:
