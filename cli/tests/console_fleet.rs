@@ -1,6 +1,7 @@
 //! The operator console of a fleet node (docs/console.md, "On a fleet
 //! node") in a real headless Chromium (WebDriver): two real daemons on
-//! loopback, fleet nodes over a real three-member etcd cluster; a CONNECT
+//! loopback, fleet nodes over a real three-member etcd cluster; node A's
+//! header names node A; a CONNECT
 //! held on node B shows in node A's console within a few seconds with node
 //! B's name and `always` offered for the policy B's sandbox names; `once`
 //! clicked on node A lets node B's held client through, and so does
@@ -80,7 +81,14 @@ fn a_request_held_on_another_node_shows_with_its_node_and_is_answered_there_from
     browser.goto(&format!("http://{}/", a.admin));
     browser.wait_for("main[aria-busy=\"false\"]", LOADED);
     browser.wait_for("#connection.online", LOADED);
-    browser.wait_for("#inbox-table th", SHOWN);
+    let header = browser.wait_for("#health", SHOWN);
+    assert!(
+        wait_until(SHOWN, || browser
+            .text(&header)
+            .is_some_and(|text| text.contains("node-a"))),
+        "the header names this node: {}",
+        browser.page_text()
+    );
 
     let echo = Echo::start();
     let target = format!("localhost:{}", echo.addr.port());
