@@ -7,7 +7,8 @@
 //! per-thread cache as the engine loads it, the host matched) against the
 //! bare lookup and match.
 
-use crackbox_policy::watch::{Watch, Watched};
+use crackbox_engine::WatchCell;
+use crackbox_policy::watch::Watch;
 use crackbox_policy::{decide, match_host, Allowlist, Decision, Port, RegistrationSpec, Snapshot, Verdict};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use std::hint::black_box;
@@ -73,7 +74,7 @@ fn bench_decide(c: &mut Criterion) {
         })
         .collect();
     let snapshot = Snapshot::build(1, &specs);
-    let watched = Watched::default();
+    let watched = WatchCell::default();
     watched.swap(Watch::new(
         ["10.9.0.0/16".parse().unwrap(), "fd00:9::/64".parse().unwrap()],
         [("10.9.0.7".parse().unwrap(), "docker:bad".into())],

@@ -1,14 +1,14 @@
 //! A 10,000-registration registry: `Snapshot::build`, wire encode and decode
-//! of the snapshot frame, and `Registry::swap` (benches/README.md targets: all together
+//! of the snapshot frame, and `SnapshotCell::swap` (benches/README.md targets: all together
 //! ≤ 50 ms), plus the whole path in one measurement; and one delta (one
 //! source replaced) decoded and applied to it, which must not grow with the
 //! registry; and, with 1,000 named policies that every registration names
 //! three of, one policy change (the policy named by all of them, and one
 //! named by a few) decoded, applied and swapped in.
 
-use crackbox_policy::registry::Registry;
-use crackbox_policy::wire::{decode_frame, encode, Message};
+use crackbox_engine::SnapshotCell;
 use crackbox_policy::{Allowlist, PolicyChange, PolicyName, PolicySpec, RegistrationSpec, Snapshot, SourceChange};
+use crackbox_wire::link::{decode_frame, encode, Message};
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use std::hint::black_box;
 
@@ -45,7 +45,7 @@ fn message(registrations: Vec<RegistrationSpec>) -> Message {
 fn bench_snapshot(c: &mut Criterion) {
     let specs = specs();
     let frame = encode(&message(specs.clone()));
-    let registry = Registry::deny_all();
+    let registry = SnapshotCell::deny_all();
     let mut group = c.benchmark_group("snapshot-10k");
     group.sample_size(20);
     group.bench_function("build", |b| b.iter(|| Snapshot::build(2, black_box(&specs))));
@@ -147,7 +147,7 @@ fn bench_policy_change(c: &mut Criterion) {
             spec.with_policies(&names).unwrap()
         })
         .collect();
-    let registry = Registry::deny_all();
+    let registry = SnapshotCell::deny_all();
     let base = Snapshot::empty().rebuild(2, &policies, &specs);
     let mut group = c.benchmark_group("policy-change-1000x10k");
     group.sample_size(20);

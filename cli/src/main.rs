@@ -28,10 +28,10 @@ fn main() -> ExitCode {
             command: ProxyCommand::Engine(args),
         } => return run_engine(&args),
         Command::Run(args) => return ExitCode::from(clamp_exit(crackbox_run::run(args))),
-        Command::State(args) => crackbox_control::state_cmd::state(args),
+        Command::State(args) => crackbox_cli::state_cmd::state(args),
         Command::Hold => return ExitCode::from(clamp_exit(crackbox_run::hold())),
-        Command::Pending(args) => crackbox_control::ask_cmd::pending(args),
-        Command::Decide(args) => crackbox_control::ask_cmd::decide(args),
+        Command::Pending(args) => crackbox_cli::ask_cmd::pending(args),
+        Command::Decide(args) => crackbox_cli::ask_cmd::decide(args),
         Command::Presets => print_presets(),
     };
     match result {
@@ -62,7 +62,7 @@ fn refused_command_line(err: &clap::Error) -> ExitCode {
 /// a busy listener) exits with `EXIT_START_FAILED` so `proxy serve` does not
 /// restart it; one that stops after serving exits 1 and is restarted.
 fn run_engine(args: &EngineArgs) -> ExitCode {
-    use crackbox_policy::startup::EXIT_START_FAILED;
+    use crackbox_wire::startup::EXIT_START_FAILED;
     let config = match crackbox_config::engine_config(args) {
         Ok(config) => config,
         Err(err) => {
@@ -87,7 +87,7 @@ fn print_presets() -> anyhow::Result<()> {
         text.push_str(&format!("{PRESET_MARK}{:<12} {}\n", preset.name, preset.about));
         text.push_str(&format!("{:13} {}\n", "", preset.hosts.join(", ")));
     }
-    crackbox_control::state_cmd::print(&text)
+    crackbox_cli::state_cmd::print(&text)
 }
 
 fn clamp_exit(code: i32) -> u8 {

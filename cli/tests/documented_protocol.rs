@@ -3,7 +3,7 @@
 //! (`Message::KINDS`, which a unit test checks against the enum itself) and
 //! the protocol version in force.
 
-use crackbox_policy::wire::{Message, PROTOCOL};
+use crackbox_wire::link::{Message, PROTOCOL};
 
 /// The text of `## Wire protocol` in docs/architecture.md, up to the next
 /// section.

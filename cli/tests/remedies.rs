@@ -9,7 +9,7 @@
 use clap::CommandFactory;
 use crackbox_cli::Cli;
 use crackbox_client::Reason;
-use crackbox_policy::startup::Listener;
+use crackbox_wire::startup::Listener;
 use std::collections::BTreeSet;
 
 /// The subcommand at `path` (`["proxy", "serve"]`), if there is one.

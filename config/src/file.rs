@@ -123,7 +123,7 @@ pub struct FleetSection {
     pub lease_ttl: Option<u64>,
 }
 
-/// `[limits]` keys, as in `crackbox_policy::engine_config::Limits`.
+/// `[limits]` keys, as in `crackbox_wire::engine_config::Limits`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LimitsSection {

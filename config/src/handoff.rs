@@ -6,7 +6,7 @@
 //! then: the child reads neither.
 
 use super::ConfigError;
-use crackbox_policy::engine_config::EngineConfig;
+use crackbox_wire::engine_config::EngineConfig;
 use std::io::Read;
 
 /// The arguments that start an engine child reading its settings from stdin.

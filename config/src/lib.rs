@@ -19,6 +19,7 @@ mod layers;
 mod origin;
 mod policy_table;
 mod register;
+mod resolv_conf;
 mod settings;
 mod steer;
 
@@ -33,7 +34,7 @@ pub use settings::{
     allow_private_destinations, ask_timeout, policies_from_config, DockerWatch, Settings, DEFAULT_CONTROL_SOCKET,
 };
 
-use crackbox_policy::engine_config::EngineConfig;
+use crackbox_wire::engine_config::EngineConfig;
 
 /// A setting that cannot be used; the message names its source and the fix.
 #[derive(Debug, thiserror::Error)]

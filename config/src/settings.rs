@@ -5,9 +5,9 @@
 use super::file::{self, FileConfig, LimitsSection};
 use super::layers::{boolean, list, number, text, within, Given, Key, Sources};
 use super::{ConfigError, Fleet, Origin, ProxyArgs};
-use crackbox_policy::engine_config::resolv_conf::first_nameserver;
-use crackbox_policy::engine_config::{EngineConfig, IoDriver, Limits, DEFAULT_REGISTRATION_HOLD};
+use crate::resolv_conf::first_nameserver;
 use crackbox_policy::{PolicySpec, RegistrationSpec};
+use crackbox_wire::engine_config::{EngineConfig, IoDriver, Limits, DEFAULT_REGISTRATION_HOLD};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;

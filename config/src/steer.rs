@@ -6,7 +6,7 @@
 
 use super::layers::Given;
 use super::{ConfigError, Origin};
-use crackbox_policy::engine_config::SteeredPorts;
+use crackbox_wire::engine_config::SteeredPorts;
 use std::net::IpAddr;
 
 /// `--steered-ports HTTP,HTTPS` (flag only): two different ports, neither 0.

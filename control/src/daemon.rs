@@ -7,7 +7,7 @@ use crate::registry::{Registry, Seeds};
 use crate::supervisor::Supervisor;
 use anyhow::Context;
 use crackbox_config::{handoff, ProxyArgs, Settings};
-use crackbox_policy::startup::{check_engine_listeners, ListenError, Listener};
+use crackbox_wire::startup::{check_engine_listeners, ListenError, Listener};
 use std::sync::Arc;
 
 /// Which daemon runs.

@@ -19,7 +19,7 @@
 //! use crackbox_policy::RegistrationSpec;
 //! use std::{path::Path, sync::Arc, time::Duration};
 //!
-//! # async fn demo(engine_config: crackbox_policy::engine_config::EngineConfig) -> anyhow::Result<()> {
+//! # async fn demo(engine_config: crackbox_wire::engine_config::EngineConfig) -> anyhow::Result<()> {
 //! let socket = Path::new("/run/my-orchestrator/crackbox.sock");
 //! let registry = Arc::new(Registry::load(None, vec![]).expect("no seeds to refuse"));
 //! let link = Arc::new(publisher::EngineLink::default());
@@ -44,7 +44,6 @@
 #![warn(missing_docs)]
 
 pub mod api;
-pub mod ask_cmd;
 pub mod asks;
 mod daemon;
 pub mod docker_watch;
@@ -54,7 +53,6 @@ pub mod grants;
 pub mod metrics;
 pub mod publisher;
 pub mod registry;
-pub mod state_cmd;
 pub mod status;
 pub mod store;
 pub mod supervisor;

@@ -5,8 +5,8 @@
 
 use crate::asks::Asks;
 use crate::fleet::Fleet;
-use crackbox_policy::wire::StatsReport;
 use crackbox_policy::Generation;
+use crackbox_wire::link::StatsReport;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -124,7 +124,7 @@ pub fn render(
 mod tests {
     use super::*;
     use crackbox_policy::reason::Reason;
-    use crackbox_policy::wire::{DecisionCount, TunnelCount};
+    use crackbox_wire::link::{DecisionCount, TunnelCount};
 
     #[test]
     fn renders_every_family_with_its_labels() {

@@ -3,8 +3,8 @@
 
 use crate::publisher::EngineLink;
 use crate::registry::Registry;
-use crackbox_policy::wire::FeedReport;
 use crackbox_policy::Generation;
+use crackbox_wire::link::FeedReport;
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};

@@ -15,7 +15,7 @@
 //! because PR_SET_PDEATHSIG fires when the *thread* that forked exits: the
 //! child gets SIGKILL if `serve` dies in any way, so it never outlives it.
 
-use crackbox_policy::startup::EXIT_START_FAILED;
+use crackbox_wire::startup::EXIT_START_FAILED;
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;

@@ -7,21 +7,22 @@
 //!   HTTP heads and chunked framing, the TLS ClientHello's server name, the
 //!   SOCKS5 handshake and the canned responses.
 //!
-//! The model it enforces (entries, `match_host`, snapshots, the decision,
-//! the wire protocol, the engine's settings) is `crackbox-policy`; the engine
-//! only moves bytes by it.
+//! The model it enforces (entries, `match_host`, snapshots, the decision)
+//! is `crackbox-policy`, the documents it reads (the wire protocol, its
+//! settings) `crackbox-wire`'s; the engine holds the runtime cells
+//! ([`SnapshotCell`], [`WatchCell`]) and moves bytes by them.
 //!
 //! # Embedding the engine
 //!
 //! [`run`] starts the data plane an
-//! [`EngineConfig`](crackbox_policy::engine_config::EngineConfig) describes
+//! [`EngineConfig`](crackbox_wire::engine_config::EngineConfig) describes
 //! and blocks while it serves: every listener is bound before it returns a
 //! start-up error, then one pinned monoio thread per core serves them. The
 //! configuration is all it reads: no config file, no environment variable.
 //! It starts deny-all and takes its registry from the controller listening
 //! on `control_socket`: it connects there (reconnecting with backoff), says
 //! `Hello`, takes a full `Snapshot` and then a `Delta` per change, acking
-//! each generation it enforces (`crackbox_policy::wire`).
+//! each generation it enforces (`crackbox_wire::link`).
 //! crackbox-control's `publisher` is that controller; any program that
 //! speaks the wire protocol can be.
 //!
@@ -30,7 +31,7 @@
 //! still while connections come and go.
 //!
 //! ```no_run
-//! use crackbox_policy::engine_config::{EngineConfig, IoDriver, Limits, DEFAULT_REGISTRATION_HOLD};
+//! use crackbox_wire::engine_config::{EngineConfig, IoDriver, Limits, DEFAULT_REGISTRATION_HOLD};
 //!
 //! let config = EngineConfig {
 //!     listen: "127.0.0.1:3128".parse().unwrap(),
@@ -58,5 +59,7 @@
 mod plane;
 pub mod protocol;
 
+pub use plane::services::snapshot_cell::{SnapshotCache, SnapshotCell, Touched};
+pub use plane::services::watch_cell::{WatchCache, WatchCell};
 pub use plane::{front::dns, lock_census, run};
 pub use protocol::{chunked, http_head, responses, socks5, tls_peek};

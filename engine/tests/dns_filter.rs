@@ -3,8 +3,8 @@
 //! 127.0.0.x source addresses (registered and not).
 
 use crackbox_engine::dns::{self, Answers, DenialHook, DnsDenial, SteerTo};
+use crackbox_engine::SnapshotCell;
 use crackbox_policy::reason::Reason;
-use crackbox_policy::registry::Registry;
 use crackbox_policy::{RegistrationSpec, Snapshot};
 use hickory_proto::op::{Edns, Message, MessageType, Query, ResponseCode};
 use hickory_proto::rr::rdata::{A, AAAA};
@@ -95,8 +95,8 @@ fn write_framed(stream: &mut TcpStream, message: &[u8]) {
 /// Registered: 127.0.0.21 may reach `allowed.test` and `big.test` (on port
 /// 443 only, which the DNS filter treats as "the name is allowed");
 /// 127.0.0.22 has an empty allowlist; anything else is unregistered.
-fn registry() -> Arc<Registry> {
-    let registry = Arc::new(Registry::deny_all());
+fn registry() -> Arc<SnapshotCell> {
+    let registry = Arc::new(SnapshotCell::deny_all());
     let spec = |ip: &str, id: &str, allowlist: &[&str]| RegistrationSpec::parse(ip, id, allowlist).unwrap();
     registry.swap(Snapshot::build(
         1,

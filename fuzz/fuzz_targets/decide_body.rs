@@ -9,7 +9,7 @@
 
 #![no_main]
 
-use crackbox_policy::admin_body::decode;
+use crackbox_wire::admin::decode;
 use crackbox_policy::ask::{Answer, DecideBody};
 use crackbox_policy::grant::Period;
 use libfuzzer_sys::fuzz_target;

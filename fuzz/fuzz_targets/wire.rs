@@ -11,7 +11,7 @@
 
 #![no_main]
 
-use crackbox_policy::wire::{decode_frame, decode_payload, encode, read_message, Message, WireError};
+use crackbox_wire::link::{decode_frame, decode_payload, encode, read_message, Message, WireError};
 use crackbox_policy::{Snapshot, SourceChange};
 use libfuzzer_sys::fuzz_target;
 

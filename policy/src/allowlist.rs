@@ -283,7 +283,7 @@ fn parse_entries<S: AsRef<str>>(raw: &[S]) -> Result<Vec<AllowEntry>, EntryError
 
 /// A list of entries as the JSON carries it: their normalised text, each
 /// checked as [`entries_from_config`] checks it where it enters.
-pub(crate) mod entry_texts {
+pub mod entry_texts {
     use super::{entries_from_config, AllowEntry};
     use serde::{Deserialize, Deserializer, Serializer};
 

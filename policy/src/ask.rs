@@ -288,7 +288,7 @@ pub fn always_entry(host: &str, port: u16) -> Option<AllowEntry> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::admin_body::decode;
+    use crate::json_object::decode;
 
     #[test]
     fn decide_bodies() {

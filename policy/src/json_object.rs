@@ -6,6 +6,7 @@
 //! a map and nothing else (an array, string or `null` is "invalid type: ...,
 //! expected a JSON object"), while keeping the derived field handling:
 //! unknown and duplicate fields, and the paths `serde_path_to_error` reports.
+//! [`decode`] reads a whole body so, with an error that names the field.
 
 use serde::de::value::MapAccessDeserializer;
 use serde::de::{Deserializer, MapAccess, Visitor};
@@ -68,6 +69,67 @@ macro_rules! object_only {
             }
         }
     };
+}
+
+/// A body that is not the expected JSON; the message is for the client.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BodyError(pub String);
+
+/// Decodes a whole body as `T`.
+pub fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, BodyError> {
+    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+    let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|err| {
+        let path = err.path().to_string();
+        let wrong = wrong_type(bytes, err.path());
+        let inner = err.into_inner();
+        if let (Some(kind), true) = (wrong, inner.is_syntax()) {
+            BodyError(format!("{path}: invalid type: {kind}, expected a string"))
+        } else if path == "." || inner.is_syntax() || inner.is_eof() {
+            BodyError(format!("invalid JSON body: {inner}"))
+        } else {
+            BodyError(format!("{path}: {}", without_position(&inner)))
+        }
+    })?;
+    deserializer
+        .end()
+        .map_err(|err| BodyError(format!("invalid JSON body: {err}")))?;
+    Ok(value)
+}
+
+/// What stands at `path` in a body that is valid JSON: serde_json reports a
+/// value of the wrong type for an enum (`"mode": null`) as a syntax error,
+/// though the body parses; `None` when the body is not valid JSON (a real
+/// syntax error) or the path names nothing.
+fn wrong_type(bytes: &[u8], path: &serde_path_to_error::Path) -> Option<&'static str> {
+    use serde_path_to_error::Segment;
+    let mut value = &serde_json::from_slice::<serde_json::Value>(bytes).ok()?;
+    for segment in path.iter() {
+        value = match segment {
+            Segment::Seq { index } => value.get(index)?,
+            Segment::Map { key } => value.get(key)?,
+            Segment::Enum { .. } | Segment::Unknown => return None,
+        };
+    }
+    Some(match value {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => return None,
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    })
+}
+
+/// A data error's message without serde_json's " at line L column C": the
+/// path already says where, and the client's body is usually one line.
+fn without_position(err: &serde_json::Error) -> String {
+    let text = err.to_string();
+    let position = format!(" at line {} column {}", err.line(), err.column());
+    match text.strip_suffix(&position) {
+        Some(message) => message.to_owned(),
+        None => text,
+    }
 }
 
 #[cfg(test)]

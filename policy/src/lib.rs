@@ -1,23 +1,20 @@
 //! crackbox-policy: the model every crackbox crate shares.
 //!
-//! Who may reach what: allowlist entries, `match_host`, the allowlist presets and files, a registration's mode (enforced or only
-//! reported), the named policies registrations share, source keys, snapshots and the registry holding the one in
-//! force, the one decision every front end asks (`decide`) and its form for
-//! a connection held in ask mode (`held`), the destination guard and the
-//! one vocabulary of denial reasons and deciding layers; and what each
-//! registration may use and has used: its bandwidth cap, the token buckets
-//! that hold it there, and its usage counters.
+//! Who may reach what: allowlist entries, `match_host`, the allowlist presets and files, a
+//! registration's mode (enforced, reported or asked), the named policies registrations share,
+//! source keys and snapshots, the one decision every front end asks (`decide`) and its form
+//! for a connection held in ask mode (`held`), the destination guard and the one vocabulary
+//! of denial reasons and deciding layers; and what each registration may use and has used:
+//! its bandwidth cap, the token buckets that hold it there, and its usage counters (which each
+//! registration of a snapshot carries, so a decision hands them to the connection it lets
+//! through).
 //!
-//! Pure code with no runtime dependency. Every data plane, the DNS filter,
-//! the control plane's validation, the benches and the fuzz targets use these
-//! functions, so there is exactly one definition of "allowed". Never does
-//! I/O beyond the start-up port probe in [`startup`].
-//!
-//! Also the values that cross a process boundary: the control <-> engine
-//! [`wire`] protocol, the admin API bodies ([`admin_body`]), the engine's
-//! resolved settings ([`engine_config`]) and its start-up failures
-//! ([`startup`]). Each value is parsed once where it enters and travels as
-//! its type.
+//! Pure code: no runtime, no I/O (no file, no socket), no cell swapped at run time (the
+//! engine's snapshot and watch cells are the engine's). Every data plane, the DNS filter, the
+//! control plane's validation, the benches and the fuzz targets use these functions, so there
+//! is exactly one definition of "allowed". The documents that carry this model across a
+//! process boundary (the control <-> engine protocol, the admin API bodies, the engine's
+//! settings) are `crackbox-wire`'s.
 //!
 //! ```
 //! use crackbox_policy::{match_host, Allowlist};
@@ -30,7 +27,6 @@
 
 #![warn(missing_docs)]
 
-pub mod admin_body;
 mod allow_file;
 mod allowlist;
 pub mod ask;
@@ -38,7 +34,6 @@ mod bandwidth;
 pub mod decide;
 mod direction;
 mod effective;
-pub mod engine_config;
 mod entry;
 pub mod grant;
 pub mod guard;
@@ -53,16 +48,15 @@ mod preset;
 mod provenance;
 pub mod reason;
 mod registration;
-pub mod registry;
 mod snapshot;
 mod source;
-pub mod startup;
 pub mod usage;
 pub mod watch;
-pub mod wire;
 
 pub use allow_file::{parse_allow_file, AllowFileError};
-pub use allowlist::{entries_from_config, lookup_all, match_host, Allowlist, ListError, Lookup, MatchedBy};
+pub use allowlist::{
+    entries_from_config, entry_texts, lookup_all, match_host, Allowlist, ListError, Lookup, MatchedBy,
+};
 pub use bandwidth::{Bandwidth, BandwidthError, MIN_BANDWIDTH};
 pub use decide::{decide, decide_ref, Decision, DecisionRef, Port, Verdict, VerdictRef};
 pub use direction::Direction;
@@ -77,6 +71,6 @@ pub use named::{
 };
 pub use preset::{expand_presets, preset, presets, Preset, UnknownPreset, PRESET_MARK};
 pub use provenance::{EntryOrigin, EntryOrigins, Origin};
-pub use registration::{IdError, RegistrationSpec, SandboxId, SpecError};
+pub use registration::{source_ip_text, IdError, RegistrationSpec, SandboxId, SpecError};
 pub use snapshot::{Applied, Generation, Registered, Snapshot, SourceChange};
 pub use source::{canonical_ip, parse_source_ip, SourceIpError};

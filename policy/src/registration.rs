@@ -362,7 +362,7 @@ impl<'de> Deserialize<'de> for SandboxId {
 }
 
 /// A source address as the JSON carries it: its canonical text.
-pub(crate) mod source_ip_text {
+pub mod source_ip_text {
     use super::{parse_source_ip, IpAddr};
     use serde::{Deserialize, Deserializer, Serializer};
 

@@ -7,10 +7,9 @@
 //! the data planes hold it briefly for its registration instead of denying
 //! it at once (no first-request race); a source listed as invalid is denied
 //! at once as `invalid-label`. Pure and immutable: control sends a whole new
-//! list on every change and the engine swaps it in.
+//! list on every change and the engine swaps it in (its `WatchCell`).
 
 use super::source::{canonical_ip, parse_source_ip};
-use arc_swap::{ArcSwap, Cache};
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
@@ -119,41 +118,6 @@ impl Watch {
     }
 }
 
-/// The list in force, swapped whole by the control link.
-#[derive(Debug, Default)]
-pub struct Watched {
-    current: Arc<ArcSwap<Watch>>,
-}
-
-impl Watched {
-    /// The list in force now: cheap (no reference count is touched), for
-    /// one decision at a time.
-    pub fn load(&self) -> arc_swap::Guard<Arc<Watch>> {
-        self.current.load()
-    }
-
-    /// A per-thread reader that costs about a nanosecond per load (what the
-    /// data plane's decisions use).
-    pub fn cache(&self) -> WatchCache {
-        WatchCache(Cache::new(Arc::clone(&self.current)))
-    }
-
-    /// Replaces the list in force.
-    pub fn swap(&self, watch: Watch) {
-        self.current.store(Arc::new(watch));
-    }
-}
-
-/// A thread-local cached view of the list in force.
-pub struct WatchCache(Cache<Arc<ArcSwap<Watch>>, Arc<Watch>>);
-
-impl WatchCache {
-    /// The list in force now (borrow it only for one decision).
-    pub fn load(&mut self) -> &Arc<Watch> {
-        self.0.load()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -202,16 +166,5 @@ mod tests {
         assert!(!watch.holds(ip("10.5.0.9")));
         assert_eq!(watch.invalid(ip("10.5.0.9")).map(|s| &**s), Some("agent-7"));
         assert_eq!(watch.invalid(ip("10.5.0.8")), None);
-    }
-
-    #[test]
-    fn a_cache_sees_every_swap() {
-        let watched = Watched::default();
-        let mut cache = watched.cache();
-        let ip = "10.5.0.8".parse().unwrap();
-        assert!(!cache.load().holds(ip));
-        watched.swap(Watch::new(["10.5.0.0/16".parse().unwrap()], []));
-        assert!(cache.load().holds(ip));
-        assert!(watched.load().holds(ip));
     }
 }

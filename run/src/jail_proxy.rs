@@ -7,7 +7,7 @@
 
 use crate::workload_env::Endpoints;
 use crackbox_config::{ConfigError, ProxyArgs};
-use crackbox_policy::engine_config::SteeredPorts;
+use crackbox_wire::engine_config::SteeredPorts;
 use std::net::{IpAddr, SocketAddr};
 
 /// The ports of a jail proxy's listeners.

@@ -5,9 +5,9 @@
 
 use anyhow::Context;
 use crackbox_policy::ask::{Answer, PendingRequest};
-use crackbox_policy::engine_config::{EngineConfig, IoDriver, Limits, DEFAULT_REGISTRATION_HOLD};
-use crackbox_policy::wire::{self, Message, Role, StatsReport, PROTOCOL};
 use crackbox_policy::RegistrationSpec;
+use crackbox_wire::engine_config::{EngineConfig, IoDriver, Limits, DEFAULT_REGISTRATION_HOLD};
+use crackbox_wire::link::{self, Message, Role, StatsReport, PROTOCOL};
 use std::net::{SocketAddr, TcpListener};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
@@ -62,11 +62,11 @@ impl Engine {
             .name("crackbox-engine".into())
             .spawn(move || crackbox_engine::run(config))?;
         let (mut control, _) = listener.accept().context("waiting for the engine")?;
-        match wire::read_message(&mut control)? {
+        match link::read_message(&mut control)? {
             Message::Hello { protocol, .. } if protocol == PROTOCOL => {}
             other => anyhow::bail!("the engine said {other:?} first"),
         }
-        wire::write_message(
+        link::write_message(
             &mut control,
             &Message::Hello {
                 protocol: PROTOCOL,
@@ -88,7 +88,7 @@ impl Engine {
     pub fn publish(&mut self, registrations: Vec<RegistrationSpec>) -> anyhow::Result<()> {
         self.generation += 1;
         let generation = self.generation;
-        wire::write_message(
+        link::write_message(
             &mut self.control,
             &Message::Snapshot {
                 generation,
@@ -104,7 +104,7 @@ impl Engine {
     pub fn stats(&mut self) -> anyhow::Result<StatsReport> {
         self.request += 1;
         let request = self.request;
-        wire::write_message(&mut self.control, &Message::StatsRequest { request })?;
+        link::write_message(&mut self.control, &Message::StatsRequest { request })?;
         match self.answer(|message| matches!(message, Message::Stats { request: r, .. } if *r == request))? {
             Message::Stats { report, .. } => Ok(report),
             _ => unreachable!("answer returns the message it matched"),
@@ -115,7 +115,7 @@ impl Engine {
     pub fn pending(&mut self) -> anyhow::Result<Vec<PendingRequest>> {
         self.request += 1;
         let request = self.request;
-        wire::write_message(&mut self.control, &Message::PendingQuery { request })?;
+        link::write_message(&mut self.control, &Message::PendingQuery { request })?;
         match self.answer(|message| matches!(message, Message::PendingList { request: r, .. } if *r == request))? {
             Message::PendingList { pending, .. } => Ok(pending),
             _ => unreachable!("answer returns the message it matched"),
@@ -126,7 +126,7 @@ impl Engine {
     pub fn decide(&mut self, id: u64, decision: Answer) -> anyhow::Result<()> {
         self.request += 1;
         let request = self.request;
-        wire::write_message(&mut self.control, &Message::Decide { request, id, decision })?;
+        link::write_message(&mut self.control, &Message::Decide { request, id, decision })?;
         self.answer(|message| matches!(message, Message::DecideOutcome { request: r, .. } if *r == request))?;
         Ok(())
     }
@@ -135,7 +135,7 @@ impl Engine {
     /// events, are passed over).
     fn answer(&mut self, wanted: impl Fn(&Message) -> bool) -> anyhow::Result<Message> {
         loop {
-            let message = wire::read_message(&mut self.control).context("reading from the engine")?;
+            let message = link::read_message(&mut self.control).context("reading from the engine")?;
             if wanted(&message) {
                 return Ok(message);
             }

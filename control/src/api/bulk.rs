@@ -12,8 +12,8 @@ use crate::registry::{ApplyError, Change, Outcome, Refusal};
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::Json;
-use crackbox_policy::admin_body::BulkAnswer;
 use crackbox_policy::RegistrationSpec;
+use crackbox_wire::admin::BulkAnswer;
 use std::collections::HashMap;
 use std::net::IpAddr;
 

@@ -20,8 +20,8 @@ use crate::registry::{ApplyError, Change, Outcome, Refusal};
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
-use crackbox_policy::admin_body::{PoliciesAnswer, PolicyBody, PolicyRemoved};
 use crackbox_policy::{PolicyName, PolicySpec};
+use crackbox_wire::admin::{PoliciesAnswer, PolicyBody, PolicyRemoved};
 
 /// `GET /v1/policies` -> `{"policies": [...]}`, sorted by name.
 pub async fn list(State(state): State<AppState>) -> Json<PoliciesAnswer> {

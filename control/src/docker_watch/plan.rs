@@ -5,8 +5,8 @@
 use super::labels::{self, Labelled, POLICY_LABEL};
 use super::registrations::Holdings;
 use crackbox_policy::watch::Subnet;
-use crackbox_policy::wire::InvalidSource;
 use crackbox_policy::{Origin, RegistrationSpec};
+use crackbox_wire::link::InvalidSource;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 

@@ -12,7 +12,7 @@
 
 use super::{Feed, Topic};
 use crate::status::{Status, StatusSource};
-use crackbox_policy::wire::{Denial, FeedReport, SourceUsage, UsageQuery};
+use crackbox_wire::link::{Denial, FeedReport, SourceUsage, UsageQuery};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::sync::Arc;

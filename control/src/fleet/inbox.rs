@@ -148,7 +148,7 @@ async fn take_decision(client: &mut Client, shared: &Shared, answer: &Answerer, 
     let Some(id) = shared.keys.decision_of(&shared.settings.node, key) else {
         return;
     };
-    match crackbox_policy::admin_body::decode::<DecideBody>(value) {
+    match crackbox_wire::admin::decode::<DecideBody>(value) {
         Ok(body) => match answer(id, body).await {
             Ok(()) => tracing::info!(id, "fleet: answered a request from another node's decision"),
             Err(err) => tracing::warn!(id, error = %err, "fleet: a decision from another node could not be applied"),

@@ -4,8 +4,8 @@
 //! applied here with the registry generation that carries it. A lost link
 //! is logged once as a warning (not once per retry) and its return once.
 
-use crackbox_policy::admin_body::{FleetHealth, FleetState};
 use crackbox_policy::Generation;
+use crackbox_wire::admin::{FleetHealth, FleetState};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::watch;
 

@@ -4,8 +4,8 @@
 //! `mod_revision`. Decoded strictly, like a body: a value that is not one
 //! is refused whole, and the node keeps the version it had. Pure.
 
-use crackbox_policy::admin_body::{decode, PolicyBody};
 use crackbox_policy::{PolicyName, PolicySpec};
+use crackbox_wire::admin::{decode, PolicyBody};
 
 /// The value stored for `policy`.
 pub fn encode(policy: &PolicySpec) -> Vec<u8> {

@@ -4,8 +4,8 @@
 
 use super::{frames, Asked, EngineLink};
 use crate::registry::{Published, Registry, Update};
-use crackbox_policy::wire::{Message, Reply, Role, WatchList, WireError, PROTOCOL};
 use crackbox_policy::Generation;
+use crackbox_wire::link::{Message, Reply, Role, WatchList, WireError, PROTOCOL};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;

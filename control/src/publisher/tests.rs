@@ -1,7 +1,7 @@
 use super::*;
 use crackbox_policy::reason::Reason;
-use crackbox_policy::wire::{Denial, Message, Role, PROTOCOL};
 use crackbox_policy::{RegistrationSpec, SourceChange};
+use crackbox_wire::link::{Denial, Message, Role, PROTOCOL};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use tokio::net::UnixStream;

@@ -4,10 +4,10 @@
 
 #![allow(dead_code)]
 
-use crackbox_policy::engine_config::{EngineConfig, IoDriver, Limits, DEFAULT_REGISTRATION_HOLD, IO_DRIVER_ENV};
-use crackbox_policy::wire::{self, Message, Role, PROTOCOL};
 use crackbox_policy::RegistrationSpec;
 pub use crackbox_test_support::*;
+use crackbox_wire::engine_config::{EngineConfig, IoDriver, Limits, DEFAULT_REGISTRATION_HOLD, IO_DRIVER_ENV};
+use crackbox_wire::link::{self, Message, Role, PROTOCOL};
 use std::net::{SocketAddr, TcpStream};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
@@ -60,13 +60,13 @@ impl Engine {
         std::thread::spawn(move || crackbox_engine::run(config));
         let (mut stream, _) = listener.accept().unwrap();
         assert_eq!(
-            wire::read_message(&mut stream).unwrap(),
+            link::read_message(&mut stream).unwrap(),
             Message::Hello {
                 protocol: PROTOCOL,
                 role: Role::Engine
             }
         );
-        wire::write_message(
+        link::write_message(
             &mut stream,
             &Message::Hello {
                 protocol: PROTOCOL,
@@ -87,7 +87,7 @@ impl Engine {
     pub fn publish(&self, registrations: Vec<RegistrationSpec>) {
         let generation = self.generation.fetch_add(1, Ordering::SeqCst) as u64 + 1;
         let mut control = self.control.lock().unwrap();
-        wire::write_message(
+        link::write_message(
             &mut *control,
             &Message::Snapshot {
                 generation,
@@ -97,7 +97,7 @@ impl Engine {
         )
         .unwrap();
         loop {
-            if let Message::Ack { generation: acked } = wire::read_message(&mut *control).unwrap() {
+            if let Message::Ack { generation: acked } = link::read_message(&mut *control).unwrap() {
                 assert_eq!(acked, generation);
                 return;
             }
@@ -105,11 +105,11 @@ impl Engine {
     }
 
     /// The engine's counters.
-    pub fn stats(&self) -> crackbox_policy::wire::StatsReport {
+    pub fn stats(&self) -> crackbox_wire::link::StatsReport {
         let mut control = self.control.lock().unwrap();
-        wire::write_message(&mut *control, &Message::StatsRequest { request: 1 }).unwrap();
+        link::write_message(&mut *control, &Message::StatsRequest { request: 1 }).unwrap();
         loop {
-            if let Message::Stats { report, .. } = wire::read_message(&mut *control).unwrap() {
+            if let Message::Stats { report, .. } = link::read_message(&mut *control).unwrap() {
                 return report;
             }
         }

@@ -1,5 +1,5 @@
 use super::*;
-use crate::admin_body::decode;
+use crate::json_object::decode;
 
 #[test]
 fn names_table() {

@@ -1,5 +1,5 @@
 use super::*;
-use crate::admin_body::decode;
+use crate::json_object::decode;
 
 fn spec(ip: &str, id: &str, allowlist: &[&str]) -> RegistrationSpec {
     RegistrationSpec::parse(ip, id, allowlist).unwrap()

@@ -11,7 +11,7 @@
 use super::host_tools::{strings, tool};
 use crate::error::RunError;
 use crate::jail_proxy::ProxyPorts;
-use crackbox_policy::engine_config::SteeredPorts;
+use crackbox_wire::engine_config::SteeredPorts;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, UdpSocket};
 

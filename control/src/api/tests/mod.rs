@@ -6,8 +6,8 @@ use super::raw_http::{parse_response, RawClient, Response};
 use super::*;
 use crate::publisher::{self, EngineLink};
 use crackbox_policy::reason::Reason;
-use crackbox_policy::wire::{self, DecisionCount, Denial, Message, Role, SourceUsage, StatsReport, PROTOCOL};
 use crackbox_policy::RegistrationSpec;
+use crackbox_wire::link::{self, DecisionCount, Denial, Message, Role, SourceUsage, StatsReport, PROTOCOL};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UnixStream};
@@ -134,15 +134,15 @@ fn canned_report() -> StatsReport {
 }
 
 async fn write(stream: &mut UnixStream, message: &Message) {
-    stream.write_all(&wire::encode(message)).await.unwrap();
+    stream.write_all(&link::encode(message)).await.unwrap();
 }
 
 async fn read(stream: &mut UnixStream) -> Option<Message> {
     let mut header = [0u8; 4];
     stream.read_exact(&mut header).await.ok()?;
-    let mut payload = vec![0u8; wire::frame_len(header).ok()?];
+    let mut payload = vec![0u8; link::frame_len(header).ok()?];
     stream.read_exact(&mut payload).await.ok()?;
-    wire::decode_payload(&payload).ok()
+    link::decode_payload(&payload).ok()
 }
 
 impl Admin {

@@ -19,11 +19,12 @@
 use super::usage_report;
 use crate::plane::services::admission::Admission;
 use crate::plane::services::ask::Asks;
+use crate::plane::services::snapshot_cell::SnapshotCell;
 use crate::plane::services::stats::Stats;
-use crackbox_policy::registry::Registry;
-use crackbox_policy::watch::{Watch, Watched};
-use crackbox_policy::wire::{self, FeedReport, Message, Query, Reply, Role, WatchList, WireError, PROTOCOL};
+use crate::plane::services::watch_cell::WatchCell;
+use crackbox_policy::watch::Watch;
 use crackbox_policy::{Generation, PolicyChange, PolicySpec, RegistrationSpec, Snapshot, SourceChange};
+use crackbox_wire::link::{self, FeedReport, Message, Query, Reply, Role, WatchList, WireError, PROTOCOL};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{channel, RecvTimeoutError, Sender};
@@ -38,8 +39,8 @@ const REAP_EVERY: Duration = Duration::from_millis(100);
 
 /// What the link reads and updates of the engine.
 pub(crate) struct Engine {
-    pub(crate) registry: Arc<Registry>,
-    pub(crate) watched: Arc<Watched>,
+    pub(crate) registry: Arc<SnapshotCell>,
+    pub(crate) watched: Arc<WatchCell>,
     pub(crate) stats: Arc<Stats>,
     pub(crate) admission: Arc<Admission>,
     pub(crate) asks: Arc<Asks>,
@@ -101,14 +102,14 @@ fn session(
     connected: &mut bool,
 ) -> Result<(), WireError> {
     let mut stream = UnixStream::connect(path)?;
-    wire::write_message(
+    link::write_message(
         &mut stream,
         &Message::Hello {
             protocol: PROTOCOL,
             role: Role::Engine,
         },
     )?;
-    match wire::read_message(&mut stream)? {
+    match link::read_message(&mut stream)? {
         Message::Hello {
             protocol: PROTOCOL,
             role: Role::Control,
@@ -134,7 +135,7 @@ fn session(
         resync_asked: false,
     };
     loop {
-        let reply = match wire::read_message(&mut stream)?.into_query() {
+        let reply = match link::read_message(&mut stream)?.into_query() {
             Ok((request, query)) => Some(answer(engine, query).into_message(request)),
             Err(Message::Snapshot {
                 generation,
@@ -158,7 +159,7 @@ fn session(
         };
         if let Some(reply) = reply {
             let mut writer = writer.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            wire::write_message(&mut *writer, &reply)?;
+            link::write_message(&mut *writer, &reply)?;
         }
         // Only after the ack is out: waking the reaper would otherwise
         // stand between a change and its answer.
@@ -196,7 +197,7 @@ fn answer(engine: &Engine, query: Query) -> Reply {
 
 /// Swaps in the label watcher's list (its values were parsed as the frame
 /// was decoded).
-fn watch_in_force(watched: &Watched, list: &WatchList) {
+fn watch_in_force(watched: &WatchCell, list: &WatchList) {
     let invalid = list.invalid.iter().map(|source| (source.ip, source.id.as_str().into()));
     watched.swap(Watch::new(list.subnets.iter().copied(), invalid));
     tracing::debug!(
@@ -209,7 +210,7 @@ fn watch_in_force(watched: &Watched, list: &WatchList) {
 /// What one control connection has brought the registry to.
 struct Session<'a> {
     asks: &'a Asks,
-    registry: &'a Registry,
+    registry: &'a SnapshotCell,
     stats: &'a Stats,
     /// The snapshot the last swap replaced, for the reaper once the ack is out.
     retired: Option<Arc<Snapshot>>,

@@ -16,13 +16,13 @@ mod usage_report;
 use crate::plane::services::admission::Admission;
 use crate::plane::services::local_addrs::LocalAddresses;
 use crate::plane::services::resolve::Resolver;
+use crate::plane::services::snapshot_cell::SnapshotCell;
 use crate::plane::services::stats::Stats;
+use crate::plane::services::watch_cell::WatchCell;
 use crate::plane::services::worker::{Shared, Worker};
-use crackbox_policy::engine_config::{EngineConfig, IoDriver};
 use crackbox_policy::guard::DestinationGuard;
-use crackbox_policy::registry::Registry;
-use crackbox_policy::startup::{check_engine_listeners, engine_listeners, EngineError, ListenError, Listener};
-use crackbox_policy::watch::Watched;
+use crackbox_wire::engine_config::{EngineConfig, IoDriver};
+use crackbox_wire::startup::{check_engine_listeners, engine_listeners, EngineError, ListenError, Listener};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io;
 use std::net::{SocketAddr, TcpListener};
@@ -86,8 +86,8 @@ pub fn run(mut config: EngineConfig) -> Result<(), EngineError> {
     own.extend(config.dns_listen);
     own.extend(config.other_own_addresses.iter().copied());
     let guard = DestinationGuard::new(config.allow_private_destinations, own);
-    let registry = Arc::new(Registry::deny_all_for(threads));
-    let watched = Arc::new(Watched::default());
+    let registry = Arc::new(SnapshotCell::deny_all_for(threads));
+    let watched = Arc::new(WatchCell::default());
     let stats = Arc::new(Stats::new(threads, config.limits.denial_logs_per_second));
     let admission = Arc::new(Admission::new(&config.limits, threads));
     let policy = crate::plane::services::ask::Policy {

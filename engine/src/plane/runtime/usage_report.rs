@@ -5,8 +5,8 @@
 //! accounts' counters (relaxed loads) and takes the admission pool's lock once.
 
 use crate::plane::services::admission::Admission;
-use crackbox_policy::wire::{SourceUsage, UsageQuery};
 use crackbox_policy::{parse_source_ip, Registered, Snapshot};
+use crackbox_wire::link::{SourceUsage, UsageQuery};
 use std::net::IpAddr;
 
 /// The usage of the registrations in `snapshot` that `query` asks for,
@@ -51,10 +51,10 @@ pub(crate) fn report(snapshot: &Snapshot, query: &UsageQuery, admission: &Admiss
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crackbox_policy::engine_config::Limits;
     use crackbox_policy::reason::Reason;
     use crackbox_policy::Direction;
     use crackbox_policy::{Bandwidth, RegistrationSpec, SourceChange};
+    use crackbox_wire::engine_config::Limits;
     use std::sync::Arc;
 
     #[test]

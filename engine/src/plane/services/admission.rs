@@ -16,7 +16,7 @@
 //! sources with recent connections.
 
 use super::locks::SharedLock;
-use crackbox_policy::engine_config::Limits;
+use crackbox_wire::engine_config::Limits;
 use rustc_hash::FxHashMap;
 use std::cell::{Cell, RefCell};
 use std::net::IpAddr;

@@ -16,13 +16,14 @@
 use crate::plane::services::admission::Gate;
 use crate::plane::services::conn::{Conn, Peeked};
 use crate::plane::services::sandboxes::Sandboxes;
+use crate::plane::services::snapshot_cell::{SnapshotCell, Touched};
 use crate::plane::services::stats::ThreadStats;
 use crate::plane::services::tunnel::{CloseSignal, Revocation};
 use crate::plane::services::upstream_pool::{still_allowed, UpstreamPool};
+use crate::plane::services::watch_cell::WatchCell;
 use crackbox_policy::canonical_ip;
 use crackbox_policy::reason::{Layer, Reason};
-use crackbox_policy::registry::{Registry, Touched};
-use crackbox_policy::watch::{Watch, Watched};
+use crackbox_policy::watch::Watch;
 use crackbox_policy::{decide, Port, Snapshot, Verdict};
 use rustc_hash::FxHashMap;
 use std::cell::RefCell;
@@ -214,8 +215,8 @@ pub(crate) async fn watch(
     stats: Rc<ThreadStats>,
     (gate, sandboxes): (Rc<Gate>, Rc<Sandboxes>),
     idle_limit: Option<Duration>,
-    registry: Arc<Registry>,
-    watched: Arc<Watched>,
+    registry: Arc<SnapshotCell>,
+    watched: Arc<WatchCell>,
 ) {
     let first = registry.changes_since(0);
     let mut seen = first.swaps;

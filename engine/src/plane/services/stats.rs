@@ -21,7 +21,7 @@
 
 use super::locks::{SharedLock, ThreadLock};
 use crackbox_policy::reason::{Layer, Reason};
-use crackbox_policy::wire::{DecisionCount, Denial, StatsReport, TunnelCount};
+use crackbox_wire::link::{DecisionCount, Denial, StatsReport, TunnelCount};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::VecDeque;
 use std::hash::Hash;

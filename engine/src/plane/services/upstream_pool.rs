@@ -18,7 +18,7 @@
 //! whether a parked one still works, is the caller's to say.
 
 use crate::plane::services::sandboxes::Sandbox;
-use crackbox_policy::registry::Touched;
+use crate::plane::services::snapshot_cell::Touched;
 use crackbox_policy::watch::Watch;
 use crackbox_policy::{canonical_ip, decide_ref, Port, Snapshot, VerdictRef};
 use rustc_hash::FxHashMap;

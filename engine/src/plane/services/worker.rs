@@ -17,15 +17,16 @@ use crate::plane::services::meter::Meter;
 use crate::plane::services::resolve::{Dialer, NameCache, Resolver};
 use crate::plane::services::revocation::LiveSet;
 use crate::plane::services::sandboxes::Sandboxes;
+use crate::plane::services::snapshot_cell::{SnapshotCache, SnapshotCell};
 use crate::plane::services::stats::{Stats, ThreadStats};
 use crate::plane::services::tunnel::{Plumbing, Pools};
 use crate::plane::services::upstream_pool::UpstreamPool;
-use crackbox_policy::engine_config::{EngineConfig, Limits};
+use crate::plane::services::watch_cell::{WatchCache, WatchCell};
 use crackbox_policy::guard::DestinationGuard;
-use crackbox_policy::registry::{Registry, SnapshotCache};
 use crackbox_policy::usage::Account;
-use crackbox_policy::watch::{Watch, WatchCache, Watched};
+use crackbox_policy::watch::Watch;
 use crackbox_policy::Snapshot;
+use crackbox_wire::engine_config::{EngineConfig, Limits};
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -33,9 +34,9 @@ use std::sync::Arc;
 /// State shared by every core thread.
 pub(crate) struct Shared {
     pub(crate) config: EngineConfig,
-    pub(crate) registry: Arc<Registry>,
+    pub(crate) registry: Arc<SnapshotCell>,
     /// What the Docker label watcher answers for (unregistered sources only).
-    pub(crate) watched: Arc<Watched>,
+    pub(crate) watched: Arc<WatchCell>,
     pub(crate) stats: Arc<Stats>,
     pub(crate) admission: Arc<Admission>,
     /// Ask mode's pending requests.

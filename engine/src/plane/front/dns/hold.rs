@@ -20,9 +20,9 @@
 //! query beyond that gets no answer (as a datagram dropped on a full queue)
 //! and its client asks again.
 
+use crate::plane::services::snapshot_cell::SnapshotCell;
+use crate::plane::services::watch_cell::WatchCell;
 use crackbox_policy::decide::{standing, Standing};
-use crackbox_policy::registry::Registry;
-use crackbox_policy::watch::Watched;
 use std::io;
 use std::net::IpAddr;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -65,7 +65,7 @@ pub(super) struct Full;
 impl HeldQueries {
     /// Starts the thread that releases held queries, looking their sources
     /// up in `registry` and `watched`; each query waits at most `hold`.
-    pub(super) fn start(registry: Arc<Registry>, watched: Arc<Watched>, hold: Duration) -> io::Result<Self> {
+    pub(super) fn start(registry: Arc<SnapshotCell>, watched: Arc<WatchCell>, hold: Duration) -> io::Result<Self> {
         let waiting = Arc::new(Waiting::default());
         let list = Arc::clone(&waiting);
         std::thread::Builder::new()
@@ -99,7 +99,7 @@ fn lock(held: &Mutex<Vec<Held>>) -> MutexGuard<'_, Vec<Held>> {
 
 /// Runs forever: releases every held query whose source was registered (or
 /// is no longer awaited) or whose hold is over.
-fn release_when_due(waiting: &Waiting, registry: &Registry, watched: &Watched) {
+fn release_when_due(waiting: &Waiting, registry: &SnapshotCell, watched: &WatchCell) {
     let mut held = lock(&waiting.held);
     loop {
         held = if held.is_empty() {

@@ -23,14 +23,13 @@ mod tcp;
 mod udp;
 mod upstream;
 
-pub use crackbox_policy::engine_config::resolv_conf::{first_nameserver, system_upstream};
 pub use steer::SteerTo;
 
 use crate::plane::services::local_addrs::LocalAddresses;
+use crate::plane::services::snapshot_cell::SnapshotCell;
+use crate::plane::services::watch_cell::WatchCell;
 use crackbox_policy::canonical_ip;
 use crackbox_policy::reason::{Layer, Reason};
-use crackbox_policy::registry::Registry;
-use crackbox_policy::watch::Watched;
 use decide::{decide, error_reply, Action, Hold};
 use hickory_proto::op::{Message, ResponseCode};
 use hold::HeldQueries;
@@ -110,17 +109,17 @@ enum Resolution {
 
 /// What the filter decides against.
 struct Policy {
-    registry: Arc<Registry>,
+    registry: Arc<SnapshotCell>,
     /// What the Docker label watcher answers for.
-    watched: Arc<Watched>,
+    watched: Arc<WatchCell>,
     /// The registration hold; zero never holds.
     hold: Duration,
 }
 
 /// What every serving thread shares.
 struct Filter {
-    registry: Arc<Registry>,
-    watched: Arc<Watched>,
+    registry: Arc<SnapshotCell>,
+    watched: Arc<WatchCell>,
     /// Where queries awaiting their source's registration wait; `None`
     /// when holding is off.
     held: Option<HeldQueries>,
@@ -220,9 +219,9 @@ impl OwnAddresses {
 /// to them; otherwise they are forwarded to `dns_upstream`, or without it to
 /// the first nameserver of /etc/resolv.conf.
 pub(crate) fn start(
-    config: &crackbox_policy::engine_config::EngineConfig,
-    registry: Arc<Registry>,
-    watched: Arc<Watched>,
+    config: &crackbox_wire::engine_config::EngineConfig,
+    registry: Arc<SnapshotCell>,
+    watched: Arc<WatchCell>,
     stats: Arc<crate::plane::services::stats::Stats>,
 ) -> io::Result<Option<DnsFilter>> {
     let Some(listen) = config.dns_listen else {
@@ -231,7 +230,13 @@ pub(crate) fn start(
     let answers = match config.dns_upstream {
         _ if !config.steer.is_empty() => Answers::Steered(SteerTo::from_addresses(&config.steer)),
         Some(upstream) => Answers::Upstream(upstream),
-        None => Answers::Upstream(system_upstream()?),
+        // crackbox-config fills it from /etc/resolv.conf when not given.
+        None => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the DNS filter needs an upstream resolver (dns_upstream) unless it steers",
+            ))
+        }
     };
     let hook: DenialHook = Arc::new(move |d: &DnsDenial<'_>| match (d.enforced, d.id) {
         (false, Some(id)) => stats.record_reported(stats.off_core(), d.source, id, d.name, 53, d.reason),
@@ -250,7 +255,7 @@ pub(crate) fn start(
 pub fn spawn(
     listen: SocketAddr,
     upstream: SocketAddr,
-    registry: Arc<Registry>,
+    registry: Arc<SnapshotCell>,
     on_denial: Option<DenialHook>,
 ) -> io::Result<DnsFilter> {
     spawn_answering(listen, Answers::Upstream(upstream), registry, on_denial)
@@ -262,7 +267,7 @@ pub fn spawn(
 pub fn spawn_answering(
     listen: SocketAddr,
     answers: Answers,
-    registry: Arc<Registry>,
+    registry: Arc<SnapshotCell>,
     on_denial: Option<DenialHook>,
 ) -> io::Result<DnsFilter> {
     let policy = Policy {

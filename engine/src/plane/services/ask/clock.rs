@@ -10,7 +10,7 @@
 //! channel.
 
 use super::{Asks, Event, Policy};
-use crackbox_policy::wire::{self, Message};
+use crackbox_wire::link::{self, Message};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::os::unix::net::UnixStream;
@@ -74,7 +74,7 @@ fn run(asks: &Asks, incoming: &Receiver<Event>) {
 fn tell(control: &mut Option<Arc<Mutex<UnixStream>>>, message: &Message) {
     let Some(stream) = control else { return };
     let mut stream = stream.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    if wire::write_message(&mut *stream, message).is_err() {
+    if link::write_message(&mut *stream, message).is_err() {
         drop(stream);
         *control = None;
     }

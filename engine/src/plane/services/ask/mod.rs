@@ -17,11 +17,11 @@
 
 pub(crate) mod clock;
 
+use crate::plane::services::snapshot_cell::SnapshotCell;
+use crate::plane::services::watch_cell::WatchCell;
 use crackbox_policy::ask::{Answer, DecidedRequest, PendingId, PendingRequest, Settlement, MAX_PENDING_PER_SOURCE};
 use crackbox_policy::held::{decide_held, settlement, AskState};
 use crackbox_policy::reason::Reason;
-use crackbox_policy::registry::Registry;
-use crackbox_policy::watch::Watched;
 use crackbox_policy::{canonical_ip, normalise_host, HostKind, Verdict};
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
@@ -136,8 +136,8 @@ pub(crate) enum Event {
 
 /// The policy in force, which every request is decided against.
 pub(crate) struct Policy {
-    pub(crate) registry: Arc<Registry>,
-    pub(crate) watched: Arc<Watched>,
+    pub(crate) registry: Arc<SnapshotCell>,
+    pub(crate) watched: Arc<WatchCell>,
 }
 
 /// The engine's pending requests.

@@ -20,9 +20,9 @@ fn asking_snapshot(generation: u64, sources: &[&str], allow: &[&str], deny: &[&s
 }
 
 /// Pending requests decided against a registry that holds `snapshot`.
-fn asks(snapshot: Snapshot) -> (Asks, Arc<Registry>, Receiver<Event>) {
+fn asks(snapshot: Snapshot) -> (Asks, Arc<SnapshotCell>, Receiver<Event>) {
     let (events, incoming) = channel();
-    let registry = Arc::new(Registry::deny_all());
+    let registry = Arc::new(SnapshotCell::deny_all());
     registry.swap(snapshot);
     let policy = Policy {
         registry: Arc::clone(&registry),

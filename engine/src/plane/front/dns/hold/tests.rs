@@ -5,9 +5,10 @@
 
 use super::MAX_PER_SOURCE;
 use crate::plane::front::dns::{spawn_filter, Answers, DenialHook, DnsDenial, Policy, SteerTo};
+use crate::plane::services::snapshot_cell::SnapshotCell;
+use crate::plane::services::watch_cell::WatchCell;
 use crackbox_policy::reason::Reason;
-use crackbox_policy::registry::Registry;
-use crackbox_policy::watch::{Watch, Watched};
+use crackbox_policy::watch::Watch;
 use crackbox_policy::{RegistrationSpec, Snapshot};
 use hickory_proto::op::{Message, Query, ResponseCode};
 use hickory_proto::rr::{Name, RecordType};
@@ -35,10 +36,10 @@ fn spec(ip: &str) -> RegistrationSpec {
 
 /// A filter whose label watcher answers for 127.0.2.0/24, where only
 /// 127.0.2.1 is registered; denials are collected.
-fn filter() -> (SocketAddr, Arc<Registry>, Denials) {
-    let registry = Arc::new(Registry::deny_all());
+fn filter() -> (SocketAddr, Arc<SnapshotCell>, Denials) {
+    let registry = Arc::new(SnapshotCell::deny_all());
     registry.swap(Snapshot::build(1, &[spec("127.0.2.1")]));
-    let watched = Arc::new(Watched::default());
+    let watched = Arc::new(WatchCell::default());
     watched.swap(Watch::new(["127.0.2.0/24".parse().unwrap()], []));
     let denials: Denials = Arc::default();
     let sink = Arc::clone(&denials);

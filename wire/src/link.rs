@@ -29,10 +29,10 @@ mod feed;
 
 pub use feed::FeedReport;
 
-use crate::ask::{Answer, DecidedRequest, PendingId, PendingRequest};
-use crate::reason::{Layer, Reason};
-use crate::watch::Subnet;
-use crate::{Generation, PolicyChange, PolicySpec, RegistrationSpec, SourceChange};
+use crackbox_policy::ask::{Answer, DecidedRequest, PendingId, PendingRequest};
+use crackbox_policy::reason::{Layer, Reason};
+use crackbox_policy::watch::Subnet;
+use crackbox_policy::{Generation, PolicyChange, PolicySpec, RegistrationSpec, SourceChange};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
@@ -260,7 +260,7 @@ pub struct WatchList {
 #[serde(deny_unknown_fields)]
 pub struct InvalidSource {
     /// The container's address, canonical.
-    #[serde(with = "crate::registration::source_ip_text")]
+    #[serde(with = "crackbox_policy::source_ip_text")]
     pub ip: IpAddr,
     /// The id the container would have had (shown in denials).
     pub id: String,

@@ -1,4 +1,4 @@
-//! The engine's live registry: one atomically swapped [`Snapshot`], and which
+//! The engine's snapshot cell: one atomically swapped [`Snapshot`], and which
 //! sources each recent swap touched.
 //!
 //! Readers load the current snapshot once per decision and never hold it
@@ -8,15 +8,15 @@
 //! only their connections; that small history sits behind a mutex taken only
 //! by the link and the per-thread revocation check, never by a decision.
 
-use crate::Snapshot;
 use arc_swap::{ArcSwap, Cache};
+use crackbox_policy::Snapshot;
 use rustc_hash::FxHashSet;
 use std::collections::VecDeque;
 use std::net::IpAddr;
 use std::ops::Deref;
 use std::sync::{Arc, Mutex};
 
-/// Swaps remembered for [`Registry::changes_since`].
+/// Swaps remembered for [`SnapshotCell::changes_since`].
 const HISTORY: usize = 256;
 
 /// The sources a run of swaps may have changed.
@@ -37,12 +37,12 @@ struct History {
 
 /// The snapshot every data plane decides against.
 #[derive(Debug)]
-pub struct Registry {
+pub struct SnapshotCell {
     current: ArcSwap<Snapshot>,
     history: Mutex<History>,
 }
 
-/// What changed since a reader last looked: see [`Registry::changes_since`].
+/// What changed since a reader last looked: see [`SnapshotCell::changes_since`].
 #[derive(Debug)]
 pub struct Changes {
     /// Swaps so far; pass it back next time.
@@ -53,16 +53,16 @@ pub struct Changes {
     pub snapshot: Arc<Snapshot>,
 }
 
-impl Registry {
+impl SnapshotCell {
     /// A registry that denies everything until the first snapshot arrives.
     pub fn deny_all() -> Self {
-        Registry::deny_all_for(1)
+        SnapshotCell::deny_all_for(1)
     }
 
-    /// [`Registry::deny_all`] for an engine with `threads` core threads,
+    /// [`SnapshotCell::deny_all`] for an engine with `threads` core threads,
     /// whose snapshots count usage in one slot per thread.
     pub fn deny_all_for(threads: usize) -> Self {
-        Registry {
+        SnapshotCell {
             current: ArcSwap::from_pointee(Snapshot::empty_for(threads)),
             history: Mutex::new(History::default()),
         }
@@ -99,7 +99,7 @@ impl Registry {
         }
     }
 
-    /// Swaps under the history lock, so [`Registry::changes_since`] never
+    /// Swaps under the history lock, so [`SnapshotCell::changes_since`] never
     /// sees a swap count that does not match the snapshot.
     fn replace(&self, snapshot: Snapshot, sources: Option<Arc<[IpAddr]>>) -> Arc<Snapshot> {
         let mut history = self.history.lock().expect("registry history lock");
@@ -129,9 +129,9 @@ impl Registry {
     }
 }
 
-/// Lets an `Arc<Registry>` back an [`arc_swap::Cache`].
+/// Lets an `Arc<SnapshotCell>` back an [`arc_swap::Cache`].
 #[derive(Debug, Clone)]
-pub struct RegistryRef(Arc<Registry>);
+pub struct RegistryRef(Arc<SnapshotCell>);
 
 impl Deref for RegistryRef {
     type Target = ArcSwap<Snapshot>;
@@ -154,11 +154,11 @@ impl SnapshotCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::RegistrationSpec;
+    use crackbox_policy::RegistrationSpec;
 
     #[test]
     fn cache_sees_swaps() {
-        let registry = Arc::new(Registry::deny_all());
+        let registry = Arc::new(SnapshotCell::deny_all());
         let mut cache = registry.cache();
         assert_eq!(cache.load().generation(), 0);
         let spec = RegistrationSpec::parse("127.0.0.1", "a", &Vec::<String>::new()).unwrap();
@@ -169,7 +169,7 @@ mod tests {
 
     #[test]
     fn touched_sources_accumulate_over_the_swaps_since_last_look() {
-        let registry = Registry::deny_all();
+        let registry = SnapshotCell::deny_all();
         let ip = |s: &str| -> IpAddr { s.parse().unwrap() };
         let snapshot = |generation| Snapshot::build(generation, &[]);
         let sources = |list: &[&str]| Touched::Sources(list.iter().map(|s| ip(s)).collect());

@@ -28,7 +28,7 @@ pub struct FeedReport {
 mod tests {
     use super::super::{decode_payload, encode, Message};
     use super::*;
-    use crate::reason::{Layer, Reason};
+    use crackbox_policy::reason::{Layer, Reason};
 
     #[test]
     fn feed_messages_round_trip() {

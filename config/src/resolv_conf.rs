@@ -1,21 +1,14 @@
-//! The default DNS upstream: the first `nameserver` line of /etc/resolv.conf,
-//! read when the settings are resolved (pure std, no runtime).
+//! The DNS filter's default upstream: the first `nameserver` line of
+//! /etc/resolv.conf, which the settings resolution reads (the engine gets
+//! the address in its settings and reads no file).
 
 use std::net::{IpAddr, SocketAddr};
 
-const RESOLV_CONF: &str = "/etc/resolv.conf";
 const DNS_PORT: u16 = 53;
 
-/// The first nameserver of the system resolver configuration, on port 53.
-pub fn system_upstream() -> std::io::Result<SocketAddr> {
-    let text = std::fs::read_to_string(RESOLV_CONF)?;
-    first_nameserver(&text)
-        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "no nameserver in /etc/resolv.conf"))
-}
-
-/// Parses resolv.conf text; IPv6 zone suffixes (`fe80::1%eth0`) are not
+/// The first nameserver of resolv.conf text, on port 53; IPv6 zone suffixes (`fe80::1%eth0`) are not
 /// usable as a socket address and are skipped.
-pub fn first_nameserver(text: &str) -> Option<SocketAddr> {
+pub(crate) fn first_nameserver(text: &str) -> Option<SocketAddr> {
     text.lines()
         .filter_map(|line| {
             let mut words = line.split_whitespace();

@@ -22,17 +22,17 @@ fn sample() -> Vec<Message> {
                 SourceChange::Put(
                     RegistrationSpec::parse("10.0.0.3", "b", &["b.test"])
                         .unwrap()
-                        .with_bandwidth(Some(crate::Bandwidth::parse("10MiB/s").unwrap())),
+                        .with_bandwidth(Some(crackbox_policy::Bandwidth::parse("10MiB/s").unwrap())),
                 ),
                 SourceChange::Put(
                     RegistrationSpec::parse("10.0.0.4", "c", &["c.test"])
                         .unwrap()
-                        .with_mode(crate::Mode::Report),
+                        .with_mode(crackbox_policy::Mode::Report),
                 ),
             ],
             policies: vec![
                 PolicyChange::Put(policy()),
-                PolicyChange::Remove(crate::PolicyName::parse("old").unwrap()),
+                PolicyChange::Remove(crackbox_policy::PolicyName::parse("old").unwrap()),
             ],
         },
         Message::Resync { generation: 2 },
@@ -104,7 +104,7 @@ fn sample() -> Vec<Message> {
         Message::Settled {
             decided: DecidedRequest {
                 request: pending(),
-                decision: crate::ask::Settlement::Timeout,
+                decision: crackbox_policy::ask::Settlement::Timeout,
                 reason: Some(Reason::AskTimeout),
                 layer: Some(Layer::Timeout),
             },
@@ -138,8 +138,8 @@ fn policy() -> PolicySpec {
     PolicySpec {
         revision: 2,
         ..PolicySpec::new(
-            crate::PolicyName::parse("base").unwrap(),
-            crate::Allowlist::parse(&["pypi.org"]).unwrap(),
+            crackbox_policy::PolicyName::parse("base").unwrap(),
+            crackbox_policy::Allowlist::parse(&["pypi.org"]).unwrap(),
         )
     }
 }

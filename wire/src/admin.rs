@@ -6,8 +6,8 @@
 //! errors whose message names the field or the problem. Pure, so the admin
 //! API, its client and the fuzz targets share exactly these definitions.
 
-use crate::{AllowEntry, Allowlist, Bandwidth, Mode, PolicyName, PolicySpec, RegistrationSpec};
-use serde::de::DeserializeOwned;
+pub use crackbox_policy::json_object::{decode, BodyError};
+use crackbox_policy::{AllowEntry, Allowlist, Bandwidth, Mode, PolicyName, PolicySpec, RegistrationSpec};
 use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
 
@@ -16,10 +16,10 @@ use std::net::IpAddr;
 #[serde(remote = "Self", deny_unknown_fields)]
 pub struct UnregisterBody {
     /// The source address to remove, canonical.
-    #[serde(with = "crate::registration::source_ip_text")]
+    #[serde(with = "crackbox_policy::source_ip_text")]
     pub ip: IpAddr,
 }
-crate::object_only!(UnregisterBody, Serialize);
+crackbox_policy::object_only!(UnregisterBody, Serialize);
 
 /// `POST /v1/unregister` answer: `{"removed": bool}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -97,7 +97,7 @@ pub struct BatchBody {
     pub unregister: Vec<UnregisterBody>,
 }
 
-crate::object_only!(BatchBody, Serialize);
+crackbox_policy::object_only!(BatchBody, Serialize);
 
 /// `PUT /v1/state` body: the whole registry, as `GET /v1/state` returns it.
 pub type ReplaceBody = Vec<RegistrationSpec>;
@@ -122,12 +122,12 @@ pub struct PolicyBody {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<PolicyName>,
     /// Allow entries.
-    #[serde(default, with = "crate::allowlist::entry_texts")]
+    #[serde(default, with = "crackbox_policy::entry_texts")]
     pub allow: Vec<AllowEntry>,
     /// Deny entries.
     #[serde(
         default,
-        with = "crate::allowlist::entry_texts",
+        with = "crackbox_policy::entry_texts",
         skip_serializing_if = "Vec::is_empty"
     )]
     pub deny: Vec<AllowEntry>,
@@ -141,7 +141,7 @@ pub struct PolicyBody {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision: Option<u64>,
 }
-crate::object_only!(PolicyBody, Serialize);
+crackbox_policy::object_only!(PolicyBody, Serialize);
 
 impl PolicyBody {
     /// The body of a write of `policy`, applied only at `revision` if given.
@@ -188,67 +188,6 @@ pub struct PolicyRemoved {
     /// Registrations that named it and no longer do (`?force`); they keep
     /// their own entries and their other policies.
     pub released: usize,
-}
-
-/// A body that is not the expected JSON; the message is for the client.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct BodyError(pub String);
-
-/// Decodes a whole body as `T`.
-pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, BodyError> {
-    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
-    let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|err| {
-        let path = err.path().to_string();
-        let wrong = wrong_type(bytes, err.path());
-        let inner = err.into_inner();
-        if let (Some(kind), true) = (wrong, inner.is_syntax()) {
-            BodyError(format!("{path}: invalid type: {kind}, expected a string"))
-        } else if path == "." || inner.is_syntax() || inner.is_eof() {
-            BodyError(format!("invalid JSON body: {inner}"))
-        } else {
-            BodyError(format!("{path}: {}", without_position(&inner)))
-        }
-    })?;
-    deserializer
-        .end()
-        .map_err(|err| BodyError(format!("invalid JSON body: {err}")))?;
-    Ok(value)
-}
-
-/// What stands at `path` in a body that is valid JSON: serde_json reports a
-/// value of the wrong type for an enum (`"mode": null`) as a syntax error,
-/// though the body parses; `None` when the body is not valid JSON (a real
-/// syntax error) or the path names nothing.
-fn wrong_type(bytes: &[u8], path: &serde_path_to_error::Path) -> Option<&'static str> {
-    use serde_path_to_error::Segment;
-    let mut value = &serde_json::from_slice::<serde_json::Value>(bytes).ok()?;
-    for segment in path.iter() {
-        value = match segment {
-            Segment::Seq { index } => value.get(index)?,
-            Segment::Map { key } => value.get(key)?,
-            Segment::Enum { .. } | Segment::Unknown => return None,
-        };
-    }
-    Some(match value {
-        serde_json::Value::Null => "null",
-        serde_json::Value::Bool(_) => "a boolean",
-        serde_json::Value::Number(_) => "a number",
-        serde_json::Value::String(_) => return None,
-        serde_json::Value::Array(_) => "an array",
-        serde_json::Value::Object(_) => "an object",
-    })
-}
-
-/// A data error's message without serde_json's " at line L column C": the
-/// path already says where, and the client's body is usually one line.
-fn without_position(err: &serde_json::Error) -> String {
-    let text = err.to_string();
-    let position = format!(" at line {} column {}", err.line(), err.column());
-    match text.strip_suffix(&position) {
-        Some(message) => message.to_owned(),
-        None => text,
-    }
 }
 
 #[cfg(test)]
