@@ -54,6 +54,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// A mutex shared by every core thread: counted whenever one takes it.
+#[derive(Debug)]
 pub(crate) struct SharedLock<T> {
     name: &'static str,
     inner: Mutex<T>,

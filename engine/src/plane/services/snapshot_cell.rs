@@ -8,13 +8,14 @@
 //! only their connections; that small history sits behind a mutex taken only
 //! by the link and the per-thread revocation check, never by a decision.
 
+use super::locks::SharedLock;
 use arc_swap::{ArcSwap, Cache};
 use crackbox_policy::Snapshot;
 use rustc_hash::FxHashSet;
 use std::collections::VecDeque;
 use std::net::IpAddr;
 use std::ops::Deref;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// Swaps remembered for [`SnapshotCell::changes_since`].
 const HISTORY: usize = 256;
@@ -39,7 +40,7 @@ struct History {
 #[derive(Debug)]
 pub struct SnapshotCell {
     current: ArcSwap<Snapshot>,
-    history: Mutex<History>,
+    history: SharedLock<History>,
 }
 
 /// What changed since a reader last looked: see [`SnapshotCell::changes_since`].
@@ -64,7 +65,7 @@ impl SnapshotCell {
     pub fn deny_all_for(threads: usize) -> Self {
         SnapshotCell {
             current: ArcSwap::from_pointee(Snapshot::empty_for(threads)),
-            history: Mutex::new(History::default()),
+            history: SharedLock::new("snapshot cell history", History::default()),
         }
     }
 
@@ -77,7 +78,8 @@ impl SnapshotCell {
     /// The swaps since the reader saw `seen` swaps, the sources they touched
     /// and the snapshot they led to (consistent with each other).
     pub fn changes_since(&self, seen: u64) -> Changes {
-        let history = self.history.lock().expect("registry history lock");
+        // A core thread asks on its revocation timer, never for a connection.
+        let history = self.history.lock_for_sweep();
         let snapshot = self.current.load_full();
         let newer = || history.recent.iter().filter(move |(serial, _)| *serial > seen);
         let complete = history.recent.front().is_some_and(|(first, _)| *first <= seen + 1);
@@ -102,7 +104,7 @@ impl SnapshotCell {
     /// Swaps under the history lock, so [`SnapshotCell::changes_since`] never
     /// sees a swap count that does not match the snapshot.
     fn replace(&self, snapshot: Snapshot, sources: Option<Arc<[IpAddr]>>) -> Arc<Snapshot> {
-        let mut history = self.history.lock().expect("registry history lock");
+        let mut history = self.history.lock();
         history.swaps += 1;
         let serial = history.swaps;
         if history.recent.len() == HISTORY {
