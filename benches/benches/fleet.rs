@@ -8,6 +8,9 @@
 //! removed from the inbox).
 //!
 //!   cargo build -p crackbox && sudo cargo bench -p crackbox-benches --bench fleet
+//!
+//! With `--test` (CI's smoke pass, `cargo bench -- --test`) it makes 3
+//! changes instead of 100; `CRACKBOX_BIN` names the binary there.
 
 use crackbox_test_support::fleet_lab::FleetLab;
 use crackbox_test_support::wait_until;
@@ -34,8 +37,13 @@ fn main() {
     }
     let lab = FleetLab::start(3, &[]);
     lab.wait_fleet_state("connected", Duration::from_secs(10));
+    let changes = if std::env::args().any(|arg| arg == "--test") {
+        3
+    } else {
+        CHANGES
+    };
     let (mut local, mut remote) = (Vec::new(), Vec::new());
-    for version in 0..CHANGES {
+    for version in 0..changes {
         let body = format!(r#"{{"allow":["v{version}.bench.test"]}}"#);
         let started = Instant::now();
         let (status, stored) = lab.nodes[0].admin("PUT", "/v1/policies/bench", Some(&body));
@@ -50,7 +58,7 @@ fn main() {
         }
     }
     let ms = |d: Duration| format!("{:.2} ms", d.as_secs_f64() * 1e3);
-    println!("policy change, {CHANGES} changes, 3 nodes, 3-member etcd:");
+    println!("policy change, {changes} changes, 3 nodes, 3-member etcd:");
     println!(
         "  written and enforced on the writing node (admin API answer): p50 {}, p99 {}",
         ms(quantile(&mut local, 0.5)),

@@ -1,5 +1,5 @@
 //! Named policies at sandbox density: a `crackbox proxy serve` (started by
-//! [`control_plane::Daemon`]) holding many policies and many sandboxes that
+//! [`crate::control_plane::Daemon`]) holding many policies and many sandboxes that
 //! name them, measured for memory and for the time one policy change takes
 //! to be enforced (the admin API answers a `PUT /v1/policies/NAME` once the
 //! engine acked it, so the latency is the whole path: journal, delta, the

@@ -1,18 +1,19 @@
 //! The `crackbox` command line: the clap definition of every command, with
-//! each command's summary, example and guide page in its `--help`. A library
-//! so that tests parse the commands the documentation shows with exactly the
-//! parser the binary uses (`cli/tests/documented_commands.rs`). Also the
-//! command-line clients of the admin API: `crackbox state` ([`state_cmd`])
-//! and `crackbox pending` / `crackbox decide` ([`ask_cmd`]).
+//! each command's summary, example and guide page in its `--help`, and the
+//! commands that are clients of a daemon's admin API (`state`, `pending`,
+//! `decide`, on the client crate). A library so that tests parse the
+//! commands the documentation shows with exactly the parser the binary uses
+//! (`cli/tests/documented_commands.rs`).
 
-use ask_cmd::{DecideArgs, PendingArgs};
 use clap::{Parser, Subcommand};
 use crackbox_config::{EngineArgs, ProxyArgs};
 use crackbox_run::RunArgs;
-use state_cmd::StateArgs;
 
 pub mod ask_cmd;
 pub mod state_cmd;
+
+use ask_cmd::{DecideArgs, PendingArgs};
+use state_cmd::StateArgs;
 
 /// The version `crackbox --version` prints: the workspace version and the
 /// commit it was built from (`unknown` outside a git checkout; see build.rs).

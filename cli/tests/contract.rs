@@ -60,6 +60,38 @@ fn a_missing_config_file_names_its_cause_once() {
 }
 
 #[test]
+fn a_fleet_certificate_that_cannot_be_read_stops_the_start() {
+    let missing = "/nonexistent-crackbox-contract/ca.pem";
+    let ports = Ports::fresh();
+    let mut args = vec!["proxy".to_string(), "serve".to_string()];
+    args.extend(ports.flags());
+    args.extend(["--fleet-etcd", "http://127.0.0.1:9", "--fleet-ca", missing].map(String::from));
+    let output = crackbox_test_support::run(&args.iter().map(String::as_str).collect::<Vec<_>>(), &[]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("--fleet-ca: cannot read {missing}: No such file or directory")),
+        "{stderr}"
+    );
+    // A readable one passes the check: the daemon starts and serves its
+    // admin API while it tries etcd.
+    let ca = tempfile::NamedTempFile::new_in(crackbox_test_support::scratch()).unwrap();
+    let _daemon = ports.serve(
+        &[
+            "--fleet-etcd",
+            "http://127.0.0.1:9",
+            "--fleet-ca",
+            ca.path().to_str().unwrap(),
+        ],
+        &[],
+    );
+    let serving = crackbox_test_support::wait_until(std::time::Duration::from_secs(20), || {
+        crackbox_test_support::try_http(ports.admin, "GET", "/health", None, &[]).is_ok()
+    });
+    assert!(serving, "the daemon with a readable --fleet-ca did not start");
+}
+
+#[test]
 fn run_refuses_a_command_line_it_does_not_take_with_its_own_exit_code() {
     let cases: [&[&str]; 4] = [
         &["run", "--backend", "bogus", "--allow", "a.test", "--", "true"],

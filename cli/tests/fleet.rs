@@ -17,8 +17,20 @@ use std::time::Duration;
 /// How long a change may take to reach every node.
 const REACH: Duration = Duration::from_secs(10);
 
+/// `PUT /v1/policies/NAME` on node `node`, as an operator's script would:
+/// a 503 (etcd did not answer within the node's 3 s call timeout, which a
+/// test machine loaded by the rest of the suite can cause) is tried again,
+/// twice at most; a PUT replaces the policy, so a retry is harmless.
 fn put(lab: &FleetLab, node: usize, name: &str, policy: serde_json::Value) -> serde_json::Value {
-    let (status, body) = lab.nodes[node].admin("PUT", &format!("/v1/policies/{name}"), Some(&policy.to_string()));
+    let path = format!("/v1/policies/{name}");
+    let mut answer = lab.nodes[node].admin("PUT", &path, Some(&policy.to_string()));
+    for _ in 0..2 {
+        if answer.0 != 503 {
+            break;
+        }
+        answer = lab.nodes[node].admin("PUT", &path, Some(&policy.to_string()));
+    }
+    let (status, body) = answer;
     assert_eq!(status, 200, "PUT {name} on node{node}: {body}");
     serde_json::from_str(&body).unwrap()
 }

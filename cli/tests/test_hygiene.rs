@@ -14,7 +14,11 @@ use std::path::{Path, PathBuf};
 /// The directories of test code, relative to the repository.
 const TEST_CODE: [&str; 4] = ["cli/tests", "engine/tests", "benches/tests", "test-support/src"];
 /// The one place that may look at the user id or print SKIPPED: the gates.
-const GATES: [&str; 2] = ["test-support/src/root.rs", "test-support/src/docker.rs"];
+const GATES: [&str; 3] = [
+    "test-support/src/root.rs",
+    "test-support/src/docker.rs",
+    "test-support/src/browser.rs",
+];
 /// How far above a sleep its justification may start.
 const JUSTIFIED_WITHIN: usize = 6;
 

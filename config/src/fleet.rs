@@ -136,10 +136,19 @@ pub(crate) fn resolve(
             })
         }
     };
+    // A certificate or key that cannot be read is refused at start, not
+    // found missing at the first connection to etcd (which is retried).
     let path = |key, flag: &Option<PathBuf>, file: &Option<PathBuf>, sources: &mut Sources<'_>| {
-        sources
-            .pick(key, flag.clone(), file.clone(), |value| Ok(PathBuf::from(value)))
-            .map(|given| given.map(|given| given.value))
+        let Some(given) = sources.pick(key, flag.clone(), file.clone(), |value| Ok(PathBuf::from(value)))? else {
+            return Ok(None);
+        };
+        match std::fs::File::open(&given.value) {
+            Ok(_) => Ok(Some(given.value)),
+            Err(err) => Err(ConfigError::Invalid {
+                origin: given.origin,
+                message: format!("cannot read {}: {err}", given.value.display()),
+            }),
+        }
     };
     let ca = path(CA, &args.fleet_ca, &file.ca, sources)?;
     let cert = path(CERT, &args.fleet_cert, &file.cert, sources)?;

@@ -1,14 +1,12 @@
 //! The DNS filter's default upstream: the first `nameserver` line of
-//! /etc/resolv.conf, read once when the settings are resolved, so the
-//! engine gets it in its settings document and never reads the file.
+//! /etc/resolv.conf, which the settings resolution reads (the engine gets
+//! the address in its settings and reads no file).
 
 use std::net::{IpAddr, SocketAddr};
 
-/// Where the DNS filter's default upstream is read.
-pub(crate) const RESOLV_CONF: &str = "/etc/resolv.conf";
 const DNS_PORT: u16 = 53;
 
-/// Parses resolv.conf text; IPv6 zone suffixes (`fe80::1%eth0`) are not
+/// The first nameserver of resolv.conf text, on port 53; IPv6 zone suffixes (`fe80::1%eth0`) are not
 /// usable as a socket address and are skipped.
 pub(crate) fn first_nameserver(text: &str) -> Option<SocketAddr> {
     text.lines()

@@ -5,7 +5,7 @@
 use super::file::{self, FileConfig, LimitsSection};
 use super::layers::{boolean, list, number, text, within, Given, Key, Sources};
 use super::{ConfigError, Fleet, Origin, ProxyArgs};
-use crate::resolv_conf::{first_nameserver, RESOLV_CONF};
+use crate::resolv_conf::first_nameserver;
 use crackbox_policy::{PolicySpec, RegistrationSpec};
 use crackbox_wire::engine_config::{EngineConfig, IoDriver, Limits, DEFAULT_REGISTRATION_HOLD};
 use std::net::{Ipv4Addr, SocketAddr};
@@ -21,6 +21,8 @@ const DEFAULT_TRANSPARENT: &str = "0.0.0.0:3127";
 /// Longest registration hold accepted, in milliseconds: a client waiting
 /// longer for its first answer has given up.
 const MAX_REGISTRATION_HOLD_MS: u64 = 10_000;
+/// Where the DNS filter's default upstream is read.
+const RESOLV_CONF: &str = "/etc/resolv.conf";
 
 /// Declares where each setting can be given (flag, variable, config key).
 macro_rules! keys {

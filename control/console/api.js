@@ -71,11 +71,17 @@ export async function checkSecret(candidate) {
   }
 }
 
-/** Decides pending request `id`: once, always or deny, `always` for `period` if given. */
-export function decide(id, decision, period) {
+/**
+ * Decides pending request `id`: once, always or deny; `always` for `period`
+ * or into policy `policy` if given; held by fleet node `node` if given
+ * (another node's: the answer reaches it through etcd, docs/fleet.md).
+ */
+export function decide(id, decision, { period, policy, node } = {}) {
   const body = { decision };
   if (period) body.for = period;
-  return request('POST', '/v1/pending/' + encodeURIComponent(id), body);
+  if (policy) body.policy = policy;
+  const query = node ? '?node=' + encodeURIComponent(node) : '';
+  return request('POST', '/v1/pending/' + encodeURIComponent(id) + query, body);
 }
 
 /** Removes the grant of `entry` from the registration of `ip`. */

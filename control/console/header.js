@@ -32,6 +32,7 @@ export function render(view) {
       pill('sandboxes', status.sandboxes),
       pill('pending', state.pending.size, state.pending.size ? 'warn' : ''),
       pill('connections', status.connections),
+      status.node ? pill('node', status.node) : null,
     );
   }
   const connection = document.getElementById('connection');

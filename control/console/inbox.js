@@ -1,11 +1,14 @@
 // The inbox: requests held in ask mode, one row per (sandbox, host:port)
 // with the connections held, age and time left, decided per row or for a
-// selection: once, for a while, always, deny. A grant can be undone.
+// selection: once, for a while, always, deny; per row also always into one
+// of the policies the sandbox names. A grant can be undone. On a fleet node
+// every node's requests, one row per node too, each answered on its node.
 
 import * as api from './api.js';
 import { withSecret } from './auth.js';
 import { duration, h, matches, replace, sandboxHref } from './dom.js';
-import { changed, state } from './store.js';
+import * as fleetList from './fleet.js';
+import { changed, ownNode, pendingKey, state } from './store.js';
 import { toast } from './toast.js';
 
 const PERIODS = ['5m', '30m', '1h', '8h', '24h'];
@@ -17,26 +20,37 @@ const ui = {
   focused: null, // group key
   filter: '',
   period: '30m',
+  fleet: false, // whether the table was built for a fleet node (a Node column)
 };
 
-/** The pending requests grouped by sandbox and target, oldest first. */
+/** The policies the sandbox of `request` names: the fleet's list says, else this daemon's registration. */
+function policiesOf(request) {
+  if (Array.isArray(request.policies)) return request.policies;
+  const spec = state.registrations.get(request.ip);
+  return spec && spec.id === request.sandbox && Array.isArray(spec.policies) ? spec.policies : [];
+}
+
+/** The pending requests grouped by (node,) sandbox and target, oldest first. */
 function groups() {
   const byKey = new Map();
+  const fleet = ownNode() !== '';
   for (const request of state.pending.values()) {
     const target = request.host + ':' + request.port;
-    const key = request.sandbox + '\u0000' + target;
+    const node = request.node || ownNode();
+    const key = (fleet ? node + '\u0000' : '') + request.sandbox + '\u0000' + target;
     let group = byKey.get(key);
     if (!group) {
-      group = { key, sandbox: request.sandbox, target, host: request.host, port: request.port, ips: new Set(), requests: [], held: 0, since: request.since };
+      group = { key, node, sandbox: request.sandbox, target, host: request.host, port: request.port, ips: new Set(), policies: new Set(), requests: [], held: 0, since: request.since };
       byKey.set(key, group);
     }
     group.ips.add(request.ip);
+    for (const policy of policiesOf(request)) group.policies.add(policy);
     group.requests.push(request);
     group.held += request.waiting;
     group.since = Math.min(group.since, request.since);
   }
   return [...byKey.values()]
-    .filter((group) => matches(ui.filter, [group.sandbox, group.target, ...group.ips]))
+    .filter((group) => matches(ui.filter, [group.sandbox, group.target, ...group.ips, fleet ? group.node : '']))
     .sort((a, b) => a.since - b.since || a.key.localeCompare(b.key));
 }
 
@@ -46,10 +60,11 @@ function period() {
 }
 
 function build() {
+  const fleet = ownNode() !== '';
   const filter = h('input', {
     id: 'inbox-filter',
     type: 'search',
-    placeholder: 'filter by sandbox, address or host  ( / )',
+    placeholder: fleet ? 'filter by node, sandbox, address or host  ( / )' : 'filter by sandbox, address or host  ( / )',
     value: ui.filter,
     oninput: (event) => {
       ui.filter = event.target.value;
@@ -85,52 +100,75 @@ function build() {
     h(
       'table',
       { id: 'inbox-table', class: 'grid' },
-      h('thead', {}, h('tr', {}, h('th', { class: 'check' }, selectAll), h('th', {}, 'Sandbox'), h('th', {}, 'Target'), h('th', { class: 'num' }, 'Held'), h('th', { class: 'num' }, 'Age'), h('th', { class: 'num' }, 'Time left'), h('th', {}, 'Decide'))),
+      h('thead', {}, h('tr', {}, h('th', { class: 'check' }, selectAll), h('th', {}, 'Sandbox'), fleet ? h('th', {}, 'Node') : null, h('th', {}, 'Target'), h('th', { class: 'num' }, 'Held'), h('th', { class: 'num' }, 'Age'), h('th', { class: 'num' }, 'Time left'), h('th', {}, 'Decide'))),
       h('tbody', { id: 'inbox-rows' }),
     ),
     h('p', { id: 'inbox-empty', class: 'empty' }, 'Nothing is waiting for a decision.'),
+    fleet ? h('p', { id: 'fleet-error', class: 'message', role: 'alert', hidden: true }) : null,
     h('p', { class: 'help' }, 'Keys: j / k move, x select, o once, f for the period, a always, d deny, / filter, Esc clear the selection.'),
   );
   ui.rows.clear();
+  ui.fleet = fleet;
 }
 
 function row(group) {
   const cell = (name, ...children) => h('td', { class: name }, ...children);
   const act = (decision, label) => h('button', { type: 'button', class: 'act ' + decision, dataset: { act: decision }, onclick: () => decideGroups([group.key], decision) }, label);
   const check = h('input', { type: 'checkbox', class: 'select', title: 'select', onchange: (event) => select(group.key, event.target.checked) });
+  // A sandbox of another node has its page there, not here.
+  const own = group.node === ownNode() || !ui.fleet;
+  const dataset = { key: group.key, target: group.target, sandbox: group.sandbox };
+  if (ui.fleet) dataset.node = group.node;
   return h(
     'tr',
-    { dataset: { key: group.key, target: group.target, sandbox: group.sandbox }, onclick: (event) => { if (event.target.tagName === 'TD') focus(group.key); } },
+    { dataset, onclick: (event) => { if (event.target.tagName === 'TD') focus(group.key); } },
     cell('check', check),
-    cell('sandbox', h('a', { href: sandboxHref(group.sandbox), class: 'id' }), h('div', { class: 'ips sub' })),
+    cell('sandbox', h(own ? 'a' : 'span', { href: own ? sandboxHref(group.sandbox) : null, class: 'id' }), h('div', { class: 'ips sub' })),
+    ui.fleet ? cell('node') : null,
     cell('target'),
     cell('held num'),
     cell('age num'),
     cell('left num'),
-    cell('actions', act('once', 'Once'), act('for', 'For'), act('always', 'Always'), act('deny', 'Deny')),
+    cell('actions', act('once', 'Once'), act('for', 'For'), act('always', 'Always'), h('span', { class: 'policies' }), act('deny', 'Deny')),
+  );
+}
+
+/** The row's buttons answering always into one of `policies`, made again when they change. */
+function policyButtons(tr, group) {
+  const names = [...group.policies].sort();
+  const span = tr.querySelector('span.policies');
+  if (span.dataset.names === names.join(',')) return;
+  span.dataset.names = names.join(',');
+  replace(
+    span,
+    names.map((name) =>
+      h('button', { type: 'button', class: 'act policy', title: 'always, for every sandbox of policy ' + name, dataset: { act: 'policy', policy: name }, onclick: () => decideGroups([group.key], 'always', name) }, 'Always in ' + name),
+    ),
   );
 }
 
 function update(tr, group, now) {
   const timeout = state.status ? state.status.ask_timeout_ms : 30000;
-  const cells = tr.children;
-  cells[0].firstChild.checked = ui.selected.has(group.key);
-  cells[1].firstChild.textContent = group.sandbox;
-  cells[1].lastChild.textContent = [...group.ips].join(', ');
-  cells[2].textContent = group.target;
-  cells[3].textContent = String(group.held);
-  cells[4].textContent = duration(now - group.since);
+  const cell = (name) => tr.querySelector('td.' + name);
+  cell('check').firstChild.checked = ui.selected.has(group.key);
+  cell('sandbox').firstChild.textContent = group.sandbox;
+  cell('sandbox').lastChild.textContent = [...group.ips].join(', ');
+  if (ui.fleet) cell('node').textContent = group.node;
+  cell('target').textContent = group.target;
+  cell('held').textContent = String(group.held);
+  cell('age').textContent = duration(now - group.since);
   const left = group.since + timeout - now;
-  cells[5].textContent = left > 0 ? duration(left) : 'timing out';
-  cells[5].classList.toggle('urgent', left < 10000);
-  cells[6].children[1].textContent = 'For ' + (period() || '?');
+  cell('left').textContent = left > 0 ? duration(left) : 'timing out';
+  cell('left').classList.toggle('urgent', left < 10000);
+  tr.querySelector('button[data-act="for"]').textContent = 'For ' + (period() || '?');
+  policyButtons(tr, group);
   tr.classList.toggle('focused', ui.focused === group.key);
   tr.classList.toggle('selected', ui.selected.has(group.key));
 }
 
 /** Renders the inbox into `view`. */
 export function render(view) {
-  if (!ui.root || !view.contains(ui.root)) {
+  if (!ui.root || !view.contains(ui.root) || ui.fleet !== (ownNode() !== '')) {
     build();
     replace(view, ui.root);
   }
@@ -156,6 +194,11 @@ export function render(view) {
     if (body.children[index] !== tr) body.insertBefore(tr, body.children[index] || null);
   });
   ui.root.querySelector('#inbox-empty').hidden = shown.length > 0;
+  const fleetError = ui.root.querySelector('#fleet-error');
+  if (fleetError) {
+    fleetError.textContent = state.fleetError ? "Other nodes' requests cannot be listed: " + state.fleetError : '';
+    fleetError.hidden = !state.fleetError;
+  }
   ui.root.querySelector('#inbox-table').hidden = shown.length === 0;
   ui.root.querySelector('#selection').textContent = ui.selected.size ? ui.selected.size + ' selected' : '';
   ui.root.querySelector('#select-all').checked = shown.length > 0 && ui.selected.size === shown.length;
@@ -184,8 +227,11 @@ function decideSelection(decision) {
   return decideGroups(keys, decision);
 }
 
-/** Decides every request of the groups `keys` as `decision` (once, for, always, deny). */
-async function decideGroups(keys, decision) {
+/**
+ * Decides every request of the groups `keys` as `decision` (once, for,
+ * always, deny; `always` into `policy` when given), each on its node.
+ */
+async function decideGroups(keys, decision, policy) {
   const chosen = period();
   if (decision === 'for' && !chosen) {
     toast('The period "' + ui.period + '" is not a duration: say 90m, 2h or 1d12h.', 'error');
@@ -197,13 +243,18 @@ async function decideGroups(keys, decision) {
   let decided = 0;
   for (const request of requests) {
     try {
-      const answer = await withSecret(() => api.decide(request.id, decision === 'for' ? 'always' : decision, decision === 'for' ? chosen : null));
+      const node = request.node && request.node !== ownNode() ? request.node : null;
+      const options = { period: decision === 'for' ? chosen : null, policy, node };
+      const answer = await withSecret(() => api.decide(request.id, decision === 'for' ? 'always' : decision, options));
       decided += 1;
-      state.pending.delete(request.id);
+      fleetList.answered();
+      state.pending.delete(pendingKey(request));
       if (answer && answer.grant) grants.push(answer.grant);
     } catch (err) {
-      if (err.status === 404) state.pending.delete(request.id);
-      else {
+      if (err.status === 404) {
+        fleetList.answered();
+        state.pending.delete(pendingKey(request));
+      } else {
         toast('Could not decide ' + request.host + ':' + request.port + ' for ' + request.sandbox + ': ' + err.message, 'error');
         break;
       }
@@ -212,7 +263,7 @@ async function decideGroups(keys, decision) {
   for (const key of keys) ui.selected.delete(key);
   changed();
   if (!decided) return;
-  const word = { once: 'allowed once', for: 'allowed for ' + chosen, always: 'allowed always', deny: 'denied' }[decision];
+  const word = policy ? 'allowed always in policy ' + policy : { once: 'allowed once', for: 'allowed for ' + chosen, always: 'allowed always', deny: 'denied' }[decision];
   const text = decided === 1 ? requests[0].host + ':' + requests[0].port + ' ' + word : decided + ' requests ' + word;
   const undo = grants.length ? { label: 'Undo', run: () => revokeAll(grants) } : null;
   toast(text, 'info', undo);

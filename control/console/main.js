@@ -3,6 +3,7 @@
 
 import * as denials from './denials.js';
 import * as feed from './feed.js';
+import * as fleet from './fleet.js';
 import * as header from './header.js';
 import * as inbox from './inbox.js';
 import * as sandbox from './sandbox.js';
@@ -21,6 +22,7 @@ function route() {
 function render() {
   const [view, argument] = route();
   header.render(view === 'sandbox' ? 'sandboxes' : view);
+  fleet.watch(view === 'inbox');
   const main = document.getElementById('view');
   main.dataset.view = view;
   main.setAttribute('aria-busy', String(!state.loaded));

@@ -8,13 +8,14 @@ const DENIALS_KEPT = 1000;
 
 export const state = {
   registrations: new Map(), // ip -> registration (GET /v1/state element)
-  pending: new Map(), // id -> request (GET /v1/pending element)
+  pending: new Map(), // pendingKey -> request (GET /v1/pending element)
   usage: new Map(), // ip -> usage record with `rate_up`, `rate_down` (bytes/s)
   denials: [], // newest last
   status: null, // GET /v1/status
   online: false,
   loaded: false,
   decided: [], // the last requests decided, newest last: {request, decision}
+  fleetError: '', // on a fleet node: why the other nodes' requests could not be listed
 };
 
 const listeners = new Set();
@@ -45,11 +46,36 @@ export async function load() {
     get('/v1/status'),
   ]);
   state.registrations = new Map(registrations.map((spec) => [spec.ip, spec]));
-  state.pending = new Map(pending.pending.map((request) => [request.id, request]));
+  // Other fleet nodes' requests come from the fleet's list (fleet.js), not from these.
+  const others = [...state.pending].filter(([key]) => typeof key === 'string');
+  state.pending = new Map([...others, ...pending.pending.map((request) => [request.id, request])]);
   state.usage = new Map(usage.map((record) => [record.ip, record]));
   state.denials = denials;
   state.status = status;
   state.loaded = true;
+  changed();
+}
+
+/** This daemon's name as a fleet node (`GET /v1/status`), or '' when it is none. */
+export function ownNode() {
+  return (state.status && state.status.node) || '';
+}
+
+/**
+ * The key of `request` in `state.pending`: its id for this daemon's own
+ * (which `GET /v1/events` follows), `NODE/ID` for another fleet node's.
+ */
+export function pendingKey(request) {
+  return request.node && request.node !== ownNode() ? request.node + '/' + request.id : request.id;
+}
+
+/** Replaces the other fleet nodes' requests with `list` (`GET /v1/pending?fleet=true`). */
+export function fleetPending(list) {
+  for (const key of [...state.pending.keys()]) if (typeof key === 'string') state.pending.delete(key);
+  for (const request of list) {
+    if (request.node !== ownNode()) state.pending.set(pendingKey(request), request);
+  }
+  state.fleetError = '';
   changed();
 }
 

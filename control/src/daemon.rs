@@ -116,7 +116,7 @@ async fn run_async(settings: Settings, mode: Mode) -> anyhow::Result<()> {
             let state = answering.clone();
             Box::pin(async move { api::answer(&state, id, body).await.map(drop).map_err(|err| err.message) })
         });
-        fleet.start_inbox(state.link.clone(), answer);
+        fleet.start_inbox(state.link.clone(), state.registry.clone(), answer);
     }
     let start_failure = supervisor.as_ref().map(Supervisor::start_failure);
     let stop = {

@@ -7,7 +7,7 @@ use crackbox_policy::Generation;
 use crackbox_wire::link::FeedReport;
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 /// Whether the engine enforces the registry.
@@ -52,6 +52,10 @@ pub struct Status {
     pub auth: bool,
     /// crackbox's version.
     pub version: &'static str,
+    /// This daemon's name in the fleet (`--fleet-node`, docs/fleet.md);
+    /// left out when it is no fleet node.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
 }
 
 /// What a status is made from. Clones share the settings: the feed's
@@ -71,6 +75,7 @@ struct Settings {
     ask_timeout_ms: AtomicU64,
     console: AtomicBool,
     auth: AtomicBool,
+    node: OnceLock<String>,
 }
 
 impl StatusSource {
@@ -84,6 +89,7 @@ impl StatusSource {
                 ask_timeout_ms: AtomicU64::new(0),
                 console: AtomicBool::new(true),
                 auth: AtomicBool::new(false),
+                node: OnceLock::new(),
             }),
         };
         source.set_ask_timeout(ask_timeout);
@@ -104,6 +110,11 @@ impl StatusSource {
     /// Whether changes need the bearer secret.
     pub fn set_auth(&self, on: bool) {
         self.settings.auth.store(on, Ordering::Relaxed);
+    }
+
+    /// This daemon's name as a fleet node (set once).
+    pub fn set_node(&self, node: &str) {
+        let _ = self.settings.node.set(node.to_owned());
     }
 
     /// Whether the console is served.
@@ -132,6 +143,7 @@ impl StatusSource {
             console: self.console(),
             auth: self.settings.auth.load(Ordering::Relaxed),
             version: env!("CARGO_PKG_VERSION"),
+            node: self.settings.node.get().cloned(),
         }
     }
 }

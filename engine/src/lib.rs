@@ -1,18 +1,16 @@
-//! crackbox engine: the data plane that enforces the snapshots of a control plane's registry.
+//! crackbox engine: the data plane that enforces a `crackbox-policy` registry.
 //!
 //! - `plane`: the monoio data plane, one pinned runtime per core: the
 //!   forward, transparent, steered and SOCKS5 front ends, tunnels, the DNS
 //!   filter, revocation, accounting and the link to the control plane.
-//! - [`cells`], [`usage`], [`limiter`]: the runtime state the decisions read
-//!   and the connections count to: the snapshot and watch list in force,
-//!   each registration's usage account, its cap's token buckets.
 //! - [`protocol`] (pure): the formats only the data plane reads and writes:
 //!   HTTP heads and chunked framing, the TLS ClientHello's server name, the
 //!   SOCKS5 handshake and the canned responses.
 //!
 //! The model it enforces (entries, `match_host`, snapshots, the decision)
-//! is `crackbox-policy`; the link protocol and the engine's settings are
-//! `crackbox-wire`'s; the engine moves bytes by them and holds the state.
+//! is `crackbox-policy`, the documents it reads (the wire protocol, its
+//! settings) `crackbox-wire`'s; the engine holds the runtime cells
+//! ([`SnapshotCell`], [`WatchCell`]) and moves bytes by them.
 //!
 //! # Embedding the engine
 //!
@@ -58,11 +56,10 @@
 
 #![warn(missing_docs)]
 
-pub mod cells;
-pub mod limiter;
 mod plane;
 pub mod protocol;
-pub mod usage;
 
+pub use plane::services::snapshot_cell::{SnapshotCache, SnapshotCell, Touched};
+pub use plane::services::watch_cell::{WatchCache, WatchCell};
 pub use plane::{front::dns, lock_census, run};
 pub use protocol::{chunked, http_head, responses, socks5, tls_peek};

@@ -2,11 +2,10 @@
 //! here with hickory-proto, the real filter, and clients on distinct
 //! 127.0.0.x source addresses (registered and not).
 
-use crackbox_engine::cells::SnapshotCell;
 use crackbox_engine::dns::{self, Answers, DenialHook, DnsDenial, SteerTo};
-use crackbox_engine::usage::attached::Snapshot;
+use crackbox_engine::SnapshotCell;
 use crackbox_policy::reason::Reason;
-use crackbox_policy::RegistrationSpec;
+use crackbox_policy::{RegistrationSpec, Snapshot};
 use hickory_proto::op::{Edns, Message, MessageType, Query, ResponseCode};
 use hickory_proto::rr::rdata::{A, AAAA};
 use hickory_proto::rr::{Name, RData, Record, RecordType};

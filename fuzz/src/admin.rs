@@ -2,7 +2,7 @@
 //! the policy crate's strict JSON decoder (the very function the API calls),
 //! which validates every field as it decodes.
 
-use crackbox_wire::admin_body::{decode, UnregisterBody};
+use crackbox_wire::admin::{decode, UnregisterBody};
 use crackbox_policy::RegistrationSpec;
 use std::net::IpAddr;
 

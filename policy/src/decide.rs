@@ -30,6 +30,7 @@ use super::mode::Mode;
 use super::reason::{Layer, Reason};
 use super::snapshot::{Registered, Snapshot};
 use super::source::canonical_ip;
+use super::usage::Account;
 use super::watch::Watch;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -45,20 +46,20 @@ pub enum Port {
 }
 
 /// What the policy says about one destination for one source.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Decision<A = ()> {
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
     /// Decided now: allowed or denied.
-    Made(Verdict<A>),
+    Made(Verdict),
     /// Unregistered, but inside a subnet the Docker label watcher answers
     /// for: its registration may be in flight, so a new connection or query
     /// may wait for it (the registration hold) and be decided again then.
     AwaitRegistration,
 }
 
-impl<A> Decision<A> {
+impl Decision {
     /// The verdict once no more waiting is possible: a source still
     /// awaiting its registration is denied as `unregistered`.
-    pub fn settled(self) -> Verdict<A> {
+    pub fn settled(self) -> Verdict {
         match self {
             Decision::Made(verdict) => verdict,
             Decision::AwaitRegistration => Verdict::Deny {
@@ -73,8 +74,8 @@ impl<A> Decision<A> {
 
 /// Allowed, denied, or let through in report mode: a variant of its own, so
 /// no front end can mistake a would-be denial for a plain allow or deny.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Verdict<A = ()> {
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
     /// Allowed; how it matched decides what the destination guard accepts.
     Allow {
         /// Name or IP-literal match.
@@ -86,7 +87,7 @@ pub enum Verdict<A = ()> {
         id: Arc<str>,
         /// The registration's usage account and cap, which the connection
         /// counts to and is held to.
-        account: Arc<A>,
+        account: Arc<Account>,
     },
     /// Denied.
     Deny {
@@ -100,7 +101,7 @@ pub enum Verdict<A = ()> {
         id: Option<Arc<str>>,
         /// The registration's usage account, which counts the denial;
         /// `None` for a source with no registration.
-        account: Option<Arc<A>>,
+        account: Option<Arc<Account>>,
     },
     /// Not on the allowlist of a registration in report mode: let through
     /// and recorded as a would-be denial (`"enforced": false`). A front end
@@ -114,7 +115,7 @@ pub enum Verdict<A = ()> {
         id: Arc<str>,
         /// The registration's usage account, which counts the connection
         /// and the would-be denial.
-        account: Arc<A>,
+        account: Arc<Account>,
     },
     /// Not on the allowlist of a registration in ask mode: held until
     /// someone decides (allowed once or always, or denied) or the ask
@@ -125,13 +126,13 @@ pub enum Verdict<A = ()> {
         /// The source's registration id.
         id: Arc<str>,
         /// The registration's usage account.
-        account: Arc<A>,
+        account: Arc<Account>,
     },
 }
 
-impl<A> Verdict<A> {
+impl Verdict {
     /// The same verdict, borrowing what it names.
-    pub fn as_ref(&self) -> VerdictRef<'_, A> {
+    pub fn as_ref(&self) -> VerdictRef<'_> {
         match self {
             Verdict::Allow {
                 matched,
@@ -177,10 +178,10 @@ impl<A> Verdict<A> {
 /// Where a source stands, before any destination is looked at: the first
 /// half of [`decide`], on its own for what is decided per source (the
 /// registration hold, which starts before any host is known).
-#[derive(Debug, PartialEq, Eq)]
-pub enum Standing<'a, A = ()> {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Standing<'a> {
     /// The source has this registration.
-    Registered(&'a Registered<A>),
+    Registered(&'a Registered),
     /// A Docker container the label watcher refused for invalid labels,
     /// with its id.
     InvalidLabel(&'a Arc<str>),
@@ -191,7 +192,7 @@ pub enum Standing<'a, A = ()> {
 }
 
 /// Where `source` stands in `snapshot` and the watcher's `watch`.
-pub fn standing<'a, A>(snapshot: &'a Snapshot<A>, watch: &'a Watch, source: IpAddr) -> Standing<'a, A> {
+pub fn standing<'a>(snapshot: &'a Snapshot, watch: &'a Watch, source: IpAddr) -> Standing<'a> {
     let source = canonical_ip(source);
     if let Some(registration) = snapshot.lookup(source) {
         return Standing::Registered(registration);
@@ -206,7 +207,7 @@ pub fn standing<'a, A>(snapshot: &'a Snapshot<A>, watch: &'a Watch, source: IpAd
 }
 
 /// Decides whether `source` may reach `host` on `port`.
-pub fn decide<A>(snapshot: &Snapshot<A>, watch: &Watch, source: IpAddr, host: &str, port: Port) -> Decision<A> {
+pub fn decide(snapshot: &Snapshot, watch: &Watch, source: IpAddr, host: &str, port: Port) -> Decision {
     decide_ref(snapshot, watch, source, host, port).to_owned()
 }
 
@@ -214,17 +215,17 @@ pub fn decide<A>(snapshot: &Snapshot<A>, watch: &Watch, source: IpAddr, host: &s
 /// was decided on: deciding clones nothing, so a data plane deciding on
 /// many threads at once never touches the reference counts of a
 /// registration's id and account, which every thread shares.
-#[derive(Debug, PartialEq, Eq)]
-pub enum DecisionRef<'a, A = ()> {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecisionRef<'a> {
     /// Decided now.
-    Made(VerdictRef<'a, A>),
+    Made(VerdictRef<'a>),
     /// See [`Decision::AwaitRegistration`].
     AwaitRegistration,
 }
 
 /// [`Verdict`] borrowing the registration's id and account.
-#[derive(Debug, PartialEq, Eq)]
-pub enum VerdictRef<'a, A = ()> {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VerdictRef<'a> {
     /// See [`Verdict::Allow`].
     Allow {
         /// Name or IP-literal match.
@@ -234,7 +235,7 @@ pub enum VerdictRef<'a, A = ()> {
         /// The source's registration id.
         id: &'a Arc<str>,
         /// The registration's usage account and cap.
-        account: &'a Arc<A>,
+        account: &'a Arc<Account>,
     },
     /// See [`Verdict::Deny`].
     Deny {
@@ -245,7 +246,7 @@ pub enum VerdictRef<'a, A = ()> {
         /// The registration id, or the container of an `invalid-label` source.
         id: Option<&'a Arc<str>>,
         /// The registration's usage account.
-        account: Option<&'a Arc<A>>,
+        account: Option<&'a Arc<Account>>,
     },
     /// See [`Verdict::Report`].
     Report {
@@ -254,20 +255,20 @@ pub enum VerdictRef<'a, A = ()> {
         /// The source's registration id.
         id: &'a Arc<str>,
         /// The registration's usage account.
-        account: &'a Arc<A>,
+        account: &'a Arc<Account>,
     },
     /// See [`Verdict::Ask`].
     Ask {
         /// The source's registration id.
         id: &'a Arc<str>,
         /// The registration's usage account.
-        account: &'a Arc<A>,
+        account: &'a Arc<Account>,
     },
 }
 
-impl<'a, A> DecisionRef<'a, A> {
+impl<'a> DecisionRef<'a> {
     /// As [`Decision::settled`].
-    pub fn settled(self) -> VerdictRef<'a, A> {
+    pub fn settled(self) -> VerdictRef<'a> {
         match self {
             DecisionRef::Made(verdict) => verdict,
             DecisionRef::AwaitRegistration => VerdictRef::Deny {
@@ -280,7 +281,7 @@ impl<'a, A> DecisionRef<'a, A> {
     }
 
     /// The same decision owning what it names.
-    pub fn to_owned(self) -> Decision<A> {
+    pub fn to_owned(self) -> Decision {
         match self {
             DecisionRef::Made(verdict) => Decision::Made(verdict.to_owned()),
             DecisionRef::AwaitRegistration => Decision::AwaitRegistration,
@@ -288,9 +289,9 @@ impl<'a, A> DecisionRef<'a, A> {
     }
 }
 
-impl<A> VerdictRef<'_, A> {
+impl VerdictRef<'_> {
     /// The same verdict owning what it names.
-    pub fn to_owned(self) -> Verdict<A> {
+    pub fn to_owned(self) -> Verdict {
         match self {
             VerdictRef::Allow {
                 matched,
@@ -328,14 +329,14 @@ impl<A> VerdictRef<'_, A> {
 }
 
 /// [`decide`] without cloning: the verdict borrows from `snapshot` and `watch`.
-pub fn decide_ref<'a, A>(
-    snapshot: &'a Snapshot<A>,
+pub fn decide_ref<'a>(
+    snapshot: &'a Snapshot,
     watch: &'a Watch,
     source: IpAddr,
     host: &str,
     port: Port,
-) -> DecisionRef<'a, A> {
-    let deny = |reason, layer, id: Option<&'a Arc<str>>, account: Option<&'a Arc<A>>| {
+) -> DecisionRef<'a> {
+    let deny = |reason, layer, id: Option<&'a Arc<str>>, account: Option<&'a Arc<Account>>| {
         DecisionRef::Made(VerdictRef::Deny {
             reason,
             layer,
@@ -368,7 +369,7 @@ pub fn decide_ref<'a, A>(
 }
 
 /// A host no entry covers, for a registration in `mode`.
-fn unlisted<'a, A>(registration: &'a Registered<A>, mode: Mode, host: &str) -> DecisionRef<'a, A> {
+fn unlisted<'a>(registration: &'a Registered, mode: Mode, host: &str) -> DecisionRef<'a> {
     let (id, account) = (registration.id.shared(), &registration.account);
     match mode {
         // Report mode lets through what could be reached: never a host that
@@ -387,48 +388,6 @@ fn unlisted<'a, A>(registration: &'a Registered<A>, mode: Mode, host: &str) -> D
         }),
     }
 }
-
-// Clone and Copy by hand: derived, they would ask the same of the
-// attachment, which the verdicts hold behind an `Arc` or a reference.
-
-impl<A> Clone for Decision<A> {
-    fn clone(&self) -> Self {
-        match self {
-            Decision::Made(verdict) => Decision::Made(verdict.clone()),
-            Decision::AwaitRegistration => Decision::AwaitRegistration,
-        }
-    }
-}
-
-impl<A> Clone for Verdict<A> {
-    fn clone(&self) -> Self {
-        self.as_ref().to_owned()
-    }
-}
-
-impl<A> Clone for Standing<'_, A> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<A> Copy for Standing<'_, A> {}
-
-impl<A> Clone for DecisionRef<'_, A> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<A> Copy for DecisionRef<'_, A> {}
-
-impl<A> Clone for VerdictRef<'_, A> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<A> Copy for VerdictRef<'_, A> {}
 
 #[cfg(test)]
 mod tests;

@@ -6,9 +6,9 @@
 //! a map and nothing else (an array, string or `null` is "invalid type: ...,
 //! expected a JSON object"), while keeping the derived field handling:
 //! unknown and duplicate fields, and the paths `serde_path_to_error` reports.
+//! [`decode`] reads a whole body so, with an error that names the field.
 
 use serde::de::value::MapAccessDeserializer;
-use serde::de::DeserializeOwned;
 use serde::de::{Deserializer, MapAccess, Visitor};
 use std::fmt;
 use std::marker::PhantomData;
@@ -77,7 +77,7 @@ macro_rules! object_only {
 pub struct BodyError(pub String);
 
 /// Decodes a whole body as `T`.
-pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, BodyError> {
+pub fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, BodyError> {
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
     let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|err| {
         let path = err.path().to_string();

@@ -1,23 +1,20 @@
-//! crackbox-policy: the model every crackbox crate shares, and nothing else.
+//! crackbox-policy: the model every crackbox crate shares.
 //!
-//! Who may reach what: allowlist entries, `match_host`, the allowlist
-//! presets and files, a registration's mode (enforced, reported or asked),
-//! the named policies registrations share, source keys, the immutable
-//! snapshot of every registration and policy in force at one generation
-//! (`Snapshot`, each registration with an [`Attachment`] its user chooses),
-//! the watch list the label watcher sends, the one decision every front end
-//! asks (`decide`) and its form for a connection held in ask mode (`held`,
-//! with the words of ask mode: answers and settlements), the destination
-//! guard, the one vocabulary of denial reasons and deciding layers,
-//! bandwidth caps as values and the periods of grants.
+//! Who may reach what: allowlist entries, `match_host`, the allowlist presets and files, a
+//! registration's mode (enforced, reported or asked), the named policies registrations share,
+//! source keys and snapshots, the one decision every front end asks (`decide`) and its form
+//! for a connection held in ask mode (`held`), the destination guard and the one vocabulary
+//! of denial reasons and deciding layers; and what each registration may use and has used:
+//! its bandwidth cap, the token buckets that hold it there, and its usage counters (which each
+//! registration of a snapshot carries, so a decision hands them to the connection it lets
+//! through).
 //!
-//! Pure: no I/O (no file, socket or clock), no runtime and no runtime state (no cell, lock
-//! or counter: the engine's `crackbox_engine::cells` hold the snapshot in
-//! force, its `usage::Account` the counters and the cap's token buckets).
-//! Every data plane, the DNS filter, the control plane's validation, the
-//! benches and the fuzz targets use these functions, so there is exactly
-//! one definition of "allowed". The documents built from these values that
-//! cross a process boundary are `crackbox-wire`'s.
+//! Pure code: no runtime, no I/O (no file, no socket), no cell swapped at run time (the
+//! engine's snapshot and watch cells are the engine's). Every data plane, the DNS filter, the
+//! control plane's validation, the benches and the fuzz targets use these functions, so there
+//! is exactly one definition of "allowed". The documents that carry this model across a
+//! process boundary (the control <-> engine protocol, the admin API bodies, the engine's
+//! settings) are `crackbox-wire`'s.
 //!
 //! ```
 //! use crackbox_policy::{match_host, Allowlist};
@@ -32,7 +29,7 @@
 
 mod allow_file;
 mod allowlist;
-pub mod attachment;
+pub mod ask;
 mod bandwidth;
 pub mod decide;
 mod direction;
@@ -43,6 +40,7 @@ pub mod guard;
 pub mod held;
 mod host;
 pub mod json_object;
+pub mod limiter;
 mod mode;
 mod named;
 mod period;
@@ -52,13 +50,13 @@ pub mod reason;
 mod registration;
 mod snapshot;
 mod source;
+pub mod usage;
 pub mod watch;
 
 pub use allow_file::{parse_allow_file, AllowFileError};
 pub use allowlist::{
     entries_from_config, entry_texts, lookup_all, match_host, Allowlist, ListError, Lookup, MatchedBy,
 };
-pub use attachment::Attachment;
 pub use bandwidth::{Bandwidth, BandwidthError, MIN_BANDWIDTH};
 pub use decide::{decide, decide_ref, Decision, DecisionRef, Port, Verdict, VerdictRef};
 pub use direction::Direction;

@@ -7,8 +7,7 @@
 //! the data planes hold it briefly for its registration instead of denying
 //! it at once (no first-request race); a source listed as invalid is denied
 //! at once as `invalid-label`. Pure and immutable: control sends a whole new
-//! list on every change and the engine swaps it in (the engine's cell
-//! holding the list in force is `crackbox_engine::cells::WatchCell`).
+//! list on every change and the engine swaps it in (its `WatchCell`).
 
 use super::source::{canonical_ip, parse_source_ip};
 use rustc_hash::FxHashMap;

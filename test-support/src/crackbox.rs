@@ -7,10 +7,11 @@ use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
 /// The `crackbox` executable under test: nextest's `NEXTEST_BIN_EXE_crackbox`,
-/// else `CARGO_BIN_EXE_crackbox`, else `crackbox` in the directory above the
-/// test executable's (cargo builds tests into `target/<profile>/deps`).
+/// else `CARGO_BIN_EXE_crackbox`, else `CRACKBOX_BIN` (what the benches are
+/// given), else `crackbox` in the directory above the test executable's
+/// (cargo builds tests into `target/<profile>/deps`).
 pub fn binary() -> PathBuf {
-    for name in ["NEXTEST_BIN_EXE_crackbox", "CARGO_BIN_EXE_crackbox"] {
+    for name in ["NEXTEST_BIN_EXE_crackbox", "CARGO_BIN_EXE_crackbox", "CRACKBOX_BIN"] {
         if let Some(path) = std::env::var_os(name) {
             return PathBuf::from(path);
         }

@@ -1,26 +1,19 @@
-//! crackbox-wire: the documents that cross a process boundary.
+//! crackbox-wire: the documents that cross a process boundary, each value
+//! parsed into its type where it enters and carried as that type.
 //!
-//! Each is parsed once where it enters and travels as its type, built from
-//! the model's values (`crackbox-policy`):
+//! - [`link`]: the control <-> engine protocol over the engine's Unix socket;
+//! - [`admin`]: the admin API's request and answer bodies (the daemon, its
+//!   client crate and the fuzz targets share exactly these definitions);
+//! - [`engine_config`]: the engine's resolved settings, which `crackbox proxy
+//!   serve` hands to its engine child, and [`startup`]: the listeners the
+//!   engine binds and how a start fails.
 //!
-//! - [`link`]: the control <-> engine protocol on the control socket
-//!   (frames, the snapshot and its deltas, the questions and replies, ask
-//!   mode's events);
-//! - [`admin_body`] and [`ask`]: the admin API's request and answer bodies,
-//!   with their strict JSON decoding, and ask mode's events and answers;
-//! - [`engine_config`]: the engine's resolved settings, the document a
-//!   supervised engine reads from its stdin (`crackbox_config::handoff`),
-//!   and [`startup`]: the engine's start-up failures and the port probe that
-//!   finds them before anything starts.
-//!
-//! No runtime dependency: the link's frames are read and written through
-//! `std::io`, so the tokio control plane, the monoio engine, the benches and
-//! the fuzz targets share exactly these definitions.
+//! The model these documents carry (registrations, allowlists, policies,
+//! reasons) is `crackbox-policy`'s; nothing here decides anything.
 
 #![warn(missing_docs)]
 
-pub mod admin_body;
-pub mod ask;
+pub mod admin;
 pub mod engine_config;
 pub mod link;
 pub mod startup;

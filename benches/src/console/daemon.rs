@@ -1,6 +1,12 @@
 //! One `crackbox proxy serve` on free loopback ports for the console's
 //! benchmark and screenshots: held requests, registrations in bulk, and
 //! the admin API spoken by hand. Stopped (SIGTERM, then SIGKILL) on drop.
+//!
+//! An ask-mode request's name is resolved before it is asked about (the
+//! destination guard first, docs/ask.md), and the benchmark's names are
+//! made up: as root the daemon runs in a mount namespace of its own whose
+//! /etc/resolv.conf names a loopback address nothing listens on, so every
+//! lookup fails at once and none leaves the machine.
 
 use crackbox_test_support::{connect_from, free_addr, http, isolated, wait_until, Spawned};
 use serde_json::{json, Value};
@@ -13,10 +19,36 @@ use std::time::Duration;
 /// A running daemon.
 pub struct Daemon {
     process: Spawned,
+    /// The resolv.conf of the daemon's mount namespace, kept while it runs.
+    _resolv_conf: Option<tempfile::TempDir>,
     /// The forward proxy.
     pub proxy: SocketAddr,
     /// The admin API.
     pub admin: SocketAddr,
+}
+
+/// A loopback address nothing listens on: the daemon's resolver.
+const NO_RESOLVER: &str = "127.53.0.1";
+
+/// `command` run, as root, in a mount namespace of its own where
+/// /etc/resolv.conf names [`NO_RESOLVER`] (and the file that holds it);
+/// as another user, `command` as it is.
+fn with_no_resolver(command: Command) -> anyhow::Result<(Command, Option<tempfile::TempDir>)> {
+    if !crackbox_test_support::is_root() {
+        return Ok((command, None));
+    }
+    let dir = tempfile::tempdir_in(crackbox_test_support::scratch())?;
+    let resolv_conf = dir.path().join("resolv.conf");
+    std::fs::write(&resolv_conf, format!("nameserver {NO_RESOLVER}\n"))?;
+    let mut wrapped = Command::new("unshare");
+    wrapped
+        .args(["--mount", "--propagation", "private", "--", "sh", "-c"])
+        .arg(r#"mount --bind "$0" /etc/resolv.conf && shift && exec "$@""#)
+        .arg(&resolv_conf)
+        .arg("-")
+        .arg(command.get_program())
+        .args(command.get_args());
+    Ok((wrapped, Some(dir)))
 }
 
 impl Daemon {
@@ -38,9 +70,11 @@ impl Daemon {
             .args(["--listen", &proxy.to_string(), "--admin", &admin.to_string()])
             .args(["--threads", &threads.to_string()])
             .args(extra);
+        let (mut command, resolv_conf) = with_no_resolver(command)?;
         isolated(&mut command).stdout(Stdio::null()).stderr(Stdio::null());
         let daemon = Daemon {
             process: Spawned::start(&mut command),
+            _resolv_conf: resolv_conf,
             proxy,
             admin,
         };

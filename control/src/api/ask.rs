@@ -17,19 +17,20 @@ use super::policies::{applied, fleet_failed};
 use super::routes::{authorise, enforced, not_applied};
 use super::ENFORCE_TIMEOUT;
 use super::{ApiError, AppState, ENGINE_REQUEST_TIMEOUT};
+use crate::fleet::FleetRequest;
 use crate::grants;
 use crate::registry::Change;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::Query;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::Json;
-use crackbox_policy::grant::Period;
+use crackbox_policy::ask::{always_entry, Answer, DecideBody, DecidedRequest, PendingAnswer, PendingId, Settlement};
+use crackbox_policy::grant::{DecideAnswer, Grant, Period};
 use crackbox_policy::reason::Layer;
 use crackbox_policy::PolicyName;
-use crackbox_wire::ask::{always_entry, Answer, DecideBody, DecidedRequest, PendingAnswer, PendingId, Settlement};
-use crackbox_wire::ask::{DecideAnswer, Grant};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// Query of `GET /v1/pending` and `POST /v1/pending/{id}`.
 #[derive(Debug, Default, Deserialize)]
@@ -43,22 +44,30 @@ pub struct FleetQuery {
     node: Option<String>,
 }
 
+/// `GET /v1/pending?fleet=true`: every node's requests, each with its
+/// `node` and the policies its sandbox names.
+#[derive(Debug, Serialize)]
+pub struct FleetPendingAnswer {
+    /// The requests, oldest first.
+    pub pending: Vec<FleetRequest>,
+}
+
 /// `GET /v1/pending[?fleet=true]` -> `{"pending": [...]}`.
 pub async fn pending(
     State(state): State<AppState>,
     query: Result<Query<FleetQuery>, QueryRejection>,
-) -> Result<Json<PendingAnswer>, ApiError> {
+) -> Result<Response, ApiError> {
     let Query(query) = query.map_err(|err| ApiError::bad_request(format!("query: {}", err.body_text())))?;
     if !query.fleet {
         let pending = state.link.pending(ENGINE_REQUEST_TIMEOUT).await?;
-        return Ok(Json(PendingAnswer { pending }));
+        return Ok(Json(PendingAnswer { pending }).into_response());
     }
     let fleet = state
         .fleet
         .as_ref()
         .ok_or_else(|| ApiError::bad_request("fleet: this daemon is no fleet node (no --fleet-etcd)"))?;
     let pending = fleet.inbox().await.map_err(fleet_failed)?;
-    Ok(Json(PendingAnswer { pending }))
+    Ok(Json(FleetPendingAnswer { pending }).into_response())
 }
 
 /// `POST /v1/pending/{id}[?node=NODE] {"decision": "once" | "always" | "deny"}`

@@ -13,7 +13,7 @@ use axum::http::StatusCode;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde::de::DeserializeOwned;
 
-pub use crackbox_wire::admin_body::{BatchBody, ReplaceBody, UnregisterBody};
+pub use crackbox_wire::admin::{BatchBody, ReplaceBody, UnregisterBody};
 
 /// A whole request body of at most `LIMIT` bytes; over it the rejection is
 /// a 413. Each route picks its limit (batch routes take a larger one).
@@ -49,5 +49,5 @@ pub fn parse<T: DeserializeOwned, const LIMIT: usize>(
     body: Result<LimitedBody<LIMIT>, ApiError>,
 ) -> Result<T, ApiError> {
     let LimitedBody(bytes) = body?;
-    crackbox_wire::admin_body::decode(&bytes).map_err(|err| ApiError::bad_request(err.0))
+    crackbox_wire::admin::decode(&bytes).map_err(|err| ApiError::bad_request(err.0))
 }

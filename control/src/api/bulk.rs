@@ -13,7 +13,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::Json;
 use crackbox_policy::RegistrationSpec;
-use crackbox_wire::admin_body::BulkAnswer;
+use crackbox_wire::admin::BulkAnswer;
 use std::collections::HashMap;
 use std::net::IpAddr;
 

@@ -29,6 +29,7 @@ const FILES: &[File] = &[
     script("denials.js", include_str!("../../console/denials.js")),
     script("dom.js", include_str!("../../console/dom.js")),
     script("feed.js", include_str!("../../console/feed.js")),
+    script("fleet.js", include_str!("../../console/fleet.js")),
     script("header.js", include_str!("../../console/header.js")),
     script("inbox.js", include_str!("../../console/inbox.js")),
     script("sandbox.js", include_str!("../../console/sandbox.js")),

@@ -3,7 +3,7 @@
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use crackbox_wire::admin_body::ErrorAnswer;
+use crackbox_wire::admin::ErrorAnswer;
 
 /// An error answer: a status and a one-line message.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -95,6 +95,9 @@ impl AppState {
 
     /// The same keeping the policies in the fleet's etcd.
     pub fn with_fleet(mut self, fleet: Option<crate::fleet::Fleet>) -> Self {
+        if let Some(fleet) = &fleet {
+            self.status.set_node(fleet.node());
+        }
         self.fleet = fleet;
         self
     }

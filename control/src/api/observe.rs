@@ -8,7 +8,7 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use crackbox_policy::parse_source_ip;
-use crackbox_wire::admin_body::{Health, HealthAnswer};
+use crackbox_wire::admin::{Health, HealthAnswer};
 use crackbox_wire::link::{Denial, SourceUsage, StatsReport, UsageQuery};
 use serde::Deserialize;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};

@@ -21,7 +21,7 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use crackbox_policy::{PolicyName, PolicySpec};
-use crackbox_wire::admin_body::{PoliciesAnswer, PolicyBody, PolicyRemoved};
+use crackbox_wire::admin::{PoliciesAnswer, PolicyBody, PolicyRemoved};
 
 /// `GET /v1/policies` -> `{"policies": [...]}`, sorted by name.
 pub async fn list(State(state): State<AppState>) -> Json<PoliciesAnswer> {

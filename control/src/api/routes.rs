@@ -8,7 +8,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use crackbox_policy::{Generation, RegistrationSpec};
-use crackbox_wire::admin_body::UnregisterAnswer;
+use crackbox_wire::admin::UnregisterAnswer;
 
 /// `POST /v1/register {"ip","id","allowlist"}` -> the stored (normalised) entry.
 pub async fn register(

@@ -6,13 +6,18 @@
 //! (then removing the answer). A node that dies stops renewing its lease,
 //! and etcd removes its pending requests within the lease's time to live.
 //! A lost connection starts over: a new lease, every pending request
-//! published again, the answers left meanwhile taken.
+//! published again, the answers left meanwhile taken. Each published
+//! request carries the policies its sandbox names, so that any node's
+//! console can offer `always` for one of them (docs/console.md).
 
 use super::connect::connect;
 use super::Shared;
 use crate::publisher::EngineLink;
-use crackbox_wire::ask::{DecideBody, Event, PendingId, PendingRequest};
+use crate::registry::Registry;
+use crackbox_policy::ask::{DecideBody, Event, PendingId, PendingRequest};
+use crackbox_policy::PolicyName;
 use etcd_client::{Client, EventType, GetOptions, PutOptions, WatchOptions};
+use serde::{Deserialize, Serialize};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -24,21 +29,33 @@ use tokio::sync::broadcast::error::RecvError;
 pub type Answerer =
     Arc<dyn Fn(PendingId, DecideBody) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> + Send + Sync>;
 
+/// A request in the fleet's inbox: the `GET /v1/pending` object (with its
+/// `node` when listed) and the policies its sandbox names (left out when none).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FleetRequest {
+    /// The request.
+    #[serde(flatten)]
+    pub request: PendingRequest,
+    /// The named policies of the sandbox holding it, on its node.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub policies: Vec<PolicyName>,
+}
+
 const BACKOFF: Duration = Duration::from_millis(500);
 /// How long listing the engine's pending requests may take.
 const LIST_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Keeps this node's part of the inbox, forever.
-pub(super) async fn run(shared: Arc<Shared>, link: Arc<EngineLink>, answer: Answerer) {
+pub(super) async fn run(shared: Arc<Shared>, link: Arc<EngineLink>, registry: Arc<Registry>, answer: Answerer) {
     loop {
-        if let Err(err) = session(&shared, &link, &answer).await {
+        if let Err(err) = session(&shared, &link, &registry, &answer).await {
             tracing::debug!(error = %err, "fleet: inbox session ended; starting over");
         }
         tokio::time::sleep(BACKOFF).await;
     }
 }
 
-async fn session(shared: &Shared, link: &EngineLink, answer: &Answerer) -> Result<(), String> {
+async fn session(shared: &Shared, link: &EngineLink, registry: &Registry, answer: &Answerer) -> Result<(), String> {
     let mut client = connect(&shared.settings).await.map_err(|err| err.to_string())?;
     let ttl = shared.settings.lease_ttl.as_secs() as i64;
     let lease = client.lease_grant(ttl, None).await.map_err(|err| err.to_string())?.id();
@@ -46,7 +63,7 @@ async fn session(shared: &Shared, link: &EngineLink, answer: &Answerer) -> Resul
     let node = shared.settings.node.clone();
     let mut events = link.asks().subscribe();
     for request in link.pending(LIST_TIMEOUT).await.unwrap_or_default() {
-        publish(&mut client, shared, lease, &request).await?;
+        publish(&mut client, shared, registry, lease, &request).await?;
     }
     let decisions = shared.keys.decisions(&node);
     let left = client
@@ -73,7 +90,7 @@ async fn session(shared: &Shared, link: &EngineLink, answer: &Answerer) -> Resul
                 }
             }
             event = events.recv() => match event {
-                Ok(Event::Pending(request)) => publish(&mut client, shared, lease, &request).await?,
+                Ok(Event::Pending(request)) => publish(&mut client, shared, registry, lease, &request).await?,
                 Ok(Event::Decided(decided)) => {
                     let key = shared.keys.pending_request(&node, decided.request.id);
                     client.delete(key, None).await.map_err(|err| err.to_string())?;
@@ -96,10 +113,28 @@ async fn session(shared: &Shared, link: &EngineLink, answer: &Answerer) -> Resul
     }
 }
 
-/// Puts `request` in the inbox under `lease`.
-async fn publish(client: &mut Client, shared: &Shared, lease: i64, request: &PendingRequest) -> Result<(), String> {
+/// Puts `request` in the inbox under `lease`, with the policies its
+/// sandbox names in `registry`.
+async fn publish(
+    client: &mut Client,
+    shared: &Shared,
+    registry: &Registry,
+    lease: i64,
+    request: &PendingRequest,
+) -> Result<(), String> {
     let key = shared.keys.pending_request(&shared.settings.node, request.id);
-    let value = serde_json::to_vec(request).map_err(|err| err.to_string())?;
+    let policies = registry
+        .current()
+        .entries
+        .get(&request.ip)
+        .filter(|spec| spec.id.as_str() == request.sandbox)
+        .map(|spec| spec.policies.clone())
+        .unwrap_or_default();
+    let held = FleetRequest {
+        request: request.clone(),
+        policies,
+    };
+    let value = serde_json::to_vec(&held).map_err(|err| err.to_string())?;
     client
         .put(key, value, Some(PutOptions::new().with_lease(lease)))
         .await
@@ -113,7 +148,7 @@ async fn take_decision(client: &mut Client, shared: &Shared, answer: &Answerer, 
     let Some(id) = shared.keys.decision_of(&shared.settings.node, key) else {
         return;
     };
-    match crackbox_wire::admin_body::decode::<DecideBody>(value) {
+    match crackbox_wire::admin::decode::<DecideBody>(value) {
         Ok(body) => match answer(id, body).await {
             Ok(()) => tracing::info!(id, "fleet: answered a request from another node's decision"),
             Err(err) => tracing::warn!(id, error = %err, "fleet: a decision from another node could not be applied"),

@@ -20,15 +20,15 @@ mod sync;
 mod value;
 mod writes;
 
-pub use inbox::Answerer;
+pub use inbox::{Answerer, FleetRequest};
 pub use status::{millis, Status};
 pub use writes::WriteError;
 
 use crate::registry::Registry;
 use crackbox_config::Fleet as Settings;
+use crackbox_policy::ask::{DecideBody, PendingId, PendingRequest};
 use crackbox_policy::{Generation, PolicySpec};
-use crackbox_wire::admin_body::FleetHealth;
-use crackbox_wire::ask::{DecideBody, PendingId, PendingRequest};
+use crackbox_wire::admin::FleetHealth;
 use etcd_client::{Client, GetOptions};
 use keys::Keys;
 use std::sync::{Arc, Mutex};
@@ -163,13 +163,15 @@ impl Fleet {
     }
 
     /// Starts publishing this node's pending asks and taking the answers
-    /// other nodes leave for it (answered with `answer`).
-    pub fn start_inbox(&self, link: Arc<crate::publisher::EngineLink>, answer: Answerer) {
-        tokio::spawn(inbox::run(Arc::clone(&self.0), link, answer));
+    /// other nodes leave for it (answered with `answer`), each with the
+    /// policies its sandbox names in `registry`.
+    pub fn start_inbox(&self, link: Arc<crate::publisher::EngineLink>, registry: Arc<Registry>, answer: Answerer) {
+        tokio::spawn(inbox::run(Arc::clone(&self.0), link, registry, answer));
     }
 
-    /// Every node's pending requests, each with its `node`, oldest first.
-    pub async fn inbox(&self) -> Result<Vec<PendingRequest>, WriteError> {
+    /// Every node's pending requests, each with its `node` and its
+    /// sandbox's policies, oldest first.
+    pub async fn inbox(&self) -> Result<Vec<FleetRequest>, WriteError> {
         let mut client = self
             .0
             .client
@@ -180,17 +182,17 @@ impl Fleet {
         let response = client
             .get(self.0.keys.pending(), Some(GetOptions::new().with_prefix()))
             .await?;
-        let mut pending: Vec<PendingRequest> = response
+        let mut pending: Vec<FleetRequest> = response
             .kvs()
             .iter()
             .filter_map(|kv| {
                 let (node, _) = self.0.keys.pending_of(kv.key())?;
-                let mut request: PendingRequest = serde_json::from_slice(kv.value()).ok()?;
-                request.node = Some(node);
-                Some(request)
+                let mut held: FleetRequest = serde_json::from_slice(kv.value()).ok()?;
+                held.request.node = Some(node);
+                Some(held)
             })
             .collect();
-        pending.sort_by_key(|request| request.since);
+        pending.sort_by_key(|held| held.request.since);
         Ok(pending)
     }
 

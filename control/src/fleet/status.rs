@@ -5,7 +5,7 @@
 //! is logged once as a warning (not once per retry) and its return once.
 
 use crackbox_policy::Generation;
-use crackbox_wire::admin_body::{FleetHealth, FleetState};
+use crackbox_wire::admin::{FleetHealth, FleetState};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::watch;
 

@@ -5,7 +5,7 @@
 //! is refused whole, and the node keeps the version it had. Pure.
 
 use crackbox_policy::{PolicyName, PolicySpec};
-use crackbox_wire::admin_body::{decode, PolicyBody};
+use crackbox_wire::admin::{decode, PolicyBody};
 
 /// The value stored for `policy`.
 pub fn encode(policy: &PolicySpec) -> Vec<u8> {

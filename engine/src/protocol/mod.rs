@@ -2,8 +2,8 @@
 //!
 //! Owns HTTP/1.x heads and chunked framing, the server name in a TLS
 //! ClientHello, the SOCKS5 handshake and the canned responses crackbox
-//! sends: the formats only the data plane reads and writes (the link
-//! protocol and the admin bodies are `crackbox-wire`'s). Benches and fuzz
+//! sends: the formats only the data plane reads and writes (the wire
+//! protocol and the admin bodies are `crackbox-policy`'s). Benches and fuzz
 //! targets run exactly this code.
 //!
 //! Never does I/O, never imports `plane` or an async runtime, never panics on

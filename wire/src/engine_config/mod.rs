@@ -32,9 +32,9 @@ pub struct EngineConfig {
     pub socks_listen: Option<SocketAddr>,
     /// DNS filter listener (UDP and TCP); `None` disables.
     pub dns_listen: Option<SocketAddr>,
-    /// Upstream resolver for the DNS filter; `None` reads /etc/resolv.conf
-    /// when the filter starts (`crackbox` itself always gives one, read at
-    /// resolution, unless the filter steers).
+    /// Upstream resolver for the DNS filter: required with `dns_listen`
+    /// unless the filter steers (the settings resolution of
+    /// `crackbox-config` fills it from /etc/resolv.conf when not given).
     pub dns_upstream: Option<SocketAddr>,
     /// Steered interception (docs/architecture.md, "Steered interception"): listeners on ports 80 and 443 of
     /// each address (at most one IPv4 and one IPv6), and the DNS filter

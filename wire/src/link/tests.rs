@@ -104,7 +104,7 @@ fn sample() -> Vec<Message> {
         Message::Settled {
             decided: DecidedRequest {
                 request: pending(),
-                decision: crate::ask::Settlement::Timeout,
+                decision: crackbox_policy::ask::Settlement::Timeout,
                 reason: Some(Reason::AskTimeout),
                 layer: Some(Layer::Timeout),
             },

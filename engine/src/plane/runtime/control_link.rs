@@ -17,14 +17,13 @@
 //! start and end.
 
 use super::usage_report;
-use crate::cells::SnapshotCell;
-use crate::cells::WatchCell;
 use crate::plane::services::admission::Admission;
 use crate::plane::services::ask::Asks;
+use crate::plane::services::snapshot_cell::SnapshotCell;
 use crate::plane::services::stats::Stats;
-use crate::usage::attached::Snapshot;
+use crate::plane::services::watch_cell::WatchCell;
 use crackbox_policy::watch::Watch;
-use crackbox_policy::{Generation, PolicyChange, PolicySpec, RegistrationSpec, SourceChange};
+use crackbox_policy::{Generation, PolicyChange, PolicySpec, RegistrationSpec, Snapshot, SourceChange};
 use crackbox_wire::link::{self, FeedReport, Message, Query, Reply, Role, WatchList, WireError, PROTOCOL};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};

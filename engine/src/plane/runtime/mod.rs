@@ -13,12 +13,12 @@ mod ready_accept;
 mod ring;
 mod usage_report;
 
-use crate::cells::SnapshotCell;
-use crate::cells::WatchCell;
 use crate::plane::services::admission::Admission;
 use crate::plane::services::local_addrs::LocalAddresses;
 use crate::plane::services::resolve::Resolver;
+use crate::plane::services::snapshot_cell::SnapshotCell;
 use crate::plane::services::stats::Stats;
+use crate::plane::services::watch_cell::WatchCell;
 use crate::plane::services::worker::{Shared, Worker};
 use crackbox_policy::guard::DestinationGuard;
 use crackbox_wire::engine_config::{EngineConfig, IoDriver};

@@ -13,8 +13,7 @@
 //! wait.
 
 use crate::plane::services::worker::Worker;
-use crate::usage::attached::Standing;
-use crackbox_policy::decide::standing;
+use crackbox_policy::decide::{standing, Standing};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 

@@ -54,6 +54,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// A mutex shared by every core thread: counted whenever one takes it.
+#[derive(Debug)]
 pub(crate) struct SharedLock<T> {
     name: &'static str,
     inner: Mutex<T>,
@@ -119,10 +120,6 @@ mod tests {
     /// allows or denies, and why (docs/architecture.md, "Locks and shared
     /// atomics", lists each lock).
     const OFF_THE_DATA_PATH: &[(&str, &str)] = &[
-        (
-            "cells.rs",
-            "the snapshot history: the control link per swap, each core thread's revocation check every 200 ms",
-        ),
         ("plane/front/dns/", "the DNS filter's own threads"),
         (
             "plane/runtime/control_link.rs",

@@ -112,7 +112,7 @@ fn serve(jobs: &Mutex<Receiver<Lookup>>) {
 /// Why a destination could not be reached; maps to a status code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum DialError {
-    /// The name did not resolve (502).
+    /// The name did not resolve, or the resolver did not answer in time (502).
     Dns,
     /// Every address was refused by the destination guard (403).
     Private,
@@ -146,8 +146,10 @@ async fn resolve_name(dialer: &Dialer<'_>, name: &str) -> Result<Rc<[IpAddr]>, D
             dialer.names.put(name, Rc::clone(&ips));
             Ok(ips)
         }
-        Ok(_) => Err(DialError::Dns),
-        Err(_) => Err(DialError::Timeout),
+        // A resolver that does not answer within the budget is a name that
+        // did not resolve (502, SOCKS 0x04), not a connection that timed
+        // out (docs/troubleshooting.md, "Other answers").
+        Ok(_) | Err(_) => Err(DialError::Dns),
     }
 }
 

@@ -13,19 +13,18 @@
 //! are closed at once, as are those idle past the pool's timeout or closed
 //! by their upstream. Single-threaded by design.
 
-use crate::cells::WatchCell;
-use crate::cells::{SnapshotCell, Touched};
 use crate::plane::services::admission::Gate;
 use crate::plane::services::conn::{Conn, Peeked};
 use crate::plane::services::sandboxes::Sandboxes;
+use crate::plane::services::snapshot_cell::{SnapshotCell, Touched};
 use crate::plane::services::stats::ThreadStats;
 use crate::plane::services::tunnel::{CloseSignal, Revocation};
 use crate::plane::services::upstream_pool::{still_allowed, UpstreamPool};
-use crate::usage::attached::{Snapshot, Verdict};
+use crate::plane::services::watch_cell::WatchCell;
 use crackbox_policy::canonical_ip;
 use crackbox_policy::reason::{Layer, Reason};
 use crackbox_policy::watch::Watch;
-use crackbox_policy::{decide, Port};
+use crackbox_policy::{decide, Port, Snapshot, Verdict};
 use rustc_hash::FxHashMap;
 use std::cell::RefCell;
 use std::net::IpAddr;

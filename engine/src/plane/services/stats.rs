@@ -103,7 +103,9 @@ fn add_count(table: &mut DecisionCounts, id: &Arc<str>, outcome: (Option<Reason>
 struct RecentDenial {
     /// Its number in its ledger, for reads to take each record once.
     seq: u64,
-    time_ms: u64,
+    /// When, in nanoseconds since the Unix epoch: fine enough to order
+    /// the denials of different threads when they are merged.
+    time_ns: u64,
     source: IpAddr,
     /// The id, then the host.
     text: String,
@@ -118,7 +120,7 @@ impl RecentDenial {
     fn to_wire(&self) -> Denial {
         let (id, host) = self.text.split_at(self.id_len);
         Denial {
-            time_ms: self.time_ms,
+            time_ms: self.time_ns / 1_000_000,
             ip: self.source.to_string(),
             id: id.to_owned(),
             host: host.to_owned(),
@@ -201,10 +203,10 @@ fn keep_half_free<K: Eq + Hash, V>(table: &mut FxHashMap<K, V>) {
     table.reserve(table.len());
 }
 
-fn now_ms() -> u64 {
+fn now_ns() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
+        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 impl Stats {
@@ -290,10 +292,15 @@ impl Stats {
     ) {
         let id = id.unwrap_or(&self.no_id);
         let host = truncated(host, MAX_HOST_RECORDED);
-        let time_ms = now_ms();
+        let time_ns = now_ns();
         let mut book = self.ledger(ledger).book.lock();
         add_count(&mut book.decisions, id, (Some(reason), enforced), 1);
-        if may_log(&mut book.log_budget, self.logs_per_ledger, source, time_ms / 1000) {
+        if may_log(
+            &mut book.log_budget,
+            self.logs_per_ledger,
+            source,
+            time_ns / 1_000_000_000,
+        ) {
             let remedy = reason.remedy();
             let host = host.escape_debug();
             if enforced {
@@ -314,7 +321,7 @@ impl Stats {
         book.next_seq += 1;
         book.denials.push_back(RecentDenial {
             seq,
-            time_ms,
+            time_ns,
             source,
             text,
             id_len: id.len(),
@@ -335,7 +342,7 @@ impl Stats {
     /// locked once, briefly.
     fn merge(&self, merged: &mut Merged) {
         merged.seen.resize(self.ledgers.len(), 0);
-        let mut fresh: Vec<Denial> = Vec::new();
+        let mut fresh: Vec<(u64, Denial)> = Vec::new();
         for (index, ledger) in self.ledgers.iter().enumerate() {
             let mut book = ledger.book.lock();
             for (id, counts) in book.decisions.drain() {
@@ -344,12 +351,17 @@ impl Stats {
                 }
             }
             let seen = merged.seen[index];
-            fresh.extend(book.denials.iter().filter(|d| d.seq >= seen).map(RecentDenial::to_wire));
+            fresh.extend(
+                book.denials
+                    .iter()
+                    .filter(|d| d.seq >= seen)
+                    .map(|d| (d.time_ns, d.to_wire())),
+            );
             merged.seen[index] = book.next_seq;
         }
-        fresh.sort_by_key(|denial| denial.time_ms);
+        fresh.sort_by_key(|(time_ns, _)| *time_ns);
         merged.recorded += fresh.len() as u64;
-        merged.denials.extend(fresh);
+        merged.denials.extend(fresh.into_iter().map(|(_, denial)| denial));
         let over = merged.denials.len().saturating_sub(DENIAL_RING);
         merged.denials.drain(..over);
     }

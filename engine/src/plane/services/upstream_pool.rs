@@ -17,11 +17,10 @@
 //! entry is dropping its connection. Which connection may be parked, and
 //! whether a parked one still works, is the caller's to say.
 
-use crate::cells::Touched;
 use crate::plane::services::sandboxes::Sandbox;
-use crate::usage::attached::{Snapshot, VerdictRef};
+use crate::plane::services::snapshot_cell::Touched;
 use crackbox_policy::watch::Watch;
-use crackbox_policy::{canonical_ip, decide_ref, Port};
+use crackbox_policy::{canonical_ip, decide_ref, Port, Snapshot, VerdictRef};
 use rustc_hash::FxHashMap;
 use std::cell::{Cell, RefCell};
 use std::net::{IpAddr, SocketAddr};

@@ -8,8 +8,6 @@
 //! this module, and `runtime`, which
 //! builds it, sits above it.
 
-use crate::cells::{SnapshotCache, SnapshotCell};
-use crate::cells::{WatchCache, WatchCell};
 use crate::plane::services::admission::{Admission, Gate};
 use crate::plane::services::ask::Asks;
 use crate::plane::services::conn::Conn;
@@ -19,13 +17,15 @@ use crate::plane::services::meter::Meter;
 use crate::plane::services::resolve::{Dialer, NameCache, Resolver};
 use crate::plane::services::revocation::LiveSet;
 use crate::plane::services::sandboxes::Sandboxes;
+use crate::plane::services::snapshot_cell::{SnapshotCache, SnapshotCell};
 use crate::plane::services::stats::{Stats, ThreadStats};
 use crate::plane::services::tunnel::{Plumbing, Pools};
 use crate::plane::services::upstream_pool::UpstreamPool;
-use crate::usage::attached::Snapshot;
-use crate::usage::Account;
+use crate::plane::services::watch_cell::{WatchCache, WatchCell};
 use crackbox_policy::guard::DestinationGuard;
+use crackbox_policy::usage::Account;
 use crackbox_policy::watch::Watch;
+use crackbox_policy::Snapshot;
 use crackbox_wire::engine_config::{EngineConfig, Limits};
 use std::cell::RefCell;
 use std::rc::Rc;

@@ -20,10 +20,9 @@
 //! query beyond that gets no answer (as a datagram dropped on a full queue)
 //! and its client asks again.
 
-use crate::cells::SnapshotCell;
-use crate::cells::WatchCell;
-use crate::usage::attached::Standing;
-use crackbox_policy::decide::standing;
+use crate::plane::services::snapshot_cell::SnapshotCell;
+use crate::plane::services::watch_cell::WatchCell;
+use crackbox_policy::decide::{standing, Standing};
 use std::io;
 use std::net::IpAddr;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};

@@ -25,9 +25,9 @@ mod upstream;
 
 pub use steer::SteerTo;
 
-use crate::cells::SnapshotCell;
-use crate::cells::WatchCell;
 use crate::plane::services::local_addrs::LocalAddresses;
+use crate::plane::services::snapshot_cell::SnapshotCell;
+use crate::plane::services::watch_cell::WatchCell;
 use crackbox_policy::canonical_ip;
 use crackbox_policy::reason::{Layer, Reason};
 use decide::{decide, error_reply, Action, Hold};
@@ -216,9 +216,8 @@ impl OwnAddresses {
 /// `stats` (port 53 in the denials ring) and holding queries of sources that
 /// `watched` says may be about to be registered for
 /// `config.registration_hold`. With `steer` addresses allowed names resolve
-/// to them; otherwise they are forwarded to `dns_upstream`, which the
-/// settings document must name (`crackbox-config` fills it from
-/// /etc/resolv.conf when none is given; the engine reads no file for it).
+/// to them; otherwise they are forwarded to `dns_upstream`, or without it to
+/// the first nameserver of /etc/resolv.conf.
 pub(crate) fn start(
     config: &crackbox_wire::engine_config::EngineConfig,
     registry: Arc<SnapshotCell>,
@@ -231,10 +230,11 @@ pub(crate) fn start(
     let answers = match config.dns_upstream {
         _ if !config.steer.is_empty() => Answers::Steered(SteerTo::from_addresses(&config.steer)),
         Some(upstream) => Answers::Upstream(upstream),
+        // crackbox-config fills it from /etc/resolv.conf when not given.
         None => {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                "the DNS filter has no upstream: its settings name neither dns_upstream nor steer addresses",
+                "the DNS filter needs an upstream resolver (dns_upstream) unless it steers",
             ))
         }
     };

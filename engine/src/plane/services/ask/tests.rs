@@ -1,7 +1,6 @@
 use super::*;
-use crate::usage::attached::Snapshot;
 use crackbox_policy::reason::Layer;
-use crackbox_policy::{Mode, RegistrationSpec};
+use crackbox_policy::{Mode, RegistrationSpec, Snapshot};
 use std::sync::mpsc::{channel, Receiver};
 use std::task::Waker;
 

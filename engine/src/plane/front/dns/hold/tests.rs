@@ -4,13 +4,12 @@
 //! bounded per source.
 
 use super::MAX_PER_SOURCE;
-use crate::cells::SnapshotCell;
-use crate::cells::WatchCell;
 use crate::plane::front::dns::{spawn_filter, Answers, DenialHook, DnsDenial, Policy, SteerTo};
-use crate::usage::attached::Snapshot;
+use crate::plane::services::snapshot_cell::SnapshotCell;
+use crate::plane::services::watch_cell::WatchCell;
 use crackbox_policy::reason::Reason;
 use crackbox_policy::watch::Watch;
-use crackbox_policy::RegistrationSpec;
+use crackbox_policy::{RegistrationSpec, Snapshot};
 use hickory_proto::op::{Message, Query, ResponseCode};
 use hickory_proto::rr::{Name, RecordType};
 use std::io::{Read, Write};

@@ -1,8 +1,5 @@
-//! What every decision of the engine reads, each in an atomically swapped
-//! cell: the [`Snapshot`] in force ([`SnapshotCell`], with which sources
-//! each recent swap touched) and the label watcher's list in force
-//! ([`WatchCell`]). The model's values (`crackbox-policy`) are immutable;
-//! these cells are the engine's runtime state that holds them.
+//! The engine's snapshot cell: one atomically swapped [`Snapshot`], and which
+//! sources each recent swap touched.
 //!
 //! Readers load the current snapshot once per decision and never hold it
 //! across an await (lock-free). The control link swaps in each next snapshot
@@ -11,14 +8,14 @@
 //! only their connections; that small history sits behind a mutex taken only
 //! by the link and the per-thread revocation check, never by a decision.
 
-use crate::usage::attached::Snapshot;
+use super::locks::SharedLock;
 use arc_swap::{ArcSwap, Cache};
-use crackbox_policy::watch::Watch;
+use crackbox_policy::Snapshot;
 use rustc_hash::FxHashSet;
 use std::collections::VecDeque;
 use std::net::IpAddr;
 use std::ops::Deref;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// Swaps remembered for [`SnapshotCell::changes_since`].
 const HISTORY: usize = 256;
@@ -43,7 +40,7 @@ struct History {
 #[derive(Debug)]
 pub struct SnapshotCell {
     current: ArcSwap<Snapshot>,
-    history: Mutex<History>,
+    history: SharedLock<History>,
 }
 
 /// What changed since a reader last looked: see [`SnapshotCell::changes_since`].
@@ -58,7 +55,7 @@ pub struct Changes {
 }
 
 impl SnapshotCell {
-    /// A cell that denies everything until the first snapshot arrives.
+    /// A registry that denies everything until the first snapshot arrives.
     pub fn deny_all() -> Self {
         SnapshotCell::deny_all_for(1)
     }
@@ -68,7 +65,7 @@ impl SnapshotCell {
     pub fn deny_all_for(threads: usize) -> Self {
         SnapshotCell {
             current: ArcSwap::from_pointee(Snapshot::empty_for(threads)),
-            history: Mutex::new(History::default()),
+            history: SharedLock::new("snapshot cell history", History::default()),
         }
     }
 
@@ -81,7 +78,8 @@ impl SnapshotCell {
     /// The swaps since the reader saw `seen` swaps, the sources they touched
     /// and the snapshot they led to (consistent with each other).
     pub fn changes_since(&self, seen: u64) -> Changes {
-        let history = self.history.lock().expect("snapshot history lock");
+        // A core thread asks on its revocation timer, never for a connection.
+        let history = self.history.lock_for_sweep();
         let snapshot = self.current.load_full();
         let newer = || history.recent.iter().filter(move |(serial, _)| *serial > seen);
         let complete = history.recent.front().is_some_and(|(first, _)| *first <= seen + 1);
@@ -106,7 +104,7 @@ impl SnapshotCell {
     /// Swaps under the history lock, so [`SnapshotCell::changes_since`] never
     /// sees a swap count that does not match the snapshot.
     fn replace(&self, snapshot: Snapshot, sources: Option<Arc<[IpAddr]>>) -> Arc<Snapshot> {
-        let mut history = self.history.lock().expect("snapshot history lock");
+        let mut history = self.history.lock();
         history.swaps += 1;
         let serial = history.swaps;
         if history.recent.len() == HISTORY {
@@ -129,15 +127,15 @@ impl SnapshotCell {
 
     /// A per-thread reader that costs about a nanosecond per load.
     pub fn cache(self: &Arc<Self>) -> SnapshotCache {
-        SnapshotCache(Cache::new(SnapshotCellRef(Arc::clone(self))))
+        SnapshotCache(Cache::new(RegistryRef(Arc::clone(self))))
     }
 }
 
 /// Lets an `Arc<SnapshotCell>` back an [`arc_swap::Cache`].
 #[derive(Debug, Clone)]
-pub struct SnapshotCellRef(Arc<SnapshotCell>);
+pub struct RegistryRef(Arc<SnapshotCell>);
 
-impl Deref for SnapshotCellRef {
+impl Deref for RegistryRef {
     type Target = ArcSwap<Snapshot>;
 
     fn deref(&self) -> &Self::Target {
@@ -145,47 +143,12 @@ impl Deref for SnapshotCellRef {
     }
 }
 
-/// A thread-local cached view of the snapshot in force.
-pub struct SnapshotCache(Cache<SnapshotCellRef, Arc<Snapshot>>);
+/// A thread-local cached view of the registry.
+pub struct SnapshotCache(Cache<RegistryRef, Arc<Snapshot>>);
 
 impl SnapshotCache {
     /// The snapshot in force now (borrow it only for one decision).
     pub fn load(&mut self) -> &Arc<Snapshot> {
-        self.0.load()
-    }
-}
-
-/// The list in force, swapped whole by the control link.
-#[derive(Debug, Default)]
-pub struct WatchCell {
-    current: Arc<ArcSwap<Watch>>,
-}
-
-impl WatchCell {
-    /// The list in force now: cheap (no reference count is touched), for
-    /// one decision at a time.
-    pub fn load(&self) -> arc_swap::Guard<Arc<Watch>> {
-        self.current.load()
-    }
-
-    /// A per-thread reader that costs about a nanosecond per load (what the
-    /// data plane's decisions use).
-    pub fn cache(&self) -> WatchCache {
-        WatchCache(Cache::new(Arc::clone(&self.current)))
-    }
-
-    /// Replaces the list in force.
-    pub fn swap(&self, watch: Watch) {
-        self.current.store(Arc::new(watch));
-    }
-}
-
-/// A thread-local cached view of the list in force.
-pub struct WatchCache(Cache<Arc<ArcSwap<Watch>>, Arc<Watch>>);
-
-impl WatchCache {
-    /// The list in force now (borrow it only for one decision).
-    pub fn load(&mut self) -> &Arc<Watch> {
         self.0.load()
     }
 }
@@ -197,45 +160,34 @@ mod tests {
 
     #[test]
     fn cache_sees_swaps() {
-        let cell = Arc::new(SnapshotCell::deny_all());
-        let mut cache = cell.cache();
+        let registry = Arc::new(SnapshotCell::deny_all());
+        let mut cache = registry.cache();
         assert_eq!(cache.load().generation(), 0);
         let spec = RegistrationSpec::parse("127.0.0.1", "a", &Vec::<String>::new()).unwrap();
-        cell.swap(Snapshot::build(4, &[spec]));
+        registry.swap(Snapshot::build(4, &[spec]));
         assert_eq!(cache.load().generation(), 4);
-        assert_eq!(cell.load().len(), 1);
+        assert_eq!(registry.load().len(), 1);
     }
 
     #[test]
     fn touched_sources_accumulate_over_the_swaps_since_last_look() {
-        let cell = SnapshotCell::deny_all();
+        let registry = SnapshotCell::deny_all();
         let ip = |s: &str| -> IpAddr { s.parse().unwrap() };
         let snapshot = |generation| Snapshot::build(generation, &[]);
         let sources = |list: &[&str]| Touched::Sources(list.iter().map(|s| ip(s)).collect());
-        assert_eq!(cell.changes_since(0).touched, sources(&[]));
-        cell.swap(snapshot(1));
-        assert_eq!(cell.changes_since(0).touched, Touched::All, "a full snapshot");
-        cell.swap_changed(snapshot(2), vec![ip("10.0.0.1")]);
-        cell.swap_changed(snapshot(3), vec![ip("10.0.0.2"), ip("10.0.0.1")]);
-        let changes = cell.changes_since(1);
+        assert_eq!(registry.changes_since(0).touched, sources(&[]));
+        registry.swap(snapshot(1));
+        assert_eq!(registry.changes_since(0).touched, Touched::All, "a full snapshot");
+        registry.swap_changed(snapshot(2), vec![ip("10.0.0.1")]);
+        registry.swap_changed(snapshot(3), vec![ip("10.0.0.2"), ip("10.0.0.1")]);
+        let changes = registry.changes_since(1);
         assert_eq!((changes.swaps, changes.snapshot.generation()), (3, 3));
         assert_eq!(changes.touched, sources(&["10.0.0.1", "10.0.0.2"]));
-        assert_eq!(cell.changes_since(2).touched, sources(&["10.0.0.1", "10.0.0.2"]));
-        assert_eq!(cell.changes_since(3).touched, sources(&[]));
+        assert_eq!(registry.changes_since(2).touched, sources(&["10.0.0.1", "10.0.0.2"]));
+        assert_eq!(registry.changes_since(3).touched, sources(&[]));
         for generation in 4..(4 + HISTORY as u64) {
-            cell.swap_changed(snapshot(generation), vec![]);
+            registry.swap_changed(snapshot(generation), vec![]);
         }
-        assert_eq!(cell.changes_since(1).touched, Touched::All, "history too short");
-    }
-
-    #[test]
-    fn a_cache_sees_every_swap() {
-        let watched = WatchCell::default();
-        let mut cache = watched.cache();
-        let ip = "10.5.0.8".parse().unwrap();
-        assert!(!cache.load().holds(ip));
-        watched.swap(Watch::new(["10.5.0.0/16".parse().unwrap()], []));
-        assert!(cache.load().holds(ip));
-        assert!(watched.load().holds(ip));
+        assert_eq!(registry.changes_since(1).touched, Touched::All, "history too short");
     }
 }

@@ -7,7 +7,6 @@
 //! API, its client and the fuzz targets share exactly these definitions.
 
 pub use crackbox_policy::json_object::{decode, BodyError};
-
 use crackbox_policy::{AllowEntry, Allowlist, Bandwidth, Mode, PolicyName, PolicySpec, RegistrationSpec};
 use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
