@@ -7,9 +7,10 @@
 //! per-thread cache as the engine loads it, the host matched) against the
 //! bare lookup and match.
 
+use crackbox_engine::usage::attached::{Decision, Snapshot, Verdict};
 use crackbox_engine::WatchCell;
 use crackbox_policy::watch::Watch;
-use crackbox_policy::{decide, match_host, Allowlist, Decision, Port, RegistrationSpec, Snapshot, Verdict};
+use crackbox_policy::{decide, match_host, Allowlist, Port, RegistrationSpec};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use std::hint::black_box;
 

@@ -6,8 +6,9 @@
 //! three of, one policy change (the policy named by all of them, and one
 //! named by a few) decoded, applied and swapped in.
 
+use crackbox_engine::usage::attached::Snapshot;
 use crackbox_engine::SnapshotCell;
-use crackbox_policy::{Allowlist, PolicyChange, PolicyName, PolicySpec, RegistrationSpec, Snapshot, SourceChange};
+use crackbox_policy::{Allowlist, PolicyChange, PolicyName, PolicySpec, RegistrationSpec, SourceChange};
 use crackbox_wire::link::{decode_frame, encode, Message};
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use std::hint::black_box;

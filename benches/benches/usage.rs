@@ -12,8 +12,8 @@
 //!   floor of the per-thread-bucket design (the same GCRA arithmetic on a
 //!   plain cell, no atomics; it would need periodic rebalancing on top).
 
-use crackbox_policy::limiter::{Grant, Limiter};
-use crackbox_policy::usage::Account;
+use crackbox_engine::limiter::{Grant, Limiter};
+use crackbox_engine::usage::Account;
 use crackbox_policy::{Bandwidth, Direction};
 use criterion::{criterion_group, criterion_main, Criterion};
 use std::cell::Cell;

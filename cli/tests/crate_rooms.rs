@@ -94,3 +94,51 @@ fn the_control_plane_is_no_client_of_its_admin_api() {
         "crackbox-control depends on crackbox-client"
     );
 }
+
+/// The model's library code (its unit tests, `tests.rs` files and
+/// `#[cfg(test)]` modules, may hold what they need to drive it).
+fn library_code(files: &[(PathBuf, String)]) -> Vec<(String, String)> {
+    files
+        .iter()
+        .filter(|(path, _)| !path.ends_with("tests.rs"))
+        .map(|(path, text)| {
+            let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+            (path.display().to_string(), code.to_owned())
+        })
+        .collect()
+}
+
+#[test]
+fn the_model_holds_no_runtime_state() {
+    let files = library_code(&sources(&repo().join("policy/src")));
+    assert!(
+        files.iter().any(|(path, _)| path.ends_with("decide.rs")),
+        "the scan reads the model's files"
+    );
+    // Counters, cells and locks are the engine's (usage accounts, limiters,
+    // the snapshot and watch cells); the model reads no clock.
+    let state = [
+        "Atomic",
+        "Mutex",
+        "RwLock",
+        "Condvar",
+        "ArcSwap",
+        "RefCell",
+        "thread_local!",
+        "static mut",
+        "Instant::now",
+        "SystemTime",
+    ];
+    let mut found = Vec::new();
+    for (path, code) in &files {
+        for line in code.lines().filter(|line| !line.trim_start().starts_with("//")) {
+            found.extend(
+                state
+                    .iter()
+                    .filter(|word| line.contains(*word))
+                    .map(|word| format!("{path}: {word}")),
+            );
+        }
+    }
+    assert!(found.is_empty(), "the model holds runtime state: {found:?}");
+}

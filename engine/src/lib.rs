@@ -56,8 +56,10 @@
 
 #![warn(missing_docs)]
 
+pub mod limiter;
 mod plane;
 pub mod protocol;
+pub mod usage;
 
 pub use plane::services::snapshot_cell::{SnapshotCache, SnapshotCell, Touched};
 pub use plane::services::watch_cell::{WatchCache, WatchCell};

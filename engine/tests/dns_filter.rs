@@ -3,9 +3,10 @@
 //! 127.0.0.x source addresses (registered and not).
 
 use crackbox_engine::dns::{self, Answers, DenialHook, DnsDenial, SteerTo};
+use crackbox_engine::usage::attached::Snapshot;
 use crackbox_engine::SnapshotCell;
 use crackbox_policy::reason::Reason;
-use crackbox_policy::{RegistrationSpec, Snapshot};
+use crackbox_policy::RegistrationSpec;
 use hickory_proto::op::{Edns, Message, MessageType, Query, ResponseCode};
 use hickory_proto::rr::rdata::{A, AAAA};
 use hickory_proto::rr::{Name, RData, Record, RecordType};

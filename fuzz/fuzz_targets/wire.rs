@@ -12,7 +12,8 @@
 #![no_main]
 
 use crackbox_wire::link::{decode_frame, decode_payload, encode, read_message, Message, WireError};
-use crackbox_policy::{Snapshot, SourceChange};
+use crackbox_policy::SourceChange;
+use crackbox_engine::usage::attached::Snapshot;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

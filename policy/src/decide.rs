@@ -30,7 +30,6 @@ use super::mode::Mode;
 use super::reason::{Layer, Reason};
 use super::snapshot::{Registered, Snapshot};
 use super::source::canonical_ip;
-use super::usage::Account;
 use super::watch::Watch;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -46,20 +45,20 @@ pub enum Port {
 }
 
 /// What the policy says about one destination for one source.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
+#[derive(Debug, PartialEq, Eq)]
+pub enum Decision<A = ()> {
     /// Decided now: allowed or denied.
-    Made(Verdict),
+    Made(Verdict<A>),
     /// Unregistered, but inside a subnet the Docker label watcher answers
     /// for: its registration may be in flight, so a new connection or query
     /// may wait for it (the registration hold) and be decided again then.
     AwaitRegistration,
 }
 
-impl Decision {
+impl<A> Decision<A> {
     /// The verdict once no more waiting is possible: a source still
     /// awaiting its registration is denied as `unregistered`.
-    pub fn settled(self) -> Verdict {
+    pub fn settled(self) -> Verdict<A> {
         match self {
             Decision::Made(verdict) => verdict,
             Decision::AwaitRegistration => Verdict::Deny {
@@ -74,8 +73,8 @@ impl Decision {
 
 /// Allowed, denied, or let through in report mode: a variant of its own, so
 /// no front end can mistake a would-be denial for a plain allow or deny.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+#[derive(Debug, PartialEq, Eq)]
+pub enum Verdict<A = ()> {
     /// Allowed; how it matched decides what the destination guard accepts.
     Allow {
         /// Name or IP-literal match.
@@ -87,7 +86,7 @@ pub enum Verdict {
         id: Arc<str>,
         /// The registration's usage account and cap, which the connection
         /// counts to and is held to.
-        account: Arc<Account>,
+        account: Arc<A>,
     },
     /// Denied.
     Deny {
@@ -101,7 +100,7 @@ pub enum Verdict {
         id: Option<Arc<str>>,
         /// The registration's usage account, which counts the denial;
         /// `None` for a source with no registration.
-        account: Option<Arc<Account>>,
+        account: Option<Arc<A>>,
     },
     /// Not on the allowlist of a registration in report mode: let through
     /// and recorded as a would-be denial (`"enforced": false`). A front end
@@ -115,7 +114,7 @@ pub enum Verdict {
         id: Arc<str>,
         /// The registration's usage account, which counts the connection
         /// and the would-be denial.
-        account: Arc<Account>,
+        account: Arc<A>,
     },
     /// Not on the allowlist of a registration in ask mode: held until
     /// someone decides (allowed once or always, or denied) or the ask
@@ -126,13 +125,13 @@ pub enum Verdict {
         /// The source's registration id.
         id: Arc<str>,
         /// The registration's usage account.
-        account: Arc<Account>,
+        account: Arc<A>,
     },
 }
 
-impl Verdict {
+impl<A> Verdict<A> {
     /// The same verdict, borrowing what it names.
-    pub fn as_ref(&self) -> VerdictRef<'_> {
+    pub fn as_ref(&self) -> VerdictRef<'_, A> {
         match self {
             Verdict::Allow {
                 matched,
@@ -178,10 +177,10 @@ impl Verdict {
 /// Where a source stands, before any destination is looked at: the first
 /// half of [`decide`], on its own for what is decided per source (the
 /// registration hold, which starts before any host is known).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Standing<'a> {
+#[derive(Debug, PartialEq, Eq)]
+pub enum Standing<'a, A = ()> {
     /// The source has this registration.
-    Registered(&'a Registered),
+    Registered(&'a Registered<A>),
     /// A Docker container the label watcher refused for invalid labels,
     /// with its id.
     InvalidLabel(&'a Arc<str>),
@@ -192,7 +191,7 @@ pub enum Standing<'a> {
 }
 
 /// Where `source` stands in `snapshot` and the watcher's `watch`.
-pub fn standing<'a>(snapshot: &'a Snapshot, watch: &'a Watch, source: IpAddr) -> Standing<'a> {
+pub fn standing<'a, A>(snapshot: &'a Snapshot<A>, watch: &'a Watch, source: IpAddr) -> Standing<'a, A> {
     let source = canonical_ip(source);
     if let Some(registration) = snapshot.lookup(source) {
         return Standing::Registered(registration);
@@ -207,7 +206,7 @@ pub fn standing<'a>(snapshot: &'a Snapshot, watch: &'a Watch, source: IpAddr) ->
 }
 
 /// Decides whether `source` may reach `host` on `port`.
-pub fn decide(snapshot: &Snapshot, watch: &Watch, source: IpAddr, host: &str, port: Port) -> Decision {
+pub fn decide<A>(snapshot: &Snapshot<A>, watch: &Watch, source: IpAddr, host: &str, port: Port) -> Decision<A> {
     decide_ref(snapshot, watch, source, host, port).to_owned()
 }
 
@@ -215,17 +214,17 @@ pub fn decide(snapshot: &Snapshot, watch: &Watch, source: IpAddr, host: &str, po
 /// was decided on: deciding clones nothing, so a data plane deciding on
 /// many threads at once never touches the reference counts of a
 /// registration's id and account, which every thread shares.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DecisionRef<'a> {
+#[derive(Debug, PartialEq, Eq)]
+pub enum DecisionRef<'a, A = ()> {
     /// Decided now.
-    Made(VerdictRef<'a>),
+    Made(VerdictRef<'a, A>),
     /// See [`Decision::AwaitRegistration`].
     AwaitRegistration,
 }
 
 /// [`Verdict`] borrowing the registration's id and account.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum VerdictRef<'a> {
+#[derive(Debug, PartialEq, Eq)]
+pub enum VerdictRef<'a, A = ()> {
     /// See [`Verdict::Allow`].
     Allow {
         /// Name or IP-literal match.
@@ -235,7 +234,7 @@ pub enum VerdictRef<'a> {
         /// The source's registration id.
         id: &'a Arc<str>,
         /// The registration's usage account and cap.
-        account: &'a Arc<Account>,
+        account: &'a Arc<A>,
     },
     /// See [`Verdict::Deny`].
     Deny {
@@ -246,7 +245,7 @@ pub enum VerdictRef<'a> {
         /// The registration id, or the container of an `invalid-label` source.
         id: Option<&'a Arc<str>>,
         /// The registration's usage account.
-        account: Option<&'a Arc<Account>>,
+        account: Option<&'a Arc<A>>,
     },
     /// See [`Verdict::Report`].
     Report {
@@ -255,20 +254,20 @@ pub enum VerdictRef<'a> {
         /// The source's registration id.
         id: &'a Arc<str>,
         /// The registration's usage account.
-        account: &'a Arc<Account>,
+        account: &'a Arc<A>,
     },
     /// See [`Verdict::Ask`].
     Ask {
         /// The source's registration id.
         id: &'a Arc<str>,
         /// The registration's usage account.
-        account: &'a Arc<Account>,
+        account: &'a Arc<A>,
     },
 }
 
-impl<'a> DecisionRef<'a> {
+impl<'a, A> DecisionRef<'a, A> {
     /// As [`Decision::settled`].
-    pub fn settled(self) -> VerdictRef<'a> {
+    pub fn settled(self) -> VerdictRef<'a, A> {
         match self {
             DecisionRef::Made(verdict) => verdict,
             DecisionRef::AwaitRegistration => VerdictRef::Deny {
@@ -281,7 +280,7 @@ impl<'a> DecisionRef<'a> {
     }
 
     /// The same decision owning what it names.
-    pub fn to_owned(self) -> Decision {
+    pub fn to_owned(self) -> Decision<A> {
         match self {
             DecisionRef::Made(verdict) => Decision::Made(verdict.to_owned()),
             DecisionRef::AwaitRegistration => Decision::AwaitRegistration,
@@ -289,9 +288,9 @@ impl<'a> DecisionRef<'a> {
     }
 }
 
-impl VerdictRef<'_> {
+impl<A> VerdictRef<'_, A> {
     /// The same verdict owning what it names.
-    pub fn to_owned(self) -> Verdict {
+    pub fn to_owned(self) -> Verdict<A> {
         match self {
             VerdictRef::Allow {
                 matched,
@@ -329,14 +328,14 @@ impl VerdictRef<'_> {
 }
 
 /// [`decide`] without cloning: the verdict borrows from `snapshot` and `watch`.
-pub fn decide_ref<'a>(
-    snapshot: &'a Snapshot,
+pub fn decide_ref<'a, A>(
+    snapshot: &'a Snapshot<A>,
     watch: &'a Watch,
     source: IpAddr,
     host: &str,
     port: Port,
-) -> DecisionRef<'a> {
-    let deny = |reason, layer, id: Option<&'a Arc<str>>, account: Option<&'a Arc<Account>>| {
+) -> DecisionRef<'a, A> {
+    let deny = |reason, layer, id: Option<&'a Arc<str>>, account: Option<&'a Arc<A>>| {
         DecisionRef::Made(VerdictRef::Deny {
             reason,
             layer,
@@ -369,7 +368,7 @@ pub fn decide_ref<'a>(
 }
 
 /// A host no entry covers, for a registration in `mode`.
-fn unlisted<'a>(registration: &'a Registered, mode: Mode, host: &str) -> DecisionRef<'a> {
+fn unlisted<'a, A>(registration: &'a Registered<A>, mode: Mode, host: &str) -> DecisionRef<'a, A> {
     let (id, account) = (registration.id.shared(), &registration.account);
     match mode {
         // Report mode lets through what could be reached: never a host that
@@ -388,6 +387,48 @@ fn unlisted<'a>(registration: &'a Registered, mode: Mode, host: &str) -> Decisio
         }),
     }
 }
+
+// Clone and Copy by hand: derived, they would ask the same of the
+// attachment, which the verdicts hold behind an `Arc` or a reference.
+
+impl<A> Clone for Decision<A> {
+    fn clone(&self) -> Self {
+        match self {
+            Decision::Made(verdict) => Decision::Made(verdict.clone()),
+            Decision::AwaitRegistration => Decision::AwaitRegistration,
+        }
+    }
+}
+
+impl<A> Clone for Verdict<A> {
+    fn clone(&self) -> Self {
+        self.as_ref().to_owned()
+    }
+}
+
+impl<A> Clone for Standing<'_, A> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<A> Copy for Standing<'_, A> {}
+
+impl<A> Clone for DecisionRef<'_, A> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<A> Copy for DecisionRef<'_, A> {}
+
+impl<A> Clone for VerdictRef<'_, A> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<A> Copy for VerdictRef<'_, A> {}
 
 #[cfg(test)]
 mod tests;

@@ -37,14 +37,14 @@ pub enum AskState {
 
 /// Decides a held connection from `source` to `host:port` again: the
 /// verdict its connections get now, or [`Verdict::Ask`] while it waits on.
-pub fn decide_held(
-    snapshot: &Snapshot,
+pub fn decide_held<A>(
+    snapshot: &Snapshot<A>,
     watch: &Watch,
     source: IpAddr,
     host: &str,
     port: u16,
     state: AskState,
-) -> Verdict {
+) -> Verdict<A> {
     match (
         decide(snapshot, watch, source, host, Port::Number(port)).settled(),
         state,
@@ -87,7 +87,7 @@ pub fn decide_held(
 /// while it waits on. An answer that decided settles as that answer, the
 /// timeout as `timeout`; anything else decided it as it decides a new
 /// connection (`withdrawn`).
-pub fn settlement(verdict: &Verdict, state: AskState) -> Option<Settlement> {
+pub fn settlement<A>(verdict: &Verdict<A>, state: AskState) -> Option<Settlement> {
     match (verdict, state) {
         (Verdict::Ask { .. }, _) => None,
         (verdict, AskState::Answered(answer)) if verdict.layer() == Layer::Answer => Some(answer.into()),

@@ -4,13 +4,14 @@
 //! registration's mode (enforced, reported or asked), the named policies registrations share,
 //! source keys and snapshots, the one decision every front end asks (`decide`) and its form
 //! for a connection held in ask mode (`held`), the destination guard and the one vocabulary
-//! of denial reasons and deciding layers; and what each registration may use and has used:
-//! its bandwidth cap, the token buckets that hold it there, and its usage counters (which each
-//! registration of a snapshot carries, so a decision hands them to the connection it lets
-//! through).
+//! of denial reasons and deciding layers; and the cap each registration may use, as a value.
+//! Each registration of a snapshot carries an [`Attachment`] of its user's type, which a
+//! decision hands to the connection it lets through: the engine's is its usage account with
+//! the cap's token buckets (`crackbox_engine::usage::Account`); the rules for handing it on
+//! from snapshot to snapshot are the model's.
 //!
-//! Pure code: no runtime, no I/O (no file, no socket), no cell swapped at run time (the
-//! engine's snapshot and watch cells are the engine's). Every data plane, the DNS filter, the
+//! Pure code: no runtime, no I/O (no file, no socket, no clock), no runtime state (the
+//! engine's snapshot and watch cells, usage accounts and limiters are the engine's). Every data plane, the DNS filter, the
 //! control plane's validation, the benches and the fuzz targets use these functions, so there
 //! is exactly one definition of "allowed". The documents that carry this model across a
 //! process boundary (the control <-> engine protocol, the admin API bodies, the engine's
@@ -30,6 +31,7 @@
 mod allow_file;
 mod allowlist;
 pub mod ask;
+pub mod attachment;
 mod bandwidth;
 pub mod decide;
 mod direction;
@@ -40,7 +42,6 @@ pub mod guard;
 pub mod held;
 mod host;
 pub mod json_object;
-pub mod limiter;
 mod mode;
 mod named;
 mod period;
@@ -50,13 +51,13 @@ pub mod reason;
 mod registration;
 mod snapshot;
 mod source;
-pub mod usage;
 pub mod watch;
 
 pub use allow_file::{parse_allow_file, AllowFileError};
 pub use allowlist::{
     entries_from_config, entry_texts, lookup_all, match_host, Allowlist, ListError, Lookup, MatchedBy,
 };
+pub use attachment::Attachment;
 pub use bandwidth::{Bandwidth, BandwidthError, MIN_BANDWIDTH};
 pub use decide::{decide, decide_ref, Decision, DecisionRef, Port, Verdict, VerdictRef};
 pub use direction::Direction;

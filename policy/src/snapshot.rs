@@ -14,26 +14,25 @@
 //! name it (their caps may change, and revocation re-decides their
 //! connections), never a copy of its entries into theirs.
 //!
-//! Each registration in force carries its [`Account`] (usage and cap). A
-//! snapshot derived from another hands a source's account on when the
-//! source is registered again under the same id, and its [`Limiter`] on
-//! under any id; a new cap is set on that limiter, so connections already
-//! open are held to it. A removed source's account is dropped.
+//! Each registration in force carries an [`Attachment`] of the user's type
+//! (the engine's: its usage account and cap). A snapshot derived from
+//! another hands a source's attachment on when the source is registered
+//! again under the same id, and makes a new one from it under another id;
+//! a new cap is set on it once the snapshot is complete, so connections
+//! already open are held to it. A removed source's attachment is dropped.
 
+use super::attachment::Attachment;
 use super::bandwidth::Bandwidth;
 use super::effective::Effective;
-use super::limiter::Limiter;
 use super::named::{PolicyChange, PolicyName, PolicySpec};
 use super::registration::{source_ip_text, RegistrationSpec};
 use super::source::canonical_ip;
-use super::usage::Account;
 use imbl::shared_ptr::DefaultSharedPtr;
 use rustc_hash::{FxBuildHasher, FxHashSet};
 use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
 use std::ops::Deref;
 use std::sync::Arc;
-use std::time::Instant;
 
 /// Monotonic snapshot number; the engine acks the generation it enforces.
 pub type Generation = u64;
@@ -59,24 +58,26 @@ impl SourceChange {
 }
 
 /// A registration in force: what it allows (it dereferences to its
-/// [`RegistrationSpec`]) and the account its traffic is counted to.
+/// [`RegistrationSpec`]) and what is attached to it (the engine's account
+/// its traffic is counted to).
 #[derive(Debug)]
-pub struct Registered {
+pub struct Registered<A = ()> {
     registration: RegistrationSpec,
-    /// Usage and cap, shared with the connections it allowed.
-    pub account: Arc<Account>,
+    /// The attachment (the engine's usage and cap), shared with the
+    /// connections it allowed.
+    pub account: Arc<A>,
 }
 
-/// The same registration, counting to the same account.
-impl PartialEq for Registered {
-    fn eq(&self, other: &Registered) -> bool {
+/// The same registration, with the same attachment.
+impl<A: PartialEq> PartialEq for Registered<A> {
+    fn eq(&self, other: &Registered<A>) -> bool {
         self.registration == other.registration && self.account == other.account
     }
 }
 
-impl Eq for Registered {}
+impl<A: Eq> Eq for Registered<A> {}
 
-impl Deref for Registered {
+impl<A> Deref for Registered<A> {
     type Target = RegistrationSpec;
 
     fn deref(&self) -> &RegistrationSpec {
@@ -85,43 +86,55 @@ impl Deref for Registered {
 }
 
 /// Registrations by canonical source address, as a persistent hash trie.
-type BySource = imbl::GenericHashMap<IpAddr, Arc<Registered>, FxBuildHasher, DefaultSharedPtr>;
+type BySource<A> = imbl::GenericHashMap<IpAddr, Arc<Registered<A>>, FxBuildHasher, DefaultSharedPtr>;
 
 /// Named policies by name, each held once.
 type ByName = imbl::GenericHashMap<PolicyName, Arc<PolicySpec>, FxBuildHasher, DefaultSharedPtr>;
 
-/// An immutable view of the whole registry at one generation.
-#[derive(Debug, Default)]
-pub struct Snapshot {
+/// An immutable view of the whole registry at one generation, each
+/// registration with its attachment `A`.
+#[derive(Debug)]
+pub struct Snapshot<A = ()> {
     generation: Generation,
-    by_source: BySource,
+    by_source: BySource<A>,
     policies: ByName,
-    /// Counter slots of each account: the engine's core threads.
+    /// Counter slots of each attachment: the engine's core threads.
     threads: usize,
+}
+
+impl<A> Default for Snapshot<A> {
+    fn default() -> Self {
+        Snapshot {
+            generation: 0,
+            by_source: BySource::default(),
+            policies: ByName::default(),
+            threads: 0,
+        }
+    }
 }
 
 /// A snapshot derived by [`Snapshot::apply_delta`], with the sources whose
 /// decisions may differ from the last one's.
 #[derive(Debug)]
-pub struct Applied {
+pub struct Applied<A = ()> {
     /// The new snapshot.
-    pub snapshot: Snapshot,
+    pub snapshot: Snapshot<A>,
     /// The sources the changes put or removed, and those that name a
     /// policy they changed (canonical; an address may come twice).
     pub touched: Vec<IpAddr>,
 }
 
-/// Limiters whose cap a new snapshot changes, set once it is complete.
-type NewCaps = Vec<(Arc<Limiter>, Option<Bandwidth>)>;
+/// Attachments whose cap a new snapshot changes, set once it is complete.
+type NewCaps<A> = Vec<(Arc<A>, Option<Bandwidth>)>;
 
-/// Queues `cap` for `account`'s limiter when it differs from the rate in force.
-fn cap_change(account: &Arc<Account>, cap: Option<Bandwidth>, caps: &mut NewCaps) {
-    if account.limiter().rate() != cap.map(Bandwidth::bytes_per_second) {
-        caps.push((Arc::clone(account.limiter()), cap));
+/// Queues `cap` for `account` when it is held to another now.
+fn cap_change<A: Attachment>(account: &Arc<A>, cap: Option<Bandwidth>, caps: &mut NewCaps<A>) {
+    if !account.holds_cap(cap) {
+        caps.push((Arc::clone(account), cap));
     }
 }
 
-impl Snapshot {
+impl<A: Attachment> Snapshot<A> {
     /// The deny-all snapshot the engine starts with (generation 0).
     pub fn empty() -> Self {
         Snapshot::default()
@@ -150,7 +163,7 @@ impl Snapshot {
             .map(|policy| (policy.name.clone(), Arc::new(policy.clone())))
             .collect();
         let mut by_source = BySource::default();
-        let mut caps = NewCaps::new();
+        let mut caps = NewCaps::<A>::new();
         for spec in specs {
             let ip = canonical_ip(spec.ip);
             let registered = self.registered(self.by_source.get(&ip), spec.clone(), &policies, &mut caps);
@@ -169,7 +182,12 @@ impl Snapshot {
     /// (each applied in order) make of this one: O(changes) for the
     /// sources, and for a changed policy one pass over the registrations
     /// to find those naming it.
-    pub fn apply_delta(&self, generation: Generation, policies: &[PolicyChange], changes: &[SourceChange]) -> Applied {
+    pub fn apply_delta(
+        &self,
+        generation: Generation,
+        policies: &[PolicyChange],
+        changes: &[SourceChange],
+    ) -> Applied<A> {
         let mut by_name = self.policies.clone();
         let mut changed = FxHashSet::default();
         for change in policies {
@@ -180,7 +198,7 @@ impl Snapshot {
             changed.insert(change.name().clone());
         }
         let mut by_source = self.by_source.clone();
-        let mut caps = NewCaps::new();
+        let mut caps = NewCaps::<A>::new();
         let mut touched = Vec::with_capacity(changes.len());
         if !changed.is_empty() {
             for (ip, registered) in self.by_source.iter() {
@@ -210,32 +228,31 @@ impl Snapshot {
         }
     }
 
-    /// `registration` in force, with the account of `earlier` (the source's
-    /// registration before this change) when the id is the same, else a new
-    /// one on `earlier`'s limiter; the cap to set (its own, else its
+    /// `registration` in force, with the attachment of `earlier` (the
+    /// source's registration before this change) when the id is the same,
+    /// else a new one made from `earlier`'s; the cap to set (its own, else its
     /// policies') goes to `caps`.
     fn registered(
         &self,
-        earlier: Option<&Arc<Registered>>,
+        earlier: Option<&Arc<Registered<A>>>,
         registration: RegistrationSpec,
         policies: &ByName,
-        caps: &mut NewCaps,
-    ) -> Arc<Registered> {
+        caps: &mut NewCaps<A>,
+    ) -> Arc<Registered<A>> {
         let cap = Effective::new(&registration, |name: &PolicyName| policies.get(name).map(AsRef::as_ref)).bandwidth();
         let account = match earlier {
             Some(earlier) if earlier.id == registration.id => Arc::clone(&earlier.account),
-            Some(earlier) => Arc::new(Account::new(self.threads, Arc::clone(earlier.account.limiter()))),
-            None => Arc::new(Account::new(self.threads, Arc::new(Limiter::new(cap)))),
+            Some(earlier) => Arc::new(A::attach(self.threads, Some(&earlier.account), cap)),
+            None => Arc::new(A::attach(self.threads, None, cap)),
         };
         cap_change(&account, cap, caps);
         Arc::new(Registered { registration, account })
     }
 
     /// The next snapshot, once every change is valid: only now are new caps set.
-    fn derived(&self, generation: Generation, by_source: BySource, policies: ByName, caps: NewCaps) -> Self {
-        let now = Instant::now();
-        for (limiter, cap) in caps {
-            limiter.set_rate(cap, now);
+    fn derived(&self, generation: Generation, by_source: BySource<A>, policies: ByName, caps: NewCaps<A>) -> Self {
+        for (account, cap) in caps {
+            account.set_cap(cap);
         }
         Snapshot {
             generation,
@@ -244,7 +261,9 @@ impl Snapshot {
             threads: self.threads,
         }
     }
+}
 
+impl<A> Snapshot<A> {
     /// The policy called `name`, if any.
     pub fn policy(&self, name: &PolicyName) -> Option<&PolicySpec> {
         self.policies.get(name).map(AsRef::as_ref)
@@ -273,12 +292,12 @@ impl Snapshot {
     }
 
     /// The registration of a (canonical) source address, if any.
-    pub fn lookup(&self, source: IpAddr) -> Option<&Registered> {
+    pub fn lookup(&self, source: IpAddr) -> Option<&Registered<A>> {
         self.by_source.get(&canonical_ip(source)).map(AsRef::as_ref)
     }
 
     /// Every registration in force, in no particular order.
-    pub fn iter(&self) -> impl Iterator<Item = (IpAddr, &Registered)> {
+    pub fn iter(&self) -> impl Iterator<Item = (IpAddr, &Registered<A>)> {
         self.by_source.iter().map(|(ip, registered)| (*ip, registered.as_ref()))
     }
 

@@ -226,7 +226,7 @@ fn decision_table() {
 
 #[test]
 fn a_settled_wait_is_an_unregistered_denial() {
-    let unregistered = Verdict::Deny {
+    let unregistered: Verdict = Verdict::Deny {
         reason: Reason::Unregistered,
         layer: Layer::Registration,
         id: None,
@@ -237,7 +237,7 @@ fn a_settled_wait_is_an_unregistered_denial() {
         matched: MatchedBy::Name,
         layer: Layer::Entry,
         id: "a".into(),
-        account: Arc::new(Account::new(1, Arc::default())),
+        account: Arc::new(()),
     };
     assert_eq!(Decision::Made(allowed.clone()).settled(), allowed);
 }

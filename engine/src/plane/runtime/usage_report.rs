@@ -5,7 +5,8 @@
 //! accounts' counters (relaxed loads) and takes the admission pool's lock once.
 
 use crate::plane::services::admission::Admission;
-use crackbox_policy::{parse_source_ip, Registered, Snapshot};
+use crate::usage::attached::{Registered, Snapshot};
+use crackbox_policy::parse_source_ip;
 use crackbox_wire::link::{SourceUsage, UsageQuery};
 use std::net::IpAddr;
 

@@ -12,12 +12,12 @@
 //! pipe -> socket with non-blocking `splice(2)`, a buffered copy when no
 //! pipe can be had; every byte takes the connection's meter.
 
+use crate::limiter::Grant;
 use crate::plane::services::conn::Conn;
 use crate::plane::services::fair::TakeTurn;
 use crate::plane::services::pipes::{Pipe, COPY_BUF, PIPE_SIZE};
 use crate::plane::services::stats::Direction;
 use crate::plane::services::tunnel::{end_direction, CloseSignal, Plumbing, SHORT_READ};
-use crackbox_policy::limiter::Grant;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;

@@ -13,7 +13,8 @@
 //! wait.
 
 use crate::plane::services::worker::Worker;
-use crackbox_policy::decide::{standing, Standing};
+use crate::usage::attached::Standing;
+use crackbox_policy::decide::standing;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 

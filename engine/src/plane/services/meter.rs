@@ -1,6 +1,6 @@
 //! The one path every relayed byte takes, on every front end, in tunnels
 //! and in HTTP bodies alike: its tokens are reserved from its source's
-//! bandwidth cap (the data plane's side of `crackbox_policy::limiter`)
+//! bandwidth cap (the data plane's side of `crate::limiter`)
 //! before it moves, and once moved it is counted in the engine's totals and
 //! in the account of the registration the connection works for.
 //!
@@ -16,10 +16,10 @@
 //! without a cap pays one relaxed load per reservation and never awaits
 //! anything.
 
+use crate::limiter::Grant;
 use crate::plane::services::conn::Conn;
 use crate::plane::services::stats::{Direction, ThreadStats};
-use crackbox_policy::limiter::Grant;
-use crackbox_policy::usage::Account;
+use crate::usage::Account;
 use std::io;
 use std::time::Duration;
 

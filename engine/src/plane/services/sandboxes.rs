@@ -11,7 +11,7 @@
 //! once per connection. The once-a-second sweep drops the handles no
 //! connection holds and no decision asked for since the sweep before.
 
-use crackbox_policy::usage::Account;
+use crate::usage::Account;
 use rustc_hash::FxHashMap;
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;

@@ -9,8 +9,8 @@
 //! by the link and the per-thread revocation check, never by a decision.
 
 use super::locks::SharedLock;
+use crate::usage::attached::Snapshot;
 use arc_swap::{ArcSwap, Cache};
-use crackbox_policy::Snapshot;
 use rustc_hash::FxHashSet;
 use std::collections::VecDeque;
 use std::net::IpAddr;
@@ -55,7 +55,7 @@ pub struct Changes {
 }
 
 impl SnapshotCell {
-    /// A registry that denies everything until the first snapshot arrives.
+    /// A cell that denies everything until the first snapshot arrives.
     pub fn deny_all() -> Self {
         SnapshotCell::deny_all_for(1)
     }
@@ -127,15 +127,15 @@ impl SnapshotCell {
 
     /// A per-thread reader that costs about a nanosecond per load.
     pub fn cache(self: &Arc<Self>) -> SnapshotCache {
-        SnapshotCache(Cache::new(RegistryRef(Arc::clone(self))))
+        SnapshotCache(Cache::new(SnapshotCellRef(Arc::clone(self))))
     }
 }
 
 /// Lets an `Arc<SnapshotCell>` back an [`arc_swap::Cache`].
 #[derive(Debug, Clone)]
-pub struct RegistryRef(Arc<SnapshotCell>);
+pub struct SnapshotCellRef(Arc<SnapshotCell>);
 
-impl Deref for RegistryRef {
+impl Deref for SnapshotCellRef {
     type Target = ArcSwap<Snapshot>;
 
     fn deref(&self) -> &Self::Target {
@@ -143,8 +143,8 @@ impl Deref for RegistryRef {
     }
 }
 
-/// A thread-local cached view of the registry.
-pub struct SnapshotCache(Cache<RegistryRef, Arc<Snapshot>>);
+/// A thread-local cached view of the snapshot in force.
+pub struct SnapshotCache(Cache<SnapshotCellRef, Arc<Snapshot>>);
 
 impl SnapshotCache {
     /// The snapshot in force now (borrow it only for one decision).

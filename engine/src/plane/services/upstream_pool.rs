@@ -19,8 +19,9 @@
 
 use crate::plane::services::sandboxes::Sandbox;
 use crate::plane::services::snapshot_cell::Touched;
+use crate::usage::attached::{Snapshot, VerdictRef};
 use crackbox_policy::watch::Watch;
-use crackbox_policy::{canonical_ip, decide_ref, Port, Snapshot, VerdictRef};
+use crackbox_policy::{canonical_ip, decide_ref, Port};
 use rustc_hash::FxHashMap;
 use std::cell::{Cell, RefCell};
 use std::net::{IpAddr, SocketAddr};

@@ -12,10 +12,11 @@
 //! asks), and a source awaiting its registration is held.
 
 use super::{DenialHook, DnsDenial};
+use crate::usage::attached::{Decision, Snapshot, Verdict};
+use crate::usage::Account;
 use crackbox_policy::reason::{Layer, Reason};
-use crackbox_policy::usage::Account;
 use crackbox_policy::watch::Watch;
-use crackbox_policy::{Decision, Port, Snapshot, Verdict};
+use crackbox_policy::Port;
 use hickory_proto::op::{Edns, Header, Message, MessageType, OpCode, ResponseCode};
 use hickory_proto::rr::{DNSClass, RecordType};
 use hickory_proto::serialize::binary::BinDecodable;

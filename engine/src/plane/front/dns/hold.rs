@@ -22,7 +22,8 @@
 
 use crate::plane::services::snapshot_cell::SnapshotCell;
 use crate::plane::services::watch_cell::WatchCell;
-use crackbox_policy::decide::{standing, Standing};
+use crate::usage::attached::Standing;
+use crackbox_policy::decide::standing;
 use std::io;
 use std::net::IpAddr;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};

@@ -19,10 +19,11 @@ pub(crate) mod clock;
 
 use crate::plane::services::snapshot_cell::SnapshotCell;
 use crate::plane::services::watch_cell::WatchCell;
+use crate::usage::attached::Verdict;
 use crackbox_policy::ask::{Answer, DecidedRequest, PendingId, PendingRequest, Settlement, MAX_PENDING_PER_SOURCE};
 use crackbox_policy::held::{decide_held, settlement, AskState};
 use crackbox_policy::reason::Reason;
-use crackbox_policy::{canonical_ip, normalise_host, HostKind, Verdict};
+use crackbox_policy::{canonical_ip, normalise_host, HostKind};
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
 use std::future::Future;

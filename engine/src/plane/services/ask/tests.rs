@@ -1,6 +1,7 @@
 use super::*;
+use crate::usage::attached::Snapshot;
 use crackbox_policy::reason::Layer;
-use crackbox_policy::{Mode, RegistrationSpec, Snapshot};
+use crackbox_policy::{Mode, RegistrationSpec};
 use std::sync::mpsc::{channel, Receiver};
 use std::task::Waker;
 

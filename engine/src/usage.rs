@@ -13,11 +13,16 @@
 //! Denials and would-be denials by reason, rare by comparison, are counted
 //! in a block of their own per slot, made the first time the slot counts
 //! one. The threads that are not core threads (the DNS filter) share one
-//! more slot, [`Account::OFF_CORE`]. Pure.
+//! more slot, [`Account::OFF_CORE`].
+//!
+//! The account is the engine's [`Attachment`] to each registration of a
+//! snapshot (`crackbox_policy::attachment`): the snapshot hands it on under
+//! the same id, and makes a new one on the old one's limiter under another.
 
-use super::direction::Direction;
-use super::limiter::Limiter;
-use super::reason::Reason;
+use crate::limiter::Limiter;
+use crackbox_policy::reason::Reason;
+use crackbox_policy::Direction;
+use crackbox_policy::{Attachment, Bandwidth};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -186,6 +191,50 @@ impl Account {
     }
 }
 
+/// A new registration gets a new account and limiter; one registered again
+/// under another id a new account on the old limiter (its debt stays), so a
+/// re-registration cannot reset its cap's bucket.
+impl Attachment for Account {
+    fn attach(slots: usize, earlier: Option<&Account>, cap: Option<Bandwidth>) -> Account {
+        let limiter = match earlier {
+            Some(earlier) => Arc::clone(earlier.limiter()),
+            None => Arc::new(Limiter::new(cap)),
+        };
+        Account::new(slots, limiter)
+    }
+
+    fn holds_cap(&self, cap: Option<Bandwidth>) -> bool {
+        self.limiter.rate() == cap.map(Bandwidth::bytes_per_second)
+    }
+
+    fn set_cap(&self, cap: Option<Bandwidth>) {
+        self.limiter.set_rate(cap, std::time::Instant::now());
+    }
+}
+
+/// The model's types with the engine's [`Account`] attached to each
+/// registration: what the engine's front ends and services name.
+pub mod attached {
+    use super::Account;
+
+    /// A snapshot whose registrations carry their accounts.
+    pub type Snapshot = crackbox_policy::Snapshot<Account>;
+    /// A registration in force with its account.
+    pub type Registered = crackbox_policy::Registered<Account>;
+    /// A derived snapshot and the sources it touched.
+    pub type Applied = crackbox_policy::Applied<Account>;
+    /// A decision naming the account.
+    pub type Decision = crackbox_policy::Decision<Account>;
+    /// A verdict naming the account.
+    pub type Verdict = crackbox_policy::Verdict<Account>;
+    /// A decision borrowing from the snapshot.
+    pub type DecisionRef<'a> = crackbox_policy::DecisionRef<'a, Account>;
+    /// A verdict borrowing from the snapshot.
+    pub type VerdictRef<'a> = crackbox_policy::VerdictRef<'a, Account>;
+    /// Where a source stands, borrowing its registration.
+    pub type Standing<'a> = crackbox_policy::decide::Standing<'a, Account>;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -219,5 +268,24 @@ mod tests {
         assert_eq!((usage.tunnels, usage.requests), (2, 4));
         assert_eq!(usage.denials, vec![(Reason::NotAllowed, 2), (Reason::Revoked, 1)]);
         assert!(usage.since_ms > 0);
+    }
+
+    #[test]
+    fn a_snapshot_hands_the_limiter_on_to_a_new_id_and_sets_its_cap() {
+        use crackbox_policy::{RegistrationSpec, Snapshot, SourceChange};
+        let spec = |id: &str, cap: &str| {
+            RegistrationSpec::parse("10.0.0.2", id, &["a.test"])
+                .unwrap()
+                .with_bandwidth(Bandwidth::parse(cap).ok())
+        };
+        let first = Snapshot::<Account>::empty_for(2).apply(1, &[SourceChange::Put(spec("a", "1MiB/s"))]);
+        let next = first.apply(2, &[SourceChange::Put(spec("b", "2MiB/s"))]);
+        let account =
+            |snapshot: &Snapshot<Account>| Arc::clone(&snapshot.lookup("10.0.0.2".parse().unwrap()).unwrap().account);
+        let (before, after) = (account(&first), account(&next));
+        assert!(!Arc::ptr_eq(&before, &after), "a new id counts anew");
+        assert!(Arc::ptr_eq(before.limiter(), after.limiter()), "but keeps the bucket");
+        assert_eq!(after.limiter().rate(), Some(2 << 20), "set to the new cap");
+        assert_eq!(after.slots.len(), 3, "a slot per core thread and one more");
     }
 }

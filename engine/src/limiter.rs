@@ -16,8 +16,8 @@
 //! which the tests drive with a clock of their own; the data plane does the
 //! waiting.
 
-use super::bandwidth::Bandwidth;
-use super::direction::Direction;
+use crackbox_policy::Bandwidth;
+use crackbox_policy::Direction;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
