@@ -17,7 +17,7 @@
 mod docs_support;
 
 use crackbox_client::{Answer, Mode, Reason};
-use crackbox_policy::ask::Settlement;
+use crackbox_wire::ask::Settlement;
 use docs_support::{documents, flags_in, read, repo};
 use std::collections::BTreeSet;
 

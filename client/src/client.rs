@@ -4,12 +4,13 @@ use crate::events::Events;
 use crate::transport::{self, Answer, Call};
 use crate::url::{query_value, AdminUrl};
 use crate::{BulkAnswer, Denial, Error, Health, HealthAnswer, RegistrationSpec, SourceUsage};
-use crackbox_policy::ask::{self, DecideBody, DecidedRequest, PendingAnswer, PendingId, PendingRequest};
-use crackbox_policy::grant::{DecideAnswer, Grant, Period};
+use crackbox_policy::grant::Period;
 use crackbox_policy::{PolicyName, PolicySpec};
 use crackbox_wire::admin::{
     BatchBody, ErrorAnswer, PoliciesAnswer, PolicyBody, PolicyRemoved, UnregisterAnswer, UnregisterBody,
 };
+use crackbox_wire::ask::{self, DecideBody, DecidedRequest, PendingAnswer, PendingId, PendingRequest};
+use crackbox_wire::ask::{DecideAnswer, Grant};
 use hyper::Method;
 use serde::de::DeserializeOwned;
 use serde::Serialize;

@@ -10,7 +10,7 @@ use http_body_util::BodyExt;
 
 /// One event of `GET /v1/events`: the daemon's own definition, name and
 /// JSON.
-pub use crackbox_policy::ask::Event;
+pub use crackbox_wire::ask::Event;
 
 /// The events of one open `GET /v1/events`, from [`crate::Client::events`].
 pub struct Events {

@@ -12,7 +12,7 @@ mod recent;
 
 pub use recent::Fate;
 
-use crackbox_policy::ask::{DecidedRequest, Event, PendingId, PendingRequest, Settlement};
+use crackbox_wire::ask::{DecidedRequest, Event, PendingId, PendingRequest, Settlement};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;

@@ -10,7 +10,7 @@
 #![no_main]
 
 use crackbox_wire::admin::decode;
-use crackbox_policy::ask::{Answer, DecideBody};
+use crackbox_wire::ask::{Answer, DecideBody};
 use crackbox_policy::grant::Period;
 use libfuzzer_sys::fuzz_target;
 

@@ -13,15 +13,22 @@
 //! name is stored (journaled, and in force in the engine) before any held
 //! connection goes through (docs/ask.md).
 //!
+//! Also the words of ask mode the decision takes and gives: the
+//! [`Answer`] someone gives a held request, how one ended
+//! ([`Settlement`]) and the entry an `always` adds ([`always_entry`]).
+//!
 //! Pure, like [`decide`]: the destination guard and the limits then apply
 //! to a connection let through as to any other (the engine dials it as a
 //! name match).
 
-use super::ask::{Answer, Settlement};
 use super::decide::{decide, Port, Verdict};
+use super::entry::{AllowEntry, Target};
+use super::host::{normalise_host, HostKind};
 use super::reason::{Layer, Reason};
 use super::snapshot::Snapshot;
 use super::watch::Watch;
+use serde::{Deserialize, Serialize};
+use std::fmt;
 use std::net::IpAddr;
 
 /// How a held request stands when it is decided again.
@@ -94,6 +101,121 @@ pub fn settlement<A>(verdict: &Verdict<A>, state: AskState) -> Option<Settlement
         (verdict, _) if verdict.layer() == Layer::Timeout => Some(Settlement::Timeout),
         _ => Some(Settlement::Withdrawn),
     }
+}
+
+/// What someone decides about a pending request: the body of
+/// `POST /v1/pending/{id}` is `{"decision": ...}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Answer {
+    /// The held connections go through; the next new one asks again.
+    Once,
+    /// The name joins the registration's allowlist for good.
+    Always,
+    /// The held connections are refused; the next new one asks again.
+    Deny,
+}
+
+impl Answer {
+    /// Every answer, in declaration order.
+    pub const ALL: [Answer; 3] = [Answer::Once, Answer::Always, Answer::Deny];
+
+    /// The word for this answer.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Answer::Once => "once",
+            Answer::Always => "always",
+            Answer::Deny => "deny",
+        }
+    }
+
+    /// Parses the word a person types: `once`, `always` or `deny`, or their
+    /// first letters.
+    pub fn parse(text: &str) -> Option<Answer> {
+        match text {
+            "once" | "o" => Some(Answer::Once),
+            "always" | "a" => Some(Answer::Always),
+            "deny" | "d" => Some(Answer::Deny),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Answer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How a pending request ended: the `decision` of the `decided` event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Settlement {
+    /// Allowed this once.
+    Once,
+    /// Allowed, and the name added to the allowlist.
+    Always,
+    /// Denied.
+    Deny,
+    /// Nobody decided within the ask timeout (refused as `ask-timeout`).
+    Timeout,
+    /// The source was unregistered or left ask mode, or its allowlist now
+    /// covers the name: the held connections were decided as any other.
+    Withdrawn,
+}
+
+impl Settlement {
+    /// Every settlement, in declaration order.
+    pub const ALL: [Settlement; 5] = [
+        Settlement::Once,
+        Settlement::Always,
+        Settlement::Deny,
+        Settlement::Timeout,
+        Settlement::Withdrawn,
+    ];
+
+    /// The word for it (the `decision` field and metrics label).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Settlement::Once => "once",
+            Settlement::Always => "always",
+            Settlement::Deny => "deny",
+            Settlement::Timeout => "timeout",
+            Settlement::Withdrawn => "withdrawn",
+        }
+    }
+}
+
+impl From<Answer> for Settlement {
+    fn from(answer: Answer) -> Self {
+        match answer {
+            Answer::Once => Settlement::Once,
+            Answer::Always => Settlement::Always,
+            Answer::Deny => Settlement::Deny,
+        }
+    }
+}
+
+/// The allow entry an `always` answer adds for `host:port`: the name (and
+/// its subdomains) or the address, on `port` unless the port is 80 or 443
+/// (then any port). `None` for a host that is no name or address.
+///
+/// ```
+/// use crackbox_policy::held::always_entry;
+/// let text = |host, port| always_entry(host, port).map(|entry| entry.to_string());
+/// assert_eq!(text("API.Example.test.", 443).as_deref(), Some("api.example.test"));
+/// assert_eq!(text("db.test", 5432).as_deref(), Some("db.test:5432"));
+/// ```
+pub fn always_entry(host: &str, port: u16) -> Option<AllowEntry> {
+    let target = match normalise_host(host)? {
+        HostKind::Name(name) => Target::Domain(name),
+        HostKind::Ip(ip) => Target::Ip(ip),
+    };
+    let port = match port {
+        80 | 443 => None,
+        port => Some(port),
+    };
+    Some(AllowEntry { target, port })
 }
 
 #[cfg(test)]

@@ -30,7 +30,6 @@
 
 mod allow_file;
 mod allowlist;
-pub mod ask;
 pub mod attachment;
 mod bandwidth;
 pub mod decide;

@@ -17,7 +17,7 @@ use crate::plan::Plan;
 use crate::terminal::SingleKeys;
 use crackbox_client::live_runs::Announcement;
 use crackbox_client::{Client, Event, Events, Settlement};
-use crackbox_policy::ask::always_entry;
+use crackbox_policy::held::always_entry;
 use prompt::{always_reach, Effect, Keys, Prompt};
 use std::fs::File;
 use std::io::{Read, Write};

@@ -3,7 +3,9 @@
 //!
 //! - [`link`]: the control <-> engine protocol over the engine's Unix socket;
 //! - [`admin`]: the admin API's request and answer bodies (the daemon, its
-//!   client crate and the fuzz targets share exactly these definitions);
+//!   client crate and the fuzz targets share exactly these definitions),
+//!   and [`ask`]: ask mode's documents (pending requests, `DecideBody`,
+//!   grants, the events of `GET /v1/events`);
 //! - [`engine_config`]: the engine's resolved settings, which `crackbox proxy
 //!   serve` hands to its engine child, and [`startup`]: the listeners the
 //!   engine binds and how a start fails.
@@ -14,6 +16,7 @@
 #![warn(missing_docs)]
 
 pub mod admin;
+pub mod ask;
 pub mod engine_config;
 pub mod link;
 pub mod startup;

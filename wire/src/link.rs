@@ -29,7 +29,7 @@ mod feed;
 
 pub use feed::FeedReport;
 
-use crackbox_policy::ask::{Answer, DecidedRequest, PendingId, PendingRequest};
+use crate::ask::{Answer, DecidedRequest, PendingId, PendingRequest};
 use crackbox_policy::reason::{Layer, Reason};
 use crackbox_policy::watch::Subnet;
 use crackbox_policy::{Generation, PolicyChange, PolicySpec, RegistrationSpec, SourceChange};

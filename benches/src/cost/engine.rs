@@ -4,8 +4,8 @@
 //! control plane does.
 
 use anyhow::Context;
-use crackbox_policy::ask::{Answer, PendingRequest};
 use crackbox_policy::RegistrationSpec;
+use crackbox_wire::ask::{Answer, PendingRequest};
 use crackbox_wire::engine_config::{EngineConfig, IoDriver, Limits, DEFAULT_REGISTRATION_HOLD};
 use crackbox_wire::link::{self, Message, Role, StatsReport, PROTOCOL};
 use std::net::{SocketAddr, TcpListener};

@@ -26,10 +26,11 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use crackbox_policy::ask::{always_entry, Answer, DecideBody, DecidedRequest, PendingAnswer, PendingId, Settlement};
-use crackbox_policy::grant::{DecideAnswer, Grant, Period};
+use crackbox_policy::grant::Period;
 use crackbox_policy::reason::Layer;
 use crackbox_policy::PolicyName;
+use crackbox_wire::ask::{always_entry, Answer, DecideBody, DecidedRequest, PendingAnswer, PendingId, Settlement};
+use crackbox_wire::ask::{DecideAnswer, Grant};
 use serde::{Deserialize, Serialize};
 
 /// Query of `GET /v1/pending` and `POST /v1/pending/{id}`.

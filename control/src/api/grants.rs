@@ -7,8 +7,8 @@ use super::{ApiError, AppState};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
-use crackbox_policy::grant::Grant;
 use crackbox_policy::{parse_source_ip, AllowEntry};
+use crackbox_wire::ask::Grant;
 
 /// `DELETE /v1/grants/{ip}/{entry}` -> the grant removed; 404 when the
 /// registration holds no such grant.

@@ -5,7 +5,7 @@
 //! instead of a bare 404. Never consulted for a decision itself: the engine
 //! owns the requests.
 
-use crackbox_policy::ask::{DecidedRequest, PendingId, Settlement};
+use crackbox_wire::ask::{DecidedRequest, PendingId, Settlement};
 use std::collections::VecDeque;
 
 /// Settled requests remembered; older ones are only "settled earlier".
@@ -97,7 +97,7 @@ impl Fate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crackbox_policy::ask::PendingRequest;
+    use crackbox_wire::ask::PendingRequest;
 
     fn decided(id: PendingId, decision: Settlement) -> DecidedRequest {
         DecidedRequest {

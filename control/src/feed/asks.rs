@@ -3,7 +3,7 @@
 
 use super::{Feed, Topic};
 use crate::asks::Asks;
-use crackbox_policy::ask::Event;
+use crackbox_wire::ask::Event;
 use std::sync::Arc;
 use tokio::sync::broadcast::error::RecvError;
 

@@ -4,8 +4,8 @@
 //! node's lease), `PREFIX/decisions/NODE/ID` an answer for it given on
 //! another node. Pure: builds keys and reads names back out of them.
 
-use crackbox_policy::ask::PendingId;
 use crackbox_policy::{PolicyName, PolicyNameError};
+use crackbox_wire::ask::PendingId;
 
 /// The keys of one fleet, by its prefix (ends with `/`).
 #[derive(Debug, Clone, PartialEq, Eq)]

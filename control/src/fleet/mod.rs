@@ -26,9 +26,9 @@ pub use writes::WriteError;
 
 use crate::registry::Registry;
 use crackbox_config::Fleet as Settings;
-use crackbox_policy::ask::{DecideBody, PendingId, PendingRequest};
 use crackbox_policy::{Generation, PolicySpec};
 use crackbox_wire::admin::FleetHealth;
+use crackbox_wire::ask::{DecideBody, PendingId, PendingRequest};
 use etcd_client::{Client, GetOptions};
 use keys::Keys;
 use std::sync::{Arc, Mutex};

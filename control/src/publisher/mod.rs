@@ -17,8 +17,8 @@ pub use socket::bind;
 
 use crate::asks::Asks;
 use crate::registry::Registry;
-use crackbox_policy::ask::{Answer, DecidedRequest, PendingId, PendingRequest};
 use crackbox_policy::Generation;
+use crackbox_wire::ask::{Answer, DecidedRequest, PendingId, PendingRequest};
 use crackbox_wire::link::{FeedReport, Query, Reply, SourceUsage, StatsReport, UsageQuery, WatchList};
 use std::sync::Arc;
 use std::time::Duration;

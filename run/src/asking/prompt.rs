@@ -10,7 +10,7 @@
 //! keystroke. A key that is no answer is told the choices.
 
 use crackbox_client::{Answer, DecidedRequest, PendingId, PendingRequest, Settlement};
-use crackbox_policy::ask::always_entry;
+use crackbox_policy::held::always_entry;
 use std::collections::{HashSet, VecDeque};
 
 /// How the person answers.

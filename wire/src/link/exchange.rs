@@ -9,7 +9,7 @@
 //! every pair with one generic path.
 
 use super::{FeedReport, Message, SourceUsage, StatsReport, UsageQuery};
-use crackbox_policy::ask::{Answer, DecidedRequest, PendingId, PendingRequest};
+use crate::ask::{Answer, DecidedRequest, PendingId, PendingRequest};
 
 /// A question control asks the engine.
 #[derive(Debug, Clone, PartialEq, Eq)]

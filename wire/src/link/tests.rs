@@ -104,7 +104,7 @@ fn sample() -> Vec<Message> {
         Message::Settled {
             decided: DecidedRequest {
                 request: pending(),
-                decision: crackbox_policy::ask::Settlement::Timeout,
+                decision: crate::ask::Settlement::Timeout,
                 reason: Some(Reason::AskTimeout),
                 layer: Some(Layer::Timeout),
             },

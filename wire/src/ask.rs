@@ -1,17 +1,19 @@
-//! Ask mode's values: a pending request as the admin API shows it, the
-//! answer someone gives it, how it ended, the events of `GET /v1/events`
-//! (name and data), and the allow entry an `always` answer adds
-//! (docs/ask.md).
+//! Ask mode's documents (docs/ask.md): a pending request as the admin API
+//! shows it, the body that answers one (`DecideBody`) and the answer to it
+//! (`DecideAnswer`, with the `Grant` an `always` made), how it ended as the
+//! link and the `decided` event carry it, and the events of
+//! `GET /v1/events` (name and data). The words they use (the answer, how a
+//! request ended, the entry an `always` adds) are the model's
+//! (`crackbox_policy::held`), re-exported here.
 //!
-//! Pure data shared by the engine (which holds the connections), control
-//! (which shows and decides them), the client and the fuzz targets: each
-//! body and event is defined here once.
+//! Shared by the engine (which holds the connections), control (which shows
+//! and decides them), the client and the fuzz targets: each body and event
+//! is defined here once.
 
-use crate::entry::{AllowEntry, Target};
-use crate::host::{normalise_host, HostKind};
-use crate::reason::{Layer, Reason};
+pub use crackbox_policy::held::{always_entry, Answer, Settlement};
+
+use crackbox_policy::reason::{Layer, Reason};
 use serde::{Deserialize, Serialize};
-use std::fmt;
 use std::net::IpAddr;
 
 /// Most requests one source may have pending at once; one more is refused
@@ -29,7 +31,7 @@ pub struct PendingRequest {
     /// The request's id (`POST /v1/pending/{id}`).
     pub id: PendingId,
     /// The source address, canonical.
-    #[serde(with = "crate::registration::source_ip_text")]
+    #[serde(with = "crackbox_policy::source_ip_text")]
     pub ip: IpAddr,
     /// The source's registration id.
     pub sandbox: String,
@@ -50,50 +52,6 @@ pub struct PendingRequest {
     pub node: Option<String>,
 }
 
-/// What someone decides about a pending request: the body of
-/// `POST /v1/pending/{id}` is `{"decision": ...}`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Answer {
-    /// The held connections go through; the next new one asks again.
-    Once,
-    /// The name joins the registration's allowlist for good.
-    Always,
-    /// The held connections are refused; the next new one asks again.
-    Deny,
-}
-
-impl Answer {
-    /// Every answer, in declaration order.
-    pub const ALL: [Answer; 3] = [Answer::Once, Answer::Always, Answer::Deny];
-
-    /// The word for this answer.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Answer::Once => "once",
-            Answer::Always => "always",
-            Answer::Deny => "deny",
-        }
-    }
-
-    /// Parses the word a person types: `once`, `always` or `deny`, or their
-    /// first letters.
-    pub fn parse(text: &str) -> Option<Answer> {
-        match text {
-            "once" | "o" => Some(Answer::Once),
-            "always" | "a" => Some(Answer::Always),
-            "deny" | "d" => Some(Answer::Deny),
-            _ => None,
-        }
-    }
-}
-
-impl fmt::Display for Answer {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 /// `POST /v1/pending/{id}` body (a JSON object only):
 /// `{"decision": "always", "policy": "NAME"}` adds the name to the named
 /// policy (which the sandbox names) instead of its own allowlist, so it
@@ -105,61 +63,12 @@ pub struct DecideBody {
     pub decision: Answer,
     /// With `always`: how long the name stays (JSON `for`); absent: for good.
     #[serde(default, rename = "for", skip_serializing_if = "Option::is_none")]
-    pub period: Option<crate::period::Period>,
+    pub period: Option<crackbox_policy::grant::Period>,
     /// With `always`: the policy the name joins.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub policy: Option<crate::PolicyName>,
+    pub policy: Option<crackbox_policy::PolicyName>,
 }
-crate::object_only!(DecideBody, Serialize);
-
-/// How a pending request ended: the `decision` of the `decided` event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Settlement {
-    /// Allowed this once.
-    Once,
-    /// Allowed, and the name added to the allowlist.
-    Always,
-    /// Denied.
-    Deny,
-    /// Nobody decided within the ask timeout (refused as `ask-timeout`).
-    Timeout,
-    /// The source was unregistered or left ask mode, or its allowlist now
-    /// covers the name: the held connections were decided as any other.
-    Withdrawn,
-}
-
-impl Settlement {
-    /// Every settlement, in declaration order.
-    pub const ALL: [Settlement; 5] = [
-        Settlement::Once,
-        Settlement::Always,
-        Settlement::Deny,
-        Settlement::Timeout,
-        Settlement::Withdrawn,
-    ];
-
-    /// The word for it (the `decision` field and metrics label).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Settlement::Once => "once",
-            Settlement::Always => "always",
-            Settlement::Deny => "deny",
-            Settlement::Timeout => "timeout",
-            Settlement::Withdrawn => "withdrawn",
-        }
-    }
-}
-
-impl From<Answer> for Settlement {
-    fn from(answer: Answer) -> Self {
-        match answer {
-            Answer::Once => Settlement::Once,
-            Answer::Always => Settlement::Always,
-            Answer::Deny => Settlement::Deny,
-        }
-    }
-}
+crackbox_policy::object_only!(DecideBody, Serialize);
 
 /// `GET /v1/pending` answer: `{"pending": [...]}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -263,32 +172,38 @@ impl Event {
     }
 }
 
-/// The allow entry an `always` answer adds for `host:port`: the name (and
-/// its subdomains) or the address, on `port` unless the port is 80 or 443
-/// (then any port). `None` for a host that is no name or address.
-///
-/// ```
-/// use crackbox_policy::ask::always_entry;
-/// let text = |host, port| always_entry(host, port).map(|entry| entry.to_string());
-/// assert_eq!(text("API.Example.test.", 443).as_deref(), Some("api.example.test"));
-/// assert_eq!(text("db.test", 5432).as_deref(), Some("db.test:5432"));
-/// ```
-pub fn always_entry(host: &str, port: u16) -> Option<AllowEntry> {
-    let target = match normalise_host(host)? {
-        HostKind::Name(name) => Target::Domain(name),
-        HostKind::Ip(ip) => Target::Ip(ip),
-    };
-    let port = match port {
-        80 | 443 => None,
-        port => Some(port),
-    };
-    Some(AllowEntry { target, port })
+/// One grant: an entry an ask answer added to the registration of `ip`,
+/// until `expires` (ms since the Unix epoch) or for good.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Grant {
+    /// The registration's source address.
+    #[serde(with = "crackbox_policy::source_ip_text")]
+    pub ip: IpAddr,
+    /// The allow entry, normalised.
+    pub entry: String,
+    /// When it leaves the allowlist; absent: never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires: Option<u64>,
+}
+
+/// `POST /v1/pending/{id}` answer: the request as decided (the `decided`
+/// event's object) and, for `always`, the grant it made.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DecideAnswer {
+    /// The request and how it ended.
+    #[serde(flatten)]
+    pub decided: DecidedRequest,
+    /// The entry an `always` answer added, with its expiry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grant: Option<Grant>,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::json_object::decode;
+    use crackbox_policy::json_object::decode;
+    use crackbox_policy::AllowEntry;
 
     #[test]
     fn decide_bodies() {
@@ -417,5 +332,18 @@ mod tests {
         assert_eq!(Event::Lagged { missed: 3 }.data(), r#"{"missed":3}"#);
         assert!(Event::parse("other", "{}").is_err());
         assert!(Event::parse("lagged", r#"{"missed":"x"}"#).is_err());
+    }
+
+    #[test]
+    fn a_grant_leaves_out_an_expiry_it_has_not() {
+        let grant = Grant {
+            ip: "10.0.0.2".parse().unwrap(),
+            entry: "example.org".into(),
+            expires: None,
+        };
+        assert_eq!(
+            serde_json::to_string(&grant).unwrap(),
+            r#"{"ip":"10.0.0.2","entry":"example.org"}"#
+        );
     }
 }
