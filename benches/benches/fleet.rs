@@ -24,10 +24,15 @@ fn quantile(samples: &mut [Duration], p: f64) -> Duration {
     samples[rank - 1]
 }
 
+/// The revision of policy `bench` node `node` serves (0: none yet, a 404).
 fn revision_on(lab: &FleetLab, node: usize) -> i64 {
-    lab.nodes[node].get("/v1/policies/bench")["revision"]
-        .as_i64()
-        .unwrap_or(0)
+    let (status, body) = lab.nodes[node].admin("GET", "/v1/policies/bench", None);
+    match status {
+        200 => serde_json::from_str::<serde_json::Value>(&body).unwrap_or_default()["revision"]
+            .as_i64()
+            .unwrap_or(0),
+        _ => 0,
+    }
 }
 
 fn main() {
