@@ -78,8 +78,11 @@ impl Browser {
         let port = free_port();
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
         let driver = Spawned::start(
+            // Chromium, its child, keeps its scoped directories in TMPDIR:
+            // the test process's scratch, removed when the process ends.
             Command::new(driver)
                 .args([format!("--port={port}"), "--allowed-ips=127.0.0.1".into()])
+                .env("TMPDIR", crate::scratch())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null()),
         );
@@ -89,7 +92,7 @@ impl Browser {
         );
         let profile = tempfile::Builder::new()
             .prefix("crackbox-browser-")
-            .tempdir()
+            .tempdir_in(crate::scratch())
             .expect("a profile directory");
         let mut args = vec![
             "--headless=new".to_string(),
