@@ -25,6 +25,7 @@ async fn until(what: &str, condition: impl Fn() -> bool) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while !condition() {
         assert!(tokio::time::Instant::now() < deadline, "{what}");
+        // Not synchronisation: the poll interval of a wait on `condition`.
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
