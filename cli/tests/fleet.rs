@@ -17,22 +17,38 @@ use std::time::Duration;
 /// How long a change may take to reach every node.
 const REACH: Duration = Duration::from_secs(10);
 
-/// `PUT /v1/policies/NAME` on node `node`, as an operator's script would:
-/// a 503 (etcd did not answer within the node's 3 s call timeout, which a
+/// `PUT /v1/policies/NAME` on node `node`, only while the policy is at
+/// revision `expect` (0: absent), as a careful operator's script would. A
+/// 503 (etcd did not answer within the node's 3 s call timeout, which a
 /// test machine loaded by the rest of the suite can cause) is tried again,
-/// twice at most; a PUT replaces the policy, so a retry is harmless.
-fn put(lab: &FleetLab, node: usize, name: &str, policy: serde_json::Value) -> serde_json::Value {
+/// twice at most, with the same expected revision: an attempt that got no
+/// answer may still reach etcd later, and so can never land over a newer
+/// write. When a retry finds (409) that such an attempt landed after all,
+/// the policy it stored is the answer.
+fn put(lab: &FleetLab, node: usize, name: &str, expect: i64, policy: serde_json::Value) -> serde_json::Value {
     let path = format!("/v1/policies/{name}");
-    let mut answer = lab.nodes[node].admin("PUT", &path, Some(&policy.to_string()));
+    let mut body = policy.clone();
+    body["revision"] = json!(expect);
+    let mut answer = lab.nodes[node].admin("PUT", &path, Some(&body.to_string()));
+    let mut retried = false;
     for _ in 0..2 {
         if answer.0 != 503 {
             break;
         }
-        answer = lab.nodes[node].admin("PUT", &path, Some(&policy.to_string()));
+        retried = true;
+        answer = lab.nodes[node].admin("PUT", &path, Some(&body.to_string()));
     }
-    let (status, body) = answer;
-    assert_eq!(status, 200, "PUT {name} on node{node}: {body}");
-    serde_json::from_str(&body).unwrap()
+    let (status, text) = answer;
+    if retried && status == 409 {
+        let landed = || lab.nodes[node].get(&path);
+        assert!(
+            wait_until(REACH, || landed()["allow"] == policy["allow"]),
+            "PUT {name} on node{node}: {text}"
+        );
+        return landed();
+    }
+    assert_eq!(status, 200, "PUT {name} on node{node}: {text}");
+    serde_json::from_str(&text).unwrap()
 }
 
 /// The revision of policy `name` on node `node` (0: it has none).
@@ -57,6 +73,7 @@ fn a_policy_change_reaches_every_node_and_revokes_there() {
         &lab,
         0,
         "shared",
+        0,
         json!({"allow": ["localhost"], "deny": ["deny.localhost"]}),
     );
     let first = stored["revision"].as_i64().unwrap();
@@ -69,7 +86,7 @@ fn a_policy_change_reaches_every_node_and_revokes_there() {
         echo_round(&mut tunnel, "before");
         tunnels.push(tunnel);
     }
-    let changed = put(&lab, 1, "shared", json!({"allow": ["other.test"]}));
+    let changed = put(&lab, 1, "shared", first, json!({"allow": ["other.test"]}));
     let second = changed["revision"].as_i64().unwrap();
     assert!(second > first);
     for (k, tunnel) in tunnels.iter_mut().enumerate() {
@@ -92,7 +109,7 @@ fn the_etcd_leader_killed_mid_stream_loses_no_change_and_traffic_is_served() {
     }
     let mut lab = FleetLab::start(2, &[]);
     lab.wait_fleet_state("connected", REACH);
-    put(&lab, 0, "stream", json!({"allow": ["localhost", "v0.test"]}));
+    put(&lab, 0, "stream", 0, json!({"allow": ["localhost", "v0.test"]}));
     for node in &lab.nodes {
         assert!(wait_until(REACH, || node.get("/v1/policies")["policies"][0]["name"] == "stream"));
         node.register("127.0.0.2", "agent", &["stream"]);
@@ -137,6 +154,7 @@ fn with_etcd_gone_every_node_keeps_enforcing_and_catches_up_when_it_returns() {
         &lab,
         0,
         "web",
+        0,
         json!({"allow": ["localhost"], "deny": ["deny.localhost"]}),
     );
     for node in &lab.nodes {
@@ -194,7 +212,7 @@ fn a_watch_resumed_across_a_compaction_misses_nothing() {
     let lab = FleetLab::start(1, &[]);
     lab.wait_fleet_state("connected", REACH);
     for name in ["kept", "changed", "removed"] {
-        put(&lab, 0, name, json!({"allow": ["localhost"]}));
+        put(&lab, 0, name, 0, json!({"allow": ["localhost"]}));
     }
     lab.cut();
     lab.wait_fleet_state("disconnected", REACH);
@@ -231,7 +249,7 @@ fn two_nodes_answering_always_for_one_policy_at_once_both_land() {
     }
     let lab = FleetLab::start(2, &[]);
     lab.wait_fleet_state("connected", REACH);
-    put(&lab, 0, "shared", json!({"allow": ["localhost"]}));
+    put(&lab, 0, "shared", 0, json!({"allow": ["localhost"]}));
     for (k, node) in lab.nodes.iter().enumerate() {
         assert!(wait_until(REACH, || revision(&lab, k, "shared") > 0), "node{k}");
         let body = json!({"ip": "127.0.0.2", "id": "asker", "allowlist": [], "policies": ["shared"], "mode": "ask"});

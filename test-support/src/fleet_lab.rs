@@ -257,8 +257,13 @@ fn claim_subnet() -> (u8, Bridge) {
             continue;
         }
         let name = format!("cbfb{octet:03}");
+        // An address of its own: a bridge without one takes the lowest of
+        // its ports' addresses, and each node's port added after the first
+        // could change it, dropping the frames in flight to the nodes
+        // already talking to etcd (a stall of seconds on their connections).
+        let address = format!("02:cb:fb:00:00:{octet:02x}");
         let created = Command::new("ip")
-            .args(["link", "add", &name, "type", "bridge"])
+            .args(["link", "add", &name, "address", &address, "type", "bridge"])
             .output();
         if created.is_ok_and(|out| out.status.success()) {
             return (octet, Bridge(name));

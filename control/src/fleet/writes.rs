@@ -25,8 +25,8 @@ pub enum WriteError {
         /// The revision etcd holds (0: none).
         actual: u64,
     },
-    /// etcd refused or failed.
-    #[error("etcd: {0}")]
+    /// etcd refused or failed; a write that got no answer may still land.
+    #[error("etcd: {0} (a write that got no answer may still land: read the policy before writing it again, or write with the revision read)")]
     Etcd(#[from] etcd_client::Error),
     /// The node holding a request did not take the answer left for it in time.
     #[error("node {0:?} did not take the answer within 5 s (is it connected?); it stays in etcd for it")]
