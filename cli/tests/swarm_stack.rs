@@ -5,6 +5,8 @@
 //! binary; no pull), an etcd service and an upstream added by a second
 //! compose file, a labelled sandbox service and an unlabelled one. The
 //! labelled one's first request is served, the unlabelled one's refused.
+//! No name is looked up off the machine: the images are named by id, the
+//! networks are internal.
 
 use crackbox_test_support::docker::{
     crackbox_image, docker, docker_ready, docker_try, etcd_image, repo, workload_image,
@@ -30,7 +32,8 @@ impl Drop for Swarm {
     }
 }
 
-/// The override: etcd and an upstream on the egress network, the example
+/// The override: etcd and an upstream on the egress network (internal, as
+/// everything of a test's stays on the machine), the example
 /// agent's first request once the proxy answers, and an unlabelled sandbox
 /// making the same one.
 fn override_file(etcd: &str, workload: &str) -> String {
@@ -61,6 +64,13 @@ services:
     image: {workload}
     command: ["sh", "-c", {probe:?}]
     networks: [agents]
+networks:
+  # Internal here: Docker's resolver then never forwards a name it does not
+  # know (`etcd` before its task runs) to this machine's resolver.
+  egress:
+    driver: overlay
+    internal: true
+    attachable: true
 "#
     )
 }
@@ -87,7 +97,11 @@ fn the_stack_serves_a_labelled_services_first_request_and_refuses_an_unlabelled_
         "inactive",
         "this dockerd is in a swarm already: the test will not touch it"
     );
-    let (crackbox, workload, etcd) = (crackbox_image(), workload_image(), etcd_image());
+    // By image id: a task whose image is named by a tag has its node try
+    // a pull first (a lookup of the registry's name) even with the image
+    // here; one named by id is taken as it is.
+    let id = |image: String| docker(&["image", "inspect", "--format", "{{.Id}}", &image]);
+    let (crackbox, workload, etcd) = (id(crackbox_image()), id(workload_image()), id(etcd_image()));
     let initialised = Command::new("docker")
         .args([
             "swarm",

@@ -80,7 +80,9 @@ impl Browser {
         let driver = Spawned::start(
             // Chromium, its child, keeps its scoped directories in TMPDIR:
             // the test process's scratch, removed when the process ends.
-            Command::new(driver)
+            // It resolves through the test process's responder (as root):
+            // no lookup of Chromium's own leaves the machine.
+            crate::local_lookups(&mut Command::new(driver))
                 .args([format!("--port={port}"), "--allowed-ips=127.0.0.1".into()])
                 .env("TMPDIR", crate::scratch())
                 .stdout(Stdio::null())
@@ -106,7 +108,19 @@ impl Browser {
             "--window-size=1280,800".into(),
             format!("--user-data-dir={}", profile.path().display()),
         ];
-        args.extend(switches.iter().map(|s| s.to_string()));
+        // Chromium looks names up for itself (its sign-in, search and
+        // update services) even with background networking off: every name
+        // but localhost and the loopback addresses fails inside it, asked of
+        // no resolver. A test's own mapping rules come first.
+        let mut rules = Vec::new();
+        for switch in switches {
+            match switch.strip_prefix("--host-resolver-rules=") {
+                Some(own) => rules.push(own.to_string()),
+                None => args.push(switch.to_string()),
+            }
+        }
+        rules.push("MAP * ~NOTFOUND, EXCLUDE localhost, EXCLUDE 127.0.0.1, EXCLUDE [::1]".into());
+        args.push(format!("--host-resolver-rules={}", rules.join(", ")));
         let capabilities = json!({
             "capabilities": {"alwaysMatch": {
                 "browserName": "chrome",

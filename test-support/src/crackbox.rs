@@ -58,11 +58,17 @@ extern "C" fn remove_scratch() {
 /// inherited `CRACKBOX_*` settings (the io driver choice passes through, so
 /// the suite can run on either driver), no config file, warn-level logs, no
 /// stdin, and this test process's [`scratch`] directory as its `TMPDIR`.
+/// A daemon (`proxy serve`, `proxy engine`) also resolves names through the
+/// test process's [`crate::LocalResolver`], so no lookup of a made-up name
+/// leaves the machine.
 pub fn isolated(command: &mut Command) -> &mut Command {
     for (name, _) in std::env::vars() {
         if name.starts_with("CRACKBOX_") && name != "CRACKBOX_IO_DRIVER" {
             command.env_remove(name);
         }
+    }
+    if is_daemon(command) {
+        crate::local_lookups(command);
     }
     command
         .env("XDG_CONFIG_HOME", "/nonexistent-crackbox-test")
@@ -82,4 +88,12 @@ pub fn command<S: AsRef<std::ffi::OsStr>>(args: &[S], env: &[(&str, &str)]) -> C
 /// Runs an isolated `crackbox ARGS` to completion.
 pub fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
     command(args, env).output().expect("run crackbox")
+}
+
+/// True when `command` starts a daemon: its arguments hold `proxy serve`
+/// or `proxy engine`.
+fn is_daemon(command: &Command) -> bool {
+    let args: Vec<&std::ffi::OsStr> = command.get_args().collect();
+    args.windows(2)
+        .any(|pair| pair[0] == "proxy" && (pair[1] == "serve" || pair[1] == "engine"))
 }

@@ -7,7 +7,8 @@
 //! upstream that records its connections (`TrackedUpstream`), a command on a
 //! pseudo-terminal of its own (`Pty`); the Docker fixtures
 //! (`docker`), the network-namespace lab (`netns_lab`), a real etcd cluster
-//! (`etcd`) and the nodes of a fleet on it (`fleet_lab`) and the probes run
+//! (`etcd`) and the nodes of a fleet on it (`fleet_lab`), name lookups that
+//! stay on the machine (`LocalResolver`) and the probes run
 //! inside `crackbox run` jails (`steer_probe`, `run_probe`). Dev-only, never
 //! published. Traffic goes to 127.0.0.0/8 or to networks and namespaces a test made.
 
@@ -21,6 +22,7 @@ pub mod etcd;
 pub mod fleet_lab;
 mod http;
 pub mod load;
+mod lookups;
 mod metrics;
 mod net;
 pub mod netns_lab;
@@ -40,6 +42,7 @@ pub use crackbox::{binary, command, isolated, run, scratch};
 pub use daemon::{label_watcher, loopback_args, Daemon};
 pub use echo::{echo_round, Echo};
 pub use http::{curl, http, open_tunnel, read_head, read_request, read_to_end, try_http, Seen, Upstream};
+pub use lookups::{local_lookups, LocalResolver};
 pub use metrics::metric;
 pub use net::{
     closed_within, connect_from, dialling, free_addr, free_port, holding_upstream, try_connect_from, wait_until,
