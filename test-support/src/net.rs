@@ -5,7 +5,7 @@ use std::hash::{BuildHasher, RandomState};
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// A port free on every address (bound on the wildcard, then released).
@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 /// a concurrently running test can take it between this call and the bind
 /// of whoever asked for it (a port from `bind(0)` could be handed out as a
 /// connection's source port in that window). Within one process the ports
-/// are taken in turn from a random start, so no two calls give the same.
+/// are taken in turn from a random start, so no two calls give the same;
+/// across the test processes running at once, each port is [`claim`]ed
+/// first, so no other test process probes or hands out the same one.
 pub fn free_port() -> u16 {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     static START: OnceLock<u32> = OnceLock::new();
@@ -25,13 +27,34 @@ pub fn free_port() -> u16 {
     let start = *START.get_or_init(|| (RandomState::new().hash_one(std::process::id()) % u64::from(span)) as u32);
     let private = (0..span)
         .map(|_| PRIVATE_PORTS_FROM + ((start + NEXT.fetch_add(1, Ordering::Relaxed)) % span) as u16)
-        .find(|&port| TcpListener::bind(("::", port)).is_ok() || TcpListener::bind(("0.0.0.0", port)).is_ok());
+        .find(|&port| {
+            claim(port) && (TcpListener::bind(("::", port)).is_ok() || TcpListener::bind(("0.0.0.0", port)).is_ok())
+        });
     private.unwrap_or_else(|| TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port())
 }
 
 /// A free loopback address: 127.0.0.1 and a [`free_port`].
 pub fn free_addr() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], free_port()))
+}
+
+/// Claims `port` for this process among the test processes of the machine:
+/// an abstract Unix socket named after the port, held until the process
+/// exits. The kernel drops the name with the process, so nothing is left
+/// on disk and a killed test frees its ports all the same.
+fn claim(port: u16) -> bool {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr as UnixAddr, UnixListener};
+    static CLAIMED: Mutex<Vec<UnixListener>> = Mutex::new(Vec::new());
+    let name = format!("crackbox-test-port-{port}");
+    let Ok(listener) = UnixAddr::from_abstract_name(name.as_bytes()).and_then(|at| UnixListener::bind_addr(&at)) else {
+        return false;
+    };
+    CLAIMED
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .push(listener);
+    true
 }
 
 /// Where [`free_port`] starts looking, above the well-known and common
