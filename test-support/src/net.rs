@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 /// of whoever asked for it (a port from `bind(0)` could be handed out as a
 /// connection's source port in that window). Within one process the ports
 /// are taken in turn from a random start, so no two calls give the same;
-/// across the test processes running at once, each port is [`claim`]ed
+/// across the test processes running at once, each port is claimed
 /// first, so no other test process probes or hands out the same one.
 pub fn free_port() -> u16 {
     static NEXT: AtomicU32 = AtomicU32::new(0);
