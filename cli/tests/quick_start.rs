@@ -11,7 +11,7 @@
 mod docs_support;
 
 use crackbox_test_support::docker::{create_network, docker_ready, remove_network, repo, unique};
-use crackbox_test_support::{free_port, wait_until};
+use crackbox_test_support::{free_port, local_lookups, wait_until};
 use docs_support::{crackbox_start, read, shell_blocks, simple_commands};
 use std::net::TcpStream;
 use std::process::{Child, Command, Output, Stdio};
@@ -57,8 +57,9 @@ impl Drop for Background {
 /// file, and waits until it accepts on `addr`.
 fn start_upstream(words: &[String], addr: &str, dir: &std::path::Path) -> Background {
     std::fs::write(dir.join("quick-start.txt"), "quick start upstream\n").unwrap();
-    let child = Command::new(&words[0])
-        .args(&words[1..])
+    // Python's http.server looks up the name of its bind address (a PTR
+    // question), so it resolves through the test's own responder.
+    let child = local_lookups(Command::new(&words[0]).args(&words[1..]))
         .current_dir(dir)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
