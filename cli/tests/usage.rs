@@ -278,7 +278,14 @@ fn the_engine_keeps_the_counters_across_a_control_restart_not_its_own() {
     let _engine = ports.engine(&socket);
     ports.wait_healthy();
     assert_eq!(via_proxy(&ports, "127.0.0.2", false, &[&url]).status, 200);
-    let before = usage_of(&client(ports.admin), "127.0.0.2");
+    let admin = client(ports.admin);
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            usage_of(&admin, "127.0.0.2").connections == 0
+        }),
+        "curl's connection closes (the engine counts it down after curl exits)"
+    );
+    let before = usage_of(&admin, "127.0.0.2");
     assert!(before.bytes_down >= 200_000);
     control.kill9();
     let _control = ports.control(&socket, &["--state", &state]);
