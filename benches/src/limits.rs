@@ -1,6 +1,13 @@
-//! Process limits the tool needs to hold thousands of sockets.
+//! Process and system limits a load run needs: file descriptors for
+//! thousands of sockets, and room in the kernel's connection-tracking table.
 
 use std::io;
+use std::time::{Duration, Instant};
+
+/// The longest a run waits for the connection-tracking table to drain: its
+/// entries of closed TCP connections stay 120 s
+/// (`net.netfilter.nf_conntrack_tcp_timeout_time_wait`).
+const CONNTRACK_DRAIN_WAIT: Duration = Duration::from_secs(150);
 
 /// Raises the RLIMIT_NOFILE soft limit to the hard limit; returns the new
 /// soft limit.
@@ -21,4 +28,48 @@ pub fn raise_nofile() -> io::Result<u64> {
         }
     }
     Ok(limit.rlim_cur)
+}
+
+/// Entries in the kernel's connection-tracking table and its size, when
+/// netfilter's conntrack is loaded (as on every Docker host); `None` when not.
+pub fn conntrack_use() -> Option<(u64, u64)> {
+    let read = |name: &str| -> Option<u64> {
+        std::fs::read_to_string(format!("/proc/sys/net/netfilter/{name}"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    };
+    Some((read("nf_conntrack_count")?, read("nf_conntrack_max")?))
+}
+
+/// Waits (at most 150 s, saying so on stderr) until the connection-tracking
+/// table is at most half full. Runs back to back open hundreds of thousands
+/// of loopback connections; once the table is full the kernel drops new
+/// SYNs ("nf_conntrack: table full, dropping packet" in the kernel log) and
+/// a run would measure one-second SYN retransmits instead of the proxy.
+/// Returns whether the table has room.
+pub fn wait_for_conntrack_room() -> bool {
+    let deadline = Instant::now() + CONNTRACK_DRAIN_WAIT;
+    let mut said = false;
+    loop {
+        let Some((count, max)) = conntrack_use() else {
+            return true;
+        };
+        if count <= max / 2 {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            eprintln!("crackbox-load: the conntrack table still holds {count} of {max} entries; measuring anyway");
+            return false;
+        }
+        if !said {
+            eprintln!(
+                "crackbox-load: the conntrack table holds {count} of {max} entries; waiting for it to drain below half"
+            );
+            said = true;
+        }
+        // Not synchronisation: polling a kernel counter that drains by the second.
+        std::thread::sleep(Duration::from_secs(1));
+    }
 }

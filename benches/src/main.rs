@@ -348,6 +348,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             (common, modes::connect_bulk(&run, tunnels, mib))
         }
         Command::ConnectRate { common, timed } => {
+            limits::wait_for_conntrack_room();
             let run = prepare(&common, "connect-rate")?;
             (
                 common,
@@ -359,6 +360,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             timed,
             new_connection,
         } => {
+            limits::wait_for_conntrack_room();
             let run = prepare(&common, "http-rate")?;
             let outcome = modes::http_rate(&run, timed.workers, seconds(timed.duration)?, new_connection);
             (common, outcome)
@@ -373,11 +375,16 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             hold,
             open_limit,
         } => {
+            // A one-tunnel run is a readiness probe (benches/compare.sh): it does not wait.
+            if tunnels > 1 {
+                limits::wait_for_conntrack_room();
+            }
             let run = prepare(&common, "idle")?;
             (common, modes::idle(&run, tunnels, seconds(hold)?, seconds(open_limit)?))
         }
         Command::Denied { common, timed } => {
             anyhow::ensure!(common.proxy.is_some(), "denied needs --proxy");
+            limits::wait_for_conntrack_room();
             let run = prepare(&common, "denied")?;
             (common, modes::denied(&run, timed.workers, seconds(timed.duration)?))
         }

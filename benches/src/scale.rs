@@ -15,6 +15,7 @@
 
 use crate::control_plane::Admin;
 use crate::dial::Endpoint;
+use crate::limits;
 use crate::modes::{self, Run};
 use crate::report::Outcome;
 use crate::upstream::{Role, Upstream};
@@ -155,6 +156,7 @@ pub fn run(binary: &Path, plan: &Plan) -> anyhow::Result<Vec<Row>> {
         } else {
             pin_load(0, cpus)?;
         }
+        limits::wait_for_conntrack_room();
         let serve = Serve::start(binary, threads, engine_cpus.as_deref())?;
         let workers = threads * plan.workers_per_thread;
         let run = |target: SocketAddr, label: &str| -> anyhow::Result<Run> {
