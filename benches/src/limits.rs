@@ -32,7 +32,7 @@ pub fn raise_nofile() -> io::Result<u64> {
 
 /// Entries in the kernel's connection-tracking table and its size, when
 /// netfilter's conntrack is loaded (as on every Docker host); `None` when not.
-pub fn conntrack_use() -> Option<(u64, u64)> {
+fn conntrack_use() -> Option<(u64, u64)> {
     let read = |name: &str| -> Option<u64> {
         std::fs::read_to_string(format!("/proc/sys/net/netfilter/{name}"))
             .ok()?
@@ -48,20 +48,19 @@ pub fn conntrack_use() -> Option<(u64, u64)> {
 /// of loopback connections; once the table is full the kernel drops new
 /// SYNs ("nf_conntrack: table full, dropping packet" in the kernel log) and
 /// a run would measure one-second SYN retransmits instead of the proxy.
-/// Returns whether the table has room.
-pub fn wait_for_conntrack_room() -> bool {
+pub fn wait_for_conntrack_room() {
     let deadline = Instant::now() + CONNTRACK_DRAIN_WAIT;
     let mut said = false;
     loop {
         let Some((count, max)) = conntrack_use() else {
-            return true;
+            return;
         };
         if count <= max / 2 {
-            return true;
+            return;
         }
         if Instant::now() >= deadline {
             eprintln!("crackbox-load: the conntrack table still holds {count} of {max} entries; measuring anyway");
-            return false;
+            return;
         }
         if !said {
             eprintln!(
