@@ -1,50 +1,34 @@
 //! A full-duplex tunnel between two connections, as one small hand-written
 //! future: each direction holds one wait (its source readable, then the
-//! source's turn; or its destination writable while a pipe still holds
-//! bytes for it), the bytes in flight, and a timer only while its source's
+//! source's turn; or its destination writable while bytes are still in
+//! flight for it), the bytes in flight, and a timer only while its source's
 //! cap makes it wait.
 //!
 //! An idle tunnel's task is mostly this, so it keeps no more than monoio's
 //! two readiness waits and a few words per direction: no byte-pump future
 //! per direction (whose every await point would be laid out in the task),
-//! no pipe (given back to the thread's pool whenever a direction waits for
-//! its source), no timer. The bytes move as in `tunnel::pump`: socket ->
-//! pipe -> socket with non-blocking `splice(2)`, a buffered copy when no
-//! pipe can be had; every byte takes the connection's meter.
+//! no pipe or buffer (given back to the thread's pool whenever a direction
+//! waits for its source), no timer.
+//!
+//! How bytes move depends on how they come. Small messages (a TLS
+//! handshake, a request and its answer) are copied: one non-blocking
+//! `recv(2)` into a pooled 16 KiB buffer and one `send(2)` out, the
+//! kernel's cheapest path for a few bytes and no `ioctl` to make a dialled
+//! socket non-blocking. A read that fills the buffer marks the direction as
+//! bulk, and from then on it moves socket -> pipe -> socket with
+//! non-blocking `splice(2)`, as `tunnel::pump` does, until a splice finds the
+//! source drained. Every byte takes the connection's meter.
 
 use crate::limiter::Grant;
 use crate::plane::services::conn::Conn;
 use crate::plane::services::fair::TakeTurn;
-use crate::plane::services::pipes::{Pipe, COPY_BUF, PIPE_SIZE};
+use crate::plane::services::pipes::{CopyBuffer, Pipe, Pools, COPY_BUF, PIPE_SIZE};
 use crate::plane::services::stats::Direction;
 use crate::plane::services::tunnel::{end_direction, CloseSignal, Plumbing, SHORT_READ};
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
-
-/// Bytes read without a pipe (none could be made: fd exhaustion), not yet
-/// all written.
-struct Copying {
-    buffer: Box<[u8]>,
-    start: usize,
-    end: usize,
-}
-
-impl Copying {
-    /// Writes what it can without waiting; true once all is out.
-    fn drain_now(&mut self, dst: &Conn) -> io::Result<bool> {
-        while self.start < self.end {
-            match dst.try_write(&self.buffer[self.start..self.end]) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => self.start += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(true)
-    }
-}
 
 /// What a direction needs before it can go on.
 #[derive(Clone, Copy)]
@@ -69,17 +53,22 @@ enum Waiting<R, W, T> {
 /// One direction's state between its waits.
 #[derive(Default)]
 struct Flow {
-    /// The pipe, kept while bytes keep coming.
+    /// The pipe, kept while bulk bytes keep coming.
     pipe: Option<Pipe>,
-    /// Bytes in the pipe not yet written to the destination.
+    /// The copy buffer, kept while it holds bytes; when it is here, the
+    /// bytes in flight are in it, not in the pipe.
+    buffer: Option<Box<CopyBuffer>>,
+    /// Bytes of the last read not yet written to the destination.
     left: u32,
     /// Bytes of the last read, counted once all reached the destination.
     moving: u32,
     /// The last read found the source drained: wait for it next.
     short: bool,
+    /// The last copy filled its buffer: the source sends in bulk, so the
+    /// next reads splice, until one finds the source drained.
+    bulk: bool,
     /// Tokens reserved for the next read, whose wait is `pause` (0: none).
     reserved: usize,
-    copying: Option<Box<Copying>>,
     /// The wait a cap imposes (boxed: most sources have no cap).
     pause: Option<Pin<Box<monoio::time::Sleep>>>,
 }
@@ -100,30 +89,14 @@ impl Flow {
         let plumbing = ends.plumbing;
         loop {
             if self.left > 0 {
-                let pipe = self.pipe.as_ref().expect("bytes in flight are in the pipe");
-                let mut left = self.left as usize;
-                let drained = pipe.drain_now(ends.dst, &mut left);
-                self.left = left as u32;
-                if !drained.map_err(Err)? {
+                if !self.drain_now(ends.dst).map_err(Err)? {
                     return Ok(Want::Writable);
                 }
                 self.delivered(ends);
                 if self.short {
-                    if let Some(pipe) = self.pipe.take() {
-                        plumbing.pools.give_pipe(pipe);
-                    }
+                    self.give_back(plumbing.pools);
                     return Ok(Want::Readable);
                 }
-            }
-            if let Some(copying) = &mut self.copying {
-                if !copying.drain_now(ends.dst).map_err(Err)? {
-                    return Ok(Want::Writable);
-                }
-                if let Some(done) = self.copying.take() {
-                    plumbing.pools.give_buffer(done.buffer);
-                }
-                self.delivered(ends);
-                return Ok(Want::Readable);
             }
             let want = match std::mem::take(&mut self.reserved) {
                 0 => match plumbing.meter.grant(ends.direction, PIPE_SIZE) {
@@ -141,36 +114,82 @@ impl Flow {
                 },
                 tokens => tokens,
             };
-            let Some(pipe) = self.pipe.take().or_else(|| plumbing.pools.take_pipe()) else {
-                return self.copy(ends, want);
-            };
-            let filled = pipe.fill(ends.src, want);
+            let read = self.fill(ends, want);
             // The unused tokens go back before the drain's wait; the bytes
             // count once they reached the destination.
             plumbing
                 .meter
-                .give_back(ends.direction, want - *filled.as_ref().unwrap_or(&0));
-            match filled {
+                .give_back(ends.direction, want - *read.as_ref().unwrap_or(&0));
+            match read {
                 Ok(0) => {
-                    plumbing.pools.give_pipe(pipe);
+                    self.give_back(plumbing.pools);
                     return Err(Ok(()));
                 }
                 Ok(n) => {
-                    self.pipe = Some(pipe);
                     (self.left, self.moving) = (n as u32, n as u32);
                     self.short = n < want && n < SHORT_READ;
+                    self.bulk = match self.buffer {
+                        Some(_) => n == COPY_BUF,
+                        None => !self.short,
+                    };
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    plumbing.pools.give_pipe(pipe);
+                    self.give_back(plumbing.pools);
                     return Ok(Want::Readable);
                 }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => self.pipe = Some(pipe),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
-                    plumbing.pools.give_pipe(pipe);
+                    self.give_back(plumbing.pools);
                     return Err(Err(e));
                 }
             }
         }
+    }
+
+    /// Reads up to `want` bytes without waiting: spliced into the pipe in
+    /// bulk, copied into the buffer otherwise (or when no pipe can be had:
+    /// fd exhaustion). Whatever of the two the read does not use goes back
+    /// to the pool first; both are empty here.
+    fn fill(&mut self, ends: &Ends<'_, '_>, want: usize) -> io::Result<usize> {
+        let pools = ends.plumbing.pools;
+        if self.bulk {
+            if let Some(buffer) = self.buffer.take() {
+                pools.give_buffer(buffer);
+            }
+            ends.src.make_nonblocking()?;
+            ends.dst.make_nonblocking()?;
+            if let Some(pipe) = self.pipe.take().or_else(|| pools.take_pipe()) {
+                let filled = pipe.fill(ends.src, want);
+                self.pipe = Some(pipe);
+                return filled;
+            }
+        } else if let Some(pipe) = self.pipe.take() {
+            pools.give_pipe(pipe);
+        }
+        let buffer = self.buffer.get_or_insert_with(|| pools.take_buffer());
+        ends.src.try_read(&mut buffer[..want.min(COPY_BUF)])
+    }
+
+    /// Writes what it can of the `left` bytes in flight without waiting;
+    /// true once all are out, false when the destination is full.
+    fn drain_now(&mut self, dst: &Conn) -> io::Result<bool> {
+        let Some(buffer) = &self.buffer else {
+            let pipe = self.pipe.as_ref().expect("bytes in flight are in the pipe");
+            let mut left = self.left as usize;
+            let drained = pipe.drain_now(dst, &mut left);
+            self.left = left as u32;
+            return drained;
+        };
+        while self.left > 0 {
+            let start = (self.moving - self.left) as usize;
+            match dst.try_write(&buffer[start..self.moving as usize]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => self.left -= n as u32,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(true)
     }
 
     /// The bytes of the last read all reached the destination.
@@ -180,36 +199,14 @@ impl Flow {
         ends.activity.touch();
     }
 
-    /// The buffered fallback: one read into a pooled buffer.
-    fn copy(&mut self, ends: &Ends<'_, '_>, want: usize) -> Result<Want, io::Result<()>> {
-        let plumbing = ends.plumbing;
-        let mut buffer = plumbing.pools.take_buffer();
-        let read = ends.src.try_read(&mut buffer[..want.min(COPY_BUF)]);
-        plumbing
-            .meter
-            .give_back(ends.direction, want - *read.as_ref().unwrap_or(&0));
-        match read {
-            Ok(n) if n > 0 => {
-                self.moving = n as u32;
-                self.copying = Some(Box::new(Copying {
-                    buffer,
-                    start: 0,
-                    end: n,
-                }));
-                Ok(Want::Go)
-            }
-            Ok(_) => {
-                plumbing.pools.give_buffer(buffer);
-                Err(Ok(()))
-            }
-            Err(e) => {
-                plumbing.pools.give_buffer(buffer);
-                if e.kind() == io::ErrorKind::WouldBlock {
-                    Ok(Want::Readable)
-                } else {
-                    Err(Err(e))
-                }
-            }
+    /// Gives the (empty) pipe and buffer back to the pool: the direction
+    /// waits for its source, or has ended.
+    fn give_back(&mut self, pools: &Pools) {
+        if let Some(pipe) = self.pipe.take() {
+            pools.give_pipe(pipe);
+        }
+        if let Some(buffer) = self.buffer.take() {
+            pools.give_buffer(buffer);
         }
     }
 }
@@ -345,22 +342,10 @@ pub(crate) fn run<'a>(
         Want::Writable => Waiting::Writable(conn.writable_raw()),
         Want::Readable | Want::Go => Waiting::Readable(conn.readable_raw()),
     };
-    let usable = client
-        .make_nonblocking()
-        .and_then(|()| upstream.make_nonblocking())
-        .is_ok();
-    if !usable {
-        client.shutdown_both();
-        upstream.shutdown_both();
-    }
     // A fresh tunnel: bytes come later, so both wait for readiness first.
-    let mut waits = [Waiting::Nothing, Waiting::Nothing];
-    if usable {
-        client.wait_started();
-        waits[0] = wait(client, Want::Readable);
-        upstream.wait_started();
-        waits[1] = wait(upstream, Want::Readable);
-    }
+    client.wait_started();
+    upstream.wait_started();
+    let waits = [wait(client, Want::Readable), wait(upstream, Want::Readable)];
     Duplex {
         plumbing,
         client,
@@ -368,7 +353,7 @@ pub(crate) fn run<'a>(
         close,
         flows: Default::default(),
         waits,
-        done: [!usable; 2],
+        done: [false; 2],
         wait,
     }
 }

@@ -15,8 +15,11 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 pub(crate) const PIPE_SIZE: usize = 1 << 20;
 /// Pipes kept for reuse per thread; beyond this they are closed.
 const POOLED_PIPES: usize = 64;
-/// Buffer size for the copy fallback.
+/// Size of a copy buffer: what a tunnel direction reads with `recv(2)`
+/// before it counts as bulk and splices (see `duplex`).
 pub(crate) const COPY_BUF: usize = 16 * 1024;
+/// A copy buffer.
+pub(crate) type CopyBuffer = [u8; COPY_BUF];
 /// Buffers kept for reuse per thread.
 const POOLED_BUFFERS: usize = 64;
 /// Byte vectors kept for reuse per thread.
@@ -68,7 +71,7 @@ impl Pipe {
 #[derive(Default)]
 pub(crate) struct Pools {
     pipes: RefCell<Vec<Pipe>>,
-    buffers: RefCell<Vec<Box<[u8]>>>,
+    buffers: RefCell<Vec<Box<CopyBuffer>>>,
     vecs: RefCell<Vec<Vec<u8>>>,
 }
 
@@ -88,13 +91,17 @@ impl Pools {
     }
 
     /// A copy buffer of [`COPY_BUF`] bytes; give it back when done.
-    pub(crate) fn take_buffer(&self) -> Box<[u8]> {
+    pub(crate) fn take_buffer(&self) -> Box<CopyBuffer> {
         let pooled = self.buffers.borrow_mut().pop();
-        pooled.unwrap_or_else(|| vec![0u8; COPY_BUF].into_boxed_slice())
+        pooled.unwrap_or_else(|| {
+            // Made on the heap: a 16 KiB array is not built on the stack first.
+            let buffer = vec![0u8; COPY_BUF].into_boxed_slice();
+            buffer.try_into().expect("COPY_BUF bytes")
+        })
     }
 
     /// Returns a buffer taken with [`Pools::take_buffer`].
-    pub(crate) fn give_buffer(&self, buffer: Box<[u8]>) {
+    pub(crate) fn give_buffer(&self, buffer: Box<CopyBuffer>) {
         let mut buffers = self.buffers.borrow_mut();
         if buffers.len() < POOLED_BUFFERS {
             buffers.push(buffer);
