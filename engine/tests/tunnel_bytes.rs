@@ -7,7 +7,7 @@ mod support;
 
 use std::io::{Read, Write};
 use std::net::Shutdown;
-use support::{echo_round, read_head, read_to_end, reg, Echo, Engine};
+use support::{echo_round, open_tunnel, read_to_end, reg, Echo, Engine};
 
 /// Bytes of the bulk burst each way: far more than one 16 KiB copy buffer.
 const BURST: usize = 8 << 20;
@@ -32,15 +32,8 @@ fn small_messages_are_copied_a_bulk_burst_is_spliced_and_every_byte_arrives_once
     let echo = Echo::start();
     let engine = Engine::start(vec![reg("127.0.0.2", "a", &["localhost"])], true);
     let pipes_before = pipe_ends();
-    let mut client = engine.client("127.0.0.2");
-    let port = echo.addr.port();
-    write!(
-        client,
-        "CONNECT localhost:{port} HTTP/1.1\r\nHost: localhost:{port}\r\n\r\n"
-    )
-    .unwrap();
-    let head = read_head(&mut client);
-    assert!(head.starts_with("HTTP/1.1 200 "), "{head}");
+    let target = format!("localhost:{}", echo.addr.port());
+    let mut client = open_tunnel(engine.addr, "127.0.0.2", &target);
 
     let mut sent = 0;
     for round in 0..50 {

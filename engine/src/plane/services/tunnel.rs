@@ -2,9 +2,9 @@
 //! that closes a live one.
 //!
 //! [`pump`] moves one direction until a length or EOF (a message body, see
-//! `front::forward::body`); a whole tunnel both ways is `duplex`'s. Each
-//! waits for readiness, then moves bytes socket -> pipe -> socket with
-//! non-blocking `splice(2)`. A pipe comes from the thread's pool (`pipes`)
+//! `front::forward::body`); a whole tunnel both ways is `duplex`'s, which
+//! copies small messages and splices bulk. [`pump`] waits for readiness,
+//! then moves bytes socket -> pipe -> socket with non-blocking `splice(2)`. A pipe comes from the thread's pool (`pipes`)
 //! only while bytes are in flight, so an idle tunnel holds its two sockets
 //! and nothing else. Never io_uring `IORING_OP_SPLICE` (one kernel worker
 //! thread per pending splice) and never monoio's `zero_copy` (4 KiB per op).
