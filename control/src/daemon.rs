@@ -19,8 +19,6 @@ pub enum Mode {
     Control,
 }
 
-/// Control plane worker threads: it is light, the cores belong to the engine.
-const CONTROL_THREADS: usize = 2;
 /// How long start-up waits to read the fleet's policies before it goes on
 /// with the ones in the journal.
 const FIRST_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -29,8 +27,14 @@ const FIRST_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5
 pub fn run(args: ProxyArgs, mode: Mode) -> anyhow::Result<()> {
     let settings = Settings::from_process(&args)?;
     settings.check_admin_exposure()?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(CONTROL_THREADS)
+    // One thread: the control plane is light and the cores belong to the
+    // engine. An admin request, the publisher that hands its change to the
+    // engine and the engine's ack then meet on the thread that accepted the
+    // request, with no hand-off between workers on the way (a register's
+    // answer beside the disk's floor: benches/README.md). What blocks runs
+    // elsewhere: the registry's committer has its own thread
+    // (control/src/registry/committer.rs), the engine's supervisor too.
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .thread_name("crackbox-control")
         .enable_all()
         .build()
