@@ -13,8 +13,8 @@
 
 use crackbox_engine::chunked::ChunkedBody;
 use crackbox_engine::http_head::{
-    head_end, parse_request, parse_response, write_client_response, write_upstream_request, Field, Framing, HeadError,
-    RequestHead, ResponseHead, Target, MAX_HEAD, MAX_HEADERS,
+    head_end, parse_request, parse_response, write_client_response, write_upstream_request, Field, FieldSlots, Framing,
+    HeadError, RequestHead, ResponseHead, Target, MAX_HEAD, MAX_HEADERS,
 };
 use crackbox_fuzz::{piece_ends, Input};
 use libfuzzer_sys::fuzz_target;
@@ -51,8 +51,8 @@ fuzz_target!(|data: &[u8]| {
 /// The bytes after a head that announces a chunked body.
 fn chunked_body<'a>(bytes: &'a [u8], method: &str) -> Option<&'a [u8]> {
     let end = head_end(bytes, 0)?;
-    let request = parse_request(&bytes[..end]).map(|h| h.framing);
-    let response = parse_response(&bytes[..end], method).map(|h| h.framing);
+    let request = parse_request(&bytes[..end], &mut FieldSlots::new()).map(|h| h.framing);
+    let response = parse_response(&bytes[..end], &mut FieldSlots::new(), method).map(|h| h.framing);
     (request == Ok(Framing::Chunked) || response == Ok(Framing::Chunked)).then(|| &bytes[end..])
 }
 
@@ -82,7 +82,8 @@ fn check_request(bytes: &[u8]) {
         return;
     };
     // The forward plane parses exactly the bytes up to head_end's answer.
-    let head = match parse_request(&bytes[..end]) {
+    let mut slots = FieldSlots::new();
+    let head = match parse_request(&bytes[..end], &mut slots) {
         Ok(head) => head,
         Err(HeadError::Malformed("incomplete request head")) => {
             assert!(
@@ -123,7 +124,8 @@ fn only_empty_lines(bytes: &[u8]) -> bool {
 fn check_rewrite(head: &RequestHead<'_>, authority: &str, path: &str) {
     let mut out = Vec::new();
     write_upstream_request(head, &mut out);
-    let again = match parse_request(&out) {
+    let mut slots = FieldSlots::new();
+    let again = match parse_request(&out, &mut slots) {
         Ok(again) => again,
         Err(HeadError::TooManyHeaders) if head.fields.len() >= MAX_HEADERS - 1 => return,
         Err(HeadError::TooLarge) if out.len() > MAX_HEAD => return,
@@ -144,7 +146,7 @@ fn check_rewrite(head: &RequestHead<'_>, authority: &str, path: &str) {
         String::from_utf8_lossy(&out)
     );
     assert_eq!(again.upgrade, head.upgrade, "upstream upgrade");
-    for field in &again.fields {
+    for field in again.fields {
         let name = field.name;
         let added_for_upgrade = head.upgrade && (name == "Upgrade" || name == "Connection");
         if added_for_upgrade {
@@ -158,7 +160,7 @@ fn check_rewrite(head: &RequestHead<'_>, authority: &str, path: &str) {
         // Host is crackbox's own (from the target, checked above), never the
         // client's field forwarded, so the client's Connection cannot drop it.
         assert!(
-            name.eq_ignore_ascii_case("host") || !named_in_connection(&head.fields, name),
+            name.eq_ignore_ascii_case("host") || !named_in_connection(head.fields, name),
             "{name:?} is named in Connection yet forwarded"
         );
     }
@@ -181,7 +183,8 @@ fn check_response(bytes: &[u8], method: &str, close: bool) {
     let Some(end) = head_end(bytes, 0) else {
         return;
     };
-    let head = match parse_response(&bytes[..end], method) {
+    let mut slots = FieldSlots::new();
+    let head = match parse_response(&bytes[..end], &mut slots, method) {
         Ok(head) => head,
         Err(HeadError::Malformed("incomplete response head")) => {
             assert!(
@@ -195,7 +198,8 @@ fn check_response(bytes: &[u8], method: &str, close: bool) {
     assert_eq!(head.head_len, end, "httparse and head_end disagree on the end");
     let mut out = Vec::new();
     write_client_response(&head, close, &mut out);
-    let again: ResponseHead<'_> = match parse_response(&out, method) {
+    let mut again_slots = FieldSlots::new();
+    let again: ResponseHead<'_> = match parse_response(&out, &mut again_slots, method) {
         Ok(again) => again,
         Err(HeadError::TooManyHeaders) if head.fields.len() >= MAX_HEADERS - 1 => return,
         Err(HeadError::TooLarge) if out.len() > MAX_HEAD => return,
@@ -217,7 +221,7 @@ fn check_response(bytes: &[u8], method: &str, close: bool) {
             "close requested but the client may keep the connection"
         );
     }
-    for field in &again.fields {
+    for field in again.fields {
         let name = field.name;
         let ours = name == "Connection" || (head.status == 101 && name == "Upgrade");
         if !ours {

@@ -91,12 +91,34 @@ enum Scan {
 
 /// Normalises `host`, or returns `None` when it is not a valid host.
 pub fn normalise_host(host: &str) -> Option<HostKind> {
-    let mut buf = NameBuf::new();
-    Some(match normalise_into(host, &mut buf)? {
-        // The buffer holds only the ASCII bytes the scan let through.
-        HostRef::Name(name) => HostKind::Name(String::from_utf8(name.suffix(0).to_vec()).ok()?),
-        HostRef::Ip(ip) => HostKind::Ip(ip),
+    with_normalised_host(host, |view| {
+        Some(match view? {
+            HostView::Name(name) => HostKind::Name(name.to_owned()),
+            HostView::Ip(ip) => HostKind::Ip(ip),
+        })
     })
+}
+
+/// A normalised host as [`with_normalised_host`] lends it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostView<'a> {
+    /// A DNS name, lower-case, without a trailing dot.
+    Name(&'a str),
+    /// An IP literal; IPv4-mapped IPv6 is given as IPv4.
+    Ip(IpAddr),
+}
+
+/// Normalises `host` as [`normalise_host`] does, but on the stack: `use_it`
+/// gets the result (`None` when `host` is not a valid host), nothing is
+/// allocated.
+pub fn with_normalised_host<R>(host: &str, use_it: impl FnOnce(Option<HostView<'_>>) -> R) -> R {
+    let mut buf = NameBuf::new();
+    let view = normalise_into(host, &mut buf).and_then(|normalised| match normalised {
+        // The buffer holds only the ASCII bytes the scan let through.
+        HostRef::Name(name) => std::str::from_utf8(name.suffix(0)).ok().map(HostView::Name),
+        HostRef::Ip(ip) => Some(HostView::Ip(ip)),
+    });
+    use_it(view)
 }
 
 /// Whether [`normalise_host`] accepts `host`, without allocating.

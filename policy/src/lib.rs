@@ -63,7 +63,7 @@ pub use direction::Direction;
 pub use effective::Effective;
 pub use entry::{AllowEntry, EntryError, Target, MAX_ENTRIES};
 pub use held::{decide_held, AskState};
-pub use host::{is_valid_host, normalise_host, HostKind};
+pub use host::{is_valid_host, normalise_host, with_normalised_host, HostKind, HostView};
 pub use mode::{Mode, ModeError};
 pub use named::{
     policy_references, PolicyChange, PolicyName, PolicyNameError, PolicySpec, ReferencesError, MAX_POLICY_NAME,

@@ -7,6 +7,7 @@
 //! waits for a fixed byte count.
 
 use crate::protocol::decimal::push_decimal;
+use std::mem::MaybeUninit;
 
 /// Largest request or response head accepted.
 pub const MAX_HEAD: usize = 64 * 1024;
@@ -78,13 +79,26 @@ pub enum Framing {
     UntilClose,
 }
 
-/// One header field, borrowed from the head buffer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Field<'a> {
-    /// Field name as received.
-    pub name: &'a str,
-    /// Field value as received.
-    pub value: &'a [u8],
+/// One header field, borrowed from the head buffer: httparse's own
+/// `name` and `value`, so a parse hands its fields over without copying them.
+pub type Field<'a> = httparse::Header<'a>;
+
+/// Room for the fields of one head, kept by the caller so that parsing a
+/// head allocates nothing. Uninitialised until a parse fills some; 4 KiB,
+/// so kept on a thread's stack, not across an `.await` in a task.
+pub struct FieldSlots<'b>([MaybeUninit<Field<'b>>; MAX_HEADERS]);
+
+impl FieldSlots<'_> {
+    /// Empty room for [`MAX_HEADERS`] fields.
+    pub fn new() -> Self {
+        FieldSlots([const { MaybeUninit::uninit() }; MAX_HEADERS])
+    }
+}
+
+impl Default for FieldSlots<'_> {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 /// A parsed and validated request head.
@@ -97,7 +111,7 @@ pub struct RequestHead<'a> {
     /// Minor version: 0 for HTTP/1.0, 1 for HTTP/1.1.
     pub minor_version: u8,
     /// Header fields in order.
-    pub fields: Vec<Field<'a>>,
+    pub fields: &'a [Field<'a>],
     /// Value of the `Host` field, if one was sent.
     pub host_field: Option<&'a [u8]>,
     /// Body framing.
@@ -120,7 +134,7 @@ pub struct ResponseHead<'a> {
     /// Minor version of the upstream's HTTP/1.x.
     pub minor_version: u8,
     /// Header fields in order.
-    pub fields: Vec<Field<'a>>,
+    pub fields: &'a [Field<'a>],
     /// Body framing.
     pub framing: Framing,
     /// The upstream will keep the connection open afterwards.
@@ -145,13 +159,13 @@ pub fn head_end(buf: &[u8], from: usize) -> Option<usize> {
 }
 
 /// Parses a complete request head (`buf` must hold the whole head: use
-/// [`head_end`] first). Returns the head or why it is refused.
-pub fn parse_request(buf: &[u8]) -> Result<RequestHead<'_>, HeadError> {
+/// [`head_end`] first), its fields into `slots`. Returns the head or why it
+/// is refused.
+pub fn parse_request<'b: 's, 's>(buf: &'b [u8], slots: &'s mut FieldSlots<'b>) -> Result<RequestHead<'s>, HeadError> {
     // Uninitialised slots: filling 128 of them first would cost more than
     // parsing a typical head.
-    let mut slots = [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut []);
-    let head_len = match req.parse_with_uninit_headers(buf, &mut slots) {
+    let head_len = match req.parse_with_uninit_headers(buf, &mut slots.0) {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) if buf.len() >= MAX_HEAD => return Err(HeadError::TooLarge),
         Ok(httparse::Status::Partial) => return Err(HeadError::Malformed("incomplete request head")),
@@ -164,15 +178,15 @@ pub fn parse_request(buf: &[u8]) -> Result<RequestHead<'_>, HeadError> {
     let (Some(method), Some(raw_target), Some(minor_version)) = (req.method, req.path, req.version) else {
         return Err(HeadError::Malformed("malformed request line"));
     };
-    let fields = fields_of(req.headers);
+    let fields: &[Field<'_>] = req.headers;
     let target = if method == "CONNECT" {
         parse_connect_target(raw_target)?
     } else {
         parse_target(raw_target)?
     };
-    let host_field = single_host(&fields)?;
-    let framing = request_framing(&fields, minor_version, method)?;
-    let connection = ConnectionTokens::of(&fields);
+    let host_field = single_host(fields)?;
+    let framing = request_framing(fields, minor_version, method)?;
+    let connection = ConnectionTokens::of(fields);
     let keep_alive = if minor_version == 0 {
         connection.keep_alive
     } else {
@@ -192,22 +206,16 @@ pub fn parse_request(buf: &[u8]) -> Result<RequestHead<'_>, HeadError> {
     })
 }
 
-/// The header fields httparse found, borrowed from the buffer.
-fn fields_of<'a>(headers: &[httparse::Header<'a>]) -> Vec<Field<'a>> {
-    headers
-        .iter()
-        .map(|h| Field {
-            name: h.name,
-            value: h.value,
-        })
-        .collect()
-}
-
-/// Parses a complete response head to a request made with `request_method`.
-pub fn parse_response<'a>(buf: &'a [u8], request_method: &str) -> Result<ResponseHead<'a>, HeadError> {
-    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut res = httparse::Response::new(&mut slots);
-    let head_len = match res.parse(buf) {
+/// Parses a complete response head to a request made with `request_method`,
+/// its fields into `slots`.
+pub fn parse_response<'b: 's, 's>(
+    buf: &'b [u8],
+    slots: &'s mut FieldSlots<'b>,
+    request_method: &str,
+) -> Result<ResponseHead<'s>, HeadError> {
+    let mut res = httparse::Response::new(&mut []);
+    let parsed = httparse::ParserConfig::default().parse_response_with_uninit_headers(&mut res, buf, &mut slots.0);
+    let head_len = match parsed {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) if buf.len() >= MAX_HEAD => return Err(HeadError::TooLarge),
         Ok(httparse::Status::Partial) => return Err(HeadError::Malformed("incomplete response head")),
@@ -223,13 +231,13 @@ pub fn parse_response<'a>(buf: &'a [u8], request_method: &str) -> Result<Respons
         return Err(HeadError::Malformed("invalid status code"));
     }
     let reason = res.reason.unwrap_or("");
-    let fields = fields_of(res.headers);
-    let connection = ConnectionTokens::of(&fields);
+    let fields: &[Field<'_>] = res.headers;
+    let connection = ConnectionTokens::of(fields);
     let bodiless = request_method == "HEAD" || (100..200).contains(&status) || status == 204 || status == 304;
     let framing = if bodiless {
         Framing::Empty
     } else {
-        response_framing(&fields)?
+        response_framing(fields)?
     };
     let keep_alive = framing != Framing::UntilClose
         && if minor_version == 0 {
@@ -491,8 +499,8 @@ pub fn write_upstream_request(head: &RequestHead<'_>, out: &mut Vec<u8>) {
     push_decimal(out, usize::from(head.minor_version));
     out.extend_from_slice(b"\r\n");
     push_field(out, "Host", authority.as_bytes());
-    for field in &head.fields {
-        if field.name.eq_ignore_ascii_case("host") || is_hop_field(field, &head.fields, true) {
+    for field in head.fields {
+        if field.name.eq_ignore_ascii_case("host") || is_hop_field(field, head.fields, true) {
             continue;
         }
         push_field(out, field.name, field.value);
@@ -520,9 +528,8 @@ pub(crate) fn push_status_line(out: &mut Vec<u8>, status: u16, reason: &str) {
 pub fn write_client_response(head: &ResponseHead<'_>, close: bool, out: &mut Vec<u8>) {
     push_status_line(out, head.status, head.reason);
     let drop_length = head.framing == Framing::Chunked;
-    for field in &head.fields {
-        if is_hop_field(field, &head.fields, false)
-            || (drop_length && field.name.eq_ignore_ascii_case("content-length"))
+    for field in head.fields {
+        if is_hop_field(field, head.fields, false) || (drop_length && field.name.eq_ignore_ascii_case("content-length"))
         {
             continue;
         }

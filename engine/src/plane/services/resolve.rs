@@ -8,7 +8,7 @@
 use crate::plane::services::conn::Conn;
 use crate::plane::services::local_addrs::LocalAddresses;
 use crackbox_policy::guard::{DestinationGuard, Verdict};
-use crackbox_policy::{normalise_host, HostKind, MatchedBy};
+use crackbox_policy::{with_normalised_host, HostView, MatchedBy};
 use futures_channel::oneshot;
 use rustc_hash::FxHashMap;
 use std::cell::RefCell;
@@ -135,11 +135,33 @@ pub(crate) struct Dialer<'a> {
     pub(crate) nonblocking_dials: bool,
 }
 
-/// Resolves `name` through the thread's cache or the resolver pool.
+/// What is known of a host's addresses without waiting.
+enum Known {
+    /// An IP literal.
+    Literal(IpAddr),
+    /// A name's addresses, from the thread's cache.
+    Cached(Rc<[IpAddr]>),
+    /// A name (normalised) for the resolver pool.
+    Unresolved(String),
+}
+
+/// What is known of `host` now; `None` when it is not a valid host. A name
+/// already cached is normalised on the stack and never copied.
+fn known(dialer: &Dialer<'_>, host: &str) -> Option<Known> {
+    with_normalised_host(host, |view| {
+        Some(match view? {
+            HostView::Ip(ip) => Known::Literal(ip),
+            HostView::Name(name) => match dialer.names.get(name) {
+                Some(addrs) => Known::Cached(addrs),
+                None => Known::Unresolved(name.to_owned()),
+            },
+        })
+    })
+}
+
+/// Resolves `name`, not in the thread's cache, through the resolver pool;
+/// caches what it finds.
 async fn resolve_name(dialer: &Dialer<'_>, name: &str) -> Result<Rc<[IpAddr]>, DialError> {
-    if let Some(addrs) = dialer.names.get(name) {
-        return Ok(addrs);
-    }
     match monoio::time::timeout(CONNECT_BUDGET, dialer.resolver.lookup(name, 0)).await {
         Ok(Ok(addrs)) if !addrs.is_empty() => {
             let ips: Rc<[IpAddr]> = addrs.iter().map(SocketAddr::ip).collect();
@@ -158,9 +180,10 @@ async fn resolve_name(dialer: &Dialer<'_>, name: &str) -> Result<Rc<[IpAddr]>, D
 /// judged before anyone is asked about it. A name that does not resolve now
 /// has no address the guard refuses, so it may be asked about.
 pub(crate) async fn may_dial(dialer: &Dialer<'_>, host: &str, port: u16) -> bool {
-    let addresses: Rc<[IpAddr]> = match normalise_host(host) {
-        Some(HostKind::Ip(ip)) => Rc::from([ip]),
-        Some(HostKind::Name(name)) => match resolve_name(dialer, &name).await {
+    let addresses: Rc<[IpAddr]> = match known(dialer, host) {
+        Some(Known::Literal(ip)) => Rc::from([ip]),
+        Some(Known::Cached(addrs)) => addrs,
+        Some(Known::Unresolved(name)) => match resolve_name(dialer, &name).await {
             Ok(addresses) => addresses,
             Err(_) => return true,
         },
@@ -183,12 +206,16 @@ pub(crate) async fn dial(
     let deadline = Instant::now() + CONNECT_BUDGET;
     let literal_ip: [IpAddr; 1];
     let resolved: Rc<[IpAddr]>;
-    let ips: &[IpAddr] = match normalise_host(host) {
-        Some(HostKind::Ip(ip)) => {
+    let ips: &[IpAddr] = match known(dialer, host) {
+        Some(Known::Literal(ip)) => {
             literal_ip = [ip];
             &literal_ip
         }
-        Some(HostKind::Name(name)) => {
+        Some(Known::Cached(addrs)) => {
+            resolved = addrs;
+            &resolved
+        }
+        Some(Known::Unresolved(name)) => {
             resolved = resolve_name(dialer, &name).await?;
             &resolved
         }

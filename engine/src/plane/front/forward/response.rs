@@ -7,10 +7,10 @@ use super::body;
 use super::head::Prepared;
 use super::READ_CHUNK;
 use crate::plane::services::conn::Conn;
-use crate::plane::services::pipes::Pooled;
+use crate::plane::services::pipes::{Pooled, Pools};
 use crate::plane::services::stats::Direction;
 use crate::plane::services::tunnel::{CloseSignal, Plumbing};
-use crate::protocol::http_head::{self, Framing, MAX_HEAD};
+use crate::protocol::http_head::{self, FieldSlots, Framing, MAX_HEAD};
 use std::cell::Cell;
 use std::time::Duration;
 
@@ -77,23 +77,17 @@ pub(super) async fn relay_response(
                 Ok(Ok(_)) => received = true,
             }
         };
-        let head = http_head::parse_response(&inbox[..end], request.method).map_err(|_| ExchangeError::BadResponse)?;
-        let interim = (100..200).contains(&head.status) && head.status != 101;
-        let upgraded = head.status == 101;
-        let client_close = !request.keep_alive || head.framing == Framing::UntilClose;
-        let framing = head.framing;
-        // Reused only after an HTTP/1.1 response that keeps the connection:
-        // an HTTP/1.0 keep-alive is the older, looser convention.
-        let upstream_keep_alive = head.keep_alive && head.minor_version == 1;
-        // Body bytes already read go out with the head in one write.
-        let buffered = match framing {
-            Framing::Length(length) if !interim && !upgraded => length.min((inbox.len() - end) as u64) as usize,
-            _ => 0,
-        };
-        let mut out = Pooled::new(plumbing.pools);
-        out.reserve(end + 64 + buffered);
-        http_head::write_client_response(&head, client_close && !interim && !upgraded, &mut out);
-        drop(head);
+        let (
+            Answered {
+                interim,
+                upgraded,
+                client_close,
+                framing,
+                upstream_keep_alive,
+                buffered,
+            },
+            mut out,
+        ) = rewrite_head(&inbox, end, request, plumbing.pools)?;
         inbox.drain(..end);
         responded.set(true);
         activity.touch();
@@ -135,4 +129,58 @@ pub(super) async fn relay_response(
             upstream_reusable: upstream_keep_alive && inbox.is_empty(),
         });
     }
+}
+
+/// What an exchange goes on with once the upstream's head is sent on.
+struct Answered {
+    /// A 1xx other than 101: another head follows.
+    interim: bool,
+    /// 101: the connection becomes a tunnel.
+    upgraded: bool,
+    /// The client's connection closes after this response.
+    client_close: bool,
+    /// How the response body is delimited.
+    framing: Framing,
+    /// The upstream connection may carry another exchange.
+    upstream_keep_alive: bool,
+    /// Body bytes read with the head, sent on with it.
+    buffered: usize,
+}
+
+/// Parses the response head at the start of `inbox` (`end` bytes) and
+/// writes it, rewritten for the client, into a pooled buffer sized for it
+/// and the body bytes read with it. Not async: the head's field slots
+/// (4 KiB) live on the thread's stack, never in the connection's task.
+fn rewrite_head<'p>(
+    inbox: &[u8],
+    end: usize,
+    request: &Prepared<'_>,
+    pools: &'p Pools,
+) -> Result<(Answered, Pooled<'p>), ExchangeError> {
+    let mut slots = FieldSlots::new();
+    let head =
+        http_head::parse_response(&inbox[..end], &mut slots, request.method).map_err(|_| ExchangeError::BadResponse)?;
+    let interim = (100..200).contains(&head.status) && head.status != 101;
+    let upgraded = head.status == 101;
+    let client_close = !request.keep_alive || head.framing == Framing::UntilClose;
+    let framing = head.framing;
+    // Body bytes already read go out with the head in one write.
+    let buffered = match framing {
+        Framing::Length(length) if !interim && !upgraded => length.min((inbox.len() - end) as u64) as usize,
+        _ => 0,
+    };
+    let mut out = Pooled::new(pools);
+    out.reserve(end + 64 + buffered);
+    http_head::write_client_response(&head, client_close && !interim && !upgraded, &mut out);
+    let answered = Answered {
+        interim,
+        upgraded,
+        client_close,
+        framing,
+        // Reused only after an HTTP/1.1 response that keeps the connection:
+        // an HTTP/1.0 keep-alive is the older, looser convention.
+        upstream_keep_alive: head.keep_alive && head.minor_version == 1,
+        buffered,
+    };
+    Ok((answered, out))
 }

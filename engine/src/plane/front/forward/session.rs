@@ -15,7 +15,7 @@ use crate::plane::services::revocation::LiveEntry;
 use crate::plane::services::sandboxes::Sandbox;
 use crate::plane::services::stats::{ActiveTunnel, Direction, FrontEnd};
 use crate::plane::services::worker::Worker;
-use crate::protocol::http_head::{self, Target};
+use crate::protocol::http_head::{self, FieldSlots, Target};
 use crate::protocol::responses;
 use crackbox_policy::reason::Reason;
 use std::rc::Rc;
@@ -112,7 +112,8 @@ impl<'w> Session<'w> {
     /// What the complete head at the start of the inbox asks for; a request
     /// to forward or tunnel is taken out of the inbox.
     fn next_step(&mut self, head_len: usize) -> Step<'w> {
-        let head = match http_head::parse_request(&self.inbox[..head_len]) {
+        let mut slots = FieldSlots::new();
+        let head = match http_head::parse_request(&self.inbox[..head_len], &mut slots) {
             Ok(head) => head,
             Err(err) => return Step::Reply(head_refusal(err)),
         };
