@@ -84,8 +84,9 @@ pub enum Framing {
 pub type Field<'a> = httparse::Header<'a>;
 
 /// Room for the fields of one head, kept by the caller so that parsing a
-/// head allocates nothing. Uninitialised until a parse fills some; 4 KiB,
-/// so kept on a thread's stack, not across an `.await` in a task.
+/// head allocates nothing. Uninitialised until a parse fills some (filling
+/// 128 slots first would cost more than parsing a typical head); 4 KiB, so
+/// kept on a thread's stack, not across an `.await` in a task.
 pub struct FieldSlots<'b>([MaybeUninit<Field<'b>>; MAX_HEADERS]);
 
 impl FieldSlots<'_> {
@@ -162,8 +163,6 @@ pub fn head_end(buf: &[u8], from: usize) -> Option<usize> {
 /// [`head_end`] first), its fields into `slots`. Returns the head or why it
 /// is refused.
 pub fn parse_request<'b: 's, 's>(buf: &'b [u8], slots: &'s mut FieldSlots<'b>) -> Result<RequestHead<'s>, HeadError> {
-    // Uninitialised slots: filling 128 of them first would cost more than
-    // parsing a typical head.
     let mut req = httparse::Request::new(&mut []);
     let head_len = match req.parse_with_uninit_headers(buf, &mut slots.0) {
         Ok(httparse::Status::Complete(n)) => n,
