@@ -12,6 +12,8 @@ pub struct Usage {
     /// CPU time in microseconds: utime + stime, plus cutime + cstime so
     /// children that exited and were reaped during the run still count.
     pub cpu_us: u64,
+    /// Of `cpu_us`, the part spent in the kernel (stime + cstime), µs.
+    pub kernel_cpu_us: u64,
     /// Resident memory in KiB.
     pub rss_kib: u64,
     /// Threads.
@@ -30,6 +32,7 @@ pub struct Usage {
 struct Stat {
     ppid: i32,
     cpu_ticks: u64,
+    kernel_ticks: u64,
     threads: u64,
     rss_pages: u64,
 }
@@ -43,6 +46,7 @@ fn read_stat(pid: i32) -> Option<Stat> {
     Some(Stat {
         ppid: rest.get(1)?.parse().ok()?,
         cpu_ticks: field(14)? + field(15)? + field(16)? + field(17)?,
+        kernel_ticks: field(15)? + field(17)?,
         threads: field(20)?,
         rss_pages: field(24)?,
     })
@@ -96,6 +100,7 @@ pub fn process(pid: i32) -> io::Result<Usage> {
 fn add_process(usage: &mut Usage, pid: i32) {
     let Some(stat) = read_stat(pid) else { return };
     usage.cpu_us += stat.cpu_ticks * 1_000_000 / ticks_per_second();
+    usage.kernel_cpu_us += stat.kernel_ticks * 1_000_000 / ticks_per_second();
     usage.rss_kib += stat.rss_pages * page_kib();
     usage.threads += stat.threads;
     usage.fds += fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count() as u64);
@@ -166,5 +171,24 @@ mod tests {
                 x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
             }
         }
+    }
+
+    #[test]
+    fn kernel_time_grows_with_syscalls_and_stays_within_cpu_time() {
+        // Syscalls until the kernel's part shows 30 ms more: a sampler that
+        // counted only user time would never see it grow.
+        let me = i32::try_from(std::process::id()).unwrap();
+        let before = sample(me).unwrap();
+        assert!(before.kernel_cpu_us <= before.cpu_us, "{before:?}");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let mut now = before;
+        while now.kernel_cpu_us < before.kernel_cpu_us + 30_000 {
+            assert!(std::time::Instant::now() < deadline, "kernel time did not grow");
+            for _ in 0..2_000 {
+                std::hint::black_box(fs::metadata("/proc/self/stat").is_ok());
+            }
+            now = sample(me).unwrap();
+        }
+        assert!(now.kernel_cpu_us <= now.cpu_us, "{now:?}");
     }
 }

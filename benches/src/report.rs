@@ -55,6 +55,9 @@ pub struct Outcome {
     pub direct_latency_us: Option<Latency>,
     /// CPU the proxy's process tree used in the measured phase, µs.
     pub proxy_cpu_us: Option<u64>,
+    /// Of `proxy_cpu_us`, the part the kernel spent for the proxy, µs.
+    #[serde(default)]
+    pub proxy_kernel_cpu_us: Option<u64>,
     /// Time the proxy's threads waited for a CPU in the measured phase, µs.
     #[serde(default)]
     pub proxy_runq_wait_us: Option<u64>,
@@ -76,6 +79,12 @@ impl Outcome {
     pub fn cpu_per_unit(&self) -> Option<f64> {
         let cpu = self.proxy_cpu_us?;
         (self.work > 0.0).then(|| cpu as f64 / self.work)
+    }
+
+    /// Of the proxy CPU per unit, the kernel's part, µs.
+    pub fn kernel_per_unit(&self) -> Option<f64> {
+        let kernel = self.proxy_kernel_cpu_us?;
+        (self.work > 0.0).then(|| kernel as f64 / self.work)
     }
 
     /// Run-queue wait of the proxy's threads as a share of wall time, %:
@@ -108,6 +117,9 @@ impl Outcome {
         }
         if let Some(cpu) = self.cpu_per_unit() {
             let _ = write!(line, ", proxy {cpu:.1} µs/{}", self.unit);
+            if let Some(kernel) = self.kernel_per_unit() {
+                let _ = write!(line, " ({kernel:.1} in the kernel)");
+            }
         }
         if let Some(wait) = self.runq_wait_percent() {
             let _ = write!(line, ", proxy run-queue wait {wait:.0}%");
@@ -261,11 +273,46 @@ fn cost(outcome: &Outcome) -> Option<f64> {
     }
 }
 
+/// Of a run's proxy CPU per unit, the user and the kernel parts, µs
+/// (none for `idle`, whose pairs compare memory).
+fn user_and_kernel(outcome: &Outcome) -> Option<(f64, f64)> {
+    if outcome.mode == "idle" {
+        return None;
+    }
+    let kernel = outcome.kernel_per_unit()?;
+    Some((outcome.cpu_per_unit()? - kernel, kernel))
+}
+
+/// The median of `values` (sorted here); `None` when empty.
+fn median(values: &mut [f64]) -> Option<f64> {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(values[n / 2]),
+        _ => Some((values[n / 2 - 1] + values[n / 2]) / 2.0),
+    }
+}
+
+/// `ours / theirs`: the medians of one part of the paired runs' CPU, or `-`.
+fn part_cell(ours: &[&Outcome], theirs: &[&Outcome], part: fn((f64, f64)) -> f64) -> String {
+    let side = |runs: &[&Outcome]| {
+        let mut values: Vec<f64> = runs.iter().filter_map(|o| user_and_kernel(o).map(part)).collect();
+        median(&mut values)
+    };
+    match (side(ours), side(theirs)) {
+        (Some(ours), Some(theirs)) => format!("{ours:.1} / {theirs:.1}"),
+        _ => "-".into(),
+    }
+}
+
 /// The paired comparison: for each mode, each crackbox target (any label
 /// starting `crackbox` but the base) and each reference that ran it, the
 /// ratio of the n-th run's cost to the reference's n-th run's, as the
-/// median with min and max over the pairs. Runs with errors pair with
-/// nothing. Empty when no mode ran twice for one target.
+/// median with min and max over the pairs; where CPU is compared, each
+/// side's median user and kernel µs per unit beside it, which show where a
+/// gap lies. Runs with errors pair with nothing. Empty when no mode ran
+/// twice for one target.
 pub fn paired(outcomes: &[Outcome]) -> String {
     let mut modes: Vec<&str> = Vec::new();
     for o in outcomes {
@@ -273,15 +320,25 @@ pub fn paired(outcomes: &[Outcome]) -> String {
             modes.push(&o.mode);
         }
     }
-    let runs = |mode: &str, label: &str| -> Vec<Option<f64>> {
+    let runs = |mode: &str, label: &str| -> Vec<Option<&Outcome>> {
         outcomes
             .iter()
             .filter(|o| o.mode == mode && o.label == label)
-            .map(|o| if o.errors == 0 { cost(o) } else { None })
+            .map(|o| (o.errors == 0).then_some(o))
             .collect()
     };
-    let header = ["mode", "target", "against", "pairs", "median ratio", "min", "max"];
-    let mut rows: Vec<[String; 7]> = Vec::new();
+    let header = [
+        "mode",
+        "target",
+        "against",
+        "pairs",
+        "median ratio",
+        "min",
+        "max",
+        "user µs/unit, ours / theirs",
+        "kernel µs/unit, ours / theirs",
+    ];
+    let mut rows: Vec<[String; 9]> = Vec::new();
     for mode in modes {
         let mut targets: Vec<&str> = Vec::new();
         for o in outcomes.iter().filter(|o| o.mode == mode) {
@@ -293,32 +350,34 @@ pub fn paired(outcomes: &[Outcome]) -> String {
             let ours = runs(mode, target);
             for reference in REFERENCES {
                 let theirs = runs(mode, reference);
-                let mut ratios: Vec<f64> = ours
+                let pairs: Vec<(&Outcome, &Outcome, f64)> = ours
                     .iter()
                     .zip(&theirs)
-                    .filter_map(|(a, b)| match (a, b) {
-                        (Some(a), Some(b)) if *b > 0.0 => Some(a / b),
-                        _ => None,
+                    .filter_map(|(a, b)| {
+                        let (a, b) = ((*a)?, (*b)?);
+                        match (cost(a), cost(b)) {
+                            (Some(ca), Some(cb)) if cb > 0.0 => Some((a, b, ca / cb)),
+                            _ => None,
+                        }
                     })
                     .collect();
-                if ratios.len() < 2 {
+                if pairs.len() < 2 {
                     continue;
                 }
-                ratios.sort_by(f64::total_cmp);
-                let n = ratios.len();
-                let median = if n % 2 == 1 {
-                    ratios[n / 2]
-                } else {
-                    (ratios[n / 2 - 1] + ratios[n / 2]) / 2.0
-                };
+                let mut ratios: Vec<f64> = pairs.iter().map(|p| p.2).collect();
+                let Some(middle) = median(&mut ratios) else { continue };
+                let (ours_paired, theirs_paired): (Vec<&Outcome>, Vec<&Outcome>) =
+                    pairs.iter().map(|p| (p.0, p.1)).unzip();
                 rows.push([
                     mode.to_owned(),
                     target.to_owned(),
                     reference.to_owned(),
-                    n.to_string(),
-                    format!("{median:.2}"),
+                    ratios.len().to_string(),
+                    format!("{middle:.2}"),
                     format!("{:.2}", ratios[0]),
-                    format!("{:.2}", ratios[n - 1]),
+                    format!("{:.2}", ratios[ratios.len() - 1]),
+                    part_cell(&ours_paired, &theirs_paired, |(user, _)| user),
+                    part_cell(&ours_paired, &theirs_paired, |(_, kernel)| kernel),
                 ]);
             }
         }
@@ -370,6 +429,7 @@ mod tests {
             latency_us: None,
             direct_latency_us: None,
             proxy_cpu_us: cpu,
+            proxy_kernel_cpu_us: cpu.map(|c| c * 3 / 4),
             proxy_runq_wait_us: cpu.map(|c| c / 2),
             idle: None,
         }
@@ -409,7 +469,7 @@ mod tests {
     }
 
     #[test]
-    fn pairs_are_the_nth_runs_summed_up_as_median_min_and_max() {
+    fn pairs_are_the_nth_runs_summed_up_as_median_min_max_and_cpu_parts() {
         let runs = [
             ("bare", 100),
             ("crackbox", 110),
@@ -432,12 +492,33 @@ mod tests {
             &cells[1..8],
             ["denied", "crackbox", "bare", "3", "1.00", "0.90", "1.10"]
         );
+        // Each side's user and kernel µs per unit, the medians of the pairs
+        // (the fixture's kernel part is three quarters, rounded down).
+        assert_eq!(&cells[8..10], ["28.0 / 25.0", "82.0 / 75.0"]);
         let base = text.lines().find(|l| l.contains("crackbox-base")).unwrap();
         assert!(
             base.contains("| 0.92 ") && base.contains("| 0.90 ") && base.contains("| 1.33 "),
             "{base}"
         );
         assert!(paired(&outcomes[..3]).is_empty(), "one run each pairs nothing");
+        let idle: Vec<Outcome> = (0..2)
+            .flat_map(|_| ["bare", "crackbox"])
+            .map(|label| {
+                let mut run = outcome(label, "idle", 1.0, 0, Some(100));
+                run.idle = Some(IdleFigures {
+                    tunnels: 1,
+                    rss_kib_per_tunnel: 1.0,
+                    fds_per_tunnel: 2.0,
+                    threads_per_tunnel: 0.0,
+                    rss_kib: 1,
+                });
+                run
+            })
+            .collect();
+        let text = paired(&idle);
+        let row = text.lines().find(|l| l.starts_with("| idle ")).unwrap();
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        assert_eq!(&cells[8..10], ["-", "-"], "idle pairs compare memory, not CPU: {text}");
     }
 
     #[test]

@@ -93,7 +93,8 @@ fn every_mode_verifies_its_replies_on_the_direct_path() {
                 let idle = outcome.idle.unwrap();
                 assert_eq!(idle.tunnels, 200);
                 assert!(idle.fds_per_tunnel >= 1.0, "{idle:?}");
-                assert!(outcome.proxy_cpu_us.is_some());
+                let (cpu, kernel) = (outcome.proxy_cpu_us.unwrap(), outcome.proxy_kernel_cpu_us.unwrap());
+                assert!(kernel <= cpu, "{outcome:?}");
             }
             _ => unreachable!(),
         }

@@ -52,6 +52,7 @@ impl Run {
             latency_us: None,
             direct_latency_us: None,
             proxy_cpu_us: None,
+            proxy_kernel_cpu_us: None,
             proxy_runq_wait_us: None,
             idle: None,
         }
@@ -109,12 +110,14 @@ impl Meter {
         }
     }
 
-    /// Fills in seconds and the proxy's CPU and run-queue wait deltas.
+    /// Fills in seconds and the proxy's CPU (all of it, and the kernel's part)
+    /// and run-queue wait deltas.
     fn stop(self, outcome: &mut Outcome) {
         outcome.seconds = self.start.elapsed().as_secs_f64();
         let end = self.pid.and_then(|p| proctree::sample(p).ok());
         if let (Some(before), Some(after)) = (self.usage, end) {
             outcome.proxy_cpu_us = Some(after.cpu_us.saturating_sub(before.cpu_us));
+            outcome.proxy_kernel_cpu_us = Some(after.kernel_cpu_us.saturating_sub(before.kernel_cpu_us));
             outcome.proxy_runq_wait_us = Some(after.runq_wait_us.saturating_sub(before.runq_wait_us));
         }
     }
