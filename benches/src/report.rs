@@ -264,19 +264,26 @@ fn render(header: &[&str; 10], rows: &[[String; 10]]) -> String {
 /// Labels crackbox is compared with, pair by pair.
 const REFERENCES: [&str; 3] = ["bare", "nginx", "crackbox-base"];
 
+/// Whether a pair compares memory (`idle`: per tunnel) rather than proxy
+/// CPU per unit.
+fn compares_memory(outcome: &Outcome) -> bool {
+    outcome.mode == "idle"
+}
+
 /// What a pair compares: proxy CPU per unit, or for `idle` the memory per
 /// tunnel (lower is better for both).
 fn cost(outcome: &Outcome) -> Option<f64> {
-    match outcome.mode.as_str() {
-        "idle" => outcome.idle.map(|idle| idle.rss_kib_per_tunnel),
-        _ => outcome.cpu_per_unit(),
+    if compares_memory(outcome) {
+        outcome.idle.map(|idle| idle.rss_kib_per_tunnel)
+    } else {
+        outcome.cpu_per_unit()
     }
 }
 
 /// Of a run's proxy CPU per unit, the user and the kernel parts, µs
-/// (none for `idle`, whose pairs compare memory).
+/// (none where the pair compares memory).
 fn user_and_kernel(outcome: &Outcome) -> Option<(f64, f64)> {
-    if outcome.mode == "idle" {
+    if compares_memory(outcome) {
         return None;
     }
     let kernel = outcome.kernel_per_unit()?;
