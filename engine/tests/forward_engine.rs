@@ -3,9 +3,10 @@
 mod support;
 
 use std::io::{Read, Write};
-use std::net::Shutdown;
+use std::net::{Shutdown, TcpListener};
 use std::sync::atomic::Ordering;
-use support::{read_head, read_to_end, reg, Echo, Engine};
+use std::time::Duration;
+use support::{open_tunnel, read_head, read_to_end, reg, Echo, Engine};
 
 #[test]
 fn connect_allowed_echoes_pipelined_bytes_and_half_closes() {
@@ -23,6 +24,62 @@ fn connect_allowed_echoes_pipelined_bytes_and_half_closes() {
     client.write_all(b"late bytes").unwrap();
     client.shutdown(Shutdown::Write).unwrap();
     assert_eq!(read_to_end(&mut client), "early bytes|late bytes");
+}
+
+/// A tunnel's end reaches both sides as a clean close (EOF, never a reset),
+/// whichever side ends first: the first EOF is passed on as a half-close,
+/// and the last one by the close itself.
+#[test]
+fn a_tunnel_ends_cleanly_on_both_sides_whichever_side_ends_first() {
+    let engine = Engine::start(vec![reg("127.0.0.2", "a", &["localhost"])], true);
+    for upstream_first in [false, true] {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let upstream = std::thread::spawn(move || {
+            let (mut conn, _) = listener.accept().unwrap();
+            conn.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            let mut heard = Vec::new();
+            if upstream_first {
+                conn.write_all(b"hello").unwrap();
+                conn.shutdown(Shutdown::Write).unwrap();
+                conn.read_to_end(&mut heard).map(|_| heard)
+            } else {
+                let read = conn.read_to_end(&mut heard).map(|_| heard);
+                conn.write_all(b"pong").unwrap();
+                read
+            }
+        });
+        let mut client = open_tunnel(engine.addr, "127.0.0.2", &format!("localhost:{port}"));
+        let mut heard = Vec::new();
+        if upstream_first {
+            client
+                .read_to_end(&mut heard)
+                .expect("the upstream's end reaches the client as EOF");
+            client.write_all(b"bye").unwrap();
+            client.shutdown(Shutdown::Write).unwrap();
+        } else {
+            client.write_all(b"ping").unwrap();
+            client.shutdown(Shutdown::Write).unwrap();
+            client
+                .read_to_end(&mut heard)
+                .expect("the tunnel's close reaches the client as EOF");
+        }
+        let upstream_heard = upstream
+            .join()
+            .unwrap()
+            .expect("the client's end reaches the upstream as EOF");
+        let (client_said, upstream_said) = if upstream_first {
+            ("bye", "hello")
+        } else {
+            ("ping", "pong")
+        };
+        assert_eq!(String::from_utf8_lossy(&heard), upstream_said);
+        assert_eq!(String::from_utf8_lossy(&upstream_heard), client_said);
+        if upstream_first {
+            let mut rest = [0u8; 1];
+            assert_eq!(client.read(&mut rest).expect("still a clean EOF after both ends"), 0);
+        }
+    }
 }
 
 #[test]

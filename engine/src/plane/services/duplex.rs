@@ -311,6 +311,13 @@ where
             if !this.done[i] {
                 if let Poll::Ready(end) = this.advance(i, cx) {
                     this.done[i] = true;
+                    // The last way to reach EOF needs no shutdown: the close
+                    // right after sends its FIN, and nothing is left unread
+                    // on that socket to turn the FIN into a reset (the other
+                    // way read it to EOF, or failed and shut it down).
+                    if end.is_ok() && this.done == [true, true] {
+                        continue;
+                    }
                     match i {
                         0 => end_direction(end, this.client, this.upstream),
                         _ => end_direction(end, this.upstream, this.client),
