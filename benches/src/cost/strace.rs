@@ -81,13 +81,26 @@ impl Tracer {
         Ok(Tracer { child, output })
     }
 
-    /// Detaches and returns the summary, the total first.
+    /// Detaches and returns the summary, the total first; the summary's
+    /// file is removed (on drop).
     pub fn finish(mut self) -> anyhow::Result<Vec<Calls>> {
         // SAFETY: signalling our own child.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
         self.child.wait().context("waiting for strace")?;
         let text = std::fs::read_to_string(&self.output).context("reading strace's summary")?;
         Ok(parse_summary(&text))
+    }
+}
+
+impl Drop for Tracer {
+    /// Stops a trace left unfinished (a measurement that failed) and
+    /// removes the summary's file either way: nothing is left behind.
+    fn drop(&mut self) {
+        if !matches!(self.child.try_wait(), Ok(Some(_))) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        let _ = std::fs::remove_file(&self.output);
     }
 }
 
@@ -119,6 +132,7 @@ pub fn parse_summary(text: &str) -> Vec<Calls> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::mpsc;
 
     #[test]
     fn reads_strace_summaries() {
@@ -131,5 +145,59 @@ mod tests {
         let rows = parse_summary(text);
         let pairs: Vec<(&str, u64)> = rows.iter().map(|c| (c.name.as_str(), c.calls)).collect();
         assert_eq!(pairs, [("total", 50), ("recvfrom", 30), ("splice", 20)]);
+    }
+
+    /// A thread named `name` that makes `getppid(2)` `calls` times each
+    /// time it is told to, and says when it has; returned once it runs
+    /// (the thread sets its own name as it starts).
+    fn probe(name: &str, calls: usize) -> (mpsc::Sender<()>, mpsc::Receiver<()>) {
+        let (go, told) = mpsc::channel::<()>();
+        let (done, finished) = mpsc::channel();
+        std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                let _ = done.send(());
+                for () in told {
+                    for _ in 0..calls {
+                        // SAFETY: a syscall without arguments or effects.
+                        unsafe { libc::syscall(libc::SYS_getppid) };
+                    }
+                    let _ = done.send(());
+                }
+            })
+            .unwrap();
+        finished.recv().unwrap();
+        (go, finished)
+    }
+
+    fn summary_file(name: &str) -> PathBuf {
+        std::env::temp_dir().join(format!("{name}-{}.txt", std::process::id()))
+    }
+
+    #[test]
+    fn counts_a_threads_syscalls_and_leaves_no_file() {
+        let (go, finished) = probe("strace-probe-a", 250);
+        let output = summary_file("strace-probe-a");
+        let tracer = Tracer::attach(&threads_named("strace-probe-a").unwrap(), output.clone()).unwrap();
+        go.send(()).unwrap();
+        finished.recv().unwrap();
+        let rows = tracer.finish().unwrap();
+        let getppid = rows.iter().find(|c| c.name == "getppid").map(|c| c.calls);
+        assert_eq!(getppid, Some(250), "{rows:?}");
+        assert!(!output.exists(), "{} left behind", output.display());
+    }
+
+    #[test]
+    fn an_unfinished_trace_is_stopped_and_leaves_no_file() {
+        let (go, finished) = probe("strace-probe-b", 10);
+        let output = summary_file("strace-probe-b");
+        let tracer = Tracer::attach(&threads_named("strace-probe-b").unwrap(), output.clone()).unwrap();
+        let strace_pid = tracer.child.id();
+        go.send(()).unwrap();
+        finished.recv().unwrap();
+        drop(tracer);
+        assert!(!output.exists(), "{} left behind", output.display());
+        let state = std::fs::read_to_string(format!("/proc/{strace_pid}/stat")).unwrap_or_default();
+        assert!(state.is_empty(), "strace {strace_pid} still there: {state}");
     }
 }
