@@ -23,27 +23,15 @@ test_images() {
     docker images --filter dangling=true --quiet --no-trunc # the images a rebuild of those tags left untagged
 }
 # And what must never be left: a file or directory in /tmp, /etc or
-# /etc/netns that was not there before (taken once dockerd is up, which
-# keeps its own files in /etc and its log in /tmp until it stops).
-system_entries() {
-    # /etc/netns may not exist (find then exits 1, which must not end the run).
-    { find /tmp /etc /etc/netns -mindepth 1 -maxdepth 1 2>/dev/null || true; } | sort
-}
+# /etc/netns that was not there before (.ci/leftovers.sh).
+source .ci/leftovers.sh
 images_before="$(test_images)"
 entries_before="$(system_entries)"
 cleanup() {
     local status=$?
     comm -13 <(echo "$images_before" | sort) <(test_images | sort) | xargs -r docker rmi -f >/dev/null || true
     deploy/ci-docker.sh stop "$dockerd_owner"
-    local left
-    left="$(comm -13 <(echo "$entries_before") <(system_entries))"
-    if [ -n "$left" ]; then
-        echo "ci: the run left these in /tmp and /etc:" >&2
-        echo "$left" >&2
-        [ "$status" -ne 0 ] || status=1
-    else
-        echo "ci: nothing left in /tmp or /etc"
-    fi
+    check_leftovers "$entries_before" "the tests" || [ "$status" -ne 0 ] || status=1
     exit "$status"
 }
 trap cleanup EXIT

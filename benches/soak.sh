@@ -94,6 +94,8 @@ free_port() {
 proxy_port=$(free_port) admin_port=$(free_port) dns_port=$(free_port) unused_port=$(free_port)
 
 # The containers' image: busybox alone, FROM scratch (built once, kept).
+# Soaks started at once build it once: each holds a lock on this script
+# (a file that is there anyway, so no lock file is left behind).
 (
     flock 9
     if ! docker image inspect "$image" >/dev/null 2>&1; then
@@ -102,7 +104,7 @@ proxy_port=$(free_port) admin_port=$(free_port) dns_port=$(free_port) unused_por
         printf 'FROM scratch\nCOPY busybox /bin/busybox\nENTRYPOINT ["/bin/busybox"]\n' >"$out/image/Dockerfile"
         docker build -q -t "$image" "$out/image" >/dev/null
     fi
-) 9>"${TMPDIR:-/tmp}/crackbox-soak-image.lock"
+) 9<"${BASH_SOURCE[0]}"
 docker network create --internal --label "io.crackbox.soak=$run" "$network" >/dev/null
 
 echo "soak.sh: $seconds s, daemon $bin, files in $out (kept if the soak fails)" >&2
