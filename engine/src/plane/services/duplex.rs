@@ -315,10 +315,9 @@ where
                     // right after sends its FIN, and nothing is left unread
                     // on that socket to turn the FIN into a reset (the other
                     // way read it to EOF, or failed and shut it down).
-                    if end.is_ok() && this.done == [true, true] {
-                        continue;
-                    }
+                    let last_eof = end.is_ok() && this.done == [true, true];
                     match i {
+                        _ if last_eof => {}
                         0 => end_direction(end, this.client, this.upstream),
                         _ => end_direction(end, this.upstream, this.client),
                     }
