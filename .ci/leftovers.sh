@@ -1,7 +1,8 @@
 # Sourced by .ci/run and .ci/test.sh: nothing a CI step does may be left in
-# /tmp, /etc or /etc/netns. Each takes the entries there once its dockerd is
-# up (which keeps its own files in /etc and its log in /tmp until it stops)
-# and checks them again after stopping it.
+# /tmp, /etc or /etc/netns. Each takes the entries there before its steps
+# (after starting its dockerd, which keeps its own files in /etc and its log
+# in /tmp until it stops) and checks them again once they ran (after
+# stopping that dockerd).
 
 # The entries of /tmp, /etc and /etc/netns, sorted.
 system_entries() {
