@@ -19,7 +19,7 @@ use std::io;
 use std::net::IpAddr;
 use std::os::fd::AsRawFd;
 use std::pin::{pin, Pin};
-use std::rc::{Rc, Weak};
+use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 
 /// Turns a source may take per round on one core thread.
@@ -29,10 +29,19 @@ pub(crate) const TURNS_PER_ROUND: u32 = 32;
 const PRUNE_AT: usize = 64;
 
 /// The turns of one core thread.
+///
+/// A source keeps its record between connections (a sandbox's connections
+/// often come one after another), until the table is pruned of sources
+/// without any.
 pub(crate) struct Turns {
-    round: Cell<u64>,
-    sources: RefCell<FxHashMap<IpAddr, Weak<SourceTurns>>>,
+    rounds: Rc<Rounds>,
+    sources: RefCell<FxHashMap<IpAddr, Rc<SourceTurns>>>,
     prune_at: Cell<usize>,
+}
+
+/// The rounds of one core thread: which one it is, and who waits for one.
+struct Rounds {
+    round: Cell<u64>,
     /// Sources with queued connections, in the order they are served.
     waiting: RefCell<VecDeque<Rc<SourceTurns>>>,
     dispatcher: RefCell<Option<Waker>>,
@@ -41,48 +50,44 @@ pub(crate) struct Turns {
 impl Default for Turns {
     fn default() -> Self {
         Turns {
-            round: Cell::new(0),
+            rounds: Rc::new(Rounds {
+                round: Cell::new(0),
+                waiting: RefCell::new(VecDeque::new()),
+                dispatcher: RefCell::new(None),
+            }),
             sources: RefCell::new(FxHashMap::default()),
             prune_at: Cell::new(PRUNE_AT),
-            waiting: RefCell::new(VecDeque::new()),
-            dispatcher: RefCell::new(None),
         }
     }
 }
 
 impl Turns {
     /// The turns of `source` on this thread, shared by all its connections.
-    pub(crate) fn of(self: &Rc<Self>, source: IpAddr) -> Rc<SourceTurns> {
+    pub(crate) fn of(&self, source: IpAddr) -> Rc<SourceTurns> {
         let mut sources = self.sources.borrow_mut();
-        if let Some(turns) = sources.get(&source).and_then(Weak::upgrade) {
-            return turns;
+        if let Some(turns) = sources.get(&source) {
+            return Rc::clone(turns);
         }
         if sources.len() >= self.prune_at.get() {
-            sources.retain(|_, turns| turns.strong_count() > 0);
+            // Held only here: no connection of the source is left.
+            sources.retain(|_, turns| Rc::strong_count(turns) > 1);
             self.prune_at.set((sources.len() * 2).max(PRUNE_AT));
         }
         let turns = Rc::new(SourceTurns {
-            turns: Rc::clone(self),
-            round: Cell::new(self.round.get()),
+            rounds: Rc::clone(&self.rounds),
+            round: Cell::new(self.rounds.round.get()),
             used: Cell::new(0),
             queue: RefCell::new(VecDeque::new()),
         });
-        sources.insert(source, Rc::downgrade(&turns));
+        sources.insert(source, Rc::clone(&turns));
         turns
-    }
-
-    fn enqueue(&self, source: Rc<SourceTurns>) {
-        self.waiting.borrow_mut().push_back(source);
-        if let Some(waker) = self.dispatcher.borrow_mut().take() {
-            waker.wake();
-        }
     }
 
     /// Completes once some source has a queued connection.
     async fn until_waiting(&self) {
         std::future::poll_fn(|cx| {
-            if self.waiting.borrow().is_empty() {
-                *self.dispatcher.borrow_mut() = Some(cx.waker().clone());
+            if self.rounds.waiting.borrow().is_empty() {
+                *self.rounds.dispatcher.borrow_mut() = Some(cx.waker().clone());
                 Poll::Pending
             } else {
                 Poll::Ready(())
@@ -93,20 +98,30 @@ impl Turns {
 
     /// Starts a round: every waiting source, in turn, gets its turns.
     fn next_round(&self) {
-        let round = self.round.get() + 1;
-        self.round.set(round);
-        let served = std::mem::take(&mut *self.waiting.borrow_mut());
+        let rounds = &self.rounds;
+        let round = rounds.round.get() + 1;
+        rounds.round.set(round);
+        let served = std::mem::take(&mut *rounds.waiting.borrow_mut());
         for source in served {
             if source.grant(round) {
-                self.waiting.borrow_mut().push_back(source);
+                rounds.waiting.borrow_mut().push_back(source);
             }
+        }
+    }
+}
+
+impl Rounds {
+    fn enqueue(&self, source: Rc<SourceTurns>) {
+        self.waiting.borrow_mut().push_back(source);
+        if let Some(waker) = self.dispatcher.borrow_mut().take() {
+            waker.wake();
         }
     }
 }
 
 /// One source's turns on one core thread.
 pub(crate) struct SourceTurns {
-    turns: Rc<Turns>,
+    rounds: Rc<Rounds>,
     round: Cell<u64>,
     used: Cell<u32>,
     /// Connections waiting for a turn, oldest first.
@@ -127,7 +142,7 @@ impl SourceTurns {
         if !self.queue.borrow().is_empty() {
             return false;
         }
-        self.refresh(self.turns.round.get());
+        self.refresh(self.rounds.round.get());
         let used = self.used.get();
         if used < TURNS_PER_ROUND {
             self.used.set(used + 1);
@@ -204,7 +219,7 @@ impl Future for TakeTurn<'_> {
                 queue.len() == 1
             };
             if first {
-                self.source.turns.enqueue(Rc::clone(self.source));
+                self.source.rounds.enqueue(Rc::clone(self.source));
             }
             self.slot = Some(slot);
             return Poll::Pending;
@@ -369,5 +384,23 @@ mod tests {
         }
         assert!(turns.sources.borrow().len() <= PRUNE_AT * 2);
         assert!(Rc::ptr_eq(&kept, &turns.of("127.0.0.1".parse().unwrap())));
+    }
+
+    #[test]
+    fn a_source_keeps_its_record_and_its_turns_between_connections() {
+        let turns = turns();
+        let source: IpAddr = "127.0.0.2".parse().unwrap();
+        let first = turns.of(source);
+        assert!(now(first.take()).is_some());
+        let address = Rc::as_ptr(&first);
+        drop(first);
+        // The next connection, after the first is gone, finds the same
+        // record, with the turn already taken this round.
+        let next = turns.of(source);
+        assert_eq!(Rc::as_ptr(&next), address);
+        for _ in 1..TURNS_PER_ROUND {
+            assert!(now(next.take()).is_some());
+        }
+        assert!(now(next.take()).is_none(), "the round's turns are spent");
     }
 }

@@ -53,7 +53,9 @@ struct Live {
 pub(crate) struct LiveSet {
     slots: RefCell<Vec<Option<Live>>>,
     free: RefCell<Vec<usize>>,
-    /// Slot indices of each (canonical) source's connections.
+    /// Slot indices of each (canonical) source's connections. A source
+    /// left without any keeps its (empty) list until the next sweep, for
+    /// its next connection.
     by_source: RefCell<FxHashMap<IpAddr, Vec<usize>>>,
 }
 
@@ -128,14 +130,16 @@ impl Drop for LiveEntry {
             if let Some(at) = indices.iter().position(|&index| index == self.index) {
                 indices.swap_remove(at);
             }
-            if indices.is_empty() {
-                by_source.remove(&live.source);
-            }
         }
     }
 }
 
 impl LiveSet {
+    /// Forgets the sources left without connections.
+    fn sweep(&self) {
+        self.by_source.borrow_mut().retain(|_, indices| !indices.is_empty());
+    }
+
     /// Fires the signal of every live connection quiet for at least `limit`;
     /// returns how many.
     fn close_idle(&self, limit: Duration) -> usize {
@@ -208,7 +212,8 @@ impl LiveSet {
 /// past the tunnel idle timeout and idle upstream connections past the
 /// pool's (one timer per thread instead of one per connection); once a
 /// second it also has the thread's admission gate hand back what idle
-/// sources hold and drops the registration handles nothing holds.
+/// sources hold, drops the registration handles nothing holds and forgets
+/// the sources left without live connections.
 /// `idle_limit` is the tunnel idle timeout.
 pub(crate) async fn watch(
     live: Rc<LiveSet>,
@@ -231,6 +236,7 @@ pub(crate) async fn watch(
         if let 0 = ticks % IDLE_SWEEP_TICKS {
             gate.sweep();
             sandboxes.sweep();
+            live.sweep();
             let expired = upstreams.expire(Instant::now(), |conn| conn.peek() == Peeked::Nothing);
             if expired > 0 {
                 tracing::debug!(expired, "closed idle upstream connections");
@@ -260,5 +266,30 @@ pub(crate) async fn watch(
             tracing::info!(revoked, generation, "closed connections the new snapshot denies");
         }
         before = changes.snapshot;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_source_keeps_its_list_until_a_sweep_finds_it_empty() {
+        let set = Rc::new(LiveSet::default());
+        let source: IpAddr = "127.0.0.2".parse().unwrap();
+        let first = LiveEntry::register(&set, source, "github.com", 443, false);
+        drop(first);
+        assert_eq!(set.by_source.borrow().get(&source).map(Vec::len), Some(0));
+        let next = LiveEntry::register(&set, source, "github.com", 443, false);
+        assert_eq!(set.by_source.borrow()[&source], vec![next.index]);
+        set.sweep();
+        assert!(
+            set.by_source.borrow().contains_key(&source),
+            "a source with a connection stays"
+        );
+        drop(next);
+        set.sweep();
+        assert!(set.by_source.borrow().is_empty());
+        assert!(set.slots.borrow().iter().all(Option::is_none));
     }
 }
