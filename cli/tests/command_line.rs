@@ -458,6 +458,39 @@ fn a_second_daemon_on_the_same_ports_exits_instead_of_sharing_them() {
     );
 }
 
+#[test]
+fn two_listeners_of_one_daemon_on_one_port_are_refused_at_start() {
+    // SO_REUSEPORT would let them share the port, each taking some of the
+    // other's connections: the later one is named, with its flag.
+    let port = free_port();
+    let (loopback, wildcard) = (format!("127.0.0.1:{port}"), format!("0.0.0.0:{port}"));
+    let admin = format!("127.0.0.1:{}", free_port());
+    let cases = [
+        (["--listen", &loopback, "--socks", &loopback], "SOCKS5", "--socks"),
+        (["--listen", &wildcard, "--socks", &loopback], "SOCKS5", "--socks"),
+        (
+            ["--listen", &loopback, "--transparent", &wildcard],
+            "transparent",
+            "--transparent, or '' to turn it off",
+        ),
+    ];
+    for (flags, what, flag) in cases {
+        let mut args: Vec<String> = ["proxy", "serve", "--admin", &admin].map(String::from).to_vec();
+        args.extend(flags.map(String::from));
+        if !flags.contains(&"--transparent") {
+            args.extend(["--transparent".to_owned(), String::new()]);
+        }
+        let (code, stderr) = exit_of(&args);
+        assert_eq!(code, Some(1), "{args:?}: {stderr}");
+        let asked = if what == "transparent" { &wildcard } else { &loopback };
+        assert_eq!(
+            stderr,
+            format!("crackbox: cannot listen on {asked} ({what}): the forward proxy listens there; choose another address with {flag}\n"),
+            "{args:?}"
+        );
+    }
+}
+
 /// `crackbox run ARGS -- true` with Docker unreachable: what is checked
 /// before anything exists fails first, with no Docker call at all.
 fn run_refused(args: &[&str]) -> (Option<i32>, String) {

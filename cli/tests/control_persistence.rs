@@ -1,5 +1,5 @@
 //! `proxy serve` as a process: the state file survives kill -9, bad state
-//! files start empty, a failed write is refused, the engine child is
+//! files start empty (copied aside first), a failed write is refused, the engine child is
 //! supervised and never outlives `serve`.
 
 use crackbox_test_support::Upstream;
@@ -62,6 +62,14 @@ fn corrupt_or_unreadable_state_files_start_empty() {
         let saved: serde_json::Value = serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
         assert_eq!(saved["version"], 1);
         assert_eq!(saved["entries"][0]["id"], "new");
+        // What it could not use was copied aside first, byte for byte.
+        let copies: Vec<Vec<u8>> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .filter(|path| path.to_string_lossy().contains("state.json.unusable-"))
+            .map(|path| std::fs::read(path).unwrap())
+            .collect();
+        assert_eq!(copies, [bytes.to_vec()], "{:?}", String::from_utf8_lossy(bytes));
     }
     let dir = tempfile::tempdir().unwrap();
     let state = state_flag(dir.path());

@@ -306,10 +306,15 @@ fn destination_guard_needs_the_opt_in() {
 
 #[test]
 fn connect_to_the_proxy_itself_is_refused() {
-    let proxy = Daemon::loopback(&[], &["127.0.0.1=loop:localhost,127.0.0.1"]);
+    // The unspecified addresses too: Linux connects a dial to them to this
+    // host, so `0.0.0.0:ADMIN` would reach the admin API bound to 127.0.0.1.
+    let proxy = Daemon::loopback(&[], &["127.0.0.1=loop:localhost,127.0.0.1,0.0.0.0,::"]);
     for target in [
         format!("localhost:{}", proxy.proxy.port()),
         format!("127.0.0.1:{}", proxy.admin.port()),
+        format!("0.0.0.0:{}", proxy.admin.port()),
+        format!("0.0.0.0:{}", proxy.proxy.port()),
+        format!("[::]:{}", proxy.admin.port()),
     ] {
         let mut client = proxy.client("127.0.0.1");
         write!(client, "CONNECT {target} HTTP/1.1\r\n\r\n").unwrap();

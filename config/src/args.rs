@@ -4,6 +4,7 @@
 //! config file key (section and key), not a rustdoc link.
 #![allow(rustdoc::broken_intra_doc_links)]
 
+use clap::builder::{OsStringValueParser, TypedValueParser};
 use std::path::PathBuf;
 
 /// Options shared by `proxy serve`, `proxy control` and `proxy engine`.
@@ -80,9 +81,9 @@ pub struct ProxyArgs {
     #[arg(long, value_name = "DRIVER")]
     pub io_driver: Option<String>,
 
-    /// State file for the registry [env CRACKBOX_STATE_PATH, [state] path; default: none,
-    /// the registry lives in memory only].
-    #[arg(long, value_name = "PATH")]
+    /// State file for the registry, "" for none [env CRACKBOX_STATE_PATH, [state] path;
+    /// default: none, the registry lives in memory only].
+    #[arg(long, value_name = "PATH", value_parser = OsStringValueParser::new().map(PathBuf::from))]
     pub state: Option<PathBuf>,
 
     /// Let allowed names resolve to private and loopback addresses

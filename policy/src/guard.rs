@@ -40,10 +40,14 @@ impl DestinationGuard {
     /// this host (for listeners bound to a wildcard address).
     pub fn judge(&self, addr: SocketAddr, literal: bool, is_local: impl Fn(IpAddr) -> bool) -> Verdict {
         let ip = canonical(addr.ip());
+        // Linux connects a dial to the unspecified address (`0.0.0.0`, `::`)
+        // to this host, so it reaches whatever listens on that port here,
+        // whichever address the listener is bound to.
         let own = self.own_listeners.iter().any(|listener| {
             listener.port() == addr.port()
-                && (canonical(listener.ip()) == ip
-                    || (listener.ip().is_unspecified() && (is_special_local(ip) || is_local(ip))))
+                && (ip.is_unspecified()
+                    || canonical(listener.ip()) == ip
+                    || (listener.ip().is_unspecified() && (ip.is_loopback() || is_local(ip))))
         });
         if own {
             Verdict::OwnListener
@@ -63,11 +67,6 @@ impl DestinationGuard {
 
 fn canonical(ip: IpAddr) -> IpAddr {
     crate::canonical_ip(ip)
-}
-
-/// Addresses that always reach this host, whatever its interfaces.
-fn is_special_local(ip: IpAddr) -> bool {
-    ip.is_loopback() || ip.is_unspecified()
 }
 
 /// Addresses no allowed name may resolve to (without the opt-in).
@@ -176,6 +175,14 @@ mod tests {
             (&open, "198.51.100.5:3128", false, Verdict::OwnListener),
             (&open, "198.51.100.6:3128", false, Verdict::Dial),
             (&strict, "203.0.113.9:443", false, Verdict::Dial),
+            // A dial to the unspecified address reaches this host: a listener
+            // bound to one loopback address is reached through it too.
+            (&open, "0.0.0.0:3129", false, Verdict::OwnListener),
+            (&strict, "0.0.0.0:3129", true, Verdict::OwnListener),
+            (&open, "[::]:3129", false, Verdict::OwnListener),
+            (&open, "[::ffff:0.0.0.0]:3129", true, Verdict::OwnListener),
+            (&open, "0.0.0.0:8080", false, Verdict::Dial),
+            (&strict, "0.0.0.0:8080", false, Verdict::Private),
         ];
         for (guard, addr, literal, want) in cases {
             assert_eq!(

@@ -87,7 +87,7 @@ impl ListenError {
 /// The cause in words a user acts on, without the OS error number.
 fn cause(error: &io::Error) -> String {
     match error.kind() {
-        io::ErrorKind::AddrInUse => "address in use".into(),
+        io::ErrorKind::AddrInUse if error.get_ref().is_none() => "address in use".into(),
         io::ErrorKind::AddrNotAvailable => "no such address on this host".into(),
         io::ErrorKind::PermissionDenied => "permission denied (ports below 1024 need CAP_NET_BIND_SERVICE)".into(),
         _ => error.to_string(),
@@ -172,11 +172,32 @@ pub fn engine_listeners(config: &EngineConfig) -> Vec<(SocketAddr, Listener)> {
     wanted
 }
 
-/// [`check_free`] for every listener the engine binds for `config`.
+/// Fails if two listeners the engine binds for `config` would share a
+/// port (the same address, or one a wildcard covering the other), then
+/// runs [`check_free`] for each. The engine's `SO_REUSEPORT` binds would
+/// let two of its own listeners share a port, each taking some of the
+/// other's connections; the later one in [`engine_listeners`]' order is
+/// named.
 pub fn check_engine_listeners(config: &EngineConfig) -> Result<(), ListenError> {
-    engine_listeners(config)
+    let wanted = engine_listeners(config);
+    for (at, &(addr, listener)) in wanted.iter().enumerate() {
+        if let Some(&(_, taken_by)) = wanted[..at].iter().find(|(earlier, _)| overlap(*earlier, addr)) {
+            let error = io::Error::new(io::ErrorKind::AddrInUse, format!("the {taken_by} listens there"));
+            return Err(ListenError::new(addr, listener, error));
+        }
+    }
+    wanted
         .into_iter()
         .try_for_each(|(addr, listener)| check_free(addr, listener))
+}
+
+/// Whether listeners on `a` and `b` would take the same connections: one
+/// port (not 0, any free one), and the same address or a wildcard covering
+/// the other (`::` covers IPv4 too: the engine binds it dual-stack).
+fn overlap(a: SocketAddr, b: SocketAddr) -> bool {
+    let covers =
+        |wide: SocketAddr, other: SocketAddr| wide.ip().is_unspecified() && (wide.is_ipv6() || other.is_ipv4());
+    a.port() != 0 && a.port() == b.port() && (a.ip() == b.ip() || covers(a, b) || covers(b, a))
 }
 
 #[cfg(test)]
@@ -207,6 +228,31 @@ mod tests {
         });
         assert!(check_free(addr, Listener::Forward).is_ok());
         release.join().unwrap();
+    }
+
+    #[test]
+    fn listeners_sharing_a_port_are_told_apart_from_ones_that_do_not() {
+        let addr = |text: &str| text.parse::<SocketAddr>().unwrap();
+        let shared = [
+            ("127.0.0.1:3128", "127.0.0.1:3128"),
+            ("0.0.0.0:3128", "127.0.0.1:3128"),
+            ("127.0.0.1:3128", "0.0.0.0:3128"),
+            ("[::]:3128", "127.0.0.1:3128"),
+            ("[::]:3128", "[::1]:3128"),
+            ("[::1]:3128", "[::]:3128"),
+        ];
+        let apart = [
+            ("127.0.0.1:3128", "127.0.0.1:3127"),
+            ("127.0.0.1:3128", "127.0.0.2:3128"),
+            ("0.0.0.0:3128", "[::1]:3128"),
+            ("127.0.0.1:0", "127.0.0.1:0"),
+        ];
+        for (a, b) in shared {
+            assert!(overlap(addr(a), addr(b)), "{a} {b}");
+        }
+        for (a, b) in apart {
+            assert!(!overlap(addr(a), addr(b)), "{a} {b}");
+        }
     }
 
     #[test]

@@ -540,6 +540,8 @@ fn empty_values_switch_off_what_can_be_off() {
     assert!(!settings.engine.allow_private_destinations);
     assert_eq!(settings.engine.dns_listen, None);
     assert_eq!(settings.control_socket, None);
+    let flagged = Settings::resolve(&args(&["--state", ""]), &env_of(&[("CRACKBOX_STATE_PATH", "/x.json")])).unwrap();
+    assert_eq!(flagged.state_path, None, "--state '' over the variable");
     for var in [
         "CRACKBOX_THREADS",
         "CRACKBOX_PROXY_ADDR",

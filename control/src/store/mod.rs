@@ -9,8 +9,12 @@
 //! Start-up reads snapshot + old journal + journal; a torn last record is
 //! dropped with a warning, and nothing on disk ever blocks start-up: a
 //! missing, unreadable or corrupt snapshot is an empty registry and a warning,
-//! and the next commit rewrites the snapshot whole. Blocking I/O: call it from
-//! a dedicated thread, never from the data path.
+//! and the next commit rewrites the snapshot whole. A file start-up could not
+//! use in full (a corrupt snapshot with its journals, one with entries it
+//! skipped, a corrupt journal) is
+//! first copied aside as `FILE.unusable-SECONDS`, so a repair by hand loses
+//! nothing. Blocking I/O: call it from a dedicated thread, never from the
+//! data path.
 
 mod journal;
 mod snapshot;
@@ -23,6 +27,7 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The registry's entries by source address (a persistent map: clones are O(1)).
 pub type Entries = imbl::OrdMap<IpAddr, Arc<RegistrationSpec>>;
@@ -91,6 +96,9 @@ struct Loaded {
     sequence: u64,
     journal_len: u64,
     needs_rewrite: bool,
+    /// Files start-up could not use in full, which the next rewrite (or
+    /// the journal's reopening) would overwrite.
+    unusable: Vec<PathBuf>,
 }
 
 /// Reads the saved registrations (snapshot + journal) without changing any
@@ -109,6 +117,9 @@ impl Store {
     /// to. Never fails; problems are logged.
     pub fn open(path: PathBuf) -> (Store, Contents) {
         let loaded = load(&path);
+        for file in &loaded.unusable {
+            keep_aside(file);
+        }
         let journal = match Journal::open(journal_path(&path), loaded.journal_len) {
             Ok(journal) => Some(journal),
             Err(err) => {
@@ -246,6 +257,24 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(name)
 }
 
+/// Copies `file`, which start-up could not use in full, to
+/// `FILE.unusable-SECONDS` (its time in Unix seconds) before anything
+/// overwrites it, so nothing in it is lost to a repair by hand.
+fn keep_aside(file: &Path) {
+    let seconds = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs());
+    let copy = with_suffix(file, &format!(".unusable-{seconds}"));
+    match std::fs::copy(file, &copy) {
+        Ok(_) => {
+            tracing::warn!(path = %file.display(), copy = %copy.display(), "kept a copy of the unusable state file")
+        }
+        Err(err) => {
+            tracing::warn!(path = %file.display(), error = %err, "cannot keep a copy of the unusable state file")
+        }
+    }
+}
+
 /// Snapshot, then the old journal and the journal, record by record.
 fn load(path: &Path) -> Loaded {
     let shown = path.display();
@@ -254,6 +283,7 @@ fn load(path: &Path) -> Loaded {
         sequence: 0,
         journal_len: 0,
         needs_rewrite: false,
+        unusable: Vec::new(),
     };
     match snapshot::read(path) {
         Ok(Some(saved)) => {
@@ -268,6 +298,9 @@ fn load(path: &Path) -> Loaded {
                 tracing::warn!(path = %shown, %error, "skipping an invalid state file entry");
                 loaded.needs_rewrite = true;
             }
+            if !saved.skipped.is_empty() {
+                loaded.unusable.push(path.to_path_buf());
+            }
         }
         Ok(None) => {
             tracing::info!(path = %shown, "no state file yet, starting with an empty registry");
@@ -276,6 +309,9 @@ fn load(path: &Path) -> Loaded {
         Err(err) => {
             tracing::warn!(path = %shown, error = %err, "state file not usable, starting with an empty registry");
             loaded.needs_rewrite = true;
+            // The journals extend a snapshot that is lost: kept too.
+            let files = [path.to_path_buf(), old_journal_path(path), journal_path(path)];
+            loaded.unusable.extend(files.into_iter().filter(|file| file.is_file()));
             return loaded;
         }
     }
@@ -286,6 +322,7 @@ fn load(path: &Path) -> Loaded {
             Err(err) => {
                 tracing::warn!(path = %file.display(), error = %err, "state journal unreadable, its changes are lost");
                 loaded.needs_rewrite = true;
+                loaded.unusable.push(file);
                 continue;
             }
         };
@@ -295,6 +332,7 @@ fn load(path: &Path) -> Loaded {
             } else {
                 tracing::warn!(path = %file.display(), bytes = replay.dropped, "state journal corrupt, dropped everything after its last good record");
                 loaded.needs_rewrite = true;
+                loaded.unusable.push(file.clone());
             }
         }
         if last {
@@ -307,6 +345,9 @@ fn load(path: &Path) -> Loaded {
             if record.sequence != loaded.sequence + 1 {
                 tracing::warn!(path = %file.display(), expected = loaded.sequence + 1, found = record.sequence, "state journal has a gap, dropped the records after it");
                 loaded.needs_rewrite = true;
+                if !loaded.unusable.contains(&file) {
+                    loaded.unusable.push(file.clone());
+                }
                 break;
             }
             loaded.contents.apply(&record.policies, &record.changes);

@@ -104,6 +104,63 @@ fn bad_snapshot_files_load_as_empty_and_the_next_commit_rewrites_them() {
     assert!(store.commit(&[], &[put_change("10.0.0.1", &[])], &entries).is_err());
 }
 
+/// The files of `dir` named `prefix.unusable-SECONDS`, with their bytes.
+fn copies_aside(dir: &Path, prefix: &str) -> Vec<Vec<u8>> {
+    names(dir)
+        .into_iter()
+        .filter(|name| {
+            name.strip_prefix(prefix)
+                .and_then(|rest| rest.strip_prefix(".unusable-"))
+                .is_some_and(|seconds| seconds.parse::<u64>().is_ok())
+        })
+        .map(|name| fs::read(dir.join(name)).unwrap())
+        .collect()
+}
+
+#[test]
+fn unusable_files_are_copied_aside_before_anything_overwrites_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.json");
+    let journal = journal::encode(1, &[], &[put_change("10.0.0.9", &[])]);
+    fs::write(&path, b"not json{").unwrap();
+    fs::write(journal_path(&path), &journal).unwrap();
+    assert!(read(&path).is_empty());
+    assert!(
+        copies_aside(dir.path(), "state.json").is_empty(),
+        "reading copies nothing"
+    );
+    let (mut store, mut entries) = Store::open(path.clone());
+    assert!(entries.entries.is_empty());
+    assert_eq!(copies_aside(dir.path(), "state.json"), [b"not json{".to_vec()]);
+    assert_eq!(copies_aside(dir.path(), "state.json.journal"), [journal]);
+    commit(&mut store, &mut entries, vec![put_change("10.0.0.1", &[])]);
+    assert_eq!(read(&path), vec![spec("10.0.0.1", &[])], "rewritten");
+    assert_eq!(
+        copies_aside(dir.path(), "state.json"),
+        [b"not json{".to_vec()],
+        "still there"
+    );
+    drop(store);
+
+    // A journal corrupt in its middle: the records after the damage are in
+    // the copy.
+    let mut damaged = b"garbage\n".to_vec();
+    damaged.extend_from_slice(&journal::encode(2, &[], &[put_change("10.0.0.2", &[])]));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.json");
+    let (mut store, mut entries) = Store::open(path.clone());
+    commit(&mut store, &mut entries, vec![put_change("10.0.0.1", &[])]);
+    drop(store);
+    fs::write(journal_path(&path), &damaged).unwrap();
+    let (_, entries) = Store::open(path.clone());
+    assert_eq!(entries.entries.len(), 1, "only the snapshot's entry");
+    assert_eq!(copies_aside(dir.path(), "state.json.journal"), [damaged]);
+    assert!(
+        copies_aside(dir.path(), "state.json").is_empty(),
+        "the snapshot was fine"
+    );
+}
+
 #[test]
 fn a_torn_last_record_is_dropped_and_cut_off() {
     let dir = tempfile::tempdir().unwrap();

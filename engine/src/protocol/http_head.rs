@@ -359,6 +359,9 @@ fn request_framing(fields: &[Field<'_>], minor_version: u8, method: &str) -> Res
     let chunked = transfer_encoding(fields)?;
     match (length, chunked) {
         (Some(_), Some(_)) => Err(HeadError::Malformed("both Content-Length and Transfer-Encoding")),
+        // A CONNECT has no content (RFC 9110 9.3.6): what follows its head
+        // is the tunnel's, never a body of either framing.
+        (_, Some(_)) if method == "CONNECT" => Err(HeadError::Malformed("CONNECT with a body")),
         (_, Some(_)) if minor_version == 0 => Err(HeadError::Malformed("Transfer-Encoding in HTTP/1.0")),
         (_, Some(true)) => Ok(Framing::Chunked),
         (_, Some(false)) => Err(HeadError::Malformed("only chunked transfer coding is accepted")),

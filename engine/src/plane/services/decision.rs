@@ -22,7 +22,7 @@
 use crate::plane::services::ask::Asking;
 use crate::plane::services::conn::{Conn, Peeked};
 use crate::plane::services::resolve::may_dial;
-use crate::plane::services::revocation::LiveEntry;
+use crate::plane::services::revocation::{LetThrough, LiveEntry};
 use crate::plane::services::sandboxes::Sandbox;
 use crate::plane::services::upstream_pool::{self, still_allowed, Place};
 use crate::plane::services::worker::Worker;
@@ -284,6 +284,7 @@ pub(crate) async fn reach_reusing(
     host: &str,
     port: u16,
     kept: Option<IdleUpstream>,
+    live: &LiveEntry,
 ) -> Result<Reached, Unreached> {
     let kept = match kept {
         Some(idle) if idle.port == port && idle.host == host => Some(idle),
@@ -293,7 +294,9 @@ pub(crate) async fn reach_reusing(
         }
         None => None,
     };
-    let passed = Passed::of(decide_held(worker, client, host, port).await).map_err(Unreached::Denied)?;
+    let ruling = decide_held(worker, client, host, port).await;
+    live.let_through(let_through(worker, client.source, host, port, &ruling));
+    let passed = Passed::of(ruling).map_err(Unreached::Denied)?;
     let literal = passed.matched == MatchedBy::IpLiteral;
     let usable = |place: &Place, conn: &Conn| {
         let is_local = |ip: IpAddr| worker.shared.local_addresses.contains(ip);
@@ -357,11 +360,20 @@ pub(crate) enum Unreached {
     Failed(crate::plane::services::resolve::DialError),
 }
 
-/// Decides on `host:port` for `source`, then resolves, guards and connects;
-/// counts the outcome. Denied names are never resolved. The connection comes
-/// with the registration that allowed it.
-pub(crate) async fn reach(worker: &Worker, client: Client<'_>, host: &str, port: u16) -> Result<Reached, Unreached> {
-    let passed = Passed::of(decide_held(worker, client, host, port).await).map_err(Unreached::Denied)?;
+/// Decides on `host:port` for `source`, records on `live` what let it
+/// through, then resolves, guards and connects; counts the outcome. Denied
+/// names are never resolved. The connection comes with the registration
+/// that allowed it.
+pub(crate) async fn reach(
+    worker: &Worker,
+    client: Client<'_>,
+    host: &str,
+    port: u16,
+    live: &LiveEntry,
+) -> Result<Reached, Unreached> {
+    let ruling = decide_held(worker, client, host, port).await;
+    live.let_through(let_through(worker, client.source, host, port, &ruling));
+    let passed = Passed::of(ruling).map_err(Unreached::Denied)?;
     let (conn, dialled, sandbox) = connect(worker, client.source, host, port, passed).await?;
     Ok(Reached {
         conn,
@@ -393,18 +405,29 @@ pub(crate) async fn reach_ruled(
     port: u16,
     ruling: Ruling,
 ) -> Result<(Conn, LiveEntry, Rc<Sandbox>), Unreached> {
-    // Let through by an answer the list does not hold (`once`; an `always`
-    // is listed before it lets anything through): it stays when the policy
-    // would ask about it again. Decided again only for an answered one.
-    let answered = matches!(ruling, Ruling::Allow { answered: true, .. })
-        && !worker.with_policy(|snapshot, watch| {
-            let listed = crackbox_policy::decide_ref(snapshot, watch, client.source, host, Port::Number(port));
-            matches!(listed.settled(), VerdictRef::Allow { .. })
-        });
+    let by = let_through(worker, client.source, host, port, &ruling);
     let passed = Passed::of(ruling).map_err(Unreached::Denied)?;
-    let live = LiveEntry::register(&worker.live, client.source, host, port, answered);
+    let live = LiveEntry::register(&worker.live, client.source, host, port, by);
     let (conn, _, sandbox) = connect(worker, client.source, host, port, passed).await?;
     Ok((conn, live, sandbox))
+}
+
+/// What `ruling` let through by, for revocation: an answer the list does
+/// not hold (`once`; an `always` is listed before it lets anything
+/// through) stays when the policy would ask about it again; anything else
+/// let through goes with the entry that let it. Decided again only for an
+/// answered one.
+fn let_through(worker: &Worker, source: IpAddr, host: &str, port: u16, ruling: &Ruling) -> LetThrough {
+    let answered = matches!(ruling, Ruling::Allow { answered: true, .. })
+        && !worker.with_policy(|snapshot, watch| {
+            let listed = crackbox_policy::decide_ref(snapshot, watch, source, host, Port::Number(port));
+            matches!(listed.settled(), VerdictRef::Allow { .. })
+        });
+    if answered {
+        LetThrough::Answer
+    } else {
+        LetThrough::List
+    }
 }
 
 /// Resolves, guards and connects a `host:port` the decision let through;

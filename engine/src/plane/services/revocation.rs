@@ -7,7 +7,11 @@
 //! [`CloseSignal`] of each one the new snapshot would deny, well within a
 //! second (a source switched from report mode to enforce loses what its
 //! list does not cover; an ask-mode source loses what an entry that left
-//! its list let through, not what an answer did). The idle upstream connections the thread keeps
+//! its list let through, not what an answer did, nor a request still held
+//! for an answer, which its answer settles). Each connection records what
+//! let it through when it was decided, so one decided under a snapshot the
+//! task has not looked at yet is judged by what let it through, not by the
+//! snapshot before. The idle upstream connections the thread keeps
 //! between HTTP requests go the same way: those of a touched source that
 //! the new snapshot no longer lets it reach under the same registration
 //! are closed at once, as are those idle past the pool's timeout or closed
@@ -43,9 +47,20 @@ struct Live {
     host: Box<str>,
     port: u16,
     signal: Revocation,
-    /// Let through by an answer to a pending request: when the policy
-    /// would ask about it again, it stays (someone said yes to it).
-    answered: bool,
+    by: LetThrough,
+}
+
+/// What let a live connection through, as revocation weighs it when the
+/// policy would ask about the connection's destination again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LetThrough {
+    /// Nothing yet: a request registered before its decision, or held for
+    /// an answer (the answer settles it; a deny still revokes it).
+    Undecided,
+    /// The list, or report mode: an entry that left the list takes it.
+    List,
+    /// An answer the list does not hold: it stays (someone said yes to it).
+    Answer,
 }
 
 /// The connections one thread serves, with what they were allowed to reach.
@@ -67,9 +82,9 @@ pub(crate) struct LiveEntry {
 }
 
 impl LiveEntry {
-    /// Registers a connection from `source` allowed to reach `host:port`,
-    /// by an answer (`answered`) or by the list.
-    pub(crate) fn register(set: &Rc<LiveSet>, source: IpAddr, host: &str, port: u16, answered: bool) -> LiveEntry {
+    /// Registers a connection from `source` to `host:port`, let through
+    /// `by` the list or an answer, or not decided yet.
+    pub(crate) fn register(set: &Rc<LiveSet>, source: IpAddr, host: &str, port: u16, by: LetThrough) -> LiveEntry {
         let signal = Rc::new(CloseSignal::default());
         let source = canonical_ip(source);
         let live = Live {
@@ -77,7 +92,7 @@ impl LiveEntry {
             host: host.into(),
             port,
             signal: Rc::clone(&signal),
-            answered,
+            by,
         };
         let index = match set.free.borrow_mut().pop() {
             Some(index) => {
@@ -98,7 +113,8 @@ impl LiveEntry {
         }
     }
 
-    /// Re-points the entry at a new destination (next keep-alive request).
+    /// Re-points the entry at a new destination (next keep-alive request),
+    /// not decided yet.
     pub(crate) fn retarget(&self, host: &str, port: u16) {
         if let Some(live) = self.set.slots.borrow_mut()[self.index].as_mut() {
             // The same host again (most keep-alive requests) costs nothing.
@@ -106,6 +122,14 @@ impl LiveEntry {
                 live.host = host.into();
             }
             live.port = port;
+            live.by = LetThrough::Undecided;
+        }
+    }
+
+    /// Records what let the connection through, once decided.
+    pub(crate) fn let_through(&self, by: LetThrough) {
+        if let Some(live) = self.set.slots.borrow_mut()[self.index].as_mut() {
+            live.by = by;
         }
     }
 
@@ -156,17 +180,9 @@ impl LiveSet {
 
     /// Re-decides the live connections of the `touched` sources against
     /// `snapshot` and fires the signal of each it denies, or would ask about
-    /// where `before` (the snapshot seen last) allowed it (an entry left an
-    /// ask-mode source's list: a grant revoked or expired); returns how many
-    /// were revoked.
-    fn revoke_denied(
-        &self,
-        snapshot: &Snapshot,
-        before: &Snapshot,
-        watch: &Watch,
-        touched: &Touched,
-        stats: &ThreadStats,
-    ) -> usize {
+    /// where the list let it through (an entry left an ask-mode source's
+    /// list: a grant revoked or expired); returns how many were revoked.
+    fn revoke_denied(&self, snapshot: &Snapshot, watch: &Watch, touched: &Touched, stats: &ThreadStats) -> usize {
         let slots = self.slots.borrow();
         let by_source = self.by_source.borrow();
         let lives: Box<dyn Iterator<Item = &Live>> = match touched {
@@ -184,15 +200,13 @@ impl LiveSet {
             let (id, account, layer) =
                 match decide(snapshot, watch, live.source, &live.host, Port::Number(live.port)).settled() {
                     Verdict::Allow { .. } | Verdict::Report { .. } => continue,
-                    // Asked about: let through by someone's answer, it stays;
-                    // let through by an entry that has left the list, it goes.
-                    Verdict::Ask { id, account } => {
-                        let was = decide(before, watch, live.source, &live.host, Port::Number(live.port));
-                        if live.answered && !matches!(was.settled(), Verdict::Allow { .. }) {
-                            continue;
-                        }
-                        (Some(id), Some(account), Layer::Entry)
-                    }
+                    // Asked about: let through by an entry that has left the
+                    // list, it goes; by someone's answer, or still waiting
+                    // for one, it stays.
+                    Verdict::Ask { id, account } => match live.by {
+                        LetThrough::List => (Some(id), Some(account), Layer::Entry),
+                        LetThrough::Answer | LetThrough::Undecided => continue,
+                    },
                     Verdict::Deny { id, account, layer, .. } => (id, account, layer),
                 };
             if let Some(account) = account {
@@ -224,10 +238,7 @@ pub(crate) async fn watch(
     registry: Arc<SnapshotCell>,
     watched: Arc<WatchCell>,
 ) {
-    let first = registry.changes_since(0);
-    let mut seen = first.swaps;
-    // The snapshot seen last: what a live connection was let through by.
-    let mut before = first.snapshot;
+    let mut seen = registry.changes_since(0).swaps;
     let mut ticks: u32 = 0;
     loop {
         monoio::time::sleep(CHECK_EVERY).await;
@@ -254,7 +265,7 @@ pub(crate) async fn watch(
         }
         seen = changes.swaps;
         let watch = watched.load();
-        let revoked = live.revoke_denied(&changes.snapshot, &before, &watch, &changes.touched, &stats);
+        let revoked = live.revoke_denied(&changes.snapshot, &watch, &changes.touched, &stats);
         let unpooled = upstreams.retain(&changes.touched, |source, place| {
             still_allowed(&changes.snapshot, &watch, source, place)
         });
@@ -265,7 +276,6 @@ pub(crate) async fn watch(
             let generation = changes.snapshot.generation();
             tracing::info!(revoked, generation, "closed connections the new snapshot denies");
         }
-        before = changes.snapshot;
     }
 }
 
@@ -277,10 +287,10 @@ mod tests {
     fn a_source_keeps_its_list_until_a_sweep_finds_it_empty() {
         let set = Rc::new(LiveSet::default());
         let source: IpAddr = "127.0.0.2".parse().unwrap();
-        let first = LiveEntry::register(&set, source, "github.com", 443, false);
+        let first = LiveEntry::register(&set, source, "github.com", 443, LetThrough::List);
         drop(first);
         assert_eq!(set.by_source.borrow().get(&source).map(Vec::len), Some(0));
-        let next = LiveEntry::register(&set, source, "github.com", 443, false);
+        let next = LiveEntry::register(&set, source, "github.com", 443, LetThrough::List);
         assert_eq!(set.by_source.borrow()[&source], vec![next.index]);
         set.sweep();
         assert!(

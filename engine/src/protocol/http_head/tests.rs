@@ -95,6 +95,8 @@ fn refused_heads_table() {
         "CONNECT github.com:0 HTTP/1.1\r\n\r\n",
         "CONNECT github.com:99999 HTTP/1.1\r\n\r\n",
         "CONNECT :443 HTTP/1.1\r\n\r\n",
+        "CONNECT github.com:443 HTTP/1.1\r\nContent-Length: 5\r\n\r\n",
+        "CONNECT github.com:443 HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
         "GET https://a.test/ HTTP/1.1\r\n\r\n",
         "GET ftp://a.test/ HTTP/1.1\r\n\r\n",
         "GET http://allowed.test@evil.test/ HTTP/1.1\r\n\r\n",

@@ -16,7 +16,7 @@ use super::Session;
 use crate::plane::services::conn::Conn;
 use crate::plane::services::decision::{reach, reach_reusing, IdleUpstream, Reached};
 use crate::plane::services::duplex;
-use crate::plane::services::revocation::LiveEntry;
+use crate::plane::services::revocation::{LetThrough, LiveEntry};
 use crate::plane::services::stats::Direction;
 use crate::plane::services::tunnel::CloseSignal;
 use crate::protocol::http_head::Framing;
@@ -33,6 +33,21 @@ use std::time::{Duration, Instant};
 const RESPONSE_TIMEOUT_FALLBACK: Duration = Duration::from_secs(3600);
 
 impl Session<'_> {
+    /// This connection's entry in the live set, pointed at `host:port` and
+    /// not decided yet (made by its first request; the caller puts it back).
+    /// In the set before the decision, so a snapshot that arrives while the
+    /// dial is in flight still revokes the request; each request is decided
+    /// anew and records what let it through.
+    fn live_for(&mut self, host: &str, port: u16) -> LiveEntry {
+        match self.live.take() {
+            Some(live) => {
+                live.retarget(host, port);
+                live
+            }
+            None => LiveEntry::register(&self.worker.live, self.source, host, port, LetThrough::Undecided),
+        }
+    }
+
     /// One absolute-form request; returns whether the client connection
     /// may carry another request.
     pub(super) async fn forward(&mut self, request: Prepared<'_>) -> bool {
@@ -40,31 +55,18 @@ impl Session<'_> {
             self.reply(&responses::error(400, "invalid host in URL")).await;
             return false;
         }
-        // In the live set before the decision, so a snapshot that arrives
-        // while the dial is in flight still revokes this request.
-        match &self.live {
-            Some(live) => live.retarget(&request.host, request.port),
-            None => {
-                // Each request is decided anew; one an answer let through
-                // stays when asked about again, as any answered connection.
-                self.live = Some(LiveEntry::register(
-                    &self.worker.live,
-                    self.source,
-                    &request.host,
-                    request.port,
-                    true,
-                ))
-            }
-        }
         let kept = self.upstream.take();
+        let live = self.live_for(&request.host, request.port);
         let reached = reach_reusing(
             self.worker,
             self.asker(self.requests_front_end()),
             &request.host,
             request.port,
             kept,
+            &live,
         )
         .await;
+        self.live = Some(live);
         let Reached {
             mut conn,
             mut sandbox,
@@ -85,19 +87,22 @@ impl Session<'_> {
         sandbox.account.add_request(self.worker.thread);
         let mut outcome = self.exchange_watched(&conn, &request, &sandbox.account).await;
         if reused && matches!(outcome, Err(ExchangeError::NoResponse)) && request.framing == Framing::Empty {
+            let live = self.live_for(&request.host, request.port);
+            let reached = reach(
+                self.worker,
+                self.asker(self.requests_front_end()),
+                &request.host,
+                request.port,
+                &live,
+            )
+            .await;
+            self.live = Some(live);
             Reached {
                 conn,
                 sandbox,
                 dialled,
                 ..
-            } = match reach(
-                self.worker,
-                self.asker(self.requests_front_end()),
-                &request.host,
-                request.port,
-            )
-            .await
-            {
+            } = match reached {
                 Ok(reached) => reached,
                 Err(why) => {
                     self.reply_unreachable(&request.host, request.port, why).await;
