@@ -176,6 +176,9 @@ fn a_request_held_right_after_its_name_left_the_list_goes_through_on_its_answer(
     );
     for round in 0..3 {
         register(proxy.admin, Mode::Ask, &[&web], &[]);
+        // Not synchronisation: the name stays listed while every thread
+        // looks at it, as a name on a list for a while does (what the code
+        // before judged the held request by); nothing waits on it to pass.
         std::thread::sleep(LOOKED_AT);
         register(proxy.admin, Mode::Ask, &["allowed.test"], &[]);
         let mut held = proxy.client(ASKER);
@@ -185,7 +188,8 @@ fn a_request_held_right_after_its_name_left_the_list_goes_through_on_its_answer(
         )
         .unwrap();
         let request = pending_for(proxy.admin, "localhost", upstream.port());
-        // Answered once every thread has looked at the change.
+        // Not synchronisation: answered once every thread has looked at
+        // the change (and, on the code before, revoked the held request).
         std::thread::sleep(LOOKED_AT);
         client(proxy.admin).decide(request.id, Answer::Once).unwrap();
         let response = read_to_end(&mut held);
@@ -193,13 +197,17 @@ fn a_request_held_right_after_its_name_left_the_list_goes_through_on_its_answer(
         assert!(response.ends_with("GET /held HTTP/1.1"), "round {round}: {response}");
 
         register(proxy.admin, Mode::Ask, &[&tunnel], &[]);
+        // Not synchronisation: the name stays listed while every thread
+        // looks at it, as a name on a list for a while does (what the code
+        // before judged the held request by); nothing waits on it to pass.
         std::thread::sleep(LOOKED_AT);
         register(proxy.admin, Mode::Ask, &["allowed.test"], &[]);
         let mut held = connect(&proxy, &tunnel);
         let request = pending_for(proxy.admin, "localhost", echo.addr.port());
         client(proxy.admin).decide(request.id, Answer::Once).unwrap();
         assert!(read_head(&mut held).starts_with("HTTP/1.1 200"), "round {round}");
-        // Still open once every thread has looked at the change.
+        // Not synchronisation: still open once every thread has looked at
+        // the change (the code before revoked it then).
         std::thread::sleep(LOOKED_AT);
         echo_round(&mut held, "let through once, after its name left the list");
     }
