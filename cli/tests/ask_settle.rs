@@ -18,7 +18,7 @@
 use crackbox_client::{
     blocking, Answer, Client, Event, Layer, Mode, PendingRequest, Reason, RegistrationSpec, Settlement,
 };
-use crackbox_test_support::{alive, echo_round, read_head, read_to_end, wait_until, Daemon, Echo, Upstream};
+use crackbox_test_support::{alive, echo_round, metric, read_head, read_to_end, wait_until, Daemon, Echo, Upstream};
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::Ordering;
@@ -27,9 +27,6 @@ use std::time::Duration;
 
 const ASKER: &str = "127.0.0.2";
 const WAIT: Duration = Duration::from_secs(10);
-/// Long enough for every core thread to have looked at a new snapshot
-/// (each looks every 200 ms).
-const LOOKED_AT: Duration = Duration::from_millis(500);
 
 fn client(admin: SocketAddr) -> blocking::Client {
     Client::from_addr(admin).blocking().unwrap()
@@ -157,6 +154,17 @@ fn a_deny_entry_landing_on_a_held_request_refuses_it_at_once_in_ask_report_and_e
     }
 }
 
+/// Waits until every core thread has re-decided its live connections
+/// against the generation the engine enforces (each looks every 200 ms).
+fn all_threads_looked(proxy: &Daemon) {
+    let looked = wait_until(WAIT, || {
+        let metrics = proxy.metrics();
+        let enforced = metric(&metrics, "crackbox_engine_snapshot_generation", &[]);
+        enforced.is_some() && metric(&metrics, "crackbox_engine_revocation_generation", &[]) == enforced
+    });
+    assert!(looked, "{}", proxy.metrics());
+}
+
 /// Each core thread looks at a new snapshot up to 200 ms after it lands
 /// and re-decides its live connections then. A request that arrives in
 /// between, right after its name left the list, is decided under the new
@@ -176,10 +184,9 @@ fn a_request_held_right_after_its_name_left_the_list_goes_through_on_its_answer(
     );
     for round in 0..3 {
         register(proxy.admin, Mode::Ask, &[&web], &[]);
-        // Not synchronisation: the name stays listed while every thread
-        // looks at it, as a name on a list for a while does (what the code
-        // before judged the held request by); nothing waits on it to pass.
-        std::thread::sleep(LOOKED_AT);
+        // Listed while every thread looks, as a name on a list for a while
+        // is (what the code before judged the held request by).
+        all_threads_looked(&proxy);
         register(proxy.admin, Mode::Ask, &["allowed.test"], &[]);
         let mut held = proxy.client(ASKER);
         write!(
@@ -188,27 +195,24 @@ fn a_request_held_right_after_its_name_left_the_list_goes_through_on_its_answer(
         )
         .unwrap();
         let request = pending_for(proxy.admin, "localhost", upstream.port());
-        // Not synchronisation: answered once every thread has looked at
-        // the change (and, on the code before, revoked the held request).
-        std::thread::sleep(LOOKED_AT);
+        // Answered once every thread has looked at the change (and, on the
+        // code before, revoked the held request).
+        all_threads_looked(&proxy);
         client(proxy.admin).decide(request.id, Answer::Once).unwrap();
         let response = read_to_end(&mut held);
         assert!(response.starts_with("HTTP/1.1 200"), "round {round}: {response}");
         assert!(response.ends_with("GET /held HTTP/1.1"), "round {round}: {response}");
 
         register(proxy.admin, Mode::Ask, &[&tunnel], &[]);
-        // Not synchronisation: the name stays listed while every thread
-        // looks at it, as a name on a list for a while does (what the code
-        // before judged the held request by); nothing waits on it to pass.
-        std::thread::sleep(LOOKED_AT);
+        all_threads_looked(&proxy);
         register(proxy.admin, Mode::Ask, &["allowed.test"], &[]);
         let mut held = connect(&proxy, &tunnel);
         let request = pending_for(proxy.admin, "localhost", echo.addr.port());
         client(proxy.admin).decide(request.id, Answer::Once).unwrap();
         assert!(read_head(&mut held).starts_with("HTTP/1.1 200"), "round {round}");
-        // Not synchronisation: still open once every thread has looked at
-        // the change (the code before revoked it then).
-        std::thread::sleep(LOOKED_AT);
+        // Still open once every thread has looked at the change (the code
+        // before revoked it then).
+        all_threads_looked(&proxy);
         echo_round(&mut held, "let through once, after its name left the list");
     }
     let revoked = client(proxy.admin).denials(10).unwrap();

@@ -107,6 +107,11 @@ pub fn render(
         gauge(report.generation),
     );
     registry.register(
+        "engine_revocation_generation",
+        "Registry generation every engine core thread has re-decided its live connections against",
+        gauge(report.revocation_generation),
+    );
+    registry.register(
         "registrations",
         "Registered source addresses",
         gauge(registrations as u64),
@@ -160,6 +165,7 @@ mod tests {
             bytes_down: 2000,
             denials: vec![],
             generation: 6,
+            revocation_generation: 5,
             tunnels_opened: vec![TunnelCount {
                 front_end: "socks5".into(),
                 count: 8,
@@ -178,6 +184,7 @@ mod tests {
             "crackbox_active_tunnels 4",
             "crackbox_snapshot_generation 7",
             "crackbox_engine_snapshot_generation 6",
+            "crackbox_engine_revocation_generation 5",
             "crackbox_registrations 3",
             "# EOF",
         ] {

@@ -282,6 +282,11 @@ pub struct StatsReport {
     pub denials: Vec<Denial>,
     /// The snapshot generation enforced now.
     pub generation: Generation,
+    /// The generation every core thread has re-decided its live connections
+    /// against (revocation's look follows a swap within 200 ms; 0 from an
+    /// engine that predates it).
+    #[serde(default)]
+    pub revocation_generation: Generation,
     /// Tunnels opened since start, per front end that opened them (absent
     /// from an engine that predates the count).
     #[serde(default)]

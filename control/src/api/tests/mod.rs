@@ -129,6 +129,7 @@ fn canned_report() -> StatsReport {
         bytes_down: 6,
         denials: (1..=3).map(denial).collect(),
         generation: 1,
+        revocation_generation: 1,
         tunnels_opened: vec![],
     }
 }

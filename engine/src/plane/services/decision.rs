@@ -294,9 +294,7 @@ pub(crate) async fn reach_reusing(
         }
         None => None,
     };
-    let ruling = decide_held(worker, client, host, port).await;
-    live.let_through(let_through(worker, client.source, host, port, &ruling));
-    let passed = Passed::of(ruling).map_err(Unreached::Denied)?;
+    let passed = pass_tracked(worker, client, (host, port), live).await?;
     let literal = passed.matched == MatchedBy::IpLiteral;
     let usable = |place: &Place, conn: &Conn| {
         let is_local = |ip: IpAddr| worker.shared.local_addresses.contains(ip);
@@ -371,9 +369,7 @@ pub(crate) async fn reach(
     port: u16,
     live: &LiveEntry,
 ) -> Result<Reached, Unreached> {
-    let ruling = decide_held(worker, client, host, port).await;
-    live.let_through(let_through(worker, client.source, host, port, &ruling));
-    let passed = Passed::of(ruling).map_err(Unreached::Denied)?;
+    let passed = pass_tracked(worker, client, (host, port), live).await?;
     let (conn, dialled, sandbox) = connect(worker, client.source, host, port, passed).await?;
     Ok(Reached {
         conn,
@@ -410,6 +406,19 @@ pub(crate) async fn reach_ruled(
     let live = LiveEntry::register(&worker.live, client.source, host, port, by);
     let (conn, _, sandbox) = connect(worker, client.source, host, port, passed).await?;
     Ok((conn, live, sandbox))
+}
+
+/// [`decide_held`] for a request tracked by `live`: what let it through is
+/// recorded there before anything awaits the dial.
+async fn pass_tracked(
+    worker: &Worker,
+    client: Client<'_>,
+    (host, port): (&str, u16),
+    live: &LiveEntry,
+) -> Result<Passed, Unreached> {
+    let ruling = decide_held(worker, client, host, port).await;
+    live.let_through(let_through(worker, client.source, host, port, &ruling));
+    Passed::of(ruling).map_err(Unreached::Denied)
 }
 
 /// What `ruling` let through by, for revocation: an answer the list does

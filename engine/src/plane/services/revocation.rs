@@ -238,7 +238,9 @@ pub(crate) async fn watch(
     registry: Arc<SnapshotCell>,
     watched: Arc<WatchCell>,
 ) {
-    let mut seen = registry.changes_since(0).swaps;
+    let first = registry.changes_since(0);
+    let mut seen = first.swaps;
+    stats.revoked_through(first.snapshot.generation());
     let mut ticks: u32 = 0;
     loop {
         monoio::time::sleep(CHECK_EVERY).await;
@@ -266,6 +268,7 @@ pub(crate) async fn watch(
         seen = changes.swaps;
         let watch = watched.load();
         let revoked = live.revoke_denied(&changes.snapshot, &watch, &changes.touched, &stats);
+        stats.revoked_through(changes.snapshot.generation());
         let unpooled = upstreams.retain(&changes.touched, |source, place| {
             still_allowed(&changes.snapshot, &watch, source, place)
         });

@@ -154,6 +154,9 @@ struct Ledger {
     bytes_down: AtomicU64,
     /// Tunnels opened, indexed as [`FrontEnd::ALL`].
     tunnels_opened: [AtomicU64; 3],
+    /// The snapshot generation this core thread last re-decided its live
+    /// connections against (revocation's look, every 200 ms).
+    revoked_through: AtomicU64,
 }
 
 /// What reads have merged: the decision counts so far, the recent
@@ -223,6 +226,7 @@ impl Stats {
                     bytes_up: AtomicU64::new(0),
                     bytes_down: AtomicU64::new(0),
                     tunnels_opened: Default::default(),
+                    revoked_through: AtomicU64::new(0),
                 })
                 .collect(),
             merged: SharedLock::new("stats merged", Merged::default()),
@@ -464,6 +468,11 @@ impl Stats {
             bytes_down: sum(|l| &l.bytes_down),
             denials: merged.denials.iter().cloned().collect(),
             generation: self.generation.load(Ordering::Relaxed),
+            revocation_generation: self.ledgers[..self.off_core()]
+                .iter()
+                .map(|ledger| ledger.revoked_through.load(Ordering::Relaxed))
+                .min()
+                .unwrap_or(0),
             tunnels_opened: FrontEnd::ALL
                 .iter()
                 .map(|&front_end| TunnelCount {
@@ -514,6 +523,12 @@ impl ThreadStats {
 
     fn ledger(&self) -> &Ledger {
         self.stats.ledger(self.thread)
+    }
+
+    /// Records that this thread's live connections are re-decided against
+    /// snapshot `generation`.
+    pub(crate) fn revoked_through(&self, generation: u64) {
+        self.ledger().revoked_through.store(generation, Ordering::Relaxed);
     }
 
     /// Counts one allowed connection or request.
