@@ -2,11 +2,16 @@
 //! with a real daemon: a request already decided, one that timed out and an
 //! id that never waited each get a 404 that says which, and what to do; with
 //! no asking run alive and no daemon on the default address it says that the
-//! run has ended instead of "cannot reach a daemon". And every command that
-//! prints exits quietly when its reader is gone (`crackbox presets | head -1`).
+//! run has ended instead of "cannot reach a daemon". A request id is never
+//! handed out twice, across a restart of the engine or of the whole daemon,
+//! so a decision meant for a request from before one can never land on a
+//! new request. And every command that prints exits quietly when its
+//! reader is gone (`crackbox presets | head -1`).
 
 use crackbox_client::{blocking, Client, PendingRequest};
-use crackbox_test_support::{binary, command, free_port, metric, read_head, root_or_skip, run, wait_until, Daemon};
+use crackbox_test_support::{
+    alive, binary, command, free_port, metric, read_head, read_to_end, root_or_skip, run, signal, wait_until, Daemon,
+};
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Output, Stdio};
@@ -60,6 +65,12 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// `crackbox decide` failed, saying `text`.
+fn refused_saying(out: &Output, text: &str) {
+    assert!(!out.status.success(), "{}", stderr(out));
+    assert!(stderr(out).contains(text), "{}", stderr(out));
+}
+
 #[test]
 fn a_late_decision_is_told_whether_it_was_decided_timed_out_or_never_asked() {
     let proxy = asking_daemon(&["--ask-timeout", "1"]);
@@ -89,15 +100,12 @@ fn a_late_decision_is_told_whether_it_was_decided_timed_out_or_never_asked() {
         "refused after the 1 s timeout"
     );
     settled(&proxy, "timeout", 1.0);
-    let timed_out = decide(late.id, "always");
-    assert!(!timed_out.status.success());
-    assert!(
-        stderr(&timed_out).contains(&format!(
+    refused_saying(
+        &decide(late.id, "always"),
+        &format!(
             "request {} (late.test:{port} of asker) is not pending: it timed out",
             late.id
-        )),
-        "{}",
-        stderr(&timed_out)
+        ),
     );
 
     let never = decide(999, "once");
@@ -107,6 +115,64 @@ fn a_late_decision_is_told_whether_it_was_decided_timed_out_or_never_asked() {
         "crackbox: cannot decide 999: no request 999 has been pending here; `crackbox pending` lists the \
          requests that wait\n"
     );
+}
+
+#[test]
+fn a_decision_from_before_a_restart_never_lands_on_a_new_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.json");
+    let state = state.to_str().unwrap();
+    let proxy = asking_daemon(&["--state", state]);
+    let admin = format!("http://{}", proxy.admin);
+    let decide = |id: u64, answer: &str| run(&["decide", &id.to_string(), answer, "--admin", &admin], &[]);
+    let port = free_port();
+    let (mut first, before) = held(&proxy, &format!("before.test:{port}"));
+
+    let engine = proxy.engine_pid();
+    signal(engine, libc::SIGKILL);
+    assert!(
+        wait_until(Duration::from_secs(20), || {
+            proxy.try_engine_pid().is_some_and(|pid| pid != engine) && proxy.health().0 == 200
+        }),
+        "the supervisor restarted the engine"
+    );
+    assert_eq!(
+        read_to_end(&mut first),
+        "",
+        "the held connection closed with its engine"
+    );
+    let (_second, after) = held(&proxy, &format!("after.test:{port}"));
+    assert!(after.id > before.id, "{} after {}", after.id, before.id);
+    refused_saying(
+        &decide(before.id, "always"),
+        &format!(
+            "request {} is not pending: it waited when the engine restarted",
+            before.id
+        ),
+    );
+    let still = client(proxy.admin).pending().unwrap();
+    assert_eq!(
+        still.iter().map(|p| p.id).collect::<Vec<_>>(),
+        [after.id],
+        "the new request still waits"
+    );
+
+    let (serve, engine) = (proxy.pid(), proxy.engine_pid());
+    for pid in [engine, serve] {
+        signal(pid, libc::SIGKILL);
+    }
+    assert!(wait_until(Duration::from_secs(10), || !alive(serve) && !alive(engine)));
+    drop(proxy);
+    let again = asking_daemon(&["--state", state]);
+    let (_third, third) = held(&again, &format!("third.test:{port}"));
+    assert!(third.id > after.id, "{} after {}", third.id, after.id);
+    let admin = format!("http://{}", again.admin);
+    let late = run(&["decide", &after.id.to_string(), "always", "--admin", &admin], &[]);
+    assert!(!late.status.success(), "{}", stderr(&late));
+    let still = client(again.admin).pending().unwrap();
+    assert_eq!(still.iter().map(|p| p.id).collect::<Vec<_>>(), [third.id]);
+    let entries = client(again.admin).state().unwrap();
+    assert_eq!(entries[0].allowlist.texts(), ["allowed.test"], "nothing was let in");
 }
 
 #[test]

@@ -121,10 +121,15 @@ impl Asks {
     /// The engine went away: what it held went with it.
     pub fn engine_gone(&self) {
         let mut pending = self.pending();
-        pending.clear();
+        let gone: Vec<PendingId> = pending.drain().collect();
         self.pending_gauge.set(0);
         drop(pending);
-        self.recent().forget();
+        self.recent().engine_gone(gone);
+    }
+
+    /// The highest request id heard of from any engine.
+    pub fn highest(&self) -> PendingId {
+        self.recent().highest()
     }
 
     /// Adds the figures to a `/metrics` registry.
@@ -192,5 +197,7 @@ mod tests {
         assert_eq!(asks.pending_gauge.get(), EVENTS_KEPT as i64 + 8);
         asks.engine_gone();
         assert_eq!(asks.pending_gauge.get(), 0);
+        assert_eq!(asks.fate(2), Fate::GoneWithEngine);
+        assert_eq!(asks.highest(), EVENTS_KEPT as u64 + 9);
     }
 }

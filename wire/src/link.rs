@@ -2,8 +2,10 @@
 //!
 //! Each frame is a 4-byte big-endian length followed by that many bytes of
 //! JSON. Both sides open with [`Message::Hello`] carrying [`PROTOCOL`]; a
-//! peer speaking another version is refused. Control then sends a full
-//! [`Message::Snapshot`] once, and after that a [`Message::Delta`] per change
+//! peer speaking another version is refused. Control then tells the engine
+//! which request ids of ask mode may have been handed out already
+//! ([`Message::AskIds`]), so ids never repeat across engine restarts, and
+//! sends a full [`Message::Snapshot`] once, and after that a [`Message::Delta`] per change
 //! (the source changes from one generation to the next); the engine answers
 //! each with [`Message::Ack`], and a delta whose base is not the generation it
 //! holds with [`Message::Resync`], which control answers with a full
@@ -38,11 +40,12 @@ use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 use std::net::IpAddr;
 
-/// The protocol version both sides must speak (8: the console's feed
-/// request; 7: named policies in snapshots and deltas; 6: a held request
+/// The protocol version both sides must speak (9: the request ids already
+/// handed out, so a restarted engine never hands one out again; 8: the
+/// console's feed request; 7: named policies in snapshots and deltas; 6: a held request
 /// settles through the one decision, `always` once stored; denials and
 /// settled requests name the layer that decided).
-pub const PROTOCOL: u32 = 8;
+pub const PROTOCOL: u32 = 9;
 
 /// Largest frame accepted (a very large registry still fits).
 pub const MAX_FRAME: usize = 64 * 1024 * 1024;
@@ -67,6 +70,14 @@ pub enum Message {
         protocol: u32,
         /// Who is speaking.
         role: Role,
+    },
+    /// Request ids of ask mode up to `through` may have been handed out
+    /// already, by this engine or one before it: new requests are numbered
+    /// after it (control -> engine, sent before the first snapshot, so
+    /// before any request can be held).
+    AskIds {
+        /// The highest id that may have been handed out.
+        through: PendingId,
     },
     /// The whole registry at one generation (control -> engine).
     Snapshot {

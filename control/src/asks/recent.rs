@@ -1,9 +1,11 @@
 //! What became of a request id that is not pending: the requests settled
 //! lately (a bounded ring, fed by the `decided` events control hears from
-//! the engine) and the highest id seen, so a decision that comes too late
-//! is told what happened (decided, timed out, withdrawn, or never asked)
-//! instead of a bare 404. Never consulted for a decision itself: the engine
-//! owns the requests.
+//! the engine), those that were pending when an engine went away, and the
+//! highest id seen, so a decision that comes too late is told what
+//! happened (decided, timed out, withdrawn, gone with the engine, or never
+//! asked) instead of a bare 404. Ids never repeat, across engine restarts
+//! too (`control/src/ask_ids.rs`), so all of it stays true after one.
+//! Never consulted for a decision itself: the engine owns the requests.
 
 use crackbox_wire::ask::{DecidedRequest, PendingId, Settlement};
 use std::collections::VecDeque;
@@ -15,6 +17,8 @@ pub const REMEMBERED: usize = 1024;
 #[derive(Debug, Default)]
 pub struct Recent {
     settled: VecDeque<DecidedRequest>,
+    /// Requests pending when an engine went away, oldest first.
+    gone: VecDeque<PendingId>,
     highest: Option<PendingId>,
 }
 
@@ -23,6 +27,8 @@ pub struct Recent {
 pub enum Fate {
     /// Settled lately, as this.
     Settled(DecidedRequest),
+    /// Pending when the engine went away (its connections closed with it).
+    GoneWithEngine,
     /// Settled before the ones remembered.
     SettledEarlier,
     /// Never heard of since the engine started.
@@ -44,15 +50,28 @@ impl Recent {
         self.settled.push_back(decided);
     }
 
-    /// The engine went away: its ids start again with the next one.
-    pub fn forget(&mut self) {
-        *self = Recent::default();
+    /// The engine went away while `pending` waited.
+    pub fn engine_gone(&mut self, pending: impl IntoIterator<Item = PendingId>) {
+        for id in pending {
+            if self.gone.len() == REMEMBERED {
+                self.gone.pop_front();
+            }
+            self.gone.push_back(id);
+        }
+    }
+
+    /// The highest id heard of.
+    pub fn highest(&self) -> PendingId {
+        self.highest.unwrap_or(0)
     }
 
     /// What became of `id`.
     pub fn fate(&self, id: PendingId) -> Fate {
         if let Some(decided) = self.settled.iter().rev().find(|d| d.request.id == id) {
             return Fate::Settled(decided.clone());
+        }
+        if self.gone.contains(&id) {
+            return Fate::GoneWithEngine;
         }
         match self.highest {
             Some(highest) if id <= highest => Fate::SettledEarlier,
@@ -88,6 +107,10 @@ impl Fate {
                     request.host, request.port, request.sandbox
                 )
             }
+            Fate::GoneWithEngine => format!(
+                "request {id} is not pending: it waited when the engine restarted, which closed its connections \
+                 (the next connection asks again); {listed}"
+            ),
             Fate::SettledEarlier => format!("request {id} is not pending: it was settled earlier; {listed}"),
             Fate::Never => format!("no request {id} has been pending here; {listed}"),
         }
@@ -141,7 +164,13 @@ mod tests {
         }
         assert_eq!(recent.fate(2), Fate::SettledEarlier, "the ring is bounded");
         assert!(matches!(recent.fate(10 + REMEMBERED as u64 - 1), Fate::Settled(_)));
-        recent.forget();
-        assert_eq!(recent.fate(10), Fate::Never);
+        recent.engine_gone([7, 8]);
+        assert_eq!(recent.fate(7), Fate::GoneWithEngine);
+        assert!(recent.fate(7).message(7).contains("engine restarted"));
+        assert!(
+            matches!(recent.fate(10 + REMEMBERED as u64 - 1), Fate::Settled(_)),
+            "ids never repeat: kept"
+        );
+        assert_eq!(recent.highest(), 10 + REMEMBERED as u64 - 1);
     }
 }

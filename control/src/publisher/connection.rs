@@ -1,4 +1,5 @@
-//! One engine connection: handshake, the full snapshot, then deltas; acks,
+//! One engine connection: handshake, the request ids handed out already,
+//! the full snapshot, then deltas; acks,
 //! resync requests, the events of ask mode, and the admin API's questions
 //! (each sent numbered, its reply matched back by that number).
 
@@ -67,9 +68,13 @@ pub(super) async fn run(stream: UnixStream, registry: Arc<Registry>, link: Arc<E
     let mut pending: HashMap<u64, oneshot::Sender<Reply>> = HashMap::new();
     let mut next_request = 0u64;
     let mut watch_lists = link.watch_list.subscribe();
+    let through = link.ask_ids.floor(&registry, link.asks.highest());
+    let mut outcome = send(&mut writer, Message::AskIds { through }).await;
     let first = registry.current();
     let mut sent = first.generation;
-    let mut outcome = send(&mut writer, snapshot_message(&first)).await;
+    if outcome.is_ok() {
+        outcome = send(&mut writer, snapshot_message(&first)).await;
+    }
     let first_list = watch_lists.borrow_and_update().clone();
     if let (Ok(()), Some(list)) = (&outcome, first_list) {
         outcome = send(&mut writer, watch_message(&list)).await;
@@ -110,7 +115,10 @@ pub(super) async fn run(stream: UnixStream, registry: Arc<Registry>, link: Arc<E
                         sent = full.generation;
                         outcome = send(&mut writer, snapshot_message(&full)).await;
                     }
-                    Message::Asked { pending: request } => link.asks.asked(request),
+                    Message::Asked { pending: request } => {
+                        link.ask_ids.heard(&registry, request.id);
+                        link.asks.asked(request);
+                    }
                     Message::Settled { decided } => link.asks.settled(decided),
                     other => tracing::warn!(message = ?other, "unexpected message from the engine, ignored"),
                 },

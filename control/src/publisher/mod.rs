@@ -1,6 +1,7 @@
 //! The engine link: control listens on a Unix socket, the engine connects.
 //!
-//! After both hellos, control pushes the full registry as a
+//! After both hellos, control tells the engine which request ids may have
+//! been handed out already (`ask_ids`), then pushes the full registry as a
 //! `Message::Snapshot`, then a `Message::Delta` per change (or a snapshot
 //! again when the engine asks to resync); the engine acks each generation.
 //! [`EngineLink`] is what the admin API sees: which generation the engine
@@ -9,6 +10,7 @@
 //! One engine is expected; a new connection replaces the old one. Never
 //! touches the data path.
 
+mod ask_ids;
 mod connection;
 mod frames;
 mod socket;
@@ -63,6 +65,8 @@ pub struct EngineLink {
     watch_list: watch::Sender<Option<Arc<WatchList>>>,
     /// The events and figures of the engine's pending requests.
     asks: Arc<Asks>,
+    /// The request ids reserved ahead of the engine's numbering.
+    ask_ids: ask_ids::Reservations,
 }
 
 impl Default for EngineLink {
@@ -71,6 +75,7 @@ impl Default for EngineLink {
             state: watch::Sender::new(LinkState::default()),
             watch_list: watch::Sender::new(None),
             asks: Arc::default(),
+            ask_ids: ask_ids::Reservations::default(),
         }
     }
 }

@@ -1,6 +1,7 @@
 use super::*;
 use crackbox_policy::reason::Reason;
 use crackbox_policy::{RegistrationSpec, SourceChange};
+use crackbox_wire::ask::PendingRequest;
 use crackbox_wire::link::{Denial, Message, Role, PROTOCOL};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -38,9 +39,13 @@ async fn control(seeds: Vec<RegistrationSpec>) -> Control {
 /// The engine side of the protocol, driven by hand.
 struct FakeEngine {
     stream: UnixStream,
+    /// The ids control said may have been handed out already.
+    ask_ids_through: Option<PendingId>,
 }
 
 impl FakeEngine {
+    /// Says hello; control's answer, and (for the protocol control speaks)
+    /// the request ids handed out already, which come before the snapshot.
     async fn connect(socket: &Path, protocol: u32) -> (FakeEngine, Message) {
         let mut stream = UnixStream::connect(socket).await.unwrap();
         let hello = Message::Hello {
@@ -52,7 +57,17 @@ impl FakeEngine {
             .await
             .unwrap()
             .unwrap();
-        (FakeEngine { stream }, answer)
+        let mut engine = FakeEngine {
+            stream,
+            ask_ids_through: None,
+        };
+        if protocol == PROTOCOL {
+            match engine.recv().await {
+                Message::AskIds { through } => engine.ask_ids_through = Some(through),
+                other => panic!("expected the request ids handed out, got {other:?}"),
+            }
+        }
+        (engine, answer)
     }
 
     async fn recv(&mut self) -> Message {
@@ -218,6 +233,67 @@ async fn a_new_engine_replaces_the_old_one_and_reconnects_get_a_newer_generation
     );
     new.send(Message::Ack { generation: 2 }).await;
     assert!(control.link.wait_enforced(2, WAIT).await);
+}
+
+fn asked(id: PendingId) -> Message {
+    Message::Asked {
+        pending: PendingRequest {
+            id,
+            ip: "10.0.0.2".parse().unwrap(),
+            sandbox: "t".into(),
+            host: "new.test".into(),
+            port: 443,
+            front_end: "connect".into(),
+            since: 0,
+            waiting: 0,
+            node: None,
+        },
+    }
+}
+
+#[tokio::test]
+async fn request_ids_never_repeat_across_engines() {
+    let control = control(vec![]).await;
+    let (mut first, _) = FakeEngine::connect(&control.socket, PROTOCOL).await;
+    assert_eq!(first.ask_ids_through, Some(0), "a fresh control: ids from 1");
+    first.snapshot().await;
+    assert_eq!(control.registry.ask_ids_through(), 0, "nothing reserved before an ask");
+    first.send(asked(1)).await;
+    first.send(asked(2)).await;
+    let block = ask_ids::BLOCK;
+    reserved(&control, 1 + block, "the first id heard of reserves a block").await;
+    let (mut second, _) = FakeEngine::connect(&control.socket, PROTOCOL).await;
+    assert_eq!(
+        second.ask_ids_through,
+        Some(1 + block),
+        "after every id the first engine may have used"
+    );
+    second.snapshot().await;
+    second.send(asked(block + 2)).await;
+    reserved(
+        &control,
+        2 * block + 2,
+        "the first id after a connect: the block above it",
+    )
+    .await;
+    second.send(asked(block + 3)).await;
+    reserved(&control, 2 * block + 2, "half a block away: nothing more").await;
+    let late = 2 * block + 2 - block / 2 + 1;
+    second.send(asked(late)).await;
+    reserved(&control, late + block, "within half a block: the next block").await;
+    let (third, _) = FakeEngine::connect(&control.socket, PROTOCOL).await;
+    assert_eq!(third.ask_ids_through, Some(late + block));
+}
+
+/// Waits until the registry has reserved request ids up to `through`.
+async fn reserved(control: &Control, through: PendingId, what: &str) {
+    let mut waited = Duration::ZERO;
+    while control.registry.ask_ids_through() != through && waited < WAIT {
+        // Not synchronisation: the poll interval of a wait on the reservation.
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        waited += Duration::from_millis(10);
+    }
+    assert_eq!(control.registry.ask_ids_through(), through, "{what}");
 }
 
 #[tokio::test]

@@ -24,12 +24,21 @@ pub(super) struct Made {
     pub policies: Vec<PolicyChange>,
     /// Source changes.
     pub sources: Vec<SourceChange>,
+    /// Whether the group reserved more request ids (stored, not published:
+    /// the engine learns of them on connect).
+    pub ask_ids: bool,
 }
 
 impl Made {
     /// True when the group changed nothing.
     pub fn is_empty(&self) -> bool {
-        self.policies.is_empty() && self.sources.is_empty()
+        !self.changes_registry() && !self.ask_ids
+    }
+
+    /// True when the group changed registrations or policies (a new
+    /// generation).
+    pub fn changes_registry(&self) -> bool {
+        !self.policies.is_empty() || !self.sources.is_empty()
     }
 }
 
@@ -187,6 +196,12 @@ pub(super) fn apply(
             contents.policies.remove(name);
             made.policies.push(PolicyChange::Remove(name.clone()));
             outcome.released = release(contents, made, name, &users);
+        }
+        Change::ReserveAskIds { through } => {
+            if *through > contents.ask_ids_through {
+                contents.ask_ids_through = *through;
+                made.ask_ids = true;
+            }
         }
     }
     Ok(outcome)

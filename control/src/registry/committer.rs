@@ -4,8 +4,9 @@
 //! group to a copy of the persistent maps (O(change); a refused request
 //! leaves the copy alone and gets its refusal), makes the group durable
 //! with one store commit (one fsync for the whole group), and only then
-//! publishes one new generation and answers every request of the group. A
-//! failed write answers the whole group with the error and changes nothing.
+//! publishes one new generation and answers every request of the group (a
+//! group that only reserved request ids publishes none). A failed write
+//! answers the whole group with the error and changes nothing.
 //! Runs on its own thread because the store's I/O blocks.
 
 use super::changes::{self, Made};
@@ -15,6 +16,7 @@ use crate::store::{Contents, Store, StoreError};
 use crackbox_policy::{Generation, SourceChange};
 use std::collections::HashSet;
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use tokio::sync::{oneshot, watch};
 
@@ -27,24 +29,36 @@ pub(super) struct Request {
     pub reply: oneshot::Sender<Result<Outcome, ApplyError>>,
 }
 
+/// What the committer shares with the registry's readers.
+pub(super) struct Shared {
+    /// The generations published and the deltas between them.
+    pub log: Arc<Mutex<Log>>,
+    /// Told of each new generation.
+    pub changed: watch::Sender<Generation>,
+    /// The request ids reserved, once stored.
+    pub ask_ids_through: Arc<AtomicU64>,
+}
+
 /// Starts the committer thread at `published`, whose policies' revisions
 /// go up to `revision`; it stops when every sender is gone.
 pub(super) fn spawn(
     store: Option<Store>,
     published: Arc<Published>,
     revision: u64,
-    log: Arc<Mutex<Log>>,
-    changed: watch::Sender<Generation>,
+    shared: Shared,
 ) -> mpsc::Sender<Request> {
     let (requests, incoming) = mpsc::channel();
+    let contents = Contents {
+        ask_ids_through: shared.ask_ids_through.load(Ordering::Acquire),
+        ..published.contents()
+    };
     let committer = Committer {
         store,
-        contents: published.contents(),
+        contents,
         report_only: published.report_only,
         generation: published.generation,
         revision,
-        log,
-        changed,
+        shared,
     };
     std::thread::Builder::new()
         .name("crackbox-registry".into())
@@ -61,8 +75,7 @@ struct Committer {
     generation: Generation,
     /// The last policy revision handed out.
     revision: u64,
-    log: Arc<Mutex<Log>>,
-    changed: watch::Sender<Generation>,
+    shared: Shared,
 }
 
 impl Committer {
@@ -100,7 +113,14 @@ impl Committer {
                 }
             }
             self.revision = revision;
-            self.publish(next, made);
+            self.shared
+                .ask_ids_through
+                .store(next.ask_ids_through, Ordering::Release);
+            if made.changes_registry() {
+                self.publish(next, made);
+            } else {
+                self.contents = next;
+            }
         }
         for (request, result) in group.into_iter().zip(results) {
             let answer = result
@@ -134,8 +154,12 @@ impl Committer {
             changes: made.sources,
             policies: made.policies,
         };
-        self.log.lock().expect("registry log lock").push(delta, published);
-        self.changed.send_replace(self.generation);
+        self.shared
+            .log
+            .lock()
+            .expect("registry log lock")
+            .push(delta, published);
+        self.shared.changed.send_replace(self.generation);
     }
 }
 

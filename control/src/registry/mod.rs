@@ -30,6 +30,7 @@ use crate::store::{Contents, Entries, Policies, Store, StoreError};
 use crackbox_policy::{AllowEntry, Effective, Generation, Mode, PolicyName, PolicySpec, RegistrationSpec, SandboxId};
 use std::net::IpAddr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use tokio::sync::{oneshot, watch};
 
@@ -107,11 +108,13 @@ impl Published {
         changes::users(&self.contents(), name)
     }
 
-    /// The registrations and policies (clones are O(1)).
+    /// The registrations and policies (clones are O(1)); the request ids
+    /// reserved are no part of a generation.
     fn contents(&self) -> Contents {
         Contents {
             entries: self.entries.clone(),
             policies: self.policies.clone(),
+            ..Contents::default()
         }
     }
 }
@@ -186,6 +189,13 @@ pub enum Change {
         entry: AllowEntry,
         /// When the grant ends (ms since the Unix epoch); `None`: never.
         expires: Option<u64>,
+    },
+    /// Reserves request ids of ask mode up to `through` (stored, so they
+    /// are never handed out again, even after a restart; no new
+    /// generation).
+    ReserveAskIds {
+        /// The highest id reserved.
+        through: u64,
     },
     /// Takes the grant of `entry` (normalised text) out of the registration
     /// of `ip`, if it holds one, and, with `due_by`, only if it expires by
@@ -294,6 +304,8 @@ pub struct Registry {
     log: Arc<Mutex<log::Log>>,
     changed: watch::Receiver<Generation>,
     state_path: Option<PathBuf>,
+    /// Request ids reserved so far (stored when there is a state file).
+    ask_ids_through: Arc<AtomicU64>,
 }
 
 impl Registry {
@@ -341,6 +353,7 @@ impl Registry {
         }
         let report_only = report_only_count(&contents);
         warn_report_only(report_only);
+        let ask_ids_through = Arc::new(AtomicU64::new(contents.ask_ids_through));
         let published = Arc::new(Published {
             generation: 1,
             entries: contents.entries,
@@ -349,13 +362,30 @@ impl Registry {
         });
         let log = Arc::new(Mutex::new(log::Log::new(published.clone())));
         let (changed_tx, changed) = watch::channel(1);
-        let requests = committer::spawn(store, published, revision, log.clone(), changed_tx);
+        let committer = committer::Shared {
+            log: log.clone(),
+            changed: changed_tx,
+            ask_ids_through: ask_ids_through.clone(),
+        };
+        let requests = committer::spawn(store, published, revision, committer);
         Ok(Registry {
             requests,
             log,
             changed,
             state_path,
+            ask_ids_through,
         })
+    }
+
+    /// Request ids of ask mode reserved so far: ids up to it may have been
+    /// handed out.
+    pub fn ask_ids_through(&self) -> u64 {
+        self.ask_ids_through.load(Ordering::Acquire)
+    }
+
+    /// Reserves request ids up to `through` ([`Change::ReserveAskIds`]).
+    pub async fn reserve_ask_ids(&self, through: u64) -> Result<(), ApplyError> {
+        self.apply(Change::ReserveAskIds { through }).await.map(drop)
     }
 
     /// The generation in force now.

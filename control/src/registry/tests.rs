@@ -426,3 +426,20 @@ async fn a_sync_makes_the_policies_etcds_and_releases_what_went() {
     let removed = registry.apply(sync(vec![], &["other"], false)).await.unwrap();
     assert_eq!((removed.released, registry.current().policies.len()), (0, 0));
 }
+
+#[tokio::test]
+async fn reserved_request_ids_are_stored_without_a_new_generation_and_never_go_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.json");
+    let registry = Registry::load(Some(path.clone()), vec![spec("10.0.0.1", &[])]).unwrap();
+    assert_eq!(registry.ask_ids_through(), 0);
+    registry.reserve_ask_ids(1024).await.unwrap();
+    registry.reserve_ask_ids(512).await.unwrap();
+    assert_eq!(registry.ask_ids_through(), 1024, "a reservation never goes down");
+    assert_eq!(registry.current().generation, 1, "no generation for the engine");
+    assert_eq!(registry.put(spec("10.0.0.2", &[])).await.unwrap(), 2);
+    drop(registry);
+    let again = Registry::load(Some(path), vec![]).unwrap();
+    assert_eq!(again.ask_ids_through(), 1024);
+    assert_eq!(again.current().registrations().len(), 2);
+}

@@ -1,6 +1,7 @@
 //! The journal beside the snapshot file: one JSON line per committed group of
-//! changes, `{"sequence":N,"changes":[...],"policies":[...]}` (`policies`
-//! left out when the group changed none), appended and fdatasynced.
+//! changes, `{"sequence":N,"changes":[...],"policies":[...],"ask_ids_through":M}`
+//! (`policies` left out when the group changed none, `ask_ids_through` when
+//! it reserved no request ids), appended and fdatasynced.
 //!
 //! Reading stops at the first line that is incomplete or does not parse: the
 //! bytes before it are the valid prefix, the rest is reported so the owner can
@@ -24,21 +25,32 @@ pub(super) struct Record {
     /// The policy changes, applied in order before the source changes.
     #[serde(default)]
     pub policies: Vec<PolicyChange>,
+    /// Request ids of ask mode reserved up to here (0: none by this group).
+    #[serde(default)]
+    pub ask_ids_through: u64,
 }
 
 /// Encodes a record as one line.
-pub(super) fn encode(sequence: u64, policies: &[PolicyChange], changes: &[SourceChange]) -> Vec<u8> {
+pub(super) fn encode(
+    sequence: u64,
+    policies: &[PolicyChange],
+    changes: &[SourceChange],
+    ask_ids_through: Option<u64>,
+) -> Vec<u8> {
     #[derive(Serialize)]
     struct RecordRef<'a> {
         sequence: u64,
         changes: &'a [SourceChange],
         #[serde(skip_serializing_if = "<[PolicyChange]>::is_empty")]
         policies: &'a [PolicyChange],
+        #[serde(skip_serializing_if = "Option::is_none")]
+        ask_ids_through: Option<u64>,
     }
     let record = RecordRef {
         sequence,
         changes,
         policies,
+        ask_ids_through,
     };
     let mut line = serde_json::to_vec(&record).expect("changes always serialise");
     line.push(b'\n');
@@ -171,9 +183,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("j");
         let mut journal = Journal::open(path.clone(), 0).unwrap();
-        journal.append(&encode(1, &[], &[put("10.0.0.1")])).unwrap();
+        journal.append(&encode(1, &[], &[put("10.0.0.1")], None)).unwrap();
         journal
-            .append(&encode(2, &[], &[SourceChange::Remove("10.0.0.1".parse().unwrap())]))
+            .append(&encode(
+                2,
+                &[],
+                &[SourceChange::Remove("10.0.0.1".parse().unwrap())],
+                None,
+            ))
             .unwrap();
         let good = std::fs::read(&path).unwrap();
         let replay = read(&path).unwrap().unwrap();
@@ -198,7 +215,7 @@ mod tests {
         let mut reopened = Journal::open(path.clone(), good.len() as u64).unwrap();
         assert_eq!(reopened.len(), good.len() as u64);
         assert_eq!(std::fs::read(&path).unwrap(), good, "the tail is cut off");
-        reopened.append(&encode(3, &[], &[])).unwrap();
+        reopened.append(&encode(3, &[], &[], Some(2048))).unwrap();
         assert_eq!(read(&path).unwrap().unwrap().records.len(), 3, "appends go at the end");
     }
 
@@ -208,6 +225,6 @@ mod tests {
         let path = dir.path().join("j");
         let mut journal = Journal::open(path.clone(), 0).unwrap();
         std::fs::remove_file(&path).unwrap();
-        assert!(journal.append(&encode(1, &[], &[put("10.0.0.1")])).is_err());
+        assert!(journal.append(&encode(1, &[], &[put("10.0.0.1")], None)).is_err());
     }
 }

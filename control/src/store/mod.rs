@@ -1,5 +1,6 @@
 //! Durable registry: a snapshot file plus an append-only journal beside it,
-//! holding the registrations and the named policies.
+//! holding the registrations, the named policies and how far ask mode's
+//! request ids may have gone (so they never repeat across restarts).
 //!
 //! Every committed group of changes is one journal line, fdatasynced before
 //! the commit returns, so concurrent changes grouped by the caller share one
@@ -42,6 +43,9 @@ pub struct Contents {
     pub entries: Entries,
     /// The named policies.
     pub policies: Policies,
+    /// Request ids of ask mode up to this may have been handed out (ids are
+    /// reserved ahead in blocks, see `control/src/ask_ids.rs`).
+    pub ask_ids_through: u64,
 }
 
 impl Contents {
@@ -87,6 +91,8 @@ pub struct Store {
     needs_rewrite: bool,
     /// Size of the last snapshot written, to pace compaction.
     snapshot_bytes: u64,
+    /// The `ask_ids_through` on disk.
+    ask_ids_through: u64,
     compaction: Option<JoinHandle<std::io::Result<u64>>>,
 }
 
@@ -133,6 +139,7 @@ impl Store {
             journal,
             sequence: loaded.sequence,
             snapshot_bytes: 0,
+            ask_ids_through: loaded.contents.ask_ids_through,
             compaction: None,
         };
         (store, loaded.contents)
@@ -144,8 +151,9 @@ impl Store {
     }
 
     /// Makes `policies` and `changes` (one group, applied in that order)
-    /// durable; `after` is the registry with them applied. On error nothing
-    /// of them is kept on disk.
+    /// durable, and `after`'s `ask_ids_through` when it went up; `after` is
+    /// the registry with them applied. On error nothing of them is kept on
+    /// disk.
     pub fn commit(
         &mut self,
         policies: &[PolicyChange],
@@ -156,13 +164,15 @@ impl Store {
         if self.needs_rewrite {
             self.rewrite(sequence, after)?;
         } else {
+            let ask_ids = (after.ask_ids_through > self.ask_ids_through).then_some(after.ask_ids_through);
             let journal = self.journal.as_mut().expect("a journal unless a rewrite is due");
-            if let Err(source) = journal.append(&journal::encode(sequence, policies, changes)) {
+            if let Err(source) = journal.append(&journal::encode(sequence, policies, changes, ask_ids)) {
                 self.needs_rewrite = true;
                 return Err(self.failed(source));
             }
         }
         self.sequence = sequence;
+        self.ask_ids_through = after.ask_ids_through;
         self.compact_if_due(after);
         Ok(())
     }
@@ -288,6 +298,7 @@ fn load(path: &Path) -> Loaded {
     match snapshot::read(path) {
         Ok(Some(saved)) => {
             loaded.sequence = saved.sequence;
+            loaded.contents.ask_ids_through = saved.ask_ids_through;
             for spec in saved.entries {
                 loaded.contents.entries.insert(spec.ip, Arc::new(spec));
             }
@@ -351,6 +362,7 @@ fn load(path: &Path) -> Loaded {
                 break;
             }
             loaded.contents.apply(&record.policies, &record.changes);
+            loaded.contents.ask_ids_through = loaded.contents.ask_ids_through.max(record.ask_ids_through);
             loaded.sequence = record.sequence;
         }
     }

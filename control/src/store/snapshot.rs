@@ -1,6 +1,8 @@
-//! The snapshot file: `{"version":1,"sequence":N,"entries":[...],"policies":[...]}`
-//! (`policies` left out when there are none, so files written before named
-//! policies read the same), written atomically.
+//! The snapshot file:
+//! `{"version":1,"sequence":N,"entries":[...],"policies":[...],"ask_ids_through":M}`
+//! (`policies` left out when there are none and `ask_ids_through` when it is
+//! 0, so files written before named policies or reserved ids read the same),
+//! written atomically.
 //!
 //! A write goes to a temporary file in the same directory, is fsynced, renamed
 //! over the snapshot file, and the directory is fsynced, so a crash leaves
@@ -32,6 +34,8 @@ struct StateFile {
     /// Decoded one by one too.
     #[serde(default)]
     policies: Vec<serde_json::Value>,
+    #[serde(default)]
+    ask_ids_through: u64,
 }
 
 #[derive(Serialize)]
@@ -41,6 +45,12 @@ struct StateFileRef<'a> {
     entries: Vec<&'a RegistrationSpec>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     policies: Vec<&'a PolicySpec>,
+    #[serde(skip_serializing_if = "is_zero")]
+    ask_ids_through: u64,
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
 }
 
 /// A snapshot file as read.
@@ -51,6 +61,8 @@ pub(super) struct SavedSnapshot {
     pub entries: Vec<RegistrationSpec>,
     /// The valid policies.
     pub policies: Vec<PolicySpec>,
+    /// Request ids of ask mode reserved up to here.
+    pub ask_ids_through: u64,
     /// Why each invalid entry or policy was skipped.
     pub skipped: Vec<String>,
 }
@@ -84,6 +96,7 @@ pub(super) fn read(path: &Path) -> Result<Option<SavedSnapshot>, ReadError> {
         sequence: file.sequence,
         entries: Vec::with_capacity(file.entries.len()),
         policies: Vec::with_capacity(file.policies.len()),
+        ask_ids_through: file.ask_ids_through,
         skipped: Vec::new(),
     };
     for entry in file.entries {
@@ -109,6 +122,7 @@ pub(super) fn write(path: &Path, sequence: u64, contents: &Contents) -> std::io:
         sequence,
         entries: contents.entries.values().map(AsRef::as_ref).collect(),
         policies: contents.policies.values().map(AsRef::as_ref).collect(),
+        ask_ids_through: contents.ask_ids_through,
     };
     let mut bytes = serde_json::to_vec_pretty(&file)?;
     bytes.push(b'\n');

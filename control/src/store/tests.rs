@@ -88,7 +88,7 @@ fn bad_snapshot_files_load_as_empty_and_the_next_commit_rewrites_them() {
         fs::write(&path, bytes).unwrap();
         fs::write(
             journal_path(&path),
-            journal::encode(1, &[], &[put_change("10.0.0.9", &[])]),
+            journal::encode(1, &[], &[put_change("10.0.0.9", &[])], None),
         )
         .unwrap();
         assert!(read(&path).is_empty(), "{:?}", String::from_utf8_lossy(bytes));
@@ -121,7 +121,7 @@ fn copies_aside(dir: &Path, prefix: &str) -> Vec<Vec<u8>> {
 fn unusable_files_are_copied_aside_before_anything_overwrites_them() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("state.json");
-    let journal = journal::encode(1, &[], &[put_change("10.0.0.9", &[])]);
+    let journal = journal::encode(1, &[], &[put_change("10.0.0.9", &[])], None);
     fs::write(&path, b"not json{").unwrap();
     fs::write(journal_path(&path), &journal).unwrap();
     assert!(read(&path).is_empty());
@@ -145,7 +145,7 @@ fn unusable_files_are_copied_aside_before_anything_overwrites_them() {
     // A journal corrupt in its middle: the records after the damage are in
     // the copy.
     let mut damaged = b"garbage\n".to_vec();
-    damaged.extend_from_slice(&journal::encode(2, &[], &[put_change("10.0.0.2", &[])]));
+    damaged.extend_from_slice(&journal::encode(2, &[], &[put_change("10.0.0.2", &[])], None));
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("state.json");
     let (mut store, mut entries) = Store::open(path.clone());
@@ -194,7 +194,7 @@ fn a_corrupt_middle_record_drops_the_rest_and_forces_a_rewrite() {
     commit(&mut store, &mut entries, vec![put_change("10.0.0.2", &[])]);
     drop(store);
     let mut bytes = b"garbage\n".to_vec();
-    bytes.extend_from_slice(&journal::encode(3, &[], &[put_change("10.0.0.3", &[])]));
+    bytes.extend_from_slice(&journal::encode(3, &[], &[put_change("10.0.0.3", &[])], None));
     fs::write(journal_path(&path), bytes).unwrap();
     let (mut store, mut entries) = Store::open(path.clone());
     assert_eq!(entries.entries.len(), 1, "only the snapshot's entry");
@@ -278,4 +278,32 @@ fn a_cap_is_kept_in_the_snapshot_and_the_journal_and_left_out_when_unset() {
     let (_, reopened) = Store::open(path);
     let loaded: Vec<_> = reopened.entries.values().map(|spec| spec.as_ref().clone()).collect();
     assert_eq!(loaded, [capped("10.0.0.1"), capped("10.0.0.2"), spec("10.0.0.3", &[])]);
+}
+
+#[test]
+fn reserved_request_ids_survive_reopening_from_the_journal_and_the_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.json");
+    let (mut store, mut contents) = Store::open(path.clone());
+    commit(&mut store, &mut contents, vec![put_change("10.0.0.1", &[])]);
+    let snapshot = fs::read(&path).unwrap();
+    contents.ask_ids_through = 1024;
+    store.commit(&[], &[], &contents).unwrap();
+    commit(&mut store, &mut contents, vec![put_change("10.0.0.2", &[])]);
+    assert_eq!(fs::read(&path).unwrap(), snapshot, "appended to the journal");
+    let journal = fs::read_to_string(journal_path(&path)).unwrap();
+    assert_eq!(
+        journal.matches("ask_ids_through").count(),
+        1,
+        "only the group that reserved names it: {journal}"
+    );
+    drop(store);
+    let (mut store, mut reopened) = Store::open(path.clone());
+    assert_eq!((reopened.ask_ids_through, reopened.entries.len()), (1024, 2));
+    reopened.ask_ids_through = 2048;
+    store.rewrite(9, &reopened).unwrap();
+    let value: serde_json::Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
+    assert_eq!(value["ask_ids_through"], 2048);
+    drop(store);
+    assert_eq!(Store::open(path).1.ask_ids_through, 2048);
 }

@@ -9,8 +9,9 @@ use super::Message;
 impl Message {
     /// Every kind of message, as its `type` field spells it, in declaration
     /// order.
-    pub const KINDS: [&'static str; 18] = [
+    pub const KINDS: [&'static str; 19] = [
         "hello",
+        "ask_ids",
         "snapshot",
         "delta",
         "resync",
@@ -34,6 +35,7 @@ impl Message {
     pub fn kind(&self) -> &'static str {
         match self {
             Message::Hello { .. } => "hello",
+            Message::AskIds { .. } => "ask_ids",
             Message::Snapshot { .. } => "snapshot",
             Message::Delta { .. } => "delta",
             Message::Resync { .. } => "resync",

@@ -6,6 +6,7 @@ fn sample() -> Vec<Message> {
             protocol: PROTOCOL,
             role: Role::Engine,
         },
+        Message::AskIds { through: 1000 },
         Message::Snapshot {
             generation: 3,
             registrations: vec![RegistrationSpec::parse("10.0.0.2", "agent", &["github.com"])

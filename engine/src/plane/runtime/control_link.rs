@@ -149,6 +149,10 @@ fn session(
                 changes,
                 policies,
             }) => link.delta(base, generation, &policies, &changes),
+            Err(Message::AskIds { through }) => {
+                engine.asks.number_after(through);
+                None
+            }
             Err(Message::Watch { list }) => {
                 watch_in_force(&engine.watched, &list);
                 None

@@ -119,7 +119,7 @@ impl Request {
 /// Every pending request of the engine.
 #[derive(Default)]
 struct Table {
-    next_id: PendingId,
+    last_id: PendingId,
     by_target: FxHashMap<Target, Arc<Request>>,
     by_id: BTreeMap<PendingId, Arc<Request>>,
     per_source: FxHashMap<IpAddr, usize>,
@@ -170,6 +170,13 @@ impl Asks {
         }
     }
 
+    /// Ids up to `through` may have been handed out already (by an engine
+    /// before this one): new requests are numbered after it.
+    pub(crate) fn number_after(&self, through: PendingId) {
+        let mut table = self.table();
+        table.last_id = table.last_id.max(through);
+    }
+
     fn table(&self) -> MutexGuard<'_, Table> {
         self.table.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -196,9 +203,9 @@ impl Asks {
             return Err(Reason::AskLimit);
         }
         *count += 1;
-        table.next_id += 1;
+        table.last_id += 1;
         let request = Arc::new(Request {
-            id: table.next_id,
+            id: table.last_id,
             target: target.clone(),
             sandbox: Arc::clone(asking.sandbox),
             front_end: asking.front_end,
