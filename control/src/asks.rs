@@ -127,6 +127,12 @@ impl Asks {
         self.recent().engine_gone(gone);
     }
 
+    /// An engine connects and is told that ids up to `through` may have
+    /// been handed out already.
+    pub fn numbered_after(&self, through: PendingId) {
+        self.recent().numbered_after(through);
+    }
+
     /// The highest request id heard of from any engine.
     pub fn highest(&self) -> PendingId {
         self.recent().highest()

@@ -1,10 +1,11 @@
 //! What became of a request id that is not pending: the requests settled
 //! lately (a bounded ring, fed by the `decided` events control hears from
-//! the engine), those that were pending when an engine went away, and the
-//! highest id seen, so a decision that comes too late is told what
-//! happened (decided, timed out, withdrawn, gone with the engine, or never
-//! asked) instead of a bare 404. Ids never repeat, across engine restarts
-//! too (`control/src/ask_ids.rs`), so all of it stays true after one.
+//! the engine), those that were pending when an engine went away, the ids
+//! handed out before this control plane started and the highest id seen,
+//! so a decision that comes too late is told what happened (decided, timed
+//! out, withdrawn, gone with the engine, from before the start, or never
+//! asked) instead of a bare 404. Ids never repeat, across restarts too
+//! (`control/src/publisher/ask_ids.rs`), so all of it stays true after one.
 //! Never consulted for a decision itself: the engine owns the requests.
 
 use crackbox_wire::ask::{DecidedRequest, PendingId, Settlement};
@@ -19,6 +20,9 @@ pub struct Recent {
     settled: VecDeque<DecidedRequest>,
     /// Requests pending when an engine went away, oldest first.
     gone: VecDeque<PendingId>,
+    /// Ids up to this may have been handed out before this control plane
+    /// started (set as the first engine connects).
+    before_start: Option<PendingId>,
     highest: Option<PendingId>,
 }
 
@@ -29,6 +33,8 @@ pub enum Fate {
     Settled(DecidedRequest),
     /// Pending when the engine went away (its connections closed with it).
     GoneWithEngine,
+    /// Handed out before this control plane started.
+    BeforeStart,
     /// Settled before the ones remembered.
     SettledEarlier,
     /// Never heard of since the engine started.
@@ -48,6 +54,13 @@ impl Recent {
             self.settled.pop_front();
         }
         self.settled.push_back(decided);
+    }
+
+    /// An engine connects and is told that ids up to `through` may have
+    /// been handed out: the first one told marks the ids from before the
+    /// start.
+    pub fn numbered_after(&mut self, through: PendingId) {
+        self.before_start.get_or_insert(through);
     }
 
     /// The engine went away while `pending` waited.
@@ -72,6 +85,9 @@ impl Recent {
         }
         if self.gone.contains(&id) {
             return Fate::GoneWithEngine;
+        }
+        if self.before_start.is_some_and(|through| id <= through) {
+            return Fate::BeforeStart;
         }
         match self.highest {
             Some(highest) if id <= highest => Fate::SettledEarlier,
@@ -111,6 +127,9 @@ impl Fate {
                 "request {id} is not pending: it waited when the engine restarted, which closed its connections \
                  (the next connection asks again); {listed}"
             ),
+            Fate::BeforeStart => {
+                format!("request {id} is not pending: it was handed out before this control plane started; {listed}")
+            }
             Fate::SettledEarlier => format!("request {id} is not pending: it was settled earlier; {listed}"),
             Fate::Never => format!("no request {id} has been pending here; {listed}"),
         }
@@ -172,5 +191,14 @@ mod tests {
             "ids never repeat: kept"
         );
         assert_eq!(recent.highest(), 10 + REMEMBERED as u64 - 1);
+        recent.numbered_after(5);
+        recent.numbered_after(2000);
+        assert_eq!(
+            recent.fate(4),
+            Fate::BeforeStart,
+            "the first engine told marks the start"
+        );
+        assert_eq!(recent.fate(6), Fate::SettledEarlier);
+        assert!(recent.fate(4).message(4).contains("before this control plane started"));
     }
 }

@@ -69,6 +69,7 @@ pub(super) async fn run(stream: UnixStream, registry: Arc<Registry>, link: Arc<E
     let mut next_request = 0u64;
     let mut watch_lists = link.watch_list.subscribe();
     let through = link.ask_ids.floor(&registry, link.asks.highest());
+    link.asks.numbered_after(through);
     let mut outcome = send(&mut writer, Message::AskIds { through }).await;
     let first = registry.current();
     let mut sent = first.generation;

@@ -44,7 +44,7 @@ pub struct Contents {
     /// The named policies.
     pub policies: Policies,
     /// Request ids of ask mode up to this may have been handed out (ids are
-    /// reserved ahead in blocks, see `control/src/ask_ids.rs`).
+    /// reserved ahead in blocks, see `control/src/publisher/ask_ids.rs`).
     pub ask_ids_through: u64,
 }
 
