@@ -350,3 +350,56 @@ fn always_survives_kill_9_of_control_and_engine() {
     echo_round(&mut tunnel, "no asking after kill -9");
     assert!(client(again.admin).pending().unwrap().is_empty());
 }
+
+#[test]
+fn always_and_deny_sent_together_never_both_succeed_and_the_held_client_sees_the_winner() {
+    let proxy = Daemon::start(&["--allow-private-destinations"]);
+    register(proxy.admin, Mode::Ask, &["allowed.test"], &[]);
+    for round in 0..40 {
+        let port = crackbox_test_support::free_port();
+        let mut held = connect(&proxy, &format!("localhost:{port}"));
+        let request = pending_for(proxy.admin, "localhost", port);
+        let path = format!("/v1/pending/{}", request.id);
+        let start = std::sync::Arc::new(std::sync::Barrier::new(2));
+        // The deny goes later round by round, so some rounds send it while
+        // the always is being stored.
+        let stagger = [Duration::ZERO, Duration::from_micros(150 * round)];
+        let answers: Vec<_> = [r#"{"decision":"always"}"#, r#"{"decision":"deny"}"#]
+            .into_iter()
+            .zip(stagger)
+            .map(|(body, later)| {
+                let (start, path, admin) = (start.clone(), path.clone(), proxy.admin);
+                std::thread::spawn(move || {
+                    start.wait();
+                    // Not synchronisation: the stagger above, the point of the round.
+                    std::thread::sleep(later);
+                    crackbox_test_support::http(admin, "POST", &path, Some(body), &[])
+                })
+            })
+            .collect();
+        let [(always, always_text), (deny, deny_text)]: [(u16, String); 2] = answers
+            .into_iter()
+            .map(|answer| answer.join().unwrap())
+            .collect::<Vec<_>>()
+            .try_into()
+            .unwrap();
+        let head = read_head(&mut held);
+        let listed = client(proxy.admin).state().unwrap()[0]
+            .allowlist
+            .texts()
+            .contains(&format!("localhost:{port}"));
+        let context = format!("round {round}: always {always} {always_text}; deny {deny} {deny_text}; held {head}");
+        assert!(!(always == 200 && deny == 200), "{context}");
+        assert!(always == 200 || deny == 200, "one answer wins: {context}");
+        let lost = if always == 200 { deny } else { always };
+        assert!([404, 409].contains(&lost), "the other is told it lost: {context}");
+        if always == 200 {
+            assert!(listed && !head.contains("not-allowed"), "{context}");
+        } else {
+            assert!(
+                !listed && head.contains("403") && head.contains("not-allowed"),
+                "{context}"
+            );
+        }
+    }
+}

@@ -1,7 +1,9 @@
 //! The console's security and resilience in a real headless Chromium
 //! (docs/console.md, "Security"): a wrong secret gets a clear message and
 //! changes nothing; a sandbox id made of markup renders as text; a page
-//! loaded under another name (DNS rebinding) gets nothing; the page
+//! loaded under another name (DNS rebinding) gets nothing; a page of
+//! another site cannot change anything through the operator's browser,
+//! even with no secret configured (cross-site request forgery); the page
 //! survives a reload and a restart of the control plane, and shows what
 //! was decided meanwhile. Skipped where Chromium is not installed, unless
 //! CRACKBOX_REQUIRE_BROWSER=1.
@@ -110,6 +112,43 @@ fn percent(text: &str) -> String {
             other => format!("%{other:02X}"),
         })
         .collect()
+}
+
+#[test]
+fn a_page_of_another_site_changes_nothing_through_the_operators_browser() {
+    let Some(console) = Console::start("console cross-site", "agent-x", &[], &[]) else {
+        return;
+    };
+    let rule = "--host-resolver-rules=MAP evil.test 127.0.0.1";
+    let Some(attacker) = Browser::start_with("console cross-site", &[rule]) else {
+        return;
+    };
+    // Any page of another origin will do: the proxy's own answer to a GET.
+    attacker.goto(&format!("http://evil.test:{}/", console.daemon.proxy.port()));
+    let admin_url = format!("http://127.0.0.1:{}", console.daemon.admin.port());
+    // A form-like POST: a browser sends it without asking first (no preflight).
+    let sent = attacker.execute_async(
+        "const [url, done] = [arguments[0], arguments[arguments.length - 1]];
+         fetch(url + '/v1/register', {method: 'POST', mode: 'no-cors',
+             headers: {'Content-Type': 'text/plain'},
+             body: JSON.stringify({ip: '127.0.0.9', id: 'evil', allowlist: ['evil.test']})})
+           .then(() => done('answered'), err => done(String(err)));",
+        json!([admin_url]),
+        Duration::from_secs(10),
+    );
+    assert_eq!(sent, json!("answered"));
+    let state = client(console.daemon.admin, None).state().unwrap();
+    assert_eq!(state.len(), 1, "nothing was registered: {state:?}");
+    let body = br#"{"ip":"127.0.0.9","id":"evil","allowlist":["evil.test"]}"#;
+    for origin in ["Origin: http://evil.test:8080", "Origin: null"] {
+        let (status, answer) = admin(console.daemon.admin, "POST", "/v1/register", Some(body), &[origin]);
+        assert_eq!(status, 403, "{origin}: {answer}");
+        assert!(answer.contains("cross-site request forgery"), "{answer}");
+    }
+    let own = format!("Origin: http://{}", console.daemon.admin);
+    let (status, answer) = admin(console.daemon.admin, "GET", "/v1/state", None, &[&own]);
+    assert_eq!(status, 200, "the listener's own pages are served: {answer}");
+    assert_eq!(client(console.daemon.admin, None).state().unwrap().len(), 1);
 }
 
 #[test]

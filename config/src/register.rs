@@ -12,7 +12,7 @@
 //! an error naming it. Presets (`@pypi`) expand wherever entries are
 //! written, the files included. Reads the allowlist files; nothing else.
 
-use crackbox_policy::{parse_allow_file, Bandwidth, EntryOrigins, Mode, Origin, RegistrationSpec};
+use crackbox_policy::{parse_allow_file, Bandwidth, EntryOrigins, Mode, Origin, RegistrationSpec, WATCHER_ID_PREFIX};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
@@ -120,6 +120,11 @@ pub(crate) fn from_table(table: &RegisterTable, dir: &Path) -> Result<Registrati
 /// The registration `seed` gives: its entries and those of its files,
 /// presets expanded, normalised; the error says which part is wrong.
 fn resolve(seed: Seed<'_>) -> Result<RegistrationSpec, String> {
+    if seed.id.starts_with(WATCHER_ID_PREFIX) {
+        return Err(format!(
+            "id: the prefix {WATCHER_ID_PREFIX} is reserved for registrations made from Docker labels"
+        ));
+    }
     let mut allow = seed.allow;
     let mut from_files = EntryOrigins::new();
     for path in &seed.allow_files {

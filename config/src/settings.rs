@@ -372,19 +372,28 @@ fn resolve_seeds(
     file: Option<&Path>,
 ) -> Result<Vec<RegistrationSpec>, ConfigError> {
     let dir = file.and_then(Path::parent).unwrap_or(Path::new("."));
-    let from_file = config.register.iter().enumerate().map(|(index, table)| {
-        crate::register::from_table(table, dir).map_err(|message| ConfigError::Invalid {
-            origin: Origin::File(file.unwrap_or(Path::new("")).to_path_buf(), "register"),
-            message: format!("[{index}] {message}"),
-        })
-    });
+    let invalid = table_error(file, "register");
+    let mut tables: Vec<RegistrationSpec> = Vec::with_capacity(config.register.len());
+    for (index, table) in config.register.iter().enumerate() {
+        let spec = crate::register::from_table(table, dir).map_err(|message| invalid(index, message))?;
+        if let Some(first) = tables.iter().position(|earlier| earlier.ip == spec.ip) {
+            return Err(invalid(
+                index,
+                format!(
+                    "{} ({}): a second [[register]] table for this address (the first is [{first}])",
+                    table.ip, table.id
+                ),
+            ));
+        }
+        tables.push(spec);
+    }
     let from_flags = args.register.iter().map(|raw| {
         crate::register::parse_seed(raw).map_err(|message| ConfigError::Invalid {
             origin: Origin::Flag("--register"),
             message,
         })
     });
-    from_file.chain(from_flags).collect()
+    tables.into_iter().map(Ok).chain(from_flags).collect()
 }
 
 /// Admin listener names: each a host name (no port, no address), lower-case.
@@ -398,14 +407,19 @@ fn host_names(names: Vec<String>) -> Result<Vec<String>, String> {
         .collect()
 }
 
+/// The error of table `[index]` of the config file's `[[tables]]`.
+fn table_error<'a>(file: Option<&'a Path>, tables: &'static str) -> impl Fn(usize, String) -> ConfigError + 'a {
+    move |index, message| ConfigError::Invalid {
+        origin: Origin::File(file.unwrap_or(Path::new("")).to_path_buf(), tables),
+        message: format!("[{index}] {message}"),
+    }
+}
+
 /// The named policies of the config file's `[[policies]]` tables; a name
 /// given twice is an error.
 fn resolve_policies(config: &FileConfig, file: Option<&Path>) -> Result<Vec<PolicySpec>, ConfigError> {
     let dir = file.and_then(Path::parent).unwrap_or(Path::new("."));
-    let invalid = |index: usize, message: String| ConfigError::Invalid {
-        origin: Origin::File(file.unwrap_or(Path::new("")).to_path_buf(), "policies"),
-        message: format!("[{index}] {message}"),
-    };
+    let invalid = table_error(file, "policies");
     let mut policies: Vec<PolicySpec> = Vec::with_capacity(config.policies.len());
     for (index, table) in config.policies.iter().enumerate() {
         let policy = crate::policy_table::from_table(table, dir).map_err(|message| invalid(index, message))?;

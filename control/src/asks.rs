@@ -32,12 +32,32 @@ pub const EVENTS_KEPT: usize = 1024;
 /// timeout, withdrawn.
 type Labels = Vec<(&'static str, &'static str)>;
 
+/// One answer being applied to a request (see [`Asks::answering`]).
+#[derive(Debug)]
+pub struct Answering<'a> {
+    asks: &'a Asks,
+    id: PendingId,
+}
+
+impl Drop for Answering<'_> {
+    fn drop(&mut self) {
+        let mut answering = self
+            .asks
+            .answering
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        answering.remove(&self.id);
+    }
+}
+
 /// The events and figures of the engine's pending requests.
 #[derive(Debug)]
 pub struct Asks {
     /// `pending` and `decided` events (a `lagged` one is each subscriber's own).
     events: broadcast::Sender<Event>,
     pending: Mutex<HashSet<PendingId>>,
+    /// Requests an answer is being applied to now.
+    answering: Mutex<HashSet<PendingId>>,
     /// What became of the requests no longer pending.
     recent: Mutex<Recent>,
     pending_gauge: Gauge,
@@ -50,6 +70,7 @@ impl Default for Asks {
         Asks {
             events: broadcast::Sender::new(EVENTS_KEPT),
             pending: Mutex::default(),
+            answering: Mutex::default(),
             recent: Mutex::default(),
             pending_gauge: Gauge::default(),
             decisions: Family::default(),
@@ -70,6 +91,15 @@ impl Asks {
 
     fn recent(&self) -> std::sync::MutexGuard<'_, Recent> {
         self.recent.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Takes request `id` for one answer until the guard is dropped; `None`
+    /// while another answer to it is being applied (answers one at a time,
+    /// so an `always` being stored and a `deny` cannot both succeed).
+    pub fn answering(&self, id: PendingId) -> Option<Answering<'_>> {
+        let mut answering = self.answering.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        // Made lazily: a guard made and dropped here would lock again.
+        answering.insert(id).then(|| Answering { asks: self, id })
     }
 
     /// What became of request `id`, which the engine says is not pending.
@@ -201,6 +231,11 @@ mod tests {
         ));
         assert!(matches!(slow.try_recv().unwrap(), Event::Pending(_)));
         assert_eq!(asks.pending_gauge.get(), EVENTS_KEPT as i64 + 8);
+        let first = asks.answering(3).expect("free");
+        assert!(asks.answering(3).is_none(), "one answer at a time");
+        assert!(asks.answering(4).is_some());
+        drop(first);
+        assert!(asks.answering(3).is_some(), "free again once applied");
         asks.engine_gone();
         assert_eq!(asks.pending_gauge.get(), 0);
         assert_eq!(asks.fate(2), Fate::GoneWithEngine);

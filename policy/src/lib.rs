@@ -71,6 +71,6 @@ pub use named::{
 };
 pub use preset::{expand_presets, preset, presets, Preset, UnknownPreset, PRESET_MARK};
 pub use provenance::{EntryOrigin, EntryOrigins, Origin};
-pub use registration::{source_ip_text, IdError, RegistrationSpec, SandboxId, SpecError};
+pub use registration::{source_ip_text, IdError, RegistrationSpec, SandboxId, SpecError, WATCHER_ID_PREFIX};
 pub use snapshot::{Applied, Generation, Registered, Snapshot, SourceChange};
 pub use source::{canonical_ip, parse_source_ip, SourceIpError};

@@ -290,6 +290,10 @@ impl RegistrationSpec {
     }
 }
 
+/// Prefix of the ids the Docker label watcher gives its registrations;
+/// every other way in refuses ids under it, so the watcher owns them.
+pub const WATCHER_ID_PREFIX: &str = "docker:";
+
 /// A sandbox's name: 1 to 128 bytes, no control characters. Cloning shares it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SandboxId(Arc<str>);

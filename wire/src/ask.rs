@@ -61,14 +61,25 @@ pub struct PendingRequest {
 pub struct DecideBody {
     /// The answer.
     pub decision: Answer,
-    /// With `always`: how long the name stays (JSON `for`); absent: for good.
-    #[serde(default, rename = "for", skip_serializing_if = "Option::is_none")]
+    /// With `always`: how long the name stays (JSON `for`); absent: for
+    /// good (`null` is refused: it would turn "for a while" into "for good").
+    #[serde(
+        default,
+        rename = "for",
+        deserialize_with = "given",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub period: Option<crackbox_policy::grant::Period>,
-    /// With `always`: the policy the name joins.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// With `always`: the policy the name joins (`null` is refused).
+    #[serde(default, deserialize_with = "given", skip_serializing_if = "Option::is_none")]
     pub policy: Option<crackbox_policy::PolicyName>,
 }
 crackbox_policy::object_only!(DecideBody, Serialize);
+
+/// A field that is present holds a value (`null` is refused).
+fn given<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(deserializer: D) -> Result<Option<T>, D::Error> {
+    T::deserialize(deserializer).map(Some)
+}
 
 /// `GET /v1/pending` answer: `{"pending": [...]}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -230,6 +241,8 @@ mod tests {
             r#"{"decision":1}"#,
             r#"{"decision":"always","for":"soon"}"#,
             r#"{"decision":"always","for":30}"#,
+            r#"{"decision":"always","for":null}"#,
+            r#"{"decision":"always","policy":null}"#,
             "",
         ] {
             assert!(decode::<DecideBody>(bad.as_bytes()).is_err(), "{bad}");

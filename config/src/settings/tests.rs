@@ -276,6 +276,23 @@ fn config_file_tables_seed_registrations_before_the_flags() {
         .to_string();
     let want = format!("{bad}: register: [0] 10.0.0.2 (a): allowlist: unknown preset \"@nosuch\"");
     assert!(err.starts_with(&want), "{err}");
+    let refused = [
+        (
+            "[[register]]\nip = \"10.0.0.2\"\nid = \"a\"\n[[register]]\nip = \"::ffff:10.0.0.2\"\nid = \"b\"\n",
+            "register: [1] ::ffff:10.0.0.2 (b): a second [[register]] table for this address (the first is [0])",
+        ),
+        (
+            "[[register]]\nip = \"10.0.0.2\"\nid = \"docker:x\"\n",
+            "register: [0] 10.0.0.2 (docker:x): id: the prefix docker: is reserved",
+        ),
+    ];
+    for (text, want) in refused {
+        let (_dir, bad) = config_file(text);
+        let err = Settings::resolve(&args(&["--config", &bad]), &env_of(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with(&format!("{bad}: {want}")), "{err}");
+    }
 }
 
 /// One engine setting given three ways: (flag arguments, env var, config

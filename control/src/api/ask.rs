@@ -128,6 +128,12 @@ pub async fn decide(
 /// Answers this node's request `id` as `body` says (the admin API's
 /// `POST /v1/pending/{id}`, and an answer another node left in etcd).
 pub async fn answer(state: &AppState, id: PendingId, body: DecideBody) -> Result<DecideAnswer, ApiError> {
+    let Some(_answering) = state.link.asks().answering(id) else {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!("another answer to request {id} is being applied; nothing was changed by this one"),
+        ));
+    };
     let decided = match (body.decision, body.policy, body.period) {
         (Answer::Always, None, period) => return always(state, id, period).await,
         (Answer::Always, Some(_), Some(_)) => {

@@ -8,8 +8,13 @@
 //! and `localhost` on any port (what a tunnel or a port mapping forwards),
 //! the listener's own address and port, for a wildcard bind any address of
 //! this host on that port, and the names the operator gave (`--admin-name`,
-//! on any port). Every response says it may not be framed, sniffed or
-//! given scripts or styles from anywhere else.
+//! on any port). A request that carries an `Origin` other than its own
+//! `Host` (a page of another site, or `null`) is refused with 403: a
+//! browser sends a cross-site form or `fetch` POST without asking first,
+//! so without a secret another site's page could otherwise change the
+//! registry through the operator's browser (cross-site request forgery).
+//! Every response says it may not be framed, sniffed or given scripts or
+//! styles from anywhere else.
 
 use super::ApiError;
 use axum::extract::{ConnectInfo, Request};
@@ -103,6 +108,19 @@ fn split_host(host: &str) -> Option<(String, Option<u16>)> {
     (!name.is_empty()).then(|| (name.to_owned(), port))
 }
 
+/// Whether `origin` (`scheme://authority`) is the origin of a request for
+/// `host`: a page of this admin listener's own, under the name it was
+/// asked by.
+fn same_origin(origin: &HeaderValue, host: Option<&str>) -> bool {
+    let (Ok(origin), Some(host)) = (origin.to_str(), host) else {
+        return false;
+    };
+    ["http://", "https://"]
+        .iter()
+        .filter_map(|scheme| origin.strip_prefix(scheme))
+        .any(|authority| authority.eq_ignore_ascii_case(host))
+}
+
 /// Whether `ip` is an address of this host: the one the connection
 /// arrived on, or any an interface carries.
 fn is_local(ip: IpAddr, local: Option<SocketAddr>) -> bool {
@@ -145,8 +163,22 @@ pub async fn guard(names: axum::extract::State<Arc<HostNames>>, request: Request
             )
             .into_response()
         }
-        // No Host at all (HTTP/1.0): no browser sends that.
-        _ => next.run(request).await,
+        host => match request.headers().get(header::ORIGIN) {
+            Some(origin) if !same_origin(origin, host.as_deref()) => {
+                let origin = String::from_utf8_lossy(origin.as_bytes()).into_owned();
+                tracing::warn!(origin = %origin.escape_debug(), "admin request from another site's page refused");
+                ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    format!(
+                        "Origin {origin:?} is not this admin API: requests from another site's pages are refused \
+                         (a guard against cross-site request forgery)"
+                    ),
+                )
+                .into_response()
+            }
+            // No Host at all (HTTP/1.0): no browser sends that.
+            _ => next.run(request).await,
+        },
     };
     let headers = response.headers_mut();
     headers.insert(
@@ -162,6 +194,27 @@ pub async fn guard(names: axum::extract::State<Arc<HostNames>>, request: Request
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_page_of_the_listener_itself_is_its_origin() {
+        let cases: [(&str, Option<&str>, bool); 8] = [
+            ("http://127.0.0.1:3129", Some("127.0.0.1:3129"), true),
+            ("http://LOCALHOST:9000", Some("localhost:9000"), true),
+            ("https://crackbox.internal", Some("crackbox.internal"), true),
+            ("http://127.0.0.1:8000", Some("127.0.0.1:3129"), false),
+            ("http://evil.test", Some("127.0.0.1:3129"), false),
+            ("null", Some("127.0.0.1:3129"), false),
+            ("http://127.0.0.1:3129", None, false),
+            ("ftp://127.0.0.1:3129", Some("127.0.0.1:3129"), false),
+        ];
+        for (origin, host, want) in cases {
+            assert_eq!(
+                same_origin(&HeaderValue::from_static(origin), host),
+                want,
+                "{origin} for {host:?}"
+            );
+        }
+    }
 
     #[test]
     fn hosts_table() {

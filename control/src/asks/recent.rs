@@ -80,6 +80,10 @@ impl Recent {
 
     /// What became of `id`.
     pub fn fate(&self, id: PendingId) -> Fate {
+        if id == 0 {
+            // Ids start at 1.
+            return Fate::Never;
+        }
         if let Some(decided) = self.settled.iter().rev().find(|d| d.request.id == id) {
             return Fate::Settled(decided.clone());
         }
@@ -199,6 +203,7 @@ mod tests {
             "the first engine told marks the start"
         );
         assert_eq!(recent.fate(6), Fate::SettledEarlier);
+        assert_eq!(recent.fate(0), Fate::Never, "ids start at 1");
         assert!(recent.fate(4).message(4).contains("before this control plane started"));
     }
 }

@@ -37,7 +37,7 @@ use tokio::sync::{oneshot, watch};
 /// Prefix of the ids the Docker label watcher gives its registrations. The
 /// admin API refuses ids under it, and `PUT /v1/state` (a [`Change::Replace`])
 /// leaves the registrations carrying it in place: the watcher owns them.
-pub const WATCHER_ID_PREFIX: &str = "docker:";
+pub const WATCHER_ID_PREFIX: &str = crackbox_policy::WATCHER_ID_PREFIX;
 
 /// Whether `spec` is one of the Docker label watcher's registrations.
 pub fn is_watchers(spec: &RegistrationSpec) -> bool {

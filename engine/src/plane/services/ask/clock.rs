@@ -44,7 +44,9 @@ fn run(asks: &Asks, incoming: &Receiver<Event>) {
         })
         .collect();
         // Settling sends `Settled` events to this very thread.
-        asks.expire(&due);
+        for (deadline, id) in asks.expire(&due) {
+            deadlines.push(Reverse((deadline, id)));
+        }
         let wait = deadlines
             .peek()
             .map_or(IDLE, |Reverse((deadline, _))| deadline.saturating_duration_since(now));

@@ -34,6 +34,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+/// How long an `always` answered before the timeout may take to be
+/// stored and enforced before the timeout applies after all (once): an
+/// answer given in time is never lost to the deadline it beat.
+pub(crate) const STORE_GRACE: Duration = Duration::from_secs(10);
+
 /// What a request is about.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Target {
@@ -60,6 +65,8 @@ struct State {
     outcome: Option<Verdict>,
     /// The answer given, while it waits on (an `always` not stored yet).
     answer: Option<Answer>,
+    /// The timeout was put off once for an `always` being stored.
+    graced: bool,
     /// One slot per held connection: its waker once it waited.
     wakers: Vec<Option<Waker>>,
     free: Vec<usize>,
@@ -254,16 +261,29 @@ impl Asks {
         }
     }
 
-    /// Times out the requests `due`, each as the one decision says.
-    fn expire(&self, due: &[PendingId]) {
+    /// Times out the requests `due`, each as the one decision says, except
+    /// one answered `always` whose name is being stored: its timeout is put
+    /// off by [`STORE_GRACE`], once; returns those put off, with their new
+    /// deadlines.
+    fn expire(&self, due: &[PendingId]) -> Vec<(Instant, PendingId)> {
+        let mut put_off = Vec::new();
         for &id in due {
             let Some(request) = self.table().by_id.get(&id).cloned() else {
                 continue;
             };
+            {
+                let mut state = request.state();
+                if state.answer == Some(Answer::Always) && !state.graced {
+                    state.graced = true;
+                    put_off.push((Instant::now() + STORE_GRACE, id));
+                    continue;
+                }
+            }
             let verdict = self.decide(&request, AskState::Expired);
             let settlement = settlement(&verdict, AskState::Expired).unwrap_or(Settlement::Timeout);
             self.settle(id, settlement, verdict);
         }
+        put_off
     }
 
     /// The one decision for `request` standing as `state`, against the

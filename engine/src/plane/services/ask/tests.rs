@@ -235,3 +235,27 @@ fn always_holds_until_a_snapshot_lists_the_name_and_a_deny_entry_beats_it() {
     );
     assert!(asks.answer(ids[1], Answer::Once).is_none(), "gone once denied");
 }
+
+#[test]
+fn an_always_answered_in_time_is_not_lost_to_the_timeout_it_beat() {
+    let (asks, registry, events) = asks(asking_snapshot(1, &["10.0.0.2"], &[], &[]));
+    let sandbox: Arc<str> = "agent".into();
+    let mut held = asks.hold(asking(&sandbox, "10.0.0.2", "a.test", 443)).unwrap();
+    let id = asks.list()[0].id;
+    asks.answer(id, Answer::Always).unwrap();
+    let put_off = asks.expire(&[id]);
+    assert_eq!(put_off.iter().map(|&(_, again)| again).collect::<Vec<_>>(), [id]);
+    assert!(poll(&mut held).is_pending(), "the name is being stored: still held");
+    registry.swap(asking_snapshot(2, &["10.0.0.2"], &["a.test"], &[]));
+    asks.revisit();
+    assert_eq!(ended(&mut held), Some(Ok(Layer::Answer)));
+    // Put off once only: a name never stored times out after all.
+    let mut unstored = asks.hold(asking(&sandbox, "10.0.0.2", "b.test", 443)).unwrap();
+    let id = asks.list()[0].id;
+    asks.answer(id, Answer::Always).unwrap();
+    assert_eq!(asks.expire(&[id]).len(), 1);
+    assert!(asks.expire(&[id]).is_empty());
+    assert_eq!(ended(&mut unstored), Some(Err((Reason::AskTimeout, Layer::Timeout))));
+    let decisions: Vec<_> = settled_events(&events).iter().map(|d| d.decision).collect();
+    assert_eq!(decisions, [Settlement::Always, Settlement::Timeout]);
+}
