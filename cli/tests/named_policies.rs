@@ -143,6 +143,12 @@ fn a_missing_policy_is_refused_naming_it_everywhere() {
     assert_eq!(status, 400, "{answer}");
     let (status, answer) = call(daemon.admin, "PUT", "/v1/policies/base", Some(json!({"name": "other"})));
     assert_eq!(status, 400, "{answer}");
+    // A precondition in the query would be ignored: refused, and nothing stored.
+    let (status, answer) = call(daemon.admin, "PUT", "/v1/policies/base?expect=1", Some(json!({})));
+    assert_eq!(status, 400, "{answer}");
+    assert!(answer["error"].as_str().unwrap().contains("revision"), "{answer}");
+    let (_, stored) = call(daemon.admin, "GET", "/v1/policies/base", None);
+    assert_eq!(stored["allow"], json!(["a.test"]), "{stored}");
     let (status, _) = call(daemon.admin, "GET", "/v1/policies/none", None);
     assert_eq!(status, 404);
 

@@ -110,7 +110,9 @@ pub(crate) fn boolean(value: &str) -> Result<bool, String> {
     match value.trim() {
         "1" | "true" | "yes" => Ok(true),
         "0" | "false" | "no" | "" => Ok(false),
-        other => Err(format!("{other:?} is not a boolean (use 1 or 0)")),
+        other => Err(format!(
+            "{other:?} is not a boolean (use 1, true or yes; 0, false or no)"
+        )),
     }
 }
 

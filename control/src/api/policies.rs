@@ -41,14 +41,21 @@ pub async fn get(State(state): State<AppState>, Path(name): Path<String>) -> Res
 
 /// `PUT /v1/policies/{name}` -> the stored policy with its new revision
 /// (the same revision when nothing changed); 409 when the body's
-/// `revision` is not the stored one.
+/// `revision` is not the stored one; 400 for any query (a precondition in
+/// the query, such as `?expect=`, would otherwise be ignored in silence).
 pub async fn put(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(name): Path<String>,
+    RawQuery(query): RawQuery,
     body: Result<LimitedBody, ApiError>,
 ) -> Result<Json<PolicySpec>, ApiError> {
     authorise(&state, &headers)?;
+    if let Some(query) = query.filter(|query| !query.is_empty()) {
+        return Err(ApiError::bad_request(format!(
+            "query: unexpected {query:?} (PUT takes none; the revision it must replace goes in the body as \"revision\")"
+        )));
+    }
     let name = parse_name(&name)?;
     let request: PolicyBody = body::parse(body)?;
     let (policy, expect) = request.into_policy(name).map_err(|err| ApiError::bad_request(err.0))?;
