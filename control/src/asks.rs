@@ -20,7 +20,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use recent::Recent;
 use std::collections::HashSet;
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::sync::broadcast;
 
@@ -41,11 +41,7 @@ pub struct Answering<'a> {
 
 impl Drop for Answering<'_> {
     fn drop(&mut self) {
-        let mut answering = self
-            .asks
-            .answering
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut answering = self.asks.answering.lock().unwrap_or_else(PoisonError::into_inner);
         answering.remove(&self.id);
     }
 }
@@ -97,7 +93,7 @@ impl Asks {
     /// while another answer to it is being applied (answers one at a time,
     /// so an `always` being stored and a `deny` cannot both succeed).
     pub fn answering(&self, id: PendingId) -> Option<Answering<'_>> {
-        let mut answering = self.answering.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut answering = self.answering.lock().unwrap_or_else(PoisonError::into_inner);
         // Made lazily: a guard made and dropped here would lock again.
         answering.insert(id).then(|| Answering { asks: self, id })
     }

@@ -50,10 +50,7 @@ impl Recent {
     /// `decided` ended.
     pub fn settled(&mut self, decided: DecidedRequest) {
         self.heard(decided.request.id);
-        if self.settled.len() == REMEMBERED {
-            self.settled.pop_front();
-        }
-        self.settled.push_back(decided);
+        remember(&mut self.settled, decided);
     }
 
     /// An engine connects and is told that ids up to `through` may have
@@ -66,10 +63,7 @@ impl Recent {
     /// The engine went away while `pending` waited.
     pub fn engine_gone(&mut self, pending: impl IntoIterator<Item = PendingId>) {
         for id in pending {
-            if self.gone.len() == REMEMBERED {
-                self.gone.pop_front();
-            }
-            self.gone.push_back(id);
+            remember(&mut self.gone, id);
         }
     }
 
@@ -98,6 +92,14 @@ impl Recent {
             _ => Fate::Never,
         }
     }
+}
+
+/// Adds `item` to `ring`, dropping the oldest beyond [`REMEMBERED`].
+fn remember<T>(ring: &mut VecDeque<T>, item: T) {
+    if ring.len() == REMEMBERED {
+        ring.pop_front();
+    }
+    ring.push_back(item);
 }
 
 impl Fate {

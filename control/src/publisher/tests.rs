@@ -287,13 +287,13 @@ async fn request_ids_never_repeat_across_engines() {
 
 /// Waits until the registry has reserved request ids up to `through`.
 async fn reserved(control: &Control, through: PendingId, what: &str) {
-    let mut waited = Duration::ZERO;
-    while control.registry.ask_ids_through() != through && waited < WAIT {
-        // Not synchronisation: the poll interval of a wait on the reservation.
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        waited += Duration::from_millis(10);
-    }
-    assert_eq!(control.registry.ask_ids_through(), through, "{what}");
+    let mut reserved = control.registry.ask_ids_reserved();
+    let stored = tokio::time::timeout(WAIT, reserved.wait_for(|&stored| stored == through)).await;
+    assert!(
+        stored.is_ok(),
+        "{what}: reserved through {}",
+        control.registry.ask_ids_through()
+    );
 }
 
 #[tokio::test]

@@ -16,7 +16,6 @@ use crate::store::{Contents, Store, StoreError};
 use crackbox_policy::{Generation, SourceChange};
 use std::collections::HashSet;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use tokio::sync::{oneshot, watch};
 
@@ -36,7 +35,7 @@ pub(super) struct Shared {
     /// Told of each new generation.
     pub changed: watch::Sender<Generation>,
     /// The request ids reserved, once stored.
-    pub ask_ids_through: Arc<AtomicU64>,
+    pub ask_ids_through: watch::Sender<u64>,
 }
 
 /// Starts the committer thread at `published`, whose policies' revisions
@@ -49,7 +48,7 @@ pub(super) fn spawn(
 ) -> mpsc::Sender<Request> {
     let (requests, incoming) = mpsc::channel();
     let contents = Contents {
-        ask_ids_through: shared.ask_ids_through.load(Ordering::Acquire),
+        ask_ids_through: *shared.ask_ids_through.borrow(),
         ..published.contents()
     };
     let committer = Committer {
@@ -115,7 +114,7 @@ impl Committer {
             self.revision = revision;
             self.shared
                 .ask_ids_through
-                .store(next.ask_ids_through, Ordering::Release);
+                .send_if_modified(|through| std::mem::replace(through, next.ask_ids_through) != next.ask_ids_through);
             if made.changes_registry() {
                 self.publish(next, made);
             } else {

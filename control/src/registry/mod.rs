@@ -30,7 +30,6 @@ use crate::store::{Contents, Entries, Policies, Store, StoreError};
 use crackbox_policy::{AllowEntry, Effective, Generation, Mode, PolicyName, PolicySpec, RegistrationSpec, SandboxId};
 use std::net::IpAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use tokio::sync::{oneshot, watch};
 
@@ -305,7 +304,7 @@ pub struct Registry {
     changed: watch::Receiver<Generation>,
     state_path: Option<PathBuf>,
     /// Request ids reserved so far (stored when there is a state file).
-    ask_ids_through: Arc<AtomicU64>,
+    ask_ids_through: watch::Receiver<u64>,
 }
 
 impl Registry {
@@ -353,7 +352,7 @@ impl Registry {
         }
         let report_only = report_only_count(&contents);
         warn_report_only(report_only);
-        let ask_ids_through = Arc::new(AtomicU64::new(contents.ask_ids_through));
+        let (ask_ids_sender, ask_ids_through) = watch::channel(contents.ask_ids_through);
         let published = Arc::new(Published {
             generation: 1,
             entries: contents.entries,
@@ -365,7 +364,7 @@ impl Registry {
         let committer = committer::Shared {
             log: log.clone(),
             changed: changed_tx,
-            ask_ids_through: ask_ids_through.clone(),
+            ask_ids_through: ask_ids_sender,
         };
         let requests = committer::spawn(store, published, revision, committer);
         Ok(Registry {
@@ -380,7 +379,12 @@ impl Registry {
     /// Request ids of ask mode reserved so far: ids up to it may have been
     /// handed out.
     pub fn ask_ids_through(&self) -> u64 {
-        self.ask_ids_through.load(Ordering::Acquire)
+        *self.ask_ids_through.borrow()
+    }
+
+    /// A receiver that sees each reservation of request ids once it is stored.
+    pub fn ask_ids_reserved(&self) -> watch::Receiver<u64> {
+        self.ask_ids_through.clone()
     }
 
     /// Reserves request ids up to `through` ([`Change::ReserveAskIds`]).

@@ -37,7 +37,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// How long an `always` answered before the timeout may take to be
 /// stored and enforced before the timeout applies after all (once): an
 /// answer given in time is never lost to the deadline it beat.
-pub(crate) const STORE_GRACE: Duration = Duration::from_secs(10);
+const STORE_GRACE: Duration = Duration::from_secs(10);
 
 /// What a request is about.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
