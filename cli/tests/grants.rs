@@ -3,7 +3,8 @@
 //! on the allowlist with its expiry in `/v1/state`, kept across a restart;
 //! at the expiry it leaves like any change, so a tunnel to it is closed,
 //! and one that expired while the daemon was down leaves as it starts.
-//! `DELETE /v1/grants/{ip}/{entry}` takes one out at once.
+//! `DELETE /v1/grants/{ip}/{entry}` takes one out at once. A grant that has
+//! expired already is refused by a registration and left out by a restore.
 
 use crackbox_client::{blocking, Client, Mode, Period, RegistrationSpec};
 use crackbox_test_support::{
@@ -268,4 +269,55 @@ fn delete_takes_one_grant_out_at_once_and_only_a_grant() {
         matches!(revoked, Err(crackbox_client::Error::Api { status: 404, .. })),
         "{revoked:?}"
     );
+}
+
+#[test]
+fn a_grant_that_has_expired_already_is_refused_by_register_and_left_out_by_a_restore() {
+    let echo = Echo::start();
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = start(dir.path().join("state.json").to_str().unwrap());
+    let bearer = format!("Authorization: Bearer {SECRET}");
+    let expired = format!("localhost:{}", echo.addr.port());
+    let live = "live.test";
+    let spec = |expired_at: u64| {
+        serde_json::json!({
+            "ip": ASKER, "id": "asker", "allowlist": ["allowed.test", expired, live],
+            "origins": {
+                expired.clone(): {"from": "ask", "expires": expired_at},
+                live: {"from": "ask", "expires": now_ms() + 600_000},
+            },
+        })
+    };
+    let refused_through = |what: &str| {
+        let mut stream = proxy.client(ASKER);
+        write!(stream, "CONNECT {expired} HTTP/1.1\r\nHost: {expired}\r\n\r\n").unwrap();
+        let head = read_head(&mut stream);
+        assert!(head.starts_with("HTTP/1.1 403"), "{what}: {head}");
+    };
+    let single = spec(1).to_string();
+    let (status, body) = admin(proxy.admin, "POST", "/v1/register", Some(single.as_bytes()), &[&bearer]);
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.contains(&format!("the grant of \\\"{expired}\\\" expired at 1")),
+        "{body}"
+    );
+    let batch = serde_json::json!({ "register": [spec(now_ms() - 1)] }).to_string();
+    let (status, body) = admin(proxy.admin, "POST", "/v1/batch", Some(batch.as_bytes()), &[&bearer]);
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("register[0]: origins: the grant of"), "{body}");
+    let (status, body) = admin(proxy.admin, "GET", "/v1/state", None, &[]);
+    assert_eq!((status, body.as_str()), (200, "[]"), "nothing was registered");
+
+    let restore = serde_json::json!([spec(1)]).to_string();
+    let (status, body) = admin(proxy.admin, "PUT", "/v1/state", Some(restore.as_bytes()), &[&bearer]);
+    assert_eq!(status, 200, "{body}");
+    let (_, body) = admin(proxy.admin, "GET", "/v1/state", None, &[]);
+    let state: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        state[0]["allowlist"],
+        serde_json::json!(["allowed.test", live]),
+        "the expired grant is left out, the live one kept: {body}"
+    );
+    assert_eq!(origins(&proxy)[live]["from"], "ask", "{body}");
+    refused_through("restored from an export whose grant has expired since");
 }

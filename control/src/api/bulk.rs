@@ -26,7 +26,7 @@ pub async fn batch(
     authorise(&state, &headers)?;
     let request: BatchBody = body::parse(body)?;
     let mut seen = HashMap::new();
-    let register = checked_all(&request.register, "register", &mut seen)?;
+    let register = checked_all(request.register, "register", Expired::Refused, &mut seen)?;
     let mut unregister = Vec::with_capacity(request.unregister.len());
     for (index, entry) in request.unregister.iter().enumerate() {
         let name = format!("unregister[{index}]");
@@ -53,7 +53,7 @@ pub async fn replace(
     authorise(&state, &headers)?;
     let request: ReplaceBody = body::parse(body)?;
     let mut seen = HashMap::new();
-    let entries = checked_all(&request, "", &mut seen)?;
+    let entries = checked_all(request, "", Expired::Dropped, &mut seen)?;
     let outcome = commit(&state, Change::Replace(entries), &seen).await?;
     tracing::info!(
         registered = outcome.registered,
@@ -64,19 +64,38 @@ pub async fn replace(
     Ok(answer(outcome))
 }
 
-/// Checks every spec's id and that no source comes twice; `list[i]` names
-/// a bad or repeated one.
+/// What a bulk request does with a grant that has already expired.
+#[derive(Clone, Copy)]
+enum Expired {
+    /// A 400 naming it (`POST /v1/batch`, like `POST /v1/register`).
+    Refused,
+    /// Left out (`PUT /v1/state`: an older export puts back what holds today).
+    Dropped,
+}
+
+/// Checks every spec's id, its grants and that no source comes twice;
+/// `list[i]` names a bad or repeated one.
 fn checked_all(
-    specs: &[RegistrationSpec],
+    specs: Vec<RegistrationSpec>,
     list: &str,
+    expired: Expired,
     seen: &mut HashMap<IpAddr, String>,
 ) -> Result<Vec<(IpAddr, RegistrationSpec)>, ApiError> {
+    let now_ms = crate::grants::now_ms();
     let mut compiled = Vec::with_capacity(specs.len());
-    for (index, spec) in specs.iter().enumerate() {
+    for (index, spec) in specs.into_iter().enumerate() {
         let name = format!("{list}[{index}]");
-        admin_spec::check_id(spec).map_err(|err| ApiError::bad_request(format!("{name}: {err}")))?;
+        let refused = |err: String| ApiError::bad_request(format!("{name}: {err}"));
+        admin_spec::check_id(&spec).map_err(refused)?;
+        let spec = match expired {
+            Expired::Refused => {
+                admin_spec::check_grants(&spec, now_ms).map_err(refused)?;
+                spec
+            }
+            Expired::Dropped => admin_spec::without_expired(spec, now_ms),
+        };
         claim(seen, spec.ip, name)?;
-        compiled.push((spec.ip, spec.clone()));
+        compiled.push((spec.ip, spec));
     }
     Ok(compiled)
 }
