@@ -117,6 +117,17 @@ fn forward_requests_are_held_and_decided_once_then_asked_again_and_denied() {
     let third = forward_curl(&proxy, ASKER, &url);
     let again = pending_for(proxy.admin, "localhost", port);
     assert_ne!(again.id, request.id);
+    let post = |path: &str, body: &str| crackbox_test_support::http(proxy.admin, "POST", path, Some(body), &[]);
+    // Only an id's own digits name it: a sign or a leading zero is no id.
+    for spelling in [format!("+{}", again.id), format!("0{}", again.id)] {
+        let (status, body) = post(&format!("/v1/pending/{spelling}"), r#"{"decision":"always"}"#);
+        assert_eq!(status, 404, "{spelling}: {body}");
+    }
+    assert_eq!(
+        pending_for(proxy.admin, "localhost", port).id,
+        again.id,
+        "still pending"
+    );
     client(proxy.admin).decide(again.id, Answer::Deny).unwrap();
     assert_eq!(third.join().unwrap().1, "403 not-allowed");
     assert_eq!(upstream.requests().len(), 2);
@@ -124,7 +135,6 @@ fn forward_requests_are_held_and_decided_once_then_asked_again_and_denied() {
     // Decided already, unknown and malformed.
     let err = client(proxy.admin).decide(again.id, Answer::Once).unwrap_err();
     assert_eq!(err.status(), Some(404), "{err}");
-    let post = |path: &str, body: &str| crackbox_test_support::http(proxy.admin, "POST", path, Some(body), &[]);
     assert_eq!(post("/v1/pending/999999", r#"{"decision":"once"}"#).0, 404);
     assert_eq!(post("/v1/pending/x", r#"{"decision":"once"}"#).0, 404);
     let (status, body) = post(&format!("/v1/pending/{}", again.id), r#"{"decision":"maybe"}"#);

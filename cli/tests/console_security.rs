@@ -178,6 +178,33 @@ fn a_page_loaded_under_another_name_gets_nothing() {
         &["Host: rebind.test"],
     );
     assert_eq!(status, 421);
+    // Requests no browser sends, which a guard that read only the first
+    // Host would let through: a second Host, and an absolute-form target
+    // (whose authority HTTP/1.1 puts before Host).
+    let body = r#"{"ip":"127.0.0.2"}"#;
+    let own = format!("127.0.0.1:{port}");
+    for (target, hosts, status) in [
+        (
+            "/v1/unregister".to_string(),
+            format!("Host: {own}\r\nHost: rebind.test"),
+            "400",
+        ),
+        (
+            format!("http://rebind.test:{port}/v1/unregister"),
+            format!("Host: {own}"),
+            "421",
+        ),
+    ] {
+        let mut stream = std::net::TcpStream::connect(console.daemon.admin).unwrap();
+        write!(
+            stream,
+            "POST {target} HTTP/1.1\r\n{hosts}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let head = read_head(&mut stream);
+        assert!(head.starts_with(&format!("HTTP/1.1 {status}")), "{target}: {head}");
+    }
     assert_eq!(
         client(console.daemon.admin, None).state().unwrap().len(),
         1,

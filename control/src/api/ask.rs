@@ -84,7 +84,7 @@ pub async fn decide(
 ) -> Result<Json<DecideAnswer>, ApiError> {
     authorise(&state, &headers)?;
     let Query(query) = query.map_err(|err| ApiError::bad_request(format!("query: {}", err.body_text())))?;
-    let number: PendingId = id.parse().map_err(|_| {
+    let number = pending_id(&id).ok_or_else(|| {
         let message = format!("no pending request {id:?}: an id is a number (`crackbox pending` lists them)");
         ApiError::new(StatusCode::NOT_FOUND, message)
     })?;
@@ -158,6 +158,13 @@ pub async fn answer(state: &AppState, id: PendingId, body: DecideBody) -> Result
 }
 
 /// 404 for this node's request `id`, which is not pending: what became of it.
+/// The id `text` names, written as `crackbox pending` lists it: decimal
+/// digits, no sign, no leading zero (`+7` and `07` name nothing).
+fn pending_id(text: &str) -> Option<PendingId> {
+    let canonical = text.bytes().all(|byte| byte.is_ascii_digit()) && (text == "0" || !text.starts_with('0'));
+    canonical.then(|| text.parse().ok()).flatten()
+}
+
 fn not_pending(state: &AppState, id: PendingId) -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, state.link.asks().fate(id).message(id))
 }

@@ -140,19 +140,29 @@ fn is_local(ip: IpAddr, local: Option<SocketAddr>) -> bool {
     })
 }
 
+/// The name a request is for: the authority of an absolute-form target
+/// (which HTTP/1.1 puts before `Host`), else its one `Host`; `None` when it
+/// names none (HTTP/1.0). Two `Host` headers are a 400: which one counts
+/// would be a guess.
+fn named_host(request: &Request) -> Result<Option<String>, ApiError> {
+    let mut hosts = request.headers().get_all(header::HOST).iter();
+    let host = hosts.next();
+    if hosts.next().is_some() {
+        return Err(ApiError::bad_request("a request carries one Host header, not two"));
+    }
+    let authority = request.uri().authority().map(ToString::to_string);
+    Ok(authority.or_else(|| host.map(|value| value.to_str().unwrap_or("\u{fffd}").to_owned())))
+}
+
 /// Refuses a request for another name; adds the security headers to every answer.
 pub async fn guard(names: axum::extract::State<Arc<HostNames>>, request: Request, next: Next) -> Response {
     let local = request
         .extensions()
         .get::<ConnectInfo<LocalAddr>>()
         .and_then(|ConnectInfo(LocalAddr(local))| *local);
-    let host = request
-        .headers()
-        .get(header::HOST)
-        .map(|value| value.to_str().unwrap_or("\u{fffd}").to_owned())
-        .or_else(|| request.uri().authority().map(|authority| authority.to_string()));
-    let mut response = match host {
-        Some(host) if !names.allows(&host, local) => {
+    let mut response = match named_host(&request) {
+        Err(refused) => refused.into_response(),
+        Ok(Some(host)) if !names.allows(&host, local) => {
             tracing::warn!(host = %host.escape_debug(), "admin request for a foreign Host refused");
             ApiError::new(
                 StatusCode::MISDIRECTED_REQUEST,
@@ -163,7 +173,7 @@ pub async fn guard(names: axum::extract::State<Arc<HostNames>>, request: Request
             )
             .into_response()
         }
-        host => match request.headers().get(header::ORIGIN) {
+        Ok(host) => match request.headers().get(header::ORIGIN) {
             Some(origin) if !same_origin(origin, host.as_deref()) => {
                 let origin = String::from_utf8_lossy(origin.as_bytes()).into_owned();
                 tracing::warn!(origin = %origin.escape_debug(), "admin request from another site's page refused");
