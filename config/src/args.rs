@@ -72,7 +72,7 @@ pub struct ProxyArgs {
     #[arg(long, value_name = "HTTP,HTTPS", hide = true)]
     pub steered_ports: Option<String>,
 
-    /// Engine core threads [env CRACKBOX_THREADS, [proxy] threads; default: available cores].
+    /// Engine core threads, 1 to 1024 [env CRACKBOX_THREADS, [proxy] threads; default: available cores].
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
 

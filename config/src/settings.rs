@@ -21,6 +21,9 @@ const DEFAULT_TRANSPARENT: &str = "0.0.0.0:3127";
 /// Longest registration hold accepted, in milliseconds: a client waiting
 /// longer for its first answer has given up.
 const MAX_REGISTRATION_HOLD_MS: u64 = 10_000;
+/// The most engine core threads: one per core of the largest hosts, with
+/// room to spare; more would only fail later, out of descriptors or memory.
+const MAX_THREADS: usize = 1_024;
 /// Where the DNS filter's default upstream is read.
 const RESOLV_CONF: &str = "/etc/resolv.conf";
 
@@ -195,7 +198,7 @@ impl Settings {
         };
         let threads = sources.pick(THREADS, args.threads, p.threads, number)?;
         let threads = match threads {
-            Some(given) => given.check(within(1..=usize::MAX))?,
+            Some(given) => given.check(within(1..=MAX_THREADS))?,
             None => std::thread::available_parallelism().map_or(1, usize::from),
         };
         let io_driver = sources.pick(IO_DRIVER, args.io_driver.clone(), p.io_driver.clone(), text)?;

@@ -374,6 +374,11 @@ fn bad_values_of_every_kind_name_their_source() {
             "env CRACKBOX_THREADS: 0: must be at least 1".into(),
         ),
         (
+            vec!["--threads", "99999999999"],
+            vec![],
+            "flag --threads: 99999999999: must be at most 1024".into(),
+        ),
+        (
             vec![],
             vec![("CRACKBOX_THREADS", "four")],
             "env CRACKBOX_THREADS: \"four\" is not a whole number".into(),
