@@ -101,6 +101,17 @@ fn usage_of(client: &blocking::Client, ip: &str) -> SourceUsage {
         .unwrap_or_else(|| panic!("{ip} is registered"))
 }
 
+/// `/v1/status`'s client connections and tunnels open now, all sources together.
+fn open_now(admin: SocketAddr) -> (u64, u64) {
+    let (status, body) = crackbox_test_support::http(admin, "GET", "/v1/status", None, &[]);
+    assert_eq!(status, 200, "{body}");
+    let status: serde_json::Value = serde_json::from_str(&body).unwrap();
+    (
+        status["connections"].as_u64().unwrap(),
+        status["tunnels"].as_u64().unwrap(),
+    )
+}
+
 /// What one transfer added to a registration's counters.
 fn added(before: &SourceUsage, after: &SourceUsage) -> (u64, u64) {
     (after.bytes_up - before.bytes_up, after.bytes_down - before.bytes_down)
@@ -202,6 +213,7 @@ fn forward_requests_and_connect_tunnels_are_counted_as_curl_moved_them() {
         (1, 2),
         "the held tunnel is open and counted"
     );
+    assert_eq!(open_now(ports.admin), (1, 1), "/v1/status counts it too");
     drop(held);
     assert!(
         wait_until(Duration::from_secs(10), || {
@@ -209,6 +221,7 @@ fn forward_requests_and_connect_tunnels_are_counted_as_curl_moved_them() {
         }),
         "the held tunnel's connection closes"
     );
+    assert_eq!(open_now(ports.admin), (0, 0), "and no longer");
 
     let other = usage_of(&admin, "127.0.0.3");
     assert_eq!(

@@ -248,10 +248,11 @@ impl Gate {
             },
         };
         held.used.set(true);
-        let share = held.shares.of(self.thread);
-        share
-            .open
-            .store(share.open.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        for share in [held.shares.of(self.thread), admission.total.of(self.thread)] {
+            share
+                .open
+                .store(share.open.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        }
         Ok(Ticket {
             gate: Rc::clone(self),
             held,
@@ -286,17 +287,12 @@ pub(crate) struct Ticket {
 impl Drop for Ticket {
     fn drop(&mut self) {
         let thread = self.gate.thread;
-        let share = self.held.shares.of(thread);
-        share
-            .open
-            .store(share.open.load(Ordering::Relaxed) - 1, Ordering::Relaxed);
-        share.spare.fetch_add(1, Ordering::Relaxed);
-        self.gate
-            .admission
-            .total
-            .of(thread)
-            .spare
-            .fetch_add(1, Ordering::Relaxed);
+        for share in [self.held.shares.of(thread), self.gate.admission.total.of(thread)] {
+            share
+                .open
+                .store(share.open.load(Ordering::Relaxed) - 1, Ordering::Relaxed);
+            share.spare.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -330,10 +326,13 @@ mod tests {
         let _b1 = two.admit(b).unwrap();
         assert_eq!(one.admit(b).err(), Some(Refusal::TotalCap));
         assert_eq!(admission.open_connections().get(&a), Some(&2));
+        assert_eq!(admission.total(), 3, "refusals count nothing");
         // The slot `one` holds spare once a1 closes goes to `two` at once.
         drop(a1);
-        assert!(two.admit(b).is_ok());
+        assert_eq!(admission.total(), 2);
+        let _b2 = two.admit(b).unwrap();
         assert_eq!(admission.open_connections().get(&a), Some(&1));
+        assert_eq!(admission.total(), 3);
     }
 
     #[test]
