@@ -1,6 +1,6 @@
 //! Forward mode end to end: the real binary, real sockets, real curl.
 
-use crackbox_test_support::{curl, free_port, read_head, read_to_end, Daemon, Echo, Upstream};
+use crackbox_test_support::{admin, curl, free_port, read_head, read_to_end, Daemon, Echo, Upstream};
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr};
 use std::sync::atomic::Ordering;
@@ -306,20 +306,34 @@ fn destination_guard_needs_the_opt_in() {
 
 #[test]
 fn connect_to_the_proxy_itself_is_refused() {
+    let proxy = Daemon::loopback(&[], &["127.0.0.1=loop:localhost,127.0.0.1"]);
     // The unspecified addresses too: Linux connects a dial to them to this
     // host, so `0.0.0.0:ADMIN` would reach the admin API bound to 127.0.0.1.
-    let proxy = Daemon::loopback(&[], &["127.0.0.1=loop:localhost,127.0.0.1,0.0.0.0,::"]);
-    for target in [
-        format!("localhost:{}", proxy.proxy.port()),
-        format!("127.0.0.1:{}", proxy.admin.port()),
+    // No entry may name them (a name resolving to them meets the guard).
+    let unspecified = [
         format!("0.0.0.0:{}", proxy.admin.port()),
         format!("0.0.0.0:{}", proxy.proxy.port()),
         format!("[::]:{}", proxy.admin.port()),
-    ] {
+    ];
+    let own = [
+        format!("localhost:{}", proxy.proxy.port()),
+        format!("127.0.0.1:{}", proxy.admin.port()),
+    ];
+    for (target, reason) in own
+        .iter()
+        .map(|target| (target, "private-address"))
+        .chain(unspecified.iter().map(|target| (target, "not-allowed")))
+    {
         let mut client = proxy.client("127.0.0.1");
         write!(client, "CONNECT {target} HTTP/1.1\r\n\r\n").unwrap();
         let response = read_to_end(&mut client);
         assert!(response.starts_with("HTTP/1.1 403"), "{target}: {response}");
-        assert!(response.contains("private-address"), "{target}: {response}");
+        assert!(response.contains(reason), "{target}: {response}");
+    }
+    for entry in ["0.0.0.0", "[::]:3129"] {
+        let body = format!(r#"{{"ip":"127.0.0.1","id":"loop","allowlist":["{entry}"]}}"#);
+        let (status, answer) = admin(proxy.admin, "POST", "/v1/register", Some(body.as_bytes()), &[]);
+        assert_eq!(status, 400, "{entry}: {answer}");
+        assert!(answer.contains("reaches this host itself"), "{entry}: {answer}");
     }
 }

@@ -14,6 +14,11 @@ const BARE_STAR: &str = "a bare * would allow everything: name the hosts (exampl
                          subdomains), use a preset such as @pypi (crackbox presets lists them), or find them with \
                          crackbox run --learn";
 
+/// Why `0.0.0.0` and `::` are refused: they are no destination, and Linux
+/// connects a dial to them to this host itself.
+const UNSPECIFIED: &str = "0.0.0.0 and :: are no destination: a connection to them reaches this host itself, \
+                           not every address (an entry never means \"any\"); name the hosts or addresses";
+
 /// Most entries one registration may carry.
 pub const MAX_ENTRIES: usize = 1000;
 
@@ -83,12 +88,21 @@ impl AllowEntry {
         } else {
             match normalise_host(host) {
                 Some(HostKind::Name(name)) => Target::Domain(name),
+                Some(HostKind::Ip(ip)) if unspecified(ip) => return Err(fail(UNSPECIFIED)),
                 Some(HostKind::Ip(ip)) => Target::Ip(ip),
                 None if host.contains('/') => return Err(fail("CIDR ranges are not supported")),
                 None => return Err(fail("not a valid host name or IP address")),
             }
         };
         Ok(AllowEntry { target, port })
+    }
+}
+
+/// Whether `ip` is an unspecified address, IPv4-mapped or not.
+fn unspecified(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => v4.is_unspecified(),
+        IpAddr::V6(v6) => v6.is_unspecified() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_unspecified()),
     }
 }
 
@@ -247,6 +261,10 @@ mod tests {
         }
         let cidr = AllowEntry::parse("10.0.0.0/8").unwrap_err();
         assert_eq!(cidr.problem, "CIDR ranges are not supported");
+        for unspecified in ["0.0.0.0", "0.0.0.0:80", "[::]", "::", "[::ffff:0.0.0.0]:443"] {
+            let err = AllowEntry::parse(unspecified).expect_err(unspecified);
+            assert_eq!(err.problem, UNSPECIFIED, "{unspecified}");
+        }
     }
 
     #[test]
