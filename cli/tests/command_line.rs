@@ -554,7 +554,7 @@ fn run_refuses_bad_allow_files_presets_and_caps_in_one_line_with_exit_125() {
     let (code, stderr) = run_refused(&["--allow", "*"]);
     assert_eq!(code, Some(125), "{stderr}");
     assert!(
-        stderr.contains("a bare * would allow everything: name the hosts"),
+        stderr.contains("a bare * would match every host: name the hosts"),
         "{stderr}"
     );
     assert!(

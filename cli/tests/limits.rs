@@ -26,14 +26,16 @@ fn too_many(proxy: &Daemon, id: &str) -> f64 {
     .unwrap_or(0.0)
 }
 
-/// The `too-many-connections` denials `/v1/denials` holds from `ip`.
-fn refusals_from(proxy: &Daemon, ip: &str) -> usize {
+/// The `too-many-connections` denials `/v1/denials` holds from `ip`, each
+/// of which must name the sandbox `id`.
+fn refusals_of(proxy: &Daemon, ip: &str, id: &str) -> usize {
     let (status, body) = crackbox_test_support::http(proxy.admin, "GET", "/v1/denials", None, &[]);
     assert_eq!(status, 200, "{body}");
     let denials: Vec<serde_json::Value> = serde_json::from_str(&body).unwrap();
     denials
         .iter()
         .filter(|d| d["ip"] == ip && d["reason"] == "too-many-connections")
+        .inspect(|d| assert_eq!(d["id"], id, "{d}"))
         .count()
 }
 
@@ -74,7 +76,12 @@ fn per_source_cap_answers_429_while_other_sources_are_served() {
     for tunnel in &mut held {
         echo_round(tunnel, "held tunnels keep working");
     }
-    assert_eq!(too_many(&proxy, ""), 2.0, "{}", proxy.metrics());
+    assert_eq!(too_many(&proxy, "capped"), 2.0, "{}", proxy.metrics());
+    assert_eq!(
+        refusals_of(&proxy, "127.0.0.2", "capped"),
+        2,
+        "the denials name the sandbox"
+    );
 
     drop(held.pop());
     assert!(
@@ -105,11 +112,16 @@ fn total_cap_refuses_every_source_until_a_connection_closes() {
     ];
     assert_refused_429(&proxy, "127.0.0.4");
     assert_refused_429(&proxy, "127.0.0.2");
-    // By source: the counter (id "", the cap is checked before the lookup)
-    // may also count a /health self-test connection the full cap refused.
-    assert_eq!(refusals_from(&proxy, "127.0.0.4"), 1);
-    assert_eq!(refusals_from(&proxy, "127.0.0.2"), 1);
-    assert!(too_many(&proxy, "") >= 2.0, "{}", proxy.metrics());
+    // By sandbox; a /health self-test connection the full cap refused
+    // counts under no id.
+    assert_eq!(refusals_of(&proxy, "127.0.0.4", "c"), 1);
+    assert_eq!(refusals_of(&proxy, "127.0.0.2", "a"), 1);
+    assert_eq!(
+        (too_many(&proxy, "c"), too_many(&proxy, "a")),
+        (1.0, 1.0),
+        "{}",
+        proxy.metrics()
+    );
     drop(held.remove(0));
     let mut admitted = None;
     assert!(

@@ -87,7 +87,7 @@ mod tests {
         let cases = [
             ("ok.test\nbad host\n", 2, "invalid allowlist entry \"bad host\""),
             ("a.test,b.test\n", 1, "invalid allowlist entry \"a.test,b.test\""),
-            ("# x\n\n*\n", 3, "a bare * would allow everything: name the hosts"),
+            ("# x\n\n*\n", 3, "a bare * would match every host: name the hosts"),
             ("https://pypi.org/simple\n", 1, "did you mean pypi.org?"),
             ("ok.test\n@nosuch\n", 2, "unknown preset \"@nosuch\""),
             ("ok.test\n10.0.0.0/8\n", 2, "CIDR ranges are not supported"),

@@ -10,7 +10,7 @@ use std::fmt;
 use std::net::IpAddr;
 
 /// Why `*` alone is refused, and what to write instead.
-const BARE_STAR: &str = "a bare * would allow everything: name the hosts (example.com also covers its \
+const BARE_STAR: &str = "a bare * would match every host: name the hosts (example.com also covers its \
                          subdomains), use a preset such as @pypi (crackbox presets lists them), or find them with \
                          crackbox run --learn";
 
@@ -272,7 +272,7 @@ mod tests {
         let err = AllowEntry::parse("*").unwrap_err();
         assert_eq!(
             err.to_string(),
-            "invalid allowlist entry \"*\": a bare * would allow everything: name the hosts (example.com also \
+            "invalid allowlist entry \"*\": a bare * would match every host: name the hosts (example.com also \
              covers its subdomains), use a preset such as @pypi (crackbox presets lists them), or find them \
              with crackbox run --learn"
         );

@@ -67,11 +67,13 @@ fn serve_connection(worker: Rc<Worker>, mut conn: Conn, source: IpAddr, plane: P
         let ticket = match worker.gate.admit(source) {
             Ok(ticket) => ticket,
             Err(_) => {
-                worker
-                    .stats
-                    .record_denied(source, None, "", 0, Reason::TooManyConnections, Layer::Limit);
                 worker.with_policy(|snapshot, _| {
-                    if let Some(registration) = snapshot.lookup(source) {
+                    let registration = snapshot.lookup(source);
+                    let id = registration.map(|registration| registration.id.shared());
+                    worker
+                        .stats
+                        .record_denied(source, id, "", 0, Reason::TooManyConnections, Layer::Limit);
+                    if let Some(registration) = registration {
                         registration
                             .account
                             .add_denial(worker.thread, Reason::TooManyConnections);
