@@ -562,3 +562,30 @@ fn run_refuses_bad_allow_files_presets_and_caps_in_one_line_with_exit_125() {
         "{stderr}"
     );
 }
+
+#[test]
+fn state_against_a_server_that_is_no_crackbox_says_so_in_one_line() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = std::thread::spawn(move || {
+        let (mut client, _) = listener.accept().unwrap();
+        let mut head = [0u8; 1024];
+        let _ = client.read(&mut head);
+        let page =
+            "<!DOCTYPE HTML>\n<html>\n<head><title>Not Found</title></head>\n<body>nothing here</body>\n</html>\n";
+        let answer = format!(
+            "HTTP/1.1 404 Not Found\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{page}",
+            page.len()
+        );
+        std::io::Write::write_all(&mut client, answer.as_bytes()).unwrap();
+    });
+    let output = crackbox_test_support::run(&["state", "--admin", &format!("http://{addr}")], &[]);
+    server.join().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "one line: {stderr}");
+    assert!(
+        stderr.contains("answered 404: <!DOCTYPE HTML> ... (not a crackbox answer)"),
+        "{stderr}"
+    );
+}

@@ -442,16 +442,57 @@ impl Client {
         })
     }
 
-    /// The server's refusal: its status and `{"error": ...}` text.
+    /// The server's refusal: its status and `{"error": ...}` text. Another
+    /// body (no crackbox answered: a web server's page) gives its first
+    /// line, shortened, so an error stays one line.
     fn refused(&self, answer: &Answer) -> Error {
         let message = match serde_json::from_slice::<ErrorAnswer>(&answer.body) {
             Ok(body) => body.error,
-            Err(_) => String::from_utf8_lossy(&answer.body).trim().to_string(),
+            Err(_) => first_line(&String::from_utf8_lossy(&answer.body)),
         };
         Error::Api {
             url: self.url.text.clone(),
             status: answer.status,
             message,
         }
+    }
+}
+
+/// Most characters of a foreign body an error repeats.
+const FOREIGN_BODY_SHOWN: usize = 120;
+
+/// The first non-empty line of `body`, at most [`FOREIGN_BODY_SHOWN`]
+/// characters, with `(not a crackbox answer)` when the body was more.
+fn first_line(body: &str) -> String {
+    let line = body
+        .lines()
+        .map(str::trim)
+        .find(|line| !line.is_empty())
+        .unwrap_or_default();
+    let shown: String = line.chars().take(FOREIGN_BODY_SHOWN).collect();
+    if shown.len() == body.trim().len() {
+        shown
+    } else {
+        format!("{shown} ... (not a crackbox answer)")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_line;
+
+    #[test]
+    fn a_foreign_body_is_shown_as_one_short_line() {
+        assert_eq!(first_line("  no such route\n"), "no such route");
+        assert_eq!(
+            first_line("\n<!DOCTYPE HTML>\n<html>\n<body>404</body>\n</html>\n"),
+            "<!DOCTYPE HTML> ... (not a crackbox answer)"
+        );
+        let long = "x".repeat(500);
+        assert_eq!(
+            first_line(&long),
+            format!("{} ... (not a crackbox answer)", "x".repeat(120))
+        );
+        assert_eq!(first_line(""), "");
     }
 }

@@ -56,7 +56,7 @@ impl AdminUrl {
             Some(port) => match port.strip_prefix(':').and_then(|p| p.parse::<u16>().ok()) {
                 Some(0) => return Err(bad("port 0")),
                 Some(port) => port,
-                None => return Err(bad("the port is not a number")),
+                None => return Err(bad("the port is not a number from 1 to 65535")),
             },
             None => return Err(bad("no host")),
         };
