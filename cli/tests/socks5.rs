@@ -449,7 +449,7 @@ fn a_source_over_its_connection_cap_is_closed_at_once_and_others_are_served() {
     let too_many = || {
         socks.metric(
             "crackbox_denied_total",
-            &[("id", ""), ("reason", "too-many-connections")],
+            &[("id", "capped"), ("reason", "too-many-connections")],
         )
     };
     assert_eq!(too_many(), 0.0);
