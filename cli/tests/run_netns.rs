@@ -380,3 +380,58 @@ fn run_netns_learn_prints_what_the_command_reached_and_its_file_lets_a_second_ru
         netns_run_resolving(dir.path(), at, flags, script).output().unwrap()
     });
 }
+
+/// A TLS ClientHello to the steered HTTPS port (443 of the proxy's
+/// address) for each name in `SNIS` (a Python list of bytes), each on a
+/// connection of its own that waits for the proxy to close it.
+const FORGED_HELLOS: &str = r#"python3 - <<'PY'
+import os, socket, struct
+proxy = os.environ["HTTP_PROXY"][len("http://"):].rsplit(":", 1)[0]
+for sni in SNIS:
+    name = b"\x00" + struct.pack(">H", len(sni)) + sni
+    names = struct.pack(">H", len(name)) + name
+    extension = struct.pack(">HH", 0, len(names)) + names
+    body = b"\x03\x03" + os.urandom(32) + b"\x00" + b"\x00\x02\x13\x01" + b"\x01\x00"
+    body += struct.pack(">H", len(extension)) + extension
+    hello = b"\x01" + struct.pack(">I", len(body))[1:] + body
+    with socket.create_connection((proxy, 443), timeout=10) as s:
+        s.sendall(b"\x16\x03\x01" + struct.pack(">H", len(hello)) + hello)
+        while s.recv(4096):
+            pass
+print("sent")
+PY"#;
+
+/// A workload's forged names (a newline to fake a summary line, an escape
+/// sequence to hide text, a bell) reach the terminal escaped, listed apart
+/// as names no entry can allow.
+#[test]
+fn run_netns_summary_escapes_names_the_workload_forged() {
+    if !is_root() {
+        return;
+    }
+    let snis =
+        r#"[b"evil.test\nFAKE: crackbox: 0 B out, 0 B in, nothing blocked", b"\x1b[8mhidden.test", b"bell\x07.test"]"#;
+    let script = FORGED_HELLOS.replace("SNIS", snis);
+    let out = netns_run("none.invalid", &script).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "sent\n", "{}", describe(&out));
+    let raw = out
+        .stderr
+        .iter()
+        .any(|b| (b.is_ascii_control() && *b != b'\n') || *b == 0x7f);
+    assert!(
+        !raw,
+        "a control byte reached the terminal: {:?}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.lines().any(|l| l.starts_with("FAKE")), "{err}");
+    assert_eq!(
+        run_probe::blocked_lines(&out),
+        [
+            r#"crackbox: blocked "\u{1b}[8mhidden.test", "bell\u{7}.test", "evil.test\nfake: crackbox: 0 b out, 0 b in, nothing blocked" (not a valid host name: no --allow entry can allow it)"#
+        ],
+        "{}",
+        describe(&out)
+    );
+}

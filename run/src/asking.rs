@@ -136,7 +136,7 @@ impl Follow {
                     "crackbox: sandbox {} wants {}:{}; answer with: crackbox decide {} once|always|deny \
                      (always: {})",
                     self.sandbox,
-                    request.host,
+                    crate::untrusted::shown(&request.host),
                     request.port,
                     request.id,
                     always_reach(request)

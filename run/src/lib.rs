@@ -33,6 +33,7 @@ mod subnet;
 mod summary;
 mod terminal;
 mod token;
+mod untrusted;
 mod workload_env;
 
 pub use args::{BackendKind, RunArgs};

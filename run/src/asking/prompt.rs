@@ -164,7 +164,7 @@ impl Prompt {
 }
 
 fn target(request: &PendingRequest) -> String {
-    format!("{}:{}", request.host, request.port)
+    format!("{}:{}", crate::untrusted::shown(&request.host), request.port)
 }
 
 /// What an `always` answer to `request` lets through from then on: the

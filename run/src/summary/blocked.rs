@@ -5,8 +5,12 @@
 //! destination is listed once however often it was tried: a steered jail's
 //! DNS lookups of a name (`name.`, recorded with port 53) and its requests
 //! for it are one, and a name also reached on a port of its own is listed
-//! with that port only. Pure: the records come from `/v1/denials`.
+//! with that port only. A destination no `--allow` entry can name (a name
+//! with control characters, say, from a workload's forged SNI) is never
+//! learned and is listed apart, escaped (`untrusted`). Pure: the records
+//! come from `/v1/denials`.
 
+use crate::untrusted::{allowable, shown};
 use crackbox_client::{Denial, Reason};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -20,6 +24,8 @@ pub enum Fix {
     AllowPrivate,
     /// Registering the source again (its registration went away).
     Register,
+    /// Nothing: the destination is not a host name an entry can name.
+    NotAName,
     /// Whatever the reason's remedy says.
     Other(Reason),
 }
@@ -46,12 +52,18 @@ pub struct Group {
     pub destinations: Vec<String>,
 }
 
-/// The groups of what `denials` blocked (the enforced records), in [`Fix`]
+/// The groups of what `denials` blocked (the enforced records, and the
+/// destinations no entry can name however they were recorded), in [`Fix`]
 /// order; empty when nothing was blocked.
 pub fn groups(denials: &[Denial]) -> Vec<Group> {
     let mut grouped: BTreeMap<Fix, Vec<&Denial>> = BTreeMap::new();
-    for denial in denials.iter().filter(|denial| denial.enforced) {
-        grouped.entry(Fix::of(denial.reason)).or_default().push(denial);
+    for denial in denials {
+        let fix = match (allowable(&entry(denial)), denial.enforced) {
+            (false, _) => Fix::NotAName,
+            (true, true) => Fix::of(denial.reason),
+            (true, false) => continue,
+        };
+        grouped.entry(fix).or_default().push(denial);
     }
     grouped
         .into_iter()
@@ -64,9 +76,14 @@ pub fn groups(denials: &[Denial]) -> Vec<Group> {
 
 /// What a learning run reached beyond its list, each as the allowlist
 /// entry that allows it, sorted: the records its proxy let through and
-/// only reported.
+/// only reported, that an entry can name.
 pub fn learned(denials: &[Denial]) -> Vec<String> {
-    destinations(denials.iter().filter(|denial| !denial.enforced).collect())
+    destinations(
+        denials
+            .iter()
+            .filter(|denial| !denial.enforced && allowable(&entry(denial)))
+            .collect(),
+    )
 }
 
 /// The destinations `records` name, sorted, each once: a name that was
@@ -101,18 +118,26 @@ pub fn count(groups: &[Group]) -> usize {
         .len()
 }
 
+/// The destination a denial names as printed: the entry it would take
+/// ([`entry`]), escaped when no entry can name it.
+fn destination(denial: &Denial) -> String {
+    let entry = entry(denial);
+    match (denial.host.is_empty(), allowable(&entry)) {
+        (true, _) => "(no host name)".into(),
+        (false, true) => entry,
+        (false, false) => shown(&entry).into_owned(),
+    }
+}
+
 /// The destination a denial names, as an allowlist entry would: lower
 /// case, a DNS question's trailing dot dropped (its port 53 is the
 /// resolver's, not the destination's), and the port only when it is
 /// neither 80 nor 443.
-fn destination(denial: &Denial) -> String {
+fn entry(denial: &Denial) -> String {
     let (host, asked_by_dns) = match denial.host.strip_suffix('.') {
         Some(name) => (name, true),
         None => (denial.host.as_str(), false),
     };
-    if host.is_empty() {
-        return "(no host name)".into();
-    }
     let host = host.to_ascii_lowercase();
     match denial.port {
         _ if asked_by_dns => host,
@@ -259,9 +284,10 @@ mod tests {
                     ("", 443, NotAllowed),
                 ],
                 &[
-                    (Fix::AddToAllow, &["(no host name)", "z.test"]),
+                    (Fix::AddToAllow, &["z.test"]),
                     (Fix::AllowPrivate, &["newcomer-upstream"]),
                     (Fix::Register, &["x.test"]),
+                    (Fix::NotAName, &["(no host name)"]),
                     (Fix::Other(Revoked), &["a.test"]),
                     (Fix::Other(TooManyConnections), &["b.test"]),
                 ],
@@ -277,6 +303,29 @@ mod tests {
             let want: Vec<(Fix, Vec<&str>)> = want.iter().map(|(f, d)| (*f, d.to_vec())).collect();
             assert_eq!(got, want, "{records:?}");
         }
+    }
+
+    #[test]
+    fn a_forged_name_is_listed_apart_escaped_and_never_learned() {
+        let forged = "Evil.test\nFAKE: crackbox: 0 B out, 0 B in, nothing blocked";
+        let denials = [
+            denial(forged, 443, Reason::NotAllowed),
+            denial("\u{1b}[8mhidden.test", 443, Reason::NotAllowed),
+            reported("bell\u{7}.test", 443),
+            reported("out.test", 443),
+        ];
+        assert_eq!(learned(&denials), ["out.test"]);
+        assert_eq!(
+            groups(&denials),
+            [Group {
+                fix: Fix::NotAName,
+                destinations: vec![
+                    "\"\\u{1b}[8mhidden.test\"".into(),
+                    "\"bell\\u{7}.test\"".into(),
+                    "\"evil.test\\nfake: crackbox: 0 b out, 0 b in, nothing blocked\"".into(),
+                ],
+            }]
+        );
     }
 
     #[test]

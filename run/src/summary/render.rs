@@ -67,7 +67,7 @@ pub fn lines(moved: Option<Moved>, met: Option<Met<'_>>, switch: PrivateSwitch) 
     }
     for group in blocked.unwrap_or_default() {
         let what = match (learning, group.fix) {
-            (true, Fix::AllowPrivate) => "not learnable:",
+            (true, Fix::AllowPrivate | Fix::NotAName) => "not learnable:",
             _ => "blocked",
         };
         lines.push(format!(
@@ -94,6 +94,7 @@ fn why(fix: Fix, switch: PrivateSwitch) -> String {
                 .into()
         }
         (Fix::Register, _) => "unregistered: the run's registration was removed while it ran".into(),
+        (Fix::NotAName, _) => "not a valid host name: no --allow entry can allow it".into(),
         (Fix::Other(reason), _) => format!("{reason}: {}", remedy(reason)),
     }
 }
@@ -266,7 +267,10 @@ mod tests {
             bytes_out: 2048,
             bytes_in: 4096,
         });
-        let private = [group(Fix::AllowPrivate, &["inner.test"])];
+        let private = [
+            group(Fix::AllowPrivate, &["inner.test"]),
+            group(Fix::NotAName, &["\"evil.test\\nfake\""]),
+        ];
         let learned = ["files.pythonhosted.org".to_string(), "pypi.org".to_string()];
         let met = |blocked, learned| Some(Met { blocked, learned });
         assert_eq!(
@@ -279,11 +283,13 @@ mod tests {
         assert_eq!(
             lines(moved, met(&private, Some(&[])), PrivateSwitch::Daemon),
             [
-                "crackbox: 2.0 KiB out, 4.0 KiB in, 1 host blocked",
+                "crackbox: 2.0 KiB out, 4.0 KiB in, 2 hosts blocked",
                 "crackbox: learned nothing beyond --allow",
                 "crackbox: not learnable: inner.test (a private address: allowed when the daemon runs with \
                  crackbox proxy serve --allow-private-destinations, or by an IP-literal entry, unless it is \
                  crackbox's own)",
+                "crackbox: not learnable: \"evil.test\\nfake\" (not a valid host name: no --allow entry can \
+                 allow it)",
             ]
         );
     }
