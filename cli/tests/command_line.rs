@@ -541,6 +541,14 @@ fn run_refuses_bad_allow_files_presets_and_caps_in_one_line_with_exit_125() {
         assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
         assert!(stderr.starts_with(&want), "{args:?}:\n{stderr}\nwant {want}");
     }
+    // An id under the Docker label watcher's prefix, refused before Docker is asked.
+    let (code, stderr) = run_refused(&["--allow", "a.test", "--id", "docker:x"]);
+    assert_eq!(code, Some(125), "{stderr}");
+    assert_eq!(
+        stderr,
+        "crackbox: --id docker:x: the prefix docker: is reserved for registrations made from Docker labels; \
+         choose another id\n"
+    );
     // No allowlist at all: one line naming every way to give one.
     let (code, stderr) = run_refused(&[]);
     assert_eq!(code, Some(125), "{stderr}");

@@ -13,6 +13,12 @@ pub enum RunError {
     /// An `--allow` entry or the `--id` failed validation.
     #[error("{0}")]
     InvalidRegistration(#[from] SpecError),
+    /// `--id` names an id under the Docker label watcher's prefix.
+    #[error(
+        "--id {0}: the prefix {prefix} is reserved for registrations made from Docker labels; choose another id",
+        prefix = crackbox_policy::WATCHER_ID_PREFIX
+    )]
+    ReservedId(String),
     /// Neither `--allow` nor `--allow-file` nor `--policy` nor `--learn` nor `--ask` was given.
     #[error(
         "run needs an allowlist: --allow HOST,HOST (presets too: --allow @pypi; crackbox presets lists them), \

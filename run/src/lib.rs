@@ -63,6 +63,9 @@ fn execute(args: RunArgs) -> Result<i32, RunError> {
     let placement = args.placement(&env)?;
     let run_id = token::random_hex(4).map_err(|e| RunError::io("reading /dev/urandom", e))?;
     let id = args.id.clone().unwrap_or_else(|| format!("run-{run_id}"));
+    if id.starts_with(crackbox_policy::WATCHER_ID_PREFIX) {
+        return Err(RunError::ReservedId(id));
+    }
     let id = SandboxId::parse(&id).map_err(|err| RunError::InvalidRegistration(err.into()))?;
     let learning = args.learning();
     let own_proxy = !matches!(placement, Placement::DockerOnDaemon { .. });
