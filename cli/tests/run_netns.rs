@@ -4,7 +4,7 @@
 //! 127.0.0.1, reached through the proxy as `localhost:PORT` (private
 //! destinations allowed, as documented for tests).
 
-use crackbox_test_support::run_probe::{self, Services};
+use crackbox_test_support::run_probe::{self, netns_leftovers, Services};
 use crackbox_test_support::{binary, describe, free_port, root_or_skip, Bulk, Echo, Upstream};
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
@@ -44,37 +44,6 @@ fn netns_run_with(allow: &str, flags: &[&str], script: &str) -> Command {
     cmd
 }
 
-/// What is left of a run whose namespace-side veth is `jail_if` (`cbx<id>j`).
-fn leftovers(jail_if: &str) -> Vec<String> {
-    let run_id = jail_if.trim_start_matches("cbx").trim_end_matches('j');
-    let host_if = format!("cbx{run_id}h");
-    let mut left = Vec::new();
-    let namespaces = Command::new("ip").args(["netns", "list"]).output().unwrap();
-    if String::from_utf8_lossy(&namespaces.stdout).contains(&format!("crackbox-{run_id}")) {
-        left.push(format!("namespace crackbox-{run_id}"));
-    }
-    if Command::new("ip")
-        .args(["link", "show", &host_if])
-        .stderr(Stdio::null())
-        .stdout(Stdio::null())
-        .status()
-        .unwrap()
-        .success()
-    {
-        left.push(format!("link {host_if}"));
-    }
-    if std::path::Path::new(&format!("/etc/netns/crackbox-{run_id}")).exists() {
-        left.push(format!("/etc/netns/crackbox-{run_id}"));
-    }
-    for chain in ["INPUT", "FORWARD"] {
-        let rules = Command::new("iptables").args(["-w", "-S", chain]).output().unwrap();
-        if String::from_utf8_lossy(&rules.stdout).contains(&host_if) {
-            left.push(format!("iptables {chain} rule for {host_if}"));
-        }
-    }
-    left
-}
-
 #[test]
 fn run_netns_allows_denies_and_passes_the_exit_code() {
     if !is_root() {
@@ -101,7 +70,7 @@ fn run_netns_allows_denies_and_passes_the_exit_code() {
         "{}",
         describe(&out)
     );
-    assert_eq!(leftovers(&jail_if), Vec::<String>::new());
+    assert_eq!(netns_leftovers(&jail_if), Vec::<String>::new());
 }
 
 #[test]
@@ -157,13 +126,13 @@ fn run_netns_teardown_on_sigint_leaves_nothing() {
     let jail_if = first.trim().to_string();
     assert!(jail_if.starts_with("cbx"), "first line: {first:?}");
     assert!(
-        !leftovers(&jail_if).is_empty(),
+        !netns_leftovers(&jail_if).is_empty(),
         "the jail should exist while the command runs"
     );
     crackbox_test_support::signal(child.id(), libc::SIGINT);
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(130), "{}", describe(&out));
-    assert_eq!(leftovers(&jail_if), Vec::<String>::new());
+    assert_eq!(netns_leftovers(&jail_if), Vec::<String>::new());
 }
 
 #[test]
@@ -434,4 +403,54 @@ fn run_netns_summary_escapes_names_the_workload_forged() {
         "{}",
         describe(&out)
     );
+}
+
+/// The run's state directory holds the proxy's log of every host the
+/// workload tried: root's alone.
+#[test]
+fn run_netns_keeps_its_state_directory_and_proxy_log_to_root() {
+    if !is_root() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let out = netns_run(
+        "none.invalid",
+        "stat -c %a \"$TMPDIR\"/crackbox-run-* \"$TMPDIR\"/crackbox-run-*/proxy.log",
+    )
+    .env("TMPDIR", tmp.path())
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "700\n600\n", "{}", describe(&out));
+}
+
+/// A `SUDO_UID` or `SUDO_GID` that does not name the caller stops the run
+/// before anything is made, rather than running the command as root.
+#[test]
+fn run_netns_refuses_an_unreadable_sudo_caller() {
+    if !is_root() {
+        return;
+    }
+    let cases: &[(&[(&str, &str)], &str)] = &[
+        (
+            &[("SUDO_UID", "abc"), ("SUDO_GID", "100")],
+            "crackbox: SUDO_UID=\"abc\" is not a numeric id: ",
+        ),
+        (&[("SUDO_UID", "1000")], "crackbox: SUDO_UID is set without SUDO_GID: "),
+    ];
+    for (vars, want) in cases {
+        let mut run = netns_run("none.invalid", "id -u");
+        run.env_remove("SUDO_UID")
+            .env_remove("SUDO_GID")
+            .envs(vars.iter().copied());
+        let out = run.output().unwrap();
+        assert_eq!(out.status.code(), Some(125), "{vars:?}: {}", describe(&out));
+        assert_eq!(out.stdout, b"", "{vars:?}: {}", describe(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.starts_with(want) && err.lines().count() == 1,
+            "{vars:?}: {}",
+            describe(&out)
+        );
+    }
 }

@@ -19,6 +19,13 @@ pub enum RunError {
         prefix = crackbox_policy::WATCHER_ID_PREFIX
     )]
     ReservedId(String),
+    /// `SUDO_UID` or `SUDO_GID` is set but unusable, so the caller the
+    /// command should run as is unknown.
+    #[error(
+        "{0}: the netns backend runs the command as the sudo caller and cannot tell who that is; \
+         unset both to run it as root, or set both to numeric ids"
+    )]
+    SudoCaller(String),
     /// Neither `--allow` nor `--allow-file` nor `--policy` nor `--learn` nor `--ask` was given.
     #[error(
         "run needs an allowlist: --allow HOST,HOST (presets too: --allow @pypi; crackbox presets lists them), \
@@ -113,6 +120,9 @@ pub enum RunError {
     /// The proxy did not become healthy.
     #[error("the jail's proxy did not start: {0}")]
     ProxyNotReady(String),
+    /// The run's own proxy exited while the command ran.
+    #[error("the jail's proxy exited while the command ran, so the command was stopped: {0}")]
+    ProxyExited(String),
     /// The `--daemon` container cannot serve as the jail's proxy.
     #[error("--daemon {name}: {problem}")]
     Daemon {

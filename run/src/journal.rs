@@ -1,7 +1,9 @@
 //! The undo journal of one run: every object a backend creates (a network,
 //! a container, a namespace, a firewall rule, a process, a registration on
 //! a shared daemon) is recorded here, with how to undo it, *before* it is
-//! created, and the lifecycle undoes the whole journal in reverse on every
+//! created (or, for a step that either completes or fails whole, such as an
+//! iptables rule, right after it succeeded, so that only what was made is
+//! undone), and the lifecycle undoes the whole journal in reverse on every
 //! exit path. Undoing something that was never created must be harmless.
 //!
 //! The journal is also where a signal stops set-up: once the lifecycle
@@ -42,8 +44,9 @@ pub struct Journal {
 }
 
 impl Journal {
-    /// Records `undo` for an object about to be created (or, for a process
-    /// whose id is known only once it runs, just created). The entry is kept
+    /// Records `undo` for an object about to be created (or just created: a
+    /// process whose id is known only once it runs, a step that completes or
+    /// fails whole). The entry is kept
     /// either way; `Err(Interrupted)` says set-up must stop now.
     pub fn record(
         &self,

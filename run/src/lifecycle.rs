@@ -4,7 +4,10 @@
 //! workload raced against a signal, the exit summary and
 //! teardown from the undo journal on every exit path. The exit code is the
 //! workload's own, `128 + signal` when a signal stopped the run, and an
-//! error (125, or 126/127 for a command that cannot start) otherwise.
+//! error (125, or 126/127 for a command that cannot start) otherwise. A
+//! backend that can pass a signal on to its workload ([`Backend::forward`])
+//! gets it, and the workload [`FORWARD_GRACE`] to exit on its own: its own
+//! exit code is then the run's (docs/run.md).
 //!
 //! A backend ([`Backend`]) implements only its own steps: building the jail
 //! up to a healthy proxy and a workload ready to start, and running that
@@ -16,11 +19,16 @@ use crate::admin;
 use crate::error::RunError;
 use crate::journal::{Journal, Kind};
 use crate::plan::Plan;
-use crate::signals::Signals;
+use crate::signals::{Caught, Signals};
 use crate::steps::timed;
 use crate::summary::{Findings, PrivateSwitch, Scope};
 use crackbox_client::Client;
 use std::net::IpAddr;
+use std::time::Duration;
+
+/// How long a workload that was passed a signal may take to exit before it
+/// is killed.
+pub const FORWARD_GRACE: Duration = Duration::from_secs(10);
 
 /// What set-up hands the lifecycle: the proxy the workload goes through
 /// and the workload's address as that proxy sees it.
@@ -47,6 +55,14 @@ pub trait Backend {
     /// Starts the workload and waits for it; returns its exit code. Dropped
     /// when a signal arrives, so it must create nothing the journal would miss.
     async fn run_workload(&self, workload: Self::Workload) -> Result<i32, RunError>;
+
+    /// Passes `caught` on to the running workload, if this backend can;
+    /// `false` when it cannot, and the workload is then stopped by dropping
+    /// [`Backend::run_workload`].
+    fn forward(&self, caught: Caught) -> bool {
+        let _ = caught;
+        false
+    }
 }
 
 /// Runs `plan` on `backend`: the exit code for the process, or crackbox's
@@ -76,21 +92,18 @@ pub async fn run<B: Backend>(plan: &Plan, backend: &B) -> Result<i32, RunError> 
     let prepared = loop {
         tokio::select! {
             prepared = &mut set_up => break prepared,
-            code = signals.next(), if interrupted.is_none() => {
-                interrupted = Some(code);
+            caught = signals.next(), if interrupted.is_none() => {
+                interrupted = Some(caught);
                 journal.interrupt();
             }
         }
     };
     let (outcome, registered, asking) = match (interrupted, prepared) {
-        (Some(code), Ok((jail, scope, _, asking))) => (Ok(code), Some((jail, scope)), asking),
-        (Some(code), Err(_)) => (Ok(code), None, None),
+        (Some(caught), Ok((jail, scope, _, asking))) => (Ok(caught.code()), Some((jail, scope)), asking),
+        (Some(caught), Err(_)) => (Ok(caught.code()), None, None),
         (None, Err(err)) => (Err(err), None, None),
         (None, Ok((jail, scope, workload, asking))) => {
-            let outcome = tokio::select! {
-                outcome = backend.run_workload(workload) => outcome,
-                code = signals.next() => Ok(code),
-            };
+            let outcome = until_done(backend, workload, &mut signals).await;
             (outcome, Some((jail, scope)), asking)
         }
     };
@@ -109,6 +122,41 @@ pub async fn run<B: Backend>(plan: &Plan, backend: &B) -> Result<i32, RunError> 
     tracing::debug!("jail removed");
     let code = outcome?;
     learned.map(|()| code)
+}
+
+/// Runs the workload until it ends. A signal is passed on when the backend
+/// can, and the workload gets [`FORWARD_GRACE`] to end on its own (its exit
+/// code is the run's), every further signal passed on too; otherwise, or
+/// once the grace is over, the workload is dropped (stopped) and the run
+/// exits `128 + signal`.
+async fn until_done<B: Backend>(backend: &B, workload: B::Workload, signals: &mut Signals) -> Result<i32, RunError> {
+    let running = backend.run_workload(workload);
+    tokio::pin!(running);
+    let caught = tokio::select! {
+        outcome = &mut running => return outcome,
+        caught = signals.next() => caught,
+    };
+    if !backend.forward(caught) {
+        return Ok(caught.code());
+    }
+    let grace = tokio::time::sleep(FORWARD_GRACE);
+    tokio::pin!(grace);
+    loop {
+        tokio::select! {
+            outcome = &mut running => return outcome,
+            again = signals.next() => {
+                backend.forward(again);
+            }
+            () = &mut grace => {
+                eprintln!(
+                    "crackbox: the command did not exit within {}s of signal {}; killing it",
+                    FORWARD_GRACE.as_secs(),
+                    caught.signal
+                );
+                return Ok(caught.code());
+            }
+        }
+    }
 }
 
 /// Reads what the proxy recorded of the run (before teardown unregisters

@@ -2,14 +2,14 @@
 //! SOCKS5 clients (curl through `ALL_PROXY` and `--socks5-hostname` with
 //! the HTTP proxy variables unset, OpenBSD netcat's `nc -X 5` to a raw TCP
 //! service), a bulk download and an echoed upload for bandwidth caps and
-//! usage, the names a learning run reaches; and the reading of the exit
-//! summary that reports them.
+//! usage, the names a learning run reaches; the reading of the exit
+//! summary that reports them; and what a netns run left behind.
 //!
 //! `nc` is called `/usr/bin/nc` (OpenBSD netcat on the host and in the
 //! Docker workload image, where a bare `nc` is busybox's applet).
 
 use crate::steer_probe::answers;
-use std::process::Output;
+use std::process::{Command, Output, Stdio};
 
 /// Where a probe finds its services, as the jail names them.
 #[derive(Debug, Clone)]
@@ -282,4 +282,36 @@ fn assert_learn_file(path: &std::path::Path, given: &[&str]) {
         .collect();
     let want: Vec<&str> = given.iter().chain(&LEARN_NAMES).copied().collect();
     assert_eq!(entries, want, "{text}");
+}
+
+/// What is left of a `--backend netns` run whose namespace-side veth is
+/// `jail_if` (`cbx<id>j`): its namespace, host-side link and iptables rules.
+pub fn netns_leftovers(jail_if: &str) -> Vec<String> {
+    let run_id = jail_if.trim_start_matches("cbx").trim_end_matches('j');
+    let host_if = format!("cbx{run_id}h");
+    let mut left = Vec::new();
+    let namespaces = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    if String::from_utf8_lossy(&namespaces.stdout).contains(&format!("crackbox-{run_id}")) {
+        left.push(format!("namespace crackbox-{run_id}"));
+    }
+    if Command::new("ip")
+        .args(["link", "show", &host_if])
+        .stderr(Stdio::null())
+        .stdout(Stdio::null())
+        .status()
+        .unwrap()
+        .success()
+    {
+        left.push(format!("link {host_if}"));
+    }
+    if std::path::Path::new(&format!("/etc/netns/crackbox-{run_id}")).exists() {
+        left.push(format!("/etc/netns/crackbox-{run_id}"));
+    }
+    for chain in ["INPUT", "FORWARD"] {
+        let rules = Command::new("iptables").args(["-w", "-S", chain]).output().unwrap();
+        if String::from_utf8_lossy(&rules.stdout).contains(&host_if) {
+            left.push(format!("iptables {chain} rule for {host_if}"));
+        }
+    }
+    left
 }
