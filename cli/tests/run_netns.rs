@@ -405,6 +405,28 @@ fn run_netns_summary_escapes_names_the_workload_forged() {
     );
 }
 
+/// A workload that floods the proxy's bounded record of denials (here 1,100
+/// names) cannot make the summary pass over what it lost: it says how many
+/// denials it does not list.
+#[test]
+fn run_netns_summary_says_how_many_denials_it_cannot_list() {
+    if !is_root() {
+        return;
+    }
+    let script = FORGED_HELLOS.replace("SNIS", r#"[b"n%d.test" % i for i in range(1100)]"#);
+    let out = netns_run("none.invalid", &script).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let unlisted = err
+        .lines()
+        .find_map(|line| {
+            line.strip_prefix("crackbox: ")?
+                .split_once(" more denials are not listed")
+        })
+        .and_then(|(count, _)| count.parse::<u64>().ok());
+    assert!(unlisted.is_some_and(|count| count >= 100), "{unlisted:?}: {err}");
+}
+
 /// The run's state directory holds the proxy's log of every host the
 /// workload tried: root's alone.
 #[test]

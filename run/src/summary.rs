@@ -56,6 +56,9 @@ pub struct Findings {
     scope: Scope,
     moved: Option<Moved>,
     denials: Option<Vec<Denial>>,
+    /// The run's denials counted in its usage but no longer among the
+    /// records (0 when all are there or it cannot be told).
+    unlisted: u64,
 }
 
 impl Findings {
@@ -63,27 +66,37 @@ impl Findings {
     pub async fn read(admin: &Client, scope: Scope) -> Findings {
         let source = scope.source.to_string();
         let (usage, denials) = tokio::join!(admin.usage(&source), admin.denials(DENIALS_LIMIT));
-        let moved = match usage {
-            Ok(usage) => usage.map(|u| Moved {
-                bytes_out: u.bytes_up,
-                bytes_in: u.bytes_down,
-            }),
-            Err(e) => {
-                tracing::debug!("cannot read the run's usage: {e}");
-                None
-            }
-        };
-        let denials = match denials {
+        let usage = usage.unwrap_or_else(|e| {
+            tracing::debug!("cannot read the run's usage: {e}");
+            None
+        });
+        let moved = usage.as_ref().map(|u| Moved {
+            bytes_out: u.bytes_up,
+            bytes_in: u.bytes_down,
+        });
+        let (denials, unlisted) = match denials {
             Ok(mut denials) => {
+                // Only a full answer can have lost records of this run.
+                let full = denials.len() >= DENIALS_LIMIT;
                 denials.retain(|denial| scope.holds(denial));
-                Some(denials)
+                let counted = usage.map_or(0, |u| u.denials.values().chain(u.reported.values()).sum::<u64>());
+                let unlisted = match full {
+                    true => counted.saturating_sub(denials.len() as u64),
+                    false => 0,
+                };
+                (Some(denials), unlisted)
             }
             Err(e) => {
                 tracing::debug!("cannot read denials: {e}");
-                None
+                (None, 0)
             }
         };
-        Findings { scope, moved, denials }
+        Findings {
+            scope,
+            moved,
+            denials,
+            unlisted,
+        }
     }
 
     /// What a learning run reached beyond its list, each as the entry that
@@ -101,6 +114,7 @@ impl Findings {
         let met = groups.as_deref().map(|blocked| Met {
             blocked,
             learned: learned.as_deref(),
+            unlisted: self.unlisted,
         });
         for line in render::lines(self.moved, met, self.scope.switch) {
             eprintln!("{line}");

@@ -32,6 +32,9 @@ pub struct Met<'a> {
     pub blocked: &'a [Group],
     /// A learning run's destinations beyond its list (`None`: not learning).
     pub learned: Option<&'a [String]>,
+    /// The run's denials the proxy counted but no longer keeps a record of
+    /// (its record of recent denials, shared by every source, is bounded).
+    pub unlisted: u64,
 }
 
 /// The summary's lines: `moved` and how many destinations were blocked
@@ -59,6 +62,17 @@ pub fn lines(moved: Option<Moved>, met: Option<Met<'_>>, switch: PrivateSwitch) 
     let mut lines = Vec::new();
     if !head.is_empty() {
         lines.push(format!("crackbox: {}", head.join(", ")));
+    }
+    if let Some(met) = met.filter(|met| met.unlisted > 0) {
+        let missed = if learning {
+            ", so what it learned may be short: run again with it"
+        } else {
+            ""
+        };
+        lines.push(format!(
+            "crackbox: {} more denials are not listed (the proxy keeps only its newest records){missed}",
+            met.unlisted
+        ));
     }
     match met.and_then(|met| met.learned) {
         Some([]) => lines.push("crackbox: learned nothing beyond --allow".into()),
@@ -186,7 +200,11 @@ mod tests {
         /// Moved, blocked, switch, then the lines.
         type Case<'a> = (Option<Moved>, Option<&'a [Group]>, PrivateSwitch, &'a [&'a str]);
         fn met(blocked: Option<&[Group]>) -> Option<Met<'_>> {
-            blocked.map(|blocked| Met { blocked, learned: None })
+            blocked.map(|blocked| Met {
+                blocked,
+                learned: None,
+                unlisted: 0,
+            })
         }
         let one = [group(Fix::AddToAllow, &["blocked.test"])];
         let cases: &[Case] = &[
@@ -272,7 +290,13 @@ mod tests {
             group(Fix::NotAName, &["\"evil.test\\nfake\""]),
         ];
         let learned = ["files.pythonhosted.org".to_string(), "pypi.org".to_string()];
-        let met = |blocked, learned| Some(Met { blocked, learned });
+        let met = |blocked, learned| {
+            Some(Met {
+                blocked,
+                learned,
+                unlisted: 0,
+            })
+        };
         assert_eq!(
             lines(moved, met(&[], Some(&learned)), PrivateSwitch::RunEnvironment),
             [
@@ -290,6 +314,22 @@ mod tests {
                  crackbox's own)",
                 "crackbox: not learnable: \"evil.test\\nfake\" (not a valid host name: no --allow entry can \
                  allow it)",
+            ]
+        );
+        let flooded = [group(Fix::AddToAllow, &["n1.test", "n2.test"])];
+        let short = Met {
+            blocked: &flooded,
+            learned: Some(&learned),
+            unlisted: 998,
+        };
+        assert_eq!(
+            lines(None, Some(short), PrivateSwitch::RunEnvironment),
+            [
+                "crackbox: 2 hosts blocked",
+                "crackbox: 998 more denials are not listed (the proxy keeps only its newest records), so what \
+                 it learned may be short: run again with it",
+                "crackbox: learned --allow files.pythonhosted.org,pypi.org",
+                "crackbox: blocked n1.test, n2.test (not on --allow)",
             ]
         );
     }
