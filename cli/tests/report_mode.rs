@@ -151,7 +151,7 @@ fn forward_connect_and_socks5_reach_names_off_the_list_recorded_as_not_enforced(
         "{metrics}"
     );
     assert_eq!(
-        sample(&metrics, "crackbox_denied_total", "", "too-many-connections"),
+        sample(&metrics, "crackbox_denied_total", "watched", "too-many-connections"),
         1.0
     );
 }

@@ -229,7 +229,7 @@ fn limits_and_metrics_hold_for_steered_connections() {
     let mut over_http = lab.workload_connect(steered(80));
     let (status, body) = read_response(&mut over_http).expect("an HTTP answer over the cap");
     assert_eq!(status, 429, "{body}");
-    assert_denied_count(&lab, "", "too-many-connections", 2.0);
+    assert_denied_count(&lab, "agent", "too-many-connections", 2.0);
     for (i, session) in held.iter_mut().enumerate() {
         assert_eq!(tls_echo(session, "still").unwrap(), "echo.test still", "session {i}");
     }

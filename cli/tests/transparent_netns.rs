@@ -367,7 +367,7 @@ fn per_source_cap_closes_the_connection_over_it_and_spares_other_sources() {
     assert_eq!(lab.seen.echo_tls_accepted.load(Ordering::SeqCst), CAP);
 
     assert_refused_over_cap(&lab);
-    assert_denied_count(&lab, "", "too-many-connections", 1.0);
+    assert_denied_count(&lab, "agent", "too-many-connections", 1.0);
 
     let other = tls_roundtrip(
         lab.workload_connect(https(DECOY6)),
