@@ -417,3 +417,122 @@ fn a_node_killed_with_requests_pending_leaves_the_inbox_within_the_lease() {
     assert!(took <= TTL + Duration::from_secs(2), "{took:?} for a {TTL:?} lease");
     let _ = held.join();
 }
+
+/// Registers sandbox 127.0.0.2 of `node` allowing `localhost` and
+/// `deny.localhost` itself and naming `policies` (whose deny entries then
+/// decide).
+fn register_allowing_both(node: &crackbox_test_support::fleet_lab::Node, policies: &[&str]) {
+    let body =
+        json!({"ip": "127.0.0.2", "id": "agent", "allowlist": ["localhost", "deny.localhost"], "policies": policies});
+    let (status, answer) = node.admin("POST", "/v1/register", Some(&body.to_string()));
+    assert_eq!(status, 200, "{answer}");
+}
+
+/// The policies the registration of 127.0.0.2 names in `/v1/state`.
+fn named_policies(node: &crackbox_test_support::fleet_lab::Node) -> serde_json::Value {
+    let state = node.get("/v1/state");
+    let sources = state.as_array().cloned().unwrap_or_default();
+    let source = sources
+        .iter()
+        .find(|s| s["ip"] == "127.0.0.2")
+        .cloned()
+        .unwrap_or_default();
+    source["policies"].clone()
+}
+
+#[test]
+fn a_node_restarted_with_an_invalid_value_in_etcd_keeps_its_version_and_references() {
+    if !root_or_skip("the fleet's nodes live in network namespaces") {
+        return;
+    }
+    let mut lab = FleetLab::start(1, &[]);
+    lab.wait_fleet_state("connected", REACH);
+    put(&lab, 0, "guard", 0, json!({"allow": [], "deny": ["deny.localhost"]}));
+    register_allowing_both(&lab.nodes[0], &["guard"]);
+    assert_eq!(lab.nodes[0].connect_status("127.0.0.2", "deny.localhost"), 403);
+    lab.etcd
+        .put("/crackbox/policies/guard", r#"{"deny":["x"],"comment":"x"}"#);
+    // Restarted with etcd reachable, and a --register naming the policy too.
+    lab.nodes[0].restart_with(&["--register", "127.0.0.3=other:localhost;policies=guard"]);
+    let node = &lab.nodes[0];
+    assert_eq!(node.fleet_state(), "connected");
+    assert_eq!(
+        node.connect_status("127.0.0.2", "deny.localhost"),
+        403,
+        "the journal's version still denies"
+    );
+    assert_eq!(named_policies(node), json!(["guard"]), "{}", node.get("/v1/state"));
+    assert_eq!(node.get("/v1/policies/guard")["deny"], json!(["deny.localhost"]));
+    let log = node.log();
+    assert!(
+        log.contains("/crackbox/policies/guard") && log.contains("invalid") && log.contains("comment"),
+        "a warning naming the key and the reason: {log}"
+    );
+    // Fixed in etcd: the reference was kept, so the new version applies to it.
+    lab.etcd.put(
+        "/crackbox/policies/guard",
+        r#"{"deny":["deny.localhost","other.localhost"]}"#,
+    );
+    assert!(
+        wait_until(REACH, || node.get("/v1/policies/guard")["deny"]
+            == json!(["deny.localhost", "other.localhost"])),
+        "{}",
+        node.get("/v1/policies/guard")
+    );
+    assert_eq!(named_policies(node), json!(["guard"]));
+    assert_eq!(node.connect_status("127.0.0.2", "deny.localhost"), 403);
+}
+
+#[test]
+fn a_seed_naming_a_policy_etcd_cannot_give_says_why() {
+    if !root_or_skip("the fleet's nodes live in network namespaces") {
+        return;
+    }
+    let mut lab = FleetLab::start(1, &[]);
+    lab.wait_fleet_state("connected", REACH);
+    lab.etcd.put("/crackbox/policies/base", r#"{"allow":[],"comment":"x"}"#);
+    lab.nodes[0].kill();
+    let fresh = std::env::temp_dir().join(format!("crackbox-fleet-seed-{}.json", std::process::id()));
+    let seed = ["--register", "127.0.0.3=other:localhost;policies=base"];
+    let (status, log) = lab.nodes[0].serve_failing(&fresh, &seed);
+    assert!(status.is_some_and(|status| !status.success()), "{status:?}: {log}");
+    assert!(
+        log.contains("\"base\"") && log.contains("invalid") && log.contains("comment"),
+        "names the invalid value in etcd: {log}"
+    );
+    lab.etcd.kill_all();
+    let (status, log) = lab.nodes[0].serve_failing(&fresh, &seed);
+    let _ = std::fs::remove_file(&fresh);
+    assert!(status.is_some_and(|status| !status.success()), "{status:?}: {log}");
+    assert!(log.contains("\"base\"") && log.contains("etcd"), "names etcd: {log}");
+}
+
+#[test]
+fn a_policy_key_removed_in_etcd_detaches_its_sandboxes_with_a_warning() {
+    if !root_or_skip("the fleet's nodes live in network namespaces") {
+        return;
+    }
+    let lab = FleetLab::start(1, &[]);
+    lab.wait_fleet_state("connected", REACH);
+    put(&lab, 0, "gone", 0, json!({"allow": [], "deny": ["deny.localhost"]}));
+    let node = &lab.nodes[0];
+    register_allowing_both(node, &["gone"]);
+    node.register("127.0.0.3", "second", &["gone"]);
+    let out = lab.etcd.etcdctl(&["del", "/crackbox/policies/gone"]);
+    assert!(out.starts_with('1'), "{out}");
+    assert!(
+        wait_until(REACH, || named_policies(node).is_null()),
+        "{}",
+        node.get("/v1/state")
+    );
+    assert_eq!(
+        node.connect_status("127.0.0.2", "deny.localhost"),
+        502,
+        "its deny entry is gone"
+    );
+    let log = node.log();
+    let warned = log
+        .lines()
+        .any(|line| line.contains("WARN") && line.contains("policy=gone") && line.contains("registrations=2"));
+    assert!(warned, "a warning naming the policy and the registrations: {log}");
+}

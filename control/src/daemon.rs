@@ -1,9 +1,9 @@
 //! `proxy serve` and `proxy control`: settings, runtime, listeners, shutdown.
 
 use crate::api::{self, AppState};
-use crate::fleet::Fleet;
+use crate::fleet::{FirstRead, Fleet};
 use crate::publisher::{self, EngineLink};
-use crate::registry::{Registry, Seeds};
+use crate::registry::{Refusal, Registry, Seeds, Synced};
 use crate::supervisor::Supervisor;
 use anyhow::Context;
 use crackbox_config::{handoff, ProxyArgs, Settings};
@@ -22,6 +22,29 @@ pub enum Mode {
 /// How long start-up waits to read the fleet's policies before it goes on
 /// with the ones in the journal.
 const FIRST_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Why the registrations at start (`--register`, `[[register]]`) were
+/// refused; for one naming a policy this node lacks in a fleet, what etcd
+/// had to do with it: the policy's value there is invalid, or etcd could
+/// not be read at start (`fleet`: a fleet node; `read`: its first read).
+fn seed_refused(refusal: Refusal, fleet: bool, read: Option<&FirstRead>) -> anyhow::Error {
+    let context = "--register / [[register]]";
+    let Refusal::UnknownPolicy { name, .. } = &refusal else {
+        return anyhow::Error::new(refusal).context(context);
+    };
+    match (fleet, read) {
+        (true, None) => anyhow::anyhow!(
+            "{context}: policy {name:?}: etcd could not be read at start and this node's journal has no version of it"
+        ),
+        (true, Some(read)) => match read.invalid.iter().find(|(invalid, _)| invalid == name) {
+            Some((_, why)) => anyhow::anyhow!(
+                "{context}: policy {name:?}: its value in etcd is invalid ({why}) and this node's journal has no version of it"
+            ),
+            None => anyhow::Error::new(refusal).context(context),
+        },
+        (false, _) => anyhow::Error::new(refusal).context(context),
+    }
+}
 
 /// Runs the daemon until SIGTERM or SIGINT.
 pub fn run(args: ProxyArgs, mode: Mode) -> anyhow::Result<()> {
@@ -64,11 +87,15 @@ async fn run_async(settings: Settings, mode: Mode) -> anyhow::Result<()> {
         None => None,
     };
     let seeds = Seeds {
-        synced: first_read.as_ref().map(|read| read.policies.clone()),
+        synced: first_read.as_ref().map(|read| Synced {
+            policies: read.policies.clone(),
+            kept: read.invalid.iter().map(|(name, _)| name.clone()).collect(),
+        }),
         policies: settings.policies.clone(),
         registrations: settings.seeds.clone(),
     };
-    let registry = Registry::load(settings.state_path.clone(), seeds).context("--register / [[register]]")?;
+    let registry = Registry::load(settings.state_path.clone(), seeds)
+        .map_err(|refusal| seed_refused(refusal, settings.fleet.is_some(), first_read.as_ref()))?;
     let registry = Arc::new(registry);
     let fleet = settings
         .fleet

@@ -42,6 +42,7 @@ pub struct Node {
     /// Its echo upstream (inside its namespace).
     pub echo: SocketAddr,
     state: PathBuf,
+    log: PathBuf,
     endpoints: String,
     extra: Vec<String>,
     process: Option<Spawned>,
@@ -108,8 +109,60 @@ impl Node {
         })
     }
 
-    /// Starts (or restarts) its daemon and waits until it serves.
+    /// Starts (or restarts) its daemon and waits until it serves; its log
+    /// goes to the end of [`Node::log`].
     pub fn start(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("node log file");
+        let mut command = self.serve(&self.state, &[]);
+        command.stderr(log);
+        self.process = Some(Spawned::start(&mut command));
+        assert!(
+            wait_until(Duration::from_secs(20), || self.admin("GET", "/health", None).0 == 200),
+            "node {} did not become healthy: {}",
+            self.name,
+            self.log()
+        );
+    }
+
+    /// Starts it again with `extra` flags too (besides the lab's).
+    pub fn restart_with(&mut self, extra: &[&str]) {
+        self.kill();
+        let started = self.extra.len();
+        self.extra.extend(extra.iter().map(|s| s.to_string()));
+        self.start();
+        self.extra.truncate(started);
+    }
+
+    /// Everything its daemon logged so far (at `warn`, the tests' level).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Runs its daemon (not running now: the ports are its) with state file
+    /// `state` and `extra` flags, expecting it to exit within 20 s: its exit
+    /// status (`None`: it did not exit, and was killed) and its log.
+    pub fn serve_failing(&self, state: &std::path::Path, extra: &[&str]) -> (Option<std::process::ExitStatus>, String) {
+        let out = self.log.with_extension("failing.log");
+        let file = std::fs::File::create(&out).expect("log file");
+        let mut command = self.serve(state, extra);
+        command.stderr(file);
+        let mut process = Spawned::start(&mut command);
+        let mut status = None;
+        wait_until(Duration::from_secs(20), || {
+            status = process.exited();
+            status.is_some()
+        });
+        process.kill9();
+        (status, std::fs::read_to_string(&out).unwrap_or_default())
+    }
+
+    /// `crackbox proxy serve` in its namespace with state file `state`, the
+    /// lab's flags and `extra`.
+    fn serve(&self, state: &std::path::Path, extra: &[&str]) -> Command {
         let mut command = Command::new("ip");
         command.args(["netns", "exec", &self.ns]).arg(binary());
         isolated(&mut command)
@@ -125,17 +178,12 @@ impl Node {
             ])
             .args(["--threads", "1", "--allow-private-destinations"])
             .arg("--state")
-            .arg(&self.state)
+            .arg(state)
             .args(["--fleet-etcd", &self.endpoints, "--fleet-node", &self.name])
             .args(&self.extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
-        self.process = Some(Spawned::start(&mut command));
-        assert!(
-            wait_until(Duration::from_secs(20), || self.admin("GET", "/health", None).0 == 200),
-            "node {} did not become healthy",
-            self.name
-        );
+            .args(extra)
+            .stdout(Stdio::null());
+        command
     }
 
     /// Kills its daemon (`kill -9` of `ip netns exec`, which is the daemon: it execs).
@@ -202,6 +250,7 @@ impl FleetLab {
                 ns,
                 echo,
                 state: lab.dir.join(format!("node{k}.json")),
+                log: lab.dir.join(format!("node{k}.log")),
                 endpoints: endpoints.clone(),
                 extra: extra.iter().map(|s| s.to_string()).collect(),
                 process: None,
@@ -239,6 +288,9 @@ impl Drop for FleetLab {
     fn drop(&mut self) {
         for node in &mut self.nodes {
             node.process.take();
+            if std::thread::panicking() {
+                eprintln!("--- {} log ---\n{}", node.name, node.log());
+            }
             let _ = Command::new("ip").args(["netns", "del", &node.ns]).status();
         }
         let _ = std::fs::remove_dir_all(&self.dir);

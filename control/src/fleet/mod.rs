@@ -59,8 +59,11 @@ impl std::fmt::Debug for Fleet {
 /// What the first read at start found: the policies and the etcd revision.
 #[derive(Debug, Clone)]
 pub struct FirstRead {
-    /// Every policy, with its revision.
+    /// Every policy whose value is valid, with its revision.
     pub policies: Vec<PolicySpec>,
+    /// The policies whose value is invalid, each with why: each keeps the
+    /// version the node's journal has (docs/fleet.md, "Keys").
+    pub invalid: Vec<(crackbox_policy::PolicyName, String)>,
     /// The etcd revision read at.
     pub revision: i64,
 }
@@ -78,15 +81,12 @@ impl Fleet {
                 .await
                 .ok()?;
             let revision = response.header().map_or(0, |header| header.revision());
-            let policies = response
-                .kvs()
-                .iter()
-                .filter_map(|kv| {
-                    let name = keys.policy_name(kv.key())?.ok()?;
-                    value::decode_policy(name, kv.value(), kv.mod_revision()).ok()
-                })
-                .collect();
-            Some(FirstRead { policies, revision })
+            let read = sync::policies_in(&keys, response.kvs());
+            Some(FirstRead {
+                policies: read.policies,
+                invalid: read.invalid,
+                revision,
+            })
         };
         let read = tokio::time::timeout(timeout, read).await.ok().flatten();
         match &read {

@@ -15,7 +15,7 @@ use super::keys::Keys;
 use super::status::Tracker;
 use super::value::decode_policy;
 use super::Shared;
-use crate::registry::{Change, Registry};
+use crate::registry::{log_detached, Change, Registry};
 use crackbox_policy::{PolicyName, PolicySpec};
 use etcd_client::{Client, EventType, GetOptions, KeyValue, WatchOptions};
 use std::collections::BTreeMap;
@@ -123,34 +123,27 @@ async fn session(
     }
 }
 
-/// Reads every policy and makes the registry's exactly those; the etcd
+/// Reads every policy and makes the registry's exactly those (a policy
+/// whose value is invalid keeps the version this node has); the etcd
 /// revision read at.
 async fn read_all(client: &mut Client, keys: &Keys, registry: &Registry, status: &Tracker) -> Result<i64, SyncError> {
     let response = client
         .get(keys.policies(), Some(GetOptions::new().with_prefix()))
         .await?;
     let revision = response.header().map_or(0, |header| header.revision());
-    let current = registry.current();
-    let mut policies = Vec::with_capacity(response.kvs().len());
-    for kv in response.kvs() {
-        if let Some((name, read)) = policy_of(keys, kv) {
-            match read {
-                Some(policy) => policies.push(policy),
-                // Keep the version this node has of a policy whose value is bad.
-                None => policies.extend(current.policies.get(&name).map(|kept| kept.as_ref().clone())),
-            }
-        }
-    }
-    let count = policies.len();
+    let read = policies_in(keys, response.kvs());
+    let count = read.policies.len();
     let change = Change::SyncPolicies {
-        policies,
+        policies: read.policies,
         removed: Vec::new(),
+        kept: read.invalid.into_iter().map(|(name, _)| name).collect(),
         complete: true,
     };
     let outcome = registry
         .apply(change)
         .await
         .map_err(|err| SyncError::Registry(err.to_string()))?;
+    log_detached(&outcome.detached);
     status.applied(revision, outcome.generation);
     tracing::info!(
         revision,
@@ -159,6 +152,28 @@ async fn read_all(client: &mut Client, keys: &Keys, registry: &Registry, status:
         "fleet: policies read from etcd"
     );
     Ok(revision)
+}
+
+/// What a read of every policy found.
+#[derive(Debug, Default)]
+pub(super) struct PoliciesRead {
+    /// The policies whose value is valid.
+    pub policies: Vec<PolicySpec>,
+    /// The policies whose value is invalid, each with why (logged).
+    pub invalid: Vec<(PolicyName, String)>,
+}
+
+/// The policies `kvs` (the keys under the policies' prefix) hold.
+pub(super) fn policies_in(keys: &Keys, kvs: &[KeyValue]) -> PoliciesRead {
+    let mut read = PoliciesRead::default();
+    for kv in kvs {
+        match policy_of(keys, kv) {
+            Some((_, Ok(policy))) => read.policies.push(policy),
+            Some((name, Err(why))) => read.invalid.push((name, why)),
+            None => {}
+        }
+    }
+    read
 }
 
 /// Applies one watch response's events (the last state of each policy) as one change.
@@ -174,7 +189,7 @@ async fn apply_events(
         let Some(kv) = event.kv() else { continue };
         match event.event_type() {
             EventType::Put => {
-                if let Some((name, Some(policy))) = policy_of(keys, kv) {
+                if let Some((name, Ok(policy))) = policy_of(keys, kv) {
                     latest.insert(name, Some(policy));
                 }
             }
@@ -195,12 +210,14 @@ async fn apply_events(
     let change = Change::SyncPolicies {
         policies,
         removed,
+        kept: Vec::new(),
         complete: false,
     };
     let outcome = registry
         .apply(change)
         .await
         .map_err(|err| SyncError::Registry(err.to_string()))?;
+    log_detached(&outcome.detached);
     status.applied(last, outcome.generation);
     tracing::debug!(
         revision = last,
@@ -211,22 +228,21 @@ async fn apply_events(
     Ok(())
 }
 
-/// The policy a key-value holds: its name, and the policy (`None` for a
-/// value that is not one, with a warning). `None` for a key that names no
-/// policy.
-fn policy_of(keys: &Keys, kv: &KeyValue) -> Option<(PolicyName, Option<PolicySpec>)> {
+/// The policy a key-value holds: its name, and the policy or why its
+/// value is none (said in a warning naming the key). `None` for a key that
+/// names no policy.
+fn policy_of(keys: &Keys, kv: &KeyValue) -> Option<(PolicyName, Result<PolicySpec, String>)> {
+    let key = String::from_utf8_lossy(kv.key());
     let name = match keys.policy_name(kv.key())? {
         Ok(name) => name,
         Err(err) => {
-            tracing::warn!(key = %String::from_utf8_lossy(kv.key()), error = %err, "fleet: a key under the policies is no policy name; ignored");
+            tracing::warn!(%key, error = %err, "fleet: a key under the policies is no policy name; ignored");
             return None;
         }
     };
-    match decode_policy(name.clone(), kv.value(), kv.mod_revision()) {
-        Ok(policy) => Some((name, Some(policy))),
-        Err(err) => {
-            tracing::warn!(policy = %name, revision = kv.mod_revision(), error = %err, "fleet: a policy's value in etcd is invalid; keeping the version this node has");
-            Some((name, None))
-        }
+    let read = decode_policy(name.clone(), kv.value(), kv.mod_revision());
+    if let Err(err) = &read {
+        tracing::warn!(%key, policy = %name, revision = kv.mod_revision(), error = %err, "fleet: a policy's value in etcd is invalid; keeping the version this node has");
     }
+    Some((name, read))
 }

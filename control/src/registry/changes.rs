@@ -157,12 +157,13 @@ pub(super) fn apply(
         Change::SyncPolicies {
             policies,
             removed,
+            kept,
             complete,
         } => {
             let mut gone = removed.clone();
             if *complete {
-                let kept: HashSet<&PolicyName> = policies.iter().map(|policy| &policy.name).collect();
-                gone.extend(contents.policies.keys().filter(|name| !kept.contains(name)).cloned());
+                let listed: HashSet<&PolicyName> = policies.iter().map(|policy| &policy.name).chain(kept).collect();
+                gone.extend(contents.policies.keys().filter(|name| !listed.contains(name)).cloned());
             }
             for policy in policies {
                 *revision = (*revision).max(policy.revision);
@@ -178,7 +179,9 @@ pub(super) fn apply(
                 if contents.policies.remove(&name).is_some() {
                     made.policies.push(PolicyChange::Remove(name.clone()));
                     let users = users(contents, &name);
-                    outcome.released += release(contents, made, &name, &users);
+                    let released = release(contents, made, &name, &users);
+                    outcome.released += released;
+                    outcome.detached.push((name, released));
                 }
             }
         }

@@ -154,14 +154,17 @@ pub enum Change {
     /// The fleet's policies as etcd has them (each with its etcd revision):
     /// stores each that differs and removes `removed`, taking a removed
     /// policy out of the registrations naming it (etcd decides; nothing
-    /// here is refused). With `complete`, `policies` are all there are:
-    /// every other is removed too.
+    /// here is refused). With `complete`, `policies` (and `kept`) are all
+    /// there are: every other is removed too.
     SyncPolicies {
         /// Policies to store as they are.
         policies: Vec<PolicySpec>,
         /// Policies removed.
         removed: Vec<PolicyName>,
-        /// Whether `policies` are all of them.
+        /// Policies whose value in etcd is invalid: each keeps the version
+        /// stored here, if any (docs/fleet.md, "Keys").
+        kept: Vec<PolicyName>,
+        /// Whether `policies` and `kept` are all of them.
         complete: bool,
     },
     /// Adds `entry` to the allow entries of policy `name` under a new
@@ -222,6 +225,21 @@ pub struct Outcome {
     pub policy: Option<Arc<PolicySpec>>,
     /// Registrations that lost the policy it removed.
     pub released: usize,
+    /// Each policy a fleet sync removed, with how many registrations it
+    /// was taken out of.
+    pub detached: Vec<(PolicyName, usize)>,
+}
+
+/// Says in the log which policies a fleet sync removed and how many
+/// registrations each was taken out of (a warning when any was).
+pub fn log_detached(detached: &[(PolicyName, usize)]) {
+    for (name, registrations) in detached {
+        if *registrations > 0 {
+            tracing::warn!(policy = %name, registrations, "fleet: policy removed in etcd; taken out of the registrations naming it (they keep their own entries)");
+        } else {
+            tracing::info!(policy = %name, "fleet: policy removed in etcd; no registration named it");
+        }
+    }
 }
 
 /// A change the registry refuses; nothing of it is applied.
@@ -279,11 +297,21 @@ pub enum ApplyError {
 #[derive(Debug, Clone, Default)]
 pub struct Seeds {
     /// The fleet's policies, all of them, when etcd could be read at start.
-    pub synced: Option<Vec<PolicySpec>>,
+    pub synced: Option<Synced>,
     /// Named policies.
     pub policies: Vec<PolicySpec>,
     /// Registrations (they may name the policies above and saved ones).
     pub registrations: Vec<RegistrationSpec>,
+}
+
+/// The fleet's policies as read from etcd at start.
+#[derive(Debug, Clone, Default)]
+pub struct Synced {
+    /// Every policy whose value is valid, with its etcd revision.
+    pub policies: Vec<PolicySpec>,
+    /// The policies whose value is invalid: each keeps the version the
+    /// state file has (docs/fleet.md, "Keys").
+    pub kept: Vec<PolicyName>,
 }
 
 impl From<Vec<RegistrationSpec>> for Seeds {
@@ -328,9 +356,10 @@ impl Registry {
             .max()
             .unwrap_or(0);
         let mut made = changes::Made::default();
-        let synced = seeds.synced.map(|policies| Change::SyncPolicies {
-            policies,
+        let synced = seeds.synced.map(|synced| Change::SyncPolicies {
+            policies: synced.policies,
             removed: Vec::new(),
+            kept: synced.kept,
             complete: true,
         });
         let policies = seeds
@@ -343,7 +372,8 @@ impl Registry {
             unregister: vec![],
         };
         for change in synced.into_iter().chain(policies).chain([register]) {
-            changes::apply(&mut contents, &change, &mut made, &mut revision)?;
+            let outcome = changes::apply(&mut contents, &change, &mut made, &mut revision)?;
+            log_detached(&outcome.detached);
         }
         if let (Some(store), false) = (store.as_mut(), made.is_empty()) {
             if let Err(err) = store.commit(&made.policies, &made.sources, &contents) {

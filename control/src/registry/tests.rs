@@ -394,17 +394,22 @@ async fn policies_survive_a_restart_with_their_revisions() {
 #[tokio::test]
 async fn a_sync_makes_the_policies_etcds_and_releases_what_went() {
     let seeds = Seeds {
-        synced: Some(vec![PolicySpec {
-            revision: 5,
-            ..policy("base", &["a.test"])
-        }]),
+        synced: Some(Synced {
+            policies: vec![PolicySpec {
+                revision: 5,
+                ..policy("base", &["a.test"])
+            }],
+            kept: vec![],
+        }),
         policies: vec![],
         registrations: vec![named("10.0.0.1", &["base"]), named("10.0.0.2", &["base"])],
     };
     let registry = Registry::load(None, seeds).unwrap();
+    let names = |names: &[&str]| -> Vec<PolicyName> { names.iter().map(|n| PolicyName::parse(n).unwrap()).collect() };
     let sync = |policies: Vec<PolicySpec>, removed: &[&str], complete| Change::SyncPolicies {
         policies,
-        removed: removed.iter().map(|n| PolicyName::parse(n).unwrap()).collect(),
+        removed: names(removed),
+        kept: vec![],
         complete,
     };
     let other = PolicySpec {
@@ -415,8 +420,21 @@ async fn a_sync_makes_the_policies_etcds_and_releases_what_went() {
     assert_eq!((outcome.generation, registry.current().policies.len()), (2, 2));
     let same = registry.apply(sync(vec![other.clone()], &[], false)).await.unwrap();
     assert_eq!(same.generation, 2, "nothing changed");
+    let invalid_in_etcd = Change::SyncPolicies {
+        policies: vec![other.clone()],
+        removed: vec![],
+        kept: names(&["base"]),
+        complete: true,
+    };
+    let kept = registry.apply(invalid_in_etcd).await.unwrap();
+    assert_eq!(
+        (kept.generation, kept.released),
+        (2, 0),
+        "base's value is invalid: kept"
+    );
     let complete = registry.apply(sync(vec![other], &[], true)).await.unwrap();
     assert_eq!(complete.released, 2, "base is gone: taken out of both");
+    assert_eq!(complete.detached, [(names(&["base"])[0].clone(), 2)]);
     let current = registry.current();
     assert_eq!(
         current.policies.keys().map(|n| n.to_string()).collect::<Vec<_>>(),
