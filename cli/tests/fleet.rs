@@ -16,6 +16,9 @@ use std::time::Duration;
 
 /// How long a change may take to reach every node.
 const REACH: Duration = Duration::from_secs(10);
+/// How long a node may take to notice a partition from etcd: its keep-alive
+/// pings after 10 s of silence and waits 5 s for the answer.
+const NOTICE: Duration = Duration::from_secs(20);
 
 /// `PUT /v1/policies/NAME` on node `node`, only while the policy is at
 /// revision `expect` (0: absent), as a careful operator's script would. A
@@ -215,7 +218,7 @@ fn a_watch_resumed_across_a_compaction_misses_nothing() {
         put(&lab, 0, name, 0, json!({"allow": ["localhost"]}));
     }
     lab.cut();
-    lab.wait_fleet_state("disconnected", REACH);
+    lab.wait_fleet_state("disconnected", NOTICE);
     lab.etcd
         .put("/crackbox/policies/changed", r#"{"allow":["changed.test"]}"#);
     lab.etcd.put("/crackbox/policies/added", r#"{"allow":["added.test"]}"#);
@@ -535,4 +538,24 @@ fn a_policy_key_removed_in_etcd_detaches_its_sandboxes_with_a_warning() {
         .lines()
         .any(|line| line.contains("WARN") && line.contains("policy=gone") && line.contains("registrations=2"));
     assert!(warned, "a warning naming the policy and the registrations: {log}");
+}
+
+#[test]
+fn a_node_stays_connected_to_an_etcd_with_default_keepalive_settings() {
+    if !root_or_skip("the fleet's nodes live in network namespaces") {
+        return;
+    }
+    // The lab's etcd runs with its default --grpc-keepalive-min-time (5 s):
+    // a client pinging more often is sent away (GOAWAY too_many_pings).
+    let lab = FleetLab::start(1, &[]);
+    lab.wait_fleet_state("connected", REACH);
+    let node = &lab.nodes[0];
+    let health = || -> serde_json::Value { node.get("/health")["fleet"].clone() };
+    let connected = health();
+    assert_eq!(connected["state"], "connected");
+    let flipped = wait_until(Duration::from_secs(20), || {
+        health()["since_ms"] != connected["since_ms"]
+    });
+    assert!(!flipped, "the link flipped: {} ({})", health(), node.log());
+    assert!(!node.log().contains("etcd unreachable"), "{}", node.log());
 }

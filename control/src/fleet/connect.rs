@@ -10,8 +10,15 @@ use std::time::Duration;
 
 /// How long connecting and each call may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(3);
-/// HTTP/2 keep-alive pings, so a connection to a dead member is noticed.
-const KEEP_ALIVE: Duration = Duration::from_secs(2);
+/// HTTP/2 keep-alive pings on a connection carrying a call (the watch), so
+/// a member that went silent (a partition) is noticed. Well above etcd's
+/// default `--grpc-keepalive-min-time` of 5 s: etcd sends away a client
+/// that pings more often (GOAWAY `too_many_pings`), and never while no call
+/// is open, which etcd also counts against it (docs/fleet.md, "When
+/// something fails").
+const KEEP_ALIVE: Duration = Duration::from_secs(10);
+/// How long a ping's answer may take before the connection counts as dead.
+const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Why etcd could not be reached.
 #[derive(Debug, thiserror::Error)]
@@ -34,8 +41,8 @@ pub async fn connect(fleet: &Fleet) -> Result<Client, ConnectError> {
     let mut options = ConnectOptions::new()
         .with_connect_timeout(CALL_TIMEOUT)
         .with_timeout(CALL_TIMEOUT)
-        .with_keep_alive(KEEP_ALIVE, KEEP_ALIVE)
-        .with_keep_alive_while_idle(true)
+        .with_keep_alive(KEEP_ALIVE, KEEP_ALIVE_TIMEOUT)
+        .with_keep_alive_while_idle(false)
         .with_require_leader(true);
     if let Some((user, password)) = &fleet.user {
         options = options.with_user(user.clone(), password.clone());
