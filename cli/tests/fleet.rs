@@ -559,3 +559,59 @@ fn a_node_stays_connected_to_an_etcd_with_default_keepalive_settings() {
     assert!(!flipped, "the link flipped: {} ({})", health(), node.log());
     assert!(!node.log().contains("etcd unreachable"), "{}", node.log());
 }
+
+#[test]
+fn with_one_etcd_member_down_every_write_and_read_is_answered() {
+    if !root_or_skip("the fleet's nodes live in network namespaces") {
+        return;
+    }
+    let mut lab = FleetLab::start(1, &[]);
+    lab.wait_fleet_state("connected", REACH);
+    let down = (lab.etcd.leader() + 1) % crackbox_test_support::etcd::MEMBERS;
+    lab.etcd.kill_member(down);
+    // Started again with the member down: its calls go to every endpoint.
+    lab.nodes[0].kill();
+    lab.nodes[0].start();
+    lab.wait_fleet_state("connected", REACH);
+    let node = &lab.nodes[0];
+    let mut revision = 0;
+    for version in 0..30 {
+        let body = json!({"allow": [format!("v{version}.test")], "revision": revision}).to_string();
+        let (status, answer) = node.admin("PUT", "/v1/policies/churn", Some(&body));
+        assert_eq!(status, 200, "write {version} with member m{down} down: {answer}");
+        revision = serde_json::from_str::<serde_json::Value>(&answer).unwrap()["revision"]
+            .as_i64()
+            .unwrap();
+        let (status, answer) = node.admin("GET", "/v1/pending?fleet=true", None);
+        assert_eq!(status, 200, "read {version} with member m{down} down: {answer}");
+    }
+}
+
+#[test]
+fn a_put_of_the_stored_policy_keeps_its_revision() {
+    if !root_or_skip("the fleet's nodes live in network namespaces") {
+        return;
+    }
+    let lab = FleetLab::start(1, &[]);
+    lab.wait_fleet_state("connected", REACH);
+    let policy = json!({"allow": ["localhost"], "deny": ["deny.localhost"], "mode": "enforce"});
+    let stored = put(&lab, 0, "same", 0, policy.clone());
+    let first = stored["revision"].as_i64().unwrap();
+    let before = lab.etcd.revision();
+    for body in [
+        policy.clone(),
+        json!({"allow": ["localhost"], "deny": ["deny.localhost"], "mode": "enforce", "revision": first}),
+    ] {
+        let (status, answer) = lab.nodes[0].admin("PUT", "/v1/policies/same", Some(&body.to_string()));
+        assert_eq!(status, 200, "{answer}");
+        let again: serde_json::Value = serde_json::from_str(&answer).unwrap();
+        assert_eq!(again["revision"], json!(first), "nothing changed: {answer}");
+    }
+    assert_eq!(lab.etcd.revision(), before, "nothing was written to etcd");
+    let (status, answer) = lab.nodes[0].admin(
+        "PUT",
+        "/v1/policies/same",
+        Some(r#"{"allow":["localhost"],"deny":["deny.localhost"],"mode":"enforce","revision":1}"#),
+    );
+    assert_eq!(status, 409, "a stale revision is still a conflict: {answer}");
+}

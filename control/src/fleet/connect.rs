@@ -38,6 +38,12 @@ pub enum ConnectError {
 
 /// A client of the fleet's etcd.
 pub async fn connect(fleet: &Fleet) -> Result<Client, ConnectError> {
+    connect_to(fleet, &fleet.endpoints).await
+}
+
+/// A client of the fleet's etcd through `endpoints` only (some of the
+/// settings' own).
+pub async fn connect_to(fleet: &Fleet, endpoints: &[String]) -> Result<Client, ConnectError> {
     let mut options = ConnectOptions::new()
         .with_connect_timeout(CALL_TIMEOUT)
         .with_timeout(CALL_TIMEOUT)
@@ -63,5 +69,5 @@ pub async fn connect(fleet: &Fleet) -> Result<Client, ConnectError> {
         }
         options = options.with_tls(tls);
     }
-    Ok(Client::connect(&fleet.endpoints, Some(options)).await?)
+    Ok(Client::connect(endpoints, Some(options)).await?)
 }

@@ -15,6 +15,7 @@
 mod connect;
 mod inbox;
 mod keys;
+mod members;
 mod status;
 mod sync;
 mod value;
@@ -172,15 +173,13 @@ impl Fleet {
     /// Every node's pending requests, each with its `node` and its
     /// sandbox's policies, oldest first.
     pub async fn inbox(&self) -> Result<Vec<FleetRequest>, WriteError> {
-        let mut client = self
+        let prefix = self.0.keys.pending();
+        let response = self
             .0
-            .client
-            .lock()
-            .expect("fleet client lock")
-            .clone()
-            .ok_or(WriteError::Unreachable)?;
-        let response = client
-            .get(self.0.keys.pending(), Some(GetOptions::new().with_prefix()))
+            .on_a_member(|mut client| {
+                let prefix = prefix.clone();
+                async move { client.get(prefix, Some(GetOptions::new().with_prefix())).await }
+            })
             .await?;
         let mut pending: Vec<FleetRequest> = response
             .kvs()
@@ -206,15 +205,14 @@ impl Fleet {
         body: &DecideBody,
         timeout: Duration,
     ) -> Result<Option<PendingRequest>, WriteError> {
-        let mut client = self
-            .0
-            .client
-            .lock()
-            .expect("fleet client lock")
-            .clone()
-            .ok_or(WriteError::Unreachable)?;
         let pending_key = self.0.keys.pending_request(node, id);
-        let read = client.get(pending_key.clone(), None).await?;
+        let held = || {
+            self.0.on_a_member(|mut client| {
+                let key = pending_key.clone();
+                async move { client.get(key, None).await }
+            })
+        };
+        let read = held().await?;
         let Some(request) = read
             .kvs()
             .first()
@@ -223,10 +221,16 @@ impl Fleet {
             return Ok(None);
         };
         let value = serde_json::to_vec(body).map_err(|err| etcd_client::Error::InvalidArgs(err.to_string()))?;
-        client.put(self.0.keys.decision(node, id), value, None).await?;
+        let decision = self.0.keys.decision(node, id);
+        self.0
+            .on_a_member(|mut client| {
+                let (key, value) = (decision.clone(), value.clone());
+                async move { client.put(key, value, None).await }
+            })
+            .await?;
         let deadline = tokio::time::Instant::now() + timeout;
         while tokio::time::Instant::now() < deadline {
-            if client.get(pending_key.clone(), None).await?.kvs().is_empty() {
+            if held().await?.kvs().is_empty() {
                 return Ok(Some(PendingRequest {
                     node: Some(node.to_string()),
                     ..request

@@ -26,7 +26,7 @@ pub enum WriteError {
         actual: u64,
     },
     /// etcd refused or failed; a write that got no answer may still land.
-    #[error("etcd: {0} (a write that got no answer may still land: read the policy before writing it again, or write with the revision read)")]
+    #[error("etcd: {} (a write that got no answer may still land: read the policy before writing it again, or write with the revision read)", short(.0))]
     Etcd(#[from] etcd_client::Error),
     /// The node holding a request did not take the answer left for it in time.
     #[error("node {0:?} did not take the answer within 5 s (is it connected?); it stays in etcd for it")]
@@ -41,7 +41,8 @@ pub enum WriteError {
 const ALLOW_ATTEMPTS: usize = 32;
 
 impl Shared {
-    fn client(&self) -> Result<Client, WriteError> {
+    /// The connection the sync task holds.
+    pub(super) fn client(&self) -> Result<Client, WriteError> {
         self.client
             .lock()
             .expect("fleet client lock")
@@ -50,9 +51,13 @@ impl Shared {
     }
 
     /// Stores `policy` in etcd (only while it is at `expect`, when given:
-    /// 0 means absent); the etcd revision of the write.
+    /// 0 means absent); the etcd revision of the write, or the stored one's
+    /// when it holds the same policy already (nothing is written then).
     pub async fn put_policy(&self, policy: &PolicySpec, expect: Option<u64>) -> Result<i64, WriteError> {
         let key = self.keys.policy(&policy.name);
+        if let Some(revision) = self.same_stored(policy, expect).await? {
+            return Ok(revision);
+        }
         let compare: Vec<Compare> = expect
             .map(|expected| Compare::mod_revision(key.clone(), CompareOp::Equal, expected as i64))
             .into_iter()
@@ -61,7 +66,12 @@ impl Shared {
             .when(compare)
             .and_then([TxnOp::put(key.clone(), encode(policy), None)])
             .or_else([TxnOp::get(key, None)]);
-        let response = self.client()?.txn(txn).await?;
+        let response = self
+            .on_a_member(|mut client| {
+                let txn = txn.clone();
+                async move { client.txn(txn).await }
+            })
+            .await?;
         if response.succeeded() {
             return Ok(response.header().map_or(0, |header| header.revision()));
         }
@@ -80,6 +90,25 @@ impl Shared {
         })
     }
 
+    /// The revision of the policy etcd stores under `policy`'s name when it
+    /// is the same policy (revision aside) and at `expect`, when given: a
+    /// write that would change nothing (docs/admin-api.md, "Named policies").
+    async fn same_stored(&self, policy: &PolicySpec, expect: Option<u64>) -> Result<Option<i64>, WriteError> {
+        let key = self.keys.policy(&policy.name);
+        let read = self
+            .on_a_member(|mut client| {
+                let key = key.clone();
+                async move { client.get(key, None).await }
+            })
+            .await?;
+        let same = read.kvs().first().and_then(|kv| {
+            let stored = decode_policy(policy.name.clone(), kv.value(), kv.mod_revision()).ok()?;
+            let at = expect.is_none_or(|expected| expected == stored.revision);
+            (at && stored.same_content(policy)).then_some(kv.mod_revision())
+        });
+        Ok(same)
+    }
+
     /// Adds `entry` to the allow entries of policy `name` in etcd (an ask
     /// answered `always` for a policy): read, widen, and write only while
     /// the key is still at the revision read (a transaction), again when
@@ -87,9 +116,13 @@ impl Shared {
     /// revision at which the policy holds the entry.
     pub async fn allow_in_policy(&self, name: &PolicyName, entry: &AllowEntry) -> Result<i64, WriteError> {
         let key = self.keys.policy(name);
-        let mut client = self.client()?;
         for _ in 0..ALLOW_ATTEMPTS {
-            let read = client.get(key.clone(), None).await?;
+            let read = self
+                .on_a_member(|mut client| {
+                    let key = key.clone();
+                    async move { client.get(key, None).await }
+                })
+                .await?;
             let Some(kv) = read.kvs().first() else {
                 return Err(WriteError::NoRoom(name.clone()));
             };
@@ -106,7 +139,12 @@ impl Shared {
             let txn = Txn::new()
                 .when([Compare::mod_revision(key.clone(), CompareOp::Equal, kv.mod_revision())])
                 .and_then([TxnOp::put(key.clone(), encode(&widened), None)]);
-            let response = client.txn(txn).await?;
+            let response = self
+                .on_a_member(|mut client| {
+                    let txn = txn.clone();
+                    async move { client.txn(txn).await }
+                })
+                .await?;
             if response.succeeded() {
                 return Ok(response.header().map_or(0, |header| header.revision()));
             }
@@ -119,7 +157,22 @@ impl Shared {
 
     /// Removes policy `name` from etcd; the etcd revision of the removal.
     pub async fn delete_policy(&self, name: &PolicyName) -> Result<i64, WriteError> {
-        let response = self.client()?.delete(self.keys.policy(name), None).await?;
+        let key = self.keys.policy(name);
+        let response = self
+            .on_a_member(|mut client| {
+                let key = key.clone();
+                async move { client.delete(key, None).await }
+            })
+            .await?;
         Ok(response.header().map_or(0, |header| header.revision()))
+    }
+}
+
+/// What a failure of etcd says, without the transport's internals (they
+/// go to the log).
+fn short(err: &etcd_client::Error) -> String {
+    match err {
+        etcd_client::Error::GRpcStatus(status) => status.message().to_string(),
+        other => other.to_string(),
     }
 }
