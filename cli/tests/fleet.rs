@@ -615,3 +615,50 @@ fn a_put_of_the_stored_policy_keeps_its_revision() {
     );
     assert_eq!(status, 409, "a stale revision is still a conflict: {answer}");
 }
+
+#[test]
+fn an_answer_for_another_node_that_it_refuses_says_why_at_once() {
+    if !root_or_skip("the fleet's nodes live in network namespaces") {
+        return;
+    }
+    let lab = FleetLab::start(2, &[]);
+    lab.wait_fleet_state("connected", REACH);
+    put(&lab, 0, "other", 0, json!({"allow": []}));
+    assert!(wait_until(REACH, || revision(&lab, 0, "other") > 0));
+    let held = ask_from(&lab.nodes[0]);
+    assert!(wait_until(REACH, || inbox(&lab, 1).len() == 1), "{:?}", inbox(&lab, 1));
+    let id = inbox(&lab, 1)[0]["id"].as_u64().unwrap();
+    let path = format!("/v1/pending/{id}?node=node0");
+    let decide = |body: &str| {
+        let started = std::time::Instant::now();
+        let (status, answer) = lab.nodes[1].admin("POST", &path, Some(body));
+        (status, answer, started.elapsed())
+    };
+    // What any node can tell: refused here, in the local wording.
+    for (body, wording) in [
+        (
+            r#"{"decision":"once","policy":"other"}"#,
+            "policy: only an always answer joins a policy",
+        ),
+        (
+            r#"{"decision":"always","policy":"other","for":"30m"}"#,
+            "for: a grant for a while is the sandbox's own, not a policy's",
+        ),
+    ] {
+        let (status, answer, took) = decide(body);
+        assert_eq!((status, answer.contains(wording)), (400, true), "{body}: {answer}");
+        assert!(took < Duration::from_secs(2), "{body}: {took:?}");
+    }
+    // What only the holding node can tell: its reason, at once.
+    let (status, answer, took) = decide(r#"{"decision":"always","policy":"other"}"#);
+    assert_eq!(status, 409, "{answer}");
+    assert!(
+        answer.contains("node0") && answer.contains("does not name policy"),
+        "{answer}"
+    );
+    assert!(took < Duration::from_secs(4), "{took:?}");
+    assert_eq!(inbox(&lab, 1).len(), 1, "still pending");
+    let (status, answer, _) = decide(r#"{"decision":"once"}"#);
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(held.join().unwrap(), 200, "the held connection went through on node0");
+}

@@ -89,6 +89,7 @@ pub async fn decide(
         ApiError::new(StatusCode::NOT_FOUND, message)
     })?;
     let body: DecideBody = body::parse(body)?;
+    check_shape(&body)?;
     let elsewhere = match (&state.fleet, &query.node) {
         (Some(fleet), Some(node)) if node != fleet.node() => Some((fleet, node)),
         (None, Some(_)) => {
@@ -134,27 +135,31 @@ pub async fn answer(state: &AppState, id: PendingId, body: DecideBody) -> Result
             format!("another answer to request {id} is being applied; nothing was changed by this one"),
         ));
     };
+    check_shape(&body)?;
     let decided = match (body.decision, body.policy, body.period) {
         (Answer::Always, None, period) => return always(state, id, period).await,
-        (Answer::Always, Some(_), Some(_)) => {
-            return Err(ApiError::bad_request(
-                "for: a grant for a while is the sandbox's own, not a policy's",
-            ))
-        }
-        (Answer::Always, Some(policy), None) => always_for_policy(state, id, policy).await?,
-        (_, Some(_), _) => return Err(ApiError::bad_request("policy: only an always answer joins a policy")),
-        (_, None, Some(_)) => {
-            return Err(ApiError::bad_request(
-                "for: a period goes only with the decision always",
-            ))
-        }
-        (answer, None, None) => state
+        (Answer::Always, Some(policy), _) => always_for_policy(state, id, policy).await?,
+        (answer, _, _) => state
             .link
             .decide(id, answer, ENGINE_REQUEST_TIMEOUT)
             .await?
             .ok_or_else(|| not_pending(state, id))?,
     };
     Ok(DecideAnswer { decided, grant: None })
+}
+
+/// 400 for an answer whose fields do not go together, which any node can
+/// tell without the request (so an answer for another node's request is
+/// refused here, before it is left in etcd).
+fn check_shape(body: &DecideBody) -> Result<(), ApiError> {
+    let refusal = match (body.decision, &body.policy, &body.period) {
+        (Answer::Always, Some(_), Some(_)) => "for: a grant for a while is the sandbox's own, not a policy's",
+        (Answer::Always, _, _) => return Ok(()),
+        (_, Some(_), _) => "policy: only an always answer joins a policy",
+        (_, None, Some(_)) => "for: a period goes only with the decision always",
+        (_, None, None) => return Ok(()),
+    };
+    Err(ApiError::bad_request(refusal))
 }
 
 /// 404 for this node's request `id`, which is not pending: what became of it.

@@ -164,7 +164,7 @@ pub(super) async fn applied(fleet: &Fleet, revision: i64) -> Result<u64, ApiErro
 pub(super) fn fleet_failed(err: WriteError) -> ApiError {
     let status = match err {
         WriteError::Stale { .. } => StatusCode::CONFLICT,
-        WriteError::NoRoom(_) => StatusCode::CONFLICT,
+        WriteError::NoRoom(_) | WriteError::Refused { .. } => StatusCode::CONFLICT,
         WriteError::Unreachable | WriteError::Etcd(_) | WriteError::NotTaken(_) => StatusCode::SERVICE_UNAVAILABLE,
     };
     ApiError::new(status, err.to_string())

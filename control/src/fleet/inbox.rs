@@ -3,7 +3,8 @@
 //! `PREFIX/pending/NODE/ID` under a lease of its own, removes it when the
 //! request ends, and takes the answers other nodes leave for it at
 //! `PREFIX/decisions/NODE/ID`, answering them as its own admin API would
-//! (then removing the answer). A node that dies stops renewing its lease,
+//! (then removing the answer with the request, or leaving why it refused it
+//! for the node that left it). A node that dies stops renewing its lease,
 //! and etcd removes its pending requests within the lease's time to live.
 //! A lost connection starts over: a new lease, every pending request
 //! published again, the answers left meanwhile taken. Each published
@@ -16,7 +17,7 @@ use crate::publisher::EngineLink;
 use crate::registry::Registry;
 use crackbox_policy::PolicyName;
 use crackbox_wire::ask::{DecideBody, Event, PendingId, PendingRequest};
-use etcd_client::{Client, EventType, GetOptions, PutOptions, WatchOptions};
+use etcd_client::{Client, EventType, GetOptions, PutOptions, Txn, TxnOp, WatchOptions};
 use serde::{Deserialize, Serialize};
 use std::future::Future;
 use std::pin::Pin;
@@ -39,6 +40,16 @@ pub struct FleetRequest {
     /// The named policies of the sandbox holding it, on its node.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub policies: Vec<PolicyName>,
+}
+
+/// What a node leaves at `PREFIX/decisions/NODE/ID` in place of an answer
+/// it could not apply (under its lease): why, for the node that left the
+/// answer, which removes it (docs/fleet.md, "Asks across the fleet").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Refused {
+    /// Why the answer was refused (the admin API's message).
+    pub refused: String,
 }
 
 const BACKOFF: Duration = Duration::from_millis(500);
@@ -72,7 +83,7 @@ async fn session(shared: &Shared, link: &EngineLink, registry: &Registry, answer
         .map_err(|err| err.to_string())?;
     let from = left.header().map_or(0, |header| header.revision()) + 1;
     for kv in left.kvs() {
-        take_decision(&mut client, shared, answer, kv.key(), kv.value()).await;
+        take_decision(&mut client, shared, answer, lease, kv.key(), kv.value()).await;
     }
     let options = WatchOptions::new().with_prefix().with_start_revision(from);
     let mut watch = client
@@ -105,7 +116,7 @@ async fn session(shared: &Shared, link: &EngineLink, registry: &Registry, answer
                 }
                 for event in response.events() {
                     if let (EventType::Put, Some(kv)) = (event.event_type(), event.kv()) {
-                        take_decision(&mut client, shared, answer, kv.key(), kv.value()).await;
+                        take_decision(&mut client, shared, answer, lease, kv.key(), kv.value()).await;
                     }
                 }
             }
@@ -142,20 +153,41 @@ async fn publish(
     Ok(())
 }
 
-/// Answers the request an answer left for this node names, then removes
-/// the answer (a bad or stale one is removed with a warning).
-async fn take_decision(client: &mut Client, shared: &Shared, answer: &Answerer, key: &[u8], value: &[u8]) {
-    let Some(id) = shared.keys.decision_of(&shared.settings.node, key) else {
+/// Answers the request an answer left for this node names; then removes
+/// the answer with the request from the inbox, or leaves why it was refused
+/// in its place (under `lease`) for the node that left it. A bad answer is
+/// removed with a warning; a refusal is left alone.
+async fn take_decision(client: &mut Client, shared: &Shared, answer: &Answerer, lease: i64, key: &[u8], value: &[u8]) {
+    let node = &shared.settings.node;
+    let Some(id) = shared.keys.decision_of(node, key) else {
         return;
     };
-    match crackbox_wire::admin::decode::<DecideBody>(value) {
-        Ok(body) => match answer(id, body).await {
-            Ok(()) => tracing::info!(id, "fleet: answered a request from another node's decision"),
-            Err(err) => tracing::warn!(id, error = %err, "fleet: a decision from another node could not be applied"),
-        },
-        Err(err) => tracing::warn!(id, error = %err.0, "fleet: a decision in etcd is not one; removed"),
+    if serde_json::from_slice::<Refused>(value).is_ok() {
+        return;
     }
-    if let Err(err) = client.delete(key.to_vec(), None).await {
-        tracing::debug!(id, error = %err, "fleet: could not remove a decision taken");
+    let taken = match crackbox_wire::admin::decode::<DecideBody>(value) {
+        Ok(body) => match answer(id, body).await {
+            Ok(()) => {
+                tracing::info!(id, "fleet: answered a request from another node's decision");
+                let done = Txn::new().and_then([
+                    TxnOp::delete(key.to_vec(), None),
+                    TxnOp::delete(shared.keys.pending_request(node, id), None),
+                ]);
+                client.txn(done).await.map(drop)
+            }
+            Err(err) => {
+                tracing::warn!(id, error = %err, "fleet: a decision from another node could not be applied");
+                let refused = serde_json::to_vec(&Refused { refused: err }).expect("a refusal always serialises");
+                let options = PutOptions::new().with_lease(lease);
+                client.put(key.to_vec(), refused, Some(options)).await.map(drop)
+            }
+        },
+        Err(err) => {
+            tracing::warn!(id, error = %err.0, "fleet: a decision in etcd is not one; removed");
+            client.delete(key.to_vec(), None).await.map(drop)
+        }
+    };
+    if let Err(err) = taken {
+        tracing::debug!(id, error = %err, "fleet: could not remove or refuse a decision taken");
     }
 }

@@ -197,7 +197,8 @@ impl Fleet {
 
     /// Leaves `body` for request `id` of `node` and waits (at most
     /// `timeout`) until that node took it; the request as it was pending.
-    /// `Ok(None)` when `node` holds no such request.
+    /// `Ok(None)` when `node` holds no such request, [`WriteError::Refused`]
+    /// with its reason when `node` could not apply the answer.
     pub async fn send_decision(
         &self,
         node: &str,
@@ -236,9 +237,41 @@ impl Fleet {
                     ..request
                 }));
             }
+            if let Some(reason) = self.refusal(&decision).await? {
+                return Err(WriteError::Refused {
+                    node: node.to_string(),
+                    reason,
+                });
+            }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         Err(WriteError::NotTaken(node.to_string()))
+    }
+
+    /// Why the node an answer was left for at `key` refused it, if it did
+    /// (the refusal is removed then).
+    async fn refusal(&self, key: &str) -> Result<Option<String>, WriteError> {
+        let read = self
+            .0
+            .on_a_member(|mut client| {
+                let key = key.to_string();
+                async move { client.get(key, None).await }
+            })
+            .await?;
+        let Some(refused) = read
+            .kvs()
+            .first()
+            .and_then(|kv| serde_json::from_slice::<inbox::Refused>(kv.value()).ok())
+        else {
+            return Ok(None);
+        };
+        self.0
+            .on_a_member(|mut client| {
+                let key = key.to_string();
+                async move { client.delete(key, None).await }
+            })
+            .await?;
+        Ok(Some(refused.refused))
     }
 
     /// Waits until etcd `revision` is applied here; the registry generation

@@ -31,6 +31,14 @@ pub enum WriteError {
     /// The node holding a request did not take the answer left for it in time.
     #[error("node {0:?} did not take the answer within 5 s (is it connected?); it stays in etcd for it")]
     NotTaken(String),
+    /// The node holding a request refused the answer left for it.
+    #[error("node {node:?} refused the answer: {reason}")]
+    Refused {
+        /// The node.
+        node: String,
+        /// Why (its admin API's message).
+        reason: String,
+    },
     /// The policy a name was to join is not in etcd, or not a policy, or full.
     #[error("policy {0:?} is not in etcd, or holds the most entries it may")]
     NoRoom(PolicyName),
