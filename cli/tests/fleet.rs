@@ -495,7 +495,8 @@ fn a_seed_naming_a_policy_etcd_cannot_give_says_why() {
     lab.wait_fleet_state("connected", REACH);
     lab.etcd.put("/crackbox/policies/base", r#"{"allow":[],"comment":"x"}"#);
     lab.nodes[0].kill();
-    let fresh = std::env::temp_dir().join(format!("crackbox-fleet-seed-{}.json", std::process::id()));
+    let scratch = tempfile::tempdir().unwrap();
+    let fresh = scratch.path().join("state.json");
     let seed = ["--register", "127.0.0.3=other:localhost;policies=base"];
     let (status, log) = lab.nodes[0].serve_failing(&fresh, &seed);
     assert!(status.is_some_and(|status| !status.success()), "{status:?}: {log}");
@@ -505,7 +506,6 @@ fn a_seed_naming_a_policy_etcd_cannot_give_says_why() {
     );
     lab.etcd.kill_all();
     let (status, log) = lab.nodes[0].serve_failing(&fresh, &seed);
-    let _ = std::fs::remove_file(&fresh);
     assert!(status.is_some_and(|status| !status.success()), "{status:?}: {log}");
     assert!(log.contains("\"base\"") && log.contains("etcd"), "names etcd: {log}");
 }
