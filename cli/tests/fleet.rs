@@ -657,6 +657,9 @@ fn an_answer_for_another_node_that_it_refuses_says_why_at_once() {
         "{answer}"
     );
     assert!(took < Duration::from_secs(4), "{took:?}");
+    let unnamed = format!("/v1/pending/{id}?node=");
+    let (status, answer) = lab.nodes[1].admin("POST", &unnamed, Some(r#"{"decision":"once"}"#));
+    assert_eq!(status, 400, "an empty node names none: {answer}");
     assert_eq!(inbox(&lab, 1).len(), 1, "still pending");
     let (status, answer, _) = decide(r#"{"decision":"once"}"#);
     assert_eq!(status, 200, "{answer}");

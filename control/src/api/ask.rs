@@ -91,6 +91,11 @@ pub async fn decide(
     let body: DecideBody = body::parse(body)?;
     check_shape(&body)?;
     let elsewhere = match (&state.fleet, &query.node) {
+        (_, Some(node)) if node.is_empty() => {
+            return Err(ApiError::bad_request(
+                "node: empty (name the fleet node holding the request, or leave node out for this one)",
+            ))
+        }
         (Some(fleet), Some(node)) if node != fleet.node() => Some((fleet, node)),
         (None, Some(_)) => {
             return Err(ApiError::bad_request(

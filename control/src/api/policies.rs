@@ -188,7 +188,7 @@ fn force(query: Option<&str>) -> Result<bool, ApiError> {
             ("force", "false" | "0") => false,
             _ => {
                 return Err(ApiError::bad_request(format!(
-                    "query: unexpected {pair:?} (only force=true)"
+                    "query: unexpected {pair:?} (only force=true or force=false)"
                 )))
             }
         };
