@@ -106,20 +106,44 @@ fn signals_sent_to_run_reach_the_command_which_exits_on_its_own() {
     }
 }
 
+/// A run whose command said its jail's interface and its own pid, then
+/// went on with `rest`; and the run's proxy.
+struct Jailed {
+    run: Child,
+    jail_if: String,
+    workload: u32,
+    proxy: u32,
+}
+
+/// Starts a run (under `tmp`) whose command prints its jail's interface and
+/// its pid, then runs `rest`.
+fn jailed(tmp: &Path, rest: &str) -> Jailed {
+    let script = format!("ip -o link 2>/dev/null | grep -o 'cbx[0-9a-f]*j' | head -1; echo $$; {rest}");
+    let mut run = spawn_run(tmp, &script);
+    let mut out = BufReader::new(run.stdout.take().unwrap());
+    let jail_if = line(&mut out);
+    let workload = line(&mut out).parse().unwrap();
+    let proxy = proxy_of(run.id());
+    Jailed {
+        run,
+        jail_if,
+        workload,
+        proxy,
+    }
+}
+
 #[test]
 fn a_proxy_that_dies_stops_the_run_with_one_line_and_exit_125() {
     if !is_root() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let mut run = spawn_run(
-        tmp.path(),
-        "ip -o link 2>/dev/null | grep -o 'cbx[0-9a-f]*j' | head -1; echo $$; exec sleep 1000",
-    );
-    let mut out = BufReader::new(run.stdout.take().unwrap());
-    let jail_if = line(&mut out);
-    let workload: u32 = line(&mut out).parse().unwrap();
-    let proxy = proxy_of(run.id());
+    let Jailed {
+        mut run,
+        jail_if,
+        workload,
+        proxy,
+    } = jailed(tmp.path(), "exec sleep 1000");
     signal(proxy, libc::SIGKILL);
     let code = exit_within(&mut run, Duration::from_secs(20));
     let err = stderr_of(&mut run);
@@ -139,14 +163,12 @@ fn a_run_killed_outright_takes_its_proxy_and_command_along_and_the_next_run_swee
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let mut run = spawn_run(
-        tmp.path(),
-        "ip -o link 2>/dev/null | grep -o 'cbx[0-9a-f]*j' | head -1; echo $$; while :; do curl -s -m 1 http://a.test/; done",
-    );
-    let mut out = BufReader::new(run.stdout.take().unwrap());
-    let jail_if = line(&mut out);
-    let workload: u32 = line(&mut out).parse().unwrap();
-    let proxy = proxy_of(run.id());
+    let Jailed {
+        mut run,
+        jail_if,
+        workload,
+        proxy,
+    } = jailed(tmp.path(), "while :; do curl -s -m 1 http://a.test/; done");
     signal(run.id(), libc::SIGKILL);
     run.wait().unwrap();
     let gone = wait_until(Duration::from_secs(5), || !alive(workload) && !alive(proxy));
@@ -184,20 +206,35 @@ fn namespaces() -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The id of the run whose process is `pid`, from its marker under
+/// `/run/crackbox-run` (written once it catches signals, before its
+/// namespace exists).
+fn run_id_of(pid: u32) -> Option<String> {
+    std::fs::read_dir("/run/crackbox-run")
+        .ok()?
+        .flatten()
+        .find_map(|marker| {
+            let text = std::fs::read_to_string(marker.path()).ok()?;
+            (text.lines().next()? == pid.to_string()).then(|| marker.file_name().to_string_lossy().into_owned())
+        })
+}
+
 #[test]
 fn a_signal_during_set_up_undoes_only_what_was_made() {
     if !is_root() {
         return;
     }
-    // Several tries: each signals as soon as a new namespace appears, in the
-    // middle of the set-up steps that follow it.
+    // Several tries: each signals as soon as this run's namespace appears,
+    // in the middle of the set-up steps that follow it. Its name is known
+    // from the run's marker (which names the run's pid); other tests' runs
+    // make namespaces at the same time.
     for _ in 0..5 {
-        let before = namespaces();
         let tmp = tempfile::tempdir().unwrap();
         let mut run = spawn_run(tmp.path(), "sleep 1000");
         let deadline = Instant::now() + Duration::from_secs(20);
         let appeared = loop {
-            if namespaces().iter().any(|name| !before.contains(name)) {
+            let ours = run_id_of(run.id()).map(|id| format!("crackbox-{id}"));
+            if ours.is_some_and(|ours| namespaces().contains(&ours)) {
                 break true;
             }
             if Instant::now() > deadline || run.try_wait().unwrap().is_some() {
