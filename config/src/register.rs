@@ -76,7 +76,7 @@ pub(crate) fn parse_seed(raw: &str) -> Result<RegistrationSpec, String> {
     let mut seed = Seed {
         ip,
         id,
-        allow: hosts.split(',').filter(|h| !h.is_empty()).map(str::to_owned).collect(),
+        allow: listed(hosts),
         ..Seed::default()
     };
     let mut seen: Vec<&str> = Vec::new();
@@ -91,13 +91,23 @@ pub(crate) fn parse_seed(raw: &str) -> Result<RegistrationSpec, String> {
         match key {
             "bandwidth" => seed.bandwidth = Some(value),
             "mode" => seed.mode = Some(value),
-            "deny" => seed.deny = value.split(',').filter(|h| !h.is_empty()).map(str::to_owned).collect(),
-            "policies" => seed.policies = value.split(',').filter(|n| !n.is_empty()).map(str::to_owned).collect(),
+            "deny" => seed.deny = listed(value),
+            "policies" => seed.policies = listed(value),
             "allow-file" => seed.allow_files.push(PathBuf::from(value)),
             _ => return Err(format!("{raw:?}: unknown option {key:?} (known: {OPTIONS})")),
         }
     }
     resolve(seed).map_err(|err| format!("{raw:?}: {err}"))
+}
+
+/// The comma-separated items of `value`: none when it is empty, and an empty
+/// item kept where two commas meet or one ends the list, so that it is
+/// refused as the admin API refuses it rather than dropped unseen.
+fn listed(value: &str) -> Vec<String> {
+    if value.is_empty() {
+        return Vec::new();
+    }
+    value.split(',').map(str::to_owned).collect()
 }
 
 /// Resolves the `[[register]]` table `table` of the config file in `dir`
@@ -335,6 +345,10 @@ mod tests {
             ("127.0.0.1=dev", "nothing after ':' = deny all"),
             ("host=dev:a.test", "ip: "),
             ("127.0.0.1=dev:*", "allowlist: "),
+            ("127.0.0.1=dev:a.test,,b.test", "allowlist: "),
+            ("127.0.0.1=dev:a.test,", "allowlist: "),
+            ("127.0.0.1=dev:a.test;deny=b.a.test,", "deny: "),
+            ("127.0.0.1=dev:a.test;policies=,base", "policies: "),
             (
                 "10.0.0.2=a:x.test;speed=1MiB/s",
                 "unknown option \"speed\" (known: bandwidth, mode, deny, policies, allow-file)",
