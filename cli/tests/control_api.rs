@@ -98,6 +98,24 @@ fn malformed_bodies_are_4xx_and_leave_the_state_unchanged() {
 }
 
 #[test]
+fn query_keys_a_route_does_not_take_are_400_naming_them() {
+    let (ports, _serve) = daemon_with_one_registration();
+    for (path, method, named) in [
+        ("/v1/denials?limt=5", "GET", "limt"),
+        ("/v1/denials?limit=1&limit=2", "GET", "limit"),
+        ("/v1/usage?ip=127.0.0.1&zz=1", "GET", "zz"),
+        ("/v1/pending?fleet=true&fleet=true", "GET", "fleet"),
+        ("/v1/policies/base?force=true&force=true", "DELETE", "force"),
+    ] {
+        let (status, answer) = admin(ports.admin, method, path, None, &[]);
+        assert_eq!(status, 400, "{path}: {answer}");
+        assert!(answer.contains(named), "{path}: {answer}");
+    }
+    let (status, answer) = admin(ports.admin, "GET", "/v1/denials?limit=1", None, &[]);
+    assert_eq!((status, answer.as_str()), (200, "[]"));
+}
+
+#[test]
 fn bodies_that_are_not_json_objects_are_400_and_change_nothing() {
     let (ports, _serve) = daemon_with_one_registration();
     let before = ports.state();

@@ -61,22 +61,31 @@ pub async fn metrics(State(state): State<AppState>) -> Result<Response, ApiError
     Ok(([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response())
 }
 
-/// Query of `GET /v1/denials`.
+/// Query of `GET /v1/denials`: only `limit`, read as text so that a key it
+/// does not know and a limit that is no number get their own messages.
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct DenialsQuery {
-    limit: Option<usize>,
+    limit: Option<String>,
 }
+
+/// What a bad `limit` is told.
+const LIMIT_EXPECTED: &str = "limit: expected a number from 0 to 1000";
 
 /// `GET /v1/denials?limit=N`: the most recent denials, oldest first.
 pub async fn denials(
     State(state): State<AppState>,
     query: Result<Query<DenialsQuery>, QueryRejection>,
 ) -> Result<Json<Vec<Denial>>, ApiError> {
-    let Query(query) = query.map_err(|_| ApiError::bad_request("limit: expected a number from 0 to 1000"))?;
-    let limit = query.limit.unwrap_or(DEFAULT_DENIALS);
-    if limit > MAX_DENIALS {
-        return Err(ApiError::bad_request("limit: expected a number from 0 to 1000"));
-    }
+    let Query(query) = query.map_err(|err| ApiError::bad_request(format!("query: {}", err.body_text())))?;
+    let limit = match query.limit {
+        None => DEFAULT_DENIALS,
+        Some(text) => text
+            .parse::<usize>()
+            .ok()
+            .filter(|limit| *limit <= MAX_DENIALS)
+            .ok_or_else(|| ApiError::bad_request(LIMIT_EXPECTED))?,
+    };
     let mut denials = engine_stats(&state).await?.denials;
     let skip = denials.len().saturating_sub(limit);
     denials.drain(..skip);

@@ -179,11 +179,14 @@ fn no_such(name: &PolicyName) -> ApiError {
 }
 
 /// `force`, `force=true` or `force=1` force; `force=false`, `force=0` or
-/// none do not; anything else is a 400.
+/// none do not; anything else, `force` given twice included, is a 400.
 fn force(query: Option<&str>) -> Result<bool, ApiError> {
-    let mut force = false;
+    let mut force = None;
     for pair in query.unwrap_or("").split('&').filter(|pair| !pair.is_empty()) {
-        force = match pair.split_once('=').unwrap_or((pair, "")) {
+        if force.is_some() {
+            return Err(ApiError::bad_request("query: force given twice"));
+        }
+        force = Some(match pair.split_once('=').unwrap_or((pair, "")) {
             ("force", "" | "true" | "1") => true,
             ("force", "false" | "0") => false,
             _ => {
@@ -191,9 +194,9 @@ fn force(query: Option<&str>) -> Result<bool, ApiError> {
                     "query: unexpected {pair:?} (only force=true or force=false)"
                 )))
             }
-        };
+        });
     }
-    Ok(force)
+    Ok(force.unwrap_or(false))
 }
 
 #[cfg(test)]
@@ -211,6 +214,8 @@ mod tests {
             (Some("force=0"), Some(false)),
             (Some("force=yes"), None),
             (Some("other=1"), None),
+            (Some("force=true&force=true"), None),
+            (Some("force&other=1"), None),
         ] {
             assert_eq!(force(query).ok(), want, "{query:?}");
         }

@@ -70,7 +70,22 @@ async fn metrics_and_denials_come_from_the_engine() {
     assert_eq!(body_json(&all).as_array().unwrap().len(), 3);
     assert_eq!(body_json(&all)[0]["reason"], "not-allowed");
     for bad in ["/v1/denials?limit=x", "/v1/denials?limit=-1", "/v1/denials?limit=1001"] {
-        assert_eq!(admin.client.get(bad).await.unwrap().status, 400, "{bad}");
+        let answer = admin.client.get(bad).await.unwrap();
+        assert_eq!(answer.status, 400, "{bad}");
+        assert_eq!(
+            answer.error_message(),
+            "limit: expected a number from 0 to 1000",
+            "{bad}"
+        );
+    }
+    for (bad, named) in [("/v1/denials?limt=5", "limt"), ("/v1/denials?limit=1&limit=2", "limit")] {
+        let answer = admin.client.get(bad).await.unwrap();
+        assert_eq!(answer.status, 400, "{bad}");
+        assert!(
+            answer.error_message().contains(&format!("`{named}`")),
+            "{bad}: {}",
+            answer.error_message()
+        );
     }
     let absent = self::admin(None, Engine::Absent, false).await;
     assert_eq!(absent.client.get("/metrics").await.unwrap().status, 503);
