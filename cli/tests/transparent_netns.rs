@@ -143,6 +143,12 @@ fn http_host_decides_every_request() {
     no_host.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
     assert!(closed_silently(&mut no_host), "a request without Host is closed");
 
+    for host in ["allowed.test:99999", "allowed.test:0", "allowed.test:", "[::1]80"] {
+        let mut bad_port = lab.workload_connect(http(REAL));
+        write!(bad_port, "GET / HTTP/1.1\r\nHost: {host}\r\n\r\n").unwrap();
+        assert_eq!(read_response(&mut bad_port).map(|r| r.0), Some(400), "Host: {host}");
+    }
+
     assert_eq!(
         *lab.seen.http_requests.lock().unwrap(),
         vec![

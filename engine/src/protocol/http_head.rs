@@ -340,18 +340,11 @@ fn single_host<'a>(fields: &[Field<'a>]) -> Result<Option<&'a [u8]>, HeadError> 
 }
 
 /// The host of a `Host` field without its port (`name:8080` -> `name`,
-/// `[::1]:80` -> `[::1]`); `None` when empty or not text.
+/// `[::1]:80` -> `[::1]`); `None` when empty, not text, or not
+/// `host[:port]` with a port from 1 to 65535.
 pub fn host_without_port(field: &[u8]) -> Option<&str> {
     let field = std::str::from_utf8(field).ok()?.trim();
-    let host = if field.starts_with('[') {
-        &field[..=field.find(']')?]
-    } else {
-        match field.rsplit_once(':') {
-            Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
-            _ => field,
-        }
-    };
-    (!host.is_empty()).then_some(host)
+    split_authority(field).map(|(host, _)| host)
 }
 
 fn request_framing(fields: &[Field<'_>], minor_version: u8, method: &str) -> Result<Framing, HeadError> {

@@ -119,9 +119,12 @@ impl<'w> Session<'w> {
         };
         let step = match head.target {
             Target::Origin { .. } if self.origin.is_some() => {
-                let (Some(origin), Some(host)) = (self.origin, head.host_field.and_then(http_head::host_without_port))
+                let (Some(origin), Some(field)) = (self.origin, head.host_field.filter(|f| !f.trim_ascii().is_empty()))
                 else {
                     return Step::Unnamed;
+                };
+                let Some(host) = http_head::host_without_port(field) else {
+                    return Step::Reply(responses::error(400, "invalid Host header"));
                 };
                 Step::Forward(Prepared::new(&head, host, origin.port, &self.worker.pools))
             }
