@@ -90,7 +90,7 @@ pub(crate) fn resolve(
 ) -> Result<Option<Fleet>, ConfigError> {
     let endpoints = sources.pick(ETCD, non_empty(&args.fleet_etcd), file.etcd.clone(), list)?;
     let Some(endpoints) = endpoints else {
-        return Ok(None);
+        return refuse_fleet_flags(args).map(|()| None);
     };
     let endpoints = endpoints.check(|endpoints| match endpoints.iter().find(|url| !valid_endpoint(url)) {
         Some(bad) => Err(format!(
@@ -180,6 +180,33 @@ pub(crate) fn resolve(
         identity,
         lease_ttl,
     }))
+}
+
+/// Refuses a `--fleet-*` flag given without etcd endpoints: it would do
+/// nothing, and the daemon would not be the fleet node its command line
+/// asks for. The same settings from the environment or the config file are
+/// let be: a deployment may set them for every node, fleet or not
+/// (deploy/kubernetes/crackbox.yaml sets `CRACKBOX_FLEET_NODE` always).
+fn refuse_fleet_flags(args: &ProxyArgs) -> Result<(), ConfigError> {
+    let given = [
+        (PREFIX, args.fleet_prefix.is_some()),
+        (NODE, args.fleet_node.is_some()),
+        (USER, args.fleet_user.is_some()),
+        (CA, args.fleet_ca.is_some()),
+        (CERT, args.fleet_cert.is_some()),
+        (KEY, args.fleet_key.is_some()),
+        (LEASE, args.fleet_lease_ttl.is_some()),
+    ];
+    match given.into_iter().find(|(_, given)| *given) {
+        Some((key, _)) => Err(ConfigError::Invalid {
+            origin: Origin::Flag(key.flag),
+            message: format!(
+                "there is no fleet without --fleet-etcd ({}, [fleet] etcd): give the etcd URLs too",
+                ETCD.env
+            ),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// `values`, or `None` when there are none (a repeatable flag not given).

@@ -448,6 +448,16 @@ fn bad_values_of_every_kind_name_their_source() {
             vec![("CRACKBOX_DNS_LISTEN", "nowhere")],
             "env CRACKBOX_DNS_LISTEN: \"nowhere\" is not an address".into(),
         ),
+        (
+            vec!["--fleet-node", "n1"],
+            vec![],
+            "flag --fleet-node: there is no fleet without --fleet-etcd".into(),
+        ),
+        (
+            vec!["--fleet-lease-ttl", "20"],
+            vec![("CRACKBOX_FLEET_NODE", "n1")],
+            "flag --fleet-lease-ttl: there is no fleet without --fleet-etcd".into(),
+        ),
     ];
     for (flags, env, want) in cases {
         let err = Settings::resolve(&args(&flags), &env_of(&env)).unwrap_err().to_string();
@@ -456,6 +466,13 @@ fn bad_values_of_every_kind_name_their_source() {
             "{flags:?} {env:?}: {err:?} should start with {want:?}"
         );
     }
+}
+
+#[test]
+fn fleet_settings_from_the_environment_without_etcd_are_let_be() {
+    let env = [("CRACKBOX_FLEET_NODE", "n1"), ("CRACKBOX_FLEET_LEASE_TTL", "20")];
+    let settings = Settings::resolve(&args(&[]), &env_of(&env)).unwrap();
+    assert_eq!(settings.fleet, None);
 }
 
 #[test]
