@@ -230,6 +230,12 @@ fn logs_written_to_a_file_have_no_escape_bytes() {
         text.contains("engine listening"),
         "the engine child's lines are there too: {text}"
     );
+    let warned: Vec<&str> = text
+        .lines()
+        .filter(|line| line.contains(" WARN ") || line.contains(" ERROR "))
+        .collect();
+    assert!(warned.is_empty(), "a start and a SIGTERM are no fault: {warned:?}");
+    assert!(text.contains("engine stopped status=signal: 15 (SIGTERM)"), "{text}");
 }
 
 #[test]

@@ -159,7 +159,9 @@ async fn run_async(settings: Settings, mode: Mode) -> anyhow::Result<()> {
             }
         }
     };
+    let link = state.link.clone();
     let served = api::serve(admin_listener, state, stop).await;
+    link.stopping();
     accept.abort();
     if let Some(watching) = watching {
         watching.abort();

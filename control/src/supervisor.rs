@@ -149,7 +149,7 @@ fn supervise(
                 lock(state).pid = None;
                 let status = running.wait();
                 if lock(state).stopping {
-                    tracing::info!(status = ?status, "engine stopped");
+                    tracing::info!(status = %exit_text(&status), "engine stopped");
                     return;
                 }
                 if let Ok(status) = status.as_ref() {
@@ -159,7 +159,7 @@ fn supervise(
                         return;
                     }
                 }
-                tracing::warn!(status = ?status, "engine exited; restarting it");
+                tracing::warn!(status = %exit_text(&status), "engine exited; restarting it");
             }
             Err(err) => tracing::error!(error = %err, program = %child.program.display(), "cannot start the engine"),
         }
@@ -172,6 +172,15 @@ fn supervise(
         let _ = wake
             .wait_timeout_while(guard, backoff, |s| !s.stopping)
             .unwrap_or_else(PoisonError::into_inner);
+    }
+}
+
+/// How the engine ended, as a log reads it: `signal: 15 (SIGTERM)`,
+/// `exit status: 1`, or why it could not be waited for.
+fn exit_text(status: &std::io::Result<std::process::ExitStatus>) -> String {
+    match status {
+        Ok(status) => status.to_string(),
+        Err(err) => format!("cannot wait for it: {err}"),
     }
 }
 

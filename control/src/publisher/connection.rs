@@ -124,7 +124,10 @@ pub(super) async fn run(stream: UnixStream, registry: Arc<Registry>, link: Arc<E
                     other => tracing::warn!(message = ?other, "unexpected message from the engine, ignored"),
                 },
                 Some(Err(WireError::Io(err))) if err.kind() == std::io::ErrorKind::UnexpectedEof => {
-                    tracing::warn!(epoch, "engine disconnected");
+                    match link.is_stopping() {
+                        true => tracing::info!(epoch, "engine disconnected, as the daemon is stopping"),
+                        false => tracing::warn!(epoch, "engine disconnected"),
+                    }
                     break;
                 }
                 Some(Err(err)) => outcome = Err(err.into()),

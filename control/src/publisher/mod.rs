@@ -67,6 +67,9 @@ pub struct EngineLink {
     asks: Arc<Asks>,
     /// The request ids reserved ahead of the engine's numbering.
     ask_ids: ask_ids::Reservations,
+    /// Set once the daemon is shutting down: the engine leaving is then
+    /// expected, not a fault to warn of.
+    stopping: std::sync::atomic::AtomicBool,
 }
 
 impl Default for EngineLink {
@@ -76,11 +79,22 @@ impl Default for EngineLink {
             watch_list: watch::Sender::new(None),
             asks: Arc::default(),
             ask_ids: ask_ids::Reservations::default(),
+            stopping: std::sync::atomic::AtomicBool::new(false),
         }
     }
 }
 
 impl EngineLink {
+    /// Marks the daemon as shutting down, before it stops the engine.
+    pub fn stopping(&self) {
+        self.stopping.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// True once [`EngineLink::stopping`] was called.
+    fn is_stopping(&self) -> bool {
+        self.stopping.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// True when an engine is connected and enforces `generation` or later.
     pub fn enforces(&self, generation: Generation) -> bool {
         let state = self.state.borrow();
