@@ -171,7 +171,10 @@ fn a_missing_policy_is_refused_naming_it_everywhere() {
     );
     let stderr = String::from_utf8_lossy(&start.stderr);
     assert!(!start.status.success());
-    assert!(stderr.contains("no policy named \"nope\""), "{stderr}");
+    assert!(
+        stderr.contains("the registration of 127.0.0.2: policies: no policy named \"nope\""),
+        "{stderr}"
+    );
 }
 
 #[test]

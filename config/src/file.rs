@@ -181,18 +181,44 @@ pub(super) fn load(
     Ok(Some((path, config)))
 }
 
-/// Parses config text; the error is one line naming the offending key.
+/// The most of a line an error quotes.
+const QUOTED_LINE: usize = 80;
+
+/// Parses config text; the error is one line naming the offending key: its
+/// line's number and, quoted, its text (`line 2 (threads = "four"): invalid
+/// type: ...`), so that a wrong type or a repeated key says which key.
 pub(super) fn parse(text: &str) -> Result<FileConfig, String> {
     toml::from_str(text).map_err(|err: toml::de::Error| {
         let location = err
             .span()
             .map(|span| {
-                let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
-                format!("line {line}: ")
+                let start = span.start.min(text.len());
+                let number = text[..start].matches('\n').count() + 1;
+                let line = text.lines().nth(number - 1).unwrap_or("").trim();
+                match line.is_empty() {
+                    true => format!("line {number}: "),
+                    false => format!("line {number} ({}): ", quoted(line)),
+                }
             })
             .unwrap_or_default();
         format!("{location}{}", err.message())
     })
+}
+
+/// `line` as an error quotes it: control characters escaped, and cut at [`QUOTED_LINE`]
+/// characters.
+fn quoted(line: &str) -> String {
+    let mut quoted = String::new();
+    for c in line.chars().take(QUOTED_LINE) {
+        match c.is_control() {
+            true => quoted.extend(c.escape_debug()),
+            false => quoted.push(c),
+        }
+    }
+    if line.chars().nth(QUOTED_LINE).is_some() {
+        quoted.push_str("...");
+    }
+    quoted
 }
 
 #[cfg(test)]
@@ -212,6 +238,31 @@ mod tests {
             assert!(err.contains(key), "{err:?} should name {key}");
             assert!(err.starts_with(line), "{err:?} should start with {line}");
         }
+    }
+
+    #[test]
+    fn wrong_types_and_repeated_keys_quote_their_line() {
+        let long = format!("[proxy]\nthreads = \"{}\"\n", "a".repeat(200));
+        let cases = [
+            (
+                "[proxy]\nthreads = \"four\"\n",
+                "line 2 (threads = \"four\"): invalid type: string \"four\", expected usize",
+            ),
+            (
+                "[proxy]\nthreads = 2\nthreads = 3\n",
+                "line 3 (threads = 3): duplicate key",
+            ),
+            (
+                "[proxy]\nlisten = \"\u{1b}[2J\" x\n",
+                "line 2 (listen = \"\\u{1b}[2J\" x): ",
+            ),
+            (&long, "line 2 (threads = \"aaaa"),
+        ];
+        for (text, want) in cases {
+            let err = parse(text).unwrap_err();
+            assert!(err.starts_with(want), "{err:?} should start with {want:?}");
+        }
+        assert!(parse(&long).unwrap_err().contains("aaa...): "));
     }
 
     #[test]

@@ -8,6 +8,7 @@ use crate::supervisor::Supervisor;
 use anyhow::Context;
 use crackbox_config::{handoff, ProxyArgs, Settings};
 use crackbox_wire::startup::{check_engine_listeners, ListenError, Listener};
+use std::path::Path;
 use std::sync::Arc;
 
 /// Which daemon runs.
@@ -27,11 +28,14 @@ const FIRST_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5
 /// refused; for one naming a policy this node lacks in a fleet, what etcd
 /// had to do with it: the policy's value there is invalid, or etcd could
 /// not be read at start (`fleet`: a fleet node; `read`: its first read).
-fn seed_refused(refusal: Refusal, fleet: bool, read: Option<&FirstRead>) -> anyhow::Error {
-    let context = "--register / [[register]]";
-    let Refusal::UnknownPolicy { name, .. } = &refusal else {
-        return anyhow::Error::new(refusal).context(context);
+/// The message names the config file the `[[register]]` tables may be in
+/// (`file`) and, for a missing policy, the registration's source.
+fn seed_refused(refusal: Refusal, fleet: bool, read: Option<&FirstRead>, file: Option<&Path>) -> anyhow::Error {
+    let tables = file.map_or_else(String::new, |file| format!(" in {}", file.display()));
+    let Refusal::UnknownPolicy { name, ip } = &refusal else {
+        return anyhow::Error::new(refusal).context(format!("--register / [[register]]{tables}"));
     };
+    let context = format!("--register / [[register]]{tables}: the registration of {ip}");
     match (fleet, read) {
         (true, None) => anyhow::anyhow!(
             "{context}: policy {name:?}: etcd could not be read at start and this node's journal has no version of it"
@@ -94,8 +98,10 @@ async fn run_async(settings: Settings, mode: Mode) -> anyhow::Result<()> {
         policies: settings.policies.clone(),
         registrations: settings.seeds.clone(),
     };
-    let registry = Registry::load(settings.state_path.clone(), seeds)
-        .map_err(|refusal| seed_refused(refusal, settings.fleet.is_some(), first_read.as_ref()))?;
+    let registry = Registry::load(settings.state_path.clone(), seeds).map_err(|refusal| {
+        let file = settings.config_file.as_deref();
+        seed_refused(refusal, settings.fleet.is_some(), first_read.as_ref(), file)
+    })?;
     let registry = Arc::new(registry);
     let fleet = settings
         .fleet
