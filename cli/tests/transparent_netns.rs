@@ -83,6 +83,20 @@ fn tls_denied_or_unnamed_is_closed_and_never_reaches_upstream() {
         "the upstream saw a connection"
     );
     assert_eq!(lab.seen.decoy_tls_accepted.load(Ordering::SeqCst), 0);
+    assert_denied_count(&lab, "agent", "not-allowed", 4.0);
+    assert_eq!(
+        unnamed_denials(&lab, 443),
+        2,
+        "no SNI and not TLS are denials on record"
+    );
+}
+
+/// How many of `/v1/denials`' records name no host, to `port`.
+fn unnamed_denials(lab: &Lab, port: u16) -> usize {
+    let (status, body) = admin(lab, "GET", "/v1/denials", None);
+    assert_eq!(status, 200, "{body}");
+    let denials: Vec<serde_json::Value> = serde_json::from_str(&body).unwrap();
+    denials.iter().filter(|d| d["host"] == "" && d["port"] == port).count()
 }
 
 #[test]
@@ -142,6 +156,7 @@ fn http_host_decides_every_request() {
     let mut no_host = lab.workload_connect(http(REAL));
     no_host.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
     assert!(closed_silently(&mut no_host), "a request without Host is closed");
+    assert_eq!(unnamed_denials(&lab, 80), 1, "and a denial on record");
 
     for host in ["allowed.test:99999", "allowed.test:0", "allowed.test:", "[::1]80"] {
         let mut bad_port = lab.workload_connect(http(REAL));

@@ -16,7 +16,7 @@
 //! without a Host gets the 403 of a denied one instead.
 
 use crate::plane::services::conn::Conn;
-use crate::plane::services::decision::{reach_tracked, Client, Unreached};
+use crate::plane::services::decision::{decide, reach_tracked, Client, Unreached};
 use crate::plane::services::handoff::Handoff;
 use crate::plane::services::stats::{Direction, FrontEnd};
 use crate::plane::services::worker::Worker;
@@ -91,7 +91,16 @@ pub(crate) fn serve_tls<'w>(
 ) -> impl Future<Output = Option<Handoff>> + 'w {
     async move {
         // Boxed: its timer is needed only until the ClientHello is in.
-        let (name, peeked) = Box::pin(read_client_hello(&client, source)).await?;
+        let (name, peeked) = match Box::pin(read_client_hello(&client, source)).await {
+            Ok(hello) => hello,
+            Err(Unread::Gone) => return None,
+            Err(Unread::Unnamed) => {
+                // Decided as a name no entry can match, so that the attempt
+                // is a denial on record (docs/policy.md), not only a log line.
+                decide(worker, source, "", port);
+                return None;
+            }
+        };
         let asker = Client {
             source,
             conn: &client,
@@ -132,28 +141,37 @@ pub(crate) fn serve_tls<'w>(
     }
 }
 
+/// Why no ClientHello named a server.
+enum Unread {
+    /// The client closed or the connection failed first.
+    Gone,
+    /// The bytes name no usable server (no SNI, an IP literal, an invalid
+    /// name, not TLS, over 16 KiB), or no complete ClientHello came in time.
+    Unnamed,
+}
+
 /// Reads until the ClientHello is complete; returns the server name and
-/// every byte read (to replay), or `None` when the connection must close.
-async fn read_client_hello(client: &Conn, source: IpAddr) -> Option<(String, Vec<u8>)> {
+/// every byte read (to replay), or why the connection must close.
+async fn read_client_hello(client: &Conn, source: IpAddr) -> Result<(String, Vec<u8>), Unread> {
     let deadline = Instant::now() + HELLO_TIMEOUT;
     let mut peeked = Vec::new();
     loop {
         match peek_sni(&peeked) {
             Peek::NeedMore => {}
-            Peek::Sni(name) => return Some((name, peeked)),
+            Peek::Sni(name) => return Ok((name, peeked)),
             other => {
                 tracing::debug!(%source, outcome = ?other, "transparent: no usable SNI, closed");
-                return None;
+                return Err(Unread::Unnamed);
             }
         }
         let left = deadline.saturating_duration_since(Instant::now());
         let want = MAX_PEEK_LEN - peeked.len();
         match monoio::time::timeout(left, client.read_into(&mut peeked, want)).await {
-            Ok(Ok(0)) | Ok(Err(_)) => return None,
+            Ok(Ok(0)) | Ok(Err(_)) => return Err(Unread::Gone),
             Ok(Ok(_)) => {}
             Err(_) => {
                 tracing::debug!(%source, "transparent: ClientHello not complete within 10 s, closed");
-                return None;
+                return Err(Unread::Unnamed);
             }
         }
     }

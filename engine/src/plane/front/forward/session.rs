@@ -165,13 +165,14 @@ impl<'w> Session<'w> {
         }
     }
 
-    /// An origin-form request without `Host`: closed when redirected;
-    /// steered, denied as a name that is on no allowlist (counted).
+    /// An origin-form request without `Host`: denied as a name that is on
+    /// no allowlist (counted); steered, the denial is answered, redirected,
+    /// the connection is closed without a word, as TLS without SNI is.
     async fn refuse_unnamed(&self) {
-        let Some(Origin { port, steered: true }) = self.origin else {
+        let Some(Origin { port, steered }) = self.origin else {
             return;
         };
-        if let Ruling::Deny { reason } = decide(self.worker, self.source, "", port) {
+        if let (Ruling::Deny { reason }, true) = (decide(self.worker, self.source, "", port), steered) {
             self.reply(&responses::denial(reason, "", port)).await;
         }
     }
