@@ -95,13 +95,17 @@ pub fn assert_answers(out: &Output) {
         assert_eq!(answers(&text, label), vec![*want], "{label}\n{}", describe());
     }
     // decoy.test was denied as a DNS question, an SNI and a Host: one
-    // destination, listed once, with what fixes it.
+    // destination, listed once, with what fixes it; TLS to crackbox's
+    // address named no host, and is on record as such.
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains(" in, blocked decoy.test (not on --allow)\n"),
-        "one destination blocked, said on the summary's first line: {}",
-        describe()
-    );
+    let summary = [
+        " in, 2 hosts blocked\n",
+        "crackbox: blocked decoy.test (not on --allow)\n",
+        "crackbox: blocked (no host name) (named no host (TLS without SNI, HTTP without Host): no --allow entry \
+         can allow it)\n",
+    ]
+    .concat();
+    assert!(err.contains(&summary), "the two destinations blocked: {}", describe());
 }
 
 /// The lines of `text` that start with `label: `, without it.

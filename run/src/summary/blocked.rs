@@ -26,6 +26,9 @@ pub enum Fix {
     Register,
     /// Nothing: the destination is not a host name an entry can name.
     NotAName,
+    /// Nothing: the client named no host (TLS without SNI, HTTP without
+    /// `Host`), so no entry can match it.
+    NoName,
     /// Whatever the reason's remedy says.
     Other(Reason),
 }
@@ -59,6 +62,7 @@ pub fn groups(denials: &[Denial]) -> Vec<Group> {
     let mut grouped: BTreeMap<Fix, Vec<&Denial>> = BTreeMap::new();
     for denial in denials {
         let fix = match (allowable(&entry(denial)), denial.enforced) {
+            _ if denial.host.is_empty() => Fix::NoName,
             (false, _) => Fix::NotAName,
             (true, true) => Fix::of(denial.reason),
             (true, false) => continue,
@@ -287,7 +291,7 @@ mod tests {
                     (Fix::AddToAllow, &["z.test"]),
                     (Fix::AllowPrivate, &["newcomer-upstream"]),
                     (Fix::Register, &["x.test"]),
-                    (Fix::NotAName, &["(no host name)"]),
+                    (Fix::NoName, &["(no host name)"]),
                     (Fix::Other(Revoked), &["a.test"]),
                     (Fix::Other(TooManyConnections), &["b.test"]),
                 ],

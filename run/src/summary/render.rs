@@ -81,7 +81,7 @@ pub fn lines(moved: Option<Moved>, met: Option<Met<'_>>, switch: PrivateSwitch) 
     }
     for group in blocked.unwrap_or_default() {
         let what = match (learning, group.fix) {
-            (true, Fix::AllowPrivate | Fix::NotAName) => "not learnable:",
+            (true, Fix::AllowPrivate | Fix::NotAName | Fix::NoName) => "not learnable:",
             _ => "blocked",
         };
         lines.push(format!(
@@ -109,6 +109,7 @@ fn why(fix: Fix, switch: PrivateSwitch) -> String {
         }
         (Fix::Register, _) => "unregistered: the run's registration was removed while it ran".into(),
         (Fix::NotAName, _) => "not a valid host name: no --allow entry can allow it".into(),
+        (Fix::NoName, _) => "named no host (TLS without SNI, HTTP without Host): no --allow entry can allow it".into(),
         (Fix::Other(reason), _) => format!("{reason}: {}", remedy(reason)),
     }
 }
@@ -197,6 +198,7 @@ mod tests {
             group(Fix::Register, &["x.test"]),
             group(Fix::Other(Reason::Revoked), &["example.com"]),
         ];
+        let unnamed = [group(Fix::NoName, &["(no host name)"])];
         /// Moved, blocked, switch, then the lines.
         type Case<'a> = (Option<Moved>, Option<&'a [Group]>, PrivateSwitch, &'a [&'a str]);
         fn met(blocked: Option<&[Group]>) -> Option<Met<'_>> {
@@ -271,6 +273,15 @@ mod tests {
                     "crackbox: blocked newcomer-upstream (a private address: allowed when the daemon runs \
                    with crackbox proxy serve --allow-private-destinations, or by an IP-literal entry, unless it \
                    is crackbox's own)",
+                ],
+            ),
+            (
+                None,
+                Some(&unnamed),
+                PrivateSwitch::RunEnvironment,
+                &[
+                    "crackbox: blocked (no host name) (named no host (TLS without SNI, HTTP without Host): no --allow \
+                   entry can allow it)",
                 ],
             ),
         ];
