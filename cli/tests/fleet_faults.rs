@@ -4,7 +4,8 @@
 //! breaks says why; a removed key detaches its sandboxes with a warning;
 //! a node stays connected to an etcd on its default keep-alive settings;
 //! with one member down every call is answered; a PUT of the stored policy
-//! keeps its revision; an answer another node refuses says why at once.
+//! keeps its revision; an answer another node refuses says why at once; a
+//! second daemon started with a node name in use takes none of its answers.
 
 mod fleet_support;
 
@@ -257,4 +258,55 @@ fn an_answer_for_another_node_that_it_refuses_says_why_at_once() {
     let (status, answer, _) = decide(r#"{"decision":"once"}"#);
     assert_eq!(status, 200, "{answer}");
     assert_eq!(held.join().unwrap(), 200, "the held connection went through on node0");
+}
+
+#[test]
+fn a_second_daemon_with_a_node_name_in_use_takes_none_of_its_answers() {
+    if !root_or_skip("the fleet's nodes live in network namespaces") {
+        return;
+    }
+    let mut lab = FleetLab::start(3, &[]);
+    lab.wait_fleet_state("connected", REACH);
+    lab.nodes[2].name = "node0".into();
+    lab.nodes[2].restart_with(&[]);
+    let (first, second) = (ask_from(&lab.nodes[0]), ask_from(&lab.nodes[2]));
+    let local = |k: usize| {
+        lab.nodes[k].get("/v1/pending")["pending"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    };
+    assert!(wait_until(REACH, || local(0).len() == 1 && local(2).len() == 1));
+    let id = local(0)[0]["id"].as_u64().unwrap();
+    assert_eq!(
+        local(2)[0]["id"].as_u64(),
+        Some(id),
+        "both hold a request of the same id"
+    );
+    assert!(wait_until(REACH, || inbox(&lab, 1).len() == 1), "{:?}", inbox(&lab, 1));
+    assert_eq!(
+        inbox(&lab, 1)[0]["since"],
+        local(0)[0]["since"],
+        "the inbox holds the first's only"
+    );
+    let path = format!("/v1/pending/{id}?node=node0");
+    let (status, answer) = lab.nodes[1].admin("POST", &path, Some(r#"{"decision":"once"}"#));
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(first.join().unwrap(), 200, "the first daemon's request went through");
+    assert_eq!(
+        local(2).len(),
+        1,
+        "the second daemon's request of the same id was not answered"
+    );
+    let path = format!("/v1/pending/{id}");
+    let (status, answer) = lab.nodes[2].admin("POST", &path, Some(r#"{"decision":"deny"}"#));
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(second.join().unwrap(), 403);
+    assert!(
+        lab.nodes[2]
+            .log()
+            .contains("another running daemon has this --fleet-node"),
+        "{}",
+        lab.nodes[2].log()
+    );
 }

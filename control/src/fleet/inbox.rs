@@ -12,6 +12,7 @@
 //! console can offer `always` for one of them (docs/console.md).
 
 use super::connect::connect;
+use super::name_claim::{ClaimError, NameClaim};
 use super::Shared;
 use crate::publisher::EngineLink;
 use crate::registry::Registry;
@@ -58,20 +59,36 @@ const LIST_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Keeps this node's part of the inbox, forever.
 pub(super) async fn run(shared: Arc<Shared>, link: Arc<EngineLink>, registry: Arc<Registry>, answer: Answerer) {
+    let mut name = NameClaim::default();
     loop {
-        if let Err(err) = session(&shared, &link, &registry, &answer).await {
+        if let Err(err) = session(&shared, &link, &registry, &answer, &mut name).await {
             tracing::debug!(error = %err, "fleet: inbox session ended; starting over");
         }
         tokio::time::sleep(BACKOFF).await;
     }
 }
 
-async fn session(shared: &Shared, link: &EngineLink, registry: &Registry, answer: &Answerer) -> Result<(), String> {
+async fn session(
+    shared: &Shared,
+    link: &EngineLink,
+    registry: &Registry,
+    answer: &Answerer,
+    name: &mut NameClaim,
+) -> Result<(), String> {
     let mut client = connect(&shared.settings).await.map_err(|err| err.to_string())?;
     let ttl = shared.settings.lease_ttl.as_secs() as i64;
     let lease = client.lease_grant(ttl, None).await.map_err(|err| err.to_string())?.id();
-    let (mut keeper, mut kept) = client.lease_keep_alive(lease).await.map_err(|err| err.to_string())?;
     let node = shared.settings.node.clone();
+    if let Err(err) = name.claim(&mut client, &shared.keys.node(&node), &node, lease).await {
+        // Not left to run out: a daemon waiting for its name tries again
+        // every BACKOFF, and each try would leave a lease behind.
+        let _ = client.lease_revoke(lease).await;
+        return Err(match err {
+            ClaimError::Taken => "the node's name is held by another daemon".into(),
+            ClaimError::Etcd(err) => err.to_string(),
+        });
+    }
+    let (mut keeper, mut kept) = client.lease_keep_alive(lease).await.map_err(|err| err.to_string())?;
     let mut events = link.asks().subscribe();
     for request in link.pending(LIST_TIMEOUT).await.unwrap_or_default() {
         publish(&mut client, shared, registry, lease, &request).await?;

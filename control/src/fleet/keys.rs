@@ -2,7 +2,7 @@
 //! (docs/fleet.md, "Keys"): `PREFIX/policies/NAME` holds one named policy,
 //! `PREFIX/pending/NODE/ID` one request a node holds in ask mode (under the
 //! node's lease), `PREFIX/decisions/NODE/ID` an answer for it given on
-//! another node. Pure: builds keys and reads names back out of them.
+//! another node, `PREFIX/nodes/NODE` the name of a running node. Pure: builds keys and reads names back out of them.
 
 use crackbox_policy::{PolicyName, PolicyNameError};
 use crackbox_wire::ask::PendingId;
@@ -68,6 +68,11 @@ impl Keys {
         format!("{}decisions/{node}/{id}", self.prefix)
     }
 
+    /// The key a running node holds its name by, under its lease.
+    pub fn node(&self, node: &str) -> String {
+        format!("{}nodes/{node}", self.prefix)
+    }
+
     /// The request id of a key under [`Keys::decisions`] of `node`.
     pub fn decision_of(&self, node: &str, key: &[u8]) -> Option<PendingId> {
         std::str::from_utf8(key)
@@ -103,5 +108,6 @@ mod tests {
         assert_eq!(keys.decision("n1", 7), "/cb/decisions/n1/7");
         assert_eq!(keys.decision_of("n1", b"/cb/decisions/n1/7"), Some(7));
         assert_eq!(keys.decision_of("n2", b"/cb/decisions/n1/7"), None);
+        assert_eq!(keys.node("n1"), "/cb/nodes/n1");
     }
 }

@@ -16,6 +16,7 @@ mod connect;
 mod inbox;
 mod keys;
 mod members;
+mod name_claim;
 mod status;
 mod sync;
 mod value;
