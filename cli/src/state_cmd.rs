@@ -1,7 +1,8 @@
 //! `crackbox state`: print the registry of a running daemon.
 
 use anyhow::Context;
-use crackbox_client::{Client, Mode, RegistrationSpec};
+use crackbox_client::{Bandwidth, Client, Mode, PolicySpec, RegistrationSpec};
+use crackbox_policy::Effective;
 use std::io::Write;
 
 /// Admin API used when neither `--admin` nor `CRACKBOX_ADMIN` is given.
@@ -35,7 +36,13 @@ pub fn state(args: StateArgs) -> anyhow::Result<()> {
         text.push('\n');
         text
     } else {
-        table(&entries)
+        // The policies only where a registration names some: a mode or cap
+        // left to them is then shown as they make it.
+        let policies = match entries.iter().any(|e| !e.policies.is_empty()) {
+            true => Some(admin.policies().map_err(|err| unreachable_hint(&url, err))?),
+            false => None,
+        };
+        table(&entries, policies.as_deref())
     };
     print(&text)
 }
@@ -68,34 +75,35 @@ pub(crate) fn unreachable_hint(url: &str, err: crackbox_client::Error) -> anyhow
 /// registration is not enforced (report or ask), a BANDWIDTH column when
 /// any is capped, a POLICIES column when any names policies and a DENY
 /// column when any has deny entries. A mode or cap left to the policies
-/// shows as `-`.
-fn table(entries: &[RegistrationSpec]) -> String {
+/// shows as they make it (docs/policy.md, "Named policies"), marked
+/// `(policy)`; as `-` when the `policies` are not known.
+fn table(entries: &[RegistrationSpec], policies: Option<&[PolicySpec]>) -> String {
     if entries.is_empty() {
         return "no registrations\n".to_string();
     }
-    let modes = entries.iter().any(|e| e.mode.is_some_and(|mode| mode != Mode::Enforce));
-    let capped = entries.iter().any(|e| e.bandwidth.is_some());
+    let made: Vec<Made> = entries.iter().map(|entry| Made::of(entry, policies)).collect();
+    let modes = made
+        .iter()
+        .any(|made| made.mode.is_some_and(|(mode, _)| mode != Mode::Enforce));
+    let capped = made.iter().any(|made| made.bandwidth.is_some());
     let naming = entries.iter().any(|e| !e.policies.is_empty());
     let denying = entries.iter().any(|e| !e.allowlist.denied().is_empty());
     let title = ["IP", "ID", "MODE", "BANDWIDTH", "POLICIES", "DENY", "ALLOWLIST"].map(String::from);
     let shown = [true, true, modes, capped, naming, denying, true];
     let rows: Vec<Vec<String>> = std::iter::once(title)
-        .chain(entries.iter().map(|e| {
+        .chain(entries.iter().zip(&made).map(|(e, made)| {
             let listed = |texts: Vec<String>| match texts.is_empty() {
                 true => "-".to_string(),
                 false => texts.join(", "),
-            };
-            let mode = match (e.mode, e.policies.is_empty()) {
-                (Some(mode), _) => mode.to_string(),
-                (None, true) => Mode::Enforce.to_string(),
-                (None, false) => "-".to_string(),
             };
             let policies = e.policies.iter().map(|name| name.as_str().to_string()).collect();
             [
                 e.ip.to_string(),
                 e.id.to_string(),
-                mode,
-                e.bandwidth.map_or_else(|| "-".to_string(), |cap| cap.to_string()),
+                made.mode
+                    .map_or_else(|| "-".to_string(), |(mode, from)| from.mark(mode)),
+                made.bandwidth
+                    .map_or_else(|| "-".to_string(), |(cap, from)| from.mark(cap)),
                 listed(policies).replace(", ", ","),
                 listed(e.allowlist.denied_texts()),
                 allowlist_cell(e),
@@ -123,6 +131,59 @@ fn table(entries: &[RegistrationSpec]) -> String {
     text
 }
 
+/// Where a registration's mode or cap comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Whose {
+    /// Its own, or the default (enforce) of one that names no policy.
+    Own,
+    /// The policies it names.
+    Policies,
+}
+
+impl Whose {
+    /// `value` as the table shows it, marked when the policies gave it.
+    fn mark(self, value: impl std::fmt::Display) -> String {
+        match self {
+            Whose::Own => value.to_string(),
+            Whose::Policies => format!("{value} (policy)"),
+        }
+    }
+}
+
+/// The mode and cap a registration works with; a mode of `None` when it
+/// is left to policies that are not known.
+struct Made {
+    mode: Option<(Mode, Whose)>,
+    bandwidth: Option<(Bandwidth, Whose)>,
+}
+
+impl Made {
+    /// What `entry` works with, given the `policies` stored (when known).
+    fn of(entry: &RegistrationSpec, policies: Option<&[PolicySpec]>) -> Self {
+        let own = |mode| Some((mode, Whose::Own));
+        let (mode, bandwidth) = match (entry.mode, entry.policies.is_empty(), policies) {
+            (Some(mode), ..) => (own(mode), None),
+            (None, true, _) => (own(Mode::Enforce), None),
+            (None, false, None) => (None, None),
+            (None, false, Some(policies)) => {
+                let made = Effective::new(entry, |name| policies.iter().find(|policy| &policy.name == name));
+                // Enforce is the default either way: no mark.
+                let whose = match made.mode() {
+                    Mode::Enforce => Whose::Own,
+                    _ => Whose::Policies,
+                };
+                (Some((made.mode(), whose)), made.bandwidth())
+            }
+        };
+        let bandwidth = match (entry.bandwidth, bandwidth) {
+            (Some(cap), _) => Some((cap, Whose::Own)),
+            (None, Some(cap)) => Some((cap, Whose::Policies)),
+            (None, None) => None,
+        };
+        Made { mode, bandwidth }
+    }
+}
+
 /// The allowlist of `entry`, or what an empty one means: the policies'
 /// entries only, or in its mode everything refused (enforce), asked (ask)
 /// or let through and recorded (report).
@@ -143,7 +204,7 @@ fn allowlist_cell(entry: &RegistrationSpec) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crackbox_client::Bandwidth;
+    use crackbox_client::{Allowlist, PolicyName};
 
     #[test]
     fn table_aligns_columns_and_marks_deny_all() {
@@ -152,12 +213,12 @@ mod tests {
             RegistrationSpec::parse("2001:db8::1", "x", &Vec::<String>::new()).unwrap(),
         ];
         assert_eq!(
-            table(&entries),
+            table(&entries, None),
             "IP           ID     ALLOWLIST\n\
              10.0.0.2     agent  github.com, pypi.org:443\n\
              2001:db8::1  x      (deny all)\n"
         );
-        assert_eq!(table(&[]), "no registrations\n");
+        assert_eq!(table(&[], None), "no registrations\n");
         let capped = [
             RegistrationSpec::parse("10.0.0.2", "agent", &["github.com"])
                 .unwrap()
@@ -165,7 +226,7 @@ mod tests {
             RegistrationSpec::parse("10.0.0.3", "b", &Vec::<String>::new()).unwrap(),
         ];
         assert_eq!(
-            table(&capped),
+            table(&capped, None),
             "IP        ID     BANDWIDTH  ALLOWLIST\n\
              10.0.0.2  agent  10MiB/s    github.com\n\
              10.0.0.3  b      -          (deny all)\n"
@@ -179,7 +240,7 @@ mod tests {
                 .with_bandwidth(Bandwidth::parse("1MiB/s").ok()),
         ];
         assert_eq!(
-            table(&watched),
+            table(&watched, None),
             "IP        ID     MODE     BANDWIDTH  ALLOWLIST\n\
              10.0.0.2  agent  report   -          github.com\n\
              10.0.0.3  b      enforce  1MiB/s     x.test\n"
@@ -192,10 +253,32 @@ mod tests {
             RegistrationSpec::parse("10.0.0.3", "b", &Vec::<String>::new()).unwrap(),
         ];
         assert_eq!(
-            table(&named),
+            table(&named, None),
             "IP        ID     POLICIES     ALLOWLIST\n\
              10.0.0.2  agent  base,python  github.com\n\
              10.0.0.3  b      -            (deny all)\n"
+        );
+        let policy = |name: &str, mode: Option<Mode>, cap: Option<&str>| {
+            let mut policy = PolicySpec::new(PolicyName::parse(name).unwrap(), Allowlist::default());
+            policy.mode = mode;
+            policy.bandwidth = cap.and_then(|cap| Bandwidth::parse(cap).ok());
+            policy
+        };
+        let stored = [
+            policy("base", None, Some("2MiB/s")),
+            policy("python", Some(Mode::Ask), None),
+        ];
+        assert_eq!(
+            table(&named, Some(&stored)),
+            "IP        ID     MODE          BANDWIDTH        POLICIES     ALLOWLIST\n\
+             10.0.0.2  agent  ask (policy)  2MiB/s (policy)  base,python  github.com\n\
+             10.0.0.3  b      enforce       -                -            (deny all)\n"
+        );
+        let unasked = [policy("base", None, None), policy("python", Some(Mode::Enforce), None)];
+        assert_eq!(
+            table(&named, Some(&unasked)),
+            table(&named, None),
+            "nothing the policies give shows no column"
         );
     }
 
@@ -210,12 +293,15 @@ mod tests {
             .and_then(|spec| spec.with_deny(&["gist.github.com"]))
             .unwrap();
         assert_eq!(
-            table(&[
-                empty("10.0.0.2", Mode::Ask),
-                empty("10.0.0.3", Mode::Report),
-                empty("10.0.0.4", Mode::Enforce),
-                denying
-            ]),
+            table(
+                &[
+                    empty("10.0.0.2", Mode::Ask),
+                    empty("10.0.0.3", Mode::Report),
+                    empty("10.0.0.4", Mode::Enforce),
+                    denying
+                ],
+                None
+            ),
             "IP        ID  MODE     DENY             ALLOWLIST\n\
              10.0.0.2  e   ask      -                (ask for every host)\n\
              10.0.0.3  e   report   -                (let through, report every host)\n\

@@ -6,7 +6,7 @@
 //! in use goes only with `?force`, which says how many lost it; policies,
 //! their revisions and the references survive a restart; `[[policies]]`
 //! and `[[register]] policies` in the config file; `crackbox state` shows
-//! the references; `crackbox run --policy` on the netns backend (root).
+//! the references and the mode they give; `crackbox run --policy` on the netns backend (root).
 
 use crackbox_test_support::{
     assert_cut, assert_untouched, command, echo_round, free_port, http, metric, proxied, root_or_skip, run, Daemon,
@@ -247,7 +247,11 @@ fn policies_revisions_and_references_survive_a_restart_and_come_from_the_config_
     let table = run(&["state", "--admin", &format!("http://{}", daemon.admin)], &[]);
     let table = String::from_utf8_lossy(&table.stdout).into_owned();
     assert!(table.lines().next().unwrap().contains("POLICIES"), "{table}");
-    assert!(table.contains("api,web"), "{table}");
+    let by_api = table.lines().find(|line| line.contains("by-api")).unwrap_or_default();
+    assert!(
+        by_api.contains("report (policy)") && by_api.contains("api,web"),
+        "the mode the api policy gives: {table}"
+    );
     let (_, before) = call(daemon.admin, "GET", "/v1/policies", None);
     drop(daemon);
 
