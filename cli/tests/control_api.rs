@@ -98,7 +98,7 @@ fn malformed_bodies_are_4xx_and_leave_the_state_unchanged() {
 }
 
 #[test]
-fn query_keys_a_route_does_not_take_are_400_naming_them() {
+fn query_keys_a_route_does_not_take_and_non_utf8_path_segments_are_json_400s() {
     let (ports, _serve) = daemon_with_one_registration();
     for (path, method, named) in [
         ("/v1/denials?limt=5", "GET", "limt"),
@@ -113,6 +113,16 @@ fn query_keys_a_route_does_not_take_are_400_naming_them() {
     }
     let (status, answer) = admin(ports.admin, "GET", "/v1/denials?limit=1", None, &[]);
     assert_eq!((status, answer.as_str()), (200, "[]"));
+    for (method, path) in [
+        ("GET", "/v1/policies/%FF"),
+        ("DELETE", "/v1/grants/%FF/a.test"),
+        ("POST", "/v1/pending/%FF"),
+    ] {
+        let (status, answer) = admin(ports.admin, method, path, Some(b"{}"), &[]);
+        let error: serde_json::Value = serde_json::from_str(&answer).unwrap_or_default();
+        assert_eq!(status, 400, "{path}: {answer}");
+        assert!(error["error"].as_str().is_some_and(|e| e.starts_with("path: ")), "{path}: {answer}");
+    }
 }
 
 #[test]

@@ -15,6 +15,7 @@
 use super::body::{self, LimitedBody};
 use super::policies::{applied, fleet_failed};
 use super::routes::{authorise, enforced, not_applied};
+use super::segments::Segments;
 use super::ENFORCE_TIMEOUT;
 use super::{ApiError, AppState, ENGINE_REQUEST_TIMEOUT};
 use crate::fleet::FleetRequest;
@@ -22,7 +23,7 @@ use crate::grants;
 use crate::registry::Change;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::Query;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -78,7 +79,7 @@ pub async fn pending(
 pub async fn decide(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    Segments(id): Segments<String>,
     query: Result<Query<FleetQuery>, QueryRejection>,
     body: Result<LimitedBody, ApiError>,
 ) -> Result<Json<DecideAnswer>, ApiError> {

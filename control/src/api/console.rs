@@ -4,8 +4,9 @@
 //! from anywhere else: the page talks to the public admin API only, and
 //! renders every string that comes from a sandbox or a label as text.
 
+use super::segments::Segments;
 use super::{ApiError, AppState};
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
@@ -77,7 +78,7 @@ pub async fn index(State(state): State<AppState>) -> Result<Response, ApiError> 
 }
 
 /// `GET /console/{file}`: a script or the style sheet.
-pub async fn asset(State(state): State<AppState>, Path(name): Path<String>) -> Result<Response, ApiError> {
+pub async fn asset(State(state): State<AppState>, Segments(name): Segments<String>) -> Result<Response, ApiError> {
     if !state.status.console() {
         return Err(off());
     }

@@ -3,8 +3,9 @@
 //! (`crate::grants`); answered once the engine enforces it.
 
 use super::routes::{authorise, enforced, not_applied};
+use super::segments::Segments;
 use super::{ApiError, AppState};
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use crackbox_policy::{parse_source_ip, AllowEntry};
@@ -15,7 +16,7 @@ use crackbox_wire::ask::Grant;
 pub async fn revoke(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Path((ip, entry)): Path<(String, String)>,
+    Segments((ip, entry)): Segments<(String, String)>,
 ) -> Result<Json<Grant>, ApiError> {
     authorise(&state, &headers)?;
     let ip = parse_source_ip(&ip).map_err(|err| ApiError::bad_request(format!("ip: {err}")))?;

@@ -21,6 +21,7 @@ mod guard;
 mod observe;
 mod policies;
 mod routes;
+mod segments;
 
 pub use ask::answer;
 pub use auth::Secret;

@@ -14,10 +14,11 @@
 
 use super::body::{self, LimitedBody};
 use super::routes::{authorise, enforced, not_applied};
+use super::segments::Segments;
 use super::{ApiError, AppState, ENFORCE_TIMEOUT};
 use crate::fleet::{Fleet, WriteError};
 use crate::registry::{ApplyError, Change, Outcome, Refusal};
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use crackbox_policy::{PolicyName, PolicySpec};
@@ -31,7 +32,10 @@ pub async fn list(State(state): State<AppState>) -> Json<PoliciesAnswer> {
 }
 
 /// `GET /v1/policies/{name}` -> the policy with its revision; 404 when none.
-pub async fn get(State(state): State<AppState>, Path(name): Path<String>) -> Result<Json<PolicySpec>, ApiError> {
+pub async fn get(
+    State(state): State<AppState>,
+    Segments(name): Segments<String>,
+) -> Result<Json<PolicySpec>, ApiError> {
     let name = parse_name(&name)?;
     match state.registry.current().policies.get(&name) {
         Some(policy) => Ok(Json(policy.as_ref().clone())),
@@ -46,7 +50,7 @@ pub async fn get(State(state): State<AppState>, Path(name): Path<String>) -> Res
 pub async fn put(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Path(name): Path<String>,
+    Segments(name): Segments<String>,
     RawQuery(query): RawQuery,
     body: Result<LimitedBody, ApiError>,
 ) -> Result<Json<PolicySpec>, ApiError> {
@@ -98,7 +102,7 @@ pub async fn put(
 pub async fn delete(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Path(name): Path<String>,
+    Segments(name): Segments<String>,
     RawQuery(query): RawQuery,
 ) -> Result<Json<PolicyRemoved>, ApiError> {
     authorise(&state, &headers)?;
