@@ -5,7 +5,8 @@
 //! each direction, on every front end (forward request and response bodies,
 //! by `Content-Length` and chunked, CONNECT and SOCKS5 tunnels, eight at
 //! once sharing one cap), and a cap changed through the admin API is in
-//! force for a download already running within a second. How fast an
+//! force for a download already running within a second; a source far
+//! under a low cap is not held back for a chunk's worth. How fast an
 //! uncapped source runs beside a capped one is measured by the benches
 //! (benches/README.md, "Usage and bandwidth caps"), not asserted here;
 //! transparent and steered connections are in `bandwidth_netns`.
@@ -271,6 +272,38 @@ fn a_new_cap_applies_to_a_running_download_within_a_second() {
     set_cap(&daemon, Some(4 * MIB));
     let (bytes, seconds) = download.second_after(Duration::from_secs(1));
     assert_within_cap("lowered to 4 MiB/s", bytes, seconds, 4 * MIB);
+}
+
+/// A source far under a low cap (14 bytes each way every 100 ms, under
+/// 1 KiB/s) is not held back: each line's echo comes back through its
+/// CONNECT tunnel well before the second a whole 1 KiB chunk would take.
+/// (Each line waited about 1.8 s, 0.9 s a way, when every read waited for
+/// a chunk's worth of tokens.)
+#[test]
+fn a_source_far_under_a_low_cap_is_not_held_back() {
+    let echo = crackbox_test_support::Echo::start();
+    let register = format!("{CAPPED}=capped:localhost;bandwidth=1KiB/s");
+    let daemon = Daemon::start(&["--allow-private-destinations", "--register", &register]);
+    let mut tunnel = connect_from(CAPPED, daemon.proxy);
+    let target = format!("localhost:{}", echo.addr.port());
+    write!(tunnel, "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").unwrap();
+    assert!(read_head(&mut tunnel).starts_with("HTTP/1.1 200"));
+    tunnel.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    for line in 0..8 {
+        let sent = Instant::now();
+        let text = format!("line {line:08}\n");
+        tunnel.write_all(text.as_bytes()).unwrap();
+        let mut back = vec![0; text.len()];
+        tunnel.read_exact(&mut back).unwrap();
+        assert_eq!(back, text.as_bytes());
+        let took = sent.elapsed();
+        assert!(
+            took < Duration::from_millis(500),
+            "line {line} came back after {took:?}"
+        );
+        // Not synchronisation: the pace of a source far under its cap.
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// More arrived than `old_cap` allows: the change is in force.

@@ -121,7 +121,10 @@ fn query_keys_a_route_does_not_take_and_non_utf8_path_segments_are_json_400s() {
         let (status, answer) = admin(ports.admin, method, path, Some(b"{}"), &[]);
         let error: serde_json::Value = serde_json::from_str(&answer).unwrap_or_default();
         assert_eq!(status, 400, "{path}: {answer}");
-        assert!(error["error"].as_str().is_some_and(|e| e.starts_with("path: ")), "{path}: {answer}");
+        assert!(
+            error["error"].as_str().is_some_and(|e| e.starts_with("path: ")),
+            "{path}: {answer}"
+        );
     }
 }
 

@@ -120,12 +120,20 @@ impl Limiter {
         let burst = nanos(BURST);
         let horizon = nanos(HORIZON);
         let chunk = rate / CHUNKS_PER_SECOND;
-        let bytes = (want as u64).min(chunk.max(MIN_CHUNK)).max(1);
-        let cost = cost(bytes, rate, Rounding::Up);
+        let most = (want as u64).min(chunk.max(MIN_CHUNK)).max(1);
         let lane = self.lane(direction);
         let mut tat = lane.load(Ordering::Relaxed);
         loop {
             let base = tat.max(now);
+            // What the bucket holds now goes at once, though less than a
+            // chunk: a source far under a low cap (a 14-byte line a tenth
+            // of a second under 1 KiB/s) never waits for a chunk's worth.
+            let held = u128::from((now + burst).saturating_sub(base)) * u128::from(rate) / u128::from(NANOS_PER_SECOND);
+            let bytes = match u64::try_from(held) {
+                Ok(held) if held > 0 && held < most => held,
+                _ => most,
+            };
+            let cost = cost(bytes, rate, Rounding::Up);
             let ready = (base + cost).saturating_sub(burst);
             if base > now && ready > now + horizon {
                 return Grant::Retry {
@@ -260,6 +268,35 @@ mod tests {
         limiter.charge(Direction::Down, 10);
         assert_eq!(limiter.up.load(Ordering::Relaxed), 0);
         assert_eq!(limiter.down.load(Ordering::Relaxed), 0);
+    }
+
+    /// Under a cap far below a chunk's worth a second, what the bucket
+    /// holds goes at once: a few bytes at a time never wait; once the
+    /// bucket is empty a chunk (1 KiB) is a second away, as before.
+    #[test]
+    fn what_the_bucket_holds_goes_at_once_under_a_low_cap() {
+        let limiter = capped(1024);
+        let t0 = limiter.epoch + Duration::from_secs(1);
+        for step in 0..10 {
+            let now = t0 + ms(100) * step;
+            match limiter.reserve_at(Direction::Up, 64 << 10, now, 1024) {
+                Grant::Bytes { bytes, wait } => {
+                    assert_eq!(wait, Duration::ZERO, "step {step}");
+                    assert!((14..=102).contains(&bytes), "step {step}: {bytes}");
+                    limiter.refund(Direction::Up, bytes - 14);
+                }
+                other => panic!("step {step}: {other:?}"),
+            }
+        }
+        let later = t0 + Duration::from_secs(5);
+        let Grant::Bytes { bytes: 102, wait } = limiter.reserve_at(Direction::Up, 64 << 10, later, 1024) else {
+            panic!("a full burst, 100 ms at 1 KiB/s");
+        };
+        assert_eq!(wait, Duration::ZERO);
+        match limiter.reserve_at(Direction::Up, 64 << 10, later, 1024) {
+            Grant::Retry { wait } => assert!(wait > ms(890), "{wait:?}"),
+            other => panic!("{other:?}"),
+        }
     }
 
     /// Reservations of 1 MiB each at 10 MiB/s from a fresh bucket: chunks of
