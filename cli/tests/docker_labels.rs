@@ -1,7 +1,7 @@
 //! Docker label registration (`proxy serve --docker`) against the real Docker
 //! engine: containers labelled `io.crackbox.allow` are registered under their
 //! addresses on the networks crackbox shares with them and unregistered when
-//! they stop; reconciliation after a crackbox restart and after the
+//! they stop, and registered when they join a network later; reconciliation after a crackbox restart and after the
 //! connection to Docker is lost; a labelled container's first request is
 //! never denied for a registration still in flight; a container labelled
 //! `io.crackbox.mode=ask` waits for a decision it cannot reach the admin API
@@ -315,6 +315,36 @@ fn stopped_or_disconnected_container_is_unregistered_within_a_second() {
             wait_until(Duration::from_secs(1), || !registered(&ip)),
             "{name} still registered a second after `docker {}`: {}",
             command.join(" "),
+            lab.daemon.get("/v1/state")
+        );
+    }
+}
+
+/// A labelled container that joins a watched network with `docker network
+/// connect` is registered there, though Docker announces the join before
+/// its container list shows it (it stayed unregistered until some other
+/// event came).
+#[test]
+fn a_container_connected_to_a_watched_network_is_registered_within_a_second() {
+    if !docker_ready() {
+        return;
+    }
+    let lab = Lab::start(&[]);
+    let label = format!("io.crackbox.allow={ALLOWED}");
+    let registered = |ip: &str| lab.daemon.get("/v1/state").contains(&format!("\"ip\":\"{ip}\""));
+    for round in 0..3 {
+        let name = unique("agent-join");
+        let first = lab.start_agent(&name, &[&label]);
+        assert!(
+            wait_until(Duration::from_secs(10), || registered(&first)),
+            "{name} never registered"
+        );
+        docker(&["network", "disconnect", &lab.agents, &name]);
+        docker(&["network", "connect", &lab.agents, &name]);
+        let joined = address_on(&name, &lab.agents);
+        assert!(
+            wait_until(Duration::from_secs(1), || registered(&joined)),
+            "round {round}: {name} not registered at {joined} a second after `docker network connect`: {}",
             lab.daemon.get("/v1/state")
         );
     }

@@ -6,7 +6,8 @@
 //! API version negotiated), subscribes to container and network events
 //! first, then reconciles: lists the running labelled containers and makes
 //! the watcher's registrations match them. Every later burst of events is
-//! followed by one more reconciliation, and a lost connection by a new
+//! followed by one more reconciliation (and more, a tenth of a second
+//! apart, while a network arrival is not listed yet), and a lost connection by a new
 //! session (so a Docker restart is reconciled too). Registrations the
 //! watcher did not make are never touched. The engine is told which subnets
 //! the watcher answers for, so a container's first connection waits for its
@@ -14,6 +15,7 @@
 //! the registry holds, so when the registry's set of policies changes the
 //! watcher reconciles again too.
 
+mod arrivals;
 mod departures;
 mod labels;
 mod plan;
@@ -24,6 +26,7 @@ pub use labels::{ALLOW_LABEL, ID_LABEL, ID_PREFIX};
 
 use crate::publisher::EngineLink;
 use crate::registry::Registry;
+use arrivals::Arrivals;
 use bollard::models::{EventMessage, EventMessageTypeEnum};
 use bollard::query_parameters::{EventsOptionsBuilder, ListContainersOptionsBuilder};
 use bollard::Docker;
@@ -36,14 +39,14 @@ use plan::Seen;
 use scope::Source;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How long one Docker API call may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// The event stream is long-lived: only a dead connection ends it.
 const STREAM_TIMEOUT: Duration = Duration::from_secs(365 * 24 * 3600);
 const FIRST_BACKOFF: Duration = Duration::from_millis(200);
-const MAX_BACKOFF: Duration = Duration::from_secs(5);
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
 /// Why the watcher cannot start at all.
 #[derive(Debug, thiserror::Error)]
@@ -62,6 +65,10 @@ pub struct Watcher {
     warned: HashSet<(String, String)>,
     /// Departures the events announced before the container list shows them.
     departures: Departures,
+    /// Arrivals the events announced before the container list shows them.
+    arrivals: Arrivals,
+    /// Whether the last listing missed an arrival: list again soon.
+    awaiting: bool,
     /// The names of the registry's policies at the last reconciliation.
     policy_names: BTreeSet<PolicyName>,
 }
@@ -80,6 +87,8 @@ impl Watcher {
             link,
             warned: HashSet::new(),
             departures: Departures::default(),
+            arrivals: Arrivals::default(),
+            awaiting: false,
             policy_names: BTreeSet::new(),
         })
     }
@@ -123,6 +132,7 @@ impl Watcher {
         // listing: a container that died as dockerd stopped may be running
         // again by now (a restart policy), with no event this session saw.
         self.departures = Departures::default();
+        self.arrivals = Arrivals::default();
         self.reconcile(&docker).await?;
         *reconciled = true;
         let mut generations = self.registry.subscribe();
@@ -141,6 +151,7 @@ impl Watcher {
                         continue;
                     }
                 }
+                () = tokio::time::sleep(arrivals::RECHECK), if self.awaiting => {}
             }
             self.reconcile(&docker).await?;
         }
@@ -168,6 +179,7 @@ impl Watcher {
         };
         if let Some(noted) = noted {
             self.departures.note(noted);
+            self.arrivals.note(noted, Instant::now());
         }
         Ok(())
     }
@@ -185,6 +197,7 @@ impl Watcher {
             .await
             .map_err(|e| format!("listing containers: {e}"))?;
         let mut seen: Vec<Seen> = containers.into_iter().map(seen).collect();
+        self.awaiting = self.arrivals.settle(&seen, Instant::now());
         self.departures.apply(&mut seen);
         let holdings = registrations::holdings(&self.registry);
         let plan = plan::plan(&seen, &scope, &holdings);
