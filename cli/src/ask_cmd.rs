@@ -140,6 +140,7 @@ pub fn decide(args: DecideArgs) -> anyhow::Result<()> {
         decision: answer,
         period: args.period,
         policy,
+        expect: None,
     };
     let answered = match client.decide_with(args.id, &body, args.node.as_deref()) {
         Ok(answered) => answered,

@@ -5,7 +5,8 @@
 //! run has ended instead of "cannot reach a daemon". A request id is never
 //! handed out twice, across a restart of the engine or of the whole daemon,
 //! so a decision meant for a request from before one can never land on a
-//! new request. And every command that prints exits quietly when its
+//! new request; without a state file, where ids begin again, an answer that
+//! says what it expects is refused when the id names another. And every command that prints exits quietly when its
 //! reader is gone (`crackbox presets | head -1`).
 
 use crackbox_client::{blocking, Client, PendingRequest};
@@ -178,6 +179,51 @@ fn a_decision_from_before_a_restart_never_lands_on_a_new_request() {
     assert_eq!(still.iter().map(|p| p.id).collect::<Vec<_>>(), [third.id]);
     let entries = client(again.admin).state().unwrap();
     assert_eq!(entries[0].allowlist.texts(), ["allowed.test"], "nothing was let in");
+}
+
+/// Without a state file a new daemon's ids begin again at 1, so an id
+/// from before a restart can name a new request. An answer that says what
+/// it expects (`"expect"`, which the console sends) is then refused with a
+/// 409 and changes nothing; the same answer for the request it expects
+/// applies.
+#[test]
+fn an_answer_expecting_another_request_than_its_id_names_is_refused() {
+    let port = free_port();
+    let proxy = asking_daemon(&[]);
+    let (_first, before) = held(&proxy, &format!("before.test:{port}"));
+    drop(proxy);
+    let again = asking_daemon(&[]);
+    let (_second, after) = held(&again, &format!("after.test:{port}"));
+    assert_eq!(after.id, before.id, "without a state file the ids begin again");
+    let answer = |expected: &PendingRequest| {
+        let body = serde_json::json!({
+            "decision": "always",
+            "expect": {"ip": expected.ip.to_string(), "sandbox": expected.sandbox, "host": expected.host, "port": expected.port},
+        });
+        crackbox_test_support::http(
+            again.admin,
+            "POST",
+            &format!("/v1/pending/{}", after.id),
+            Some(&body.to_string()),
+            &[],
+        )
+    };
+    let (status, refusal) = answer(&before);
+    assert_eq!(status, 409, "{refusal}");
+    assert!(
+        refusal.contains("asking for after.test") && refusal.contains("nothing was changed"),
+        "{refusal}"
+    );
+    let entries = client(again.admin).state().unwrap();
+    assert_eq!(entries[0].allowlist.texts(), ["allowed.test"], "nothing was let in");
+    assert_eq!(client(again.admin).pending().unwrap().len(), 1, "still pending");
+    let (status, applied) = answer(&after);
+    assert_eq!(status, 200, "{applied}");
+    let entries = client(again.admin).state().unwrap();
+    assert!(
+        entries[0].allowlist.texts().iter().any(|e| e.starts_with("after.test")),
+        "{entries:?}"
+    );
 }
 
 #[test]

@@ -314,6 +314,7 @@ impl Client {
             decision,
             period: None,
             policy: None,
+            expect: None,
         };
         self.post(&format!("/v1/pending/{id}"), &body).await
     }
@@ -337,6 +338,7 @@ impl Client {
             decision: ask::Answer::Always,
             period: Some(period),
             policy: None,
+            expect: None,
         };
         self.post(&format!("/v1/pending/{id}"), &body).await
     }

@@ -72,16 +72,20 @@ export async function checkSecret(candidate) {
 }
 
 /**
- * Decides pending request `id`: once, always or deny; `always` for `period`
- * or into policy `policy` if given; held by fleet node `node` if given
- * (another node's: the answer reaches it through etcd, docs/fleet.md).
+ * Decides pending request `pending` (a GET /v1/pending element): once,
+ * always or deny; `always` for `period` or into policy `policy` if given;
+ * held by fleet node `node` if given (another node's: the answer reaches it
+ * through etcd, docs/fleet.md). The answer says what it expects of the
+ * request, so a page older than the daemon's ids (open across a restart)
+ * gets a 409 instead of answering another request (docs/admin-api.md).
  */
-export function decide(id, decision, { period, policy, node } = {}) {
+export function decide(pending, decision, { period, policy, node } = {}) {
   const body = { decision };
   if (period) body.for = period;
   if (policy) body.policy = policy;
+  body.expect = { ip: pending.ip, sandbox: pending.sandbox, host: pending.host, port: pending.port };
   const query = node ? '?node=' + encodeURIComponent(node) : '';
-  return request('POST', '/v1/pending/' + encodeURIComponent(id) + query, body);
+  return request('POST', '/v1/pending/' + encodeURIComponent(pending.id) + query, body);
 }
 
 /** Removes the grant of `entry` from the registration of `ip`. */

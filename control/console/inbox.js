@@ -245,15 +245,17 @@ async function decideGroups(keys, decision, policy) {
     try {
       const node = request.node && request.node !== ownNode() ? request.node : null;
       const options = { period: decision === 'for' ? chosen : null, policy, node };
-      const answer = await withSecret(() => api.decide(request.id, decision === 'for' ? 'always' : decision, options));
+      const answer = await withSecret(() => api.decide(request, decision === 'for' ? 'always' : decision, options));
       decided += 1;
       fleetList.answered();
       state.pending.delete(pendingKey(request));
       if (answer && answer.grant) grants.push(answer.grant);
     } catch (err) {
-      if (err.status === 404) {
+      if (err.status === 404 || (err.status === 409 && err.message.includes('this answer expects'))) {
+        // Gone, or the id now names another request: the row was stale.
         fleetList.answered();
         state.pending.delete(pendingKey(request));
+        toast('Not decided: ' + err.message, 'error');
       } else {
         toast('Could not decide ' + request.host + ':' + request.port + ' for ' + request.sandbox + ': ' + err.message, 'error');
         break;

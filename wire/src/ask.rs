@@ -73,8 +73,47 @@ pub struct DecideBody {
     /// With `always`: the policy the name joins (`null` is refused).
     #[serde(default, deserialize_with = "given", skip_serializing_if = "Option::is_none")]
     pub policy: Option<crackbox_policy::PolicyName>,
+    /// The request as the answerer saw it (JSON `expect`, `null` refused):
+    /// the answer applies only while the id still names that request.
+    #[serde(default, deserialize_with = "given", skip_serializing_if = "Option::is_none")]
+    pub expect: Option<Expected>,
 }
 crackbox_policy::object_only!(DecideBody, Serialize);
+
+/// What an answer expects of the request its id names: the sandbox, its
+/// address and the host and port asked for. An answer from a view that
+/// outlived its daemon (a console open across a restart, whose ids began
+/// again at 1) is refused rather than landing on another request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Expected {
+    /// The source address.
+    #[serde(with = "crackbox_policy::source_ip_text")]
+    pub ip: IpAddr,
+    /// The source's registration id.
+    pub sandbox: String,
+    /// The host asked for.
+    pub host: String,
+    /// The port asked for.
+    pub port: u16,
+}
+
+impl Expected {
+    /// What `request` is, as an answer to it expects it.
+    pub fn of(request: &PendingRequest) -> Self {
+        Expected {
+            ip: request.ip,
+            sandbox: request.sandbox.clone(),
+            host: request.host.clone(),
+            port: request.port,
+        }
+    }
+
+    /// Whether `request` is the one expected.
+    pub fn matches(&self, request: &PendingRequest) -> bool {
+        *self == Expected::of(request)
+    }
+}
 
 /// A field that is present holds a value (`null` is refused).
 fn given<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(deserializer: D) -> Result<Option<T>, D::Error> {

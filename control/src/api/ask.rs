@@ -31,7 +31,7 @@ use crackbox_policy::grant::Period;
 use crackbox_policy::reason::Layer;
 use crackbox_policy::PolicyName;
 use crackbox_wire::ask::{always_entry, Answer, DecideBody, DecidedRequest, PendingAnswer, PendingId, Settlement};
-use crackbox_wire::ask::{DecideAnswer, Grant};
+use crackbox_wire::ask::{DecideAnswer, Expected, Grant};
 use serde::{Deserialize, Serialize};
 
 /// Query of `GET /v1/pending` and `POST /v1/pending/{id}`.
@@ -142,6 +142,9 @@ pub async fn answer(state: &AppState, id: PendingId, body: DecideBody) -> Result
         ));
     };
     check_shape(&body)?;
+    if let Some(expected) = &body.expect {
+        check_expected(state, id, expected).await?;
+    }
     let decided = match (body.decision, body.policy, body.period) {
         (Answer::Always, None, period) => return always(state, id, period).await,
         (Answer::Always, Some(policy), _) => always_for_policy(state, id, policy).await?,
@@ -166,6 +169,35 @@ fn check_shape(body: &DecideBody) -> Result<(), ApiError> {
         (_, None, None) => return Ok(()),
     };
     Err(ApiError::bad_request(refusal))
+}
+
+/// 409 when request `id` is pending but is not the one `expected` (the
+/// answer came from a view older than this daemon's ids); 404 when it is
+/// not pending.
+async fn check_expected(state: &AppState, id: PendingId, expected: &Expected) -> Result<(), ApiError> {
+    let pending = state.link.pending(ENGINE_REQUEST_TIMEOUT).await?;
+    let request = pending
+        .iter()
+        .find(|request| request.id == id)
+        .ok_or_else(|| not_pending(state, id))?;
+    if expected.matches(request) {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        StatusCode::CONFLICT,
+        format!(
+            "request {id} is now {} ({}) asking for {}:{}, not the {} ({}) asking for {}:{} this answer expects \
+             (its view is older than the daemon's ids): nothing was changed",
+            request.sandbox,
+            request.ip,
+            request.host,
+            request.port,
+            expected.sandbox,
+            expected.ip,
+            expected.host,
+            expected.port
+        ),
+    ))
 }
 
 /// 404 for this node's request `id`, which is not pending: what became of it.
