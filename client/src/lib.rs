@@ -41,7 +41,7 @@ pub use crackbox_policy::grant::Period;
 pub use crackbox_policy::reason::{Layer, Reason};
 pub use crackbox_policy::{Allowlist, Bandwidth, Mode, PolicyName, PolicySpec, RegistrationSpec};
 pub use crackbox_wire::admin::{BulkAnswer, Health, HealthAnswer, PolicyRemoved};
-pub use crackbox_wire::ask::{Answer, DecideBody, DecidedRequest, PendingId, PendingRequest, Settlement};
+pub use crackbox_wire::ask::{Answer, DecideBody, DecidedRequest, Expected, PendingId, PendingRequest, Settlement};
 use crackbox_wire::ask::{DecideAnswer, Grant};
 pub use crackbox_wire::link::{Denial, SourceUsage};
 pub use error::Error;
