@@ -84,6 +84,8 @@ fn malformed_bodies_are_4xx_and_leave_the_state_unchanged() {
         r#"{"ip":"127.0.0.5","id":"x","allowlist":["a.test"],"role":"admin"}"#.into(),
         r#"{"ip":"127.0.0.5","id":"x","allowlist":["a.test"]} trailing"#.into(),
         r#"{"ip":"127.0.0.5","id":"x","allowlist":["*"]}"#.into(),
+        r#"{"ip":"127.0.0.5","id":"age\u200bnt","allowlist":["a.test"]}"#.into(),
+        r#"{"ip":"127.0.0.5","id":"\u202etnega","allowlist":["a.test"]}"#.into(),
         huge,
     ];
     for body in &bodies {
@@ -92,7 +94,7 @@ fn malformed_bodies_are_4xx_and_leave_the_state_unchanged() {
         let error: serde_json::Value = serde_json::from_str(&answer).unwrap();
         assert!(error["error"].is_string(), "{answer}");
     }
-    let (status, _) = admin(ports.admin, "POST", "/v1/register", Some(bodies[10].as_bytes()), &[]);
+    let (status, _) = admin(ports.admin, "POST", "/v1/register", Some(bodies[12].as_bytes()), &[]);
     assert_eq!(status, 413);
     assert_eq!(ports.state(), before);
 }

@@ -310,6 +310,32 @@ pub enum IdError {
     /// The id has a control character.
     #[error("must not contain control characters")]
     Control,
+    /// The id has a character that shows nothing or turns the text around
+    /// (zero-width, bidirectional controls): it could look like another id.
+    #[error("must not contain invisible or direction-changing characters (U+{0:04X})")]
+    Invisible(u32),
+}
+
+/// Whether `c` shows nothing or changes the direction of the text around
+/// it: zero-width spaces and joiners, bidirectional marks, embeddings,
+/// overrides and isolates, the soft hyphen, word joiners and the byte order
+/// mark. An id holding one could pass for another on a screen.
+fn is_invisible(c: char) -> bool {
+    matches!(
+        c,
+        '\u{00AD}'
+            | '\u{061C}'
+            | '\u{115F}'
+            | '\u{1160}'
+            | '\u{180E}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{202A}'..='\u{202E}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{206F}'
+            | '\u{3164}'
+            | '\u{FEFF}'
+            | '\u{FFA0}'
+    )
 }
 
 impl SandboxId {
@@ -323,6 +349,9 @@ impl SandboxId {
         }
         if id.chars().any(char::is_control) {
             return Err(IdError::Control);
+        }
+        if let Some(c) = id.chars().find(|c| is_invisible(*c)) {
+            return Err(IdError::Invisible(u32::from(c)));
         }
         Ok(SandboxId(id.into()))
     }

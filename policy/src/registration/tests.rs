@@ -45,6 +45,26 @@ fn invalid_specs_name_the_field_from_text_and_from_json() {
 }
 
 #[test]
+fn ids_that_could_pass_for_another_are_refused() {
+    for id in [
+        "agent\u{202e}gnp.exe",
+        "\u{202e}tnega\u{202c}",
+        "age\u{200b}nt",
+        "\u{feff}agent",
+        "a\u{2066}b",
+    ] {
+        let err = SandboxId::parse(id).unwrap_err().to_string();
+        assert!(
+            err.starts_with("must not contain invisible or direction-changing characters"),
+            "{id:?}: {err}"
+        );
+    }
+    for id in ["agent-1", "构建", "ci.job_7", "Ünïcödé"] {
+        assert!(SandboxId::parse(id).is_ok(), "{id:?}");
+    }
+}
+
+#[test]
 fn the_cap_is_optional_in_json_and_checked_where_it_enters() {
     let capped = body(r#"{"ip":"10.0.0.2","id":"a","allowlist":[],"bandwidth":10485760}"#).unwrap();
     assert_eq!(capped.bandwidth, Some(Bandwidth::new(10 << 20).unwrap()));
