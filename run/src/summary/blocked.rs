@@ -134,12 +134,13 @@ fn destination(denial: &Denial) -> String {
 }
 
 /// The destination a denial names, as an allowlist entry would: lower
-/// case, a DNS question's trailing dot dropped (its port 53 is the
-/// resolver's, not the destination's), and the port only when it is
-/// neither 80 nor 443.
+/// case, a trailing dot dropped, and the port only when it is neither 80
+/// nor 443 — nor that of a DNS question (a name with its trailing dot on
+/// port 53: the port is the resolver's, not the destination's). A name
+/// written with a trailing dot in a CONNECT or URL keeps its port.
 fn entry(denial: &Denial) -> String {
     let (host, asked_by_dns) = match denial.host.strip_suffix('.') {
-        Some(name) => (name, true),
+        Some(name) => (name, denial.port == 53),
         None => (denial.host.as_str(), false),
     };
     let host = host.to_ascii_lowercase();
@@ -210,6 +211,15 @@ mod tests {
                 // What was refused for real is not learned.
                 &[("inner.test", 443, true), ("out.test", 443, false)],
                 &["out.test"],
+            ),
+            (
+                // A trailing dot in a CONNECT or URL: the port stays.
+                &[
+                    ("EVIL.test.", 43080, false),
+                    ("sub.evil.test.", 43443, false),
+                    ("plain.test.", 443, false),
+                ],
+                &["evil.test:43080", "plain.test", "sub.evil.test:43443"],
             ),
         ];
         for (records, want) in cases {
