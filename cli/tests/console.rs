@@ -3,13 +3,15 @@
 //! shows in the inbox within a second; once lets it through and the row
 //! leaves; always puts the name on the sandbox's page with its source; a
 //! one-minute grant shows its expiry and its tunnel closes when it ends;
-//! three selected are denied at once; the keyboard, the filter and undo.
+//! three selected are denied at once; the keyboard, the filter and undo; a
+//! sandbox's page shows what its named policies give it, and a long name
+//! keeps the answer buttons in view.
 //! Skipped where Chromium is not installed, unless CRACKBOX_REQUIRE_BROWSER=1.
 
 mod console_support;
 
 use console_support::{answered, client, wait_pending, Console, ASKER, SHOWN};
-use crackbox_test_support::{closed_within, echo_round, Echo};
+use crackbox_test_support::{closed_within, echo_round, wait_until, Echo};
 use std::time::{Duration, Instant};
 
 #[test]
@@ -164,4 +166,58 @@ fn three_selected_are_denied_at_once_and_the_keyboard_filter_and_undo_work() {
         .browser
         .page_text()
         .contains("Grant removed")));
+}
+
+/// A sandbox's page shows what the named policies it takes give it: the
+/// mode and cap it works with, marked as theirs, and their entries; and a
+/// very long name in the inbox wraps instead of pushing its end and the
+/// answer buttons out of the window.
+#[test]
+fn a_sandbox_page_shows_its_policies_and_a_long_name_keeps_the_buttons_in_view() {
+    let Some(console) = Console::start("console policies", "agent-p", &[], &[]) else {
+        return;
+    };
+    let admin = console.daemon.admin;
+    let policy = r#"{"allow":["other.test"],"deny":["bad.other.test"],"mode":"report","bandwidth":2048}"#;
+    let (status, answer) = crackbox_test_support::http(admin, "PUT", "/v1/policies/loose", Some(policy), &[]);
+    assert_eq!(status, 200, "{answer}");
+    let body = r#"{"ip":"127.0.0.20","id":"pol-report","allowlist":["allowed.test"],"policies":["loose"]}"#;
+    let (status, answer) = crackbox_test_support::http(admin, "POST", "/v1/register", Some(body), &[]);
+    assert_eq!(status, 200, "{answer}");
+    console.open("#/sandbox/pol-report");
+    let facts = || {
+        let facts = console.browser.wait_for("dl.facts", SHOWN);
+        console.browser.text(&facts).unwrap_or_default()
+    };
+    let shown =
+        |text: &str| text.contains("report (policy loose)") && text.contains("2.0 KiB/s each way (policy loose)");
+    assert!(wait_until(SHOWN, || shown(&facts())), "{}", facts());
+    for (table, entry) in [("allow", "other.test"), ("deny", "bad.other.test")] {
+        let row = console
+            .browser
+            .wait_for(&format!("table.{table} tr[data-entry=\"{entry}\"]"), SHOWN);
+        let text = console.browser.text(&row).unwrap_or_default();
+        assert!(text.contains("policy loose"), "{table} {entry}: {text}");
+    }
+
+    let long = format!(
+        "{}.pypi.org.evil.test:443",
+        ["a".repeat(60), "b".repeat(60), "c".repeat(60)].join(".")
+    );
+    let _held = console.hold(&long);
+    console.open("");
+    let always = format!("{} button[data-act=\"always\"]", Console::row(&long));
+    console.browser.wait_for(&always, SHOWN);
+    let script = "const button = document.querySelector(arguments[0]); \
+                  const cell = button.closest('tr').querySelector('td.target'); \
+                  return [button.getBoundingClientRect().right, cell.getBoundingClientRect().right, window.innerWidth];";
+    let edges = console.browser.execute(script, serde_json::json!([always]));
+    let edge = |i: usize| edges[i].as_f64().unwrap_or(f64::MAX);
+    assert!(
+        edge(0) <= edge(2) && edge(1) <= edge(2),
+        "the Always button ends at {} and the name at {}, the window at {}",
+        edge(0),
+        edge(1),
+        edge(2)
+    );
 }

@@ -155,6 +155,9 @@ function update(tr, group, now) {
   cell('sandbox').lastChild.textContent = [...group.ips].join(', ');
   if (ui.fleet) cell('node').textContent = group.node;
   cell('target').textContent = group.target;
+  cell('target').title = group.target;
+  const entry = group.port === 80 || group.port === 443 ? group.host : group.target;
+  tr.querySelector('button.act.always').title = 'always: adds ' + entry + ', which also covers its subdomains' + (entry === group.host ? ' on every port' : '');
   cell('held').textContent = String(group.held);
   cell('age').textContent = duration(now - group.since);
   const left = group.since + timeout - now;
@@ -266,7 +269,8 @@ async function decideGroups(keys, decision, policy) {
   changed();
   if (!decided) return;
   const word = policy ? 'allowed always in policy ' + policy : { once: 'allowed once', for: 'allowed for ' + chosen, always: 'allowed always', deny: 'denied' }[decision];
-  const text = decided === 1 ? requests[0].host + ':' + requests[0].port + ' ' + word : decided + ' requests ' + word;
+  const one = grants.length === 1 ? grants[0].entry + ' ' + word + ' (its subdomains too)' : requests[0].host + ':' + requests[0].port + ' ' + word;
+  const text = decided === 1 ? one : decided + ' requests ' + word;
   const undo = grants.length ? { label: 'Undo', run: () => revokeAll(grants) } : null;
   toast(text, 'info', undo);
 }

@@ -1,11 +1,12 @@
 // One sandbox's page: per address, its allow and deny entries with where
-// each came from (how it was registered, a preset, a file, an ask answer)
-// and when a grant expires; a grant can be revoked from here.
+// each came from (how it was registered, a preset, a file, an ask answer,
+// a named policy it takes) and when a grant expires, and the mode and cap
+// it works with (its own, or its policies'); a grant can be revoked from here.
 
 import * as api from './api.js';
 import { withSecret } from './auth.js';
 import { bytes, clock, duration, h, replace } from './dom.js';
-import { registrationsOf, state } from './store.js';
+import { made, registrationsOf, state } from './store.js';
 import { toast } from './toast.js';
 
 const ORIGINS = { api: 'API', label: 'Docker label', config: 'config (--register)', run: 'crackbox run' };
@@ -36,8 +37,15 @@ async function revoke(spec, entry) {
   }
 }
 
-function entries(spec, list, kind, now) {
-  if (!list.length) return h('p', { class: 'empty' }, kind === 'allow' ? 'No allow entry: everything is denied (or asked).' : 'No deny entry.');
+/** The `kind` entries (allow or deny) of `spec` and of the named policies it takes, each with where it came from. */
+function rowsOf(spec, kind) {
+  const own = (kind === 'allow' ? spec.allowlist : spec.deny || []).map((entry) => ({ entry, from: source(spec, entry), own: true }));
+  const named = made(spec).named.flatMap((policy) => (policy[kind] || []).map((entry) => ({ entry, from: 'policy ' + policy.name, own: false })));
+  return own.concat(named);
+}
+
+function entries(spec, rows, kind, now) {
+  if (!rows.length) return h('p', { class: 'empty' }, kind === 'allow' ? 'No allow entry: everything is denied (or asked).' : 'No deny entry.');
   return h(
     'table',
     { class: 'grid entries ' + kind, dataset: { ip: spec.ip } },
@@ -45,15 +53,15 @@ function entries(spec, list, kind, now) {
     h(
       'tbody',
       {},
-      list.map((entry) => {
-        const grant = ((spec.origins || {})[entry] || {}).from === 'ask';
+      rows.map(({ entry, from, own }) => {
+        const grant = own && ((spec.origins || {})[entry] || {}).from === 'ask';
         return h(
           'tr',
-          { dataset: { entry } },
+          { dataset: { entry, own: own ? 'yes' : 'no' } },
           h('td', { class: 'entry' }, entry),
-          h('td', { class: 'source' }, source(spec, entry)),
+          h('td', { class: 'source' }, from),
           kind === 'allow'
-            ? [h('td', { class: 'expires' }, expiry(spec, entry, now)), h('td', {}, grant ? h('button', { type: 'button', class: 'revoke', onclick: () => revoke(spec, entry) }, 'Revoke') : '')]
+            ? [h('td', { class: 'expires' }, own ? expiry(spec, entry, now) : ''), h('td', {}, grant ? h('button', { type: 'button', class: 'revoke', onclick: () => revoke(spec, entry) }, 'Revoke') : '')]
             : [],
         );
       }),
@@ -63,12 +71,15 @@ function entries(spec, list, kind, now) {
 
 function facts(spec) {
   const usage = state.usage.get(spec.ip);
+  const { mode, cap } = made(spec);
+  const from = (given) => (given.from ? ' (policy ' + given.from + ')' : '');
   const rows = [
     ['Address', spec.ip],
-    ['Mode', spec.mode || 'enforce'],
+    ['Mode', mode.value + from(mode)],
     ['Registered by', ORIGINS[spec.origin || 'api']],
-    ['Cap', spec.bandwidth ? bytes(spec.bandwidth) + '/s each way' : 'none'],
+    ['Cap', cap ? bytes(cap.value) + '/s each way' + from(cap) : 'none'],
   ];
+  if ((spec.policies || []).length) rows.push(['Policies', spec.policies.join(', ')]);
   if (usage) {
     rows.push(['Moved', bytes(usage.bytes_up) + ' up, ' + bytes(usage.bytes_down) + ' down']);
     rows.push(['Now', bytes(usage.rate_up || 0) + '/s up, ' + bytes(usage.rate_down || 0) + '/s down, ' + usage.connections + ' open']);
@@ -82,16 +93,16 @@ function registration(spec, now) {
     { class: 'registration', dataset: { ip: spec.ip } },
     h('dl', { class: 'facts' }, facts(spec)),
     h('h3', {}, 'Allowed'),
-    entries(spec, spec.allowlist, 'allow', now),
+    entries(spec, rowsOf(spec, 'allow'), 'allow', now),
     h('h3', {}, 'Denied'),
-    entries(spec, spec.deny || [], 'deny', now),
+    entries(spec, rowsOf(spec, 'deny'), 'deny', now),
   );
 }
 
 function recent(id) {
   const denials = state.denials.filter((denial) => denial.id === id).slice(-20).reverse();
   return denials.length
-    ? h('ul', { class: 'denials' }, denials.map((d) => h('li', {}, clock(d.time_ms) + '  ' + d.host + ':' + d.port + '  ' + d.reason)))
+    ? h('ul', { class: 'denials' }, denials.map((d) => h('li', { class: d.enforced === false ? 'reported' : '' }, clock(d.time_ms) + '  ' + d.host + ':' + d.port + '  ' + d.reason + (d.enforced === false ? '  (let through: report mode)' : ''))))
     : h('p', { class: 'empty' }, 'None recently.');
 }
 
@@ -102,13 +113,13 @@ let built = { view: null, id: null, specs: '' };
 export function render(view, id) {
   const specs = registrationsOf(id);
   const now = Date.now();
-  const signature = JSON.stringify(specs);
+  const signature = JSON.stringify(specs) + JSON.stringify(specs.flatMap((spec) => made(spec).named));
   if (built.view === view && built.id === id && built.specs === signature && view.querySelector('section.sandbox')) {
     for (const section of view.querySelectorAll('section.registration')) {
       const spec = specs.find((s) => s.ip === section.dataset.ip);
       if (!spec) continue;
       replace(section.querySelector('dl.facts'), facts(spec));
-      for (const tr of section.querySelectorAll('table.allow tbody tr')) {
+      for (const tr of section.querySelectorAll('table.allow tbody tr[data-own="yes"]')) {
         tr.querySelector('td.expires').textContent = expiry(spec, tr.dataset.entry, now);
       }
     }

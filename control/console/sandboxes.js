@@ -3,7 +3,7 @@
 // denials, and how close it runs to its bandwidth cap); sortable, filterable.
 
 import { bytes, h, matches, replace, sandboxHref } from './dom.js';
-import { changed, state } from './store.js';
+import { changed, made, state } from './store.js';
 
 const COLUMNS = [
   ['id', 'Sandbox', 'text'],
@@ -31,7 +31,7 @@ export function sandboxes() {
       byId.set(spec.id, sandbox);
     }
     sandbox.ips.push(spec.ip);
-    sandbox.modes.add(spec.mode || 'enforce');
+    sandbox.modes.add(made(spec).mode.value);
     sandbox.origins.add(spec.origin || 'api');
     sandbox.entries = Math.max(sandbox.entries, spec.allowlist.length);
     const usage = state.usage.get(spec.ip);

@@ -16,6 +16,7 @@ export const state = {
   loaded: false,
   decided: [], // the last requests decided, newest last: {request, decision}
   fleetError: '', // on a fleet node: why the other nodes' requests could not be listed
+  policies: new Map(), // name -> named policy (GET /v1/policies element)
 };
 
 const listeners = new Set();
@@ -38,13 +39,15 @@ export function changed() {
 
 /** Fetches every snapshot and replaces what the page knew. */
 export async function load() {
-  const [registrations, pending, usage, denials, status] = await Promise.all([
+  const [registrations, pending, usage, denials, status, policies] = await Promise.all([
     get('/v1/state'),
     get('/v1/pending').catch(() => ({ pending: [] })),
     get('/v1/usage').catch(() => []),
     get('/v1/denials?limit=200').catch(() => []),
     get('/v1/status'),
+    get('/v1/policies').catch(() => ({ policies: [] })),
   ]);
+  state.policies = new Map(policies.policies.map((policy) => [policy.name, policy]));
   state.registrations = new Map(registrations.map((spec) => [spec.ip, spec]));
   // Other fleet nodes' requests come from the fleet's list (fleet.js), not from these.
   const others = [...state.pending].filter(([key]) => typeof key === 'string');
@@ -104,12 +107,45 @@ export function apply(name, data) {
       seam(data.denials);
       break;
     case 'status':
+      // A policy changed moves the registry's generation: read them again.
+      if (state.status && state.status.generation !== data.generation) refreshPolicies();
       state.status = data;
       break;
     default:
       return;
   }
   changed();
+}
+
+/** Reads the named policies again; the page keeps what it had when they cannot be read. */
+async function refreshPolicies() {
+  try {
+    const answer = await get('/v1/policies');
+    state.policies = new Map(answer.policies.map((policy) => [policy.name, policy]));
+    changed();
+  } catch (_) {
+    // Kept as they were: the next generation reads them again.
+  }
+}
+
+/** How strict a mode is: a registration without its own takes its policies' strictest. */
+const STRICTNESS = { report: 0, ask: 1, enforce: 2 };
+
+/**
+ * What registration `spec` works with, its named policies included
+ * (docs/policy.md, "Named policies"): its own mode and cap, else the
+ * strictest mode and the smallest cap its policies give (`from`: the
+ * policy's name, '' for its own), and the policies it names that exist.
+ */
+export function made(spec) {
+  const named = (spec.policies || []).map((name) => state.policies.get(name)).filter(Boolean);
+  let mode = spec.mode ? { value: spec.mode, from: '' } : null;
+  let cap = spec.bandwidth ? { value: spec.bandwidth, from: '' } : null;
+  for (const policy of named) {
+    if (!spec.mode && policy.mode && (!mode || STRICTNESS[policy.mode] > STRICTNESS[mode.value])) mode = { value: policy.mode, from: policy.name };
+    if (!spec.bandwidth && policy.bandwidth && (!cap || policy.bandwidth < cap.value)) cap = { value: policy.bandwidth, from: policy.name };
+  }
+  return { mode: mode || { value: 'enforce', from: '' }, cap, named };
 }
 
 /** Keeps a usage record with its rates since the previous one. */
