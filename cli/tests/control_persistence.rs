@@ -1,10 +1,14 @@
 //! `proxy serve` as a process: the state file survives kill -9, bad state
-//! files start empty (copied aside first), a failed write is refused, the engine child is
-//! supervised and never outlives `serve`.
+//! files start empty (copied aside first), one that cannot be copied aside
+//! refuses start-up, a failed write is refused,
+//! the engine child is supervised and never outlives `serve`.
 
 use crackbox_test_support::Upstream;
-use crackbox_test_support::{alive, wait_until, Ports};
+use crackbox_test_support::{alive, binary, isolated, root_or_skip, wait_until, Ports, Spawned};
 use serde_json::json;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::Duration;
 
 fn state_flag(dir: &std::path::Path) -> String {
@@ -131,4 +135,56 @@ fn serve_restarts_a_dead_engine_and_stops_it_on_sigterm() {
     let status = serve.terminate();
     assert!(status.success(), "{status:?}");
     assert!(!alive(second), "the engine stops with serve");
+}
+
+/// Runs `serve` (a `proxy serve` command) with its stderr in `dir`: its exit
+/// status if it exits within 20 s (else `None`; it is stopped) and its stderr.
+fn exit_of(serve: &mut Command, dir: &Path) -> (Option<ExitStatus>, String) {
+    let log = dir.join("serve.stderr");
+    let mut serve = Spawned::start(serve.stdout(Stdio::null()).stderr(std::fs::File::create(&log).unwrap()));
+    let mut status = None;
+    wait_until(Duration::from_secs(20), || {
+        status = serve.exited();
+        status.is_some()
+    });
+    drop(serve);
+    (status, std::fs::read_to_string(log).unwrap())
+}
+
+#[test]
+fn a_state_file_that_cannot_be_read_nor_copied_aside_refuses_start_up() {
+    if !root_or_skip("serve as nobody beside a state file only root can read") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // nobody may write the directory (the rewrite that lost the file could)
+    // but not read the file, so the copy aside fails too.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let state = state_flag(dir.path());
+    let entries: Vec<_> = (1..=20)
+        .map(|n| json!({"ip": format!("10.0.0.{n}"), "id": format!("e{n}"), "allowlist": ["a.test"]}))
+        .collect();
+    let saved = serde_json::to_vec(&json!({"version": 1, "entries": entries})).unwrap();
+    std::fs::write(&state, &saved).unwrap();
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let ports = Ports::fresh();
+    let mut serve = Command::new("setpriv");
+    serve
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(binary())
+        .args(["proxy", "serve"])
+        .args(ports.flags())
+        .args(["--state", &state]);
+    isolated(&mut serve).env("TMPDIR", dir.path());
+    let (status, stderr) = exit_of(&mut serve, dir.path());
+    assert!(status.is_some_and(|status| !status.success()), "{status:?}: {stderr}");
+    let line = stderr.lines().find(|line| line.contains("refusing to start"));
+    let line = line.unwrap_or_else(|| panic!("no refusal: {stderr}"));
+    assert!(line.contains(&state), "{line}");
+    assert_eq!(
+        line.matches("Permission denied").count(),
+        2,
+        "the read's and the copy's: {line}"
+    );
+    assert_eq!(std::fs::read(&state).unwrap(), saved, "the 20 entries are still there");
 }

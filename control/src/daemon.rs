@@ -3,7 +3,7 @@
 use crate::api::{self, AppState};
 use crate::fleet::{FirstRead, Fleet};
 use crate::publisher::{self, EngineLink};
-use crate::registry::{Refusal, Registry, Seeds, Synced};
+use crate::registry::{LoadError, Refusal, Registry, Seeds, Synced};
 use crate::supervisor::Supervisor;
 use anyhow::Context;
 use crackbox_config::{handoff, ProxyArgs, Settings};
@@ -98,9 +98,12 @@ async fn run_async(settings: Settings, mode: Mode) -> anyhow::Result<()> {
         policies: settings.policies.clone(),
         registrations: settings.seeds.clone(),
     };
-    let registry = Registry::load(settings.state_path.clone(), seeds).map_err(|refusal| {
-        let file = settings.config_file.as_deref();
-        seed_refused(refusal, settings.fleet.is_some(), first_read.as_ref(), file)
+    let registry = Registry::load(settings.state_path.clone(), seeds).map_err(|err| match err {
+        LoadError::Refused(refusal) => {
+            let file = settings.config_file.as_deref();
+            seed_refused(refusal, settings.fleet.is_some(), first_read.as_ref(), file)
+        }
+        LoadError::State(refused) => anyhow::Error::new(refused),
     })?;
     let registry = Arc::new(registry);
     let fleet = settings

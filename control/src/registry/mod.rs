@@ -26,7 +26,7 @@ mod log;
 
 pub use log::{Delta, Update};
 
-use crate::store::{Contents, Entries, Policies, Store, StoreError};
+use crate::store::{Contents, Entries, OpenError, Policies, Store, StoreError};
 use crackbox_policy::{AllowEntry, Effective, Generation, Mode, PolicyName, PolicySpec, RegistrationSpec, SandboxId};
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -279,6 +279,17 @@ pub enum Refusal {
     NoSuchPolicy(PolicyName),
 }
 
+/// Why the registry could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The seeds were refused.
+    #[error(transparent)]
+    Refused(#[from] Refusal),
+    /// The state file was refused.
+    #[error(transparent)]
+    State(#[from] OpenError),
+}
+
 /// Why a change was not applied.
 #[derive(Debug, thiserror::Error)]
 pub enum ApplyError {
@@ -339,12 +350,13 @@ impl Registry {
     /// Starts from the state file (if any) with `seeds` replacing policies
     /// and entries of the same name or address (persisted like any change);
     /// publishes generation 1. A seed registration naming a policy that
-    /// neither the seeds nor the state file hold is refused.
-    pub fn load(state_path: Option<PathBuf>, seeds: impl Into<Seeds>) -> Result<Self, Refusal> {
+    /// neither the seeds nor the state file hold is refused, and so is a
+    /// state file that [`Store::open`] refuses.
+    pub fn load(state_path: Option<PathBuf>, seeds: impl Into<Seeds>) -> Result<Self, LoadError> {
         let seeds = seeds.into();
         let (mut store, mut contents) = match state_path.clone() {
             Some(path) => {
-                let (store, contents) = Store::open(path);
+                let (store, contents) = Store::open(path)?;
                 (Some(store), contents)
             }
             None => (None, Contents::default()),

@@ -11,11 +11,13 @@
 //! dropped with a warning, and nothing on disk ever blocks start-up: a
 //! missing, unreadable or corrupt snapshot is an empty registry and a warning,
 //! and the next commit rewrites the snapshot whole. A file start-up could not
-//! use in full (a corrupt snapshot with its journals, one with entries it
-//! skipped, a corrupt journal) is
+//! use in full (a corrupt or unreadable snapshot with its journals, one with
+//! entries it skipped, a corrupt journal) is
 //! first copied aside as `FILE.unusable-SECONDS`, so a repair by hand loses
-//! nothing. Blocking I/O: call it from a dedicated thread, never from the
-//! data path.
+//! nothing; when that copy fails, start-up is refused ([`OpenError`])
+//! rather than overwrite it (docs/operations.md, "The state file and
+//! journal"). Blocking I/O: call
+//! it from a dedicated thread, never from the data path.
 
 mod journal;
 mod snapshot;
@@ -79,6 +81,27 @@ pub struct StoreError {
     pub source: std::io::Error,
 }
 
+/// Why start-up refuses the state file: using it would overwrite what is in
+/// it.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// A file start-up could not use in full could not be copied aside.
+    #[error(
+        "state file {path}: {unusable}, and it cannot be copied aside to {copy}: {copy_error}; refusing to start \
+         rather than overwrite it (make it readable or move it away)"
+    )]
+    NotKept {
+        /// The file.
+        path: PathBuf,
+        /// Why start-up could not use it.
+        unusable: String,
+        /// The copy's path.
+        copy: PathBuf,
+        /// Why the copy failed (in the message: one line, no error chain).
+        copy_error: std::io::Error,
+    },
+}
+
 /// The registry's state file and journal, open for commits.
 #[derive(Debug)]
 pub struct Store {
@@ -103,8 +126,8 @@ struct Loaded {
     journal_len: u64,
     needs_rewrite: bool,
     /// Files start-up could not use in full, which the next rewrite (or
-    /// the journal's reopening) would overwrite.
-    unusable: Vec<PathBuf>,
+    /// the journal's reopening) would overwrite, each with why.
+    unusable: Vec<(PathBuf, String)>,
 }
 
 /// Reads the saved registrations (snapshot + journal) without changing any
@@ -120,11 +143,12 @@ pub fn read(path: &Path) -> Vec<RegistrationSpec> {
 
 impl Store {
     /// Opens the state at `path`: the saved contents and a store to commit
-    /// to. Never fails; problems are logged.
-    pub fn open(path: PathBuf) -> (Store, Contents) {
+    /// to. What it cannot use is logged and skipped; it fails only when that
+    /// would lose a file ([`OpenError`]).
+    pub fn open(path: PathBuf) -> Result<(Store, Contents), OpenError> {
         let loaded = load(&path);
-        for file in &loaded.unusable {
-            keep_aside(file);
+        for (file, why) in &loaded.unusable {
+            keep_aside(file, why)?;
         }
         let journal = match Journal::open(journal_path(&path), loaded.journal_len) {
             Ok(journal) => Some(journal),
@@ -142,7 +166,7 @@ impl Store {
             ask_ids_through: loaded.contents.ask_ids_through,
             compaction: None,
         };
-        (store, loaded.contents)
+        Ok((store, loaded.contents))
     }
 
     /// The state file path.
@@ -269,19 +293,24 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
 
 /// Copies `file`, which start-up could not use in full, to
 /// `FILE.unusable-SECONDS` (its time in Unix seconds) before anything
-/// overwrites it, so nothing in it is lost to a repair by hand.
-fn keep_aside(file: &Path) {
+/// overwrites it, so nothing in it is lost to a repair by hand; `why`
+/// start-up could not use it names it in the error when the copy fails.
+fn keep_aside(file: &Path, why: &str) -> Result<(), OpenError> {
     let seconds = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |since| since.as_secs());
     let copy = with_suffix(file, &format!(".unusable-{seconds}"));
     match std::fs::copy(file, &copy) {
         Ok(_) => {
-            tracing::warn!(path = %file.display(), copy = %copy.display(), "kept a copy of the unusable state file")
+            tracing::warn!(path = %file.display(), copy = %copy.display(), "kept a copy of the unusable state file");
+            Ok(())
         }
-        Err(err) => {
-            tracing::warn!(path = %file.display(), error = %err, "cannot keep a copy of the unusable state file")
-        }
+        Err(copy_error) => Err(OpenError::NotKept {
+            path: file.to_path_buf(),
+            unusable: why.to_string(),
+            copy,
+            copy_error,
+        }),
     }
 }
 
@@ -310,7 +339,8 @@ fn load(path: &Path) -> Loaded {
                 loaded.needs_rewrite = true;
             }
             if !saved.skipped.is_empty() {
-                loaded.unusable.push(path.to_path_buf());
+                let why = format!("{} invalid entries skipped", saved.skipped.len());
+                loaded.unusable.push((path.to_path_buf(), why));
             }
         }
         Ok(None) => {
@@ -321,8 +351,10 @@ fn load(path: &Path) -> Loaded {
             tracing::warn!(path = %shown, error = %err, "state file not usable, starting with an empty registry");
             loaded.needs_rewrite = true;
             // The journals extend a snapshot that is lost: kept too.
+            let why = format!("not usable ({err})");
             let files = [path.to_path_buf(), old_journal_path(path), journal_path(path)];
-            loaded.unusable.extend(files.into_iter().filter(|file| file.is_file()));
+            let kept = files.into_iter().filter(|file| file.is_file());
+            loaded.unusable.extend(kept.map(|file| (file, why.clone())));
             return loaded;
         }
     }
@@ -333,7 +365,7 @@ fn load(path: &Path) -> Loaded {
             Err(err) => {
                 tracing::warn!(path = %file.display(), error = %err, "state journal unreadable, its changes are lost");
                 loaded.needs_rewrite = true;
-                loaded.unusable.push(file);
+                loaded.unusable.push((file, format!("unreadable ({err})")));
                 continue;
             }
         };
@@ -343,7 +375,9 @@ fn load(path: &Path) -> Loaded {
             } else {
                 tracing::warn!(path = %file.display(), bytes = replay.dropped, "state journal corrupt, dropped everything after its last good record");
                 loaded.needs_rewrite = true;
-                loaded.unusable.push(file.clone());
+                loaded
+                    .unusable
+                    .push((file.clone(), "corrupt after its last good record".into()));
             }
         }
         if last {
@@ -356,8 +390,8 @@ fn load(path: &Path) -> Loaded {
             if record.sequence != loaded.sequence + 1 {
                 tracing::warn!(path = %file.display(), expected = loaded.sequence + 1, found = record.sequence, "state journal has a gap, dropped the records after it");
                 loaded.needs_rewrite = true;
-                if !loaded.unusable.contains(&file) {
-                    loaded.unusable.push(file.clone());
+                if !loaded.unusable.iter().any(|(kept, _)| kept == &file) {
+                    loaded.unusable.push((file.clone(), "a gap in its records".into()));
                 }
                 break;
             }

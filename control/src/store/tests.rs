@@ -28,7 +28,7 @@ fn names(dir: &Path) -> Vec<String> {
 fn first_commit_writes_the_snapshot_later_ones_only_append() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("state.json");
-    let (mut store, mut entries) = Store::open(path.clone());
+    let (mut store, mut entries) = Store::open(path.clone()).unwrap();
     assert!(entries.entries.is_empty());
     commit(&mut store, &mut entries, vec![put_change("10.0.0.1", &["github.com"])]);
     let snapshot_after_first = fs::read(&path).unwrap();
@@ -49,7 +49,7 @@ fn first_commit_writes_the_snapshot_later_ones_only_append() {
     assert_eq!(names(dir.path()), ["state.json", "state.json.journal"]);
     assert_eq!(read(&path), vec![spec("10.0.0.2", &[])]);
     drop(store);
-    let (_, reopened) = Store::open(path);
+    let (_, reopened) = Store::open(path).unwrap();
     assert_eq!(reopened.entries.len(), 1);
 }
 
@@ -67,7 +67,7 @@ fn files_without_a_journal_in_the_version_1_format_load() {
         vec![spec("10.0.0.1", &["github.com"])],
         "normalised, each invalid entry skipped alone"
     );
-    let (mut store, mut entries) = Store::open(path.clone());
+    let (mut store, mut entries) = Store::open(path.clone()).unwrap();
     commit(&mut store, &mut entries, vec![put_change("10.0.0.3", &[])]);
     assert_eq!(read(&path).len(), 2);
 }
@@ -92,7 +92,7 @@ fn bad_snapshot_files_load_as_empty_and_the_next_commit_rewrites_them() {
         )
         .unwrap();
         assert!(read(&path).is_empty(), "{:?}", String::from_utf8_lossy(bytes));
-        let (mut store, mut entries) = Store::open(path.clone());
+        let (mut store, mut entries) = Store::open(path.clone()).unwrap();
         assert!(entries.entries.is_empty());
         commit(&mut store, &mut entries, vec![put_change("10.0.0.1", &[])]);
         assert_eq!(read(&path), vec![spec("10.0.0.1", &[])]);
@@ -100,7 +100,7 @@ fn bad_snapshot_files_load_as_empty_and_the_next_commit_rewrites_them() {
     fs::remove_file(&path).unwrap();
     fs::create_dir(&path).unwrap();
     assert!(read(&path).is_empty(), "a directory in place of the file");
-    let (mut store, entries) = Store::open(path);
+    let (mut store, entries) = Store::open(path).unwrap();
     assert!(store.commit(&[], &[put_change("10.0.0.1", &[])], &entries).is_err());
 }
 
@@ -129,7 +129,7 @@ fn unusable_files_are_copied_aside_before_anything_overwrites_them() {
         copies_aside(dir.path(), "state.json").is_empty(),
         "reading copies nothing"
     );
-    let (mut store, mut entries) = Store::open(path.clone());
+    let (mut store, mut entries) = Store::open(path.clone()).unwrap();
     assert!(entries.entries.is_empty());
     assert_eq!(copies_aside(dir.path(), "state.json"), [b"not json{".to_vec()]);
     assert_eq!(copies_aside(dir.path(), "state.json.journal"), [journal]);
@@ -148,11 +148,11 @@ fn unusable_files_are_copied_aside_before_anything_overwrites_them() {
     damaged.extend_from_slice(&journal::encode(2, &[], &[put_change("10.0.0.2", &[])], None));
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("state.json");
-    let (mut store, mut entries) = Store::open(path.clone());
+    let (mut store, mut entries) = Store::open(path.clone()).unwrap();
     commit(&mut store, &mut entries, vec![put_change("10.0.0.1", &[])]);
     drop(store);
     fs::write(journal_path(&path), &damaged).unwrap();
-    let (_, entries) = Store::open(path.clone());
+    let (_, entries) = Store::open(path.clone()).unwrap();
     assert_eq!(entries.entries.len(), 1, "only the snapshot's entry");
     assert_eq!(copies_aside(dir.path(), "state.json.journal"), [damaged]);
     assert!(
@@ -165,7 +165,7 @@ fn unusable_files_are_copied_aside_before_anything_overwrites_them() {
 fn a_torn_last_record_is_dropped_and_cut_off() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("state.json");
-    let (mut store, mut entries) = Store::open(path.clone());
+    let (mut store, mut entries) = Store::open(path.clone()).unwrap();
     commit(&mut store, &mut entries, vec![put_change("10.0.0.1", &[])]);
     commit(&mut store, &mut entries, vec![put_change("10.0.0.2", &[])]);
     commit(&mut store, &mut entries, vec![put_change("10.0.0.3", &[])]);
@@ -174,7 +174,7 @@ fn a_torn_last_record_is_dropped_and_cut_off() {
     let whole = fs::read(&journal).unwrap();
     fs::write(&journal, &whole[..whole.len() - 5]).unwrap();
     assert_eq!(read(&path).len(), 2, "the torn third change is dropped");
-    let (mut store, mut entries) = Store::open(path.clone());
+    let (mut store, mut entries) = Store::open(path.clone()).unwrap();
     assert_eq!(entries.entries.len(), 2);
     commit(&mut store, &mut entries, vec![put_change("10.0.0.4", &[])]);
     let ips: Vec<_> = read(&path).into_iter().map(|s| s.ip.to_string()).collect();
@@ -189,14 +189,14 @@ fn a_torn_last_record_is_dropped_and_cut_off() {
 fn a_corrupt_middle_record_drops_the_rest_and_forces_a_rewrite() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("state.json");
-    let (mut store, mut entries) = Store::open(path.clone());
+    let (mut store, mut entries) = Store::open(path.clone()).unwrap();
     commit(&mut store, &mut entries, vec![put_change("10.0.0.1", &[])]);
     commit(&mut store, &mut entries, vec![put_change("10.0.0.2", &[])]);
     drop(store);
     let mut bytes = b"garbage\n".to_vec();
     bytes.extend_from_slice(&journal::encode(3, &[], &[put_change("10.0.0.3", &[])], None));
     fs::write(journal_path(&path), bytes).unwrap();
-    let (mut store, mut entries) = Store::open(path.clone());
+    let (mut store, mut entries) = Store::open(path.clone()).unwrap();
     assert_eq!(entries.entries.len(), 1, "only the snapshot's entry");
     commit(&mut store, &mut entries, vec![put_change("10.0.0.4", &[])]);
     assert_eq!(read(&path).len(), 2);
@@ -211,7 +211,7 @@ fn a_corrupt_middle_record_drops_the_rest_and_forces_a_rewrite() {
 fn a_long_journal_is_compacted_in_the_background() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("state.json");
-    let (mut store, mut entries) = Store::open(path.clone());
+    let (mut store, mut entries) = Store::open(path.clone()).unwrap();
     let names_per_entry: Vec<String> = (0..40).map(|i| format!("name{i}.example.test")).collect();
     let names_per_entry: Vec<&str> = names_per_entry.iter().map(String::as_str).collect();
     for round in 0..12 {
@@ -241,7 +241,7 @@ fn a_failed_commit_keeps_nothing() {
     let sub = dir.path().join("sub");
     fs::create_dir(&sub).unwrap();
     let path = sub.join("state.json");
-    let (mut store, mut entries) = Store::open(path.clone());
+    let (mut store, mut entries) = Store::open(path.clone()).unwrap();
     commit(&mut store, &mut entries, vec![put_change("10.0.0.1", &[])]);
     let moved = dir.path().join("moved");
     fs::rename(&sub, &moved).unwrap();
@@ -257,7 +257,7 @@ fn a_failed_commit_keeps_nothing() {
 fn a_cap_is_kept_in_the_snapshot_and_the_journal_and_left_out_when_unset() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("state.json");
-    let (mut store, mut entries) = Store::open(path.clone());
+    let (mut store, mut entries) = Store::open(path.clone()).unwrap();
     let cap = crackbox_policy::Bandwidth::parse("10MiB/s").ok();
     let capped = |ip: &str| spec(ip, &["pypi.org"]).with_bandwidth(cap);
     commit(&mut store, &mut entries, vec![SourceChange::Put(capped("10.0.0.1"))]);
@@ -275,7 +275,7 @@ fn a_cap_is_kept_in_the_snapshot_and_the_journal_and_left_out_when_unset() {
         "{journal}"
     );
     drop(store);
-    let (_, reopened) = Store::open(path);
+    let (_, reopened) = Store::open(path).unwrap();
     let loaded: Vec<_> = reopened.entries.values().map(|spec| spec.as_ref().clone()).collect();
     assert_eq!(loaded, [capped("10.0.0.1"), capped("10.0.0.2"), spec("10.0.0.3", &[])]);
 }
@@ -284,7 +284,7 @@ fn a_cap_is_kept_in_the_snapshot_and_the_journal_and_left_out_when_unset() {
 fn reserved_request_ids_survive_reopening_from_the_journal_and_the_snapshot() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("state.json");
-    let (mut store, mut contents) = Store::open(path.clone());
+    let (mut store, mut contents) = Store::open(path.clone()).unwrap();
     commit(&mut store, &mut contents, vec![put_change("10.0.0.1", &[])]);
     let snapshot = fs::read(&path).unwrap();
     contents.ask_ids_through = 1024;
@@ -298,12 +298,12 @@ fn reserved_request_ids_survive_reopening_from_the_journal_and_the_snapshot() {
         "only the group that reserved names it: {journal}"
     );
     drop(store);
-    let (mut store, mut reopened) = Store::open(path.clone());
+    let (mut store, mut reopened) = Store::open(path.clone()).unwrap();
     assert_eq!((reopened.ask_ids_through, reopened.entries.len()), (1024, 2));
     reopened.ask_ids_through = 2048;
     store.rewrite(9, &reopened).unwrap();
     let value: serde_json::Value = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
     assert_eq!(value["ask_ids_through"], 2048);
     drop(store);
-    assert_eq!(Store::open(path).1.ask_ids_through, 2048);
+    assert_eq!(Store::open(path).unwrap().1.ask_ids_through, 2048);
 }
