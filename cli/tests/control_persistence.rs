@@ -1,6 +1,6 @@
 //! `proxy serve` as a process: the state file survives kill -9, bad state
 //! files start empty (copied aside first), one that cannot be copied aside
-//! refuses start-up, a failed write is refused,
+//! or is not a regular file refuses start-up, a failed write is refused,
 //! the engine child is supervised and never outlives `serve`.
 
 use crackbox_test_support::Upstream;
@@ -187,4 +187,27 @@ fn a_state_file_that_cannot_be_read_nor_copied_aside_refuses_start_up() {
         "the read's and the copy's: {line}"
     );
     assert_eq!(std::fs::read(&state).unwrap(), saved, "the 20 entries are still there");
+}
+
+#[test]
+fn a_fifo_at_the_state_path_refuses_start_up_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = state_flag(dir.path());
+    nix::unistd::mkfifo(
+        state.as_str(),
+        nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR,
+    )
+    .unwrap();
+    let ports = Ports::fresh();
+    let mut args = vec!["proxy".to_string(), "serve".to_string()];
+    args.extend(ports.flags());
+    args.extend(["--state".to_string(), state.clone()]);
+    let (status, stderr) = exit_of(&mut crackbox_test_support::command(&args, &[]), dir.path());
+    assert!(status.is_some_and(|status| !status.success()), "{status:?}: {stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "state file {state}: a FIFO, not a regular file: refusing to start"
+        )),
+        "{stderr}"
+    );
 }

@@ -73,10 +73,8 @@ pub(super) struct Replay {
 
 /// Reads a journal file; `Ok(None)` when there is none.
 pub(super) fn read(path: &Path) -> std::io::Result<Option<Replay>> {
-    let bytes = match std::fs::read(path) {
-        Ok(bytes) => bytes,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(err) => return Err(err),
+    let Some(bytes) = super::files::read(path)? else {
+        return Ok(None);
     };
     let mut records = Vec::new();
     let mut offset = 0;

@@ -14,11 +14,12 @@
 //! use in full (a corrupt or unreadable snapshot with its journals, one with
 //! entries it skipped, a corrupt journal) is
 //! first copied aside as `FILE.unusable-SECONDS`, so a repair by hand loses
-//! nothing; when that copy fails, start-up is refused ([`OpenError`])
-//! rather than overwrite it (docs/operations.md, "The state file and
-//! journal"). Blocking I/O: call
+//! nothing; when that copy fails, or a FIFO, socket or device sits at one of
+//! the paths, start-up is refused ([`OpenError`]) rather than overwrite it
+//! (docs/operations.md, "The state file and journal"). Blocking I/O: call
 //! it from a dedicated thread, never from the data path.
 
+mod files;
 mod journal;
 mod snapshot;
 
@@ -82,9 +83,17 @@ pub struct StoreError {
 }
 
 /// Why start-up refuses the state file: using it would overwrite what is in
-/// it.
+/// it, or wait forever on it.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
+    /// A FIFO, socket or device sits where a state file or journal goes.
+    #[error("state file {path}: {kind}, not a regular file: refusing to start (remove it or point --state elsewhere)")]
+    NotAFile {
+        /// The path.
+        path: PathBuf,
+        /// What is there.
+        kind: &'static str,
+    },
     /// A file start-up could not use in full could not be copied aside.
     #[error(
         "state file {path}: {unusable}, and it cannot be copied aside to {copy}: {copy_error}; refusing to start \
@@ -144,8 +153,13 @@ pub fn read(path: &Path) -> Vec<RegistrationSpec> {
 impl Store {
     /// Opens the state at `path`: the saved contents and a store to commit
     /// to. What it cannot use is logged and skipped; it fails only when that
-    /// would lose a file ([`OpenError`]).
+    /// would lose a file or block ([`OpenError`]).
     pub fn open(path: PathBuf) -> Result<(Store, Contents), OpenError> {
+        for file in [path.clone(), old_journal_path(&path), journal_path(&path)] {
+            if let Some(kind) = files::special_kind(&file) {
+                return Err(OpenError::NotAFile { path: file, kind });
+            }
+        }
         let loaded = load(&path);
         for (file, why) in &loaded.unusable {
             keep_aside(file, why)?;

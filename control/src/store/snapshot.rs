@@ -83,10 +83,8 @@ pub(super) enum ReadError {
 
 /// Reads the snapshot file; `Ok(None)` when there is none.
 pub(super) fn read(path: &Path) -> Result<Option<SavedSnapshot>, ReadError> {
-    let bytes = match fs::read(path) {
-        Ok(bytes) => bytes,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(err) => return Err(ReadError::Unreadable(err)),
+    let Some(bytes) = super::files::read(path).map_err(ReadError::Unreadable)? else {
+        return Ok(None);
     };
     let file: StateFile = serde_json::from_slice(&bytes).map_err(ReadError::Corrupt)?;
     if file.version != STATE_VERSION {
