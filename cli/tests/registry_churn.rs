@@ -3,7 +3,8 @@
 //! `/v1/batch`, `PUT /v1/state`) leave the engine enforcing exactly what
 //! control lists, also across a kill -9 of the engine; with a state file, a
 //! kill -9 of the whole daemon loses no change that was answered 200, and a
-//! torn journal tail is dropped with a warning; bulk calls are all or
+//! torn journal tail is dropped with a warning; /health stays 200 through
+//! a burst of registrations; bulk calls are all or
 //! nothing; a delta that removes one source revokes its tunnel within 1 s
 //! while 1,000 tunnels of other sources stay open and untouched.
 
@@ -473,4 +474,49 @@ fn a_delta_removing_one_source_revokes_it_within_1s_and_leaves_1000_other_tunnel
     let revoked =
         crackbox_test_support::metric(&metrics, "crackbox_denied_total", &[("id", ""), ("reason", "revoked")]);
     assert_eq!(revoked, Some(1.0), "exactly one connection revoked: {metrics}");
+}
+
+/// Admin clients registering at once while `/health` is polled.
+const BURST_CLIENTS: usize = 20;
+/// Registrations each of them makes.
+const BURST_REGISTERS: usize = 50;
+
+#[test]
+fn health_stays_ok_through_a_burst_of_registrations() {
+    let proxy = Daemon::loopback(&[], &[]);
+    assert_eq!(proxy.health().0, 200);
+    let done = Arc::new(AtomicBool::new(false));
+    let admin = proxy.admin;
+    let clients: Vec<_> = (0..BURST_CLIENTS)
+        .map(|client| {
+            std::thread::spawn(move || {
+                for n in 0..BURST_REGISTERS {
+                    let ip = format!("127.1.{client}.{}", n + 1);
+                    let body = entry(&ip, &["localhost"]).to_string();
+                    // A 503 (not enforced within 2 s) is fine here: /health is what is asserted.
+                    let _ = try_http(admin, "POST", "/v1/register", Some(&body), &[]);
+                }
+            })
+        })
+        .collect();
+    let poller = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut answers = BTreeMap::<u16, usize>::new();
+            while !done.load(Ordering::Relaxed) {
+                *answers.entry(http(admin, "GET", "/health", None, &[]).0).or_default() += 1;
+            }
+            answers
+        })
+    };
+    for client in clients {
+        client.join().unwrap();
+    }
+    done.store(true, Ordering::Relaxed);
+    let answers = poller.join().unwrap();
+    assert_eq!(
+        answers.keys().collect::<Vec<_>>(),
+        [&200],
+        "/health answers by status: {answers:?}"
+    );
 }

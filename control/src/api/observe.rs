@@ -22,11 +22,16 @@ const MAX_DENIALS: usize = 1000;
 const SELF_TEST_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// `GET /health`: ok only when the forward listener accepts a TCP connection
-/// and a connected engine enforces the latest generation; either way with
-/// the number of report-only sources.
+/// and a connected engine is healthy ([`EngineLink::healthy`]: it enforces
+/// the latest generation, or is less than [`HEALTH_GRACE`] behind it, as
+/// during a burst of changes; docs/admin-api.md); either way with the
+/// number of report-only sources.
+///
+/// [`EngineLink::healthy`]: crate::publisher::EngineLink::healthy
+/// [`HEALTH_GRACE`]: crate::publisher::HEALTH_GRACE
 pub async fn health(State(state): State<AppState>) -> Response {
     let current = state.registry.current();
-    let engine_ok = state.link.enforces(current.generation);
+    let engine_ok = state.link.healthy(current.generation);
     let listener_ok = engine_ok && forward_accepts(state.forward).await;
     let (code, status) = match engine_ok && listener_ok {
         true => (StatusCode::OK, Health::Ok),

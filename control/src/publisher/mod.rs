@@ -13,8 +13,10 @@
 mod ask_ids;
 mod connection;
 mod frames;
+mod lag;
 mod socket;
 
+pub use lag::HEALTH_GRACE;
 pub use socket::bind;
 
 use crate::asks::Asks;
@@ -36,6 +38,8 @@ struct LinkState {
     acked: Option<Generation>,
     /// Requests for the current engine; `None` while none is connected.
     queries: Option<mpsc::Sender<Asked>>,
+    /// The generations published that the engine has not acked yet.
+    lag: lag::Lag,
 }
 
 /// A question for the engine and where its reply goes.
@@ -99,6 +103,26 @@ impl EngineLink {
     pub fn enforces(&self, generation: Generation) -> bool {
         let state = self.state.borrow();
         state.queries.is_some() && state.acked.is_some_and(|acked| acked >= generation)
+    }
+
+    /// True when an engine is connected, has acked since it connected, and
+    /// either enforces `current` or has acked every generation published
+    /// [`HEALTH_GRACE`] ago or earlier (it is catching up, not stuck).
+    pub fn healthy(&self, current: Generation) -> bool {
+        let state = self.state.borrow();
+        let Some(acked) = state.acked else {
+            return false;
+        };
+        state.queries.is_some() && (acked >= current || state.lag.behind_for(std::time::Instant::now()) < HEALTH_GRACE)
+    }
+
+    /// The registry published `generation` `at` (see [`lag::track`]).
+    fn published(&self, generation: Generation, at: std::time::Instant) {
+        self.state.send_if_modified(|state| {
+            state.lag.published(generation, at, state.acked);
+            // Nobody waits for a publication: no wake-up.
+            false
+        });
     }
 
     /// True when an engine is connected (acked or not).
@@ -223,7 +247,9 @@ impl EngineLink {
             if state.epoch != epoch {
                 return false;
             }
-            state.acked = Some(state.acked.map_or(generation, |a| a.max(generation)));
+            let acked = state.acked.map_or(generation, |a| a.max(generation));
+            state.acked = Some(acked);
+            state.lag.acked(acked);
             true
         });
     }
@@ -250,6 +276,7 @@ impl EngineLink {
 /// Accepts engine connections forever; each one is handshaken and then
 /// replaces the current one.
 pub async fn accept(listener: UnixListener, registry: Arc<Registry>, link: Arc<EngineLink>) {
+    tokio::spawn(lag::track(registry.subscribe(), link.clone()));
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
