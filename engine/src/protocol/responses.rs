@@ -16,6 +16,7 @@ fn reason_phrase(status: u16) -> &'static str {
         429 => "Too Many Requests",
         431 => "Request Header Fields Too Large",
         502 => "Bad Gateway",
+        503 => "Service Unavailable",
         504 => "Gateway Timeout",
         _ => "Error",
     }
@@ -178,6 +179,7 @@ mod tests {
         for (status, phrase) in [
             (400, "Bad Request"),
             (431, "Request Header Fields Too Large"),
+            (503, "Service Unavailable"),
             (504, "Gateway Timeout"),
         ] {
             let text = String::from_utf8(error(status, "x")).unwrap();

@@ -170,6 +170,7 @@ fn reply_for(why: Unreached) -> Reply {
     match why {
         Unreached::Denied(_) | Unreached::Failed(DialError::Private) => Reply::NotAllowed,
         Unreached::Failed(DialError::Dns) => Reply::HostUnreachable,
+        Unreached::Failed(DialError::LookupsBusy) => Reply::GeneralFailure,
         Unreached::Failed(DialError::Unreachable) => Reply::ConnectionRefused,
         Unreached::Failed(DialError::Timeout) => Reply::TimedOut,
     }
@@ -247,6 +248,7 @@ mod tests {
             (Unreached::Denied(Reason::InvalidLabel), 0x02),
             (Unreached::Failed(DialError::Private), 0x02),
             (Unreached::Failed(DialError::Dns), 0x04),
+            (Unreached::Failed(DialError::LookupsBusy), 0x01),
             (Unreached::Failed(DialError::Unreachable), 0x05),
             (Unreached::Failed(DialError::Timeout), 0x06),
         ];

@@ -161,7 +161,7 @@ pub(crate) fn hold<'a>(
             Ruling::Deny { reason }
         };
         // Boxed: the resolution (with its timer) is over before the wait.
-        if !Box::pin(may_dial(&worker.dialer(), host, port)).await {
+        if !Box::pin(may_dial(&worker.dialer(client.source), host, port)).await {
             return refused(Reason::PrivateAddress, Layer::Guard);
         }
         let asking = Asking {
@@ -450,7 +450,7 @@ async fn connect(
 ) -> Result<(Conn, SocketAddr, Rc<Sandbox>), Unreached> {
     // Boxed: dialling state is large and only needed until connected.
     match Box::pin(crate::plane::services::resolve::dial(
-        &worker.dialer(),
+        &worker.dialer(source),
         host,
         port,
         passed.matched,

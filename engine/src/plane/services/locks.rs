@@ -129,7 +129,7 @@ mod tests {
             "plane/services/ask/",
             "connections held for a decision in ask mode, and the ask thread",
         ),
-        ("plane/services/resolve.rs", "the resolver pool's threads"),
+        ("plane/services/resolve/pool.rs", "the resolver pool's threads"),
         ("plane/services/locks.rs", "the census itself"),
     ];
 

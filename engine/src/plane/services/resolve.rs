@@ -1,52 +1,58 @@
 //! Name resolution and dialling, never blocking a core thread.
 //!
-//! A small pool of plain threads calls the system resolver (so /etc/hosts
-//! and nsswitch are honoured) and hands results back through a one-shot
-//! channel. Dialling then filters every address through the destination
-//! guard and tries the rest in turn within one connect budget.
+//! A small pool of plain threads calls the system resolver (see `pool`:
+//! each source has at most two lookups in it at once); each core thread
+//! remembers what it found, and briefly what did not resolve. Dialling
+//! then filters every address through the destination guard and tries the
+//! rest in turn within one connect budget.
+
+mod pool;
+
+pub use pool::Resolver;
 
 use crate::plane::services::conn::Conn;
 use crate::plane::services::local_addrs::LocalAddresses;
 use crackbox_policy::guard::{DestinationGuard, Verdict};
 use crackbox_policy::{with_normalised_host, HostView, MatchedBy};
-use futures_channel::oneshot;
+use pool::Failure;
 use rustc_hash::FxHashMap;
 use std::cell::RefCell;
-use std::io;
-use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Budget for resolving plus connecting to one destination.
 pub(crate) const CONNECT_BUDGET: Duration = Duration::from_secs(10);
-/// Lookups waiting for a resolver thread before new ones are refused.
-const QUEUE_DEPTH: usize = 4096;
 /// How long one core thread reuses a resolved name.
 const CACHE_TTL: Duration = Duration::from_secs(5);
+/// How long one core thread answers a name that did not resolve without
+/// asking again (short: a name may be added to /etc/hosts or the zone).
+const NEGATIVE_TTL: Duration = Duration::from_secs(2);
 /// Names one core thread remembers before it starts over.
 const CACHE_ENTRIES: usize = 4096;
 
 /// A core thread's short-lived memory of resolved names, so repeated
-/// connections to one host skip the resolver pool. Addresses are still
-/// judged by the destination guard on every dial.
+/// connections to one host skip the resolver pool, and of names that did
+/// not resolve, so repeated connections to them do not occupy it.
+/// Addresses are still judged by the destination guard on every dial.
 #[derive(Default)]
 pub(crate) struct NameCache {
     entries: RefCell<FxHashMap<String, Resolved>>,
 }
 
-/// When a name was resolved, and to what.
-type Resolved = (Instant, Rc<[IpAddr]>);
+/// When a name was looked up, and its addresses (`None`: it did not resolve).
+type Resolved = (Instant, Option<Rc<[IpAddr]>>);
 
 impl NameCache {
-    fn get(&self, name: &str) -> Option<Rc<[IpAddr]>> {
+    /// What is remembered of `name`: `Some(None)` when it did not resolve.
+    fn get(&self, name: &str) -> Option<Option<Rc<[IpAddr]>>> {
         let entries = self.entries.borrow();
         let (at, addrs) = entries.get(name)?;
-        (at.elapsed() < CACHE_TTL).then(|| Rc::clone(addrs))
+        let ttl = if addrs.is_some() { CACHE_TTL } else { NEGATIVE_TTL };
+        (at.elapsed() < ttl).then(|| addrs.clone())
     }
 
-    fn put(&self, name: &str, addrs: Rc<[IpAddr]>) {
+    fn put(&self, name: &str, addrs: Option<Rc<[IpAddr]>>) {
         let mut entries = self.entries.borrow_mut();
         if entries.len() >= CACHE_ENTRIES {
             entries.clear();
@@ -55,65 +61,14 @@ impl NameCache {
     }
 }
 
-struct Lookup {
-    host: String,
-    port: u16,
-    reply: oneshot::Sender<io::Result<Vec<SocketAddr>>>,
-}
-
-/// The blocking-resolver pool.
-pub struct Resolver {
-    queue: SyncSender<Lookup>,
-}
-
-impl Resolver {
-    /// Starts `threads` resolver threads.
-    pub fn start(threads: usize) -> io::Result<Arc<Resolver>> {
-        let (queue, jobs) = sync_channel::<Lookup>(QUEUE_DEPTH);
-        let jobs = Arc::new(Mutex::new(jobs));
-        for i in 0..threads.max(1) {
-            let jobs = Arc::clone(&jobs);
-            std::thread::Builder::new()
-                .name(format!("crackbox-dns-{i}"))
-                .spawn(move || serve(&jobs))?;
-        }
-        Ok(Arc::new(Resolver { queue }))
-    }
-
-    /// Resolves `host` with the system resolver.
-    async fn lookup(&self, host: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
-        let (reply, answer) = oneshot::channel();
-        match self.queue.try_send(Lookup {
-            host: host.to_owned(),
-            port,
-            reply,
-        }) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_)) => return Err(io::Error::other("resolver queue full")),
-            Err(TrySendError::Disconnected(_)) => return Err(io::Error::other("resolver stopped")),
-        }
-        answer
-            .await
-            .unwrap_or_else(|_| Err(io::Error::other("resolver stopped")))
-    }
-}
-
-fn serve(jobs: &Mutex<Receiver<Lookup>>) {
-    loop {
-        let job = match jobs.lock().unwrap_or_else(|p| p.into_inner()).recv() {
-            Ok(job) => job,
-            Err(_) => return,
-        };
-        let result = (job.host.as_str(), job.port).to_socket_addrs().map(Iterator::collect);
-        let _ = job.reply.send(result);
-    }
-}
-
 /// Why a destination could not be reached; maps to a status code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum DialError {
     /// The name did not resolve, or the resolver did not answer in time (502).
     Dns,
+    /// The source's name lookups were all in flight and this one did not
+    /// start within the budget (503).
+    LookupsBusy,
     /// Every address was refused by the destination guard (403).
     Private,
     /// Every address refused or failed the connection (502).
@@ -124,8 +79,9 @@ pub(crate) enum DialError {
 
 /// What dialling draws on: the resolver pool and this thread's name cache,
 /// the destination guard and the host's own addresses, and how the driver
-/// makes sockets.
+/// makes sockets; for which source (its share of the resolver pool).
 pub(crate) struct Dialer<'a> {
+    pub(crate) source: IpAddr,
     pub(crate) resolver: &'a Resolver,
     pub(crate) names: &'a NameCache,
     pub(crate) guard: &'a DestinationGuard,
@@ -141,6 +97,8 @@ enum Known {
     Literal(IpAddr),
     /// A name's addresses, from the thread's cache.
     Cached(Rc<[IpAddr]>),
+    /// A name that did not resolve a moment ago, from the thread's cache.
+    Unresolvable,
     /// A name (normalised) for the resolver pool.
     Unresolved(String),
 }
@@ -152,7 +110,8 @@ fn known(dialer: &Dialer<'_>, host: &str) -> Option<Known> {
         Some(match view? {
             HostView::Ip(ip) => Known::Literal(ip),
             HostView::Name(name) => match dialer.names.get(name) {
-                Some(addrs) => Known::Cached(addrs),
+                Some(Some(addrs)) => Known::Cached(addrs),
+                Some(None) => Known::Unresolvable,
                 None => Known::Unresolved(name.to_owned()),
             },
         })
@@ -160,18 +119,23 @@ fn known(dialer: &Dialer<'_>, host: &str) -> Option<Known> {
 }
 
 /// Resolves `name`, not in the thread's cache, through the resolver pool;
-/// caches what it finds.
+/// caches what it finds, and that it found nothing.
 async fn resolve_name(dialer: &Dialer<'_>, name: &str) -> Result<Rc<[IpAddr]>, DialError> {
-    match monoio::time::timeout(CONNECT_BUDGET, dialer.resolver.lookup(name, 0)).await {
-        Ok(Ok(addrs)) if !addrs.is_empty() => {
-            let ips: Rc<[IpAddr]> = addrs.iter().map(SocketAddr::ip).collect();
-            dialer.names.put(name, Rc::clone(&ips));
+    match dialer.resolver.lookup(dialer.source, name, CONNECT_BUDGET).await {
+        Ok(addrs) if !addrs.is_empty() => {
+            let ips: Rc<[IpAddr]> = Rc::from(addrs);
+            dialer.names.put(name, Some(Rc::clone(&ips)));
             Ok(ips)
         }
         // A resolver that does not answer within the budget is a name that
         // did not resolve (502, SOCKS 0x04), not a connection that timed
         // out (docs/troubleshooting.md, "Other answers").
-        Ok(_) | Err(_) => Err(DialError::Dns),
+        Ok(_) | Err(Failure::Unresolved) => {
+            dialer.names.put(name, None);
+            Err(DialError::Dns)
+        }
+        // Nothing is known of the name: not remembered.
+        Err(Failure::Busy) => Err(DialError::LookupsBusy),
     }
 }
 
@@ -187,7 +151,7 @@ pub(crate) async fn may_dial(dialer: &Dialer<'_>, host: &str, port: u16) -> bool
             Ok(addresses) => addresses,
             Err(_) => return true,
         },
-        None => return true,
+        Some(Known::Unresolvable) | None => return true,
     };
     let is_local = |ip: IpAddr| dialer.local_addresses.contains(ip);
     addresses
@@ -219,7 +183,7 @@ pub(crate) async fn dial(
             resolved = resolve_name(dialer, &name).await?;
             &resolved
         }
-        None => return Err(DialError::Dns),
+        Some(Known::Unresolvable) | None => return Err(DialError::Dns),
     };
     let literal = matched == MatchedBy::IpLiteral;
     let is_local = |ip: IpAddr| dialer.local_addresses.contains(ip);

@@ -28,6 +28,7 @@ use crackbox_policy::guard::DestinationGuard;
 use crackbox_policy::watch::Watch;
 use crackbox_wire::engine_config::{EngineConfig, Limits};
 use std::cell::RefCell;
+use std::net::IpAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -113,9 +114,10 @@ impl Worker {
         }
     }
 
-    /// What this thread dials with.
-    pub(crate) fn dialer(&self) -> Dialer<'_> {
+    /// What this thread dials with for `source`.
+    pub(crate) fn dialer(&self, source: IpAddr) -> Dialer<'_> {
         Dialer {
+            source,
             resolver: &self.shared.resolver,
             names: &self.names,
             guard: &self.shared.guard,

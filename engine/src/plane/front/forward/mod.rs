@@ -213,6 +213,10 @@ async fn reply_unreachable(client: &Conn, host: &str, port: u16, why: Unreached)
     let response = match why {
         Unreached::Denied(reason) => responses::denial(reason, host, port),
         Unreached::Failed(DialError::Dns) => responses::error(502, &format!("could not resolve {host}")),
+        Unreached::Failed(DialError::LookupsBusy) => responses::error(
+            503,
+            &format!("could not resolve {host}: this source's name lookups are all in flight"),
+        ),
         Unreached::Failed(DialError::Timeout) => {
             responses::error(504, &format!("timed out connecting to {host}:{port}"))
         }
