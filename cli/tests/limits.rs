@@ -1,10 +1,11 @@
 //! Limits that keep one sandbox from starving the others, through the real
 //! binary: per-source and total connection caps, the tunnel idle timeout,
-//! fd exhaustion (EMFILE) and the bounded denial log volume.
+//! a forwarded request whose client gave up on a silent upstream, fd
+//! exhaustion (EMFILE) and the bounded denial log volume.
 
 use crackbox_test_support::{
-    closed_within, cpu_ticks, curl, echo_round, metric, open_tunnel, read_head, read_to_end, ticks_per_second,
-    wait_until, Daemon, Echo, Upstream,
+    closed_within, cpu_ticks, curl, echo_round, holding_upstream, metric, open_tunnel, read_head, read_to_end,
+    ticks_per_second, wait_until, Daemon, Echo, Upstream,
 };
 use std::io::Write;
 use std::net::TcpStream;
@@ -171,6 +172,50 @@ fn idle_tunnels_time_out_and_active_ones_do_not() {
         "closed long after the timeout: {idle_closed:?}"
     );
     echo_round(&mut active, "the active tunnel outlived the timeout twice over");
+}
+
+/// The connections `/v1/usage` counts open for `ip`.
+fn open_connections(proxy: &Daemon, ip: &str) -> u64 {
+    let (status, body) = crackbox_test_support::http(proxy.admin, "GET", &format!("/v1/usage?ip={ip}"), None, &[]);
+    assert_eq!(status, 200, "{body}");
+    let usage: serde_json::Value = serde_json::from_str(&body).unwrap();
+    usage[0]["connections"].as_u64().unwrap_or(0)
+}
+
+#[test]
+fn a_client_that_gives_up_on_a_silent_upstream_frees_its_slot_and_the_upstream() {
+    let (port, held) = holding_upstream();
+    let proxy = Daemon::loopback(&["--max-connections-per-source", "5"], &["127.0.0.2=hung:localhost"]);
+    let request = format!("GET http://localhost:{port}/ HTTP/1.1\r\nHost: localhost:{port}\r\n\r\n");
+    let mut upstreams = Vec::new();
+    for _ in 0..5 {
+        let mut client = proxy.client("127.0.0.2");
+        client.write_all(request.as_bytes()).unwrap();
+        upstreams.push(
+            held.recv_timeout(Duration::from_secs(10))
+                .expect("the request reached the upstream"),
+        );
+        // The client gives up, like `curl -m 1`, before any answer.
+        drop(client);
+    }
+    for upstream in &mut upstreams {
+        let closed = closed_within(upstream, Duration::from_secs(6));
+        assert!(
+            closed.is_some(),
+            "the upstream connection of a client that left is closed"
+        );
+    }
+    assert!(
+        wait_until(Duration::from_secs(5), || open_connections(&proxy, "127.0.0.2") == 0),
+        "the source's slots are free again: {}",
+        open_connections(&proxy, "127.0.0.2")
+    );
+    let mut next = proxy.client("127.0.0.2");
+    next.write_all(request.as_bytes()).unwrap();
+    assert!(
+        held.recv_timeout(Duration::from_secs(10)).is_ok(),
+        "the next request is served, not refused too-many-connections"
+    );
 }
 
 fn open_fds(pid: u32) -> usize {

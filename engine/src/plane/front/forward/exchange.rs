@@ -4,11 +4,14 @@
 //! same registration, or a new one; a bodiless request on a kept
 //! connection that closed unanswered is retried once on a new one),
 //! then the request and its response relayed at once, so `Expect:
-//! 100-continue` and early responses work. A 101 turns the connection into a
+//! 100-continue` and early responses work; once the request is sent whole,
+//! a client that goes away before the response starts ends the exchange
+//! (`abandoned`). A 101 turns the connection into a
 //! tunnel. A connection the exchange left reusable is kept for the
 //! client's next request, or parked in the pool when the client's
 //! connection ends.
 
+use super::abandoned::client_gone;
 use super::body::{self, BodyError};
 use super::head::Prepared;
 use super::response::{relay_response, Exchange, ExchangeError};
@@ -222,6 +225,9 @@ impl Session<'_> {
             plumbing, wait, client, upstream, request, activity, &responded
         ));
         let (mut body, mut response) = (body, response);
+        // Watched only once the body relay no longer reads the client, and
+        // until the response starts.
+        let mut gone = pin!(client_gone(client));
         let mut body_result: Option<Result<(), BodyError>> = None;
         let outcome = std::future::poll_fn(|cx| {
             if body_result.is_none() {
@@ -232,7 +238,12 @@ impl Session<'_> {
             match body_result {
                 Some(Err(BodyError::Malformed)) if !responded.get() => Poll::Ready(Err(ExchangeError::MalformedBody)),
                 Some(Err(_)) => Poll::Ready(Err(ExchangeError::Broken)),
-                _ => response.as_mut().poll(cx),
+                _ => match response.as_mut().poll(cx) {
+                    Poll::Pending if body_result.is_some() && !responded.get() && gone.as_mut().poll(cx).is_ready() => {
+                        Poll::Ready(Err(ExchangeError::Broken))
+                    }
+                    polled => polled,
+                },
             }
         })
         .await;

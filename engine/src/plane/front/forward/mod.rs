@@ -21,8 +21,11 @@
 //! - `exchange`: one request upstream and its response back, on a new or a
 //!   reused upstream connection;
 //! - `response`: the upstream's response head(s), rewritten for the client;
+//! - `abandoned`: a client that goes away while its request waits for the
+//!   response;
 //! - `body`: one framed body relay for both directions.
 
+mod abandoned;
 mod body;
 mod exchange;
 mod head;
