@@ -8,6 +8,7 @@
 
 mod accept;
 mod control_link;
+mod fd_limit;
 mod heap_trim;
 mod ready_accept;
 mod ring;
@@ -23,6 +24,7 @@ use crate::plane::services::worker::{Shared, Worker};
 use crackbox_policy::guard::DestinationGuard;
 use crackbox_wire::engine_config::{EngineConfig, IoDriver};
 use crackbox_wire::startup::{check_engine_listeners, engine_listeners, EngineError, ListenError, Listener};
+use fd_limit::{cap_connections_below_fd_limit, raise_fd_limit};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io;
 use std::net::{SocketAddr, TcpListener};
@@ -377,40 +379,5 @@ fn pin_to_cpu(cpu: usize) {
         if let Err(err) = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set) {
             tracing::warn!(cpu, error = %err, "could not pin core thread");
         }
-    }
-}
-
-/// Raises the soft fd limit to the hard limit (tunnels are fds); returns
-/// the limit in force.
-fn raise_fd_limit() -> u64 {
-    use nix::sys::resource::{getrlimit, setrlimit, Resource};
-    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
-        return 1024;
-    };
-    if soft < hard {
-        if let Err(err) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
-            tracing::warn!(error = %err, "could not raise the open-file limit");
-            return soft;
-        }
-    }
-    hard
-}
-
-/// fds kept free for listeners, pipes, the resolver and the control link.
-const FD_RESERVE: u64 = 512;
-
-/// Each client connection may hold two sockets (client and upstream), so
-/// the total cap stays below half of what the fd limit leaves; new clients
-/// are refused before the engine runs out of fds.
-fn cap_connections_below_fd_limit(config: &mut EngineConfig, fd_limit: u64) {
-    let fits = (fd_limit.saturating_sub(FD_RESERVE) / 2).max(1) as usize;
-    if config.limits.max_connections_total > fits {
-        tracing::info!(
-            configured = config.limits.max_connections_total,
-            fd_limit,
-            cap = fits,
-            "total connection cap lowered to fit the open-file limit"
-        );
-        config.limits.max_connections_total = fits;
     }
 }

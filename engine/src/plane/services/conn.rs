@@ -19,6 +19,7 @@
 //! An idle tunnel holds two of them (see `plane`, on task size).
 
 use crate::plane::services::fair::SourceTurns;
+use crate::plane::services::stall::Stall;
 use monoio::net::{TcpStream, UnixStream};
 use socket2::{Domain, SockRef, Socket, Type};
 use std::cell::Cell;
@@ -147,6 +148,18 @@ impl Conn {
         ready
     }
 
+    /// Waits until a write would not block, after a pause when the last
+    /// report let nothing out (see `stall`).
+    pub(crate) async fn writable_again(&self, stall: &mut Stall) -> io::Result<()> {
+        if let Some(pause) = stall.full() {
+            // Boxed: the rare pause should not enlarge every writer's future.
+            Box::pin(monoio::time::sleep(pause)).await;
+        }
+        self.writable().await?;
+        stall.reported();
+        Ok(())
+    }
+
     /// monoio's wait for readability alone: not counted in `waits` and
     /// without the source's turn, which the caller sees to (see `duplex`).
     pub(crate) fn readable_raw(&self) -> impl Future<Output = io::Result<()>> + '_ {
@@ -266,6 +279,7 @@ impl Conn {
     }
 
     async fn send_all(&self, mut data: &[u8], flags: libc::c_int) -> io::Result<()> {
+        let mut stall = Stall::default();
         while !data.is_empty() {
             let sent = unsafe {
                 libc::send(
@@ -277,8 +291,11 @@ impl Conn {
             };
             match nix_result(sent) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => data = &data[n..],
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.writable().await?,
+                Ok(n) => {
+                    data = &data[n..];
+                    stall.progressed();
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.writable_again(&mut stall).await?,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }

@@ -23,6 +23,7 @@ use crate::limiter::Grant;
 use crate::plane::services::conn::Conn;
 use crate::plane::services::fair::TakeTurn;
 use crate::plane::services::pipes::{CopyBuffer, Pipe, Pools, COPY_BUF, PIPE_SIZE};
+use crate::plane::services::stall::Stall;
 use crate::plane::services::stats::Direction;
 use crate::plane::services::tunnel::{end_direction, CloseSignal, Plumbing, SHORT_READ};
 use std::future::Future;
@@ -69,8 +70,11 @@ struct Flow {
     bulk: bool,
     /// Tokens reserved for the next read, whose wait is `pause` (0: none).
     reserved: usize,
-    /// The wait a cap imposes (boxed: most sources have no cap).
+    /// The wait a cap imposes, or a stalled destination's (see `stall`;
+    /// boxed: most sources have no cap).
     pause: Option<Pin<Box<monoio::time::Sleep>>>,
+    /// The destination's writability reports that let nothing out.
+    stall: Stall,
 }
 
 /// What a direction's step works with.
@@ -89,9 +93,18 @@ impl Flow {
         let plumbing = ends.plumbing;
         loop {
             if self.left > 0 {
+                let before = self.left;
                 if !self.drain_now(ends.dst).map_err(Err)? {
+                    if self.left < before {
+                        self.stall.progressed();
+                    }
+                    if let Some(pause) = self.stall.full() {
+                        self.pause = Some(Box::pin(monoio::time::sleep(pause)));
+                        return Ok(Want::Go);
+                    }
                     return Ok(Want::Writable);
                 }
+                self.stall.progressed();
                 self.delivered(ends);
                 if self.short {
                     self.give_back(plumbing.pools);
@@ -266,6 +279,7 @@ where
                     dst.wait_finished();
                     *wait = Waiting::Nothing;
                     ready?;
+                    flow.stall.reported();
                 }
                 Waiting::Turn(turn) => {
                     ready!(unsafe { Pin::new_unchecked(turn) }.poll(cx));

@@ -14,7 +14,8 @@
 //! - `tunnel`: zero-copy byte pumps (`pipes`: the pipes and buffers bytes
 //!   in flight are held in); `duplex`: a tunnel both ways as one small state
 //!   machine, what an idle tunnel's task holds; `meter`: every relayed byte, spliced
-//!   or copied, reserved against its source's cap and counted; `handoff`:
+//!   or copied, reserved against its source's cap and counted; `stall`: a
+//!   destination reported writable that takes nothing; `handoff`:
 //!   an opened tunnel, run by `runtime` as a task of its own;
 //! - `upstream_pool`: idle upstream connections kept between HTTP requests
 //!   of one registration;
@@ -43,6 +44,7 @@ pub(crate) mod resolve;
 pub(crate) mod revocation;
 pub(crate) mod sandboxes;
 pub(crate) mod snapshot_cell;
+pub(crate) mod stall;
 pub(crate) mod stats;
 pub(crate) mod tunnel;
 pub(crate) mod upstream_pool;

@@ -7,14 +7,20 @@
 //! its thread's pool is warm.
 
 use crate::plane::services::conn::{nix_result, Conn};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
 
 /// Pipe capacity requested for pooled pipes (long transfers move 1 MiB a call).
 pub(crate) const PIPE_SIZE: usize = 1 << 20;
 /// Pipes kept for reuse per thread; beyond this they are closed.
 const POOLED_PIPES: usize = 64;
+/// Descriptors one connection may hold at once: its two sockets and, while
+/// bytes are in flight each way, a pipe (two descriptors) per direction.
+pub(crate) const FDS_PER_CONNECTION: u64 = 6;
+/// Descriptors one thread's pipe pool may keep open between uses.
+pub(crate) const POOLED_PIPE_FDS: u64 = 2 * POOLED_PIPES as u64;
 /// Size of a copy buffer: what a tunnel direction reads with `recv(2)`
 /// before it counts as bulk and splices (see `duplex`).
 pub(crate) const COPY_BUF: usize = 16 * 1024;
@@ -22,6 +28,8 @@ pub(crate) const COPY_BUF: usize = 16 * 1024;
 pub(crate) type CopyBuffer = [u8; COPY_BUF];
 /// Buffers kept for reuse per thread.
 const POOLED_BUFFERS: usize = 64;
+/// At most one warning per thread that no pipe could be made, per this interval.
+const WARN_EVERY: Duration = Duration::from_secs(5);
 /// Byte vectors kept for reuse per thread.
 const POOLED_VECS: usize = 64;
 /// A byte vector larger than this (a rare big head) is freed, not kept.
@@ -73,13 +81,26 @@ pub(crate) struct Pools {
     pipes: RefCell<Vec<Pipe>>,
     buffers: RefCell<Vec<Box<CopyBuffer>>>,
     vecs: RefCell<Vec<Vec<u8>>>,
+    /// When this thread last warned that no pipe could be made.
+    warned: Cell<Option<Instant>>,
 }
 
 impl Pools {
-    /// A pipe, pooled or new (`None` when none can be made: fd exhaustion).
+    /// A pipe, pooled or new (`None` when none can be made: fd exhaustion,
+    /// warned of at most once per [`WARN_EVERY`] per thread).
     pub(crate) fn take_pipe(&self) -> Option<Pipe> {
         let pooled = self.pipes.borrow_mut().pop();
-        pooled.or_else(|| Pipe::new().ok())
+        pooled.or_else(|| match Pipe::new() {
+            Ok(pipe) => Some(pipe),
+            Err(err) => {
+                if self.warned.get().is_none_or(|at| at.elapsed() >= WARN_EVERY) {
+                    self.warned.set(Some(Instant::now()));
+                    let exhausted = matches!(err.raw_os_error(), Some(libc::EMFILE | libc::ENFILE));
+                    tracing::warn!(error = %err, exhausted, "could not make a splice pipe; bytes are copied instead");
+                }
+                None
+            }
+        })
     }
 
     /// Returns an empty pipe.

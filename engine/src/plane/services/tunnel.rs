@@ -20,6 +20,7 @@
 use crate::plane::services::conn::Conn;
 use crate::plane::services::meter::Meter;
 use crate::plane::services::pipes::{Pipe, PIPE_SIZE};
+use crate::plane::services::stall::Stall;
 use crate::plane::services::stats::Direction;
 use std::cell::{Cell, RefCell};
 use std::future::Future;
@@ -116,11 +117,16 @@ pub(crate) fn pump<'a>(
                     // wait then shares the task's space with the read wait
                     // an idle tunnel holds (see `plane`, on task size).
                     let mut left = n;
+                    let mut stall = Stall::default();
                     let drained = loop {
+                        let before = left;
                         match p.drain_now(dst, &mut left) {
                             Ok(true) => break Ok(()),
                             Ok(false) => {
-                                if let Err(e) = dst.writable().await {
+                                if left < before {
+                                    stall.progressed();
+                                }
+                                if let Err(e) = dst.writable_again(&mut stall).await {
                                     break Err(e);
                                 }
                             }
