@@ -73,28 +73,34 @@ mod tests {
     }
 
     #[test]
-    fn every_connection_can_hold_its_sockets_and_a_pipe_each_way_within_the_limit() {
-        // What a connection can hold: two sockets and a pipe pair each way.
-        const HELD: u64 = 6;
-        for (fd_limit, threads) in [(1024, 1), (1024, 2), (4096, 2), (65_536, 8), (1_048_576, 64)] {
+    fn every_connection_can_hold_its_sockets_within_the_limit_beside_the_pooled_pipes() {
+        for (fd_limit, threads) in [
+            (1024, 1),
+            (1024, 2),
+            (4096, 2),
+            (20_000, 2),
+            (65_536, 8),
+            (1_048_576, 64),
+        ] {
             let mut config = engine_config(threads);
             config.limits.max_connections_total = usize::MAX;
             cap_connections_below_fd_limit(&mut config, fd_limit);
             let cap = config.limits.max_connections_total as u64;
             let pooled = threads as u64 * 2 * 64;
             assert!(
-                cap * HELD + pooled + 512 <= fd_limit,
-                "{cap} connections of {HELD} fds, {pooled} pooled pipe fds and the reserve overflow {fd_limit}"
+                cap * FDS_PER_CONNECTION + pooled + 512 <= fd_limit,
+                "{cap} connections, {pooled} pooled pipe fds and the reserve overflow {fd_limit}"
             );
             assert!(
-                (cap + 1) * HELD + pooled + 512 > fd_limit,
+                (cap + 1) * FDS_PER_CONNECTION + pooled + 512 > fd_limit,
                 "a cap of {cap} leaves room unused"
             );
         }
-        // 1024 on two threads: 1024 - 512 - 2 x 128 = 256 fds, 42 connections.
+        // 20,000 on two threads: 20,000 - 512 - 2 x 128 = 19,232 fds, 9,616
+        // connections: 9,000 idle tunnels fit.
         let mut config = engine_config(2);
-        cap_connections_below_fd_limit(&mut config, 1024);
-        assert_eq!(config.limits.max_connections_total, 42);
+        cap_connections_below_fd_limit(&mut config, 20_000);
+        assert_eq!(config.limits.max_connections_total, 9_616);
         let mut config = engine_config(2);
         cap_connections_below_fd_limit(&mut config, 256);
         assert_eq!(config.limits.max_connections_total, 1, "always at least one");

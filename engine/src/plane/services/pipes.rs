@@ -16,9 +16,12 @@ use std::time::{Duration, Instant};
 pub(crate) const PIPE_SIZE: usize = 1 << 20;
 /// Pipes kept for reuse per thread; beyond this they are closed.
 const POOLED_PIPES: usize = 64;
-/// Descriptors one connection may hold at once: its two sockets and, while
-/// bytes are in flight each way, a pipe (two descriptors) per direction.
-pub(crate) const FDS_PER_CONNECTION: u64 = 6;
+/// Descriptors the cap counts per connection: its two sockets. Its splice
+/// pipes are held only while bytes are in flight; counting them for every
+/// connection would cut the idle tunnels a host holds to a third, and a
+/// tunnel that finds no pipe to make copies its bytes instead
+/// (docs/operations.md, "Descriptors").
+pub(crate) const FDS_PER_CONNECTION: u64 = 2;
 /// Descriptors one thread's pipe pool may keep open between uses.
 pub(crate) const POOLED_PIPE_FDS: u64 = 2 * POOLED_PIPES as u64;
 /// Size of a copy buffer: what a tunnel direction reads with `recv(2)`
