@@ -1,10 +1,12 @@
 //! The admin API of the real binary: registration is enforced by the time
-//! the answer arrives, malformed bodies and bad tokens change nothing, and
-//! `crackbox state` prints what is registered.
+//! the answer arrives, malformed bodies and bad tokens change nothing,
+//! `crackbox state` prints what is registered, and quiet connections are
+//! closed.
 
 use crackbox_test_support::Upstream;
 use crackbox_test_support::{admin, run, Ports};
 use serde_json::json;
+use std::time::{Duration, Instant};
 
 #[test]
 fn register_is_enforced_when_answered_and_unregister_or_replace_revokes() {
@@ -307,4 +309,54 @@ fn a_non_loopback_admin_bind_without_a_secret_refuses_to_start() {
         stderr.contains("CRACKBOX_ADMIN_SECRET") && stderr.contains("127.0.0.1"),
         "{stderr}"
     );
+}
+
+/// An admin connection that sends half a request head and nothing more, or
+/// stays idle between requests, is closed once it has been quiet for 30 s
+/// (it stayed open for good, and enough of them used up the control
+/// process's descriptors); an events stream, whose keep-alive comment goes
+/// out every 15 s, stays open past that.
+#[test]
+fn quiet_admin_connections_are_closed_and_an_events_stream_is_not() {
+    use std::io::{Read, Write};
+    let (ports, _serve) = daemon_with_one_registration();
+    let connect = || {
+        let stream = std::net::TcpStream::connect(ports.admin).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        stream
+    };
+    let mut partial = connect();
+    partial.write_all(b"GET /v1/status HTTP/1.1\r\nHo").unwrap();
+    let mut idle = connect();
+    write!(idle, "GET /health HTTP/1.1\r\nHost: {}\r\n\r\n", ports.admin).unwrap();
+    let mut events = connect();
+    write!(
+        events,
+        "GET /v1/events?topics=all HTTP/1.1\r\nHost: {}\r\n\r\n",
+        ports.admin
+    )
+    .unwrap();
+    let started = Instant::now();
+    let mut buf = [0u8; 4096];
+    assert!(idle.read(&mut buf).unwrap() > 0, "the health answer");
+    let closed_after = |stream: &mut std::net::TcpStream| {
+        let mut sink = Vec::new();
+        let _ = stream.read_to_end(&mut sink);
+        started.elapsed()
+    };
+    for (what, stream) in [("half a head", &mut partial), ("an idle keep-alive", &mut idle)] {
+        let took = closed_after(stream);
+        assert!(took < Duration::from_secs(45), "{what} was open {took:?}");
+    }
+    events.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+    let mut streamed = Vec::new();
+    loop {
+        match events.read(&mut buf) {
+            Ok(0) => panic!("the events stream closed after {:?}", started.elapsed()),
+            Ok(n) => streamed.extend_from_slice(&buf[..n]),
+            Err(_) if started.elapsed() > Duration::from_secs(40) => break,
+            Err(_) => {}
+        }
+    }
+    assert!(String::from_utf8_lossy(&streamed).contains("event: ready"));
 }

@@ -16,6 +16,7 @@
 //! Every response says it may not be framed, sniffed or given scripts or
 //! styles from anywhere else.
 
+use super::quiet::QuietListener;
 use super::ApiError;
 use axum::extract::{ConnectInfo, Request};
 use axum::http::{header, HeaderValue, StatusCode};
@@ -36,9 +37,9 @@ pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'
 #[derive(Debug, Clone, Copy)]
 pub struct LocalAddr(pub Option<SocketAddr>);
 
-impl axum::extract::connect_info::Connected<IncomingStream<'_, tokio::net::TcpListener>> for LocalAddr {
-    fn connect_info(stream: IncomingStream<'_, tokio::net::TcpListener>) -> Self {
-        LocalAddr(stream.io().local_addr().ok())
+impl axum::extract::connect_info::Connected<IncomingStream<'_, QuietListener>> for LocalAddr {
+    fn connect_info(stream: IncomingStream<'_, QuietListener>) -> Self {
+        LocalAddr(stream.io().get_ref().local_addr().ok())
     }
 }
 

@@ -20,6 +20,7 @@ mod grants;
 mod guard;
 mod observe;
 mod policies;
+mod quiet;
 mod routes;
 mod segments;
 
@@ -170,7 +171,9 @@ pub async fn serve(
         feed.close();
     };
     let app = router(state).into_make_service_with_connect_info::<LocalAddr>();
-    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+    axum::serve(quiet::QuietListener(listener), app)
+        .with_graceful_shutdown(shutdown)
+        .await
 }
 
 #[cfg(test)]
