@@ -18,10 +18,25 @@ use std::time::Duration;
 /// response.
 pub(super) const GRACE: Duration = Duration::from_secs(2);
 
+/// How long an exchange waits for the response before it watches the
+/// client at all: a timer costs no system call, a watch on the client
+/// does (one to arm it, one to cancel it), and nearly every response
+/// starts well within this.
+const WATCH_AFTER: Duration = Duration::from_secs(1);
+
 /// Returns [`GRACE`] after the client closed its connection (or it
-/// failed); never while it sends bytes instead (a pipelined request, left
-/// unread for the next exchange).
+/// failed), which is watched for only from [`WATCH_AFTER`] on; never
+/// while it sends bytes instead (a pipelined request, left unread for the
+/// next exchange).
 pub(super) async fn client_gone(client: &Conn) {
+    monoio::time::sleep(WATCH_AFTER).await;
+    // Boxed: only an exchange that waits this long pays for the watch's
+    // state; every other one holds no more than the timer.
+    Box::pin(closed(client)).await;
+}
+
+/// Returns [`GRACE`] after the client closed its connection (or it failed).
+async fn closed(client: &Conn) {
     loop {
         if client.readable().await.is_err() {
             break;
