@@ -62,35 +62,27 @@ impl Arrivals {
 mod tests {
     use super::*;
 
-    fn seen(id: &str, networks: &[&str]) -> Seen {
-        Seen {
-            id: id.into(),
-            addresses: networks
-                .iter()
-                .map(|n| (n.to_string(), "10.0.0.2".parse().unwrap()))
-                .collect(),
-            ..Seen::default()
-        }
-    }
-
     #[test]
     fn an_arrival_is_awaited_until_listed_gone_or_too_late() {
         let t0 = Instant::now();
         let mut arrivals = Arrivals::default();
         arrivals.note(Event::Connected("a", "net-1"), t0);
-        assert!(arrivals.settle(&[seen("a", &[])], t0), "listed without the network yet");
-        assert!(!arrivals.settle(&[seen("a", &["net-1"])], t0), "listed on it");
+        assert!(
+            arrivals.settle(&[Seen::on("a", &[])], t0),
+            "listed without the network yet"
+        );
+        assert!(!arrivals.settle(&[Seen::on("a", &["net-1"])], t0), "listed on it");
 
         arrivals.note(Event::Connected("b", "net-1"), t0);
         assert!(
-            !arrivals.settle(&[seen("a", &[])], t0),
+            !arrivals.settle(&[Seen::on("a", &[])], t0),
             "b not listed: unlabelled or stopped"
         );
 
         arrivals.note(Event::Connected("c", "net-1"), t0);
-        assert!(arrivals.settle(&[seen("c", &[])], t0 + Duration::from_secs(4)));
+        assert!(arrivals.settle(&[Seen::on("c", &[])], t0 + Duration::from_secs(4)));
         assert!(
-            !arrivals.settle(&[seen("c", &[])], t0 + ARRIVAL_WAIT),
+            !arrivals.settle(&[Seen::on("c", &[])], t0 + ARRIVAL_WAIT),
             "waited long enough"
         );
 
@@ -99,7 +91,7 @@ mod tests {
         arrivals.note(Event::Connected("e", "net-1"), t0);
         arrivals.note(Event::Exited("e"), t0);
         assert!(
-            !arrivals.settle(&[seen("d", &[]), seen("e", &[])], t0),
+            !arrivals.settle(&[Seen::on("d", &[]), Seen::on("e", &[])], t0),
             "left again before listed"
         );
     }

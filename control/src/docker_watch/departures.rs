@@ -74,17 +74,6 @@ impl Departures {
 mod tests {
     use super::*;
 
-    fn seen(id: &str, networks: &[&str]) -> Seen {
-        Seen {
-            id: id.into(),
-            addresses: networks
-                .iter()
-                .map(|n| (n.to_string(), "10.0.0.2".parse().unwrap()))
-                .collect(),
-            ..Seen::default()
-        }
-    }
-
     fn ids(seen: &[Seen]) -> Vec<(String, usize)> {
         seen.iter().map(|c| (c.id.clone(), c.addresses.len())).collect()
     }
@@ -95,17 +84,17 @@ mod tests {
         departures.note(Event::Exited("a"));
         departures.note(Event::Disconnected("b", "net-1"));
         let mut listing = vec![
-            seen("a", &["net-1"]),
-            seen("b", &["net-1", "net-2"]),
-            seen("c", &["net-1"]),
+            Seen::on("a", &["net-1"]),
+            Seen::on("b", &["net-1", "net-2"]),
+            Seen::on("c", &["net-1"]),
         ];
         departures.apply(&mut listing);
         assert_eq!(ids(&listing), vec![("b".into(), 1), ("c".into(), 1)]);
 
         // The listing caught up: nothing is remembered any more.
-        let mut caught_up = vec![seen("b", &["net-2"]), seen("c", &["net-1"])];
+        let mut caught_up = vec![Seen::on("b", &["net-2"]), Seen::on("c", &["net-1"])];
         departures.apply(&mut caught_up);
-        let mut later = vec![seen("a", &["net-1"]), seen("b", &["net-1", "net-2"])];
+        let mut later = vec![Seen::on("a", &["net-1"]), Seen::on("b", &["net-1", "net-2"])];
         departures.apply(&mut later);
         assert_eq!(ids(&later), vec![("a".into(), 1), ("b".into(), 2)]);
 
@@ -114,7 +103,7 @@ mod tests {
         departures.note(Event::Started("a"));
         departures.note(Event::Disconnected("b", "net-1"));
         departures.note(Event::Connected("b", "net-1"));
-        let mut again = vec![seen("a", &["net-1"]), seen("b", &["net-1", "net-2"])];
+        let mut again = vec![Seen::on("a", &["net-1"]), Seen::on("b", &["net-1", "net-2"])];
         departures.apply(&mut again);
         assert_eq!(ids(&again), vec![("a".into(), 1), ("b".into(), 2)]);
     }

@@ -23,6 +23,22 @@ pub struct Seen {
     pub addresses: Vec<(String, IpAddr)>,
 }
 
+#[cfg(test)]
+impl Seen {
+    /// A container `id` at 10.0.0.2 on each of `networks`, for the
+    /// watcher's tests.
+    pub fn on(id: &str, networks: &[&str]) -> Seen {
+        Seen {
+            id: id.into(),
+            addresses: networks
+                .iter()
+                .map(|n| (n.to_string(), "10.0.0.2".parse().unwrap()))
+                .collect(),
+            ..Seen::default()
+        }
+    }
+}
+
 /// The networks the watcher answers for.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Scope {
