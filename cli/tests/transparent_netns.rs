@@ -77,18 +77,38 @@ fn tls_denied_or_unnamed_is_closed_and_never_reaches_upstream() {
         .write_all(b"GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n")
         .unwrap();
     assert!(closed_silently(&mut not_tls), "plain HTTP on 443 must be closed");
+    // An SNI that is no host name (an IP literal, control characters) names
+    // no server: recorded without a host, never as the bytes sent.
+    for sni in ["127.0.0.1", "\u{1b}[2J\nlevel=ERROR"] {
+        let mut odd = lab.workload_connect(https(REAL));
+        odd.write_all(&hello_naming(&lab, sni)).unwrap();
+        assert!(closed_silently(&mut odd), "an SNI of {sni:?} must be closed");
+    }
     assert_eq!(
         lab.seen.real_tls_accepted.load(Ordering::SeqCst),
         0,
         "the upstream saw a connection"
     );
     assert_eq!(lab.seen.decoy_tls_accepted.load(Ordering::SeqCst), 0);
-    assert_denied_count(&lab, "agent", "not-allowed", 4.0);
+    assert_denied_count(&lab, "agent", "not-allowed", 6.0);
     assert_eq!(
         unnamed_denials(&lab, 443),
-        2,
-        "no SNI and not TLS are denials on record"
+        4,
+        "no SNI, not TLS and an SNI that is no name are denials on record"
     );
+}
+
+/// A ClientHello whose SNI is `sni` as bytes, whatever they are: one for a
+/// name of the same length, that name's bytes replaced.
+fn hello_naming(lab: &Lab, sni: &str) -> Vec<u8> {
+    let stand_in = format!("{}.test", "x".repeat(sni.len() - 5));
+    let mut hello = client_hello(lab, &stand_in);
+    let at: Vec<usize> = (0..hello.len())
+        .filter(|&i| hello[i..].starts_with(stand_in.as_bytes()))
+        .collect();
+    assert_eq!(at.len(), 1, "the stand-in name is in the hello once");
+    hello[at[0]..at[0] + sni.len()].copy_from_slice(sni.as_bytes());
+    hello
 }
 
 /// How many of `/v1/denials`' records name no host, to `port`.

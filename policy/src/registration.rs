@@ -310,16 +310,19 @@ pub enum IdError {
     /// The id has a control character.
     #[error("must not contain control characters")]
     Control,
-    /// The id has a character that shows nothing or turns the text around
-    /// (zero-width, bidirectional controls): it could look like another id.
-    #[error("must not contain invisible or direction-changing characters (U+{0:04X})")]
+    /// The id has a character that shows nothing, breaks the line or turns
+    /// the text around (zero-width, line separators, bidirectional
+    /// controls): it could look like another id.
+    #[error("must not contain invisible, line-breaking or direction-changing characters (U+{0:04X})")]
     Invisible(u32),
 }
 
-/// Whether `c` shows nothing or changes the direction of the text around
-/// it: zero-width spaces and joiners, bidirectional marks, embeddings,
-/// overrides and isolates, the soft hyphen, word joiners and the byte order
-/// mark. An id holding one could pass for another on a screen.
+/// Whether `c` shows nothing, breaks the line or changes the direction of
+/// the text around it: zero-width spaces and joiners, the line and
+/// paragraph separators, bidirectional marks, embeddings, overrides and
+/// isolates, the soft hyphen, word joiners, interlinear annotation marks
+/// and the byte order mark. An id holding one could pass for another on a
+/// screen.
 fn is_invisible(c: char) -> bool {
     matches!(
         c,
@@ -329,11 +332,12 @@ fn is_invisible(c: char) -> bool {
             | '\u{1160}'
             | '\u{180E}'
             | '\u{200B}'..='\u{200F}'
-            | '\u{202A}'..='\u{202E}'
+            | '\u{2028}'..='\u{202E}'
             | '\u{2060}'..='\u{2064}'
             | '\u{2066}'..='\u{206F}'
             | '\u{3164}'
             | '\u{FEFF}'
+            | '\u{FFF9}'..='\u{FFFB}'
             | '\u{FFA0}'
     )
 }

@@ -142,7 +142,12 @@ pub(super) async fn run(stream: UnixStream, registry: Arc<Registry>, link: Arc<E
         }
     }
     if let Err(err) = outcome {
-        tracing::warn!(epoch, error = %err, "engine connection failed");
+        // A stopping engine may close its end while a write is on its way:
+        // a broken pipe then is the stop, not a failure.
+        match link.is_stopping() {
+            true => tracing::info!(epoch, error = %err, "engine disconnected, as the daemon is stopping"),
+            false => tracing::warn!(epoch, error = %err, "engine connection failed"),
+        }
     }
     read_task.abort();
     if link.disconnect(epoch) {

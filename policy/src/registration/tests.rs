@@ -52,10 +52,13 @@ fn ids_that_could_pass_for_another_are_refused() {
         "age\u{200b}nt",
         "\u{feff}agent",
         "a\u{2066}b",
+        "agent\u{2028}other",
+        "a\u{2029}b",
+        "a\u{fff9}b",
     ] {
         let err = SandboxId::parse(id).unwrap_err().to_string();
         assert!(
-            err.starts_with("must not contain invisible or direction-changing characters"),
+            err.starts_with("must not contain invisible, line-breaking or direction-changing characters"),
             "{id:?}: {err}"
         );
     }

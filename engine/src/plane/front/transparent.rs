@@ -22,6 +22,7 @@ use crate::plane::services::stats::{Direction, FrontEnd};
 use crate::plane::services::worker::Worker;
 use crate::protocol::tls_peek::{peek_sni, Peek, MAX_PEEK_LEN};
 use crackbox_policy::guard::Verdict;
+use crackbox_policy::{with_normalised_host, HostView};
 use nix::sys::socket::{getsockopt, sockopt};
 use std::future::Future;
 use std::io;
@@ -158,7 +159,11 @@ async fn read_client_hello(client: &Conn, source: IpAddr) -> Result<(String, Vec
     loop {
         match peek_sni(&peeked) {
             Peek::NeedMore => {}
-            Peek::Sni(name) => return Ok((name, peeked)),
+            Peek::Sni(name) if names_a_server(&name) => return Ok((name, peeked)),
+            Peek::Sni(_) => {
+                tracing::debug!(%source, "transparent: the SNI is no host name, closed");
+                return Err(Unread::Unnamed);
+            }
             other => {
                 tracing::debug!(%source, outcome = ?other, "transparent: no usable SNI, closed");
                 return Err(Unread::Unnamed);
@@ -175,6 +180,13 @@ async fn read_client_hello(client: &Conn, source: IpAddr) -> Result<(String, Vec
             }
         }
     }
+}
+
+/// Whether an SNI is a host name: an IP literal (which RFC 6066 does not
+/// allow there), an invalid name or one with control characters names no
+/// server, and is recorded as a denial without a host (docs/policy.md).
+fn names_a_server(sni: &str) -> bool {
+    with_normalised_host(sni, |view| matches!(view, Some(HostView::Name(_))))
 }
 
 /// Where the client meant to go before iptables redirected it.
