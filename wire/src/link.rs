@@ -209,7 +209,7 @@ pub use exchange::{Query, Reply};
 
 /// Which registrations' usage to report: all, or those matching every
 /// field given. Also the query of `GET /v1/usage` (`?id=` / `?ip=`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UsageQuery {
     /// Only the registration of this source address.

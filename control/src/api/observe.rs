@@ -9,9 +9,10 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use crackbox_policy::parse_source_ip;
 use crackbox_wire::admin::{Health, HealthAnswer};
-use crackbox_wire::link::{Denial, SourceUsage, StatsReport, UsageQuery};
+use crackbox_wire::link::{Denial, StatsReport, UsageQuery};
 use serde::Deserialize;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Denials returned when no limit is given.
@@ -91,10 +92,9 @@ pub async fn denials(
             .filter(|limit| *limit <= MAX_DENIALS)
             .ok_or_else(|| ApiError::bad_request(LIMIT_EXPECTED))?,
     };
-    let mut denials = engine_stats(&state).await?.denials;
-    let skip = denials.len().saturating_sub(limit);
-    denials.drain(..skip);
-    Ok(Json(denials))
+    let report = engine_stats(&state).await?;
+    let skip = report.denials.len().saturating_sub(limit);
+    Ok(Json(report.denials[skip..].to_vec()))
 }
 
 /// `GET /v1/usage[?ip=IP][&id=ID]`: what each registration (or those named)
@@ -102,7 +102,7 @@ pub async fn denials(
 pub async fn usage(
     State(state): State<AppState>,
     query: Result<Query<UsageQuery>, QueryRejection>,
-) -> Result<Json<Vec<SourceUsage>>, ApiError> {
+) -> Result<Response, ApiError> {
     let Query(mut query) = query.map_err(|err| ApiError::bad_request(format!("query: {}", err.body_text())))?;
     if let Some(ip) = &query.ip {
         let ip = parse_source_ip(ip).map_err(|err| ApiError::bad_request(format!("ip: {err}")))?;
@@ -112,10 +112,15 @@ pub async fn usage(
         return Err(ApiError::bad_request("id: must not be empty"));
     }
     let sources = state.link.usage(query, ENGINE_REQUEST_TIMEOUT).await?;
-    Ok(Json(sources))
+    let json = sources
+        .json()
+        .map_err(|err| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("usage: {err}")))?;
+    Ok(([(header::CONTENT_TYPE, "application/json")], json).into_response())
 }
 
-async fn engine_stats(state: &AppState) -> Result<StatsReport, ApiError> {
+/// The engine's counters (shared with the scrapes that arrived together:
+/// docs/admin-api.md, "Concurrent reads").
+async fn engine_stats(state: &AppState) -> Result<Arc<StatsReport>, ApiError> {
     Ok(state.link.stats(ENGINE_REQUEST_TIMEOUT).await?)
 }
 

@@ -97,11 +97,15 @@ pub(super) async fn run(stream: UnixStream, registry: Arc<Registry>, link: Arc<E
                 generations.borrow_and_update();
                 outcome = push(&mut writer, &registry, &mut sent).await;
             }
+            // A question whose asker gave up (it timed out) is not sent:
+            // the engine would answer it for nobody.
             Some(Asked { query, reply }) = query_rx.recv() => {
-                next_request += 1;
-                pending.retain(|_, waiting| !waiting.is_closed());
-                pending.insert(next_request, reply);
-                outcome = send(&mut writer, query.into_message(next_request)).await;
+                if !reply.is_closed() {
+                    next_request += 1;
+                    pending.retain(|_, waiting| !waiting.is_closed());
+                    pending.insert(next_request, reply);
+                    outcome = send(&mut writer, query.into_message(next_request)).await;
+                }
             }
             frame = frame_rx.recv() => match frame.map(|frame| frame.map(Message::into_reply)) {
                 Some(Ok(Ok((request, reply)))) => {

@@ -6,7 +6,8 @@
 //! again when the engine asks to resync); the engine acks each generation.
 //! [`EngineLink`] is what the admin API sees: which generation the engine
 //! enforces, and one way to ask it a question (a wire [`Query`]: counters,
-//! usage, pending requests, an answer to one) and wait for its [`Reply`].
+//! usage, pending requests, an answer to one) and wait for its [`Reply`];
+//! concurrent identical reads share one question (`shared_reads`).
 //! One engine is expected; a new connection replaces the old one. Never
 //! touches the data path.
 
@@ -14,9 +15,12 @@ mod ask_ids;
 mod connection;
 mod frames;
 mod lag;
+mod shared_answer;
+mod shared_reads;
 mod socket;
 
 pub use lag::HEALTH_GRACE;
+pub use shared_answer::SharedAnswer;
 pub use socket::bind;
 
 use crate::asks::Asks;
@@ -24,6 +28,8 @@ use crate::registry::Registry;
 use crackbox_policy::Generation;
 use crackbox_wire::ask::{Answer, DecidedRequest, PendingId, PendingRequest};
 use crackbox_wire::link::{FeedReport, Query, Reply, SourceUsage, StatsReport, UsageQuery, WatchList};
+use futures_util::future::BoxFuture;
+use shared_reads::SharedReads;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::UnixListener;
@@ -74,6 +80,17 @@ pub struct EngineLink {
     /// Set once the daemon is shutting down: the engine leaving is then
     /// expected, not a fault to warn of.
     stopping: std::sync::atomic::AtomicBool,
+    /// The reads in progress, shared by the readers that arrive together.
+    reads: Reads,
+}
+
+/// The engine's read-only questions in progress, by kind.
+#[derive(Debug, Default)]
+struct Reads {
+    stats: Arc<SharedReads<(), Arc<StatsReport>>>,
+    usage: Arc<SharedReads<UsageQuery, Arc<SharedAnswer<Vec<SourceUsage>>>>>,
+    pending: Arc<SharedReads<(), Arc<Vec<PendingRequest>>>>,
+    feed: Arc<SharedReads<u64, Arc<FeedReport>>>,
 }
 
 impl Default for EngineLink {
@@ -84,6 +101,7 @@ impl Default for EngineLink {
             asks: Arc::default(),
             ask_ids: ask_ids::Reservations::default(),
             stopping: std::sync::atomic::AtomicBool::new(false),
+            reads: Reads::default(),
         }
     }
 }
@@ -142,30 +160,51 @@ impl EngineLink {
         tokio::time::timeout(timeout, enforced).await.unwrap_or(false)
     }
 
-    /// Asks the engine for its counters.
-    pub async fn stats(&self, timeout: Duration) -> Result<StatsReport, EngineRequestError> {
-        match self.request(Query::Stats, timeout).await? {
-            Reply::Stats(report) => Ok(report),
-            _ => Err(EngineRequestError::NoAnswer),
-        }
+    /// Asks the engine for its counters. Concurrent callers share one
+    /// question, asked after each of them called (`shared_reads`).
+    pub async fn stats(&self, timeout: Duration) -> Result<Arc<StatsReport>, EngineRequestError> {
+        let ask = self.asking(
+            |()| Query::Stats,
+            |reply| match reply {
+                Reply::Stats(report) => Some(Arc::new(report)),
+                _ => None,
+            },
+        );
+        self.reads.stats.read((), timeout, ask).await
     }
 
     /// Asks the engine for the usage of the registrations `query` names,
-    /// sorted by address. The engine keeps the counters: they survive a
-    /// restart of control, not one of the engine.
-    pub async fn usage(&self, query: UsageQuery, timeout: Duration) -> Result<Vec<SourceUsage>, EngineRequestError> {
-        match self.request(Query::Usage(query), timeout).await? {
-            Reply::Usage(sources) => Ok(sources),
-            _ => Err(EngineRequestError::NoAnswer),
-        }
+    /// sorted by address (concurrent callers with the same query share one
+    /// question, as for [`EngineLink::stats`], and its JSON). The engine
+    /// keeps the counters: they survive a restart of control, not one of
+    /// the engine.
+    pub async fn usage(
+        &self,
+        query: UsageQuery,
+        timeout: Duration,
+    ) -> Result<Arc<SharedAnswer<Vec<SourceUsage>>>, EngineRequestError> {
+        let ask = self.asking(Query::Usage, |reply| match reply {
+            Reply::Usage(sources) => Some(Arc::new(SharedAnswer::new(sources))),
+            _ => None,
+        });
+        self.reads.usage.read(query, timeout, ask).await
     }
 
-    /// Asks the engine for its pending requests, oldest first.
+    /// Asks the engine for its pending requests, oldest first (concurrent
+    /// callers share one question, as for [`EngineLink::stats`]).
     pub async fn pending(&self, timeout: Duration) -> Result<Vec<PendingRequest>, EngineRequestError> {
-        match self.request(Query::Pending, timeout).await? {
-            Reply::Pending(pending) => Ok(pending),
-            _ => Err(EngineRequestError::NoAnswer),
-        }
+        let ask = self.asking(
+            |()| Query::Pending,
+            |reply| match reply {
+                Reply::Pending(pending) => Some(Arc::new(pending)),
+                _ => None,
+            },
+        );
+        self.reads
+            .pending
+            .read((), timeout, ask)
+            .await
+            .map(Arc::unwrap_or_clone)
     }
 
     /// Answers pending request `id`: the request as decided (an `always`
@@ -177,7 +216,8 @@ impl EngineLink {
         decision: Answer,
         timeout: Duration,
     ) -> Result<Option<DecidedRequest>, EngineRequestError> {
-        match self.request(Query::Decide { id, decision }, timeout).await? {
+        let queries = self.state.borrow().queries.clone();
+        match request(queries, Query::Decide { id, decision }, timeout).await? {
             Reply::Decided(decided) => Ok(decided),
             _ => Err(EngineRequestError::NoAnswer),
         }
@@ -185,11 +225,21 @@ impl EngineLink {
 
     /// Asks the engine for its live figures and the denials it recorded
     /// after the `denials_after`-th (the console's event feed).
+    /// Concurrent callers with the same `denials_after` share one question,
+    /// as for [`EngineLink::stats`].
     pub async fn feed(&self, denials_after: u64, timeout: Duration) -> Result<FeedReport, EngineRequestError> {
-        match self.request(Query::Feed { denials_after }, timeout).await? {
-            Reply::Feed(report) => Ok(report),
-            _ => Err(EngineRequestError::NoAnswer),
-        }
+        let ask = self.asking(
+            |denials_after| Query::Feed { denials_after },
+            |reply| match reply {
+                Reply::Feed(report) => Some(Arc::new(report)),
+                _ => None,
+            },
+        );
+        self.reads
+            .feed
+            .read(denials_after, timeout, ask)
+            .await
+            .map(Arc::unwrap_or_clone)
     }
 
     /// The events and figures of the engine's pending requests.
@@ -197,25 +247,22 @@ impl EngineLink {
         &self.asks
     }
 
-    /// Sends the engine `query` and waits for its reply.
-    async fn request(&self, query: Query, timeout: Duration) -> Result<Reply, EngineRequestError> {
-        let queries = self
-            .state
-            .borrow()
-            .queries
-            .clone()
-            .ok_or(EngineRequestError::NotConnected)?;
-        let (reply, answer) = oneshot::channel();
-        let asked = async {
-            queries
-                .send(Asked { query, reply })
-                .await
-                .map_err(|_| EngineRequestError::NotConnected)?;
-            answer.await.map_err(|_| EngineRequestError::NoAnswer)
-        };
-        tokio::time::timeout(timeout, asked)
-            .await
-            .map_err(|_| EngineRequestError::NoAnswer)?
+    /// How a shared read asks: the question `query` makes of its key, sent
+    /// to the engine connected when it is asked, and its reply as `pick`
+    /// takes it (`None`: the engine answered another question).
+    fn asking<K: Send + 'static, V: Send + 'static>(
+        &self,
+        query: fn(K) -> Query,
+        pick: fn(Reply) -> Option<V>,
+    ) -> impl Fn(K, Duration) -> BoxFuture<'static, Result<V, EngineRequestError>> + Send + 'static {
+        let state = self.state.subscribe();
+        move |key, timeout| {
+            let queries = state.borrow().queries.clone();
+            Box::pin(async move {
+                let reply = request(queries, query(key), timeout).await?;
+                pick(reply).ok_or(EngineRequestError::NoAnswer)
+            })
+        }
     }
 
     /// Hands the engine a new watch list (sent now, and to every engine that connects).
@@ -271,6 +318,27 @@ impl EngineLink {
     fn watch(&self) -> watch::Receiver<LinkState> {
         self.state.subscribe()
     }
+}
+
+/// Sends `query` on `queries` (the current connection's; `None`: no engine)
+/// and waits at most `timeout` for its reply.
+async fn request(
+    queries: Option<mpsc::Sender<Asked>>,
+    query: Query,
+    timeout: Duration,
+) -> Result<Reply, EngineRequestError> {
+    let queries = queries.ok_or(EngineRequestError::NotConnected)?;
+    let (reply, answer) = oneshot::channel();
+    let asked = async {
+        queries
+            .send(Asked { query, reply })
+            .await
+            .map_err(|_| EngineRequestError::NotConnected)?;
+        answer.await.map_err(|_| EngineRequestError::NoAnswer)
+    };
+    tokio::time::timeout(timeout, asked)
+        .await
+        .map_err(|_| EngineRequestError::NoAnswer)?
 }
 
 /// Accepts engine connections forever; each one is handshaken and then

@@ -349,9 +349,61 @@ async fn counters_are_requested_and_routed_back_by_request_number() {
             report: report.clone(),
         })
         .await;
-    assert_eq!(asked.await.unwrap(), Ok(report));
+    assert_eq!(asked.await.unwrap(), Ok(Arc::new(report)));
     let silent = control.link.stats(Duration::from_millis(200)).await;
     assert_eq!(silent, Err(EngineRequestError::NoAnswer));
+}
+
+/// The number of the stats request the engine reads next.
+async fn stats_request(engine: &mut FakeEngine) -> u64 {
+    match engine.recv().await {
+        Message::StatsRequest { request } => request,
+        other => panic!("expected a stats request, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn readers_that_arrive_while_a_question_is_out_share_one_sent_after_them() {
+    let control = control(vec![]).await;
+    let (mut engine, _) = FakeEngine::connect(&control.socket, PROTOCOL).await;
+    engine.snapshot().await;
+    let read = |link: Arc<EngineLink>| tokio::spawn(async move { link.stats(WAIT).await });
+    let first = read(control.link.clone());
+    let on_wire = stats_request(&mut engine).await;
+    let later: Vec<_> = (0..20).map(|_| read(control.link.clone())).collect();
+    // The test's runtime has one thread: yielding lets each reader join.
+    tokio::task::yield_now().await;
+    let answer = |generation| StatsReport {
+        generation,
+        ..StatsReport::default()
+    };
+    engine
+        .send(Message::Stats {
+            request: on_wire,
+            report: answer(1),
+        })
+        .await;
+    assert_eq!(first.await.unwrap().map(|report| report.generation), Ok(1));
+    let shared = stats_request(&mut engine).await;
+    assert_eq!(shared, on_wire + 1);
+    engine
+        .send(Message::Stats {
+            request: shared,
+            report: answer(2),
+        })
+        .await;
+    for reader in later {
+        assert_eq!(reader.await.unwrap().map(|report| report.generation), Ok(2));
+    }
+    let next = read(control.link.clone());
+    assert_eq!(stats_request(&mut engine).await, shared + 1, "no other question was sent");
+    engine
+        .send(Message::Stats {
+            request: shared + 1,
+            report: answer(3),
+        })
+        .await;
+    assert_eq!(next.await.unwrap().map(|report| report.generation), Ok(3));
 }
 
 #[tokio::test]
