@@ -396,7 +396,11 @@ async fn readers_that_arrive_while_a_question_is_out_share_one_sent_after_them()
         assert_eq!(reader.await.unwrap().map(|report| report.generation), Ok(2));
     }
     let next = read(control.link.clone());
-    assert_eq!(stats_request(&mut engine).await, shared + 1, "no other question was sent");
+    assert_eq!(
+        stats_request(&mut engine).await,
+        shared + 1,
+        "no other question was sent"
+    );
     engine
         .send(Message::Stats {
             request: shared + 1,
