@@ -9,11 +9,13 @@
 //! upstream resolver, a name a report-mode source's list would deny is
 //! answered as if allowed and recorded as a would-be denial, one an ask-mode
 //! source's list does not cover is answered (the connection that follows
-//! asks), and a source awaiting its registration is held.
+//! asks), and a source awaiting its registration is held. A TCP connection
+//! from an unregistered or invalid-label source is refused before it asks.
 
 use super::{DenialHook, DnsDenial};
-use crate::usage::attached::{Decision, Snapshot, Verdict};
+use crate::usage::attached::{Decision, Snapshot, Standing, Verdict};
 use crate::usage::Account;
+use crackbox_policy::decide::standing;
 use crackbox_policy::reason::{Layer, Reason};
 use crackbox_policy::watch::Watch;
 use crackbox_policy::Port;
@@ -71,16 +73,19 @@ pub(crate) fn decide(
     let Ok(request) = Message::from_vec(packet) else {
         return Action::Reply(error_reply(&header_only(&header), ResponseCode::FormErr));
     };
-    let name = request.queries.first().map(|q| q.name().to_ascii()).unwrap_or_default();
+    let asked = request.queries.first().map(|q| q.name().to_ascii()).unwrap_or_default();
+    // Without its trailing dot, as every other front end records a host
+    // (docs/policy.md: one trailing dot is ignored).
+    let name = asked.strip_suffix('.').unwrap_or(&asked);
     let (snapshot, watch) = policy;
-    let verdict = match crackbox_policy::decide(snapshot, watch, source, &name, Port::Any) {
+    let verdict = match crackbox_policy::decide(snapshot, watch, source, name, Port::Any) {
         Decision::AwaitRegistration if hold == Hold::Allowed => return Action::Hold,
         decision => decision.settled(),
     };
     // Sources that are not registered are refused whatever they ask.
     if let Verdict::Deny { reason, layer, id, .. } = &verdict {
         if *reason != Reason::NotAllowed {
-            record(on_denial, source, id.as_ref(), &name, (*reason, *layer), true);
+            record(on_denial, source, id.as_ref(), name, (*reason, *layer), true);
             return Action::Reply(error_reply(&request, ResponseCode::Refused));
         }
     }
@@ -103,17 +108,33 @@ pub(crate) fn decide(
             if let Some(account) = account {
                 account.add_denial(Account::OFF_CORE, *reason);
             }
-            record(on_denial, source, id.as_ref(), &name, (*reason, *layer), true);
+            record(on_denial, source, id.as_ref(), name, (*reason, *layer), true);
             Action::Reply(error_reply(&request, ResponseCode::NXDomain))
         }
         Verdict::Report { reason, id, account } => {
             account.add_reported(Account::OFF_CORE, *reason);
-            record(on_denial, source, Some(id), &name, (*reason, Layer::Mode), false);
+            record(on_denial, source, Some(id), name, (*reason, Layer::Mode), false);
             Action::Forward(request)
         }
         // Answered, so that the connection that follows can ask.
         Verdict::Allow { .. } | Verdict::Ask { .. } => Action::Forward(request),
     }
+}
+
+/// Whether a TCP connection from `source` is closed before it asks
+/// anything, so that it never takes a connection slot: its source is
+/// unregistered or its container's labels are invalid (one awaiting its
+/// registration is let in, its queries held). A refusal is recorded as a
+/// denial with no name.
+pub(crate) fn refuses_connection(source: IpAddr, policy: (&Snapshot, &Watch), on_denial: Option<&DenialHook>) -> bool {
+    let (snapshot, watch) = policy;
+    let (reason, id) = match standing(snapshot, watch, source) {
+        Standing::Registered(_) | Standing::AwaitingRegistration => return false,
+        Standing::InvalidLabel(id) => (Reason::InvalidLabel, Some(id)),
+        Standing::Unregistered => (Reason::Unregistered, None),
+    };
+    record(on_denial, source, id, "", (reason, Layer::Registration), true);
+    true
 }
 
 /// The record types a workload needs to reach an allowed name.

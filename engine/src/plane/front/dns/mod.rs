@@ -5,9 +5,12 @@
 //! It runs on its own std threads with blocking sockets and never touches
 //! the monoio core threads. In-flight work is bounded: one UDP receiver
 //! feeds a fixed pool of workers through a bounded queue (a full queue drops
-//! the datagram, the client retries), and TCP connections are capped, each
-//! served by its own thread. It never answers a packet with QR=1 or one that
+//! the datagram, the client retries), and TCP connections are capped in all
+//! and per source, each served by its own thread; an unregistered source's
+//! connection is closed before it takes a slot, and a connection that asks
+//! nothing is closed soon. It never answers a packet with QR=1 or one that
 //! comes from its own listening address, so it cannot be turned into a loop.
+//! What goes upstream is built afresh from the question (see `upstream`).
 //!
 //! Who may ask about which name is the policy's one decision, shared with
 //! every TCP front end. A query from an unregistered address inside a subnet
@@ -18,6 +21,7 @@
 mod arrival;
 mod decide;
 mod hold;
+mod slots;
 mod steer;
 mod tcp;
 mod udp;
@@ -33,6 +37,7 @@ use crackbox_policy::reason::{Layer, Reason};
 use decide::{decide, error_reply, Action, Hold};
 use hickory_proto::op::{Message, ResponseCode};
 use hold::HeldQueries;
+use slots::Slots;
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpListener, UdpSocket};
 use std::sync::Arc;
@@ -45,6 +50,9 @@ const UDP_WORKERS: usize = 8;
 const UDP_QUEUE: usize = 256;
 /// Concurrent TCP connections; more are closed at once.
 const MAX_TCP_CONNECTIONS: usize = 32;
+/// Concurrent TCP connections from one source address; more are closed at
+/// once (a resolver needs one at a time).
+const MAX_TCP_PER_SOURCE: usize = 4;
 /// How long one upstream exchange may take before the client gets SERVFAIL.
 const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(3);
 /// Attempts at binding UDP and TCP to the same ephemeral port.
@@ -58,7 +66,8 @@ pub struct DnsDenial<'a> {
     pub source: IpAddr,
     /// The registration id of the source, when it has one.
     pub id: Option<&'a Arc<str>>,
-    /// The queried name, as asked (with its trailing dot).
+    /// The queried name, as asked but without its trailing dot; empty for
+    /// a TCP connection refused before it asked anything.
     pub name: &'a str,
     /// `not-allowed`, `denied-entry`, `unregistered` or `invalid-label`.
     pub reason: Reason,
@@ -312,7 +321,7 @@ fn spawn_filter(
         own: OwnAddresses::new(local)?,
     });
     udp::serve(udp, Arc::clone(&filter), UDP_WORKERS, UDP_QUEUE)?;
-    tcp::serve(tcp, filter, MAX_TCP_CONNECTIONS)?;
+    tcp::serve(tcp, filter, Slots::new(MAX_TCP_CONNECTIONS, MAX_TCP_PER_SOURCE))?;
     tracing::info!(%local, ?answers, "dns filter listening (udp and tcp)");
     Ok(DnsFilter { local, answers })
 }

@@ -1,7 +1,7 @@
 //! Asking the upstream resolver one question, over UDP or TCP, with a
 //! deadline; only a response that matches the question is accepted.
 
-use hickory_proto::op::{Message, MessageType};
+use hickory_proto::op::{Edns, Message, MessageType};
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
@@ -34,7 +34,7 @@ impl Upstream {
     /// Asks over UDP from a fresh socket (random port) with a fresh query id;
     /// stray or spoofed datagrams are skipped until the deadline.
     pub(crate) fn exchange_udp(&self, request: &Message) -> Result<Message, UpstreamError> {
-        let (query, id) = with_fresh_id(request)?;
+        let (query, id) = fresh_query(request)?;
         let local: SocketAddr = match self.addr {
             SocketAddr::V4(_) => ([0, 0, 0, 0], 0).into(),
             SocketAddr::V6(_) => ([0u16; 8], 0).into(),
@@ -59,7 +59,7 @@ impl Upstream {
 
     /// Asks over one TCP connection (length-prefixed, RFC 1035 4.2.2).
     pub(crate) fn exchange_tcp(&self, request: &Message) -> Result<Message, UpstreamError> {
-        let (query, id) = with_fresh_id(request)?;
+        let (query, id) = fresh_query(request)?;
         let deadline = Instant::now() + self.timeout;
         let mut stream = TcpStream::connect_timeout(&self.addr, self.timeout)?;
         stream.set_write_timeout(Some(self.timeout))?;
@@ -73,14 +73,36 @@ impl Upstream {
     }
 }
 
-/// The request re-encoded with an id the client did not choose, so a
-/// client cannot predict (or collide with) the id crackbox uses upstream.
-fn with_fresh_id(request: &Message) -> Result<(Vec<u8>, u16), UpstreamError> {
-    let mut upstream = request.clone();
+/// The query crackbox asks upstream, encoded, and its id: built afresh
+/// from the request (docs/daemon.md, "DNS filter"), so nothing the client
+/// put into its message beyond what a resolver needs leaves the sandbox.
+/// It carries an id the client did not choose (a client cannot predict or
+/// collide with it), the question, the RD, CD and AD bits, and, when the
+/// client sent an OPT record, one with its UDP payload size, EDNS version
+/// and DO bit but none of its options or other flag bits. The client's
+/// answer, authority and additional records are never sent.
+fn fresh_query(request: &Message) -> Result<(Vec<u8>, u16), UpstreamError> {
+    let upstream = upstream_query(request);
+    Ok((upstream.to_vec()?, upstream.metadata.id))
+}
+
+/// [`fresh_query`]'s message, before encoding.
+fn upstream_query(request: &Message) -> Message {
     // `Message::query` draws its id from hickory's random source.
-    let id = Message::query().metadata.id;
-    upstream.metadata.id = id;
-    Ok((upstream.to_vec()?, id))
+    let mut query = Message::query();
+    query.metadata.op_code = request.metadata.op_code;
+    query.metadata.recursion_desired = request.metadata.recursion_desired;
+    query.metadata.checking_disabled = request.metadata.checking_disabled;
+    query.metadata.authentic_data = request.metadata.authentic_data;
+    query.add_queries(request.queries.iter().cloned());
+    if let Some(asked) = &request.edns {
+        let mut edns = Edns::new();
+        edns.set_max_payload(asked.max_payload())
+            .set_version(asked.version())
+            .set_dnssec_ok(asked.flags().dnssec_ok);
+        query.set_edns(edns);
+    }
+    query
 }
 
 /// Parses `bytes` and accepts it only as the response to our question.
@@ -114,3 +136,6 @@ pub(crate) fn read_framed(stream: &mut impl Read) -> io::Result<Option<Vec<u8>>>
     stream.read_exact(&mut message)?;
     Ok(Some(message))
 }
+
+#[cfg(test)]
+mod tests;
