@@ -1,5 +1,6 @@
 //! The async client: one typed method per admin API endpoint.
 
+use crate::error::one_line;
 use crate::events::Events;
 use crate::transport::{self, Answer, Call};
 use crate::url::{query_value, AdminUrl};
@@ -34,13 +35,16 @@ impl Client {
     /// [`with_timeout`](Client::with_timeout) says otherwise.
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
-    /// A client of the admin API at `url`: `http://HOST[:PORT][/PREFIX]` or
-    /// `HOST:PORT` (port 80 when none is given).
+    /// A client of the admin API at `url`: `http://HOST[:PORT][/PREFIX]`
+    /// (port 80 when none is given), or an address without a scheme:
+    /// `IP:PORT`, `[IPv6]:PORT`, `localhost:PORT` or `:PORT` (loopback). A
+    /// host name without `http://` (`notaurl`) is refused, never looked up.
     ///
     /// ```
     /// let admin = crackbox_client::Client::new("http://127.0.0.1:3129")?;
     /// assert_eq!(admin.url(), "http://127.0.0.1:3129");
     /// assert!(crackbox_client::Client::new("https://127.0.0.1:3129").is_err());
+    /// assert!(crackbox_client::Client::new("notaurl").is_err());
     /// # Ok::<(), crackbox_client::Error>(())
     /// ```
     pub fn new(url: &str) -> Result<Self, Error> {
@@ -440,13 +444,14 @@ impl Client {
     fn decode<T: DeserializeOwned>(&self, answer: &Answer) -> Result<T, Error> {
         serde_json::from_slice(&answer.body).map_err(|err| Error::Malformed {
             url: self.url.text.clone(),
-            detail: format!("status {}: {err}", answer.status),
+            detail: one_line(&format!("status {}: {err}", answer.status)),
         })
     }
 
     /// The server's refusal: its status and `{"error": ...}` text. Another
     /// body (no crackbox answered: a web server's page) gives its first
-    /// line, shortened, so an error stays one line.
+    /// line, shortened. Either way the text is one line, control characters
+    /// escaped.
     fn refused(&self, answer: &Answer) -> Error {
         let message = match serde_json::from_slice::<ErrorAnswer>(&answer.body) {
             Ok(body) => body.error,
@@ -455,7 +460,7 @@ impl Client {
         Error::Api {
             url: self.url.text.clone(),
             status: answer.status,
-            message,
+            message: one_line(&message),
         }
     }
 }

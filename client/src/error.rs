@@ -1,5 +1,8 @@
 //! Why a call to the admin API failed: the URL, the transport, or the
-//! server's own `{"error": ...}` answer with its status.
+//! server's own `{"error": ...}` answer with its status. Text a server
+//! chose is kept on one line with its control characters escaped
+//! ([`one_line`]), so an error printed on a terminal cannot move the
+//! cursor, retitle the window or forge a line of its own.
 
 use std::time::Duration;
 
@@ -7,7 +10,8 @@ use std::time::Duration;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The admin URL is not `http://HOST[:PORT][/PREFIX]` or `HOST:PORT`.
+    /// The admin URL is not `http://HOST[:PORT][/PREFIX]`, `IP:PORT`,
+    /// `localhost:PORT` or `:PORT`.
     #[error("bad admin URL {url:?}: {reason} (want http://HOST:PORT)")]
     Url {
         /// The URL as given.
@@ -41,14 +45,15 @@ pub enum Error {
         timeout: Duration,
     },
     /// The server refused: its status and the text of its `{"error": ...}`
-    /// body (or the body itself when it is not that JSON).
+    /// body (or the body's first line when it is not that JSON), on one
+    /// line with control characters escaped.
     #[error("the admin API at {url} answered {status}: {message}")]
     Api {
         /// The admin URL.
         url: String,
         /// HTTP status code (400, 401, 404, 405, 413, 500, 503, ...).
         status: u16,
-        /// The server's error text.
+        /// The server's error text, as [`one_line`] makes it.
         message: String,
     },
     /// A success status with a body that is not the documented document.
@@ -56,12 +61,29 @@ pub enum Error {
     Malformed {
         /// The admin URL.
         url: String,
-        /// What did not fit.
+        /// What did not fit (it may quote the server), as [`one_line`]
+        /// makes it.
         detail: String,
     },
     /// The blocking client could not start its runtime.
     #[error("cannot start a runtime for the admin API client: {0}")]
     Runtime(#[source] std::io::Error),
+}
+
+/// `text` as one line of printable characters: each control character
+/// (a line break, ESC, BEL, ...) and each other character that does not
+/// print as itself is written as Rust's `escape_debug` writes it (`\n`,
+/// `\u{1b}`); everything else is kept.
+pub(crate) fn one_line(text: &str) -> String {
+    let mut shown = String::with_capacity(text.len());
+    for c in text.chars() {
+        let escaped = c.escape_debug();
+        match c.is_control() || (escaped.len() > 1 && !matches!(c, '"' | '\'' | '\\')) {
+            true => shown.extend(escaped),
+            false => shown.push(c),
+        }
+    }
+    shown
 }
 
 impl Error {
@@ -78,5 +100,30 @@ impl Error {
     /// still have left the change in place.
     pub fn refused(&self) -> bool {
         self.status().is_some_and(|status| (400..500).contains(&status))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+
+    #[test]
+    fn a_servers_text_is_one_line_of_printable_characters() {
+        let cases = [
+            ("no such sandbox", "no such sandbox"),
+            ("quote \" and 'x' and \\", "quote \" and 'x' and \\"),
+            ("caf\u{e9} \u{4e2d}\u{6587}", "caf\u{e9} \u{4e2d}\u{6587}"),
+            (
+                "\u{1b}[2J\u{1b}]0;pwned\u{7} fake\nsecond line",
+                "\\u{1b}[2J\\u{1b}]0;pwned\\u{7} fake\\nsecond line",
+            ),
+            ("tab\there\r", "tab\\there\\r"),
+            ("rtl\u{202e}gro.", "rtl\\u{202e}gro."),
+        ];
+        for (text, want) in cases {
+            let got = one_line(text);
+            assert_eq!(got, want, "{text:?}");
+            assert!(!got.chars().any(char::is_control), "{got:?}");
+        }
     }
 }

@@ -53,7 +53,7 @@ impl Events {
     fn decode(&self, (name, data): (String, String)) -> Result<Event, Error> {
         Event::parse(&name, &data).map_err(|err| Error::Malformed {
             url: self.url.clone(),
-            detail: err.to_string(),
+            detail: crate::error::one_line(&err.to_string()),
         })
     }
 }

@@ -3,9 +3,12 @@
 
 use crate::Error;
 use hyper::Uri;
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 
-/// A parsed `http://HOST[:PORT][/PREFIX]` (or bare `HOST:PORT`).
+/// A parsed `http://HOST[:PORT][/PREFIX]`, or without a scheme an address
+/// only: `IP:PORT`, `[IPv6]:PORT`, `localhost:PORT` or `:PORT` (meaning
+/// `127.0.0.1:PORT`). A host name needs `http://`, so that a typo is
+/// refused before anything is looked up (docs/admin-api.md).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct AdminUrl {
     /// The URL as given, for error messages.
@@ -38,10 +41,14 @@ impl AdminUrl {
             url: text.to_string(),
             reason,
         };
+        if !text.contains("://") {
+            return Self::address(text).ok_or_else(|| {
+                bad("without http:// only an address is taken (IP:PORT, localhost:PORT or :PORT)")
+            });
+        }
         let uri: Uri = text.parse().map_err(|_| bad("not a URL"))?;
-        match uri.scheme_str() {
-            None | Some("http") => {}
-            Some(_) => return Err(bad("only http:// is supported")),
+        if uri.scheme_str() != Some("http") {
+            return Err(bad("only http:// is supported"));
         }
         let authority = uri.authority().ok_or_else(|| bad("no host"))?;
         let host = authority.host().trim_start_matches('[').trim_end_matches(']');
@@ -69,6 +76,30 @@ impl AdminUrl {
             port,
             authority: authority.as_str().to_string(),
             prefix: uri.path().trim_end_matches('/').to_string(),
+        })
+    }
+
+    /// A URL without a scheme: an address with its port, never a name to
+    /// look up (`None` for anything else).
+    fn address(text: &str) -> Option<Self> {
+        let port = |port: &str| port.parse::<u16>().ok().filter(|port| *port != 0);
+        let (host, port) = match text.rsplit_once(':')? {
+            ("", port_text) => (Ipv4Addr::LOCALHOST.to_string(), port(port_text)?),
+            ("localhost", port_text) => ("localhost".to_string(), port(port_text)?),
+            _ => {
+                let addr = text.parse::<SocketAddr>().ok().filter(|addr| addr.port() != 0)?;
+                return Some(AdminUrl {
+                    text: text.to_string(),
+                    ..AdminUrl::from_addr(addr)
+                });
+            }
+        };
+        Some(AdminUrl {
+            text: text.to_string(),
+            authority: format!("{host}:{port}"),
+            host,
+            port,
+            prefix: String::new(),
         })
     }
 }
@@ -114,6 +145,16 @@ mod tests {
                 Some(("localhost", 3129, "localhost:3129", "")),
             ),
             ("127.0.0.1:9", Some(("127.0.0.1", 9, "127.0.0.1:9", ""))),
+            ("[::1]:3129", Some(("::1", 3129, "[::1]:3129", ""))),
+            ("localhost:3129", Some(("localhost", 3129, "localhost:3129", ""))),
+            (":3129", Some(("127.0.0.1", 3129, "127.0.0.1:3129", ""))),
+            ("notaurl", None),
+            ("box:3129", None),
+            ("localhost", None),
+            ("127.0.0.1", None),
+            ("127.0.0.1:0", None),
+            (":0", None),
+            ("127.0.0.1:9/admin", None),
             ("http://[::1]:3129/admin/", Some(("::1", 3129, "[::1]:3129", "/admin"))),
             ("http://box", Some(("box", 80, "box", ""))),
             ("https://127.0.0.1:3129", None),
