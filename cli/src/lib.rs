@@ -106,8 +106,15 @@ pub enum ProxyCommand {
         Guide: docs/daemon.md, \"Processes\"; every flag: docs/configuration.md."
     )]
     Control(ProxyArgs),
-    /// Run the engine alone, connecting to the control plane's socket.
-    #[command(hide = true)]
+    /// Run the engine alone (the data plane), connecting to `proxy control`'s socket.
+    #[command(
+        mut_args(engine_flag),
+        after_help = "Example:\n  \
+        crackbox proxy engine --control-socket /run/crackbox/control.sock\n\n\
+        The control plane's flags (--register, --state, --docker, --fleet-etcd, ...) go to \
+        `proxy control`; given here they are refused.\n\
+        Guide: docs/daemon.md, \"Processes\"; every flag: docs/configuration.md."
+    )]
     Engine(EngineArgs),
 }
 
@@ -125,4 +132,53 @@ fn common_first(arg: clap::Arg) -> clap::Arg {
         None => COMMON_DAEMON_FLAGS.len() + arg.get_display_order(),
     };
     arg.display_order(order)
+}
+
+/// `proxy engine --help`: the engine's flags only, the control plane's
+/// hidden (the engine refuses them), in `serve`'s order.
+fn engine_flag(arg: clap::Arg) -> clap::Arg {
+    let hidden = arg.is_hide_set() || arg.get_long().is_some_and(crackbox_config::is_control_plane_flag);
+    common_first(arg).hide(hidden)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every flag `proxy engine --help` hides as the control plane's (one
+    /// `proxy serve --help` shows) is one the engine refuses when given, and
+    /// no flag it shows is.
+    #[test]
+    fn the_engine_hides_exactly_the_flags_it_refuses() {
+        let cli = Cli::command();
+        let proxy = cli.find_subcommand("proxy").unwrap();
+        let (serve, engine) = (proxy.find_subcommand("serve").unwrap(), proxy.find_subcommand("engine").unwrap());
+        let shown_by_serve = |long: &str| serve.get_arguments().any(|a| a.get_long() == Some(long) && !a.is_hide_set());
+        let mut hidden = 0;
+        for arg in engine.get_arguments() {
+            let Some(long) = arg.get_long().filter(|long| shown_by_serve(long)) else {
+                continue;
+            };
+            let mut line = vec!["crackbox".to_string(), "proxy".into(), "engine".into(), format!("--{long}")];
+            if arg.get_action().takes_values() {
+                line.push("1".into());
+            }
+            let Ok(Cli {
+                command: Command::Proxy {
+                    command: ProxyCommand::Engine(args),
+                },
+            }) = Cli::try_parse_from(&line)
+            else {
+                panic!("{line:?} does not parse");
+            };
+            let refused = args.control_plane_flags();
+            match arg.is_hide_set() {
+                true => assert_eq!(refused, [long], "{long} is hidden, so refused"),
+                false => assert!(refused.is_empty(), "{long} is shown, so taken: {refused:?}"),
+            }
+            hidden += usize::from(arg.is_hide_set());
+        }
+        assert!(hidden >= 10, "only {hidden} control-plane flags hidden");
+    }
 }

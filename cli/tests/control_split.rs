@@ -1,11 +1,14 @@
 //! `proxy control` and `proxy engine` as two processes: killing control
-//! never touches traffic, and a restarted control restores the registry.
+//! never touches traffic, and a restarted control restores the registry;
+//! `proxy engine` shows in `proxy --help` and takes the engine's flags only.
 
-use crackbox_test_support::{alive, Ports};
+use crackbox_test_support::{alive, wait_until, Ports};
 use crackbox_test_support::{connect_from, read_head, Echo, Upstream};
 use serde_json::json;
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::process::Stdio;
+use std::time::Duration;
 
 fn echo_round(tunnel: &mut TcpStream, text: &str) {
     tunnel.write_all(text.as_bytes()).unwrap();
@@ -61,4 +64,50 @@ fn kill_9_of_control_keeps_tunnels_and_decisions_and_a_restart_restores_the_regi
         403,
         "the new control's changes are enforced"
     );
+}
+
+#[test]
+fn proxy_engine_is_listed_and_refuses_the_control_planes_flags() {
+    let help = crackbox_test_support::run(&["proxy", "--help"], &[]);
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        help.lines().any(|line| line.trim_start().starts_with("engine ")),
+        "proxy --help lists engine: {help}"
+    );
+    let help = crackbox_test_support::run(&["proxy", "engine", "--help"], &[]);
+    let help = String::from_utf8_lossy(&help.stdout);
+    for flag in ["--listen", "--control-socket", "--threads", "--admin"] {
+        assert!(help.contains(&format!("{flag} <")), "{flag} is the engine's: {help}");
+    }
+    for flag in ["--register <", "--docker ", "--state <", "--fleet-etcd <"] {
+        assert!(!help.contains(flag), "{flag} is not the engine's: {help}");
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("control.sock").display().to_string();
+    let ports = Ports::fresh();
+    let listen = ports.proxy.to_string();
+    for given in [&["--register", "10.0.0.2=a:pypi.org"][..], &["--docker"], &["--state", "s.json"]] {
+        let mut args = vec!["proxy", "engine", "--listen", &listen, "--transparent", ""];
+        args.extend(["--control-socket", &socket]);
+        args.extend(given);
+        let mut engine = crackbox_test_support::command(&args, &[])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let exited = wait_until(Duration::from_secs(20), || matches!(engine.try_wait(), Ok(Some(_))));
+        if !exited {
+            let _ = engine.kill();
+        }
+        let output = engine.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(exited, "proxy engine {given:?} started instead of refusing: {stderr}");
+        assert_eq!(output.status.code(), Some(78), "never started: {stderr}");
+        assert!(
+            stderr.contains(&format!("`proxy engine` does not take {}", given[0]))
+                && stderr.contains("`proxy control`"),
+            "{given:?}: {stderr}"
+        );
+    }
 }

@@ -95,11 +95,12 @@ pub struct ProxyArgs {
     /// @presets expand, see `crackbox presets`), then options after ';' as key=value:
     /// bandwidth=10MiB/s (KiB/s, MiB/s or GiB/s; each direction), mode=report (let through
     /// and record what the list would deny) or mode=ask (hold it until decided through
-    /// /v1/pending), allow-file=PATH (entries one per line;
-    /// repeatable). Repeatable; replaces a state-file entry for the same IP.
+    /// /v1/pending), deny=host1,host2 (never let through, whatever allows them),
+    /// policies=NAME,NAME (named policies it takes too), allow-file=PATH (entries one per
+    /// line; repeatable). Repeatable; replaces a state-file entry for the same IP.
     #[arg(
         long = "register",
-        value_name = "IP=ID:HOSTS[;bandwidth=RATE][;mode=MODE][;deny=HOSTS][;allow-file=PATH]"
+        value_name = "IP=ID:HOSTS[;bandwidth=RATE][;mode=MODE][;deny=HOSTS][;policies=NAME,NAME][;allow-file=PATH]"
     )]
     pub register: Vec<String>,
 
@@ -108,9 +109,8 @@ pub struct ProxyArgs {
     #[arg(long)]
     pub docker: bool,
 
-    /// With --docker on the host: a network whose containers are watched (repeatable;
-    /// in a container crackbox watches the networks of its own container)
-    /// [[docker] networks].
+    /// A network whose containers are watched (implies --docker; repeatable); without it,
+    /// crackbox in a container watches the networks of its own container [[docker] networks].
     #[arg(long = "docker-network", value_name = "NET")]
     pub docker_networks: Vec<String>,
 
@@ -199,6 +199,32 @@ pub fn on_off(value: &str) -> Result<bool, String> {
     }
 }
 
+/// The control plane's flags (long names) with how to tell each was given:
+/// `proxy engine` does not use them, so it hides them from its help and
+/// refuses them (docs/daemon.md, "Processes").
+const CONTROL_PLANE_FLAGS: [(&str, fn(&ProxyArgs) -> bool); 14] = [
+    ("console", |p| p.console.is_some()),
+    ("admin-name", |p| !p.admin_names.is_empty()),
+    ("state", |p| p.state.is_some()),
+    ("register", |p| !p.register.is_empty()),
+    ("docker", |p| p.docker),
+    ("docker-network", |p| !p.docker_networks.is_empty()),
+    ("fleet-etcd", |p| !p.fleet_etcd.is_empty()),
+    ("fleet-prefix", |p| p.fleet_prefix.is_some()),
+    ("fleet-node", |p| p.fleet_node.is_some()),
+    ("fleet-user", |p| p.fleet_user.is_some()),
+    ("fleet-ca", |p| p.fleet_ca.is_some()),
+    ("fleet-cert", |p| p.fleet_cert.is_some()),
+    ("fleet-key", |p| p.fleet_key.is_some()),
+    ("fleet-lease-ttl", |p| p.fleet_lease_ttl.is_some()),
+];
+
+/// Whether `long` (without its dashes) is a flag of the control plane
+/// alone, which `proxy engine` refuses.
+pub fn is_control_plane_flag(long: &str) -> bool {
+    CONTROL_PLANE_FLAGS.iter().any(|(flag, _)| *flag == long)
+}
+
 /// `proxy engine`: the shared flags, or the settings `proxy serve` resolved
 /// for its engine child.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -211,4 +237,16 @@ pub struct EngineArgs {
     /// starts its engine); no other flag may be given.
     #[arg(long, hide = true, exclusive = true)]
     pub settings_stdin: bool,
+}
+
+impl EngineArgs {
+    /// The control plane's flags given (`--register`, `--docker`, ...),
+    /// which `proxy engine` does not use.
+    pub fn control_plane_flags(&self) -> Vec<&'static str> {
+        CONTROL_PLANE_FLAGS
+            .iter()
+            .filter(|(_, given)| given(&self.proxy))
+            .map(|(flag, _)| *flag)
+            .collect()
+    }
 }

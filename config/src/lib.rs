@@ -23,7 +23,7 @@ mod resolv_conf;
 mod settings;
 mod steer;
 
-pub use args::{EngineArgs, ProxyArgs};
+pub use args::{is_control_plane_flag, EngineArgs, ProxyArgs};
 pub use command_line::CommandLineError;
 pub use file::{search_path, FileConfig};
 pub use fleet::{Fleet, DEFAULT_FLEET_PREFIX};
@@ -64,6 +64,13 @@ pub enum ConfigError {
         /// What is wrong with it.
         message: String,
     },
+    /// `proxy engine` was given flags of the control plane alone.
+    #[error(
+        "`proxy engine` does not take --{}: the control plane's flags go to `proxy control` \
+         (docs/daemon.md, \"Processes\")",
+        .0.join(", --")
+    )]
+    ControlPlaneFlags(Vec<&'static str>),
     /// The settings document `proxy serve` hands its engine child is unusable.
     #[error("the settings handed to the engine on stdin are unusable: {0}")]
     Handoff(String),
@@ -85,6 +92,10 @@ pub enum ConfigError {
 pub fn engine_config(args: &EngineArgs) -> Result<EngineConfig, ConfigError> {
     if args.settings_stdin {
         return handoff::read(std::io::stdin().lock());
+    }
+    let control_plane = args.control_plane_flags();
+    if !control_plane.is_empty() {
+        return Err(ConfigError::ControlPlaneFlags(control_plane));
     }
     Ok(Settings::from_process(&args.proxy)?.engine)
 }
