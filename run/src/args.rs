@@ -26,8 +26,8 @@ pub struct RunArgs {
     /// blocks everything). Same forms as the admin API: `example.com`,
     /// `*.example.com`, `example.com:443`, IP literals; presets (`@pypi`,
     /// `crackbox presets` lists them) expand to their hosts.
-    /// One of --allow, --allow-file, --policy and --learn is needed (checked
-    /// by the run, which names them all, rather than by clap).
+    /// One of --allow, --allow-file, --policy, --learn and --ask is needed
+    /// (checked by the run, which names them all, rather than by clap).
     #[arg(long, value_delimiter = ',')]
     pub allow: Vec<String>,
     /// A file of allowlist entries, one per line (`#` comments, blank lines
