@@ -120,6 +120,18 @@ fn settle_malloc() {
 #[cfg(not(target_env = "gnu"))]
 fn settle_malloc() {}
 
+/// The filter `CRACKBOX_LOG` sets (`info` when it is unset); one that does
+/// not parse is refused, as a bad `CRACKBOX_LOG_FORMAT` is.
+fn log_filter() -> anyhow::Result<tracing_subscriber::EnvFilter> {
+    match std::env::var("CRACKBOX_LOG") {
+        Ok(text) => tracing_subscriber::EnvFilter::builder()
+            .parse(&text)
+            .map_err(|err| anyhow::anyhow!("CRACKBOX_LOG {text:?} is not a log filter: {err}")),
+        Err(std::env::VarError::NotPresent) => Ok(tracing_subscriber::EnvFilter::new("info")),
+        Err(std::env::VarError::NotUnicode(_)) => anyhow::bail!("CRACKBOX_LOG must be UTF-8"),
+    }
+}
+
 /// Logs to stderr, filtered by `CRACKBOX_LOG` (default `info`), each span's
 /// close with its timing (`run` times its steps in debug spans): plain text,
 /// coloured only when stderr is a terminal and `NO_COLOR` is unset or empty,
@@ -129,8 +141,7 @@ fn settle_malloc() {}
 /// `CRACKBOX_*` one) and stderr, so it logs the same way.
 fn init_logging() -> anyhow::Result<()> {
     use std::io::IsTerminal;
-    let filter = tracing_subscriber::EnvFilter::try_from_env("CRACKBOX_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = log_filter()?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
