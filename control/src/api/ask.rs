@@ -34,15 +34,22 @@ use crackbox_wire::ask::{always_entry, Answer, DecideBody, DecidedRequest, Pendi
 use crackbox_wire::ask::{DecideAnswer, Expected, Grant};
 use serde::{Deserialize, Serialize};
 
-/// Query of `GET /v1/pending` and `POST /v1/pending/{id}`.
+/// Query of `GET /v1/pending`: `fleet` alone, so another key is refused
+/// naming only what `GET` takes.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct FleetQuery {
-    /// `GET`: every node's pending requests (from etcd), not only this one's.
+pub struct PendingQuery {
+    /// Every node's pending requests (from etcd), not only this one's.
     #[serde(default)]
     fleet: bool,
-    /// `POST`: the node holding the request (another node's: the answer
-    /// goes to it through etcd).
+}
+
+/// Query of `POST /v1/pending/{id}`: `node` alone.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecideQuery {
+    /// The node holding the request (another node's: the answer goes to it
+    /// through etcd).
     node: Option<String>,
 }
 
@@ -57,7 +64,7 @@ pub struct FleetPendingAnswer {
 /// `GET /v1/pending[?fleet=true]` -> `{"pending": [...]}`.
 pub async fn pending(
     State(state): State<AppState>,
-    query: Result<Query<FleetQuery>, QueryRejection>,
+    query: Result<Query<PendingQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(query) = query.map_err(|err| ApiError::bad_request(format!("query: {}", err.body_text())))?;
     if !query.fleet {
@@ -80,7 +87,7 @@ pub async fn decide(
     State(state): State<AppState>,
     headers: HeaderMap,
     Segments(id): Segments<String>,
-    query: Result<Query<FleetQuery>, QueryRejection>,
+    query: Result<Query<DecideQuery>, QueryRejection>,
     body: Result<LimitedBody, ApiError>,
 ) -> Result<Json<DecideAnswer>, ApiError> {
     authorise(&state, &headers)?;

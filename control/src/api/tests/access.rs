@@ -1,5 +1,5 @@
 //! Who may call what: the bearer token on mutations, 404 and 405 as
-//! JSON.
+//! JSON, and the query keys each method takes.
 
 use super::*;
 
@@ -64,4 +64,17 @@ async fn unknown_paths_are_404_and_wrong_methods_405_as_json() {
         assert_eq!(response.status, status, "{}", String::from_utf8_lossy(request));
         assert!(body_json(&response)["error"].is_string());
     }
+}
+
+#[tokio::test]
+async fn a_pending_query_key_is_refused_naming_only_what_the_method_takes() {
+    let admin = admin(None, Engine::Acking, false).await;
+    let listed = admin.send("GET", "/v1/pending?x=1", "", b"").await;
+    assert_eq!(listed.status, 400);
+    let error = body_json(&listed)["error"].as_str().unwrap().to_string();
+    assert!(error.contains("`fleet`") && !error.contains("node"), "{error}");
+    let decided = admin.post("/v1/pending/1?x=1", "", br#"{"decision":"once"}"#).await;
+    assert_eq!(decided.status, 400);
+    let error = body_json(&decided)["error"].as_str().unwrap().to_string();
+    assert!(error.contains("`node`") && !error.contains("fleet"), "{error}");
 }
