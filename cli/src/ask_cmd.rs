@@ -7,6 +7,7 @@
 //! address.
 
 use crate::state_cmd::{print, unreachable_hint, DEFAULT_ADMIN_URL};
+use crate::width::{columns, padded};
 use anyhow::Context;
 use crackbox_client::{live_runs, Answer, Client, DecideBody, PendingRequest, Period, PolicyName};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -169,7 +170,8 @@ fn now_ms() -> u64 {
         .map_or(0, |since| since.as_millis() as u64)
 }
 
-/// A human table: one line per pending request, oldest first.
+/// A human table, its columns padded to their display width: one line per
+/// pending request, oldest first.
 fn table(pending: &[PendingRequest], now_ms: u64) -> String {
     if pending.is_empty() {
         return "no pending requests\n".to_string();
@@ -192,14 +194,14 @@ fn table(pending: &[PendingRequest], now_ms: u64) -> String {
             .map(|row| row.into_iter().skip(usize::from(!fleet)).collect())
             .collect();
     let widths: Vec<usize> = (0..rows[0].len())
-        .map(|column| rows.iter().map(|r| r[column].chars().count()).max().unwrap_or(0))
+        .map(|column| rows.iter().map(|r| columns(&r[column])).max().unwrap_or(0))
         .collect();
     let mut text = String::new();
     for row in &rows {
         let cells: Vec<String> = row
             .iter()
             .zip(&widths)
-            .map(|(cell, width)| format!("{cell:width$}"))
+            .map(|(cell, width)| padded(cell, *width))
             .collect();
         text.push_str(cells.join("  ").trim_end());
         text.push('\n');

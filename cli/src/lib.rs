@@ -11,6 +11,7 @@ use crackbox_run::RunArgs;
 
 pub mod ask_cmd;
 pub mod state_cmd;
+mod width;
 
 use ask_cmd::{DecideArgs, PendingArgs};
 use state_cmd::StateArgs;

@@ -1,5 +1,6 @@
 //! `crackbox state`: print the registry of a running daemon.
 
+use crate::width::{columns, padded};
 use anyhow::Context;
 use crackbox_client::{Bandwidth, Client, Mode, PolicySpec, RegistrationSpec};
 use crackbox_policy::Effective;
@@ -71,7 +72,7 @@ pub(crate) fn unreachable_hint(url: &str, err: crackbox_client::Error) -> anyhow
     )
 }
 
-/// A human table: one line per registration, with a MODE column when any
+/// A human table, its columns padded to their display width: one line per registration, with a MODE column when any
 /// registration is not enforced (report or ask), a BANDWIDTH column when
 /// any is capped, a POLICIES column when any names policies and a DENY
 /// column when any has deny entries. A mode or cap left to the policies
@@ -118,12 +119,13 @@ fn table(entries: &[RegistrationSpec], policies: Option<&[PolicySpec]>) -> Strin
         .collect();
     let last = rows[0].len() - 1;
     let widths: Vec<usize> = (0..last)
-        .map(|column| rows.iter().map(|r| r[column].chars().count()).max().unwrap_or(0))
+        .map(|column| rows.iter().map(|r| columns(&r[column])).max().unwrap_or(0))
         .collect();
     let mut text = String::new();
     for row in &rows {
         for (cell, width) in row.iter().zip(&widths) {
-            text.push_str(&format!("{cell:width$}  "));
+            text.push_str(&padded(cell, *width));
+            text.push_str("  ");
         }
         text.push_str(&row[last]);
         text.push('\n');
@@ -279,6 +281,20 @@ mod tests {
             table(&named, Some(&unasked)),
             table(&named, None),
             "nothing the policies give shows no column"
+        );
+    }
+
+    #[test]
+    fn wide_characters_keep_the_columns_aligned() {
+        let entries = [
+            RegistrationSpec::parse("10.0.0.2", "代理", &["github.com"]).unwrap(),
+            RegistrationSpec::parse("10.0.0.3", "agent", &["pypi.org"]).unwrap(),
+        ];
+        assert_eq!(
+            table(&entries, None),
+            "IP        ID     ALLOWLIST\n\
+             10.0.0.2  代理   github.com\n\
+             10.0.0.3  agent  pypi.org\n"
         );
     }
 
