@@ -21,7 +21,7 @@ use crate::journal::{Journal, Kind};
 use crate::plan::Plan;
 use crate::signals::{Caught, Signals};
 use crate::steps::timed;
-use crate::summary::{Findings, PrivateSwitch, Scope};
+use crate::summary::{DenyLists, Findings, PrivateSwitch, Scope};
 use crackbox_client::Client;
 use std::net::IpAddr;
 use std::time::Duration;
@@ -166,7 +166,7 @@ async fn conclude(plan: &Plan, admin: &Client, scope: Scope) -> Result<(), RunEr
     if plan.quiet && plan.learn_file.is_none() {
         return Ok(());
     }
-    let findings = Findings::read(admin, scope).await;
+    let findings = Findings::read(admin, scope, DenyLists::of(plan)).await;
     if !plan.quiet {
         findings.print();
     }

@@ -5,8 +5,10 @@
 //! its usage). Never fails the run: what cannot be read is left out.
 
 mod blocked;
+mod deny_origin;
 mod render;
 
+pub use deny_origin::DenyLists;
 pub use render::{remedies, PrivateSwitch};
 
 use crackbox_client::{Client, Denial};
@@ -59,11 +61,14 @@ pub struct Findings {
     /// The run's denials counted in its usage but no longer among the
     /// records (0 when all are there or it cannot be told).
     unlisted: u64,
+    /// The deny entries the run knows of, to say whose refused what.
+    deny: DenyLists,
 }
 
 impl Findings {
-    /// Reads what the proxy at `admin` recorded of `scope`.
-    pub async fn read(admin: &Client, scope: Scope) -> Findings {
+    /// Reads what the proxy at `admin` recorded of `scope`, whose deny
+    /// entries are `deny`'s.
+    pub async fn read(admin: &Client, scope: Scope, deny: DenyLists) -> Findings {
         let source = scope.source.to_string();
         let (usage, denials) = tokio::join!(admin.usage(&source), admin.denials(DENIALS_LIMIT));
         let usage = usage.unwrap_or_else(|e| {
@@ -96,6 +101,7 @@ impl Findings {
             moved,
             denials,
             unlisted,
+            deny,
         }
     }
 
@@ -109,7 +115,10 @@ impl Findings {
 
     /// Prints the summary on stderr.
     pub fn print(&self) {
-        let groups = self.denials.as_deref().map(blocked::groups);
+        let groups = self
+            .denials
+            .as_deref()
+            .map(|denials| blocked::groups(denials, &self.deny));
         let learned = self.learned();
         let met = groups.as_deref().map(|blocked| Met {
             blocked,

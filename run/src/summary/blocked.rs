@@ -10,12 +10,13 @@
 //! learned and is listed apart, escaped (`untrusted`). Pure: the records
 //! come from `/v1/denials`.
 
+use super::deny_origin::{DenyLists, DenyOrigin};
 use crate::untrusted::{allowable, shown};
 use crackbox_client::{Denial, Reason};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// What fixes a group of denials, in the order the summary lists them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Fix {
     /// Adding the destination to `--allow`.
     AddToAllow,
@@ -29,6 +30,8 @@ pub enum Fix {
     /// Nothing: the client named no host (TLS without SNI, HTTP without
     /// `Host`), so no entry can match it.
     NoName,
+    /// Removing the deny entry that refuses it, from where it came.
+    DenyEntry(DenyOrigin),
     /// Whatever the reason's remedy says.
     Other(Reason),
 }
@@ -40,6 +43,7 @@ impl Fix {
             Reason::NotAllowed => Fix::AddToAllow,
             Reason::PrivateAddress => Fix::AllowPrivate,
             Reason::Unregistered => Fix::Register,
+            Reason::DeniedEntry => Fix::DenyEntry(DenyOrigin::Unknown),
             other => Fix::Other(other),
         }
     }
@@ -57,14 +61,18 @@ pub struct Group {
 
 /// The groups of what `denials` blocked (the enforced records, and the
 /// destinations no entry can name however they were recorded), in [`Fix`]
-/// order; empty when nothing was blocked.
-pub fn groups(denials: &[Denial]) -> Vec<Group> {
+/// order, a deny entry's by where `deny` says it came from; empty when
+/// nothing was blocked.
+pub fn groups(denials: &[Denial], deny: &DenyLists) -> Vec<Group> {
     let mut grouped: BTreeMap<Fix, Vec<&Denial>> = BTreeMap::new();
     for denial in denials {
         let fix = match (allowable(&entry(denial)), denial.enforced) {
             _ if denial.host.is_empty() => Fix::NoName,
             (false, _) => Fix::NotAName,
-            (true, true) => Fix::of(denial.reason),
+            (true, true) => match Fix::of(denial.reason) {
+                Fix::DenyEntry(_) => Fix::DenyEntry(deny.origin(&host_of(&denial.host), port_of(denial))),
+                fix => fix,
+            },
             (true, false) => continue,
         };
         grouped.entry(fix).or_default().push(denial);
@@ -106,6 +114,14 @@ fn destinations(records: Vec<&Denial>) -> Vec<String> {
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect()
+}
+
+/// The port a denial was for: `None` (any) for a DNS question.
+fn port_of(denial: &Denial) -> Option<u16> {
+    match denial.host.ends_with('.') && denial.port == 53 {
+        true => None,
+        false => Some(denial.port),
+    }
 }
 
 /// A recorded host in lower case, a DNS question's trailing dot dropped.
@@ -231,7 +247,7 @@ mod tests {
                 })
                 .collect();
             assert_eq!(learned(&denials), *want, "{records:?}");
-            let blocked = groups(&denials);
+            let blocked = groups(&denials, &DenyLists::default());
             assert!(
                 blocked.iter().all(|g| g.fix == Fix::AllowPrivate),
                 "only the enforced records are blocked: {blocked:?}"
@@ -309,12 +325,12 @@ mod tests {
         ];
         for (records, want) in cases {
             let denials: Vec<Denial> = records.iter().map(|(h, p, r)| denial(h, *p, *r)).collect();
-            let got = groups(&denials);
+            let got = groups(&denials, &DenyLists::default());
             let got: Vec<(Fix, Vec<&str>)> = got
                 .iter()
-                .map(|g| (g.fix, g.destinations.iter().map(String::as_str).collect()))
+                .map(|g| (g.fix.clone(), g.destinations.iter().map(String::as_str).collect()))
                 .collect();
-            let want: Vec<(Fix, Vec<&str>)> = want.iter().map(|(f, d)| (*f, d.to_vec())).collect();
+            let want: Vec<(Fix, Vec<&str>)> = want.iter().map(|(f, d)| (f.clone(), d.to_vec())).collect();
             assert_eq!(got, want, "{records:?}");
         }
     }
@@ -330,7 +346,7 @@ mod tests {
         ];
         assert_eq!(learned(&denials), ["out.test"]);
         assert_eq!(
-            groups(&denials),
+            groups(&denials, &DenyLists::default()),
             [Group {
                 fix: Fix::NotAName,
                 destinations: vec![
@@ -349,7 +365,7 @@ mod tests {
             denial("a.test", 443, Reason::Revoked),
             denial("b.test.", 53, Reason::NotAllowed),
         ];
-        assert_eq!(count(&groups(&denials)), 2);
+        assert_eq!(count(&groups(&denials, &DenyLists::default())), 2);
         assert_eq!(count(&[]), 0);
     }
 }

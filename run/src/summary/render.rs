@@ -4,6 +4,7 @@
 //! of blocked destinations saying what fixes them. Pure.
 
 use super::blocked::{self, Fix, Group};
+use super::deny_origin::DenyOrigin;
 use crackbox_client::Reason;
 
 /// Whose setting lets allowed names reach private addresses for this run.
@@ -53,7 +54,11 @@ pub fn lines(moved: Option<Moved>, met: Option<Met<'_>>, switch: PrivateSwitch) 
             (0, ..) => "nothing blocked".to_string(),
             (1, [group], false) => {
                 blocked = None;
-                format!("blocked {} ({})", group.destinations.join(", "), why(group.fix, switch))
+                format!(
+                    "blocked {} ({})",
+                    group.destinations.join(", "),
+                    why(&group.fix, switch)
+                )
             }
             (1, ..) => "1 host blocked".to_string(),
             (n, ..) => format!("{n} hosts blocked"),
@@ -80,21 +85,21 @@ pub fn lines(moved: Option<Moved>, met: Option<Met<'_>>, switch: PrivateSwitch) 
         None => {}
     }
     for group in blocked.unwrap_or_default() {
-        let what = match (learning, group.fix) {
+        let what = match (learning, &group.fix) {
             (true, Fix::AllowPrivate | Fix::NotAName | Fix::NoName) => "not learnable:",
             _ => "blocked",
         };
         lines.push(format!(
             "crackbox: {what} {} ({})",
             group.destinations.join(", "),
-            why(group.fix, switch)
+            why(&group.fix, switch)
         ));
     }
     lines
 }
 
 /// What fixes a group, in a few words.
-fn why(fix: Fix, switch: PrivateSwitch) -> String {
+fn why(fix: &Fix, switch: PrivateSwitch) -> String {
     match (fix, switch) {
         (Fix::AddToAllow, _) => "not on --allow".into(),
         (Fix::AllowPrivate, PrivateSwitch::RunEnvironment) => {
@@ -110,7 +115,12 @@ fn why(fix: Fix, switch: PrivateSwitch) -> String {
         (Fix::Register, _) => "unregistered: the run's registration was removed while it ran".into(),
         (Fix::NotAName, _) => "not a valid host name: no --allow entry can allow it".into(),
         (Fix::NoName, _) => "named no host (TLS without SNI, HTTP without Host): no --allow entry can allow it".into(),
-        (Fix::Other(reason), _) => format!("{reason}: {}", remedy(reason)),
+        (Fix::DenyEntry(DenyOrigin::Run), _) => format!("{}: on --deny", Reason::DeniedEntry),
+        (Fix::DenyEntry(DenyOrigin::Policy(name)), _) => {
+            format!("{}: on policy {}'s deny list", Reason::DeniedEntry, name.as_str())
+        }
+        (Fix::DenyEntry(DenyOrigin::Unknown), _) => format!("{}: a deny entry", Reason::DeniedEntry),
+        (Fix::Other(reason), _) => format!("{reason}: {}", remedy(*reason)),
     }
 }
 
@@ -120,7 +130,6 @@ fn remedy(reason: Reason) -> &'static str {
     match reason {
         Reason::Revoked => "a newer registration of the run's source no longer allows it",
         Reason::TooManyConnections => "the command had too many connections open at once; close some",
-        Reason::DeniedEntry => "on --deny",
         Reason::AskTimeout => {
             "nobody decided in time: answer sooner (crackbox pending, crackbox decide, or the prompt), or \
              raise --ask-timeout"
@@ -134,9 +143,14 @@ fn remedy(reason: Reason) -> &'static str {
 /// way the run can be placed (for a test that walks them against the
 /// command line).
 pub fn remedies(reason: Reason) -> Vec<String> {
-    [PrivateSwitch::RunEnvironment, PrivateSwitch::Daemon]
-        .map(|switch| why(Fix::of(reason), switch))
-        .to_vec()
+    let fixes = match Fix::of(reason) {
+        Fix::DenyEntry(_) => vec![Fix::DenyEntry(DenyOrigin::Run), Fix::DenyEntry(DenyOrigin::Unknown)],
+        fix => vec![fix],
+    };
+    fixes
+        .iter()
+        .flat_map(|fix| [PrivateSwitch::RunEnvironment, PrivateSwitch::Daemon].map(|switch| why(fix, switch)))
+        .collect()
 }
 
 /// `n` bytes for people: `512 B`, `1.5 KiB`, `12.4 MiB`, `310 MiB`
@@ -287,6 +301,28 @@ mod tests {
         ];
         for (moved, blocked, switch, want) in cases {
             assert_eq!(lines(*moved, met(*blocked), *switch), *want, "{moved:?} {blocked:?}");
+        }
+    }
+
+    #[test]
+    fn a_deny_entry_is_said_to_be_where_it_came_from() {
+        let local = crackbox_policy::PolicyName::parse("local").unwrap();
+        let cases = [
+            (DenyOrigin::Run, "on --deny"),
+            (DenyOrigin::Policy(local), "on policy local's deny list"),
+            (DenyOrigin::Unknown, "a deny entry"),
+        ];
+        for (origin, says) in cases {
+            let blocked = [group(Fix::DenyEntry(origin), &["bad.localhost:41800"])];
+            let met = Met {
+                blocked: &blocked,
+                learned: None,
+                unlisted: 0,
+            };
+            assert_eq!(
+                lines(None, Some(met), PrivateSwitch::RunEnvironment),
+                [format!("crackbox: blocked bad.localhost:41800 (denied-entry: {says})")]
+            );
         }
     }
 
