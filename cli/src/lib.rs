@@ -154,14 +154,26 @@ mod tests {
     fn the_engine_hides_exactly_the_flags_it_refuses() {
         let cli = Cli::command();
         let proxy = cli.find_subcommand("proxy").unwrap();
-        let (serve, engine) = (proxy.find_subcommand("serve").unwrap(), proxy.find_subcommand("engine").unwrap());
-        let shown_by_serve = |long: &str| serve.get_arguments().any(|a| a.get_long() == Some(long) && !a.is_hide_set());
+        let (serve, engine) = (
+            proxy.find_subcommand("serve").unwrap(),
+            proxy.find_subcommand("engine").unwrap(),
+        );
+        let shown_by_serve = |long: &str| {
+            serve
+                .get_arguments()
+                .any(|a| a.get_long() == Some(long) && !a.is_hide_set())
+        };
         let mut hidden = 0;
         for arg in engine.get_arguments() {
             let Some(long) = arg.get_long().filter(|long| shown_by_serve(long)) else {
                 continue;
             };
-            let mut line = vec!["crackbox".to_string(), "proxy".into(), "engine".into(), format!("--{long}")];
+            let mut line = vec![
+                "crackbox".to_string(),
+                "proxy".into(),
+                "engine".into(),
+                format!("--{long}"),
+            ];
             if arg.get_action().takes_values() {
                 line.push("1".into());
             }

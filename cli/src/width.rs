@@ -22,7 +22,11 @@ const WIDE: [(char, char); 13] = [
 ];
 
 /// Ranges of combining marks, which take no column of their own.
-const ZERO: [(char, char); 3] = [('\u{0300}', '\u{036F}'), ('\u{200B}', '\u{200F}'), ('\u{FE00}', '\u{FE0F}')];
+const ZERO: [(char, char); 3] = [
+    ('\u{0300}', '\u{036F}'),
+    ('\u{200B}', '\u{200F}'),
+    ('\u{FE00}', '\u{FE0F}'),
+];
 
 /// The columns `text` takes on a terminal.
 pub fn columns(text: &str) -> usize {

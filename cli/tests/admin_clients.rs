@@ -40,7 +40,12 @@ fn a_servers_error_text_is_one_line_with_its_control_characters_escaped() {
         (&["state"], "401 Unauthorized", "application/json", hostile_json),
         (&["state"], "500 Internal Server Error", "text/plain", hostile_plain),
         (&["pending"], "401 Unauthorized", "application/json", hostile_json),
-        (&["decide", "7", "once"], "404 Not Found", "application/json", hostile_json),
+        (
+            &["decide", "7", "once"],
+            "404 Not Found",
+            "application/json",
+            hostile_json,
+        ),
     ];
     for (command, status, content_type, body) in cases {
         let (addr, server) = answering_once(status, content_type, body);

@@ -87,7 +87,11 @@ fn proxy_engine_is_listed_and_refuses_the_control_planes_flags() {
     let socket = dir.path().join("control.sock").display().to_string();
     let ports = Ports::fresh();
     let listen = ports.proxy.to_string();
-    for given in [&["--register", "10.0.0.2=a:pypi.org"][..], &["--docker"], &["--state", "s.json"]] {
+    for given in [
+        &["--register", "10.0.0.2=a:pypi.org"][..],
+        &["--docker"],
+        &["--state", "s.json"],
+    ] {
         let mut args = vec!["proxy", "engine", "--listen", &listen, "--transparent", ""];
         args.extend(["--control-socket", &socket]);
         args.extend(given);

@@ -6,16 +6,34 @@
 #[test]
 fn an_unparsable_log_filter_is_refused_like_an_unknown_log_format() {
     for (name, value, says) in [
-        ("CRACKBOX_LOG", "%%%", r#"CRACKBOX_LOG "%%%" is not a log filter: invalid filter directive"#),
-        ("CRACKBOX_LOG", "crackbox=loud", r#"CRACKBOX_LOG "crackbox=loud" is not a log filter: "#),
-        ("CRACKBOX_LOG_FORMAT", "xml", r#"CRACKBOX_LOG_FORMAT must be text or json, not "xml""#),
+        (
+            "CRACKBOX_LOG",
+            "%%%",
+            r#"CRACKBOX_LOG "%%%" is not a log filter: invalid filter directive"#,
+        ),
+        (
+            "CRACKBOX_LOG",
+            "crackbox=loud",
+            r#"CRACKBOX_LOG "crackbox=loud" is not a log filter: "#,
+        ),
+        (
+            "CRACKBOX_LOG_FORMAT",
+            "xml",
+            r#"CRACKBOX_LOG_FORMAT must be text or json, not "xml""#,
+        ),
     ] {
         let output = crackbox_test_support::run(&["presets"], &[(name, value)]);
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(output.status.code(), Some(1), "{name}={value}: {stderr}");
-        assert!(stderr.starts_with(&format!("crackbox: {says}")), "{name}={value}: {stderr}");
+        assert!(
+            stderr.starts_with(&format!("crackbox: {says}")),
+            "{name}={value}: {stderr}"
+        );
         assert_eq!(stderr.lines().count(), 1, "{stderr}");
-        assert!(output.stdout.is_empty(), "{name}={value}: refused before the command ran");
+        assert!(
+            output.stdout.is_empty(),
+            "{name}={value}: refused before the command ran"
+        );
     }
 }
 

@@ -42,9 +42,8 @@ impl AdminUrl {
             reason,
         };
         if !text.contains("://") {
-            return Self::address(text).ok_or_else(|| {
-                bad("without http:// only an address is taken (IP:PORT, localhost:PORT or :PORT)")
-            });
+            return Self::address(text)
+                .ok_or_else(|| bad("without http:// only an address is taken (IP:PORT, localhost:PORT or :PORT)"));
         }
         let uri: Uri = text.parse().map_err(|_| bad("not a URL"))?;
         if uri.scheme_str() != Some("http") {

@@ -199,10 +199,13 @@ pub fn on_off(value: &str) -> Result<bool, String> {
     }
 }
 
+/// Whether a flag was given, told from the parsed flags.
+type Given = fn(&ProxyArgs) -> bool;
+
 /// The control plane's flags (long names) with how to tell each was given:
 /// `proxy engine` does not use them, so it hides them from its help and
 /// refuses them (docs/daemon.md, "Processes").
-const CONTROL_PLANE_FLAGS: [(&str, fn(&ProxyArgs) -> bool); 14] = [
+const CONTROL_PLANE_FLAGS: [(&str, Given); 14] = [
     ("console", |p| p.console.is_some()),
     ("admin-name", |p| !p.admin_names.is_empty()),
     ("state", |p| p.state.is_some()),
