@@ -71,13 +71,13 @@ fn an_admin_url_that_is_no_address_is_refused_before_any_lookup() {
         (&["state", "--admin", "notaurl"][..], &[][..]),
         (&["state"][..], &[("CRACKBOX_ADMIN", "notaurl")][..]),
         (&["pending", "--admin", "notaurl"][..], &[][..]),
-        (&["decide", "7", "once", "--admin", "box:3129"][..], &[][..]),
+        (&["decide", "7", "once", "--admin", "box"][..], &[][..]),
     ] {
         let output = crackbox_test_support::run(args, env);
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(output.status.code(), Some(1), "{args:?} {env:?}: {stderr}");
         assert!(
-            stderr.contains("bad admin URL") && stderr.contains("without http:// only an address is taken"),
+            stderr.contains("bad admin URL") && stderr.contains("without http:// only HOST:PORT is taken"),
             "{args:?} {env:?}: refused as no address, not looked up: {stderr}"
         );
         assert_eq!(stderr.lines().count(), 1, "{stderr}");

@@ -36,9 +36,9 @@ impl Client {
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
     /// A client of the admin API at `url`: `http://HOST[:PORT][/PREFIX]`
-    /// (port 80 when none is given), or an address without a scheme:
-    /// `IP:PORT`, `[IPv6]:PORT`, `localhost:PORT` or `:PORT` (loopback). A
-    /// host name without `http://` (`notaurl`) is refused, never looked up.
+    /// (port 80 when none is given), or without a scheme a host with its
+    /// port: `IP:PORT`, `[IPv6]:PORT`, `NAME:PORT` or `:PORT` (loopback). A
+    /// word without either (`notaurl`) is refused, never looked up.
     ///
     /// ```
     /// let admin = crackbox_client::Client::new("http://127.0.0.1:3129")?;

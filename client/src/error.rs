@@ -10,8 +10,8 @@ use std::time::Duration;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The admin URL is not `http://HOST[:PORT][/PREFIX]`, `IP:PORT`,
-    /// `localhost:PORT` or `:PORT`.
+    /// The admin URL is not `http://HOST[:PORT][/PREFIX]`, `HOST:PORT` or
+    /// `:PORT`.
     #[error("bad admin URL {url:?}: {reason} (want http://HOST:PORT)")]
     Url {
         /// The URL as given.

@@ -5,10 +5,10 @@ use crate::Error;
 use hyper::Uri;
 use std::net::{Ipv4Addr, SocketAddr};
 
-/// A parsed `http://HOST[:PORT][/PREFIX]`, or without a scheme an address
-/// only: `IP:PORT`, `[IPv6]:PORT`, `localhost:PORT` or `:PORT` (meaning
-/// `127.0.0.1:PORT`). A host name needs `http://`, so that a typo is
-/// refused before anything is looked up (docs/admin-api.md).
+/// A parsed `http://HOST[:PORT][/PREFIX]`, or without a scheme a host with
+/// its port: `IP:PORT`, `[IPv6]:PORT`, `NAME:PORT` or `:PORT` (meaning
+/// `127.0.0.1:PORT`). A word without a port (`notaurl`) is refused before
+/// anything is looked up (docs/admin-api.md).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct AdminUrl {
     /// The URL as given, for error messages.
@@ -43,7 +43,7 @@ impl AdminUrl {
         };
         if !text.contains("://") {
             return Self::address(text)
-                .ok_or_else(|| bad("without http:// only an address is taken (IP:PORT, localhost:PORT or :PORT)"));
+                .ok_or_else(|| bad("without http:// only HOST:PORT is taken (IP:PORT, NAME:PORT or :PORT)"));
         }
         let uri: Uri = text.parse().map_err(|_| bad("not a URL"))?;
         if uri.scheme_str() != Some("http") {
@@ -78,13 +78,13 @@ impl AdminUrl {
         })
     }
 
-    /// A URL without a scheme: an address with its port, never a name to
-    /// look up (`None` for anything else).
+    /// A URL without a scheme: a host with its port (`None` for anything
+    /// else, a bare word above all: a typo is never looked up).
     fn address(text: &str) -> Option<Self> {
         let port = |port: &str| port.parse::<u16>().ok().filter(|port| *port != 0);
         let (host, port) = match text.rsplit_once(':')? {
             ("", port_text) => (Ipv4Addr::LOCALHOST.to_string(), port(port_text)?),
-            ("localhost", port_text) => ("localhost".to_string(), port(port_text)?),
+            (name, port_text) if is_name(name) => (name.to_string(), port(port_text)?),
             _ => {
                 let addr = text.parse::<SocketAddr>().ok().filter(|addr| addr.port() != 0)?;
                 return Some(AdminUrl {
@@ -101,6 +101,12 @@ impl AdminUrl {
             prefix: String::new(),
         })
     }
+}
+
+/// Whether `text` reads as a host name: labels of letters, digits and `-`.
+fn is_name(text: &str) -> bool {
+    text.split('.')
+        .all(|label| !label.is_empty() && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
 }
 
 /// `value` fit for a query string: every byte but letters, digits and
@@ -148,7 +154,10 @@ mod tests {
             ("localhost:3129", Some(("localhost", 3129, "localhost:3129", ""))),
             (":3129", Some(("127.0.0.1", 3129, "127.0.0.1:3129", ""))),
             ("notaurl", None),
-            ("box:3129", None),
+            ("box:3129", Some(("box", 3129, "box:3129", ""))),
+            ("box", None),
+            ("bad_name:3129", None),
+            ("box.:3129", None),
             ("localhost", None),
             ("127.0.0.1", None),
             ("127.0.0.1:0", None),
