@@ -9,12 +9,12 @@
 use crackbox_test_support::load::{fast_upstream, fetch, start_load, well_behaved, Latencies, LoadCounts, Stream};
 use crackbox_test_support::{
     alive, closed_within, cpu_ticks, echo_round, http, open_tunnel, raise_fd_limit, ticks_per_second, wait_until,
-    Daemon, Echo, Spawned,
+    Daemon, Echo, Spawned, Tmpfs,
 };
 use serde_json::json;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -225,45 +225,6 @@ fn kill_9_of_control_keeps_streaming_tunnels_and_the_last_snapshot() {
     let longest = stream.finish().expect("the tunnel never broke");
     eprintln!("control kill -9: tunnel echoed {echoed} bytes, longest block round trip {longest:?}");
     echo_round(&mut fresh, "still open");
-}
-
-/// A small tmpfs mounted for one test, unmounted on drop.
-struct Tmpfs(tempfile::TempDir);
-
-impl Tmpfs {
-    fn mount(size: &str) -> Tmpfs {
-        let dir = tempfile::Builder::new().prefix("crackbox-tmpfs-").tempdir().unwrap();
-        let status = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0700"), "tmpfs"])
-            .arg(dir.path())
-            .status()
-            .expect("mount runs");
-        assert!(status.success(), "mounting a tmpfs needs root");
-        Tmpfs(dir)
-    }
-
-    fn path(&self) -> &Path {
-        self.0.path()
-    }
-
-    /// Fills the file system; returns the filler file.
-    fn fill(&self) -> PathBuf {
-        let path = self.path().join("filler");
-        let mut file = std::fs::File::create(&path).unwrap();
-        let block = [0u8; 4096];
-        for _ in 0..4096 {
-            if file.write_all(&block).is_err() {
-                return path;
-            }
-        }
-        panic!("the tmpfs never filled up");
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").arg(self.path()).status();
-    }
 }
 
 #[test]

@@ -5,10 +5,12 @@
 //! and one that expired while the daemon was down leaves as it starts.
 //! `DELETE /v1/grants/{ip}/{entry}` takes one out at once. A grant that has
 //! expired already is refused by a registration and left out by a restore.
+//! A grant leaves on time even when the disk is full (root only: a tmpfs).
 
 use crackbox_client::{blocking, Client, Mode, Period, RegistrationSpec};
 use crackbox_test_support::{
-    admin, assert_cut, assert_untouched, closed_within, echo_round, read_head, run, wait_until, Daemon, Echo,
+    admin, assert_cut, assert_untouched, closed_within, echo_round, read_head, root_or_skip, run, wait_until, Daemon,
+    Echo, Tmpfs,
 };
 use serde_json::Value;
 use std::io::Write;
@@ -320,4 +322,47 @@ fn a_grant_that_has_expired_already_is_refused_by_register_and_left_out_by_a_res
     );
     assert_eq!(origins(&proxy)[live]["from"], "ask", "{body}");
     refused_through("restored from an export whose grant has expired since");
+}
+
+#[test]
+fn a_grant_leaves_on_time_even_when_its_removal_cannot_be_stored() {
+    if !root_or_skip("mounts a tmpfs to fill") {
+        return;
+    }
+    let echo = Echo::start();
+    let disk = Tmpfs::mount("64k");
+    let state = disk.path().join("state.json");
+    let target = format!("localhost:{}", echo.addr.port());
+    let proxy = start(state.to_str().unwrap());
+    register_asking(proxy.admin);
+    let (mut tunnel, id) = held(&proxy, &target);
+    let answer = client(proxy.admin)
+        .decide_for(id, Period::parse("3s").unwrap())
+        .unwrap();
+    assert!(read_head(&mut tunnel).starts_with("HTTP/1.1 200"));
+    echo_round(&mut tunnel, "through while granted");
+    let expires = answer
+        .grant
+        .and_then(|grant| grant.expires)
+        .expect("a grant for a while");
+    let filler = disk.fill();
+    // What the journal's last page still holds takes a few more changes.
+    let refused = (10..60).any(|n| {
+        let body = format!(r#"{{"ip":"127.0.0.{n}","id":"other{n}","allowlist":[]}}"#);
+        let bearer = format!("Authorization: Bearer {SECRET}");
+        let (status, _) = admin(proxy.admin, "POST", "/v1/register", Some(body.as_bytes()), &[&bearer]);
+        status == 500
+    });
+    assert!(refused, "a full disk refuses changes");
+    let left = Duration::from_millis(expires.saturating_sub(now_ms()));
+    closed_within(&mut tunnel, left + Duration::from_secs(5))
+        .expect("the tunnel is closed at the expiry, though the removal cannot be stored");
+    let entries = client(proxy.admin).state().unwrap()[0].allowlist.texts();
+    assert!(!entries.contains(&target), "out of force: {entries:?}");
+    let (_again, _) = held(&proxy, &target);
+    std::fs::remove_file(filler).unwrap();
+    drop(proxy);
+    let proxy = start(state.to_str().unwrap());
+    let entries = client(proxy.admin).state().unwrap()[0].allowlist.texts();
+    assert!(!entries.contains(&target), "nor back after a restart: {entries:?}");
 }

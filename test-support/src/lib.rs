@@ -34,6 +34,7 @@ mod root;
 pub mod run_probe;
 mod spawned;
 pub mod steer_probe;
+mod tmpfs;
 mod tracked;
 
 pub use browser::{Browser, Element, WebDriverError};
@@ -53,4 +54,5 @@ pub use pty::Pty;
 pub use revocation::{assert_cut, assert_untouched, REVOKE_WITHIN, STAYS_OPEN};
 pub use root::{is_root, root_or_skip};
 pub use spawned::Spawned;
+pub use tmpfs::Tmpfs;
 pub use tracked::{ok, Reply, Tracked, TrackedUpstream};

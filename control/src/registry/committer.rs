@@ -6,7 +6,11 @@
 //! with one store commit (one fsync for the whole group), and only then
 //! publishes one new generation and answers every request of the group (a
 //! group that only reserved request ids publishes none). A failed write
-//! answers the whole group with the error and changes nothing.
+//! answers the whole group with the error and changes nothing, except for a
+//! group of expiries only: an expired grant leaves what is enforced even
+//! when its removal cannot be stored (it fails closed; the file's copy is
+//! dropped at the next start, being expired, or by the next write, which
+//! rewrites the whole file).
 //! Runs on its own thread because the store's I/O blocks.
 
 use super::changes::{self, Made};
@@ -102,13 +106,11 @@ impl Committer {
         if !made.is_empty() {
             if let Some(store) = self.store.as_mut() {
                 if let Err(err) = store.commit(&made.policies, &made.sources, &next) {
-                    for request in group {
-                        let _ = request.reply.send(Err(ApplyError::Store(StoreError {
-                            path: err.path.clone(),
-                            source: std::io::Error::new(err.source.kind(), err.source.to_string()),
-                        })));
+                    if !group.iter().all(|request| request.change.is_expiry()) {
+                        refuse(group, &err);
+                        return;
                     }
-                    return;
+                    tracing::error!(error = %err, "cannot store the removal of expired grants: they are out of force all the same, and the state file drops them at its next write or start");
                 }
             }
             self.revision = revision;
@@ -159,6 +161,16 @@ impl Committer {
             .expect("registry log lock")
             .push(delta, published);
         self.shared.changed.send_replace(self.generation);
+    }
+}
+
+/// Answers every request of `group` with the store's failure `err`.
+fn refuse(group: Vec<Request>, err: &StoreError) {
+    for request in group {
+        let _ = request.reply.send(Err(ApplyError::Store(StoreError {
+            path: err.path.clone(),
+            source: std::io::Error::new(err.source.kind(), err.source.to_string()),
+        })));
     }
 }
 

@@ -212,6 +212,14 @@ pub enum Change {
     },
 }
 
+impl Change {
+    /// Whether this is the expiry of a grant (an [`Change::Ungrant`] by its
+    /// time), which takes effect even when it cannot be stored.
+    pub fn is_expiry(&self) -> bool {
+        matches!(self, Change::Ungrant { due_by: Some(_), .. })
+    }
+}
+
 /// What one mutation did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Outcome {
