@@ -9,7 +9,7 @@
 //! through and answers 500, and an `always` answered survives kill -9 of
 //! the whole daemon. A request held right after its name left the list
 //! goes through on its answer. Every denial and `decided` event names the
-//! layer that decided it.
+//! layer that decided it; an `always` that a deny entry beat says so.
 //!
 //! `localhost` resolves from /etc/hosts to 127.0.0.1 (no DNS server is
 //! asked): a daemon started with `--allow-private-destinations` may dial
@@ -399,6 +399,45 @@ fn always_and_deny_sent_together_never_both_succeed_and_the_held_client_sees_the
             assert!(
                 !listed && head.contains("403") && head.contains("not-allowed"),
                 "{context}"
+            );
+        }
+    }
+}
+
+#[test]
+fn an_always_racing_a_deny_entry_says_what_the_held_client_got() {
+    let proxy = Daemon::start(&["--allow-private-destinations"]);
+    for round in 0..40 {
+        register(proxy.admin, Mode::Ask, &["allowed.test"], &[]);
+        let port = crackbox_test_support::free_port();
+        let mut held = connect(&proxy, &format!("localhost:{port}"));
+        let request = pending_for(proxy.admin, "localhost", port);
+        let path = format!("/v1/pending/{}", request.id);
+        let start = std::sync::Arc::new(std::sync::Barrier::new(2));
+        let admin = proxy.admin;
+        let denying = {
+            let start = start.clone();
+            std::thread::spawn(move || {
+                start.wait();
+                // Not synchronisation: later round by round, so some rounds
+                // land the deny entry while the always is being stored.
+                std::thread::sleep(Duration::from_micros(150 * round));
+                register(admin, Mode::Ask, &["allowed.test"], &["localhost"]);
+            })
+        };
+        start.wait();
+        let (status, answer) = crackbox_test_support::http(admin, "POST", &path, Some(r#"{"decision":"always"}"#), &[]);
+        denying.join().unwrap();
+        let head = read_head(&mut held);
+        let context = format!("round {round}: always {status} {answer}; held {head}");
+        // Let through, the dial fails (nothing listens there): 502.
+        if !head.contains("403") {
+            assert!(status == 200 && answer.contains(r#""decision":"always""#), "{context}");
+        } else {
+            assert!(head.contains("denied-entry"), "{context}");
+            assert!(
+                status == 404 || (status == 200 && !answer.contains(r#""decision":"always""#)),
+                "an answer that lost to the deny entry does not say always: {context}"
             );
         }
     }

@@ -18,6 +18,7 @@ use super::routes::{authorise, enforced, not_applied};
 use super::segments::Segments;
 use super::ENFORCE_TIMEOUT;
 use super::{ApiError, AppState, ENGINE_REQUEST_TIMEOUT};
+use crate::asks::Fate;
 use crate::fleet::FleetRequest;
 use crate::grants;
 use crate::registry::Change;
@@ -285,7 +286,7 @@ async fn always(state: &AppState, id: PendingId, period: Option<Period>) -> Resu
         expires: origin.expires(),
     });
     Ok(DecideAnswer {
-        decided: answered(decided),
+        decided: settled_by(state, id, decided),
         grant,
     })
 }
@@ -338,7 +339,20 @@ async fn always_for_policy(state: &AppState, id: PendingId, policy: PolicyName) 
         }
     };
     enforced(state, generation).await?;
-    Ok(answered(decided))
+    Ok(settled_by(state, id, decided))
+}
+
+/// What became of request `id` once the snapshot carrying its `always` is
+/// enforced: let through by the answer, unless a change refused it while
+/// the name was being stored (a deny entry, the guard, the registration
+/// gone: the engine settled it first, and its connections were refused).
+/// Then the answer says so; the name stays stored, where what refused the
+/// request still wins.
+fn settled_by(state: &AppState, id: PendingId, decided: DecidedRequest) -> DecidedRequest {
+    match state.link.asks().fate(id) {
+        Fate::Settled(settled) if settled.decision != Settlement::Always => settled,
+        _ => answered(decided),
+    }
 }
 
 /// The request as its `always` answer let it through: the engine recorded

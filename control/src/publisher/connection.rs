@@ -46,18 +46,28 @@ pub(super) async fn run(stream: UnixStream, registry: Arc<Registry>, link: Arc<E
     tracing::info!(epoch, "engine connected");
     let (frame_tx, mut frame_rx) = mpsc::channel(64);
     // Acks are taken as they are read: an admin change's answer waits for
-    // its ack, and this leaves one task out of its way.
-    let acks = Arc::clone(&link);
+    // its ack, and this leaves one task out of its way. What the engine
+    // tells of its requests is taken here too, in the order it was sent:
+    // once an answer waits out the ack of a snapshot, every request the
+    // engine settled before acking it is known settled (docs/ask.md: an
+    // `always` refused meanwhile says so).
+    let (acks, asked_registry) = (Arc::clone(&link), Arc::clone(&registry));
     let read_task = tokio::spawn(async move {
         loop {
             let frame = frames::read(&mut reader).await;
-            if let Ok(Message::Ack { generation }) = frame {
-                acks.ack(epoch, generation);
-                continue;
-            }
-            let failed = frame.is_err();
-            if frame_tx.send(frame).await.is_err() || failed {
-                break;
+            match frame {
+                Ok(Message::Ack { generation }) => acks.ack(epoch, generation),
+                Ok(Message::Asked { pending: request }) => {
+                    acks.ask_ids.heard(&asked_registry, request.id);
+                    acks.asks.asked(request);
+                }
+                Ok(Message::Settled { decided }) => acks.asks.settled(decided),
+                frame => {
+                    let failed = frame.is_err();
+                    if frame_tx.send(frame).await.is_err() || failed {
+                        break;
+                    }
+                }
             }
         }
     });
@@ -120,11 +130,6 @@ pub(super) async fn run(stream: UnixStream, registry: Arc<Registry>, link: Arc<E
                         sent = full.generation;
                         outcome = send(&mut writer, snapshot_message(&full)).await;
                     }
-                    Message::Asked { pending: request } => {
-                        link.ask_ids.heard(&registry, request.id);
-                        link.asks.asked(request);
-                    }
-                    Message::Settled { decided } => link.asks.settled(decided),
                     other => tracing::warn!(message = ?other, "unexpected message from the engine, ignored"),
                 },
                 Some(Err(WireError::Io(err))) if err.kind() == std::io::ErrorKind::UnexpectedEof => {

@@ -267,7 +267,11 @@ impl Session<'_> {
     }
 
     fn in_force(&mut self, generation: Generation) -> Message {
-        self.asks.revisit();
+        // Control hears of the requests this snapshot settled before its
+        // ack, so an answer that waits for the ack knows their fate.
+        if self.asks.revisit() {
+            self.asks.flush();
+        }
         self.synced = Some(generation);
         self.stats.set_generation(generation);
         Message::Ack { generation }

@@ -58,6 +58,10 @@ fn run(asks: &Asks, incoming: &Receiver<Event>) {
                 }
             }
             Ok(Event::Settled(decided)) => Message::Settled { decided },
+            Ok(Event::Flush(told)) => {
+                let _ = told.send(());
+                continue;
+            }
             Ok(Event::Connected(stream)) => {
                 control = Some(stream);
                 for pending in asks.list() {

@@ -38,6 +38,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// stored and enforced before the timeout applies after all (once): an
 /// answer given in time is never lost to the deadline it beat.
 const STORE_GRACE: Duration = Duration::from_secs(10);
+/// The longest [`Asks::flush`] waits for the `ask` thread.
+const FLUSH_WAIT: Duration = Duration::from_secs(1);
 
 /// What a request is about.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -140,6 +142,8 @@ pub(crate) enum Event {
     Settled(DecidedRequest),
     /// Control connected: the stream to tell it on.
     Connected(Arc<Mutex<std::os::unix::net::UnixStream>>),
+    /// Answered once every event before it has been told to control.
+    Flush(std::sync::mpsc::Sender<()>),
 }
 
 /// The policy in force, which every request is decided against.
@@ -249,15 +253,30 @@ impl Asks {
     }
 
     /// Decides every pending request again against the policy in force
-    /// (a new snapshot): settles those it no longer holds.
-    pub(crate) fn revisit(&self) {
+    /// (a new snapshot): settles those it no longer holds; whether it
+    /// settled any.
+    pub(crate) fn revisit(&self) -> bool {
         let requests: Vec<Arc<Request>> = self.table().by_id.values().cloned().collect();
+        let mut settled = false;
         for request in requests {
             let state = request.standing();
             let verdict = self.decide(&request, state);
             if let Some(settlement) = settlement(&verdict, state) {
-                self.settle(request.id, settlement, verdict);
+                settled |= self.settle(request.id, settlement, verdict).is_some();
             }
+        }
+        settled
+    }
+
+    /// Waits (at most [`FLUSH_WAIT`]) until control has been told of every
+    /// request settled so far: what the link thread calls before it acks a
+    /// snapshot that settled some, so control knows of them by the ack
+    /// (docs/ask.md: an `always` refused meanwhile says so). Never on a
+    /// core thread.
+    pub(crate) fn flush(&self) {
+        let (told, flushed) = std::sync::mpsc::channel();
+        if self.events.send(Event::Flush(told)).is_ok() {
+            let _ = flushed.recv_timeout(FLUSH_WAIT);
         }
     }
 
