@@ -6,7 +6,10 @@
 //! ([`AskState`]) as one more input. So a deny entry that lands while a
 //! request waits refuses it (`denied-entry`) whatever the answer; leaving
 //! ask mode, unregistering and an allowlist that now covers the name decide
-//! it as they decide a new connection; only what [`decide`] would still ask
+//! it as they decide a new connection, and the source registered again
+//! under another id than the sandbox that asked refuses it as unregistering
+//! does (`unregistered`: the sandbox that asked is gone, and an answer meant
+//! for it never lets another's traffic out); only what [`decide`] would still ask
 //! about is the answer's to decide: `once` lets it through, `deny` refuses
 //! it (`not-allowed`), the timeout refuses it (`ask-timeout`). `always`
 //! lets it through only once the allowlist in force covers the name: the
@@ -42,16 +45,26 @@ pub enum AskState {
     Expired,
 }
 
-/// Decides a held connection from `source` to `host:port` again: the
-/// verdict its connections get now, or [`Verdict::Ask`] while it waits on.
+/// Decides a held connection from `source` to `host:port`, asked by the
+/// registration `asked_by`, again: the verdict its connections get now, or
+/// [`Verdict::Ask`] while it waits on.
 pub fn decide_held<A>(
     snapshot: &Snapshot<A>,
     watch: &Watch,
     source: IpAddr,
+    asked_by: &str,
     host: &str,
     port: u16,
     state: AskState,
 ) -> Verdict<A> {
+    if snapshot.lookup(source).is_some_and(|now| now.id.as_str() != asked_by) {
+        return Verdict::Deny {
+            reason: Reason::Unregistered,
+            layer: Layer::Registration,
+            id: None,
+            account: None,
+        };
+    }
     match (
         decide(snapshot, watch, source, host, Port::Number(port)).settled(),
         state,
@@ -159,8 +172,11 @@ pub enum Settlement {
     Deny,
     /// Nobody decided within the ask timeout (refused as `ask-timeout`).
     Timeout,
-    /// The source was unregistered or left ask mode, or its allowlist now
-    /// covers the name: the held connections were decided as any other.
+    /// The source was unregistered, registered again under another id or
+    /// left ask mode, or its allowlist now covers the name: the held
+    /// connections were decided as any other. Also a request no connection
+    /// waited on any more that gave way to a newer one at the source's
+    /// limit (reason `ask-limit`, layer `limit`).
     Withdrawn,
 }
 

@@ -227,6 +227,18 @@ fn conflict(message: &str) -> ApiError {
     )
 }
 
+/// 409 for an `always` whose sandbox is no longer registered on its source
+/// (unregistered, or the address registered again under another id) before
+/// the engine enforces that change: nothing is added, and the engine then
+/// refuses the request as `unregistered` (a later answer is a 404).
+fn sandbox_gone() -> ApiError {
+    ApiError::new(
+        StatusCode::CONFLICT,
+        "the source was unregistered or registered again under another id: nothing was added, and the request \
+         is refused as unregistered once the engine enforces that change",
+    )
+}
+
 /// Answers request `id` `always` (for good, or for `period`): the engine
 /// records the answer, then the name joins the registration's allowlist as
 /// a grant (journaled, then enforced), and only that snapshot lets the held
@@ -244,7 +256,7 @@ async fn always(state: &AppState, id: PendingId, period: Option<Period>) -> Resu
         .entries
         .get(&request.ip)
         .filter(|spec| spec.id.as_str() == request.sandbox)
-        .ok_or_else(|| conflict("the source was unregistered or registered again under another id"))?;
+        .ok_or_else(sandbox_gone)?;
     if registered.allowlist.with_entry(entry.clone()).is_none() {
         return Err(conflict("the allowlist holds the most entries it may (1000)"));
     }
@@ -309,7 +321,7 @@ async fn always_for_policy(state: &AppState, id: PendingId, policy: PolicyName) 
         .entries
         .get(&request.ip)
         .filter(|spec| spec.id.as_str() == request.sandbox)
-        .ok_or_else(|| conflict("the source was unregistered or registered again under another id"))?;
+        .ok_or_else(sandbox_gone)?;
     if !registered.names(&policy) {
         return Err(conflict(&format!("the sandbox does not name policy {policy:?}")));
     }

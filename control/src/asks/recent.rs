@@ -8,6 +8,7 @@
 //! (`control/src/publisher/ask_ids.rs`), so all of it stays true after one.
 //! Never consulted for a decision itself: the engine owns the requests.
 
+use crackbox_policy::reason::{Layer, Reason};
 use crackbox_wire::ask::{DecidedRequest, PendingId, Settlement};
 use std::collections::VecDeque;
 
@@ -94,6 +95,22 @@ impl Recent {
     }
 }
 
+/// What became of a request settled as `withdrawn` (docs/ask.md).
+fn withdrawn(decided: &DecidedRequest) -> String {
+    match (decided.reason, decided.layer) {
+        (Some(Reason::AskLimit), Some(Layer::Limit)) => "gave way to a newer request of its sandbox: no connection \
+                                                        waited on it any more and its sandbox had the most requests \
+                                                        pending it may have (the next connection asks again)"
+            .to_string(),
+        (Some(Reason::Unregistered), _) => "was settled by a change of its registration: refused as unregistered \
+                                            (the sandbox that asked was unregistered, or its address registered \
+                                            again under another id)"
+            .to_string(),
+        (Some(reason), _) => format!("was settled by a change of its registration: refused as {reason}"),
+        (None, _) => "was settled by a change of its registration: let through".to_string(),
+    }
+}
+
 /// Adds `item` to `ring`, dropping the oldest beyond [`REMEMBERED`].
 fn remember<T>(ring: &mut VecDeque<T>, item: T) {
     if ring.len() == REMEMBERED {
@@ -114,10 +131,7 @@ impl Fate {
                     Settlement::Timeout => "timed out: nobody decided within the ask timeout, so it was refused \
                                             as ask-timeout (the next connection asks again)"
                         .to_string(),
-                    Settlement::Withdrawn => match decided.reason {
-                        Some(reason) => format!("was settled by a change of its registration: refused as {reason}"),
-                        None => "was settled by a change of its registration: let through".to_string(),
-                    },
+                    Settlement::Withdrawn => withdrawn(decided),
                     Settlement::Always => "was already decided: always (the name is on the allowlist)".to_string(),
                     other => format!(
                         "was already decided: {} (the next connection asks again)",
@@ -207,5 +221,26 @@ mod tests {
         assert_eq!(recent.fate(6), Fate::SettledEarlier);
         assert_eq!(recent.fate(0), Fate::Never, "ids start at 1");
         assert!(recent.fate(4).message(4).contains("before this control plane started"));
+    }
+
+    #[test]
+    fn a_withdrawn_request_is_told_why() {
+        let withdrawn = |reason, layer| {
+            let decided = DecidedRequest {
+                reason: Some(reason),
+                layer: Some(layer),
+                ..decided(3, Settlement::Withdrawn)
+            };
+            Fate::Settled(decided).message(3)
+        };
+        let gave_way = withdrawn(Reason::AskLimit, Layer::Limit);
+        assert!(gave_way.contains("gave way to a newer request"), "{gave_way}");
+        let gone = withdrawn(Reason::Unregistered, Layer::Registration);
+        assert!(gone.contains("registered again under another id"), "{gone}");
+        let denied = withdrawn(Reason::DeniedEntry, Layer::DenyEntry);
+        assert!(
+            denied.ends_with("refused as denied-entry; `crackbox pending` lists the requests that wait"),
+            "{denied}"
+        );
     }
 }

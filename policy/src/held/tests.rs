@@ -236,7 +236,7 @@ fn a_held_request_under_each_later_change() {
     ];
     for (change, snapshot, watch, state, want, ends) in cases {
         let source = SOURCE.parse().unwrap();
-        let verdict = decide_held(snapshot, watch, source, "new.test", 443, state);
+        let verdict = decide_held(snapshot, watch, source, "asking", "new.test", 443, state);
         assert_eq!(shape(&verdict), want, "{change} ({state:?})");
         assert_eq!(settlement(&verdict, state), ends, "{change} ({state:?})");
         // The verdict names the registration in force now, if any.
@@ -262,8 +262,47 @@ fn a_new_connection_and_a_held_one_agree_wherever_nothing_is_asked() {
     for snapshot in &snapshots {
         let new = decide(snapshot, &Watch::default(), source, "new.test", Port::Number(443)).settled();
         for state in [AskState::Waiting, AskState::Answered(Answer::Deny), AskState::Expired] {
-            let held = decide_held(snapshot, &Watch::default(), source, "new.test", 443, state);
+            let held = decide_held(snapshot, &Watch::default(), source, "asking", "new.test", 443, state);
             assert_eq!(held, new, "{state:?}");
         }
     }
+}
+
+#[test]
+fn a_source_registered_again_under_another_id_refuses_what_the_sandbox_before_asked() {
+    let source: IpAddr = SOURCE.parse().unwrap();
+    let spec = |id: &str, allow: &[&str]| RegistrationSpec::parse(SOURCE, id, allow).unwrap().with_mode(Mode::Ask);
+    // Whatever the new registration would make of the name, and whatever
+    // was answered: the sandbox that asked is gone.
+    for snapshot in [
+        Snapshot::build(2, &[spec("another", &[])]),
+        Snapshot::build(2, &[spec("another", &["new.test"])]),
+    ] {
+        for state in [
+            AskState::Waiting,
+            AskState::Answered(Answer::Once),
+            AskState::Answered(Answer::Always),
+            AskState::Expired,
+        ] {
+            let verdict = decide_held(&snapshot, &Watch::default(), source, "asking", "new.test", 443, state);
+            assert_eq!(
+                shape(&verdict),
+                Shape::Refused(Reason::Unregistered, Layer::Registration),
+                "{state:?}"
+            );
+            assert_eq!(settlement(&verdict, state), Some(Settlement::Withdrawn), "{state:?}");
+        }
+    }
+    // The same id registered again is the same sandbox: still asked about.
+    let again = Snapshot::build(2, &[spec("asking", &[])]);
+    let verdict = decide_held(
+        &again,
+        &Watch::default(),
+        source,
+        "asking",
+        "new.test",
+        443,
+        AskState::Waiting,
+    );
+    assert_eq!(shape(&verdict), Shape::Held);
 }

@@ -12,8 +12,11 @@
 //! wins over any answer, and `always` lets the held connections through
 //! only once the snapshot in force lists the name (stored, then released).
 //! The verdict wakes every held connection, on whichever core thread it
-//! waits. Never blocks a core thread: the lock is held for table updates
-//! only, never across I/O.
+//! waits. A request whose connections have all gone stays pending (it may
+//! still be answered) but never keeps a new one out: at the source's limit
+//! the oldest such request gives way to the new one ([`Asks::hold`]).
+//! Never blocks a core thread: the lock is held for table updates only,
+//! never across I/O.
 
 pub(crate) mod clock;
 
@@ -21,11 +24,11 @@ use crate::plane::services::snapshot_cell::SnapshotCell;
 use crate::plane::services::watch_cell::WatchCell;
 use crate::usage::attached::Verdict;
 use crackbox_policy::held::{decide_held, settlement, AskState};
-use crackbox_policy::reason::Reason;
+use crackbox_policy::reason::{Layer, Reason};
 use crackbox_policy::{canonical_ip, normalise_host, HostKind};
 use crackbox_wire::ask::{Answer, DecidedRequest, PendingId, PendingRequest, Settlement, MAX_PENDING_PER_SOURCE};
 use rustc_hash::FxHashMap;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::net::IpAddr;
 use std::pin::Pin;
@@ -95,6 +98,13 @@ impl Request {
         }
     }
 
+    /// Whether it may give way to a newer request of its source: no
+    /// connection waits on it and no answer is being applied.
+    fn idle(&self) -> bool {
+        let state = self.state();
+        state.waiting == 0 && state.answer.is_none()
+    }
+
     /// How it stands now.
     fn standing(&self) -> AskState {
         self.state().answer.map_or(AskState::Waiting, AskState::Answered)
@@ -131,7 +141,44 @@ struct Table {
     last_id: PendingId,
     by_target: FxHashMap<Target, Arc<Request>>,
     by_id: BTreeMap<PendingId, Arc<Request>>,
-    per_source: FxHashMap<IpAddr, usize>,
+    /// Each source's pending requests, oldest first.
+    per_source: FxHashMap<IpAddr, BTreeSet<PendingId>>,
+}
+
+impl Table {
+    /// Takes request `id` out of the table; `None` when it was not pending.
+    fn remove(&mut self, id: PendingId) -> Option<Arc<Request>> {
+        let request = self.by_id.remove(&id)?;
+        self.by_target.remove(&request.target);
+        if let Some(ids) = self.per_source.get_mut(&request.target.source) {
+            ids.remove(&id);
+            if ids.is_empty() {
+                self.per_source.remove(&request.target.source);
+            }
+        }
+        Some(request)
+    }
+
+    /// Makes room for a new request of `source`: nothing to do below its
+    /// limit; at it, the oldest idle request (see [`Request::idle`]) is
+    /// taken out and returned to be settled; `ask-limit` when every one is
+    /// waited on.
+    fn make_room(&mut self, source: IpAddr) -> Result<Option<Arc<Request>>, Reason> {
+        let Some(ids) = self.per_source.get(&source) else {
+            return Ok(None);
+        };
+        if ids.len() < MAX_PENDING_PER_SOURCE {
+            return Ok(None);
+        }
+        let oldest_idle = ids
+            .iter()
+            .copied()
+            .find(|id| self.by_id.get(id).is_some_and(|request| request.idle()));
+        match oldest_idle {
+            Some(id) => Ok(self.remove(id)),
+            None => Err(Reason::AskLimit),
+        }
+    }
 }
 
 /// What the `ask` thread hears about (see [`clock`]).
@@ -193,7 +240,10 @@ impl Asks {
     }
 
     /// Holds a connection: joins the pending request for its target, or
-    /// starts one; `ask-limit` when the source has the most it may have.
+    /// starts one; at the source's limit, the oldest request no connection
+    /// waits on gives way (settled as `withdrawn`, `ask-limit` by the
+    /// `limit` layer: its answer is a 404 that says so); `ask-limit` when
+    /// every one is waited on.
     pub(crate) fn hold(&self, asking: Asking<'_>) -> Result<Held, Reason> {
         let host = match normalise_host(asking.host) {
             Some(HostKind::Name(name)) => name.into_boxed_str(),
@@ -209,11 +259,7 @@ impl Asks {
         if let Some(request) = table.by_target.get(&target) {
             return Ok(Held::join(Arc::clone(request)));
         }
-        let count = table.per_source.entry(target.source).or_default();
-        if *count >= MAX_PENDING_PER_SOURCE {
-            return Err(Reason::AskLimit);
-        }
-        *count += 1;
+        let gave_way = table.make_room(target.source)?;
         table.last_id += 1;
         let request = Arc::new(Request {
             id: table.last_id,
@@ -228,8 +274,22 @@ impl Asks {
         });
         table.by_target.insert(target, Arc::clone(&request));
         table.by_id.insert(request.id, Arc::clone(&request));
+        table
+            .per_source
+            .entry(request.target.source)
+            .or_default()
+            .insert(request.id);
         let held = Held::join(Arc::clone(&request));
         drop(table);
+        if let Some(old) = gave_way {
+            let verdict = Verdict::Deny {
+                reason: Reason::AskLimit,
+                layer: Layer::Limit,
+                id: Some(Arc::clone(&old.sandbox)),
+                account: None,
+            };
+            self.ended(&old, Settlement::Withdrawn, verdict);
+        }
         let _ = self.events.send(Event::Started(request));
         Ok(held)
     }
@@ -310,25 +370,22 @@ impl Asks {
     fn decide(&self, request: &Request, state: AskState) -> Verdict {
         let (snapshot, watch) = (self.policy.registry.load(), self.policy.watched.load());
         let Target { source, host, port } = &request.target;
-        decide_held(&snapshot, &watch, *source, host, *port, state)
+        decide_held(&snapshot, &watch, *source, &request.sandbox, host, *port, state)
     }
 
     /// Ends request `id` as `settlement`, its held connections going on as
     /// `verdict` says; the request as it ended, or `None` when it was not
     /// pending.
     fn settle(&self, id: PendingId, settlement: Settlement, verdict: Verdict) -> Option<DecidedRequest> {
-        let request = {
-            let mut table = self.table();
-            let request = table.by_id.remove(&id)?;
-            table.by_target.remove(&request.target);
-            if let Some(count) = table.per_source.get_mut(&request.target.source) {
-                *count -= 1;
-                if *count == 0 {
-                    table.per_source.remove(&request.target.source);
-                }
-            }
-            request
-        };
+        let request = self.table().remove(id)?;
+        Some(self.ended(&request, settlement, verdict))
+    }
+
+    /// Ends `request`, out of the table already, as `settlement`: its held
+    /// connections go on as `verdict` says, and the `ask` thread hears of
+    /// it; the request as it ended.
+    fn ended(&self, request: &Request, settlement: Settlement, verdict: Verdict) -> DecidedRequest {
+        let id = request.id;
         let decided = request.decided(settlement, &verdict);
         request.settle(verdict);
         tracing::info!(
@@ -343,7 +400,7 @@ impl Asks {
             "ask: request settled"
         );
         let _ = self.events.send(Event::Settled(decided.clone()));
-        Some(decided)
+        decided
     }
 
     /// Control connected on `stream`: it hears of every request still

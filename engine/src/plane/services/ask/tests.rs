@@ -259,3 +259,75 @@ fn an_always_answered_in_time_is_not_lost_to_the_timeout_it_beat() {
     let decisions: Vec<_> = settled_events(&events).iter().map(|d| d.decision).collect();
     assert_eq!(decisions, [Settlement::Always, Settlement::Timeout]);
 }
+
+#[test]
+fn a_source_registered_again_under_another_id_settles_the_request_as_unregistered() {
+    let (asks, registry, events) = asks(asking_snapshot(1, &["10.0.0.2"], &[], &[]));
+    let sandbox: Arc<str> = "agent".into();
+    let mut held = asks.hold(asking(&sandbox, "10.0.0.2", "a.test", 443)).unwrap();
+    let id = asks.list()[0].id;
+    let another = RegistrationSpec::parse("10.0.0.2", "another", &["a.test"])
+        .unwrap()
+        .with_mode(Mode::Ask);
+    registry.swap(Snapshot::build(2, &[another]));
+    asks.revisit();
+    assert_eq!(
+        ended(&mut held),
+        Some(Err((Reason::Unregistered, Layer::Registration))),
+        "never let through under the other registration's list"
+    );
+    let settled = settled_events(&events);
+    assert_eq!(
+        (settled[0].request.id, settled[0].decision, settled[0].layer),
+        (id, Settlement::Withdrawn, Some(Layer::Registration))
+    );
+    assert!(asks.answer(id, Answer::Once).is_none(), "gone with its sandbox");
+}
+
+#[test]
+fn at_the_limit_the_oldest_request_nobody_waits_on_gives_way() {
+    let (asks, _registry, events) = asks(asking_snapshot(1, &["10.0.0.2"], &[], &[]));
+    let sandbox: Arc<str> = "agent".into();
+    let hosts: Vec<String> = (0..MAX_PENDING_PER_SOURCE + 2).map(|n| format!("h{n}.test")).collect();
+    let mut held: Vec<Option<Held>> = hosts[..MAX_PENDING_PER_SOURCE]
+        .iter()
+        .map(|host| Some(asks.hold(asking(&sandbox, "10.0.0.2", host, 443)).unwrap()))
+        .collect();
+    let ids: Vec<PendingId> = asks.list().iter().map(|p| p.id).collect();
+    let new = |n: usize| asks.hold(asking(&sandbox, "10.0.0.2", &hosts[n], 443));
+    assert_eq!(
+        new(MAX_PENDING_PER_SOURCE).err(),
+        Some(Reason::AskLimit),
+        "all waited on"
+    );
+    // The clients of the second and third go; the third is answered `always`
+    // (being stored): only the second may give way.
+    held[1] = None;
+    held[2] = None;
+    asks.answer(ids[2], Answer::Always).unwrap();
+    let _first_new = new(MAX_PENDING_PER_SOURCE).unwrap();
+    assert_eq!(asks.list().len(), MAX_PENDING_PER_SOURCE);
+    assert!(asks.list().iter().all(|p| p.id != ids[1]), "the second gave way");
+    let settled = settled_events(&events);
+    assert_eq!(
+        (
+            settled[0].request.id,
+            settled[0].decision,
+            settled[0].reason,
+            settled[0].layer
+        ),
+        (
+            ids[1],
+            Settlement::Withdrawn,
+            Some(Reason::AskLimit),
+            Some(Layer::Limit)
+        )
+    );
+    assert!(asks.answer(ids[1], Answer::Once).is_none(), "gone");
+    assert_eq!(
+        new(MAX_PENDING_PER_SOURCE + 1).err(),
+        Some(Reason::AskLimit),
+        "none idle left"
+    );
+    assert!(poll(held[0].as_mut().unwrap()).is_pending());
+}
