@@ -113,7 +113,7 @@ pub enum ProxyCommand {
         after_help = "Example:\n  \
         crackbox proxy engine --control-socket /run/crackbox/control.sock\n\n\
         The control plane's flags (--register, --state, --docker, --fleet-etcd, ...) go to \
-        `proxy control`; given here they are refused.\n\
+        `proxy control`; given here they are ignored, with a warning.\n\
         Guide: docs/daemon.md, \"Processes\"; every flag: docs/configuration.md."
     )]
     Engine(EngineArgs),
@@ -136,7 +136,7 @@ fn common_first(arg: clap::Arg) -> clap::Arg {
 }
 
 /// `proxy engine --help`: the engine's flags only, the control plane's
-/// hidden (the engine refuses them), in `serve`'s order.
+/// hidden (the engine ignores them), in `serve`'s order.
 fn engine_flag(arg: clap::Arg) -> clap::Arg {
     let hidden = arg.is_hide_set() || arg.get_long().is_some_and(crackbox_config::is_control_plane_flag);
     common_first(arg).hide(hidden)
@@ -148,10 +148,10 @@ mod tests {
     use clap::CommandFactory;
 
     /// Every flag `proxy engine --help` hides as the control plane's (one
-    /// `proxy serve --help` shows) is one the engine refuses when given, and
-    /// no flag it shows is.
+    /// `proxy serve --help` shows) is one the engine warns of when given,
+    /// and no flag it shows is.
     #[test]
-    fn the_engine_hides_exactly_the_flags_it_refuses() {
+    fn the_engine_hides_exactly_the_flags_it_ignores() {
         let cli = Cli::command();
         let proxy = cli.find_subcommand("proxy").unwrap();
         let (serve, engine) = (
@@ -185,10 +185,10 @@ mod tests {
             else {
                 panic!("{line:?} does not parse");
             };
-            let refused = args.control_plane_flags();
+            let ignored = args.control_plane_flags();
             match arg.is_hide_set() {
-                true => assert_eq!(refused, [long], "{long} is hidden, so refused"),
-                false => assert!(refused.is_empty(), "{long} is shown, so taken: {refused:?}"),
+                true => assert_eq!(ignored, [long], "{long} is hidden, so ignored"),
+                false => assert!(ignored.is_empty(), "{long} is shown, so taken: {ignored:?}"),
             }
             hidden += usize::from(arg.is_hide_set());
         }

@@ -200,7 +200,7 @@ fn labelled_containers_resolve_on_their_first_lookup_and_invalid_labels_are_refu
     let bad_ip = stdout.lines().last().unwrap_or_default().trim().to_owned();
     let (_, denials) = http(admin, "GET", "/v1/denials", None, &[]);
     let recorded = format!(
-        "\"ip\":\"{bad_ip}\",\"id\":\"docker:{bad}\",\"host\":\"{ALLOWED}\",\"port\":53,\"reason\":\"invalid-label\""
+        "\"ip\":\"{bad_ip}\",\"id\":\"docker:{bad}\",\"host\":\"{ALLOWED}.\",\"port\":53,\"reason\":\"invalid-label\""
     );
     assert!(denials.contains(&recorded), "{recorded} not in {denials}");
     let (_, metrics) = http(admin, "GET", "/metrics", None, &[]);

@@ -204,7 +204,7 @@ type Given = fn(&ProxyArgs) -> bool;
 
 /// The control plane's flags (long names) with how to tell each was given:
 /// `proxy engine` does not use them, so it hides them from its help and
-/// refuses them (docs/daemon.md, "Processes").
+/// warns that it ignores them (docs/daemon.md, "Processes").
 const CONTROL_PLANE_FLAGS: [(&str, Given); 14] = [
     ("console", |p| p.console.is_some()),
     ("admin-name", |p| !p.admin_names.is_empty()),
@@ -223,7 +223,7 @@ const CONTROL_PLANE_FLAGS: [(&str, Given); 14] = [
 ];
 
 /// Whether `long` (without its dashes) is a flag of the control plane
-/// alone, which `proxy engine` refuses.
+/// alone, which `proxy engine` ignores.
 pub fn is_control_plane_flag(long: &str) -> bool {
     CONTROL_PLANE_FLAGS.iter().any(|(flag, _)| *flag == long)
 }

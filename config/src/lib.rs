@@ -64,13 +64,6 @@ pub enum ConfigError {
         /// What is wrong with it.
         message: String,
     },
-    /// `proxy engine` was given flags of the control plane alone.
-    #[error(
-        "`proxy engine` does not take --{}: the control plane's flags go to `proxy control` \
-         (docs/daemon.md, \"Processes\")",
-        .0.join(", --")
-    )]
-    ControlPlaneFlags(Vec<&'static str>),
     /// The settings document `proxy serve` hands its engine child is unusable.
     #[error("the settings handed to the engine on stdin are unusable: {0}")]
     Handoff(String),
@@ -93,9 +86,14 @@ pub fn engine_config(args: &EngineArgs) -> Result<EngineConfig, ConfigError> {
     if args.settings_stdin {
         return handoff::read(std::io::stdin().lock());
     }
-    let control_plane = args.control_plane_flags();
-    if !control_plane.is_empty() {
-        return Err(ConfigError::ControlPlaneFlags(control_plane));
+    let ignored = args.control_plane_flags();
+    if !ignored.is_empty() {
+        // Warned, not refused: daemon.md long said to give both processes
+        // the same flags, and units written that way must keep starting.
+        tracing::warn!(
+            flags = %format!("--{}", ignored.join(", --")),
+            "`proxy engine` ignores the control plane's flags: they go to `proxy control` (docs/daemon.md, \"Processes\")"
+        );
     }
     Ok(Settings::from_process(&args.proxy)?.engine)
 }

@@ -238,22 +238,22 @@ fn udp_decisions_from_distinct_sources() {
             (
                 "127.0.0.21".into(),
                 Some("agent".into()),
-                "denied.test",
+                "denied.test.",
                 Reason::NotAllowed
             ),
             (
                 "127.0.0.21".into(),
                 Some("agent".into()),
-                "allowed.test.evil",
+                "allowed.test.evil.",
                 Reason::NotAllowed
             ),
             (
                 "127.0.0.22".into(),
                 Some("jailed".into()),
-                "allowed.test",
+                "allowed.test.",
                 Reason::NotAllowed
             ),
-            ("127.0.0.23".into(), None, "allowed.test", Reason::Unregistered),
+            ("127.0.0.23".into(), None, "allowed.test.", Reason::Unregistered),
         ]
     );
 }

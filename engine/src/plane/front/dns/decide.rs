@@ -73,19 +73,18 @@ pub(crate) fn decide(
     let Ok(request) = Message::from_vec(packet) else {
         return Action::Reply(error_reply(&header_only(&header), ResponseCode::FormErr));
     };
-    let asked = request.queries.first().map(|q| q.name().to_ascii()).unwrap_or_default();
-    // Without its trailing dot, as every other front end records a host
-    // (docs/policy.md: one trailing dot is ignored).
-    let name = asked.strip_suffix('.').unwrap_or(&asked);
+    // Recorded as asked, with its trailing dot: what tells a DNS question
+    // from a connection to port 53 in the denials (docs/daemon.md).
+    let name = request.queries.first().map(|q| q.name().to_ascii()).unwrap_or_default();
     let (snapshot, watch) = policy;
-    let verdict = match crackbox_policy::decide(snapshot, watch, source, name, Port::Any) {
+    let verdict = match crackbox_policy::decide(snapshot, watch, source, &name, Port::Any) {
         Decision::AwaitRegistration if hold == Hold::Allowed => return Action::Hold,
         decision => decision.settled(),
     };
     // Sources that are not registered are refused whatever they ask.
     if let Verdict::Deny { reason, layer, id, .. } = &verdict {
         if *reason != Reason::NotAllowed {
-            record(on_denial, source, id.as_ref(), name, (*reason, *layer), true);
+            record(on_denial, source, id.as_ref(), &name, (*reason, *layer), true);
             return Action::Reply(error_reply(&request, ResponseCode::Refused));
         }
     }
@@ -108,12 +107,12 @@ pub(crate) fn decide(
             if let Some(account) = account {
                 account.add_denial(Account::OFF_CORE, *reason);
             }
-            record(on_denial, source, id.as_ref(), name, (*reason, *layer), true);
+            record(on_denial, source, id.as_ref(), &name, (*reason, *layer), true);
             Action::Reply(error_reply(&request, ResponseCode::NXDomain))
         }
         Verdict::Report { reason, id, account } => {
             account.add_reported(Account::OFF_CORE, *reason);
-            record(on_denial, source, Some(id), name, (*reason, Layer::Mode), false);
+            record(on_denial, source, Some(id), &name, (*reason, Layer::Mode), false);
             Action::Forward(request)
         }
         // Answered, so that the connection that follows can ask.

