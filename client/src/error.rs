@@ -53,7 +53,8 @@ pub enum Error {
         url: String,
         /// HTTP status code (400, 401, 404, 405, 413, 500, 503, ...).
         status: u16,
-        /// The server's error text, as [`one_line`] makes it.
+        /// The server's error text, on one line: control characters
+        /// escaped as `escape_debug` writes them (`\n`, `\u{1b}`).
         message: String,
     },
     /// A success status with a body that is not the documented document.
@@ -61,8 +62,8 @@ pub enum Error {
     Malformed {
         /// The admin URL.
         url: String,
-        /// What did not fit (it may quote the server), as [`one_line`]
-        /// makes it.
+        /// What did not fit (it may quote the server), on one line with
+        /// control characters escaped.
         detail: String,
     },
     /// The blocking client could not start its runtime.
