@@ -57,14 +57,18 @@ where
 {
     /// The answer to question `key`, asked with `ask` after this call began
     /// (shared with the readers that arrived before it was sent); waits at
-    /// most `timeout`. A question this call sends may take `timeout` too.
+    /// most `timeout` for it once it is sent. A question that waits behind
+    /// one on the wire is sent within that one's `timeout`, so such a reader
+    /// waits at most twice `timeout` in all: queueing behind a slow answer is
+    /// not the engine failing to answer.
     pub(super) async fn read<A, F>(self: &Arc<Self>, key: K, timeout: Duration, ask: A) -> Result<V, EngineRequestError>
     where
         A: Fn(K, Duration) -> F + Send + 'static,
         F: Future<Output = Result<V, EngineRequestError>> + Send + 'static,
     {
-        let mut outcome = self.join(key, timeout, ask);
-        let answered = tokio::time::timeout(timeout, outcome.wait_for(Option::is_some)).await;
+        let (mut outcome, queued) = self.join(key, timeout, ask);
+        let wait = if queued { timeout * 2 } else { timeout };
+        let answered = tokio::time::timeout(wait, outcome.wait_for(Option::is_some)).await;
         match answered {
             Ok(Ok(outcome)) => outcome.clone().unwrap_or(Err(EngineRequestError::NoAnswer)),
             // The flight ended without an answer, or it came too late.
@@ -73,8 +77,9 @@ where
     }
 
     /// Joins the waiting question for `key`, or makes one: sent at once when
-    /// none is on the wire, else once the answer on the wire is in.
-    fn join<A, F>(self: &Arc<Self>, key: K, timeout: Duration, ask: A) -> watch::Receiver<Outcome<V>>
+    /// none is on the wire, else once the answer on the wire is in (then
+    /// `true`: queued behind it).
+    fn join<A, F>(self: &Arc<Self>, key: K, timeout: Duration, ask: A) -> (watch::Receiver<Outcome<V>>, bool)
     where
         A: Fn(K, Duration) -> F + Send + 'static,
         F: Future<Output = Result<V, EngineRequestError>> + Send + 'static,
@@ -82,11 +87,11 @@ where
         let mut flights = self.lock();
         match flights.entry(key) {
             Entry::Occupied(mut on_wire) => match on_wire.get_mut() {
-                Some(waiting) => waiting.outcome.subscribe(),
+                Some(waiting) => (waiting.outcome.subscribe(), true),
                 none => {
                     let (outcome, receiver) = watch::channel(None);
                     *none = Some(Waiting { outcome, timeout });
-                    receiver
+                    (receiver, true)
                 }
             },
             Entry::Vacant(idle) => {
@@ -94,7 +99,7 @@ where
                 idle.insert(None);
                 let (outcome, receiver) = watch::channel(None);
                 tokio::spawn(Arc::clone(self).fly(key, Waiting { outcome, timeout }, ask));
-                receiver
+                (receiver, false)
             }
         }
     }
