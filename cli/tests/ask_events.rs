@@ -5,11 +5,13 @@
 //! so a restarted daemon still allows the name and `crackbox state` shows
 //! it.
 
+mod ask_support;
+
+use ask_support::subscribe;
 use crackbox_client::{blocking, Answer, Client, Event, Mode, RegistrationSpec, Settlement};
 use crackbox_test_support::{free_port, read_head, run, wait_until, Daemon, Echo};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::mpsc;
 use std::time::Duration;
 
 const ASKER: &str = "127.0.0.2";
@@ -32,29 +34,11 @@ fn register_asking(admin: SocketAddr, allow: &[&str]) {
     client(admin).register(&spec).unwrap();
 }
 
-/// A subscriber on its own thread, handing on the first `count` events.
-fn subscriber(admin: SocketAddr, count: usize) -> mpsc::Receiver<Event> {
-    let (sender, events) = mpsc::channel();
-    let (opened, ready) = mpsc::channel();
-    std::thread::spawn(move || {
-        let admin = client(admin);
-        let stream = admin.events().unwrap();
-        opened.send(()).unwrap();
-        for event in stream.take(count) {
-            if sender.send(event.unwrap()).is_err() {
-                return;
-            }
-        }
-    });
-    ready.recv_timeout(Duration::from_secs(10)).unwrap();
-    events
-}
-
 #[test]
 fn two_subscribers_both_see_pending_and_decided() {
     let proxy = Daemon::start(&["--allow-private-destinations"]);
     register_asking(proxy.admin, &[]);
-    let (first, second) = (subscriber(proxy.admin, 2), subscriber(proxy.admin, 2));
+    let (first, second) = (subscribe(proxy.admin), subscribe(proxy.admin));
     let port = free_port();
     let mut held = connect(&proxy, ASKER, &format!("localhost:{port}"));
     let wait = Duration::from_secs(10);

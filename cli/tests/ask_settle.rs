@@ -15,6 +15,9 @@
 //! asked): a daemon started with `--allow-private-destinations` may dial
 //! it, one without refuses it as the destination guard says.
 
+mod ask_support;
+
+use ask_support::{next_decided, subscribe};
 use crackbox_client::{
     blocking, Answer, Client, Event, Layer, Mode, PendingRequest, Reason, RegistrationSpec, Settlement,
 };
@@ -22,7 +25,6 @@ use crackbox_test_support::{alive, echo_round, metric, read_head, read_to_end, w
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::Ordering;
-use std::sync::mpsc;
 use std::time::Duration;
 
 const ASKER: &str = "127.0.0.2";
@@ -63,35 +65,6 @@ fn pending_for(admin: SocketAddr, host: &str, port: u16) -> PendingRequest {
     });
     assert!(seen, "no pending request for {host}:{port}: {:?}", admin.pending());
     found.unwrap()
-}
-
-/// Every event of `GET /v1/events` from now on, on a thread of its own.
-fn subscribe(admin: SocketAddr) -> mpsc::Receiver<Event> {
-    let (sender, events) = mpsc::channel();
-    let (opened, ready) = mpsc::channel();
-    std::thread::spawn(move || {
-        let admin = client(admin);
-        let stream = admin.events().unwrap();
-        opened.send(()).unwrap();
-        for event in stream {
-            if sender.send(event.unwrap()).is_err() {
-                return;
-            }
-        }
-    });
-    ready.recv_timeout(WAIT).unwrap();
-    events
-}
-
-/// The next `decided` event, skipping `pending` ones.
-fn next_decided(events: &mpsc::Receiver<Event>) -> crackbox_client::DecidedRequest {
-    loop {
-        match events.recv_timeout(WAIT).expect("a decided event") {
-            Event::Decided(decided) => return decided,
-            Event::Pending(_) => {}
-            Event::Lagged { missed } => panic!("missed {missed} events"),
-        }
-    }
 }
 
 #[test]

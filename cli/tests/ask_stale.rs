@@ -8,15 +8,16 @@
 //! source's limit of 64 (withdrawn, `ask-limit` by the `limit` layer), so a
 //! sandbox that opened and closed 64 connections can still ask (docs/ask.md).
 
+mod ask_support;
+
+use ask_support::{next_decided, subscribe};
 use crackbox_client::{
-    blocking, Answer, Client, DecideBody, Event, Expected, Layer, Mode, PendingRequest, Reason, RegistrationSpec,
-    Settlement,
+    blocking, Answer, Client, DecideBody, Expected, Layer, Mode, PendingRequest, Reason, RegistrationSpec, Settlement,
 };
 use crackbox_test_support::{free_port, read_head, wait_until, Daemon, Echo};
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::Ordering;
-use std::sync::mpsc;
 use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -50,35 +51,6 @@ fn pending_when(admin: SocketAddr, what: &str, check: impl Fn(&[PendingRequest])
     });
     assert!(seen, "{what}: {listed:?}");
     listed
-}
-
-/// Every event of `GET /v1/events` from now on, on a thread of its own.
-fn subscribe(admin: SocketAddr) -> mpsc::Receiver<Event> {
-    let (sender, events) = mpsc::channel();
-    let (opened, ready) = mpsc::channel();
-    std::thread::spawn(move || {
-        let admin = client(admin);
-        let stream = admin.events().unwrap();
-        opened.send(()).unwrap();
-        for event in stream {
-            if sender.send(event.unwrap()).is_err() {
-                return;
-            }
-        }
-    });
-    ready.recv_timeout(WAIT).unwrap();
-    events
-}
-
-/// The next `decided` event, skipping `pending` ones.
-fn next_decided(events: &mpsc::Receiver<Event>) -> crackbox_client::DecidedRequest {
-    loop {
-        match events.recv_timeout(WAIT).expect("a decided event") {
-            Event::Decided(decided) => return decided,
-            Event::Pending(_) => {}
-            Event::Lagged { missed } => panic!("missed {missed} events"),
-        }
-    }
 }
 
 /// An answer to `request` that expects it as listed.

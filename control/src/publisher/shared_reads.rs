@@ -166,8 +166,13 @@ mod tests {
 
     const WAIT: Duration = Duration::from_secs(5);
 
-    #[tokio::test]
-    async fn readers_arriving_while_a_question_is_on_the_wire_share_the_next_one() {
+    /// Shared reads with a first reader whose question is on the wire,
+    /// unanswered until released.
+    async fn one_on_the_wire() -> (
+        Arc<SharedReads<(), u64>>,
+        Arc<Gated>,
+        tokio::task::JoinHandle<Result<u64, EngineRequestError>>,
+    ) {
         let reads = Arc::new(SharedReads::<(), u64>::default());
         let gated = Arc::new(Gated::default());
         let first = tokio::spawn({
@@ -177,6 +182,12 @@ mod tests {
         while gated.asked.load(Ordering::SeqCst) == 0 {
             tokio::task::yield_now().await;
         }
+        (reads, gated, first)
+    }
+
+    #[tokio::test]
+    async fn readers_arriving_while_a_question_is_on_the_wire_share_the_next_one() {
+        let (reads, gated, first) = one_on_the_wire().await;
         let later: Vec<_> = (0..50)
             .map(|_| {
                 let (reads, ask) = (Arc::clone(&reads), asker(&gated));
@@ -210,15 +221,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_reader_that_gives_up_gets_no_answer_and_costs_no_question() {
-        let reads = Arc::new(SharedReads::<(), u64>::default());
-        let gated = Arc::new(Gated::default());
-        let first = tokio::spawn({
-            let (reads, ask) = (Arc::clone(&reads), asker(&gated));
-            async move { reads.read((), WAIT, ask).await }
-        });
-        while gated.asked.load(Ordering::SeqCst) == 0 {
-            tokio::task::yield_now().await;
-        }
+        let (reads, gated, first) = one_on_the_wire().await;
         let impatient = reads.read((), Duration::from_millis(20), asker(&gated)).await;
         assert_eq!(impatient, Err(EngineRequestError::NoAnswer));
         gated.release.notify_one();
