@@ -12,12 +12,19 @@
 # /tmp/crackbox-ci-dockerd.log). Only the caller whose `start --owner FILE`
 # started it gets FILE, and `stop FILE` stops only that dockerd, and removes
 # its log: an engine that was already running, or that another caller
-# started, is never stopped. Exits non-zero when Docker cannot be made to work, with the
+# started, is never stopped. The dockerd and the containerd it runs get a
+# TMPDIR of their own ($CRACKBOX_DOCKERD_TMPDIR, default
+# /tmp/crackbox-ci-dockerd.tmp): when dockerd finds its containerd not
+# answering (a machine saturated by tests can do that), it restarts it and
+# first asks it for a goroutine dump, which containerd writes to TMPDIR. `stop`
+# shows such a dump's first lines on stderr and removes the directory with the
+# log. Exits non-zero when Docker cannot be made to work, with the
 # reason on stderr.
 set -euo pipefail
 
 pidfile="${CRACKBOX_DOCKERD_PIDFILE:-/run/crackbox-ci-dockerd.pid}"
 logfile="${CRACKBOX_DOCKERD_LOG:-/tmp/crackbox-ci-dockerd.log}"
+tmpdir="${CRACKBOX_DOCKERD_TMPDIR:-/tmp/crackbox-ci-dockerd.tmp}"
 
 docker_ok() {
     timeout 10 docker info >/dev/null 2>&1
@@ -66,7 +73,8 @@ start_dockerd() {
     else
         # A socket left by a dockerd that died would make the new one refuse to start.
         rm -f /var/run/docker.sock
-        nohup dockerd >"$logfile" 2>&1 &
+        mkdir -p "$tmpdir"
+        TMPDIR="$tmpdir" nohup dockerd >"$logfile" 2>&1 &
         pid=$!
         echo "$pid" >"$pidfile"
         if [ -n "$owner" ]; then
@@ -105,8 +113,21 @@ stop_dockerd() {
         rm -f "$pidfile"
     fi
     if ! kill -0 "$pid" 2>/dev/null; then
+        report_dumps
         rm -f "$logfile"
+        rm -rf "$tmpdir"
     fi
+}
+
+# Says on stderr that dockerd restarted its containerd, if it did, with the
+# first lines of each goroutine dump containerd left in its TMPDIR.
+report_dumps() {
+    local dump
+    for dump in "$tmpdir"/containerd.*.stacks.log; do
+        [ -f "$dump" ] || continue
+        echo "ci-docker: dockerd restarted a containerd that stopped answering; its dump:" >&2
+        head -n 20 "$dump" >&2 || true
+    done
 }
 
 usage() {
