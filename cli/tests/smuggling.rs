@@ -219,6 +219,26 @@ fn cases(good: u16, evil: u16) -> Vec<Case> {
             0,
         ),
         case("chunk lines with bare LF", post(chunked, "5\nhello\n0\n\n"), &[400], 0),
+        // A trailer section of lines that are no fields, which a lenient
+        // next hop might read otherwise.
+        case(
+            "a request line as a trailer",
+            post(chunked, &format!("3\r\nabc\r\n0\r\n{smuggled}")),
+            &[400],
+            0,
+        ),
+        case(
+            "a folded trailer",
+            post(chunked, "3\r\nabc\r\n0\r\nX-T: 1\r\n folded\r\n\r\n"),
+            &[400],
+            0,
+        ),
+        case(
+            "a trailer without a colon",
+            post(chunked, "3\r\nabc\r\n0\r\nnocolon\r\n\r\n"),
+            &[400],
+            0,
+        ),
         case(
             "chunk longer than its size",
             post(chunked, &format!("3\r\nhello\r\n0\r\n\r\n{smuggled}")),

@@ -13,7 +13,7 @@
 
 use crackbox_engine::chunked::ChunkedBody;
 use crackbox_engine::http_head::{
-    head_end, parse_request, parse_response, write_client_response, write_upstream_request, Field, FieldSlots, Framing,
+    head_end, parse_request, parse_response, write_client_response, ConnectionField, write_upstream_request, Field, FieldSlots, Framing,
     HeadError, RequestHead, ResponseHead, Target, MAX_HEAD, MAX_HEADERS,
 };
 use crackbox_fuzz::{piece_ends, Input};
@@ -197,7 +197,12 @@ fn check_response(bytes: &[u8], method: &str, close: bool) {
     };
     assert_eq!(head.head_len, end, "httparse and head_end disagree on the end");
     let mut out = Vec::new();
-    write_client_response(&head, close, &mut out);
+    let connection = if close {
+        ConnectionField::Close
+    } else {
+        ConnectionField::Omitted
+    };
+    write_client_response(&head, connection, &mut out);
     let mut again_slots = FieldSlots::new();
     let again: ResponseHead<'_> = match parse_response(&out, &mut again_slots, method) {
         Ok(again) => again,

@@ -3,7 +3,9 @@
 //! crackbox forwards chunked bodies byte for byte (framing is preserved), so
 //! this module only finds where a chunked message ends and rejects malformed
 //! framing; it never copies or rewrites data. Strict: CRLF line endings, hex
-//! sizes of at most 16 digits, bounded extensions and trailers.
+//! sizes of at most 16 digits, bounded extensions and trailers, and each
+//! trailer line a field (`name: value`, the name a token, never folded), as
+//! a head's fields must be.
 
 /// Longest chunk-size line (size plus extensions) accepted.
 const MAX_SIZE_LINE: usize = 4096;
@@ -31,8 +33,10 @@ enum State {
     DataLf,
     /// At the start of a trailer line (or the final empty line).
     TrailerStart,
-    /// Inside a trailer line.
-    TrailerLine,
+    /// Inside a trailer field's name.
+    TrailerName,
+    /// Inside a trailer field's value.
+    TrailerValue,
     /// Expecting LF after a trailer line's CR.
     TrailerLf { empty: bool },
     /// The message is complete.
@@ -135,17 +139,23 @@ impl ChunkedBody {
                 expect(byte, b'\n')?;
                 State::Size { value: 0, digits: 0 }
             }
-            State::TrailerStart | State::TrailerLine => {
+            State::TrailerStart | State::TrailerName | State::TrailerValue => {
                 self.trailer_len += 1;
                 if self.trailer_len > MAX_TRAILERS {
                     return Err(ChunkError("trailers too large"));
                 }
-                match byte {
-                    b'\r' => State::TrailerLf {
-                        empty: self.state == State::TrailerStart,
-                    },
-                    b'\n' => return Err(ChunkError("bare LF in trailers")),
-                    _ => State::TrailerLine,
+                match (self.state, byte) {
+                    (_, b'\n') => return Err(ChunkError("bare LF in trailers")),
+                    (State::TrailerStart, b'\r') => State::TrailerLf { empty: true },
+                    (State::TrailerStart, b' ' | b'\t') => return Err(ChunkError("folded trailer line")),
+                    (State::TrailerStart | State::TrailerName, b) if is_token_byte(b) => State::TrailerName,
+                    (State::TrailerName, b':') => State::TrailerValue,
+                    (State::TrailerStart | State::TrailerName, _) => {
+                        return Err(ChunkError("trailer line is not a field"))
+                    }
+                    (_, b'\r') => State::TrailerLf { empty: false },
+                    (_, 0) => return Err(ChunkError("NUL in trailers")),
+                    _ => State::TrailerValue,
                 }
             }
             State::TrailerLf { empty } => {
@@ -168,6 +178,11 @@ impl ChunkedBody {
         }
         Ok(())
     }
+}
+
+/// RFC 9110 5.6.2 `tchar`: what a field name is made of.
+fn is_token_byte(byte: u8) -> bool {
+    byte.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&byte)
 }
 
 fn expect(byte: u8, want: u8) -> Result<(), ChunkError> {
@@ -202,6 +217,7 @@ mod tests {
             b"5\r\nhello\r\n0\r\n\r\n",
             b"5;name=value\r\nhello\r\nA\r\n0123456789\r\n0\r\n\r\n",
             b"3\r\nabc\r\n0\r\nExpires: never\r\nX-A: b\r\n\r\n",
+            b"0\r\nX-Empty:\r\nx-b:c d\te\r\n\r\n",
             b"00000000000000001\r\nx\r\n0\r\n\r\n"[1..].as_ref(),
         ];
         for body in cases {
@@ -233,6 +249,15 @@ mod tests {
             b"11111111111111111\r\n",
             b"0x5\r\nhello\r\n",
             b"0\r\nBad\nTrailer\r\n\r\n",
+            // A trailer line that is no field: what a lenient next hop
+            // might read as a request, a fold, a line without a name.
+            b"0\r\nGET http://denied.test/ HTTP/1.1\r\n\r\n",
+            b"0\r\nX-T: 1\r\n folded\r\n\r\n",
+            b"0\r\nX-T: 1\r\n\tfolded\r\n\r\n",
+            b"0\r\nnocolon\r\n\r\n",
+            b"0\r\n: no name\r\n\r\n",
+            b"0\r\nX T: 1\r\n\r\n",
+            b"0\r\nX-T: a\0b\r\n\r\n",
         ];
         for body in cases {
             assert!(consume(body, 1).is_err(), "{body:?} should be rejected");

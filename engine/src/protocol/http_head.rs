@@ -280,10 +280,9 @@ fn parse_target(target: &str) -> Result<Target<'_>, HeadError> {
     if authority.contains('@') {
         return Err(HeadError::Malformed("userinfo in URLs is not accepted"));
     }
-    if path.starts_with('#') {
-        return Err(HeadError::Malformed("fragment in request target"));
-    }
     let (host, port) = split_authority(authority).ok_or(HeadError::Malformed("invalid host in URL"))?;
+    // A fragment is the client's own (RFC 9110 7.1): never sent on.
+    let path = &path[..path.find('#').unwrap_or(path.len())];
     let path = if path.is_empty() { "/" } else { path };
     Ok(Target::Absolute {
         host,
@@ -384,9 +383,11 @@ fn content_length(fields: &[Field<'_>]) -> Result<Option<u64>, HeadError> {
         if value.is_empty() || value.len() > 19 || !value.iter().all(u8::is_ascii_digit) {
             return Err(HeadError::Malformed("invalid Content-Length"));
         }
+        // At most i64::MAX: what the upstreams parsing it signed still read alike.
         let n: u64 = std::str::from_utf8(value)
             .ok()
-            .and_then(|s| s.parse().ok())
+            .and_then(|s| s.parse::<i64>().ok())
+            .and_then(|n| u64::try_from(n).ok())
             .ok_or(HeadError::Malformed("invalid Content-Length"))?;
         if length.is_some_and(|prev| prev != n) {
             return Err(HeadError::Malformed("differing Content-Length values"));
@@ -518,11 +519,29 @@ pub(crate) fn push_status_line(out: &mut Vec<u8>, status: u16, reason: &str) {
     out.extend_from_slice(b"\r\n");
 }
 
+/// The `Connection` field crackbox adds to a response for the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnectionField {
+    /// None: HTTP/1.1's default, the connection stays open (and interim
+    /// responses, and a 101 that says `Upgrade` itself).
+    Omitted,
+    /// `Connection: close`: crackbox closes after this response.
+    Close,
+    /// `Connection: keep-alive`: an HTTP/1.0 client asked to keep the
+    /// connection, and it is kept.
+    KeepAlive,
+}
+
 /// Writes the head to send the client: hop-by-hop fields removed,
-/// `Connection: close` added when crackbox will close afterwards.
-pub fn write_client_response(head: &ResponseHead<'_>, close: bool, out: &mut Vec<u8>) {
+/// `Content-Length` removed beside a `Transfer-Encoding` (RFC 9112 6.3),
+/// and the `Connection` field `connection` says.
+pub fn write_client_response(head: &ResponseHead<'_>, connection: ConnectionField, out: &mut Vec<u8>) {
     push_status_line(out, head.status, head.reason);
-    let drop_length = head.framing == Framing::Chunked;
+    let drop_length = head.framing == Framing::Chunked
+        || head
+            .fields
+            .iter()
+            .any(|f| f.name.eq_ignore_ascii_case("transfer-encoding"));
     for field in head.fields {
         if is_hop_field(field, head.fields, false) || (drop_length && field.name.eq_ignore_ascii_case("content-length"))
         {
@@ -535,8 +554,12 @@ pub fn write_client_response(head: &ResponseHead<'_>, close: bool, out: &mut Vec
             push_field(out, "Upgrade", upgrade.value);
         }
         push_field(out, "Connection", b"Upgrade");
-    } else if close {
-        push_field(out, "Connection", b"close");
+    } else {
+        match connection {
+            ConnectionField::Omitted => {}
+            ConnectionField::Close => push_field(out, "Connection", b"close"),
+            ConnectionField::KeepAlive => push_field(out, "Connection", b"keep-alive"),
+        }
     }
     out.extend_from_slice(b"\r\n");
 }

@@ -271,10 +271,10 @@ pub(crate) struct IdleUpstream {
 }
 
 /// [`reach`] for an HTTP request, which may go out on an idle upstream
-/// connection: `kept` (the client connection's own, from its last request;
-/// parked when this one goes elsewhere), else one of this thread's pool
-/// whose upstream has neither closed nor sent anything and whose dialled
-/// address the destination guard still passes. Either serves only the
+/// connection whose upstream has neither closed nor sent anything since its
+/// last response: `kept` (the client connection's own, from its last
+/// request; parked when this one goes elsewhere), else one of this thread's
+/// pool whose dialled address the destination guard still passes. Either serves only the
 /// registration that allowed this request, and only to the same
 /// `host:port`; otherwise the request is dialled anew. Decided (and
 /// counted) anew every time.
@@ -301,8 +301,11 @@ pub(crate) async fn reach_reusing(
         conn.peek() == Peeked::Nothing
             && worker.shared.guard.judge(place.dialled, literal, is_local) == GuardVerdict::Dial
     };
+    // The client's own kept connection is checked as a pooled one is: bytes
+    // the upstream sent after its last response would be read as the answer
+    // to this request.
     let reused = kept
-        .filter(|idle| Rc::ptr_eq(&idle.sandbox, &passed.sandbox))
+        .filter(|idle| Rc::ptr_eq(&idle.sandbox, &passed.sandbox) && idle.conn.peek() == Peeked::Nothing)
         .map(|idle| (idle.conn, idle.dialled))
         .or_else(|| {
             let (conn, dialled) = worker

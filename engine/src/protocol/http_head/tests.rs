@@ -108,6 +108,8 @@ fn refused_heads_table() {
         "POST http://a.test/ HTTP/1.1\r\nContent-Length: 5, 5\r\n\r\n",
         "POST http://a.test/ HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
         "POST http://a.test/ HTTP/1.1\r\nContent-Length: +5\r\n\r\n",
+        // Past i64::MAX, where upstreams that parse it signed disagree.
+        "POST http://a.test/ HTTP/1.1\r\nContent-Length: 9223372036854775808\r\n\r\n",
         "POST http://a.test/ HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n",
         "POST http://a.test/ HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
         "POST http://a.test/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
@@ -215,7 +217,7 @@ fn connection_never_removes_framing_fields_or_crackboxs_own_host() {
     let response = b"HTTP/1.1 200 OK\r\nConnection: Transfer-Encoding\r\nTransfer-Encoding: chunked\r\n\r\n";
     let parsed = resp(response, "GET").unwrap();
     let mut out = Vec::new();
-    write_client_response(&parsed, false, &mut out);
+    write_client_response(&parsed, ConnectionField::Omitted, &mut out);
     assert_eq!(
         String::from_utf8(out).unwrap(),
         "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -235,6 +237,10 @@ fn upstream_request_reparses_to_the_same_path() {
         ("GET http://a.test/p://x HTTP/1.1\r\n\r\n", "/p://x"),
         ("GET http://a.test?q=ftp://x HTTP/1.1\r\n\r\n", "/?q=ftp://x"),
         ("GET http://[::1]:81?q HTTP/1.1\r\n\r\n", "/?q"),
+        // A fragment stays with the client.
+        ("GET http://a.test/p#f HTTP/1.1\r\n\r\n", "/p"),
+        ("GET http://a.test/p?q=1#f?g HTTP/1.1\r\n\r\n", "/p?q=1"),
+        ("GET http://a.test#f HTTP/1.1\r\n\r\n", "/"),
     ];
     for (head, path) in cases {
         let mut out = Vec::new();
@@ -340,11 +346,46 @@ fn client_response_drops_hop_fields_and_marks_close() {
                  Content-Length: 0\r\n\r\n";
     let parsed = resp(head, "GET").unwrap();
     let mut out = Vec::new();
-    write_client_response(&parsed, true, &mut out);
+    write_client_response(&parsed, ConnectionField::Close, &mut out);
     assert_eq!(
         String::from_utf8(out).unwrap(),
         "HTTP/1.1 302 Found\r\nLocation: http://b.test/\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
     );
+}
+
+/// An HTTP/1.0 client keeps its connection only when told so.
+#[test]
+fn client_response_tells_an_http10_client_its_connection_is_kept() {
+    let parsed = resp(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n", "GET").unwrap();
+    let mut out = Vec::new();
+    write_client_response(&parsed, ConnectionField::KeepAlive, &mut out);
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\n"
+    );
+}
+
+/// RFC 9112 6.3: beside any `Transfer-Encoding` a `Content-Length` is not
+/// passed on, whether the coding is chunked or not (the body is then read
+/// until the upstream closes).
+#[test]
+fn client_response_drops_the_length_beside_any_transfer_coding() {
+    let cases = [
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\nContent-Length: 3\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
+    ];
+    for head in cases {
+        let parsed = resp(head.as_bytes(), "GET").unwrap();
+        let mut out = Vec::new();
+        write_client_response(&parsed, ConnectionField::Close, &mut out);
+        let out = String::from_utf8(out).unwrap();
+        assert!(
+            !out.to_ascii_lowercase().contains("content-length"),
+            "{head:?} -> {out:?}"
+        );
+        assert!(out.contains("Transfer-Encoding"), "{head:?} -> {out:?}");
+    }
 }
 
 #[test]

@@ -27,6 +27,11 @@ pub(super) struct Prepared<'p> {
     pub(super) upstream_head: Pooled<'p>,
     pub(super) framing: Framing,
     pub(super) keep_alive: bool,
+    /// The client asked for a protocol upgrade: only then may a 101 turn
+    /// the connection into a tunnel.
+    pub(super) upgrade: bool,
+    /// An HTTP/1.0 client, which keeps its connection only when told so.
+    pub(super) http10: bool,
 }
 
 impl<'p> Prepared<'p> {
@@ -42,6 +47,8 @@ impl<'p> Prepared<'p> {
             upstream_head,
             framing: head.framing,
             keep_alive: head.keep_alive,
+            upgrade: head.upgrade,
+            http10: head.minor_version == 0,
         }
     }
 }

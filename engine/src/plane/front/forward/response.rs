@@ -10,7 +10,7 @@ use crate::plane::services::conn::Conn;
 use crate::plane::services::pipes::{Pooled, Pools};
 use crate::plane::services::stats::Direction;
 use crate::plane::services::tunnel::{CloseSignal, Plumbing};
-use crate::protocol::http_head::{self, FieldSlots, Framing, MAX_HEAD};
+use crate::protocol::http_head::{self, ConnectionField, FieldSlots, Framing, MAX_HEAD};
 use std::cell::Cell;
 use std::time::Duration;
 
@@ -135,7 +135,8 @@ pub(super) async fn relay_response(
 struct Answered {
     /// A 1xx other than 101: another head follows.
     interim: bool,
-    /// 101: the connection becomes a tunnel.
+    /// 101 to a request that asked for an upgrade: the connection becomes a
+    /// tunnel.
     upgraded: bool,
     /// The client's connection closes after this response.
     client_close: bool,
@@ -161,6 +162,11 @@ fn rewrite_head<'p>(
     let head =
         http_head::parse_response(&inbox[..end], &mut slots, request.method).map_err(|_| ExchangeError::BadResponse)?;
     let interim = (100..200).contains(&head.status) && head.status != 101;
+    // A switch the client did not ask for (RFC 9110 15.2.2) would make its
+    // next, undecided requests tunnel bytes to this upstream.
+    if head.status == 101 && !request.upgrade {
+        return Err(ExchangeError::BadResponse);
+    }
     let upgraded = head.status == 101;
     let client_close = !request.keep_alive || head.framing == Framing::UntilClose;
     let framing = head.framing;
@@ -171,7 +177,16 @@ fn rewrite_head<'p>(
     };
     let mut out = Pooled::new(pools);
     out.reserve(end + 64 + buffered);
-    http_head::write_client_response(&head, client_close && !interim && !upgraded, &mut out);
+    let connection = if interim || upgraded {
+        ConnectionField::Omitted
+    } else if client_close {
+        ConnectionField::Close
+    } else if request.http10 {
+        ConnectionField::KeepAlive
+    } else {
+        ConnectionField::Omitted
+    };
+    http_head::write_client_response(&head, connection, &mut out);
     let answered = Answered {
         interim,
         upgraded,
