@@ -10,9 +10,10 @@
 //! One engine core thread, so a client's next connection meets the same
 //! idle upstream connections.
 
-use crackbox_test_support::{loopback_args, read_head, read_to_end, Daemon};
+use crackbox_test_support::{loopback_args, read_head, read_to_end, wait_until, Daemon};
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -39,6 +40,18 @@ fn scripted(script: impl Fn(usize, TcpStream) + Send + Sync + 'static) -> u16 {
 fn daemon() -> Daemon {
     let registration = format!("{SOURCE}=hostile:localhost");
     Daemon::start_one_thread(&loopback_args(&[], &[&registration]))
+}
+
+/// Waits until the peer has acknowledged every byte written to `stream`,
+/// which then waits in its receive queue (a write to loopback may be
+/// delivered later than it returns on a busy machine).
+fn delivered(stream: &TcpStream) -> bool {
+    wait_until(Duration::from_secs(5), || {
+        let mut unacknowledged: libc::c_int = 0;
+        // Safety: TIOCOUTQ (SIOCOUTQ) writes one int.
+        let asked = unsafe { libc::ioctl(stream.as_raw_fd(), libc::TIOCOUTQ, &mut unacknowledged) };
+        asked == 0 && unacknowledged == 0
+    })
 }
 
 /// The request line of a head.
@@ -83,6 +96,7 @@ fn bytes_an_upstream_sends_after_its_answer_are_never_the_next_answer() {
             // Once the client has its answer: a response nobody asked for.
             late.lock().unwrap().recv().unwrap();
             stream.write_all(&ok("POISON")).unwrap();
+            assert!(delivered(&stream), "the late response never reached crackbox");
             sent.send(()).unwrap();
         } else {
             let path = line.split(' ').nth(1).unwrap_or_default().to_owned();
