@@ -211,7 +211,7 @@ fn a_page_loaded_under_another_name_gets_nothing() {
         "nothing changed"
     );
     let headers = console.browser.execute(
-        "return fetch('/v1/status').then(r => [r.status, r.headers.get('x-frame-options'), r.headers.get('content-security-policy'), r.headers.get('x-content-type-options'), r.headers.get('access-control-allow-origin')])",
+        "return fetch('/v1/status').then(r => [r.status, r.headers.get('x-frame-options'), r.headers.get('content-security-policy'), r.headers.get('x-content-type-options'), r.headers.get('access-control-allow-origin'), r.headers.get('cache-control')])",
         json!([]),
     );
     assert_eq!(headers[0], json!(200));
@@ -221,6 +221,11 @@ fn a_page_loaded_under_another_name_gets_nothing() {
         .is_some_and(|csp| csp.contains("default-src 'self'") && csp.contains("script-src 'self'")));
     assert_eq!(headers[3], json!("nosniff"));
     assert_eq!(headers[4], json!(null), "no CORS");
+    assert_eq!(
+        headers[5],
+        json!("no-store"),
+        "the registry's state is not kept by caches"
+    );
 }
 
 #[test]

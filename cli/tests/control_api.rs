@@ -229,9 +229,12 @@ fn mutations_need_the_exact_bearer_secret_reads_stay_open() {
     let ports = Ports::fresh();
     let _serve = ports.serve(&[], &[("CRACKBOX_ADMIN_SECRET", "s3cret")]);
     ports.wait_healthy();
-    let refused: [&[&str]; 6] = [
+    let refused: [&[&str]; 8] = [
         &[],
         &["Authorization: Bearer wrong"],
+        // The right secret beside another: two fields are refused either way.
+        &["Authorization: Bearer s3cret", "Authorization: Bearer wrong"],
+        &["Authorization: Bearer wrong", "Authorization: Bearer s3cret"],
         &["Authorization: Bearer s3cre"],
         &["Authorization: Bearer s3cret-and-more"],
         &["Authorization: Basic czNjcmV0"],

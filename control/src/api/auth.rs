@@ -28,10 +28,14 @@ impl Secret {
         }
     }
 
-    /// Accepts `Authorization: Bearer <secret>` (scheme case-insensitive).
+    /// Accepts `Authorization: Bearer <secret>` (scheme case-insensitive),
+    /// sent once: two `Authorization` fields are refused, whatever either
+    /// holds, as two `Host` fields are.
     pub fn check(&self, headers: &HeaderMap) -> Result<(), ApiError> {
-        let token = headers
-            .get(header::AUTHORIZATION)
+        let mut fields = headers.get_all(header::AUTHORIZATION).iter();
+        let first = fields.next();
+        let only = if fields.next().is_some() { None } else { first };
+        let token = only
             .and_then(|value| value.to_str().ok())
             .and_then(|value| value.split_once(' '))
             .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
@@ -85,6 +89,22 @@ mod tests {
                 secret.check(&headers(value)).unwrap_err().status,
                 StatusCode::UNAUTHORIZED,
                 "{value:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn two_authorization_fields_are_refused_in_either_order() {
+        let secret = Secret::new("s3cret");
+        for pair in [["Bearer s3cret", "Bearer wrong"], ["Bearer wrong", "Bearer s3cret"]] {
+            let mut headers = HeaderMap::new();
+            for value in pair {
+                headers.append(header::AUTHORIZATION, value.parse().unwrap());
+            }
+            assert_eq!(
+                secret.check(&headers).unwrap_err().status,
+                StatusCode::UNAUTHORIZED,
+                "{pair:?}"
             );
         }
     }

@@ -14,7 +14,7 @@
 //! so without a secret another site's page could otherwise change the
 //! registry through the operator's browser (cross-site request forgery).
 //! Every response says it may not be framed, sniffed or given scripts or
-//! styles from anywhere else.
+//! styles from anywhere else, and, unless it says otherwise, not stored.
 
 use super::quiet::QuietListener;
 use super::ApiError;
@@ -199,6 +199,11 @@ pub async fn guard(names: axum::extract::State<Arc<HostNames>>, request: Request
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    // Registrations, denials and counts are never kept by a cache on the
+    // way (the console's files say `no-cache` themselves).
+    headers
+        .entry(header::CACHE_CONTROL)
+        .or_insert(HeaderValue::from_static("no-store"));
     response
 }
 

@@ -27,7 +27,7 @@ pub async fn register(
         .map_err(not_applied)?;
     enforced(&state, generation).await?;
     let mode = stored.mode.map(crackbox_policy::Mode::as_str);
-    tracing::info!(ip = %stored.ip, id = %stored.id, entries = stored.allowlist.entries().len(), mode, policies = stored.policies.len(), generation, "registered");
+    tracing::info!(ip = %stored.ip, id = ?stored.id.as_str(), entries = stored.allowlist.entries().len(), mode, policies = stored.policies.len(), generation, "registered");
     Ok(Json(stored))
 }
 

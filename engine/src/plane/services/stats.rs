@@ -307,10 +307,12 @@ impl Stats {
         ) {
             let remedy = reason.remedy();
             let host = host.escape_debug();
+            // The id is the registrant's text (spaces, quotes, `=`): quoted,
+            // it cannot pose as further fields of the line.
             if enforced {
-                tracing::info!(%source, id = %id, %host, port, %reason, %layer, remedy, "denied");
+                tracing::info!(%source, id = ?id, %host, port, %reason, %layer, remedy, "denied");
             } else {
-                tracing::info!(%source, id = %id, %host, port, %reason, %layer, remedy, "let through, not enforced (report mode)");
+                tracing::info!(%source, id = ?id, %host, port, %reason, %layer, remedy, "let through, not enforced (report mode)");
             }
         }
         // A full ring's oldest record gives its buffer to the newest.

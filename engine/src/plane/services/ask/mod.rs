@@ -391,7 +391,7 @@ impl Asks {
         tracing::info!(
             id,
             source = %request.target.source,
-            sandbox = %request.sandbox,
+            sandbox = ?request.sandbox,
             host = %request.target.host,
             port = request.target.port,
             decision = settlement.as_str(),
