@@ -37,7 +37,7 @@ fn scripted(script: impl Fn(usize, TcpStream) + Send + Sync + 'static) -> u16 {
 }
 
 /// A daemon on one core thread letting [`SOURCE`] reach `localhost`.
-fn daemon() -> Daemon {
+fn one_thread() -> Daemon {
     let registration = format!("{SOURCE}=hostile:localhost");
     Daemon::start_one_thread(&loopback_args(&[], &[&registration]))
 }
@@ -103,7 +103,7 @@ fn bytes_an_upstream_sends_after_its_answer_are_never_the_next_answer() {
             stream.write_all(&ok(&path)).unwrap();
         }
     });
-    let proxy = daemon();
+    let proxy = one_thread();
     let mut client = proxy.client(SOURCE);
     client.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     write!(client, "GET http://localhost:{port}/first HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
@@ -145,7 +145,7 @@ fn switching_upstream(rest: Sender<Vec<u8>>) -> u16 {
 fn a_switch_nobody_asked_for_is_a_502_and_the_requests_behind_it_go_nowhere() {
     let (rest, after_switch) = channel();
     let port = switching_upstream(rest);
-    let proxy = daemon();
+    let proxy = one_thread();
     let mut client = proxy.client(SOURCE);
     client.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     // Two requests in one write: the second names another host and carries
@@ -180,7 +180,7 @@ fn an_upgrade_the_client_asked_for_is_a_tunnel_both_ways() {
         stream.write_all(&frame).unwrap();
         stream.shutdown(Shutdown::Write).unwrap();
     });
-    let proxy = daemon();
+    let proxy = one_thread();
     let mut client = proxy.client(SOURCE);
     client.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     write!(
@@ -206,7 +206,7 @@ fn a_length_beside_a_transfer_coding_is_not_passed_on() {
             .write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\nContent-Length: 3\r\n\r\n3\r\nabc\r\n0\r\n\r\n")
             .unwrap();
     });
-    let proxy = daemon();
+    let proxy = one_thread();
     let mut client = proxy.client(SOURCE);
     client.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     write!(client, "GET http://localhost:{port}/ HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
@@ -226,7 +226,7 @@ fn an_http10_client_is_told_its_connection_is_kept_and_its_fragment_stays_with_i
         }
         stream.write_all(&ok(&request_line(&head))).unwrap();
     });
-    let proxy = daemon();
+    let proxy = one_thread();
     let mut client = proxy.client(SOURCE);
     client.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     for path in ["/one#part", "/two?q=1#x"] {
