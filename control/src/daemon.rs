@@ -8,6 +8,7 @@ use crate::supervisor::Supervisor;
 use anyhow::Context;
 use crackbox_config::{handoff, ProxyArgs, Settings};
 use crackbox_wire::startup::{check_engine_listeners, ListenError, Listener};
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -74,8 +75,11 @@ async fn run_async(settings: Settings, mode: Mode) -> anyhow::Result<()> {
         (Some(path), _) => (path.clone(), None),
         (None, Mode::Control) => (settings.engine.control_socket.clone(), None),
         (None, Mode::Serve) => {
+            // Mode 0700 whatever the umask: nobody else may replace the
+            // socket in it (docs/daemon.md, "Processes").
             let dir = tempfile::Builder::new()
                 .prefix("crackbox-")
+                .permissions(std::fs::Permissions::from_mode(0o700))
                 .tempdir()
                 .context("cannot create a private directory for the control socket")?;
             (dir.path().join("control.sock"), Some(dir))

@@ -53,6 +53,7 @@ pub mod grants;
 pub mod metrics;
 pub mod publisher;
 pub mod registry;
+mod shared_dir;
 pub mod status;
 pub mod store;
 pub mod supervisor;

@@ -16,6 +16,7 @@
 //! stream with the `ask` thread, which tells control of requests as they
 //! start and end.
 
+use super::control_peer::{self, Untrusted};
 use super::usage_report;
 use crate::plane::services::admission::Admission;
 use crate::plane::services::ask::Asks;
@@ -55,17 +56,30 @@ pub(crate) fn spawn(path: PathBuf, engine: Engine) -> std::io::Result<()> {
     std::thread::Builder::new().name("crackbox-control-link".into()).spawn(move || {
         let mut backoff = FIRST_BACKOFF;
         let mut warned = false;
+        // The listener last refused, so a refusal is logged once per streak
+        // (and again when another user takes the socket).
+        let mut refused: Option<Option<u32>> = None;
         loop {
             let mut connected = false;
-            if let Err(err) = session(&path, &engine, &retired, &mut connected) {
-                if connected || !warned {
-                    tracing::warn!(socket = %path.display(), error = %err, "control link down; keeping the last snapshot");
-                    warned = true;
+            match connect(&path).and_then(|stream| Ok(session(stream, &path, &engine, &retired, &mut connected)?)) {
+                Err(LinkError::Untrusted(err)) => {
+                    if refused != Some(err.uid()) {
+                        tracing::error!(socket = %path.display(), uid = err.uid(), error = %err, "refusing the control socket's listener: not this engine's user or root; keeping the last snapshot and retrying");
+                        refused = Some(err.uid());
+                    }
                 }
+                Err(LinkError::Wire(err)) => {
+                    if connected || !warned {
+                        tracing::warn!(socket = %path.display(), error = %err, "control link down; keeping the last snapshot");
+                        warned = true;
+                    }
+                }
+                Ok(()) => {}
             }
             if connected {
                 backoff = FIRST_BACKOFF;
                 warned = false;
+                refused = None;
             }
             std::thread::sleep(backoff);
             backoff = (backoff * 2).min(MAX_BACKOFF);
@@ -96,13 +110,34 @@ fn spawn_reaper() -> std::io::Result<Sender<Arc<Snapshot>>> {
     Ok(retired)
 }
 
+/// Why a session with control ended (or never began).
+#[derive(Debug, thiserror::Error)]
+enum LinkError {
+    /// The socket's listener is not one the engine takes a registry from.
+    #[error(transparent)]
+    Untrusted(#[from] Untrusted),
+    /// The socket failed, closed or carried a bad frame.
+    #[error(transparent)]
+    Wire(#[from] WireError),
+}
+
+/// Connects to the control socket at `path`, refusing a listener the
+/// engine does not trust before a byte is exchanged: only control run by
+/// this engine's user or root gives it a registry (docs/daemon.md,
+/// "Processes").
+fn connect(path: &Path) -> Result<UnixStream, LinkError> {
+    let stream = UnixStream::connect(path).map_err(WireError::from)?;
+    control_peer::check(&stream)?;
+    Ok(stream)
+}
+
 fn session(
+    mut stream: UnixStream,
     path: &Path,
     engine: &Engine,
     retired: &Sender<Arc<Snapshot>>,
     connected: &mut bool,
 ) -> Result<(), WireError> {
-    let mut stream = UnixStream::connect(path)?;
     link::write_message(
         &mut stream,
         &Message::Hello {

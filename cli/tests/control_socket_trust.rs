@@ -1,0 +1,137 @@
+//! Who can stand in for control on the engine's control socket: `proxy
+//! serve` makes the socket's directory mode 0700 whatever the umask, and an
+//! engine refuses a control socket listened on by another user than its own
+//! or root (docs/daemon.md, "Processes"), so the registry it enforces is
+//! never one an impostor sends.
+
+use crackbox_test_support::{binary, command, isolated, root_or_skip, wait_until, Ports, Spawned};
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// The unprivileged user the impostor runs as (`nobody` on Debian).
+const OTHER_UID: u32 = 65534;
+
+fn mode(path: &Path) -> u32 {
+    std::fs::symlink_metadata(path).unwrap().permissions().mode() & 0o7777
+}
+
+#[test]
+fn serve_under_umask_000_keeps_its_control_socket_in_a_0700_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ports = Ports::fresh();
+    let mut args = vec!["proxy".to_string(), "serve".to_string()];
+    args.extend(ports.flags());
+    let mut serve = command(&args, &[]);
+    // serve makes its socket's directory in TMPDIR: this test's own, so the
+    // one directory in it is that one.
+    serve.env("TMPDIR", tmp.path()).stdout(Stdio::null());
+    // SAFETY: umask(2) is async-signal-safe and touches only the child.
+    unsafe {
+        serve.pre_exec(|| {
+            libc::umask(0);
+            Ok(())
+        });
+    }
+    let _serve = Spawned::start(&mut serve);
+    ports.wait_healthy();
+    let dirs: Vec<PathBuf> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .collect();
+    assert_eq!(dirs.len(), 1, "one directory for the control socket: {dirs:?}");
+    let socket = dirs[0].join("control.sock");
+    assert!(
+        std::fs::symlink_metadata(&socket).unwrap().file_type().is_socket(),
+        "{} is the control socket",
+        socket.display()
+    );
+    assert_eq!(
+        mode(&dirs[0]),
+        0o700,
+        "the control socket's directory {} under umask 000",
+        dirs[0].display()
+    );
+    assert_eq!(mode(&socket), 0o600, "the control socket under umask 000");
+}
+
+/// `proxy control` on `socket` as `OTHER_UID`, registering `registration`.
+fn impostor(ports: &Ports, socket: &Path, registration: &str) -> Spawned {
+    let mut args: Vec<String> = [
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        binary().to_str().unwrap(),
+        "proxy",
+        "control",
+    ]
+    .map(String::from)
+    .to_vec();
+    args.extend(ports.flags());
+    args.extend(["--control-socket".into(), socket.display().to_string()]);
+    args.extend(["--register".into(), registration.into()]);
+    let mut impostor = Command::new("setpriv");
+    isolated(impostor.args(&args)).stdout(Stdio::null());
+    Spawned::start(&mut impostor)
+}
+
+#[test]
+fn an_engine_refuses_a_control_socket_listened_on_by_another_user() {
+    if !root_or_skip("a control plane running as another user") {
+        return;
+    }
+    let upstream = crackbox_test_support::Upstream::echo_request_line();
+    let allowed = format!("http://localhost:{}/", upstream.port());
+    let dir = tempfile::tempdir().unwrap();
+    // The impostor's own directory, where it can bind.
+    std::os::unix::fs::chown(dir.path(), Some(OTHER_UID), Some(OTHER_UID)).unwrap();
+    let socket = dir.path().join("control.sock");
+    let ports = Ports::fresh();
+    let mut impostor = impostor(&ports, &socket, "127.0.0.8=impostor:localhost");
+    let admin = ports.admin;
+    let listening = wait_until(Duration::from_secs(20), || {
+        crackbox_test_support::admin(admin, "GET", "/health", None, &[]).0 != 0
+    });
+    assert!(listening, "the impostor's admin API answers");
+    assert_eq!(
+        std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&socket).unwrap()),
+        OTHER_UID,
+        "the impostor listens on the control socket"
+    );
+
+    let log = dir.path().join("engine.log");
+    let mut args = vec!["proxy".to_string(), "engine".to_string()];
+    args.extend(ports.flags());
+    args.extend(["--control-socket".into(), socket.display().to_string()]);
+    let mut engine = command(&args, &[]);
+    engine
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap());
+    let _engine = Spawned::start(&mut engine);
+    let refused = wait_until(Duration::from_secs(20), || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .any(|line| line.contains("ERROR") && line.contains("uid") && line.contains("65534"))
+    });
+    let impostor_health = crackbox_test_support::admin(admin, "GET", "/health", None, &[]);
+    assert!(
+        refused,
+        "the engine logs that it refuses the impostor (the impostor's /health: {impostor_health:?}; the engine's log: {})",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    assert_eq!(impostor_health.0, 503, "no engine enforces the impostor's registry");
+    assert_eq!(
+        ports.fetch("127.0.0.8", &allowed),
+        403,
+        "the engine stays deny-all: it took no snapshot from the impostor"
+    );
+
+    // control as root on the same path: the engine, retrying, takes its registry.
+    impostor.kill9();
+    let _control = ports.control(&socket, &["--register", "127.0.0.8=root:localhost"]);
+    ports.wait_healthy();
+    assert_eq!(ports.fetch("127.0.0.8", &allowed), 200, "root's control is trusted");
+}
