@@ -5,7 +5,9 @@
 //!
 //! Reading stops at the first line that is incomplete or does not parse: the
 //! bytes before it are the valid prefix, the rest is reported so the owner can
-//! drop it with a warning. Blocking I/O: never on the data path.
+//! drop it with a warning. A symbolic link at the journal's path is never
+//! followed, for reading, cutting or appending (docs/operations.md, "The
+//! state file and journal"). Blocking I/O: never on the data path.
 
 use crackbox_policy::{PolicyChange, SourceChange};
 use serde::{Deserialize, Serialize};
@@ -71,9 +73,10 @@ pub(super) struct Replay {
     pub torn: bool,
 }
 
-/// Reads a journal file; `Ok(None)` when there is none.
+/// Reads a journal file; `Ok(None)` when there is none. A symbolic link
+/// there is an error ([`super::files::is_symlink_refusal`]).
 pub(super) fn read(path: &Path) -> std::io::Result<Option<Replay>> {
-    let Some(bytes) = super::files::read(path)? else {
+    let Some(bytes) = super::files::read(path, super::files::Links::Refuse)? else {
         return Ok(None);
     };
     let mut records = Vec::new();
@@ -111,14 +114,24 @@ pub(super) struct Journal {
 
 impl Journal {
     /// Opens (or creates) the journal at `path`, cut to `valid_len` bytes.
+    /// Refuses a symbolic link at `path` and a file that is not a regular
+    /// file of one link (a hard link to another file would be cut too).
     pub fn open(path: PathBuf, valid_len: u64) -> std::io::Result<Journal> {
         let file = OpenOptions::new()
             .read(true)
             .append(true)
             .create(true)
             .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(&path)?;
-        let on_disk = file.metadata()?.len();
+        let meta = file.metadata()?;
+        if !meta.is_file() || meta.nlink() != 1 {
+            return Err(std::io::Error::other(format!(
+                "not a regular file of one link ({} links)",
+                meta.nlink()
+            )));
+        }
+        let on_disk = meta.len();
         if on_disk != valid_len {
             file.set_len(valid_len)?;
             file.sync_all()?;
@@ -128,6 +141,14 @@ impl Journal {
             file,
             len: valid_len,
         })
+    }
+
+    /// Starts an empty journal at `path`, replacing whatever is there (a
+    /// link there is removed, never followed).
+    pub fn create(path: PathBuf) -> std::io::Result<Journal> {
+        let file = super::files::create_fresh(&path)?;
+        file.sync_all()?;
+        Ok(Journal { path, file, len: 0 })
     }
 
     /// Bytes in the journal.
@@ -215,6 +236,25 @@ mod tests {
         assert_eq!(std::fs::read(&path).unwrap(), good, "the tail is cut off");
         reopened.append(&encode(3, &[], &[], Some(2048))).unwrap();
         assert_eq!(read(&path).unwrap().unwrap().records.len(), 3, "appends go at the end");
+    }
+
+    #[test]
+    fn a_linked_journal_is_neither_cut_nor_appended_to_and_create_replaces_the_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"not a journal").unwrap();
+        let path = dir.path().join("j");
+        std::os::unix::fs::symlink(&victim, &path).unwrap();
+        assert!(super::super::files::is_symlink_refusal(&read(&path).err().unwrap()));
+        assert!(Journal::open(path.clone(), 0).is_err(), "a symbolic link");
+        std::fs::remove_file(&path).unwrap();
+        std::fs::hard_link(&victim, &path).unwrap();
+        assert!(Journal::open(path.clone(), 0).is_err(), "a hard link");
+        std::os::unix::fs::symlink(&victim, dir.path().join("k")).unwrap();
+        let mut fresh = Journal::create(dir.path().join("k")).unwrap();
+        fresh.append(&encode(1, &[], &[put("10.0.0.1")], None)).unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"not a journal");
+        assert_eq!(read(&dir.path().join("k")).unwrap().unwrap().records.len(), 1);
     }
 
     #[test]

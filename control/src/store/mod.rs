@@ -26,6 +26,7 @@ mod snapshot;
 pub use snapshot::STATE_VERSION;
 
 use crackbox_policy::{PolicyChange, PolicyName, PolicySpec, RegistrationSpec, SourceChange};
+use files::Links;
 use journal::Journal;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -155,11 +156,18 @@ impl Store {
     /// to. What it cannot use is logged and skipped; it fails only when that
     /// would lose a file or block ([`OpenError`]).
     pub fn open(path: PathBuf) -> Result<(Store, Contents), OpenError> {
-        for file in [path.clone(), old_journal_path(&path), journal_path(&path)] {
-            if let Some(kind) = files::special_kind(&file) {
+        let paths = [
+            (path.clone(), Links::Follow),
+            (old_journal_path(&path), Links::Refuse),
+            (journal_path(&path), Links::Refuse),
+        ];
+        for (file, links) in paths {
+            if let Some(kind) = files::special_kind(&file, links) {
                 return Err(OpenError::NotAFile { path: file, kind });
             }
         }
+        // Whoever can write there can replace the state file.
+        crate::shared_dir::warn_if_exposed(&snapshot::directory(&path), "the state file");
         let loaded = load(&path);
         for (file, why) in &loaded.unusable {
             keep_aside(file, why)?;
@@ -221,7 +229,7 @@ impl Store {
         self.snapshot_bytes = snapshot::write(&self.path, sequence, after).map_err(|err| self.failed(err))?;
         let _ = std::fs::remove_file(old_journal_path(&self.path));
         self.journal = None;
-        let journal = Journal::open(journal_path(&self.path), 0).map_err(|err| self.failed(err))?;
+        let journal = Journal::create(journal_path(&self.path)).map_err(|err| self.failed(err))?;
         snapshot::sync_directory(&self.path).map_err(|err| self.failed(err))?;
         self.journal = Some(journal);
         self.needs_rewrite = false;
@@ -238,7 +246,7 @@ impl Store {
         let old = old_journal_path(&self.path);
         if !old.exists() {
             let rotated = std::fs::rename(journal_path(&self.path), &old)
-                .and_then(|()| Journal::open(journal_path(&self.path), 0))
+                .and_then(|()| Journal::create(journal_path(&self.path)))
                 .and_then(|fresh| snapshot::sync_directory(&self.path).map(|()| fresh));
             match rotated {
                 Ok(fresh) => self.journal = Some(fresh),
@@ -310,11 +318,16 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
 /// overwrites it, so nothing in it is lost to a repair by hand; `why`
 /// start-up could not use it names it in the error when the copy fails.
 fn keep_aside(file: &Path, why: &str) -> Result<(), OpenError> {
+    if std::fs::symlink_metadata(file).is_ok_and(|meta| meta.is_symlink()) {
+        // Only replaced by a rename, never written through: what it points
+        // to stays as it is, nothing to keep.
+        return Ok(());
+    }
     let seconds = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |since| since.as_secs());
     let copy = with_suffix(file, &format!(".unusable-{seconds}"));
-    match std::fs::copy(file, &copy) {
+    match copy_aside(file, &copy) {
         Ok(_) => {
             tracing::warn!(path = %file.display(), copy = %copy.display(), "kept a copy of the unusable state file");
             Ok(())
@@ -326,6 +339,19 @@ fn keep_aside(file: &Path, why: &str) -> Result<(), OpenError> {
             copy_error,
         }),
     }
+}
+
+/// Copies `file` to `copy`, created anew (mode 0600) and never through a
+/// symbolic link planted at that predictable name.
+fn copy_aside(file: &Path, copy: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut from = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(file)?;
+    let mut to = files::create_fresh(copy)?;
+    std::io::copy(&mut from, &mut to)?;
+    to.sync_all()
 }
 
 /// Snapshot, then the old journal and the journal, record by record.
@@ -367,7 +393,10 @@ fn load(path: &Path) -> Loaded {
             // The journals extend a snapshot that is lost: kept too.
             let why = format!("not usable ({err})");
             let files = [path.to_path_buf(), old_journal_path(path), journal_path(path)];
-            let kept = files.into_iter().filter(|file| file.is_file());
+            // A symbolic link is not kept: what it points to is never touched.
+            let kept = files
+                .into_iter()
+                .filter(|file| std::fs::symlink_metadata(file).is_ok_and(|meta| meta.is_file()));
             loaded.unusable.extend(kept.map(|file| (file, why.clone())));
             return loaded;
         }
@@ -376,6 +405,11 @@ fn load(path: &Path) -> Loaded {
         let replay = match journal::read(&file) {
             Ok(Some(replay)) => replay,
             Ok(None) => continue,
+            Err(err) if files::is_symlink_refusal(&err) => {
+                tracing::error!(path = %file.display(), "the state journal is a symbolic link: not followed (its target is neither read nor written); its changes, if any, are lost and the next change rewrites the state file and starts a journal of its own");
+                loaded.needs_rewrite = true;
+                continue;
+            }
             Err(err) => {
                 tracing::warn!(path = %file.display(), error = %err, "state journal unreadable, its changes are lost");
                 loaded.needs_rewrite = true;

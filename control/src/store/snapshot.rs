@@ -6,16 +6,17 @@
 //!
 //! A write goes to a temporary file in the same directory, is fsynced, renamed
 //! over the snapshot file, and the directory is fsynced, so a crash leaves
-//! either the old or the new file, never a torn one. `sequence` is the last
-//! journal record the entries include (absent in files written before the
-//! journal: 0). Blocking I/O: never on the data path.
+//! either the old or the new file, never a torn one. The temporary file is
+//! created anew, never through a symbolic link planted at its name.
+//! `sequence` is the last journal record the entries include (absent in
+//! files written before the journal: 0). Blocking I/O: never on the data
+//! path.
 
 use super::Contents;
 use crackbox_policy::{PolicySpec, RegistrationSpec};
 use serde::{Deserialize, Serialize};
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -83,7 +84,7 @@ pub(super) enum ReadError {
 
 /// Reads the snapshot file; `Ok(None)` when there is none.
 pub(super) fn read(path: &Path) -> Result<Option<SavedSnapshot>, ReadError> {
-    let Some(bytes) = super::files::read(path).map_err(ReadError::Unreadable)? else {
+    let Some(bytes) = super::files::read(path, super::files::Links::Follow).map_err(ReadError::Unreadable)? else {
         return Ok(None);
     };
     let file: StateFile = serde_json::from_slice(&bytes).map_err(ReadError::Corrupt)?;
@@ -124,15 +125,20 @@ pub(super) fn write(path: &Path, sequence: u64, contents: &Contents) -> std::io:
     };
     let mut bytes = serde_json::to_vec_pretty(&file)?;
     bytes.push(b'\n');
-    let dir = directory(path);
-    let temp = dir.join(temp_name(path));
-    let written = write_synced(&temp, &bytes).and_then(|()| fs::rename(&temp, path));
+    let temp = directory(path).join(temp_name(path));
+    replace(path, &temp, &bytes)?;
+    Ok(bytes.len() as u64)
+}
+
+/// Writes `bytes` to `temp`, fsyncs it and renames it over `path`, then
+/// fsyncs the directory.
+fn replace(path: &Path, temp: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let written = write_synced(temp, bytes).and_then(|()| fs::rename(temp, path));
     if let Err(err) = written {
-        let _ = fs::remove_file(&temp);
+        let _ = fs::remove_file(temp);
         return Err(err);
     }
-    sync_directory(path)?;
-    Ok(bytes.len() as u64)
+    sync_directory(path)
 }
 
 /// Fsyncs the directory holding `path`, so renames and creations in it last.
@@ -140,7 +146,8 @@ pub(super) fn sync_directory(path: &Path) -> std::io::Result<()> {
     File::open(directory(path))?.sync_all()
 }
 
-fn directory(path: &Path) -> PathBuf {
+/// The directory holding `path`.
+pub(super) fn directory(path: &Path) -> PathBuf {
     match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
         _ => PathBuf::from("."),
@@ -158,13 +165,42 @@ fn temp_name(path: &Path) -> String {
     format!(".{name}.{}.{unique}.tmp", std::process::id())
 }
 
+/// Writes `bytes` to a new file at `path`, created with `O_EXCL` and
+/// `O_NOFOLLOW` (whatever was there removed first, a link never followed:
+/// the temporary name is predictable).
 fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)?;
+    let mut file = super::files::create_fresh(path)?;
     file.write_all(bytes)?;
     file.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_symlink_planted_at_the_temporary_name_is_replaced_never_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        let victim = elsewhere.path().join("victim");
+        fs::write(&victim, b"the victim's own bytes").unwrap();
+        let path = dir.path().join("state.json");
+        let temp = directory(&path).join(temp_name(&path));
+        std::os::unix::fs::symlink(&victim, &temp).unwrap();
+        replace(&path, &temp, b"{\"version\":1,\"entries\":[]}\n").unwrap();
+        assert_eq!(
+            fs::read(&victim).unwrap(),
+            b"the victim's own bytes",
+            "the target is untouched"
+        );
+        assert!(
+            fs::symlink_metadata(&path).unwrap().file_type().is_file(),
+            "state.json is a regular file"
+        );
+        assert_eq!(fs::read(&path).unwrap(), b"{\"version\":1,\"entries\":[]}\n");
+        assert!(
+            fs::symlink_metadata(&temp).is_err(),
+            "nothing is left at the temporary name"
+        );
+    }
 }
