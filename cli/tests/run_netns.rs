@@ -476,3 +476,38 @@ fn run_netns_refuses_an_unreadable_sudo_caller() {
         );
     }
 }
+
+/// The command gets `run`'s environment without a `CRACKBOX_*` variable
+/// (the admin secret of the host's daemon is one), and the proxy variables
+/// (docs/run.md, "Flags and behaviour").
+#[test]
+fn run_netns_keeps_crackbox_variables_from_the_command() {
+    if !is_root() {
+        return;
+    }
+    let out = netns_run("none.invalid", "env")
+        .env("CRACKBOX_ADMIN_SECRET", "some-secret")
+        .env("CRACKBOX_X", "1")
+        .env("KEEP_ME", "1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let env = String::from_utf8_lossy(&out.stdout);
+    let names: Vec<&str> = env
+        .lines()
+        .filter_map(|line| line.split_once('='))
+        .map(|(name, _)| name)
+        .collect();
+    let crackbox: Vec<&&str> = names.iter().filter(|name| name.starts_with("CRACKBOX_")).collect();
+    assert!(
+        crackbox.is_empty(),
+        "{crackbox:?} reached the command: {}",
+        describe(&out)
+    );
+    assert!(!env.contains("some-secret"), "{}", describe(&out));
+    assert!(env.lines().any(|line| line == "KEEP_ME=1"), "{}", describe(&out));
+    for name in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
+        let set = env.lines().any(|line| line.starts_with(&format!("{name}=http://")));
+        assert!(set, "{name}: {}", describe(&out));
+    }
+}

@@ -231,10 +231,8 @@ impl Netns {
         };
         let mut command = Command::new(exe);
         // Only what JailProxy passes on: no CRACKBOX_* setting of this shell.
-        for (name, _) in std::env::vars_os() {
-            if name.to_string_lossy().starts_with("CRACKBOX_") {
-                command.env_remove(name);
-            }
+        for name in workload_env::crackbox_variables() {
+            command.env_remove(name);
         }
         // Its own temporary files (the control socket's directory) in the
         // run's state directory, which takes them along however the proxy ends.
@@ -345,6 +343,11 @@ impl Backend for Netns {
             false => None,
         };
         let mut command = Command::new(program);
+        // run's environment but its CRACKBOX_* variables, then the proxy
+        // variables (docs/run.md, "Flags and behaviour").
+        for name in workload_env::crackbox_variables() {
+            command.env_remove(name);
+        }
         command
             .args(args)
             .envs(workload_env::variables(jail_proxy::endpoints(host_end.into(), ports)))

@@ -2,7 +2,9 @@
 //! take it as it is): the proxy variables common clients read, pointing
 //! at the jail's proxy, and no bypass list; and, steered, a resolv.conf
 //! naming the proxy's DNS filter only. A docker workload gets nothing else
-//! from crackbox's environment; a netns command inherits the caller's.
+//! from crackbox's environment; a netns command inherits the caller's but
+//! for its `CRACKBOX_*` variables ([`crackbox_variables`]: the host daemon's
+//! admin secret is one; docs/run.md, "Flags and behaviour").
 //!
 //! Which variables, as measured with real clients (docs/run.md, "SOCKS5 and raw
 //! TCP"): `HTTP_PROXY` and `HTTPS_PROXY` (and lower case) name the HTTP
@@ -10,6 +12,7 @@
 //! names the SOCKS5 listener (`socks5h://`, so crackbox resolves), for what
 //! reads only that. Never `ALL_PROXY` alone: pip and requests then fail.
 
+use std::ffi::OsString;
 use std::net::{Ipv4Addr, SocketAddr};
 
 /// A resolv.conf whose only resolver is crackbox's DNS filter at `nameserver`.
@@ -37,6 +40,21 @@ pub struct Endpoints {
     pub forward: SocketAddr,
     /// The SOCKS5 listener, when the proxy has one.
     pub socks: Option<SocketAddr>,
+}
+
+/// The names of this process's `CRACKBOX_*` variables: crackbox's own
+/// settings and credentials (`CRACKBOX_ADMIN_SECRET`), which neither a
+/// netns command nor the run's proxy inherits.
+pub fn crackbox_variables() -> Vec<OsString> {
+    std::env::vars_os()
+        .map(|(name, _)| name)
+        .filter(|name| is_crackbox_variable(name))
+        .collect()
+}
+
+/// Whether `name` is one of crackbox's own variables (`CRACKBOX_*`).
+fn is_crackbox_variable(name: &std::ffi::OsStr) -> bool {
+    name.as_encoded_bytes().starts_with(b"CRACKBOX_")
 }
 
 /// The variables of a workload whose proxy listens at `at`.
@@ -83,6 +101,13 @@ mod tests {
             let names: std::collections::HashSet<&str> = vars.iter().map(|(n, _)| n.as_str()).collect();
             assert_eq!(names.len(), vars.len(), "each variable once");
         }
+    }
+
+    #[test]
+    fn crackbox_variables_are_those_named_crackbox_underscore() {
+        let name = |text: &str| is_crackbox_variable(std::ffi::OsStr::new(text));
+        assert!(name("CRACKBOX_ADMIN_SECRET") && name("CRACKBOX_X") && name("CRACKBOX_"));
+        assert!(!name("KEEP_ME") && !name("crackbox_x") && !name("XCRACKBOX_A") && !name("CRACKBOX"));
     }
 
     #[test]
