@@ -79,13 +79,25 @@ fn admin(given: Option<String>) -> anyhow::Result<(String, Found, crackbox_clien
     let env_secret = || std::env::var("CRACKBOX_ADMIN_SECRET").unwrap_or_default();
     let (url, found, secret) = match given.or_else(|| std::env::var("CRACKBOX_ADMIN").ok().filter(|v| !v.is_empty())) {
         Some(url) => (url, Found::Named, env_secret()),
-        None => match live_runs::live_runs().into_iter().next() {
+        None => match newest_live_run() {
             Some(run) => (run.admin, Found::LiveRun, run.secret.unwrap_or_default()),
             None => (DEFAULT_ADMIN_URL.to_string(), Found::Default, env_secret()),
         },
     };
     let client = Client::new(&url)?.with_secret(secret).blocking()?;
     Ok((url, found, client))
+}
+
+/// The newest live `crackbox run --ask`; a runs directory that is not the
+/// user's alone is said so and ignored (docs/ask.md, "Ask while it runs").
+fn newest_live_run() -> Option<live_runs::LiveRun> {
+    match live_runs::live_runs() {
+        Ok(runs) => runs.into_iter().next(),
+        Err(unsafe_dir) => {
+            eprintln!("crackbox: ignoring the {unsafe_dir}");
+            None
+        }
+    }
 }
 
 /// The client's error, said for where the admin API came from: with no

@@ -233,7 +233,7 @@ fn decide_with_no_asking_run_and_no_daemon_says_the_run_has_ended() {
     if !root_or_skip("decide in a network namespace of its own") {
         return;
     }
-    let runs = tempfile::tempdir().unwrap();
+    let runs = crackbox_test_support::private_tempdir();
     let dir = runs.path().to_str().unwrap();
     let out = Command::new("unshare")
         .arg("--net")

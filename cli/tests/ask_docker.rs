@@ -18,7 +18,7 @@ fn run_ask_on_docker_is_decided_from_a_second_process_and_the_jail_cannot_decide
     }
     let upstream = Upstream::start();
     let id = unique("ask");
-    let runs = tempfile::tempdir().unwrap();
+    let runs = crackbox_test_support::private_tempdir();
     let runs_dir = runs.path().to_str().unwrap().to_string();
     let hosts = upstream.hosts.join(" ");
     let script = format!(
@@ -45,7 +45,7 @@ fn run_ask_on_a_daemon_is_decided_from_a_second_process_and_the_jail_cannot_deci
     let upstream = Upstream::start();
     let daemon = Daemon::start(&upstream);
     let id = unique("d-ask");
-    let runs = tempfile::tempdir().unwrap();
+    let runs = crackbox_test_support::private_tempdir();
     let runs_dir = runs.path().to_str().unwrap().to_string();
     let script = format!(
         r#"p=${{HTTP_PROXY#http://}}; p=${{p%:*}}

@@ -66,7 +66,7 @@ fn run_ask_on_netns_is_decided_from_a_second_process_and_the_jail_cannot_decide(
     }
     let upstream = serve();
     let port = upstream.port();
-    let runs = tempfile::tempdir().unwrap();
+    let runs = crackbox_test_support::private_tempdir();
     let runs_dir = runs.path().to_str().unwrap().to_string();
     // The jail tries the admin API of its run directly and through its proxy.
     let script = format!(
@@ -121,7 +121,7 @@ fn run_ask_on_netns_is_decided_from_a_second_process_and_the_jail_cannot_decide(
 /// terminal of its own (a pty), the workload's stdin /dev/null so that the
 /// terminal is free for the prompt, and its runs directory.
 fn on_a_terminal(flags: &[&str], script: &str) -> (Pty, tempfile::TempDir) {
-    let runs = tempfile::tempdir().unwrap();
+    let runs = crackbox_test_support::private_tempdir();
     let mut command = crackbox_test_support::command(&["run", "--backend", "netns", "--ask"], &[]);
     command
         .args(flags)
@@ -233,7 +233,7 @@ fn run_ask_prompt_moves_on_when_a_request_is_decided_elsewhere_or_times_out() {
 /// the run took.
 fn undecided(flags: &[&str], env: &[(&str, &str)]) -> (String, Duration) {
     let upstream = serve();
-    let runs = tempfile::tempdir().unwrap();
+    let runs = crackbox_test_support::private_tempdir();
     let script = format!(
         "curl -s -m 8 -o /dev/null -w '%{{http_code}} %header{{x-crackbox-reason}}' http://localhost:{}/",
         upstream.port()
@@ -273,4 +273,54 @@ fn run_ask_timeout_comes_from_the_flag_or_the_variable() {
     }
     let (refused, _) = undecided(&["--ask-timeout", "0"], &[]);
     assert!(refused.contains("--ask-timeout: 0: must be at least 1"), "{refused}");
+}
+
+/// A runs directory another user could have planted (owned by someone
+/// else, or open to group or others) is ignored by `crackbox pending`,
+/// which says so and never contacts the admin API a file there names
+/// (docs/ask.md, "Ask while it runs").
+#[test]
+fn pending_ignores_a_runs_directory_another_user_could_have_planted() {
+    if !is_root() {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let planted_admin = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = planted_admin.local_addr().unwrap().port();
+    let contacted = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&contacted);
+    std::thread::spawn(move || {
+        for stream in planted_admin.incoming() {
+            counter.fetch_add(1, Ordering::SeqCst);
+            drop(stream);
+        }
+    });
+    let parent = tempfile::tempdir().unwrap();
+    // (owner, mode, what the message says)
+    let cases = [
+        (65534, 0o755, "owned by uid 65534"),
+        (0, 0o777, "open to group or others"),
+    ];
+    for (owner, mode, why) in cases {
+        let dir = parent.path().join(format!("runs-{owner}-{mode:o}"));
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(
+            dir.join("1.json"),
+            format!(r#"{{"pid":1,"admin":"http://127.0.0.1:{port}","secret":"planted","sandbox":"planted"}}"#),
+        )
+        .unwrap();
+        std::os::unix::fs::chown(&dir, Some(owner), Some(owner)).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
+        let dir_text = dir.to_str().unwrap();
+        let out = run(&["pending"], &[("CRACKBOX_RUNS_DIR", dir_text)]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(contacted.load(Ordering::SeqCst), 0, "{why}: {}", describe(&out));
+        assert!(
+            err.contains(&format!("ignoring the runs directory {dir_text}")) && err.contains(why),
+            "{why}: {}",
+            describe(&out)
+        );
+    }
 }

@@ -54,6 +54,15 @@ extern "C" fn remove_scratch() {
     }
 }
 
+/// A temporary directory closed to group and others (0700), as a runs
+/// directory must be for `crackbox pending` to read it (docs/ask.md).
+pub fn private_tempdir() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).expect("chmod 700");
+    dir
+}
+
 /// Cuts a `crackbox` command off from this machine's configuration: no
 /// inherited `CRACKBOX_*` settings (the io driver choice passes through, so
 /// the suite can run on either driver), no config file, warn-level logs, no

@@ -39,7 +39,7 @@ mod tracked;
 
 pub use browser::{Browser, Element, WebDriverError};
 pub use bulk::Bulk;
-pub use crackbox::{binary, command, isolated, run, scratch};
+pub use crackbox::{binary, command, isolated, private_tempdir, run, scratch};
 pub use daemon::{label_watcher, loopback_args, Daemon};
 pub use echo::{echo_round, Echo};
 pub use http::{curl, http, open_tunnel, read_head, read_request, read_to_end, try_http, Seen, Upstream};
