@@ -113,3 +113,128 @@ fn bad_settings_stop_start_up_with_a_message_naming_their_source() {
         }
     }
 }
+
+/// A config file's broken `secret` line is named by its file and line, its
+/// value never printed (stderr goes to the journal under systemd;
+/// docs/configuration.md, "How a setting is resolved").
+#[test]
+fn a_broken_secret_line_is_named_without_its_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let lines = [
+        ("secret = \"TOMLSECRET2", "TOMLSECRET2"),
+        ("secret = TOMLSECRET3", "TOMLSECRET3"),
+        ("secret = 12345", "12345"),
+    ];
+    for (line, value) in lines {
+        let config = dir.path().join("c.toml");
+        std::fs::write(&config, format!("[admin]\n{line}\n")).unwrap();
+        let config = config.display().to_string();
+        let output = run(&["proxy", "serve", "--config", &config], &[]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{line}: {stderr}");
+        let named = format!("config file {config}: line 2 (secret = <redacted>): ");
+        assert!(stderr.contains(&named), "{line}: {stderr:?} should say {named:?}");
+        assert!(!stderr.contains(value), "{line}: {stderr:?} prints the secret");
+    }
+}
+
+/// A config file holding the admin secret that group or others may read is
+/// warned about at start, naming the file and its mode; the daemon starts
+/// (docs/configuration.md, "How a setting is resolved").
+#[test]
+fn a_secret_in_a_file_others_may_read_is_warned_about() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let (proxy, admin) = (free_addr(), free_addr());
+    let config = dir.path().join("crackbox.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[proxy]\nlisten = \"{proxy}\"\nadmin_listen = \"{admin}\"\ntransparent_listen = \"\"\nthreads = 1\n\
+             [admin]\nsecret = \"FILESECRET7\"\n"
+        ),
+    )
+    .unwrap();
+    let log = dir.path().join("stderr.log");
+    for (mode, warned) in [(0o644, true), (0o600, false)] {
+        std::fs::set_permissions(&config, std::fs::Permissions::from_mode(mode)).unwrap();
+        let mut command =
+            crackbox_test_support::command(&["proxy", "serve", "--config", config.to_str().unwrap()], &[]);
+        command
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        let mut serve = Spawned::start(&mut command);
+        wait_health(admin);
+        serve.terminate();
+        let stderr = std::fs::read_to_string(&log).unwrap();
+        let warning = stderr
+            .lines()
+            .find(|line| line.contains("WARN") && line.contains("group or others may read"));
+        assert_eq!(warning.is_some(), warned, "mode {mode:o}: {stderr}");
+        if let Some(warning) = warning {
+            let file = config.display().to_string();
+            assert!(warning.contains(&file) && warning.contains("0644"), "{warning}");
+        }
+        assert!(!stderr.contains("FILESECRET7"), "{stderr}");
+    }
+}
+
+/// An admin secret no `Authorization: Bearer` header can carry (leading or
+/// trailing whitespace, a control character) stops start-up, naming where
+/// it came from (docs/configuration.md, "How a setting is resolved").
+#[test]
+fn a_secret_no_bearer_header_can_carry_stops_start_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("c.toml");
+    std::fs::write(&config, "[admin]\nsecret = \"tab\\there\"\n").unwrap();
+    let config = config.display().to_string();
+    let (admin, listen) = (free_addr().to_string(), free_addr().to_string());
+    let base = [
+        "proxy",
+        "serve",
+        "--admin",
+        &admin,
+        "--listen",
+        &listen,
+        "--transparent",
+        "",
+        "--threads",
+        "1",
+    ];
+    let file_args: Vec<&str> = base.iter().copied().chain(["--config", &config]).collect();
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], String);
+    let cases: [Case; 4] = [
+        (
+            &base,
+            &[("CRACKBOX_ADMIN_SECRET", " x")],
+            "env CRACKBOX_ADMIN_SECRET: ".into(),
+        ),
+        (
+            &base,
+            &[("CRACKBOX_ADMIN_SECRET", "x\n")],
+            "env CRACKBOX_ADMIN_SECRET: ".into(),
+        ),
+        (
+            &base,
+            &[("CRACKBOX_ADMIN_SECRET", "a\nb")],
+            "env CRACKBOX_ADMIN_SECRET: ".into(),
+        ),
+        (&file_args, &[], format!("{config}: admin.secret: ")),
+    ];
+    let log = dir.path().join("stderr.log");
+    for (args, env, origin) in cases {
+        let mut command = crackbox_test_support::command(args, env);
+        command
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        let mut serve = Spawned::start(&mut command);
+        let exited = wait_until(Duration::from_secs(10), || serve.exited().is_some());
+        let stderr = std::fs::read_to_string(&log).unwrap();
+        assert!(exited, "{env:?} {args:?}: still running: {stderr}");
+        assert!(!serve.exited().unwrap().success(), "{env:?}: {stderr}");
+        assert!(
+            stderr.contains(&origin) && stderr.contains("no `Authorization: Bearer` header can carry it"),
+            "{env:?} {args:?}: {stderr:?} should name {origin:?}"
+        );
+    }
+}

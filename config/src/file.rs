@@ -181,44 +181,21 @@ pub(super) fn load(
     Ok(Some((path, config)))
 }
 
-/// The most of a line an error quotes.
-const QUOTED_LINE: usize = 80;
-
-/// Parses config text; the error is one line naming the offending key: its
-/// line's number and, quoted, its text (`line 2 (threads = "four"): invalid
-/// type: ...`), so that a wrong type or a repeated key says which key.
-pub(super) fn parse(text: &str) -> Result<FileConfig, String> {
-    toml::from_str(text).map_err(|err: toml::de::Error| {
-        let location = err
-            .span()
-            .map(|span| {
-                let start = span.start.min(text.len());
-                let number = text[..start].matches('\n').count() + 1;
-                let line = text.lines().nth(number - 1).unwrap_or("").trim();
-                match line.is_empty() {
-                    true => format!("line {number}: "),
-                    false => format!("line {number} ({}): ", quoted(line)),
-                }
-            })
-            .unwrap_or_default();
-        format!("{location}{}", err.message())
-    })
+/// The mode of the config file at `path` when it sets a non-empty
+/// `[admin] secret` and group or others may read it (mode & 0o044).
+pub(super) fn readable_secret(path: &Path, config: &FileConfig) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    config.admin.secret.as_ref().filter(|secret| !secret.is_empty())?;
+    let mode = std::fs::metadata(path).ok()?.mode() & 0o7777;
+    (mode & 0o044 != 0).then_some(mode)
 }
 
-/// `line` as an error quotes it: control characters escaped, and cut at [`QUOTED_LINE`]
-/// characters.
-fn quoted(line: &str) -> String {
-    let mut quoted = String::new();
-    for c in line.chars().take(QUOTED_LINE) {
-        match c.is_control() {
-            true => quoted.extend(c.escape_debug()),
-            false => quoted.push(c),
-        }
-    }
-    if line.chars().nth(QUOTED_LINE).is_some() {
-        quoted.push_str("...");
-    }
-    quoted
+/// Parses config text; the error is one line naming the offending key by
+/// its line (see `crate::parse_error`, which never quotes a credential).
+pub(super) fn parse(text: &str) -> Result<FileConfig, String> {
+    toml::from_str(text).map_err(|err: toml::de::Error| {
+        crate::parse_error::describe(text, err.span().map(|span| span.start), err.message())
+    })
 }
 
 #[cfg(test)]

@@ -17,9 +17,11 @@ mod fleet;
 pub mod handoff;
 mod layers;
 mod origin;
+mod parse_error;
 mod policy_table;
 mod register;
 mod resolv_conf;
+mod secret;
 mod settings;
 mod steer;
 

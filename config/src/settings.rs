@@ -124,6 +124,9 @@ pub struct Settings {
     pub fleet: Option<Fleet>,
     /// The config file that was read, if any.
     pub config_file: Option<PathBuf>,
+    /// The config file's mode when it sets `[admin] secret` and group or
+    /// others may read it (warned about at start).
+    pub readable_secret_file: Option<u32>,
     /// Where each setting not left at its default came from.
     pub origins: Vec<Origin>,
 }
@@ -215,10 +218,12 @@ impl Settings {
         let private = args.allow_private_destinations.then_some(true);
         let private = sources.pick(PRIVATE, private, config.policy.allow_private_destinations, boolean)?;
         let allow_private_destinations = private.is_some_and(|given| given.value);
-        let admin_secret = sources
-            .pick(SECRET, None, config.admin.secret.clone(), text)?
-            .map(|given| given.value)
-            .filter(|secret| !secret.is_empty());
+        let admin_secret = sources.pick(SECRET, None, config.admin.secret.clone(), text)?;
+        let admin_secret = admin_secret
+            .map(|given| given.check(crate::secret::usable))
+            .transpose()?
+            .flatten();
+        let readable_secret_file = path.as_deref().and_then(|path| file::readable_secret(path, &config));
         let console = sources.pick(CONSOLE, args.console, config.admin.console, crate::args::on_off)?;
         let console = console.is_none_or(|given| given.value);
         let admin_names = sources.pick(
@@ -299,12 +304,23 @@ impl Settings {
             fleet,
             origins: sources.origins(),
             config_file: path,
+            readable_secret_file,
         })
     }
 
     /// Refuses an admin listener reachable from other hosts without a secret;
-    /// says so when a host-less admin address was narrowed to loopback.
+    /// says so when a host-less admin address was narrowed to loopback, and
+    /// when the config file holding the secret is readable by group or others.
     pub fn check_admin_exposure(&self) -> Result<(), ConfigError> {
+        if let (Some(mode), Some(path)) = (self.readable_secret_file, &self.config_file) {
+            // As ssh warns of a key file others may read (docs/configuration.md).
+            tracing::warn!(
+                file = %path.display(),
+                mode = %format!("{mode:04o}"),
+                "the config file sets the admin secret ([admin] secret) and group or others may read it: \
+                 chmod 600 it, or give the secret as CRACKBOX_ADMIN_SECRET"
+            );
+        }
         if self.admin_narrowed {
             tracing::warn!(
                 "admin API on {} only: an address without a host means loopback unless \
