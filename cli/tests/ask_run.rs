@@ -276,7 +276,7 @@ fn run_ask_timeout_comes_from_the_flag_or_the_variable() {
 }
 
 /// A runs directory another user could have planted (owned by someone
-/// else, or open to group or others) is ignored by `crackbox pending`,
+/// else, or writable by group or others) is ignored by `crackbox pending`,
 /// which says so and never contacts the admin API a file there names
 /// (docs/ask.md, "Ask while it runs").
 #[test]
@@ -301,7 +301,7 @@ fn pending_ignores_a_runs_directory_another_user_could_have_planted() {
     // (owner, mode, what the message says)
     let cases = [
         (65534, 0o755, "owned by uid 65534"),
-        (0, 0o777, "open to group or others"),
+        (0, 0o777, "writable by group or others"),
     ];
     for (owner, mode, why) in cases {
         let dir = parent.path().join(format!("runs-{owner}-{mode:o}"));

@@ -125,7 +125,7 @@ mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 
-    /// A directory as the runs directory must be: closed to group and others.
+    /// A runs directory as `run --ask` makes it (0700).
     fn private_tempdir() -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
@@ -180,7 +180,7 @@ mod tests {
         let admin = crate::Client::new("http://127.0.0.1:9").unwrap();
         let refused = Announcement::write_in(dir.path(), &admin, "run-1").unwrap_err();
         assert_eq!(refused.kind(), std::io::ErrorKind::PermissionDenied);
-        assert!(refused.to_string().contains("open to group or others"), "{refused}");
+        assert!(refused.to_string().contains("writable by group or others"), "{refused}");
         assert!(!dir.path().join(format!("{}.json", std::process::id())).exists());
     }
 }

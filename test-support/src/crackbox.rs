@@ -54,8 +54,8 @@ extern "C" fn remove_scratch() {
     }
 }
 
-/// A temporary directory closed to group and others (0700), as a runs
-/// directory must be for `crackbox pending` to read it (docs/ask.md).
+/// A temporary directory only its user may enter (0700), as `run --ask`
+/// makes a runs directory (docs/ask.md).
 pub fn private_tempdir() -> tempfile::TempDir {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().expect("a temporary directory");

@@ -3,7 +3,8 @@
 //! write into it, could plant a file naming an admin API of their choosing,
 //! to which `crackbox pending` and `crackbox decide` would then talk. So the
 //! writer and the reader both use it only when it is owned by the current
-//! user and closed to group and others (mode `& 0o077 == 0`).
+//! user and nobody else may write in it (mode `& 0o022 == 0`); its files
+//! are the user's alone (0600) whoever may list them.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -24,10 +25,10 @@ pub enum UnsafeRunsDir {
         /// The current user.
         uid: u32,
     },
-    /// Group or others may read, write or enter it.
+    /// Group or others may write in it.
     #[error(
-        "runs directory {dir}: open to group or others (mode {mode:04o}), so another user may have planted \
-         what it holds; chmod 700 it if you made it, or set CRACKBOX_RUNS_DIR to a directory of your own"
+        "runs directory {dir}: writable by group or others (mode {mode:04o}), so another user may have planted \
+         what it holds; chmod go-w it if you made it, or set CRACKBOX_RUNS_DIR to a directory of your own"
     )]
     Mode {
         /// The directory.
@@ -72,7 +73,7 @@ pub(super) fn check(dir: &Path) -> Result<bool, UnsafeRunsDir> {
 }
 
 /// The rule: a directory, its owner (and that of a link to it, unless root's)
-/// `uid`, closed to group and others.
+/// `uid`, writable by nobody else.
 fn judge(dir: &Path, uid: u32, found: Found) -> Result<(), UnsafeRunsDir> {
     let owner_of = |owner: u32| UnsafeRunsDir::Owner {
         dir: dir.to_path_buf(),
@@ -88,7 +89,7 @@ fn judge(dir: &Path, uid: u32, found: Found) -> Result<(), UnsafeRunsDir> {
     if found.owner != uid {
         return Err(owner_of(found.owner));
     }
-    if found.mode & 0o077 != 0 {
+    if found.mode & 0o022 != 0 {
         return Err(UnsafeRunsDir::Mode {
             dir: dir.to_path_buf(),
             mode: found.mode & 0o7777,
@@ -112,9 +113,11 @@ mod tests {
     }
 
     #[test]
-    fn only_the_users_own_closed_directory_passes() {
+    fn only_the_users_own_directory_nobody_else_writes_passes() {
         let dir = Path::new("/tmp/crackbox-runs-1000");
-        assert_eq!(judge(dir, 1000, found(1000, 0o700)), Ok(()));
+        for mode in [0o700, 0o750, 0o755, 0o711] {
+            assert_eq!(judge(dir, 1000, found(1000, mode)), Ok(()), "{mode:o}");
+        }
         let owner = |owner| UnsafeRunsDir::Owner {
             dir: dir.into(),
             owner,
@@ -122,7 +125,7 @@ mod tests {
         };
         assert_eq!(judge(dir, 1000, found(1001, 0o700)), Err(owner(1001)));
         assert_eq!(judge(dir, 1000, found(0, 0o700)), Err(owner(0)));
-        for mode in [0o777, 0o750, 0o710, 0o701, 0o1777, 0o704] {
+        for mode in [0o777, 0o770, 0o730, 0o702, 0o1777, 0o722] {
             let want = UnsafeRunsDir::Mode { dir: dir.into(), mode };
             assert_eq!(judge(dir, 1000, found(1000, mode)), Err(want), "{mode:o}");
         }
@@ -156,6 +159,9 @@ mod tests {
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
         let err = check(&dir).unwrap_err();
         assert!(matches!(err, UnsafeRunsDir::Mode { mode: 0o777, .. }), "{err}");
-        assert!(err.to_string().contains("open to group or others (mode 0777)"), "{err}");
+        assert!(
+            err.to_string().contains("writable by group or others (mode 0777)"),
+            "{err}"
+        );
     }
 }
