@@ -7,7 +7,7 @@
 //! else `/run/crackbox/runs` for root and `/tmp/crackbox-runs-UID` for
 //! others), readable by its user only, and removes it when it ends; a file
 //! whose process is gone is ignored. A runs directory that is not its
-//! user's alone is used by neither ([`private_dir`]).
+//! user's alone is used by neither (docs/ask.md, "Ask while it runs").
 
 mod private_dir;
 
