@@ -537,11 +537,16 @@ pub enum ConnectionField {
 /// and the `Connection` field `connection` says.
 pub fn write_client_response(head: &ResponseHead<'_>, connection: ConnectionField, out: &mut Vec<u8>) {
     push_status_line(out, head.status, head.reason);
-    let drop_length = head.framing == Framing::Chunked
-        || head
+    // A `Transfer-Encoding` frames the body as chunked or until close (never
+    // by length), or sits in a bodiless response: only those are searched.
+    let drop_length = match head.framing {
+        Framing::Chunked => true,
+        Framing::Length(_) => false,
+        Framing::UntilClose | Framing::Empty => head
             .fields
             .iter()
-            .any(|f| f.name.eq_ignore_ascii_case("transfer-encoding"));
+            .any(|f| f.name.eq_ignore_ascii_case("transfer-encoding")),
+    };
     for field in head.fields {
         if is_hop_field(field, head.fields, false) || (drop_length && field.name.eq_ignore_ascii_case("content-length"))
         {
