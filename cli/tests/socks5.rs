@@ -306,7 +306,7 @@ fn bytes_sent_right_after_the_request_reach_the_upstream() {
 }
 
 #[test]
-fn username_and_password_are_accepted_and_ignored() {
+fn username_and_password_are_accepted_and_ignored_but_an_empty_user_name_fails() {
     let echo = Echo::start();
     let socks = Socks::start(&["127.0.0.1=creds:localhost"]);
     let mut stream = connect_from("127.0.0.1", socks.addr);
@@ -332,10 +332,12 @@ fn username_and_password_are_accepted_and_ignored() {
     let (code, body, stderr) = curl(&["--proxy", &proxy, &url]);
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(body, "GET /with-credentials HTTP/1.1");
+    // An empty user name (RFC 1929 has none) fails, then the proxy closes.
+    assert_eq!(answer_to(&socks, &[5, 1, 2, 1, 0, 2, b'p', b'w']), [5, 2, 1, 1]);
 }
 
 #[test]
-fn bind_udp_associate_and_unknown_commands_are_refused_with_0x07() {
+fn bind_udp_associate_and_unknown_commands_are_refused_with_0x07_a_bad_reserved_byte_with_0x01() {
     let echo = Echo::start();
     let socks = Socks::start(&["127.0.0.1=cmds:localhost"]);
     let port = echo.addr.port();
@@ -349,6 +351,9 @@ fn bind_udp_associate_and_unknown_commands_are_refused_with_0x07() {
     }
     let (_, answer) = socks.request("127.0.0.1", &[5, 1, 0, 2, 1, 2, 3, 4]);
     assert_eq!(answer, reply(0x08), "an unknown address type");
+    let reserved = [&[5, 1, 0, 5, 1, 1][..], &connect_name("localhost", port)[3..]].concat();
+    let refused = [&[5, 0][..], &reply(0x01)].concat();
+    assert_eq!(answer_to(&socks, &reserved), refused, "reserved byte 1");
     assert_eq!(echo.accepts.load(Ordering::SeqCst), 0);
 }
 

@@ -1,6 +1,6 @@
 //! The SOCKS5 handshake (RFC 1928), read incrementally: the greeting, the
-//! username/password sub-negotiation (RFC 1929, credentials ignored) and
-//! the request, and the replies crackbox sends.
+//! username/password sub-negotiation (RFC 1929, credentials ignored but for
+//! an empty user name) and the request, and the replies crackbox sends.
 //!
 //! The SOCKS5 front end keeps the bytes a client has sent in one buffer and
 //! calls [`Handshake::advance`] after every read: it says to read more, to
@@ -34,13 +34,16 @@ const CHOSEN_USERNAME_PASSWORD: [u8; 2] = [VERSION, METHOD_USERNAME_PASSWORD];
 const NO_ACCEPTABLE_METHOD: [u8; 2] = [VERSION, 0xFF];
 /// Credentials accepted (whatever they were).
 const AUTH_SUCCEEDED: [u8; 2] = [AUTH_VERSION, 0x00];
+/// Credentials refused (an empty user name): RFC 1929 has the server close next.
+const AUTH_FAILED: [u8; 2] = [AUTH_VERSION, 0x01];
 
 /// The reply codes crackbox sends (RFC 1928 section 6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reply {
     /// `0x00`: connected; the tunnel follows.
     Succeeded,
-    /// `0x01`: the request cannot be served (an unusable name or port).
+    /// `0x01`: the request cannot be served (an unusable name or port, a
+    /// reserved byte other than 0).
     GeneralFailure,
     /// `0x02`: denied by policy, whatever the reason.
     NotAllowed,
@@ -123,8 +126,8 @@ pub enum Progress<'a> {
         /// Bytes of the buffer the request took.
         used: usize,
     },
-    /// Send `answer`, then close: no acceptable method, or a request
-    /// crackbox does not serve.
+    /// Send `answer`, then close: no acceptable method, an empty user name,
+    /// or a request crackbox does not serve.
     Refuse {
         /// The last bytes the client gets.
         answer: Refusal,
@@ -139,6 +142,8 @@ pub enum Progress<'a> {
 pub enum Refusal {
     /// The greeting offered neither no-auth nor username/password.
     NoAcceptableMethod,
+    /// The credentials had an empty user name.
+    AuthenticationFailed,
     /// A request refused with this reply.
     Reply(Reply),
 }
@@ -148,6 +153,7 @@ impl Refusal {
     pub fn bytes(&self) -> Vec<u8> {
         match self {
             Refusal::NoAcceptableMethod => NO_ACCEPTABLE_METHOD.to_vec(),
+            Refusal::AuthenticationFailed => AUTH_FAILED.to_vec(),
             Refusal::Reply(reply) => reply.bytes().to_vec(),
         }
     }
@@ -233,7 +239,8 @@ fn greeting(buf: &[u8]) -> Progress<'_> {
 }
 
 /// RFC 1929 `VER ULEN UNAME PLEN PASSWD`: any credentials are accepted
-/// (crackbox tells sources apart by address); empty ones too.
+/// (crackbox tells sources apart by address) but an empty user name, which
+/// RFC 1929 does not allow (`ULEN` is 1 to 255); an empty password passes.
 fn credentials(buf: &[u8]) -> Progress<'_> {
     let Some((&version, rest)) = buf.split_first() else {
         return Progress::NeedMore;
@@ -247,15 +254,21 @@ fn credentials(buf: &[u8]) -> Progress<'_> {
     let Some((password, _)) = counted(rest) else {
         return Progress::NeedMore;
     };
+    if user.is_empty() {
+        return Progress::Refuse {
+            answer: Refusal::AuthenticationFailed,
+        };
+    }
     Progress::Answer {
         answer: AUTH_SUCCEEDED,
         used: 3 + user.len() + password.len(),
     }
 }
 
-/// `VER CMD RSV ATYP DST.ADDR DST.PORT`. The reserved byte is not checked.
+/// `VER CMD RSV ATYP DST.ADDR DST.PORT`; the reserved byte must be 0
+/// (RFC 1928).
 fn request(buf: &[u8]) -> Progress<'_> {
-    let Some(&[version, command, _reserved, address_type]) = buf.first_chunk::<4>() else {
+    let Some(&[version, command, reserved, address_type]) = buf.first_chunk::<4>() else {
         return match buf.first() {
             Some(&version) if version != VERSION => Progress::Malformed("not SOCKS version 5"),
             _ => Progress::NeedMore,
@@ -288,6 +301,9 @@ fn request(buf: &[u8]) -> Progress<'_> {
         return Progress::NeedMore;
     };
     let port = u16::from_be_bytes(*port);
+    if reserved != 0 {
+        return refuse(Reply::GeneralFailure);
+    }
     if command != COMMAND_CONNECT {
         return refuse(Reply::CommandNotSupported);
     }

@@ -121,10 +121,16 @@ fn transcripts_end_as_expected_however_they_are_split() {
             connect("a.test", 5432, b""),
         ),
         (
-            "empty username and password",
-            concat(&[&[5, 1, 2], &[1, 0, 0], &connect_name("a.test", 80)]),
+            "an empty password",
+            concat(&[&[5, 1, 2], &[1, 1, b'u', 0], &connect_name("a.test", 80)]),
             vec![USER_PASS, AUTH_OK],
             connect("a.test", 80, b""),
+        ),
+        (
+            "an empty user name fails authentication",
+            concat(&[&[5, 1, 2], &[1, 0, 2, b'p', b'w'], &connect_name("a.test", 80)]),
+            vec![USER_PASS],
+            End::Refused(vec![1, 1]),
         ),
         (
             "an IPv4 address",
@@ -145,10 +151,16 @@ fn transcripts_end_as_expected_however_they_are_split() {
             connect("a.test", 22, b"SSH-2.0-client\r\n"),
         ),
         (
-            "the reserved byte is not checked",
+            "a reserved byte other than 0",
             concat(&[&[5, 1, 0], &[5, 1, 9, 1, 127, 0, 0, 1, 0, 7]]),
             vec![NO_AUTH],
-            connect("127.0.0.1", 7, b""),
+            refused(Reply::GeneralFailure),
+        ),
+        (
+            "a reserved byte other than 0 is refused once the request is whole",
+            concat(&[&[5, 1, 0], &[5, 1, 1, 3, 6], b"a.test", &[0]]),
+            vec![NO_AUTH],
+            End::NeedMore,
         ),
         (
             "BIND is not supported",
