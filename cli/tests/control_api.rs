@@ -363,3 +363,30 @@ fn quiet_admin_connections_are_closed_and_an_events_stream_is_not() {
     }
     assert!(String::from_utf8_lossy(&streamed).contains("event: ready"));
 }
+
+/// The `"error"` of an admin API answer; the whole answer when it has none.
+fn error_of(answer: &str) -> String {
+    let error: serde_json::Value = serde_json::from_str(answer).unwrap_or_default();
+    error["error"].as_str().unwrap_or(answer).to_owned()
+}
+
+/// docs/policy.md, "Registrations": an entry's port is a plain number, so
+/// `:080` is refused rather than read as port 80.
+#[test]
+fn an_entry_port_with_a_leading_zero_is_a_400_naming_the_entry() {
+    let (ports, _serve) = daemon_with_one_registration();
+    let before = ports.state();
+    for entry in ["localhost:080", "*.a.test:0443", "[::1]:00080", "127.0.0.1:08000"] {
+        let (status, answer) = ports.register("127.0.0.5", "zero", &["b.test", entry], &[]);
+        assert_eq!(status, 400, "{entry}: {answer}");
+        assert_eq!(
+            error_of(&answer),
+            format!(
+                "allowlist: invalid allowlist entry {entry:?}: port must be a number from 1 to 65535, \
+                 without a sign or a leading zero"
+            )
+        );
+    }
+    assert_eq!(ports.state(), before);
+    assert_eq!(ports.register("127.0.0.5", "plain", &["localhost:80"], &[]).0, 200);
+}

@@ -2,8 +2,9 @@
 //! which port the real binary listens on, and start-up errors that name the
 //! offending key or source.
 
-use crackbox_test_support::{free_addr, run, wait_until, Spawned};
+use crackbox_test_support::{command, free_addr, run, wait_until, Ports, Spawned};
 use std::net::{SocketAddr, TcpStream};
+use std::process::Stdio;
 use std::time::Duration;
 
 fn listening(addr: SocketAddr) -> bool {
@@ -236,5 +237,57 @@ fn a_secret_no_bearer_header_can_carry_stops_start_up() {
             stderr.contains(&origin) && stderr.contains("no `Authorization: Bearer` header can carry it"),
             "{env:?} {args:?}: {stderr:?} should name {origin:?}"
         );
+    }
+}
+
+/// `proxy serve` on fresh ports with `flags`, run to its exit (killed after
+/// 20 s if it keeps running); the exit code and stderr.
+fn serve_exit(flags: &[&str]) -> (Option<i32>, String) {
+    let mut args = vec!["proxy".to_owned(), "serve".to_owned()];
+    args.extend(Ports::fresh().flags());
+    args.extend(flags.iter().map(|flag| flag.to_string()));
+    let mut child = command(&args, &[])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start crackbox");
+    let exited = wait_until(Duration::from_secs(20), || matches!(child.try_wait(), Ok(Some(_))));
+    if !exited {
+        let _ = child.kill();
+    }
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(exited, "{flags:?}: kept running; stderr: {stderr}");
+    (output.status.code(), stderr)
+}
+
+/// docs/configuration.md, "Registrations at start": a `[[register]]` table
+/// or a `--register` flag with a port written with a leading zero stops
+/// start-up naming the entry.
+#[test]
+fn registrations_at_start_with_a_leading_zero_port_stop_start_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("crackbox.toml");
+    let tables = "[[register]]\nip = \"127.0.0.5\"\nid = \"ok\"\nallow = [\"a.test:80\"]\n\n\
+                  [[register]]\nip = \"127.0.0.6\"\nid = \"zero\"\nallow = [\"a.test\", \"b.test:080\"]\n";
+    std::fs::write(&config, tables).unwrap();
+    let config = config.display().to_string();
+    let port = "port must be a number from 1 to 65535, without a sign or a leading zero";
+    let cases: [(&[&str], String); 2] = [
+        (
+            &["--config", &config],
+            format!(
+                "{config}: register: [1] 127.0.0.6 (zero): allowlist: invalid allowlist entry \"b.test:080\": {port}"
+            ),
+        ),
+        (
+            &["--register", "127.0.0.5=dev:a.test:0443"],
+            format!("\"127.0.0.5=dev:a.test:0443\": allowlist: invalid allowlist entry \"a.test:0443\": {port}"),
+        ),
+    ];
+    for (flags, want) in cases {
+        let (code, stderr) = serve_exit(flags);
+        assert_ne!(code, Some(0), "{flags:?}: {stderr}");
+        assert!(stderr.contains(&want), "{flags:?}: {stderr:?} should contain {want:?}");
     }
 }

@@ -348,6 +348,14 @@ mod tests {
             ("127.0.0.1=dev:a.test,,b.test", "allowlist: "),
             ("127.0.0.1=dev:a.test,", "allowlist: "),
             ("127.0.0.1=dev:a.test;deny=b.a.test,", "deny: "),
+            (
+                "127.0.0.1=dev:a.test:0443",
+                "allowlist: invalid allowlist entry \"a.test:0443\": port must be a number from 1 to 65535",
+            ),
+            (
+                "127.0.0.1=dev:a.test;deny=b.a.test:080",
+                "deny: invalid allowlist entry \"b.a.test:080\"",
+            ),
             ("127.0.0.1=dev:a.test;policies=,base", "policies: "),
             (
                 "10.0.0.2=a:x.test;speed=1MiB/s",

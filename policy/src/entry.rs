@@ -145,14 +145,14 @@ fn split_port(raw: &str) -> Result<(&str, Option<&str>), &'static str> {
     }
 }
 
+/// A port in its one written form: decimal digits from 1 to 65535, no sign
+/// and no leading zero (`080` is refused rather than read as 80).
 fn parse_port(port: &str) -> Result<u16, &'static str> {
-    if port.is_empty() || port.len() > 5 || !port.bytes().all(|b| b.is_ascii_digit()) {
-        return Err("port must be a number from 1 to 65535");
+    const PROBLEM: &str = "port must be a number from 1 to 65535, without a sign or a leading zero";
+    if port.is_empty() || port.len() > 5 || port.starts_with('0') || !port.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(PROBLEM);
     }
-    match port.parse::<u16>() {
-        Ok(0) | Err(_) => Err("port must be a number from 1 to 65535"),
-        Ok(p) => Ok(p),
-    }
+    port.parse::<u16>().map_err(|_| PROBLEM)
 }
 
 impl fmt::Display for AllowEntry {
@@ -215,6 +215,11 @@ mod tests {
             "example.com:65536",
             "example.com:https",
             "example.com:+80",
+            "example.com:080",
+            "example.com:00",
+            "*.example.com:0443",
+            "[2001:db8::1]:08080",
+            "203.0.113.7:00080",
             "10.0.0.0/8",
             "*.10.0.0.1",
             "[::1",
@@ -275,6 +280,12 @@ mod tests {
             "invalid allowlist entry \"*\": a bare * would match every host: name the hosts (example.com also \
              covers its subdomains), use a preset such as @pypi (crackbox presets lists them), or find them \
              with crackbox run --learn"
+        );
+        let zero = AllowEntry::parse("pypi.org:0443").unwrap_err();
+        assert_eq!(
+            zero.to_string(),
+            "invalid allowlist entry \"pypi.org:0443\": port must be a number from 1 to 65535, without a sign \
+             or a leading zero"
         );
     }
 }

@@ -81,6 +81,11 @@ fn config_file_tables_seed_registrations_before_the_flags() {
             "[[register]]\nip = \"10.0.0.2\"\nid = \"docker:x\"\n",
             "register: [0] 10.0.0.2 (docker:x): id: the prefix docker: is reserved",
         ),
+        (
+            "[[register]]\nip = \"10.0.0.2\"\nid = \"a\"\nallow = [\"a.test\", \"b.test:080\"]\n",
+            "register: [0] 10.0.0.2 (a): allowlist: invalid allowlist entry \"b.test:080\": port must be a number \
+             from 1 to 65535, without a sign or a leading zero",
+        ),
     ];
     for (text, want) in refused {
         let (_dir, bad) = config_file(text);
