@@ -390,3 +390,55 @@ fn an_entry_port_with_a_leading_zero_is_a_400_naming_the_entry() {
     assert_eq!(ports.state(), before);
     assert_eq!(ports.register("127.0.0.5", "plain", &["localhost:80"], &[]).0, 200);
 }
+
+/// docs/admin-api.md: a source no connection can come from is a 400 naming
+/// it, through `/v1/register` and `/v1/batch` alike; loopback and private
+/// sources are sources like any other.
+#[test]
+fn a_source_no_connection_comes_from_is_a_400_and_loopback_or_private_ones_are_not() {
+    let (ports, _serve) = daemon_with_one_registration();
+    let before = ports.state();
+    let refused = [
+        ("0.0.0.0", "0.0.0.0", "the unspecified address"),
+        ("::", "::", "the unspecified address"),
+        ("::ffff:0.0.0.0", "0.0.0.0", "the unspecified address"),
+        ("224.0.0.1", "224.0.0.1", "a multicast address"),
+        ("239.255.255.250", "239.255.255.250", "a multicast address"),
+        ("ff02::1", "ff02::1", "a multicast address"),
+        ("255.255.255.255", "255.255.255.255", "the limited broadcast address"),
+    ];
+    for (ip, shown, kind) in refused {
+        let want = format!("ip: {shown} is {kind}, which no connection comes from");
+        let (status, answer) = ports.register(ip, "nowhere", &["localhost"], &[]);
+        assert_eq!((status, error_of(&answer)), (400, want.clone()), "{ip}");
+        let batch = json!({"register": [
+            {"ip": "10.0.0.7", "id": "ok", "allowlist": []},
+            {"ip": ip, "id": "nowhere", "allowlist": []},
+        ]});
+        let (status, answer) = admin(
+            ports.admin,
+            "POST",
+            "/v1/batch",
+            Some(batch.to_string().as_bytes()),
+            &[],
+        );
+        assert_eq!(
+            (status, error_of(&answer)),
+            (400, format!("register[1]: {want}")),
+            "{ip}"
+        );
+    }
+    assert_eq!(ports.state(), before, "nothing registered");
+    for ip in [
+        "127.0.0.5",
+        "::1",
+        "10.0.0.7",
+        "192.168.1.2",
+        "172.16.0.3",
+        "fd00::7",
+        "169.254.1.1",
+    ] {
+        let (status, answer) = ports.register(ip, "sandbox", &["localhost"], &[]);
+        assert_eq!(status, 200, "{ip}: {answer}");
+    }
+}

@@ -262,18 +262,21 @@ fn serve_exit(flags: &[&str]) -> (Option<i32>, String) {
 }
 
 /// docs/configuration.md, "Registrations at start": a `[[register]]` table
-/// or a `--register` flag with a port written with a leading zero stops
-/// start-up naming the entry.
+/// or a `--register` flag with a port written with a leading zero, or with
+/// a source no connection comes from, stops start-up naming it.
 #[test]
-fn registrations_at_start_with_a_leading_zero_port_stop_start_up() {
+fn registrations_at_start_with_a_leading_zero_port_or_no_source_stop_start_up() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("crackbox.toml");
     let tables = "[[register]]\nip = \"127.0.0.5\"\nid = \"ok\"\nallow = [\"a.test:80\"]\n\n\
                   [[register]]\nip = \"127.0.0.6\"\nid = \"zero\"\nallow = [\"a.test\", \"b.test:080\"]\n";
     std::fs::write(&config, tables).unwrap();
     let config = config.display().to_string();
+    let multicast = dir.path().join("multicast.toml");
+    std::fs::write(&multicast, "[[register]]\nip = \"ff02::1\"\nid = \"group\"\n").unwrap();
+    let multicast = multicast.display().to_string();
     let port = "port must be a number from 1 to 65535, without a sign or a leading zero";
-    let cases: [(&[&str], String); 2] = [
+    let cases: [(&[&str], String); 4] = [
         (
             &["--config", &config],
             format!(
@@ -283,6 +286,14 @@ fn registrations_at_start_with_a_leading_zero_port_stop_start_up() {
         (
             &["--register", "127.0.0.5=dev:a.test:0443"],
             format!("\"127.0.0.5=dev:a.test:0443\": allowlist: invalid allowlist entry \"a.test:0443\": {port}"),
+        ),
+        (
+            &["--register", "0.0.0.0=any:a.test"],
+            "\"0.0.0.0=any:a.test\": ip: 0.0.0.0 is the unspecified address, which no connection comes from".to_owned(),
+        ),
+        (
+            &["--config", &multicast],
+            format!("{multicast}: register: [0] ff02::1 (group): ip: ff02::1 is a multicast address"),
         ),
     ];
     for (flags, want) in cases {

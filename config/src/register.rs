@@ -344,6 +344,14 @@ mod tests {
             ("127.0.0.1", "expected IP=ID:host1,host2"),
             ("127.0.0.1=dev", "nothing after ':' = deny all"),
             ("host=dev:a.test", "ip: "),
+            (
+                "0.0.0.0=dev:a.test",
+                "ip: 0.0.0.0 is the unspecified address, which no connection comes from",
+            ),
+            (
+                "255.255.255.255=dev:a.test",
+                "ip: 255.255.255.255 is the limited broadcast address",
+            ),
             ("127.0.0.1=dev:*", "allowlist: "),
             ("127.0.0.1=dev:a.test,,b.test", "allowlist: "),
             ("127.0.0.1=dev:a.test,", "allowlist: "),

@@ -73,4 +73,4 @@ pub use preset::{expand_presets, preset, presets, Preset, UnknownPreset, PRESET_
 pub use provenance::{EntryOrigin, EntryOrigins, Origin};
 pub use registration::{source_ip_text, IdError, RegistrationSpec, SandboxId, SpecError, WATCHER_ID_PREFIX};
 pub use snapshot::{Applied, Generation, Registered, Snapshot, SourceChange};
-pub use source::{canonical_ip, parse_source_ip, SourceIpError};
+pub use source::{canonical_ip, check_source, parse_source_ip, SourceIpError, UnusableSource};

@@ -22,7 +22,7 @@ use super::entry::AllowEntry;
 use super::mode::Mode;
 use super::named::{policy_references, reference_list, PolicyName, ReferencesError};
 use super::provenance::{EntryOrigins, Origin, WrittenList};
-use super::source::{canonical_ip, parse_source_ip, SourceIpError};
+use super::source::{canonical_ip, check_source, parse_source_ip, SourceIpError, UnusableSource};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::net::IpAddr;
@@ -153,6 +153,9 @@ pub enum SpecError {
     /// The `ip` field is not an address.
     #[error("ip: {0}")]
     Ip(#[from] SourceIpError),
+    /// The `ip` field is an address no connection comes from.
+    #[error("ip: {0}")]
+    Source(#[from] UnusableSource),
     /// The `id` field is empty, too long or has control characters.
     #[error("id: {0}")]
     Id(#[from] IdError),
@@ -187,7 +190,8 @@ impl RegistrationSpec {
     }
 
     /// Parses a registration given as text (a flag, a label, a test): the
-    /// address, the id and the entries as written, presets expanded.
+    /// address (one a connection can come from, [`check_source`]), the id
+    /// and the entries as written, presets expanded.
     ///
     /// ```
     /// let spec = crackbox_policy::RegistrationSpec::parse("::ffff:10.0.0.2", "agent", &["PyPI.org"]).unwrap();
@@ -195,11 +199,9 @@ impl RegistrationSpec {
     /// assert_eq!(serde_json::to_string(&spec).unwrap(), r#"{"ip":"10.0.0.2","id":"agent","allowlist":["pypi.org"]}"#);
     /// ```
     pub fn parse<S: AsRef<str>>(ip: &str, id: &str, allowlist: &[S]) -> Result<Self, SpecError> {
-        let spec = RegistrationSpec::new(
-            parse_source_ip(ip)?,
-            SandboxId::parse(id)?,
-            Allowlist::from_config(allowlist)?,
-        );
+        let ip = parse_source_ip(ip)?;
+        check_source(ip)?;
+        let spec = RegistrationSpec::new(ip, SandboxId::parse(id)?, Allowlist::from_config(allowlist)?);
         Ok(spec.with_origins(EntryOrigins::of_presets(allowlist)))
     }
 

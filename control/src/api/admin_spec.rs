@@ -1,11 +1,18 @@
-//! Registrations as the admin API takes them: never under the id prefix
-//! the Docker label watcher owns (a registration made by hand with such an
-//! id would be taken for the watcher's and removed by it), and never with a
-//! grant that has already expired (docs/admin-api.md, `origins`). Everything
-//! else about a registration was checked as its body was decoded.
+//! Registrations as the admin API takes them: never for a source no
+//! connection comes from (docs/policy.md, "Registrations"), never under the
+//! id prefix the Docker label watcher owns (a registration made by hand with
+//! such an id would be taken for the watcher's and removed by it), and never
+//! with a grant that has already expired (docs/admin-api.md, `origins`).
+//! Everything else about a registration was checked as its body was decoded.
 
 use crate::registry::WATCHER_ID_PREFIX;
 use crackbox_policy::{grant, RegistrationSpec};
+
+/// Refuses a source no connection comes from (`0.0.0.0`, multicast, the
+/// limited broadcast); the error is the 400's text.
+pub fn check_source(spec: &RegistrationSpec) -> Result<(), String> {
+    crackbox_policy::check_source(spec.ip).map_err(|err| format!("ip: {err}"))
+}
 
 /// Refuses an id under the watcher's prefix; the error is the 400's text.
 pub fn check_id(spec: &RegistrationSpec) -> Result<(), String> {
@@ -47,6 +54,17 @@ pub fn without_expired(spec: RegistrationSpec, now_ms: u64) -> RegistrationSpec 
 mod tests {
     use super::*;
     use crackbox_policy::AllowEntry;
+
+    #[test]
+    fn a_source_no_connection_comes_from_is_refused_and_others_pass() {
+        let local = RegistrationSpec::parse("127.0.0.1", "agent", &["pypi.org"]).unwrap();
+        assert!(check_source(&local).is_ok());
+        let nowhere = RegistrationSpec::new("::".parse().unwrap(), local.id.clone(), local.allowlist.clone());
+        assert_eq!(
+            check_source(&nowhere).unwrap_err(),
+            "ip: :: is the unspecified address, which no connection comes from"
+        );
+    }
 
     #[test]
     fn the_watchers_prefix_is_refused_and_other_ids_pass() {

@@ -73,7 +73,7 @@ enum Expired {
     Dropped,
 }
 
-/// Checks every spec's id, its grants and that no source comes twice;
+/// Checks every spec's source, id, grants and that no source comes twice;
 /// `list[i]` names a bad or repeated one.
 fn checked_all(
     specs: Vec<RegistrationSpec>,
@@ -86,6 +86,7 @@ fn checked_all(
     for (index, spec) in specs.into_iter().enumerate() {
         let name = format!("{list}[{index}]");
         let refused = |err: String| ApiError::bad_request(format!("{name}: {err}"));
+        admin_spec::check_source(&spec).map_err(refused)?;
         admin_spec::check_id(&spec).map_err(refused)?;
         let spec = match expired {
             Expired::Refused => {

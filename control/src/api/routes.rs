@@ -18,6 +18,7 @@ pub async fn register(
 ) -> Result<Json<RegistrationSpec>, ApiError> {
     authorise(&state, &headers)?;
     let stored: RegistrationSpec = body::parse(body)?;
+    admin_spec::check_source(&stored).map_err(ApiError::bad_request)?;
     admin_spec::check_id(&stored).map_err(ApiError::bad_request)?;
     admin_spec::check_grants(&stored, crate::grants::now_ms()).map_err(ApiError::bad_request)?;
     let generation = state

@@ -86,6 +86,10 @@ fn config_file_tables_seed_registrations_before_the_flags() {
             "register: [0] 10.0.0.2 (a): allowlist: invalid allowlist entry \"b.test:080\": port must be a number \
              from 1 to 65535, without a sign or a leading zero",
         ),
+        (
+            "[[register]]\nip = \"239.1.2.3\"\nid = \"group\"\n",
+            "register: [0] 239.1.2.3 (group): ip: 239.1.2.3 is a multicast address, which no connection comes from",
+        ),
     ];
     for (text, want) in refused {
         let (_dir, bad) = config_file(text);
