@@ -6,10 +6,15 @@
 //! handed out twice, across a restart of the engine or of the whole daemon,
 //! so a decision meant for a request from before one can never land on a
 //! new request; without a state file, where ids begin again, an answer that
-//! says what it expects is refused when the id names another. And every command that prints exits quietly when its
+//! says what it expects is refused when the id names another; a request
+//! the engine's restart closed ends with a `decided` event that says
+//! `withdrawn`. And every command that prints exits quietly when its
 //! reader is gone (`crackbox presets | head -1`).
 
-use crackbox_client::{blocking, Client, PendingRequest};
+mod ask_support;
+
+use ask_support::{next_decided, subscribe};
+use crackbox_client::{blocking, Client, PendingRequest, Settlement};
 use crackbox_test_support::{
     alive, binary, command, free_port, metric, read_head, read_to_end, root_or_skip, run, signal, wait_until, Daemon,
 };
@@ -128,9 +133,24 @@ fn a_decision_from_before_a_restart_never_lands_on_a_new_request() {
     let decide = |id: u64, answer: &str| run(&["decide", &id.to_string(), answer, "--admin", &admin], &[]);
     let port = free_port();
     let (mut first, before) = held(&proxy, &format!("before.test:{port}"));
+    let events = subscribe(proxy.admin);
 
     let engine = proxy.engine_pid();
     signal(engine, libc::SIGKILL);
+    // The request ends on the stream too (subscribers and the console drop
+    // it): withdrawn, with no reason or layer, as nothing refused it.
+    let ended = next_decided(&events);
+    assert_eq!(
+        (
+            ended.request.id,
+            ended.decision,
+            ended.reason,
+            ended.layer,
+            ended.request.waiting
+        ),
+        (before.id, Settlement::Withdrawn, None, None, 0),
+        "{ended:?}"
+    );
     assert!(
         wait_until(Duration::from_secs(20), || {
             proxy.try_engine_pid().is_some_and(|pid| pid != engine) && proxy.health().0 == 200

@@ -19,7 +19,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use recent::Recent;
-use std::collections::HashSet;
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::sync::broadcast;
@@ -51,7 +52,8 @@ impl Drop for Answering<'_> {
 pub struct Asks {
     /// `pending` and `decided` events (a `lagged` one is each subscriber's own).
     events: broadcast::Sender<Event>,
-    pending: Mutex<HashSet<PendingId>>,
+    /// The requests held now, as the engine told of them.
+    pending: Mutex<HashMap<PendingId, PendingRequest>>,
     /// Requests an answer is being applied to now.
     answering: Mutex<HashSet<PendingId>>,
     /// What became of the requests no longer pending.
@@ -81,7 +83,7 @@ impl Asks {
         self.events.subscribe()
     }
 
-    fn pending(&self) -> std::sync::MutexGuard<'_, HashSet<PendingId>> {
+    fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<PendingId, PendingRequest>> {
         self.pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
@@ -108,7 +110,8 @@ impl Asks {
     pub fn asked(&self, request: PendingRequest) {
         self.recent().heard(request.id);
         let mut pending = self.pending();
-        if pending.insert(request.id) {
+        if let Entry::Vacant(vacant) = pending.entry(request.id) {
+            vacant.insert(request.clone());
             self.pending_gauge.set(pending.len() as i64);
             drop(pending);
             let _ = self.events.send(Event::Pending(request));
@@ -144,13 +147,30 @@ impl Asks {
         self.pending().len()
     }
 
-    /// The engine went away: what it held went with it.
+    /// The engine went away: what it held went with it. Each request it
+    /// held ends with a `decided` event that says `withdrawn`, without a
+    /// reason or layer (nothing refused it; its connections closed with the
+    /// engine), so subscribers and the fleet's inbox drop it (docs/ask.md).
+    /// An engine that only lost its link tells again of what it still
+    /// holds, which is announced anew.
     pub fn engine_gone(&self) {
         let mut pending = self.pending();
-        let gone: Vec<PendingId> = pending.drain().collect();
+        let gone: Vec<PendingRequest> = pending.drain().map(|(_, request)| request).collect();
         self.pending_gauge.set(0);
         drop(pending);
-        self.recent().engine_gone(gone);
+        self.recent().engine_gone(gone.iter().map(|request| request.id));
+        for request in gone {
+            self.decisions
+                .get_or_create(&vec![("decision", Settlement::Withdrawn.as_str())])
+                .inc();
+            let decided = DecidedRequest {
+                request: PendingRequest { waiting: 0, ..request },
+                decision: Settlement::Withdrawn,
+                reason: None,
+                layer: None,
+            };
+            let _ = self.events.send(Event::Decided(decided));
+        }
     }
 
     /// An engine connects and is told that ids up to `through` may have
@@ -200,6 +220,36 @@ mod tests {
             waiting: 1,
             node: None,
         }
+    }
+
+    #[test]
+    fn requests_held_when_the_engine_went_away_end_withdrawn_and_may_be_told_again() {
+        let asks = Asks::default();
+        asks.asked(request(1));
+        asks.asked(request(2));
+        asks.settled(DecidedRequest {
+            request: request(1),
+            decision: Settlement::Deny,
+            reason: None,
+            layer: None,
+        });
+        let mut events = asks.subscribe();
+        asks.engine_gone();
+        let withdrawn = DecidedRequest {
+            request: PendingRequest {
+                waiting: 0,
+                ..request(2)
+            },
+            decision: Settlement::Withdrawn,
+            reason: None,
+            layer: None,
+        };
+        assert_eq!(events.try_recv().unwrap(), Event::Decided(withdrawn));
+        assert!(events.try_recv().is_err(), "only what was still held");
+        assert_eq!(asks.fate(2), Fate::GoneWithEngine);
+        assert_eq!(asks.pending_gauge.get(), 0);
+        asks.asked(request(2));
+        assert_eq!(events.try_recv().unwrap(), Event::Pending(request(2)));
     }
 
     #[test]

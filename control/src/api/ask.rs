@@ -227,6 +227,11 @@ fn conflict(message: &str) -> ApiError {
     )
 }
 
+/// 409 for an `always` whose registration's allowlist has no room left.
+fn list_full() -> ApiError {
+    conflict("the allowlist holds the most entries it may (1000)")
+}
+
 /// 409 for an `always` whose sandbox is no longer registered on its source
 /// (unregistered, or the address registered again under another id) before
 /// the engine enforces that change: nothing is added, and the engine then
@@ -258,7 +263,7 @@ async fn always(state: &AppState, id: PendingId, period: Option<Period>) -> Resu
         .filter(|spec| spec.id.as_str() == request.sandbox)
         .ok_or_else(sandbox_gone)?;
     if registered.allowlist.with_entry(entry.clone()).is_none() {
-        return Err(conflict("the allowlist holds the most entries it may (1000)"));
+        return Err(list_full());
     }
     let id_of = registered.id.clone();
     let decided = state
@@ -284,7 +289,19 @@ async fn always(state: &AppState, id: PendingId, period: Option<Period>) -> Resu
             )
         })?;
     if outcome.registered == 0 {
-        return Err(conflict("the registration changed meanwhile"));
+        // Since the check above: the list filled up, or the sandbox is gone
+        // (unregistered or registered again under another id), which the
+        // engine refuses the request for as it enforces that.
+        let still = state
+            .registry
+            .current()
+            .entries
+            .get(&request.ip)
+            .is_some_and(|spec| spec.id.as_str() == request.sandbox);
+        return Err(match still {
+            true => list_full(),
+            false => sandbox_gone(),
+        });
     }
     enforced(state, outcome.generation).await?;
     let stored = state.registry.current();

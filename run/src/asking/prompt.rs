@@ -88,6 +88,9 @@ impl Prompt {
         let target = target(&request);
         let how = match decided.decision {
             Settlement::Timeout => "timed out: nobody decided within the ask timeout, so it was refused".to_string(),
+            Settlement::Withdrawn if decided.reason.is_none() && decided.layer.is_none() => {
+                "was closed when crackbox's engine restarted (the next connection asks again)".to_string()
+            }
             Settlement::Withdrawn => "was settled by a change of the run's registration".to_string(),
             other => format!("was decided elsewhere: {}", other.as_str()),
         };
@@ -278,6 +281,12 @@ mod tests {
         assert_eq!(
             said(&timed_out),
             ["crackbox: b.test:443 timed out: nobody decided within the ask timeout, so it was refused"]
+        );
+        prompt.asked(request(4, "d.test", 443));
+        let restarted = prompt.settled(&settled(request(4, "d.test", 443), Settlement::Withdrawn));
+        assert_eq!(
+            said(&restarted),
+            ["crackbox: d.test:443 was closed when crackbox's engine restarted (the next connection asks again)"]
         );
         assert!(prompt.typed(b"o").is_empty(), "no question: a key does nothing");
     }
