@@ -266,13 +266,13 @@ fn one_source_gets_four_tcp_connections_and_each_must_ask_soon() {
 }
 
 #[test]
-fn edns_options_never_reach_the_upstream() {
+fn edns_options_and_the_clients_edns_version_never_reach_the_upstream() {
     let (upstream, received) = stub_upstream();
     let (_daemon, filter) = filtering_daemon(upstream);
     let secret = b"SECRET!!";
     let edns = || {
         let mut edns = Edns::new();
-        edns.set_max_payload(1232).set_dnssec_ok(true);
+        edns.set_max_payload(1232).set_version(3).set_dnssec_ok(true);
         edns.options_mut().insert(EdnsOption::Unknown(65001, secret.to_vec()));
         edns
     };
@@ -293,6 +293,7 @@ fn edns_options_never_reach_the_upstream() {
         let sent = Message::from_vec(&packet).unwrap();
         let edns = sent.edns.expect("the OPT record is forwarded");
         assert_eq!(edns.max_payload(), 1232, "the payload size is kept");
+        assert_eq!(edns.version(), 0, "the version is the only one there is, not the client's");
         assert!(edns.flags().dnssec_ok, "the DO bit is kept");
         assert!(edns.options().as_ref().is_empty(), "{:?}", edns.options());
     }

@@ -78,13 +78,20 @@ impl Upstream {
 /// put into its message beyond what a resolver needs leaves the sandbox.
 /// It carries an id the client did not choose (a client cannot predict or
 /// collide with it), the question, the RD, CD and AD bits, and, when the
-/// client sent an OPT record, one with its UDP payload size, EDNS version
-/// and DO bit but none of its options or other flag bits. The client's
-/// answer, authority and additional records are never sent.
+/// client sent an OPT record, one of EDNS version 0 with its UDP payload
+/// size (held to 512-4096) and DO bit but none of its options or other flag
+/// bits. The client's answer, authority and additional records are never
+/// sent.
 fn fresh_query(request: &Message) -> Result<(Vec<u8>, u16), UpstreamError> {
     let upstream = upstream_query(request);
     Ok((upstream.to_vec()?, upstream.metadata.id))
 }
+
+/// The UDP payload sizes an upstream query may announce: RFC 6891's floor,
+/// and a ceiling past any real answer, so the client's own number (16 bits
+/// it chose) does not reach the upstream as it wrote it.
+const MIN_PAYLOAD: u16 = 512;
+const MAX_PAYLOAD: u16 = 4096;
 
 /// [`fresh_query`]'s message, before encoding.
 fn upstream_query(request: &Message) -> Message {
@@ -97,8 +104,8 @@ fn upstream_query(request: &Message) -> Message {
     query.add_queries(request.queries.iter().cloned());
     if let Some(asked) = &request.edns {
         let mut edns = Edns::new();
-        edns.set_max_payload(asked.max_payload())
-            .set_version(asked.version())
+        edns.set_max_payload(asked.max_payload().clamp(MIN_PAYLOAD, MAX_PAYLOAD))
+            .set_version(0)
             .set_dnssec_ok(asked.flags().dnssec_ok);
         query.set_edns(edns);
     }

@@ -56,3 +56,16 @@ fn a_query_without_edns_gets_none() {
     assert!(sent.edns.is_none());
     assert!(!sent.metadata.authentic_data);
 }
+
+#[test]
+fn the_edns_version_is_0_and_the_payload_size_stays_within_bounds() {
+    for (asked, sent) in [(65535, 4096), (4000, 4000), (100, 512)] {
+        let mut request = client_query();
+        let mut edns = Edns::new();
+        edns.set_max_payload(asked).set_version(7);
+        request.set_edns(edns);
+        let (bytes, _) = fresh_query(&request).unwrap();
+        let edns = Message::from_vec(&bytes).unwrap().edns.expect("an OPT record");
+        assert_eq!((edns.version(), edns.max_payload()), (0, sent), "asked {asked}");
+    }
+}
