@@ -317,8 +317,10 @@ fn a_non_loopback_admin_bind_without_a_secret_refuses_to_start() {
 /// An admin connection that sends half a request head and nothing more, or
 /// stays idle between requests, is closed once it has been quiet for 30 s
 /// (it stayed open for good, and enough of them used up the control
-/// process's descriptors); an events stream, whose keep-alive comment goes
-/// out every 15 s, stays open past that.
+/// process's descriptors), and so is one that trickles its request a byte
+/// at a time, once the request has not come whole 30 s after its first
+/// byte; an events stream, whose keep-alive comment goes out every 15 s,
+/// stays open past that.
 #[test]
 fn quiet_admin_connections_are_closed_and_an_events_stream_is_not() {
     use std::io::{Read, Write};
@@ -330,6 +332,19 @@ fn quiet_admin_connections_are_closed_and_an_events_stream_is_not() {
     };
     let mut partial = connect();
     partial.write_all(b"GET /v1/status HTTP/1.1\r\nHo").unwrap();
+    let mut trickling = connect();
+    trickling.write_all(b"GET /v1/status HTTP/1.1\r\nX-Slow: ").unwrap();
+    let mut writer = trickling.try_clone().unwrap();
+    std::thread::spawn(move || {
+        // A byte every 10 s: each is well inside the 30 s quiet limit,
+        // which alone never closed it; at most 8 bytes (80 s).
+        for _ in 0..8 {
+            std::thread::sleep(Duration::from_secs(10));
+            if writer.write_all(b"a").is_err() {
+                return;
+            }
+        }
+    });
     let mut idle = connect();
     write!(idle, "GET /health HTTP/1.1\r\nHost: {}\r\n\r\n", ports.admin).unwrap();
     let mut events = connect();
@@ -347,7 +362,11 @@ fn quiet_admin_connections_are_closed_and_an_events_stream_is_not() {
         let _ = stream.read_to_end(&mut sink);
         started.elapsed()
     };
-    for (what, stream) in [("half a head", &mut partial), ("an idle keep-alive", &mut idle)] {
+    for (what, stream) in [
+        ("half a head", &mut partial),
+        ("an idle keep-alive", &mut idle),
+        ("a trickled head", &mut trickling),
+    ] {
         let took = closed_after(stream);
         assert!(took < Duration::from_secs(45), "{what} was open {took:?}");
     }

@@ -293,7 +293,11 @@ fn edns_options_and_the_clients_edns_version_never_reach_the_upstream() {
         let sent = Message::from_vec(&packet).unwrap();
         let edns = sent.edns.expect("the OPT record is forwarded");
         assert_eq!(edns.max_payload(), 1232, "the payload size is kept");
-        assert_eq!(edns.version(), 0, "the version is the only one there is, not the client's");
+        assert_eq!(
+            edns.version(),
+            0,
+            "the version is the only one there is, not the client's"
+        );
         assert!(edns.flags().dnssec_ok, "the DO bit is kept");
         assert!(edns.options().as_ref().is_empty(), "{:?}", edns.options());
     }

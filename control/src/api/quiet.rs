@@ -1,10 +1,12 @@
-//! Admin connections that go quiet are closed (docs/admin-api.md,
+//! Admin connections that go quiet, or trickle, are closed (docs/admin-api.md,
 //! "Requests and errors"): one that neither sends nor receives a byte for
-//! [`QUIET_LIMIT`] gets a read error, and the HTTP server drops it. Without
-//! this a half-sent request head or an idle keep-alive connection stayed
-//! open for good, and enough of them used up the control process's
-//! descriptors. An events stream is never quiet that long: its keep-alive
-//! comment goes out every 15 s.
+//! [`QUIET_LIMIT`] gets a read error, and the HTTP server drops it; so does
+//! one whose request has not come whole [`REQUEST_LIMIT`] after its first
+//! byte (bytes read and nothing answered since: a byte every 29 s kept the
+//! quiet limit from ever running out). Without these a half-sent request
+//! head or an idle keep-alive connection stayed open for good, and enough
+//! of them used up the control process's descriptors. An events stream is
+//! never quiet that long: its keep-alive comment goes out every 15 s.
 
 use axum::serve::Listener;
 use std::future::Future;
@@ -18,6 +20,11 @@ use tokio::time::{Instant, Sleep};
 
 /// How long a connection may neither send nor receive a byte.
 pub const QUIET_LIMIT: Duration = Duration::from_secs(30);
+
+/// How long a request may take to arrive, from its first byte until
+/// something is answered (admin requests are small; on loopback they come
+/// in well under a millisecond).
+pub const REQUEST_LIMIT: Duration = Duration::from_secs(30);
 
 /// The admin listener, handing out connections that close when quiet.
 pub struct QuietListener(pub TcpListener);
@@ -36,10 +43,14 @@ impl Listener for QuietListener {
     }
 }
 
-/// A connection with a deadline that every byte moved pushes back.
+/// A connection with a deadline that every byte moved pushes back, and one
+/// for the request being read.
 pub struct Quiet {
     stream: TcpStream,
     deadline: Pin<Box<Sleep>>,
+    /// Set by the first byte read since the last one written: when the
+    /// request arriving now must have been answered by.
+    request: Option<Pin<Box<Sleep>>>,
 }
 
 impl Quiet {
@@ -47,6 +58,7 @@ impl Quiet {
         Quiet {
             stream,
             deadline: Box::pin(tokio::time::sleep(QUIET_LIMIT)),
+            request: None,
         }
     }
 
@@ -58,6 +70,36 @@ impl Quiet {
     fn moved(&mut self) {
         self.deadline.as_mut().reset(Instant::now() + QUIET_LIMIT);
     }
+
+    fn read_some(&mut self) {
+        self.moved();
+        if self.request.is_none() {
+            self.request = Some(Box::pin(tokio::time::sleep(REQUEST_LIMIT)));
+        }
+    }
+
+    fn wrote_some(&mut self) {
+        self.moved();
+        self.request = None;
+    }
+
+    /// Ready with the error that closes the connection once a deadline
+    /// has passed.
+    fn overdue(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
+        if let Some(request) = self.request.as_mut() {
+            if request.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "a request did not come whole within 30 s of its first byte",
+                ));
+            }
+        }
+        ready!(self.deadline.as_mut().poll(cx));
+        Poll::Ready(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "nothing sent or received for 30 s",
+        ))
+    }
 }
 
 impl AsyncRead for Quiet {
@@ -65,17 +107,11 @@ impl AsyncRead for Quiet {
         let before = buf.filled().len();
         match Pin::new(&mut self.stream).poll_read(cx, buf) {
             Poll::Ready(Ok(())) if buf.filled().len() > before => {
-                self.moved();
+                self.read_some();
                 Poll::Ready(Ok(()))
             }
             Poll::Ready(done) => Poll::Ready(done),
-            Poll::Pending => {
-                ready!(self.deadline.as_mut().poll(cx));
-                Poll::Ready(Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    "nothing sent or received for 30 s",
-                )))
-            }
+            Poll::Pending => self.overdue(cx).map(Err),
         }
     }
 }
@@ -84,7 +120,7 @@ impl AsyncWrite for Quiet {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         let written = ready!(Pin::new(&mut self.stream).poll_write(cx, buf));
         if matches!(written, Ok(n) if n > 0) {
-            self.moved();
+            self.wrote_some();
         }
         Poll::Ready(written)
     }
@@ -96,7 +132,7 @@ impl AsyncWrite for Quiet {
     ) -> Poll<io::Result<usize>> {
         let written = ready!(Pin::new(&mut self.stream).poll_write_vectored(cx, bufs));
         if matches!(written, Ok(n) if n > 0) {
-            self.moved();
+            self.wrote_some();
         }
         Poll::Ready(written)
     }
