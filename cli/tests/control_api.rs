@@ -336,9 +336,10 @@ fn quiet_admin_connections_are_closed_and_an_events_stream_is_not() {
     trickling.write_all(b"GET /v1/status HTTP/1.1\r\nX-Slow: ").unwrap();
     let mut writer = trickling.try_clone().unwrap();
     std::thread::spawn(move || {
-        // A byte every 10 s: each is well inside the 30 s quiet limit,
-        // which alone never closed it; at most 8 bytes (80 s).
         for _ in 0..8 {
+            // Not synchronisation: the pace of a trickling client, a byte
+            // every 10 s, well inside the 30 s quiet limit, which alone
+            // never closed it; at most 8 bytes (80 s).
             std::thread::sleep(Duration::from_secs(10));
             if writer.write_all(b"a").is_err() {
                 return;
