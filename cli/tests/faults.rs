@@ -358,7 +358,12 @@ fn crowd_and_a_well_behaved_client(pause: Duration, min_answers: usize, sanity: 
         loaded.percentile(0.99) < sanity,
         "sanity bound on the well-behaved client's p99"
     );
-    assert_eq!(counts.failed.load(Ordering::Relaxed), 0, "no crowd client failed");
+    assert_eq!(
+        counts.failed.load(Ordering::Relaxed),
+        0,
+        "no crowd client failed; the first: {:?}",
+        counts.first_failure.get()
+    );
 }
 
 #[test]

@@ -11,10 +11,19 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Listen backlog of [`fast_upstream`]: a crowd's proxy may dial it in a
+/// burst, which std's 128 would meet with SYN cookies and dropped
+/// handshakes, the test upstream's doing rather than the proxy's.
+const UPSTREAM_BACKLOG: i32 = 4096;
+
 /// A small, fast upstream on its own thread: answers every request head
 /// with `200 ok` on keep-alive connections (one tokio task per connection).
 pub fn fast_upstream() -> SocketAddr {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket.set_reuse_address(true).unwrap();
+    socket.bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into()).unwrap();
+    socket.listen(UPSTREAM_BACKLOG).unwrap();
+    let listener = std::net::TcpListener::from(socket);
     let addr = listener.local_addr().unwrap();
     listener.set_nonblocking(true).unwrap();
     std::thread::spawn(move || {
@@ -243,6 +252,8 @@ pub struct LoadCounts {
     pub answered: AtomicU64,
     /// Clients that failed (connect, write or a bad answer) and stopped.
     pub failed: AtomicU64,
+    /// How the first client that failed did (for the test's message).
+    pub first_failure: std::sync::OnceLock<String>,
 }
 
 /// `clients` keep-alive clients spread over `sources`, each sending a GET
@@ -292,33 +303,37 @@ async fn load_client(
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket.bind(SocketAddr::new(source, 0)).unwrap();
-    let Ok(mut stream) = socket.connect(proxy).await else {
+    let failed = |how: String| {
         counts.failed.fetch_add(1, Ordering::Relaxed);
-        return;
+        let _ = counts.first_failure.set(how);
+    };
+    let mut stream = match socket.connect(proxy).await {
+        Ok(stream) => stream,
+        Err(err) => return failed(format!("connect: {err}")),
     };
     counts.connected.fetch_add(1, Ordering::Relaxed);
     // Not synchronisation: spreads the clients' requests over time.
     tokio::time::sleep(phase).await;
     let mut buf = [0u8; 1024];
     while !stop.load(Ordering::Relaxed) {
-        if stream.write_all(&request).await.is_err() {
-            counts.failed.fetch_add(1, Ordering::Relaxed);
-            return;
+        if let Err(err) = stream.write_all(&request).await {
+            return failed(format!("write: {err}"));
         }
         let mut got = Vec::new();
-        let complete = loop {
+        let ended = loop {
             match stream.read(&mut buf).await {
-                Ok(0) | Err(_) => break false,
+                Ok(0) => break Some("closed".to_string()),
+                Err(err) => break Some(format!("read: {err}")),
                 Ok(n) => got.extend_from_slice(&buf[..n]),
             }
             // The upstream's answer is exactly `...\r\n\r\nok`.
             if got.ends_with(b"\r\n\r\nok") {
-                break true;
+                break None;
             }
         };
-        if !complete || !got.starts_with(b"HTTP/1.1 200") {
-            counts.failed.fetch_add(1, Ordering::Relaxed);
-            return;
+        if ended.is_some() || !got.starts_with(b"HTTP/1.1 200") {
+            let head = String::from_utf8_lossy(&got[..got.len().min(200)]).into_owned();
+            return failed(format!("{} after {head:?}", ended.as_deref().unwrap_or("answered")));
         }
         counts.answered.fetch_add(1, Ordering::Relaxed);
         // Not synchronisation: the load's pace between requests.
