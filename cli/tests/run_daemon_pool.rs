@@ -313,9 +313,11 @@ fn a_signal_while_a_run_makes_a_jail_leaves_the_pool_whole() {
     let upstream = Upstream::start();
     // A daemon with an empty pool each time, so the run makes a jail; the
     // signal lands before, during or after that (network, daemon
-    // connection, holder, claim, registration). What the run made is
-    // removed, or kept as a whole jail of the pool.
-    for delay_ms in [100u64, 250, 400, 600, 900] {
+    // connection, holder, claim, registration), counted from when the run
+    // catches it (before, SIGINT ends any process, which a loaded machine's
+    // exec can outlast). What the run made is removed, or kept as a whole
+    // jail of the pool.
+    for delay_ms in [0u64, 100, 250, 400, 600, 900] {
         let daemon = Daemon::start(&upstream);
         let id = unique("d-setup-signal");
         let child = daemon
@@ -324,6 +326,10 @@ fn a_signal_while_a_run_makes_a_jail_leaves_the_pool_whole() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
+        assert!(
+            wait_until(Duration::from_secs(10), || catches_sigint(child.id())),
+            "the run catches SIGINT"
+        );
         // Not synchronisation: when the signal lands in set-up is what is varied.
         std::thread::sleep(Duration::from_millis(delay_ms));
         crackbox_test_support::signal(child.id(), libc::SIGINT);
@@ -337,4 +343,15 @@ fn a_signal_while_a_run_makes_a_jail_leaves_the_pool_whole() {
             assert_eq!(running, "true", "after {delay_ms} ms: {holder}");
         }
     }
+}
+
+/// Whether process `pid` has a handler for SIGINT (`SigCgt` in its
+/// `/proc` status).
+fn catches_sigint(pid: u32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("SigCgt:"))
+        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .is_some_and(|mask| mask & (1 << (libc::SIGINT - 1)) != 0)
 }
