@@ -1,7 +1,9 @@
 //! The documented command line and the first things a new user runs into,
 //! end to end with the real binary: flag names, listener sets, bind failures.
 
-use crackbox_test_support::{echo_round, free_port, isolated, open_tunnel, try_http, wait_until, Echo, Spawned};
+use crackbox_test_support::{
+    echo_round, exit_within, free_port, isolated, open_tunnel, try_http, wait_until, Echo, Spawned,
+};
 use std::collections::BTreeSet;
 use std::io::Read;
 use std::net::SocketAddr;
@@ -340,21 +342,10 @@ fn colour_only_on_a_terminal_and_never_with_no_color() {
 /// Runs `crackbox ARGS...` to its exit (killed after 20 s if it does not
 /// exit by itself); returns the exit code and stderr.
 fn exit_of(args: &[String]) -> (Option<i32>, String) {
-    let mut child = isolated(Command::new(env!("CARGO_BIN_EXE_crackbox")).args(args))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start crackbox");
-    let exited = wait_until(Duration::from_secs(20), || matches!(child.try_wait(), Ok(Some(_))));
-    if !exited {
-        let _ = child.kill();
-    }
-    let output = child.wait_with_output().unwrap();
+    let mut crackbox = Command::new(env!("CARGO_BIN_EXE_crackbox"));
+    let (exited, code, stderr) = exit_within(isolated(crackbox.args(args)), Duration::from_secs(20));
     assert!(exited, "crackbox {args:?} kept running with a busy listener");
-    (
-        output.status.code(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
+    (code, stderr)
 }
 
 #[test]

@@ -2,9 +2,8 @@
 //! which port the real binary listens on, and start-up errors that name the
 //! offending key or source.
 
-use crackbox_test_support::{command, free_addr, run, wait_until, Ports, Spawned};
+use crackbox_test_support::{command, exit_within, free_addr, run, wait_until, Ports, Spawned};
 use std::net::{SocketAddr, TcpStream};
-use std::process::Stdio;
 use std::time::Duration;
 
 fn listening(addr: SocketAddr) -> bool {
@@ -246,19 +245,9 @@ fn serve_exit(flags: &[&str]) -> (Option<i32>, String) {
     let mut args = vec!["proxy".to_owned(), "serve".to_owned()];
     args.extend(Ports::fresh().flags());
     args.extend(flags.iter().map(|flag| flag.to_string()));
-    let mut child = command(&args, &[])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start crackbox");
-    let exited = wait_until(Duration::from_secs(20), || matches!(child.try_wait(), Ok(Some(_))));
-    if !exited {
-        let _ = child.kill();
-    }
-    let output = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    let (exited, code, stderr) = exit_within(&mut command(&args, &[]), Duration::from_secs(20));
     assert!(exited, "{flags:?}: kept running; stderr: {stderr}");
-    (output.status.code(), stderr)
+    (code, stderr)
 }
 
 /// docs/configuration.md, "Registrations at start": a `[[register]]` table

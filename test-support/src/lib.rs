@@ -49,7 +49,7 @@ pub use net::{
     closed_within, connect_from, dialling, free_addr, free_port, holding_upstream, try_connect_from, wait_until,
 };
 pub use ports::{admin, proxied, Ports};
-pub use process::{alive, cpu_ticks, describe, raise_fd_limit, signal, ticks_per_second};
+pub use process::{alive, cpu_ticks, describe, exit_within, raise_fd_limit, signal, ticks_per_second};
 pub use pty::Pty;
 pub use revocation::{assert_cut, assert_untouched, REVOKE_WITHIN, STAYS_OPEN};
 pub use root::{is_root, root_or_skip};

@@ -1,6 +1,7 @@
 //! Process facts from /proc, the fd limit and finished commands' output.
 
-use std::process::Output;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 /// CPU time (user + system, clock ticks) used so far by process `pid`.
 pub fn cpu_ticks(pid: u32) -> u64 {
@@ -29,6 +30,24 @@ pub fn signal(pid: u32, signal: libc::c_int) {
     let pid = libc::pid_t::try_from(pid).expect("a pid fits pid_t");
     // SAFETY: kill has no memory preconditions; the caller names its own child.
     assert_eq!(unsafe { libc::kill(pid, signal) }, 0, "signal {signal} to {pid}");
+}
+
+/// Runs `command` to its exit, killed after `limit` if it keeps running:
+/// whether it exited by itself, its exit code and its stderr (stdout is
+/// dropped).
+pub fn exit_within(command: &mut Command, limit: Duration) -> (bool, Option<i32>, String) {
+    let mut child = command
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the command");
+    let exited = crate::wait_until(limit, || matches!(child.try_wait(), Ok(Some(_))));
+    if !exited {
+        let _ = child.kill();
+    }
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    (exited, output.status.code(), stderr)
 }
 
 /// Raises this process's soft fd limit to the hard limit.
