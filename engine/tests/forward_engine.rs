@@ -173,3 +173,47 @@ fn http_get_forwarded_with_keep_alive_and_per_request_decisions() {
     let response = read_to_end(&mut client);
     assert!(response.starts_with("HTTP/1.1 403 "), "{response}");
 }
+
+/// A CONNECT head that comes in two parts: the accept loop reads what came
+/// first (or nothing yet), and the connection's task goes on from those
+/// bytes, never without them. A denial is answered and recorded once, and
+/// an allowed tunnel gets the bytes sent after the head.
+#[test]
+fn a_connect_head_in_two_parts_is_decided_once_on_all_of_it() {
+    let echo = Echo::start();
+    let engine = Engine::start(vec![reg("127.0.0.7", "g", &["localhost"])], true);
+    let port = echo.addr.port();
+    let pause = || {
+        // Not synchronisation: a head split across time is what is tested
+        // (its first part is there before the second is sent).
+        std::thread::sleep(Duration::from_millis(200));
+    };
+
+    let mut denied = engine.client("127.0.0.7");
+    denied
+        .write_all(b"CONNECT denied.test:443 HTTP/1.1\r\nHost: den")
+        .unwrap();
+    pause();
+    denied.write_all(b"ied.test:443\r\n\r\n").unwrap();
+    let response = read_to_end(&mut denied);
+    assert!(response.starts_with("HTTP/1.1 403 "), "{response}");
+    assert!(response.contains("X-Crackbox-Reason: not-allowed"), "{response}");
+    let recorded = engine
+        .stats()
+        .denials
+        .iter()
+        .filter(|d| d.host == "denied.test")
+        .count();
+    assert_eq!(recorded, 1, "the denial is recorded once");
+
+    let mut allowed = engine.client("127.0.0.7");
+    write!(allowed, "CONNECT localhost:{port} HTTP/1.1\r\n").unwrap();
+    pause();
+    allowed.write_all(b"\r\nearly bytes|").unwrap();
+    let head = read_head(&mut allowed);
+    assert!(head.starts_with("HTTP/1.1 200 "), "{head}");
+    allowed.write_all(b"late bytes").unwrap();
+    allowed.shutdown(Shutdown::Write).unwrap();
+    assert_eq!(read_to_end(&mut allowed), "early bytes|late bytes");
+    assert_eq!(echo.accepts.load(Ordering::SeqCst), 1);
+}

@@ -1,13 +1,15 @@
 //! Accept loops: admission, a wait for a registration in flight (`hold`),
 //! then hand-off to the plane's connection handler; a tunnel it opens runs
-//! on as a task of its own. Connections are taken
-//! one per readiness (see `ready_accept`).
+//! on as a task of its own. A forward CONNECT denied on what arrived with
+//! its connection is answered in the loop itself, without a task
+//! (`forward::deny_at_once`). Connections are taken one per readiness (see
+//! `ready_accept`).
 //!
 //! Accept errors never kill a listener: on fd exhaustion (EMFILE/ENFILE)
 //! the loop logs, pauses briefly and goes on; existing tunnels keep running.
 
 use super::{ready_accept, Plane};
-use crate::plane::front::forward::{self, Origin, Served};
+use crate::plane::front::forward::{self, AtOnce, Origin, Served};
 use crate::plane::front::socks;
 use crate::plane::front::transparent::{self, Intercepted};
 use crate::plane::services::admission::Ticket;
@@ -38,10 +40,7 @@ pub(crate) async fn accept_loop(listener: TcpListener, worker: Rc<Worker>, plane
     loop {
         match ready_accept::next(&listener).await {
             Ok((socket, peer)) => match Conn::accepted(socket) {
-                Ok(conn) => {
-                    let source = canonical_ip(peer.ip());
-                    monoio::spawn(serve_connection(Rc::clone(&worker), conn, source, plane));
-                }
+                Ok(conn) => take(&worker, conn, canonical_ip(peer.ip()), plane),
                 Err(err) => tracing::warn!(?plane, error = %err, "could not take an accepted connection"),
             },
             Err(err) => {
@@ -59,38 +58,104 @@ pub(crate) async fn accept_loop(listener: TcpListener, worker: Rc<Worker>, plane
     }
 }
 
-/// One connection, admitted, held or refused, then served by its plane
-/// (not an `async fn`: see `plane`, on task size).
-#[expect(clippy::manual_async_fn, reason = "an async fn keeps its arguments twice")]
-fn serve_connection(worker: Rc<Worker>, mut conn: Conn, source: IpAddr, plane: Plane) -> impl Future<Output = ()> {
-    async move {
-        let ticket = match worker.gate.admit(source) {
-            Ok(ticket) => ticket,
-            Err(_) => {
-                worker.with_policy(|snapshot, _| {
-                    let registration = snapshot.lookup(source);
-                    let id = registration.map(|registration| registration.id.shared());
-                    worker
-                        .stats
-                        .record_denied(source, id, "", 0, Reason::TooManyConnections, Layer::Limit);
-                    if let Some(registration) = registration {
-                        registration
-                            .account
-                            .add_denial(worker.thread, Reason::TooManyConnections);
-                    }
-                });
-                if plane.answers_http() {
-                    let _ = conn
-                        .write_last(&responses::denial(Reason::TooManyConnections, "", 0))
-                        .await;
-                }
+/// Admits a new connection and serves it as a task of its own; a forward
+/// CONNECT that came with its connection and is denied is answered here,
+/// without one (see `forward::deny_at_once`).
+fn take(worker: &Rc<Worker>, conn: Conn, source: IpAddr, plane: Plane) {
+    let Ok(ticket) = worker.gate.admit(source) else {
+        monoio::spawn(refuse_over_limit(Rc::clone(worker), conn, source, plane));
+        return;
+    };
+    // Before anything of the connection is read or tracked: a source the
+    // label watcher is about to register waits for it (in its task).
+    let held = hold::needed(worker, source);
+    let accepted = match plane {
+        Plane::Forward if !held => match forward::deny_at_once(worker, conn, source) {
+            AtOnce::Answered => return,
+            AtOnce::Answering { client, rest } => {
+                monoio::spawn(finish_answer(client, rest, ticket));
                 return;
             }
-        };
-        // Before anything of the connection is read or tracked: a source the
-        // label watcher is about to register waits for it here (boxed: see
-        // `plane`, on task size).
-        if hold::needed(&worker, source) {
+            AtOnce::Serve { client, read } => Accepted {
+                conn: client,
+                source,
+                ticket,
+                held,
+                read,
+            },
+        },
+        _ => Accepted {
+            conn,
+            source,
+            ticket,
+            held,
+            read: Vec::new(),
+        },
+    };
+    monoio::spawn(serve_connection(Rc::clone(worker), accepted, plane));
+}
+
+/// A connection admitted, with what was read of it.
+struct Accepted {
+    conn: Conn,
+    source: IpAddr,
+    ticket: Ticket,
+    /// It must wait for its source's registration first.
+    held: bool,
+    /// Its first bytes, read in the accept loop.
+    read: Vec<u8>,
+}
+
+/// Refuses a connection over its source's or the thread's admission limit:
+/// counted, and answered where the client speaks HTTP first.
+#[expect(clippy::manual_async_fn, reason = "an async fn keeps its arguments twice")]
+fn refuse_over_limit(worker: Rc<Worker>, conn: Conn, source: IpAddr, plane: Plane) -> impl Future<Output = ()> {
+    async move {
+        worker.with_policy(|snapshot, _| {
+            let registration = snapshot.lookup(source);
+            let id = registration.map(|registration| registration.id.shared());
+            worker
+                .stats
+                .record_denied(source, id, "", 0, Reason::TooManyConnections, Layer::Limit);
+            if let Some(registration) = registration {
+                registration
+                    .account
+                    .add_denial(worker.thread, Reason::TooManyConnections);
+            }
+        });
+        if plane.answers_http() {
+            let _ = conn
+                .write_last(&responses::denial(Reason::TooManyConnections, "", 0))
+                .await;
+        }
+    }
+}
+
+/// Writes the rest of a denial the accept loop began; the connection closes
+/// before its admission is given back.
+#[expect(clippy::manual_async_fn, reason = "an async fn keeps its arguments twice")]
+fn finish_answer(client: Conn, rest: Vec<u8>, ticket: Ticket) -> impl Future<Output = ()> {
+    async move {
+        let _ = client.write_last(&rest).await;
+        drop(client);
+        drop(ticket);
+    }
+}
+
+/// One admitted connection, held until registered if it must be, then
+/// served by its plane (not an `async fn`: see `plane`, on task size).
+fn serve_connection(worker: Rc<Worker>, accepted: Accepted, plane: Plane) -> impl Future<Output = ()> {
+    // Taken apart before the future is made, which keeps each part once.
+    let Accepted {
+        mut conn,
+        source,
+        ticket,
+        held,
+        read,
+    } = accepted;
+    async move {
+        // Boxed: see `plane`, on task size.
+        if held {
             Box::pin(hold::until_registered(&worker, source)).await;
         }
         conn.take_turns_of(worker.turns.of(source));
@@ -103,7 +168,7 @@ fn serve_connection(worker: Rc<Worker>, mut conn: Conn, source: IpAddr, plane: P
         // A redirected or steered connection: TLS by its SNI, HTTP by forward's
         // origin-form session; no route closes it.
         let served = match (plane, route) {
-            (Plane::Forward, _) => forward::serve(&worker, conn, source).await,
+            (Plane::Forward, _) => forward::serve(&worker, conn, source, read).await,
             (Plane::Socks, _) => socks::serve(&worker, conn, source).await.map(Served::Tunnel),
             // Boxed so forward connections do not pay for transparent-mode state.
             (_, Some(Intercepted::Tls(port))) => {

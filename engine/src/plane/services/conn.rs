@@ -278,9 +278,37 @@ impl Conn {
         Ok(())
     }
 
+    /// [`Conn::write_last`] without waiting: how much of `data` the socket
+    /// took now; when it took all of it, the connection is half-closed. A
+    /// new connection's socket takes a short answer whole.
+    pub(crate) fn try_write_last(&self, data: &[u8]) -> io::Result<usize> {
+        let sent = self.send_now(data, libc::MSG_MORE)?.unwrap_or(0);
+        if sent == data.len() {
+            self.shutdown_write();
+        }
+        Ok(sent)
+    }
+
     async fn send_all(&self, mut data: &[u8], flags: libc::c_int) -> io::Result<()> {
         let mut stall = Stall::default();
         while !data.is_empty() {
+            match self.send_now(data, flags)? {
+                Some(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Some(n) => {
+                    data = &data[n..];
+                    stall.progressed();
+                }
+                None => self.writable_again(&mut stall).await?,
+            }
+        }
+        Ok(())
+    }
+
+    /// One `send` of `data` that never blocks: how much it took, `None`
+    /// when the socket is full.
+    fn send_now(&self, data: &[u8], flags: libc::c_int) -> io::Result<Option<usize>> {
+        loop {
+            // Safety: `data` is valid for reads of its length.
             let sent = unsafe {
                 libc::send(
                     self.fd(),
@@ -290,17 +318,12 @@ impl Conn {
                 )
             };
             match nix_result(sent) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => {
-                    data = &data[n..];
-                    stall.progressed();
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.writable_again(&mut stall).await?,
+                Ok(n) => return Ok(Some(n)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
         }
-        Ok(())
     }
 
     /// Looks at what a read would find now, taking nothing.

@@ -159,18 +159,19 @@ pub(crate) struct Pooled<'p> {
 }
 
 impl<'p> Pooled<'p> {
-    /// An empty vector; it takes one from `pools` only once something is
-    /// written to it ([`Pooled::fill`]).
-    pub(crate) fn empty(pools: &'p Pools) -> Self {
-        Pooled { vec: Vec::new(), pools }
-    }
-
     /// A vector from `pools` (empty, with an earlier user's capacity).
     pub(crate) fn new(pools: &'p Pools) -> Self {
         Pooled {
             vec: pools.take_vec(),
             pools,
         }
+    }
+
+    /// `vec`, given back to `pools` when done with (a vector [`Pooled::take`]
+    /// took out, handed on). Empty (`Vec::new()`), it takes one from `pools`
+    /// only once something is written to it ([`Pooled::fill`]).
+    pub(crate) fn holding(pools: &'p Pools, vec: Vec<u8>) -> Self {
+        Pooled { vec, pools }
     }
 
     /// The vector, taken from the pool first if it has no room yet.

@@ -26,6 +26,7 @@
 //! - `body`: one framed body relay for both directions.
 
 mod abandoned;
+mod at_once;
 mod body;
 mod exchange;
 mod head;
@@ -33,6 +34,7 @@ mod held;
 mod response;
 mod session;
 
+pub(crate) use at_once::{deny_at_once, AtOnce};
 pub(crate) use held::{resume_held, HeldConnect};
 use session::Opened;
 
@@ -45,6 +47,7 @@ use crate::plane::services::revocation::LiveEntry;
 use crate::plane::services::worker::Worker;
 use crate::protocol::responses;
 use crackbox_policy::is_valid_host;
+use crackbox_policy::reason::Reason;
 use std::future::Future;
 use std::net::IpAddr;
 use std::rc::Rc;
@@ -63,14 +66,16 @@ pub(crate) enum Served {
 
 /// Serves one client connection of the forward listener to the end, or
 /// until it is a CONNECT tunnel, handed back open to run, or a CONNECT held
-/// for a decision. The session, built first and moved into the future, is
-/// the connection's only copy in the task (see `plane`, on task size).
+/// for a decision; `read`: what [`deny_at_once`] read of it. The session,
+/// built first and moved into the future, is the connection's only copy in
+/// the task (see `plane`, on task size).
 pub(crate) fn serve<'w>(
     worker: &'w Rc<Worker>,
     client: Conn,
     source: IpAddr,
+    read: Vec<u8>,
 ) -> impl Future<Output = Option<Served>> + 'w {
-    let mut session = Session::new(worker, client, source, None);
+    let mut session = Session::new(worker, client, source, None, read);
     async move {
         let opened = session.run().await;
         session.park_kept();
@@ -96,7 +101,7 @@ pub(crate) fn serve_origin<'w>(
     source: IpAddr,
     origin: Origin,
 ) -> impl Future<Output = Option<Served>> + 'w {
-    let mut session = Session::new(worker, client, source, Some(origin));
+    let mut session = Session::new(worker, client, source, Some(origin), Vec::new());
     async move {
         let opened = session.run().await;
         session.park_kept();
@@ -119,12 +124,13 @@ struct Session<'w> {
 }
 
 impl<'w> Session<'w> {
-    fn new(worker: &'w Rc<Worker>, client: Conn, source: IpAddr, origin: Option<Origin>) -> Self {
+    /// A session of `client`, of which `read` was read already.
+    fn new(worker: &'w Rc<Worker>, client: Conn, source: IpAddr, origin: Option<Origin>, read: Vec<u8>) -> Self {
         Session {
             worker,
             client,
             source,
-            inbox: Pooled::empty(&worker.pools),
+            inbox: Pooled::holding(&worker.pools, read),
             upstream: None,
             live: None,
             origin,
@@ -203,6 +209,14 @@ impl<'w> Session<'w> {
                 },
             }),
         }
+    }
+
+    /// The answer to a denied request for `host:port`, in a vector of the
+    /// thread's pool.
+    fn denial(&self, reason: Reason, host: &str, port: u16) -> Pooled<'w> {
+        let mut response = Pooled::new(&self.worker.pools);
+        responses::write_denial(&mut response, reason, host, port);
+        response
     }
 
     fn refuse_invalid_host(host: &str) -> bool {

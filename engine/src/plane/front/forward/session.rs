@@ -139,11 +139,7 @@ impl<'w> Session<'w> {
                 return Step::Reply(responses::error(400, "invalid host in CONNECT"));
             }
             Target::Connect { host, port } => match decide(self.worker, self.source, host, port) {
-                Ruling::Deny { reason } => {
-                    let mut response = Pooled::new(&self.worker.pools);
-                    responses::write_denial(&mut response, reason, host, port);
-                    return Step::Denied(response);
-                }
+                Ruling::Deny { reason } => return Step::Denied(self.denial(reason, host, port)),
                 ruling => Step::Tunnel(host.to_owned(), port, ruling),
             },
             Target::Absolute { host, port, .. } => Step::Forward(Prepared::new(&head, host, port, &self.worker.pools)),
