@@ -1,8 +1,8 @@
 //! Accept loops: admission, a wait for a registration in flight (`hold`),
 //! then hand-off to the plane's connection handler; a tunnel it opens runs
 //! on as a task of its own. A forward CONNECT denied on what arrived with
-//! its connection is answered in the loop itself, without a task
-//! (`forward::deny_at_once`). Connections are taken one per readiness (see
+//! its connection is answered in the loop itself, on the bare socket,
+//! without a task (`forward::deny_at_once`). Connections are taken one per readiness (see
 //! `ready_accept`).
 //!
 //! Accept errors never kill a listener: on fd exhaustion (EMFILE/ENFILE)
@@ -22,7 +22,9 @@ use crate::protocol::responses;
 use crackbox_policy::canonical_ip;
 use crackbox_policy::reason::{Layer, Reason};
 use monoio::net::TcpListener;
+use socket2::Socket;
 use std::future::Future;
+use std::io;
 use std::net::IpAddr;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -39,10 +41,11 @@ pub(crate) async fn accept_loop(listener: TcpListener, worker: Rc<Worker>, plane
     let mut last_warning: Option<Instant> = None;
     loop {
         match ready_accept::next(&listener).await {
-            Ok((socket, peer)) => match Conn::accepted(socket) {
-                Ok(conn) => take(&worker, conn, canonical_ip(peer.ip()), plane),
-                Err(err) => tracing::warn!(?plane, error = %err, "could not take an accepted connection"),
-            },
+            Ok((socket, peer)) => {
+                if let Err(err) = take(&worker, socket, canonical_ip(peer.ip()), plane) {
+                    tracing::warn!(?plane, error = %err, "could not take an accepted connection");
+                }
+            }
             Err(err) => {
                 let exhausted = matches!(
                     err.raw_os_error(),
@@ -60,39 +63,36 @@ pub(crate) async fn accept_loop(listener: TcpListener, worker: Rc<Worker>, plane
 
 /// Admits a new connection and serves it as a task of its own; a forward
 /// CONNECT that came with its connection and is denied is answered here,
-/// without one (see `forward::deny_at_once`).
-fn take(worker: &Rc<Worker>, conn: Conn, source: IpAddr, plane: Plane) {
+/// on the bare socket (see `forward::deny_at_once`).
+fn take(worker: &Rc<Worker>, socket: Socket, source: IpAddr, plane: Plane) -> io::Result<()> {
     let Ok(ticket) = worker.gate.admit(source) else {
+        let conn = Conn::accepted(socket)?;
         monoio::spawn(refuse_over_limit(Rc::clone(worker), conn, source, plane));
-        return;
+        return Ok(());
     };
     // Before anything of the connection is read or tracked: a source the
     // label watcher is about to register waits for it (in its task).
     let held = hold::needed(worker, source);
-    let accepted = match plane {
-        Plane::Forward if !held => match forward::deny_at_once(worker, conn, source) {
-            AtOnce::Answered => return,
+    let (conn, read) = match plane {
+        Plane::Forward if !held => match forward::deny_at_once(worker, socket, source)? {
+            AtOnce::Ended => return Ok(()),
             AtOnce::Answering { client, rest } => {
                 monoio::spawn(finish_answer(client, rest, ticket));
-                return;
+                return Ok(());
             }
-            AtOnce::Serve { client, read } => Accepted {
-                conn: client,
-                source,
-                ticket,
-                held,
-                read,
-            },
+            AtOnce::Serve { client, read } => (client, read),
         },
-        _ => Accepted {
-            conn,
-            source,
-            ticket,
-            held,
-            read: Vec::new(),
-        },
+        _ => (Conn::accepted(socket)?, Vec::new()),
+    };
+    let accepted = Accepted {
+        conn,
+        source,
+        ticket,
+        held,
+        read,
     };
     monoio::spawn(serve_connection(Rc::clone(worker), accepted, plane));
+    Ok(())
 }
 
 /// A connection admitted, with what was read of it.

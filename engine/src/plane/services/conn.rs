@@ -243,22 +243,7 @@ impl Conn {
     /// Appends what is available now (at most `max` bytes) to `buf` without
     /// waiting: the bytes added (0 = EOF), or `None` when none are there yet.
     pub(crate) fn try_read_into(&self, buf: &mut Vec<u8>, max: usize) -> io::Result<Option<usize>> {
-        buf.reserve(max);
-        loop {
-            let spare = buf.spare_capacity_mut();
-            let want = spare.len().min(max);
-            // Safety: `recv` writes at most `want` bytes into the reserved,
-            // uninitialised tail; only the bytes it reports are exposed.
-            match unsafe { receive(self.fd(), spare.as_mut_ptr().cast(), want) } {
-                Ok(n) => {
-                    unsafe { buf.set_len(buf.len() + n) };
-                    return Ok(Some(n));
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
+        receive_into(self.fd(), buf, max)
     }
 
     /// Writes all of `data`, waiting for readiness whenever the socket is full.
@@ -278,21 +263,10 @@ impl Conn {
         Ok(())
     }
 
-    /// [`Conn::write_last`] without waiting: how much of `data` the socket
-    /// took now; when it took all of it, the connection is half-closed. A
-    /// new connection's socket takes a short answer whole.
-    pub(crate) fn try_write_last(&self, data: &[u8]) -> io::Result<usize> {
-        let sent = self.send_now(data, libc::MSG_MORE)?.unwrap_or(0);
-        if sent == data.len() {
-            self.shutdown_write();
-        }
-        Ok(sent)
-    }
-
     async fn send_all(&self, mut data: &[u8], flags: libc::c_int) -> io::Result<()> {
         let mut stall = Stall::default();
         while !data.is_empty() {
-            match self.send_now(data, flags)? {
+            match send_now(self.fd(), data, flags)? {
                 Some(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Some(n) => {
                     data = &data[n..];
@@ -302,28 +276,6 @@ impl Conn {
             }
         }
         Ok(())
-    }
-
-    /// One `send` of `data` that never blocks: how much it took, `None`
-    /// when the socket is full.
-    fn send_now(&self, data: &[u8], flags: libc::c_int) -> io::Result<Option<usize>> {
-        loop {
-            // Safety: `data` is valid for reads of its length.
-            let sent = unsafe {
-                libc::send(
-                    self.fd(),
-                    data.as_ptr().cast(),
-                    data.len(),
-                    libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT | flags,
-                )
-            };
-            match nix_result(sent) {
-                Ok(n) => return Ok(Some(n)),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
     }
 
     /// Looks at what a read would find now, taking nothing.
@@ -407,6 +359,61 @@ impl Drop for Conn {
 /// `buf` must be valid for writes of `len` bytes.
 unsafe fn receive(fd: RawFd, buf: *mut u8, len: usize) -> io::Result<usize> {
     nix_result(unsafe { libc::recv(fd, buf.cast(), len, libc::MSG_DONTWAIT) })
+}
+
+/// Appends what `fd`'s socket holds now (at most `max` bytes) to `buf`
+/// without waiting: the bytes added (0 = EOF), or `None` when none are
+/// there yet. For a socket with no [`Conn`] yet, as well as a `Conn`'s.
+pub(crate) fn receive_into(fd: RawFd, buf: &mut Vec<u8>, max: usize) -> io::Result<Option<usize>> {
+    buf.reserve(max);
+    loop {
+        let spare = buf.spare_capacity_mut();
+        let want = spare.len().min(max);
+        // Safety: `recv` writes at most `want` bytes into the reserved,
+        // uninitialised tail; only the bytes it reports are exposed.
+        match unsafe { receive(fd, spare.as_mut_ptr().cast(), want) } {
+            Ok(n) => {
+                unsafe { buf.set_len(buf.len() + n) };
+                return Ok(Some(n));
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// [`Conn::write_last`] without waiting, on a socket with no `Conn` yet:
+/// how much of `data` it took now; when it took all of it, the connection
+/// is half-closed. A new connection's socket takes a short answer whole.
+pub(crate) fn send_last_now(fd: RawFd, data: &[u8]) -> io::Result<usize> {
+    let sent = send_now(fd, data, libc::MSG_MORE)?.unwrap_or(0);
+    if sent == data.len() {
+        unsafe { libc::shutdown(fd, libc::SHUT_WR) };
+    }
+    Ok(sent)
+}
+
+/// One `send` of `data` on `fd` that never blocks: how much it took,
+/// `None` when the socket is full.
+fn send_now(fd: RawFd, data: &[u8], flags: libc::c_int) -> io::Result<Option<usize>> {
+    loop {
+        // Safety: `data` is valid for reads of its length.
+        let sent = unsafe {
+            libc::send(
+                fd,
+                data.as_ptr().cast(),
+                data.len(),
+                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT | flags,
+            )
+        };
+        match nix_result(sent) {
+            Ok(n) => return Ok(Some(n)),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// One `ioctl(FIONBIO)` instead of `fcntl` get + set: one syscall, not two.

@@ -1,27 +1,37 @@
-//! A denied CONNECT answered right after accept, without a task of its own.
+//! A denied CONNECT answered right after accept, before the connection is
+//! anything but a socket.
 //!
 //! Most CONNECTs arrive with their connection: the head is there to read
 //! the moment the connection is accepted. A denial is the cheapest thing
-//! crackbox does, and a task (made, scheduled, polled, freed) was the
-//! largest part of its cost, so a CONNECT that is denied is answered and
-//! closed in the accept loop (docs/architecture.md, "Data path of a
-//! connection"). Everything else, and a head that has not fully arrived,
-//! goes on as a task of its own with what was read: the same session,
-//! reading on from those bytes, and deciding it again.
+//! crackbox does, and a task (made, scheduled, polled, freed) and the
+//! socket's registration with the io driver (on epoll, two `epoll_ctl`s)
+//! were most of what it added to the syscalls' own cost. So a CONNECT whose
+//! whole head is in the first read and that is denied is answered and
+//! closed in the accept loop, on the bare socket, as the C relay of
+//! benches/compare.sh does (docs/architecture.md, "Data path of a
+//! connection"). Everything else becomes a [`Conn`] and goes on as a task
+//! of its own with what was read: the same session, reading on from those
+//! bytes, and deciding it again.
 
-use super::head::HeadRead;
-use super::Session;
-use crate::plane::services::conn::Conn;
+use super::denial;
+use super::head::FIRST_READ;
+use crate::plane::services::conn::{receive_into, send_last_now, Conn};
 use crate::plane::services::decision::{decide, Ruling};
+use crate::plane::services::pipes::Pooled;
 use crate::plane::services::worker::Worker;
 use crate::protocol::http_head::{self, FieldSlots, Target};
+use crackbox_policy::is_valid_host;
+use socket2::Socket;
+use std::io;
 use std::net::IpAddr;
+use std::os::fd::AsRawFd;
 use std::rc::Rc;
 
 /// What a new forward connection became in the accept loop.
 pub(crate) enum AtOnce {
-    /// A denied CONNECT, answered in full; the connection is closed.
-    Answered,
+    /// Nothing is left to do: a denied CONNECT was answered in full, or
+    /// the client had gone; the socket is closed.
+    Ended,
     /// A denied CONNECT whose answer the socket did not take whole: the
     /// rest is to be written, then the connection closed.
     Answering { client: Conn, rest: Vec<u8> },
@@ -29,47 +39,51 @@ pub(crate) enum AtOnce {
     Serve { client: Conn, read: Vec<u8> },
 }
 
-/// Answers `client`'s CONNECT at once if what has arrived is a whole head
-/// of one that is denied; else hands the connection back with what was
-/// read of it.
-pub(crate) fn deny_at_once(worker: &Rc<Worker>, client: Conn, source: IpAddr) -> AtOnce {
-    let mut session = Session::new(worker, client, source, None, Vec::new());
-    let mut scanned = 0;
-    let head_len = match session.read_head_now(&mut scanned) {
-        Some(HeadRead::Complete(head_len)) if session.inbox.starts_with(b"CONNECT ") => head_len,
-        _ => return session.unsettled(),
+/// Answers the CONNECT on `socket`, just accepted, at once if its first
+/// read holds the whole head of one that is denied; else makes it a
+/// [`Conn`], handed back with what was read of it.
+pub(crate) fn deny_at_once(worker: &Rc<Worker>, socket: Socket, source: IpAddr) -> io::Result<AtOnce> {
+    let mut read = Pooled::new(&worker.pools);
+    match receive_into(socket.as_raw_fd(), &mut read, FIRST_READ) {
+        Ok(Some(0)) | Err(_) => return Ok(AtOnce::Ended),
+        Ok(_) => {}
+    }
+    let Some(answer) = denial_of(worker, source, &read) else {
+        return Ok(AtOnce::Serve {
+            client: Conn::accepted(socket)?,
+            read: read.take(),
+        });
     };
-    let mut slots = FieldSlots::new();
-    let denial = match http_head::parse_request(&session.inbox[..head_len], &mut slots) {
-        Ok(http_head::RequestHead {
-            target: Target::Connect { host, port },
-            ..
-        }) if !Session::refuse_invalid_host(host) => match decide(worker, source, host, port) {
-            Ruling::Deny { reason } => Some(session.denial(reason, host, port)),
-            _ => None,
-        },
-        _ => None,
-    };
-    let Some(denial) = denial else {
-        return session.unsettled();
-    };
-    match session.client.try_write_last(&denial) {
-        Ok(sent) if sent < denial.len() => AtOnce::Answering {
-            rest: denial[sent..].to_vec(),
-            client: session.client,
-        },
+    match send_last_now(socket.as_raw_fd(), &answer) {
+        Ok(sent) if sent < answer.len() => Ok(AtOnce::Answering {
+            client: Conn::accepted(socket)?,
+            rest: answer[sent..].to_vec(),
+        }),
         // Answered, or the client is gone: either way the connection ends.
-        _ => AtOnce::Answered,
+        _ => Ok(AtOnce::Ended),
     }
 }
 
-impl Session<'_> {
-    /// The connection handed back with what was read of it.
-    fn unsettled(self) -> AtOnce {
-        let Session { client, mut inbox, .. } = self;
-        AtOnce::Serve {
-            client,
-            read: inbox.take(),
-        }
+/// The answer to `read` if it is the whole head of a CONNECT that is
+/// denied (the denial counted), else `None`, nothing counted.
+fn denial_of<'w>(worker: &'w Worker, source: IpAddr, read: &[u8]) -> Option<Pooled<'w>> {
+    if !read.starts_with(b"CONNECT ") {
+        return None;
+    }
+    let head_len = http_head::head_end(read, 0)?;
+    let mut slots = FieldSlots::new();
+    let Ok(http_head::RequestHead {
+        target: Target::Connect { host, port },
+        ..
+    }) = http_head::parse_request(&read[..head_len], &mut slots)
+    else {
+        return None;
+    };
+    if !is_valid_host(host) {
+        return None;
+    }
+    match decide(worker, source, host, port) {
+        Ruling::Deny { reason } => Some(denial(&worker.pools, reason, host, port)),
+        _ => None,
     }
 }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 /// The first read of a request head: enough for almost every head, small
 /// enough that many connections opening at once do not bloat the heap.
-const FIRST_READ: usize = 1024;
+pub(super) const FIRST_READ: usize = 1024;
 /// A request head must arrive within this long of its first byte.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 

@@ -41,7 +41,7 @@ use session::Opened;
 use crate::plane::services::conn::Conn;
 use crate::plane::services::decision::{park, Client, IdleUpstream, Unreached};
 use crate::plane::services::handoff::Handoff;
-use crate::plane::services::pipes::Pooled;
+use crate::plane::services::pipes::{Pooled, Pools};
 use crate::plane::services::resolve::DialError;
 use crate::plane::services::revocation::LiveEntry;
 use crate::plane::services::worker::Worker;
@@ -211,17 +211,17 @@ impl<'w> Session<'w> {
         }
     }
 
-    /// The answer to a denied request for `host:port`, in a vector of the
-    /// thread's pool.
-    fn denial(&self, reason: Reason, host: &str, port: u16) -> Pooled<'w> {
-        let mut response = Pooled::new(&self.worker.pools);
-        responses::write_denial(&mut response, reason, host, port);
-        response
-    }
-
     fn refuse_invalid_host(host: &str) -> bool {
         !is_valid_host(host)
     }
+}
+
+/// The answer to a denied request for `host:port`, in a vector of the
+/// thread's pool.
+fn denial<'p>(pools: &'p Pools, reason: Reason, host: &str, port: u16) -> Pooled<'p> {
+    let mut response = Pooled::new(pools);
+    responses::write_denial(&mut response, reason, host, port);
+    response
 }
 
 /// Answers a failed decision or dial on `client`; the connection closes

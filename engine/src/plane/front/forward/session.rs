@@ -7,7 +7,7 @@
 //! its buffer.
 
 use super::head::{head_refusal, HeadRead, Prepared};
-use super::{Origin, Session};
+use super::{denial, Origin, Session};
 use crate::plane::services::conn::Conn;
 use crate::plane::services::decision::{decide, reach_ruled, Ruling};
 use crate::plane::services::pipes::Pooled;
@@ -139,7 +139,7 @@ impl<'w> Session<'w> {
                 return Step::Reply(responses::error(400, "invalid host in CONNECT"));
             }
             Target::Connect { host, port } => match decide(self.worker, self.source, host, port) {
-                Ruling::Deny { reason } => return Step::Denied(self.denial(reason, host, port)),
+                Ruling::Deny { reason } => return Step::Denied(denial(&self.worker.pools, reason, host, port)),
                 ruling => Step::Tunnel(host.to_owned(), port, ruling),
             },
             Target::Absolute { host, port, .. } => Step::Forward(Prepared::new(&head, host, port, &self.worker.pools)),
