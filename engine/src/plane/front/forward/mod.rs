@@ -13,6 +13,8 @@
 //!
 //! Here: the entry points and a connection's state, and crackbox's own
 //! answers. By job:
+//! - `at_once`: a CONNECT denied on the head that came with its
+//!   connection, answered right after accept on the bare socket;
 //! - `session`: one client connection, request after request (the
 //!   keep-alive loop), and what each head asks for: a request to forward, a
 //!   CONNECT tunnel, or an answer;
