@@ -2,8 +2,9 @@
 
 mod support;
 
+use crackbox_test_support::wait_until;
 use std::io::{Read, Write};
-use std::net::{Shutdown, TcpListener};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use support::{open_tunnel, read_head, read_to_end, reg, Echo, Engine};
@@ -175,25 +176,29 @@ fn http_get_forwarded_with_keep_alive_and_per_request_decisions() {
 }
 
 /// A CONNECT head that comes in two parts: the accept loop reads what came
-/// first (or nothing yet), and the connection's task goes on from those
-/// bytes, never without them. A denial is answered and recorded once, and
-/// an allowed tunnel gets the bytes sent after the head.
+/// first, and the connection's task goes on from those bytes, never
+/// without them. A denial is answered and recorded once, and an allowed
+/// tunnel gets the bytes sent after the head.
 #[test]
 fn a_connect_head_in_two_parts_is_decided_once_on_all_of_it() {
     let echo = Echo::start();
     let engine = Engine::start(vec![reg("127.0.0.7", "g", &["localhost"])], true);
     let port = echo.addr.port();
-    let pause = || {
-        // Not synchronisation: a head split across time is what is tested
-        // (its first part is there before the second is sent).
-        std::thread::sleep(Duration::from_millis(200));
+    // The second part goes once the engine has accepted the connection (it
+    // reads a connection as it accepts it).
+    let first_part_taken = |client: &TcpStream| {
+        let client = client.local_addr().unwrap();
+        assert!(
+            wait_until(Duration::from_secs(10), || accepted(engine.addr, client)),
+            "the engine accepts {client}"
+        );
     };
 
     let mut denied = engine.client("127.0.0.7");
     denied
         .write_all(b"CONNECT denied.test:443 HTTP/1.1\r\nHost: den")
         .unwrap();
-    pause();
+    first_part_taken(&denied);
     denied.write_all(b"ied.test:443\r\n\r\n").unwrap();
     let response = read_to_end(&mut denied);
     assert!(response.starts_with("HTTP/1.1 403 "), "{response}");
@@ -208,7 +213,7 @@ fn a_connect_head_in_two_parts_is_decided_once_on_all_of_it() {
 
     let mut allowed = engine.client("127.0.0.7");
     write!(allowed, "CONNECT localhost:{port} HTTP/1.1\r\n").unwrap();
-    pause();
+    first_part_taken(&allowed);
     allowed.write_all(b"\r\nearly bytes|").unwrap();
     let head = read_head(&mut allowed);
     assert!(head.starts_with("HTTP/1.1 200 "), "{head}");
@@ -216,4 +221,19 @@ fn a_connect_head_in_two_parts_is_decided_once_on_all_of_it() {
     allowed.shutdown(Shutdown::Write).unwrap();
     assert_eq!(read_to_end(&mut allowed), "early bytes|late bytes");
     assert_eq!(echo.accepts.load(Ordering::SeqCst), 1);
+}
+
+/// Whether the listener at `server` has accepted the connection from
+/// `client`: in /proc/net/tcp, a connection still in a listener's queue has
+/// no socket inode yet (IPv4, as the kernel prints it on x86).
+fn accepted(server: SocketAddr, client: SocketAddr) -> bool {
+    let hex = |addr: SocketAddr| match addr.ip() {
+        IpAddr::V4(ip) => format!("{:08X}:{:04X}", u32::from_le_bytes(ip.octets()), addr.port()),
+        IpAddr::V6(_) => unreachable!("the test's addresses are IPv4"),
+    };
+    let (local, remote) = (hex(server), hex(client));
+    std::fs::read_to_string("/proc/net/tcp").unwrap().lines().any(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        fields.len() > 9 && fields[1] == local && fields[2] == remote && fields[9] != "0"
+    })
 }
