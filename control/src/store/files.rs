@@ -1,7 +1,9 @@
 //! What start-up may open at the state file's paths: regular files only,
 //! read without ever blocking (docs/operations.md, "The state file and
 //! journal": start-up never blocks on it); and how the store creates its
-//! files without following a symbolic link someone planted there.
+//! files without following a symbolic link someone planted there, and
+//! keeps them private: one that start-up finds open to group or others
+//! loses their access ([`keep_private`]).
 //!
 //! A FIFO, socket or device at a path is refused before anything opens it
 //! (opening a FIFO waits for a writer, reading a device may never end);
@@ -13,7 +15,7 @@
 
 use std::fs::{File, FileType, OpenOptions};
 use std::io::{ErrorKind, Read};
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 /// Whether the store follows a symbolic link at a path.
@@ -93,6 +95,39 @@ pub(super) fn create_fresh(path: &Path) -> std::io::Result<File> {
         }
     }
     Err(last.unwrap_or_else(|| std::io::Error::from(ErrorKind::AlreadyExists)))
+}
+
+/// Takes group and others' access away from the regular file at `path`
+/// (a state file or journal an older crackbox, a restore or a hand edit
+/// left readable), logging what it found; the store writes its own files
+/// 0600. Opened with `O_NOFOLLOW` and changed through that descriptor: a
+/// symbolic link at `path` is left alone and what it points to never
+/// touched, and so is a file with other hard links (its mode is theirs too).
+pub(super) fn keep_private(path: &Path) {
+    let opened = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path);
+    let Ok(file) = opened else { return };
+    let Ok(meta) = file.metadata() else { return };
+    let mode = meta.permissions().mode() & 0o7777;
+    if !meta.is_file() || meta.nlink() != 1 || mode & 0o077 == 0 {
+        return;
+    }
+    match file.set_permissions(std::fs::Permissions::from_mode(mode & 0o700)) {
+        Ok(()) => tracing::warn!(
+            path = %path.display(),
+            mode = %format_args!("{mode:04o}"),
+            now = %format_args!("{:04o}", mode & 0o700),
+            "the state file was open to group or others: their access is taken away"
+        ),
+        Err(err) => tracing::warn!(
+            path = %path.display(),
+            mode = %format_args!("{mode:04o}"),
+            error = %err,
+            "the state file is open to group or others and its mode cannot be changed"
+        ),
+    }
 }
 
 fn describe(kind: FileType) -> &'static str {

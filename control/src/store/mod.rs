@@ -165,6 +165,7 @@ impl Store {
             if let Some(kind) = files::special_kind(&file, links) {
                 return Err(OpenError::NotAFile { path: file, kind });
             }
+            files::keep_private(&file);
         }
         // Whoever can write there can replace the state file.
         crate::shared_dir::warn_if_exposed(&snapshot::directory(&path), "the state file");

@@ -307,3 +307,47 @@ fn reserved_request_ids_survive_reopening_from_the_journal_and_the_snapshot() {
     drop(store);
     assert_eq!(Store::open(path).unwrap().1.ask_ids_through, 2048);
 }
+
+#[test]
+fn files_open_to_others_are_made_private_at_open_and_links_are_left_alone() {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |path: &Path| {
+        format!(
+            "{:04o}",
+            fs::symlink_metadata(path).unwrap().permissions().mode() & 0o7777
+        )
+    };
+    let set = |path: &Path, mode: u32| fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.json");
+    let journal = journal_path(&path);
+    let (mut store, mut contents) = Store::open(path.clone()).unwrap();
+    commit(&mut store, &mut contents, vec![put_change("10.0.0.1", &["github.com"])]);
+    commit(&mut store, &mut contents, vec![put_change("10.0.0.2", &[])]);
+    drop(store);
+    assert_eq!(
+        (mode(&path), mode(&journal)),
+        ("0600".into(), "0600".into()),
+        "written private"
+    );
+    set(&path, 0o644);
+    set(&journal, 0o664);
+    let (_, reopened) = Store::open(path.clone()).unwrap();
+    assert_eq!(reopened.entries.len(), 2);
+    assert_eq!(
+        (mode(&path), mode(&journal)),
+        ("0600".into(), "0600".into()),
+        "made private at open"
+    );
+
+    // A state file that is a link to another file is read through; neither
+    // it nor what it points to changes mode.
+    let elsewhere = dir.path().join("kept-elsewhere.json");
+    fs::rename(&path, &elsewhere).unwrap();
+    set(&elsewhere, 0o644);
+    std::os::unix::fs::symlink(&elsewhere, &path).unwrap();
+    let (_, through_link) = Store::open(path.clone()).unwrap();
+    assert_eq!(through_link.entries.len(), 2);
+    assert_eq!(mode(&elsewhere), "0644", "a link's target is never changed");
+    assert!(fs::symlink_metadata(&path).unwrap().file_type().is_symlink());
+}
