@@ -119,13 +119,13 @@ pub(super) fn keep_private(path: &Path) {
             path = %path.display(),
             mode = %format_args!("{mode:04o}"),
             now = %format_args!("{:04o}", mode & 0o700),
-            "the state file was open to group or others: their access is taken away"
+            "a state file or journal was open to group or others: their access is taken away"
         ),
         Err(err) => tracing::warn!(
             path = %path.display(),
             mode = %format_args!("{mode:04o}"),
             error = %err,
-            "the state file is open to group or others and its mode cannot be changed"
+            "a state file or journal is open to group or others and its mode cannot be changed"
         ),
     }
 }
