@@ -7,7 +7,9 @@
 //! of a connection that timed out. Nothing is written to /etc: the bind
 //! mount lives and dies with the daemon's namespace. One source's lookups
 //! that never end occupy two of the resolver pool's threads, never the
-//! pool: another source's names still resolve at once.
+//! pool: another source's names still resolve at once. Many connections of
+//! one source to one name share one lookup, so none of them finds the
+//! source's lookups all in flight.
 
 use crackbox_test_support::{binary, connect_from, free_port, isolated, read_head, root_or_skip, wait_until, Spawned};
 use std::io::{Read, Write};
@@ -19,6 +21,8 @@ use std::time::{Duration, Instant};
 const SILENT_RESOLVER: &str = "127.53.0.53";
 /// The silent resolver of the test of a source flooding the pool.
 const FLOODED_RESOLVER: &str = "127.53.0.54";
+/// The silent resolver of the test of many connections to one name.
+const SHARED_RESOLVER: &str = "127.53.0.55";
 /// The name asked for: allowed, and in no /etc/hosts.
 const NAME: &str = "never-answered.test";
 /// The engine's connect budget, which covers the lookup.
@@ -220,5 +224,60 @@ fn a_source_whose_lookups_never_end_leaves_the_resolver_pool_to_the_others() {
     assert!(
         started.elapsed() < BUDGET * 2,
         "the flood was answered within the budget"
+    );
+}
+
+/// Connections one source opens at once to one name: more than the source's
+/// share of the resolver pool holds (2 lookups running, 64 waiting).
+const CROWD: usize = 100;
+
+#[test]
+fn connections_of_one_source_to_one_name_share_one_lookup() {
+    if !root_or_skip("the daemon gets a resolv.conf of its own in a mount namespace") {
+        return;
+    }
+    let dir = tempfile::tempdir_in(crackbox_test_support::scratch()).unwrap();
+    let (silent, resolv_conf) = silent_resolver(SHARED_RESOLVER, dir.path());
+    let (_daemon, proxy, _admin, _socks) = daemon_with(&resolv_conf, &["--register", "127.0.0.1=crowd:shared.test"]);
+
+    let started = Instant::now();
+    let crowd: Vec<_> = (0..CROWD)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut stream = connect_from("127.0.0.1", proxy);
+                stream.set_read_timeout(Some(BUDGET * 3)).unwrap();
+                write!(
+                    stream,
+                    "CONNECT shared.test:443 HTTP/1.1\r\nHost: shared.test:443\r\n\r\n"
+                )
+                .unwrap();
+                read_answer(&mut stream)
+            })
+        })
+        .collect();
+    let mut query = [0u8; 512];
+    silent.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    assert!(
+        silent.peek_from(&mut query).is_ok(),
+        "the daemon asks the silent resolver"
+    );
+
+    // The lookup runs out the 10 s budget, so the whole crowd is in while it
+    // is in flight. Every connection waited for it and got its outcome: the
+    // name did not resolve. None was refused as busy.
+    let answers: Vec<String> = crowd.into_iter().map(|t| t.join().unwrap()).collect();
+    let unresolved = answers
+        .iter()
+        .filter(|a| a.starts_with("HTTP/1.1 502") && a.contains("could not resolve shared.test"))
+        .count();
+    assert_eq!(
+        unresolved,
+        CROWD,
+        "{:#?}",
+        answers.iter().find(|a| !a.starts_with("HTTP/1.1 502"))
+    );
+    assert!(
+        started.elapsed() < BUDGET * 2,
+        "the crowd was answered within the budget"
     );
 }

@@ -2,65 +2,29 @@
 //!
 //! A small pool of plain threads calls the system resolver (see `pool`:
 //! each source has at most two lookups in it at once); each core thread
-//! remembers what it found, and briefly what did not resolve. Dialling
-//! then filters every address through the destination guard and tries the
-//! rest in turn within one connect budget.
+//! remembers what it found, briefly what did not resolve, and which
+//! lookups are in flight, so connections to one name share one (see
+//! `names`). Dialling then filters every address through the destination
+//! guard and tries the rest in turn within one connect budget.
 
+mod names;
 mod pool;
 
+pub(crate) use names::NameCache;
 pub use pool::Resolver;
 
 use crate::plane::services::conn::Conn;
 use crate::plane::services::local_addrs::LocalAddresses;
 use crackbox_policy::guard::{DestinationGuard, Verdict};
 use crackbox_policy::{with_normalised_host, HostView, MatchedBy};
+use names::{Outcome, Turn};
 use pool::Failure;
-use rustc_hash::FxHashMap;
-use std::cell::RefCell;
 use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 /// Budget for resolving plus connecting to one destination.
 pub(crate) const CONNECT_BUDGET: Duration = Duration::from_secs(10);
-/// How long one core thread reuses a resolved name.
-const CACHE_TTL: Duration = Duration::from_secs(5);
-/// How long one core thread answers a name that did not resolve without
-/// asking again (short: a name may be added to /etc/hosts or the zone).
-const NEGATIVE_TTL: Duration = Duration::from_secs(2);
-/// Names one core thread remembers before it starts over.
-const CACHE_ENTRIES: usize = 4096;
-
-/// A core thread's short-lived memory of resolved names, so repeated
-/// connections to one host skip the resolver pool, and of names that did
-/// not resolve, so repeated connections to them do not occupy it.
-/// Addresses are still judged by the destination guard on every dial.
-#[derive(Default)]
-pub(crate) struct NameCache {
-    entries: RefCell<FxHashMap<String, Resolved>>,
-}
-
-/// When a name was looked up, and its addresses (`None`: it did not resolve).
-type Resolved = (Instant, Option<Rc<[IpAddr]>>);
-
-impl NameCache {
-    /// What is remembered of `name`: `Some(None)` when it did not resolve.
-    fn get(&self, name: &str) -> Option<Option<Rc<[IpAddr]>>> {
-        let entries = self.entries.borrow();
-        let (at, addrs) = entries.get(name)?;
-        let ttl = if addrs.is_some() { CACHE_TTL } else { NEGATIVE_TTL };
-        (at.elapsed() < ttl).then(|| addrs.clone())
-    }
-
-    fn put(&self, name: &str, addrs: Option<Rc<[IpAddr]>>) {
-        let mut entries = self.entries.borrow_mut();
-        if entries.len() >= CACHE_ENTRIES {
-            entries.clear();
-        }
-        entries.insert(name.to_owned(), (Instant::now(), addrs));
-    }
-}
-
 /// Why a destination could not be reached; maps to a status code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum DialError {
@@ -118,24 +82,43 @@ fn known(dialer: &Dialer<'_>, host: &str) -> Option<Known> {
     })
 }
 
-/// Resolves `name`, not in the thread's cache, through the resolver pool;
-/// caches what it finds, and that it found nothing.
+/// Resolves `name`, not in the thread's cache, through the resolver pool,
+/// or waits for the source's lookup of it already in flight on this thread.
 async fn resolve_name(dialer: &Dialer<'_>, name: &str) -> Result<Rc<[IpAddr]>, DialError> {
-    match dialer.resolver.lookup(dialer.source, name, CONNECT_BUDGET).await {
-        Ok(addrs) if !addrs.is_empty() => {
-            let ips: Rc<[IpAddr]> = Rc::from(addrs);
-            dialer.names.put(name, Some(Rc::clone(&ips)));
-            Ok(ips)
+    let outcome = loop {
+        match dialer.names.join(dialer.source, name) {
+            Turn::Ask(asking) => {
+                let outcome = look_up(dialer, name).await;
+                asking.finish(&outcome);
+                break outcome;
+            }
+            Turn::Wait(outcome) => match outcome.await {
+                Ok(outcome) => break outcome,
+                // Its asker went away: what it found, if anything, is
+                // remembered; if not, ask.
+                Err(_) => match dialer.names.get(name) {
+                    Some(Some(addrs)) => break Ok(addrs),
+                    Some(None) => break Err(Failure::Unresolved),
+                    None => continue,
+                },
+            },
         }
+    };
+    outcome.map_err(|failure| match failure {
         // A resolver that does not answer within the budget is a name that
         // did not resolve (502, SOCKS 0x04), not a connection that timed
         // out (docs/troubleshooting.md, "Other answers").
-        Ok(_) | Err(Failure::Unresolved) => {
-            dialer.names.put(name, None);
-            Err(DialError::Dns)
-        }
-        // Nothing is known of the name: not remembered.
-        Err(Failure::Busy) => Err(DialError::LookupsBusy),
+        Failure::Unresolved => DialError::Dns,
+        Failure::Busy => DialError::LookupsBusy,
+    })
+}
+
+/// Asks the resolver pool for `name`, for the dialer's source.
+async fn look_up(dialer: &Dialer<'_>, name: &str) -> Outcome {
+    match dialer.resolver.lookup(dialer.source, name, CONNECT_BUDGET).await {
+        Ok(addrs) if !addrs.is_empty() => Ok(Rc::from(addrs)),
+        Ok(_) => Err(Failure::Unresolved),
+        Err(failure) => Err(failure),
     }
 }
 
