@@ -11,17 +11,20 @@
 //!
 //! Each core thread writes only its own [`Ledger`]: its counters (relaxed
 //! atomics on its own cache lines) and its book (decision counts, its ring
-//! of recent denials, its log budget) behind a lock only it and the reader
-//! take. The threads that are not core threads (the DNS filter) share one
+//! of recent denials in `recent`, its log budget) behind a lock only it and
+//! the reader take. The threads that are not core threads (the DNS filter) share one
 //! more ledger. A read ([`Stats::report`], on the control link's thread)
 //! moves the books' decision counts into the merged table, copies the
 //! denials recorded since the last read into the merged ring, and sums the
 //! counters. A thread's handle ([`ThreadStats`]) is an `Rc`, so opening a
 //! tunnel counts it without touching a reference count other threads share.
 
+mod recent;
+
 use super::locks::{SharedLock, ThreadLock};
 use crackbox_policy::reason::{Layer, Reason};
 use crackbox_wire::link::{DecisionCount, Denial, StatsReport, TunnelCount};
+use recent::{Denied, RecentDenials, DENIAL_RING};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::VecDeque;
 use std::hash::Hash;
@@ -31,8 +34,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-/// Denials kept for `/v1/denials` (and by each ledger).
-const DENIAL_RING: usize = 1000;
 /// Longest host kept in a denial record.
 const MAX_HOST_RECORDED: usize = 255;
 /// Sources tracked for log rate limiting within one second before the
@@ -96,50 +97,13 @@ fn add_count(table: &mut DecisionCounts, id: &Arc<str>, outcome: (Option<Reason>
     }
 }
 
-/// One recent denial as the data path records it: no formatting, and no
-/// allocation once the ring is full (the buffer of the oldest record,
-/// holding the id and the host, is reused); a read turns it into a wire
-/// [`Denial`].
-struct RecentDenial {
-    /// Its number in its ledger, for reads to take each record once.
-    seq: u64,
-    /// When, in nanoseconds since the Unix epoch: fine enough to order
-    /// the denials of different threads when they are merged.
-    time_ns: u64,
-    source: IpAddr,
-    /// The id, then the host.
-    text: String,
-    id_len: usize,
-    port: u16,
-    reason: Reason,
-    layer: Layer,
-    enforced: bool,
-}
-
-impl RecentDenial {
-    fn to_wire(&self) -> Denial {
-        let (id, host) = self.text.split_at(self.id_len);
-        Denial {
-            time_ms: self.time_ns / 1_000_000,
-            ip: self.source.to_string(),
-            id: id.to_owned(),
-            host: host.to_owned(),
-            port: self.port,
-            reason: self.reason,
-            enforced: self.enforced,
-            layer: Some(self.layer),
-        }
-    }
-}
-
 /// What a ledger's lock guards.
 #[derive(Default)]
 struct Book {
     /// Decision counts since the last read.
     decisions: DecisionCounts,
     /// This thread's most recent denials.
-    denials: VecDeque<RecentDenial>,
-    next_seq: u64,
+    denials: RecentDenials,
     /// Denials logged per source in the current second (the second, and
     /// the count of each source denied in it).
     log_budget: (u64, FxHashMap<IpAddr, u32>),
@@ -315,22 +279,11 @@ impl Stats {
                 tracing::info!(%source, id = ?id, %host, port, %reason, %layer, remedy, "let through, not enforced (report mode)");
             }
         }
-        // A full ring's oldest record gives its buffer to the newest.
-        let mut text = match book.denials.len() {
-            DENIAL_RING => book.denials.pop_front().map(|oldest| oldest.text).unwrap_or_default(),
-            _ => String::with_capacity(id.len() + host.len()),
-        };
-        text.clear();
-        text.push_str(id);
-        text.push_str(host);
-        let seq = book.next_seq;
-        book.next_seq += 1;
-        book.denials.push_back(RecentDenial {
-            seq,
+        book.denials.push(Denied {
             time_ns,
             source,
-            text,
-            id_len: id.len(),
+            id,
+            host,
             port,
             reason,
             layer,
@@ -357,13 +310,8 @@ impl Stats {
                 }
             }
             let seen = merged.seen[index];
-            fresh.extend(
-                book.denials
-                    .iter()
-                    .filter(|d| d.seq >= seen)
-                    .map(|d| (d.time_ns, d.to_wire())),
-            );
-            merged.seen[index] = book.next_seq;
+            fresh.extend(book.denials.since(seen));
+            merged.seen[index] = book.denials.next_seq();
         }
         fresh.sort_by_key(|(time_ns, _)| *time_ns);
         merged.recorded += fresh.len() as u64;

@@ -123,48 +123,6 @@ fn recorded_hosts_are_cut_at_255_bytes_on_a_char_boundary() {
 }
 
 #[test]
-fn a_full_ring_records_a_denial_without_allocating_its_buffer() {
-    let stats = Stats::new(1, 0);
-    let id: Arc<str> = Arc::from("agent");
-    for _ in 0..DENIAL_RING {
-        stats.record_denied(
-            0,
-            "127.0.0.2".parse().unwrap(),
-            Some(&id),
-            "a.test",
-            443,
-            Reason::NotAllowed,
-            Layer::Entry,
-        );
-    }
-    let buffers = |stats: &Stats| -> Vec<*const u8> {
-        stats.ledgers[0]
-            .book
-            .lock()
-            .denials
-            .iter()
-            .map(|d| d.text.as_ptr())
-            .collect()
-    };
-    let before = buffers(&stats);
-    stats.record_denied(
-        0,
-        "127.0.0.2".parse().unwrap(),
-        Some(&id),
-        "b.test",
-        443,
-        Reason::NotAllowed,
-        Layer::Entry,
-    );
-    let after = buffers(&stats);
-    assert_eq!(
-        after.last(),
-        before.first(),
-        "the oldest record's buffer holds the newest"
-    );
-}
-
-#[test]
 fn counters_of_departed_ids_go_once_they_stood_still_long_enough() {
     let stats = Stats::new(1, 0);
     let (live, gone, back, still_denied): (Arc<str>, Arc<str>, Arc<str>, Arc<str>) =
