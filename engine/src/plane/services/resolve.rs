@@ -163,7 +163,9 @@ pub(crate) async fn dial(
             &resolved
         }
         Some(Known::Unresolved(name)) => {
-            resolved = resolve_name(dialer, &name).await?;
+            // Boxed: a lookup's state is only needed once per name per few
+            // seconds, and inline it would make every dial's state larger.
+            resolved = Box::pin(resolve_name(dialer, &name)).await?;
             &resolved
         }
         Some(Known::Unresolvable) | None => return Err(DialError::Dns),
