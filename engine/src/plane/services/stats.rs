@@ -12,8 +12,8 @@
 //! Each core thread writes only its own [`Ledger`]: its counters (relaxed
 //! atomics on its own cache lines) and its book (decision counts, its ring
 //! of recent denials in `recent`, its log budget) behind a lock only it and
-//! the reader take. The threads that are not core threads (the DNS filter) share one
-//! more ledger. A read ([`Stats::report`], on the control link's thread)
+//! the reader take. The threads that are not core threads (the DNS filter)
+//! share one more ledger. A read ([`Stats::report`], on the control link's thread)
 //! moves the books' decision counts into the merged table, copies the
 //! denials recorded since the last read into the merged ring, and sums the
 //! counters. A thread's handle ([`ThreadStats`]) is an `Rc`, so opening a
