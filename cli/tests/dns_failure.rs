@@ -144,6 +144,17 @@ fn read_answer(stream: &mut TcpStream) -> String {
     head + &String::from_utf8_lossy(&body)
 }
 
+/// A `CONNECT` to `host:443` from `127.0.0.1`, on a thread of its own; the
+/// thread gives the answer (head and body).
+fn connect_on_a_thread(proxy: SocketAddr, host: String) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut stream = connect_from("127.0.0.1", proxy);
+        stream.set_read_timeout(Some(BUDGET * 3)).unwrap();
+        write!(stream, "CONNECT {host}:443 HTTP/1.1\r\nHost: {host}:443\r\n\r\n").unwrap();
+        read_answer(&mut stream)
+    })
+}
+
 /// Lookups one source sends at once, twice the resolver pool's threads.
 const FLOOD: usize = 16;
 
@@ -170,18 +181,7 @@ fn a_source_whose_lookups_never_end_leaves_the_resolver_pool_to_the_others() {
 
     let started = Instant::now();
     let flood: Vec<_> = (0..FLOOD)
-        .map(|n| {
-            std::thread::spawn(move || {
-                let mut stream = connect_from("127.0.0.1", proxy);
-                stream.set_read_timeout(Some(BUDGET * 3)).unwrap();
-                write!(
-                    stream,
-                    "CONNECT r{n}.slow.test:443 HTTP/1.1\r\nHost: r{n}.slow.test:443\r\n\r\n"
-                )
-                .unwrap();
-                read_answer(&mut stream)
-            })
-        })
+        .map(|n| connect_on_a_thread(proxy, format!("r{n}.slow.test")))
         .collect();
     // Every flood request is in, and the resolver is being asked.
     let in_flight = wait_until(Duration::from_secs(5), || {
@@ -242,18 +242,7 @@ fn connections_of_one_source_to_one_name_share_one_lookup() {
 
     let started = Instant::now();
     let crowd: Vec<_> = (0..CROWD)
-        .map(|_| {
-            std::thread::spawn(move || {
-                let mut stream = connect_from("127.0.0.1", proxy);
-                stream.set_read_timeout(Some(BUDGET * 3)).unwrap();
-                write!(
-                    stream,
-                    "CONNECT shared.test:443 HTTP/1.1\r\nHost: shared.test:443\r\n\r\n"
-                )
-                .unwrap();
-                read_answer(&mut stream)
-            })
-        })
+        .map(|_| connect_on_a_thread(proxy, "shared.test".to_owned()))
         .collect();
     let mut query = [0u8; 512];
     silent.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
