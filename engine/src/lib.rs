@@ -62,6 +62,7 @@ pub mod protocol;
 pub mod usage;
 
 pub use plane::services::snapshot_cell::{SnapshotCache, SnapshotCell, Touched};
+pub use plane::services::socket_calls;
 pub use plane::services::watch_cell::{WatchCache, WatchCell};
 pub use plane::{front::dns, lock_census, run};
 pub use protocol::{chunked, http_head, responses, socks5, tls_peek};

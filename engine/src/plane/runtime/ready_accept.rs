@@ -10,20 +10,19 @@
 //! a connection is queued; epoll readiness confirmed by a zero-timeout
 //! `poll` otherwise) and accepts exactly one connection per readiness.
 
+use crate::plane::services::socket_calls;
 use monoio::net::TcpListener;
-use socket2::{SockRef, Socket};
+use socket2::Socket;
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::AsRawFd;
 
 /// The next connection on `listener` (non-blocking, close-on-exec) and its
 /// peer address; the listener must be non-blocking.
 pub(super) async fn next(listener: &TcpListener) -> io::Result<(Socket, SocketAddr)> {
     loop {
         listener.readable(false).await?;
-        // SAFETY: the listener owns the fd and outlives this borrow.
-        let fd = unsafe { BorrowedFd::borrow_raw(listener.as_raw_fd()) };
-        match SockRef::from(&fd).accept4(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC) {
+        match socket_calls::accept4(listener.as_raw_fd(), libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC) {
             Ok((socket, peer)) => {
                 let peer = peer
                     .as_socket()

@@ -19,6 +19,7 @@
 //! An idle tunnel holds two of them (see `plane`, on task size).
 
 use crate::plane::services::fair::SourceTurns;
+use crate::plane::services::socket_calls;
 use crate::plane::services::stall::Stall;
 use monoio::net::{TcpStream, UnixStream};
 use socket2::{Domain, SockRef, Socket, Type};
@@ -64,7 +65,7 @@ impl Conn {
     pub(crate) async fn connect(addr: SocketAddr) -> io::Result<Self> {
         let socket = Socket::new(Domain::for_address(addr), Type::STREAM.nonblocking().cloexec(), None)?;
         socket.set_tcp_nodelay(true)?;
-        match socket.connect(&addr.into()) {
+        match socket_calls::connect(socket.as_raw_fd(), &addr.into()) {
             Ok(()) => {}
             Err(err) if err.raw_os_error() == Some(libc::EINPROGRESS) => {}
             Err(err) => return Err(err),
@@ -203,7 +204,7 @@ impl Conn {
     pub(crate) fn try_write(&self, data: &[u8]) -> io::Result<usize> {
         loop {
             let sent = unsafe {
-                libc::send(
+                socket_calls::send(
                     self.fd(),
                     data.as_ptr().cast(),
                     data.len(),
@@ -283,7 +284,7 @@ impl Conn {
         let mut byte = 0u8;
         // Safety: one byte of `byte` is valid for writes.
         let peeked = unsafe {
-            libc::recv(
+            socket_calls::recv(
                 self.fd(),
                 (&mut byte as *mut u8).cast(),
                 1,
@@ -348,7 +349,7 @@ impl Drop for Conn {
         let stream = unsafe { ManuallyDrop::take(&mut self.stream) };
         if self.waits.get() == 0 {
             // SAFETY: the fd was just released by its only owner.
-            unsafe { libc::close(stream.into_raw_fd()) };
+            unsafe { socket_calls::close(stream.into_raw_fd()) };
         }
     }
 }
@@ -358,7 +359,7 @@ impl Drop for Conn {
 /// # Safety
 /// `buf` must be valid for writes of `len` bytes.
 unsafe fn receive(fd: RawFd, buf: *mut u8, len: usize) -> io::Result<usize> {
-    nix_result(unsafe { libc::recv(fd, buf.cast(), len, libc::MSG_DONTWAIT) })
+    nix_result(unsafe { socket_calls::recv(fd, buf.cast(), len, libc::MSG_DONTWAIT) })
 }
 
 /// Appends what `fd`'s socket holds now (at most `max` bytes) to `buf`
@@ -400,7 +401,7 @@ fn send_now(fd: RawFd, data: &[u8], flags: libc::c_int) -> io::Result<Option<usi
     loop {
         // Safety: `data` is valid for reads of its length.
         let sent = unsafe {
-            libc::send(
+            socket_calls::send(
                 fd,
                 data.as_ptr().cast(),
                 data.len(),

@@ -2,7 +2,8 @@
 //! bytes, revocation, counters, and one core thread's state.
 //!
 //! - `conn`: a socket, read and written by readiness (`fair`: sources take
-//!   turns at a busy thread);
+//!   turns at a busy thread; `socket_calls`: the syscalls it makes, without
+//!   glibc's cancellation bookkeeping);
 //! - `admission`: the per-source connection cap; `hold`: a new connection
 //!   waits for a registration the Docker label watcher has in flight;
 //!   `ask`: ask mode's pending requests, connections held until someone
@@ -44,6 +45,7 @@ pub(crate) mod resolve;
 pub(crate) mod revocation;
 pub(crate) mod sandboxes;
 pub(crate) mod snapshot_cell;
+pub mod socket_calls;
 pub(crate) mod stall;
 pub(crate) mod stats;
 pub(crate) mod tunnel;

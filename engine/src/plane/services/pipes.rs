@@ -7,6 +7,7 @@
 //! its thread's pool is warm.
 
 use crate::plane::services::conn::{nix_result, Conn};
+use crate::plane::services::socket_calls;
 use std::cell::{Cell, RefCell};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -214,6 +215,10 @@ impl Drop for Pooled<'_> {
 }
 
 fn splice(from: RawFd, to: RawFd, len: usize) -> io::Result<usize> {
-    let flags = libc::SPLICE_F_NONBLOCK | libc::SPLICE_F_MOVE;
-    nix_result(unsafe { libc::splice(from, std::ptr::null_mut(), to, std::ptr::null_mut(), len, flags) })
+    nix_result(socket_calls::splice(
+        from,
+        to,
+        len,
+        libc::SPLICE_F_NONBLOCK | libc::SPLICE_F_MOVE,
+    ))
 }

@@ -18,13 +18,14 @@ use super::head::FIRST_READ;
 use crate::plane::services::conn::{receive_into, send_last_now, Conn};
 use crate::plane::services::decision::{decide, Ruling};
 use crate::plane::services::pipes::Pooled;
+use crate::plane::services::socket_calls;
 use crate::plane::services::worker::Worker;
 use crate::protocol::http_head::{self, FieldSlots, Target};
 use crackbox_policy::is_valid_host;
 use socket2::Socket;
 use std::io;
 use std::net::IpAddr;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, IntoRawFd};
 use std::rc::Rc;
 
 /// What a new forward connection became in the accept loop.
@@ -45,7 +46,7 @@ pub(crate) enum AtOnce {
 pub(crate) fn deny_at_once(worker: &Rc<Worker>, socket: Socket, source: IpAddr) -> io::Result<AtOnce> {
     let mut read = Pooled::new(&worker.pools);
     match receive_into(socket.as_raw_fd(), &mut read, FIRST_READ) {
-        Ok(Some(0)) | Err(_) => return Ok(AtOnce::Ended),
+        Ok(Some(0)) | Err(_) => return Ok(ended(socket)),
         Ok(_) => {}
     }
     let Some(answer) = denial_of(worker, source, &read) else {
@@ -60,8 +61,16 @@ pub(crate) fn deny_at_once(worker: &Rc<Worker>, socket: Socket, source: IpAddr) 
             rest: answer[sent..].to_vec(),
         }),
         // Answered, or the client is gone: either way the connection ends.
-        _ => Ok(AtOnce::Ended),
+        _ => Ok(ended(socket)),
     }
+}
+
+/// Closes `socket`, whose connection ended, with one plain `close(2)`
+/// rather than by its drop (see `socket_calls`).
+fn ended(socket: Socket) -> AtOnce {
+    // SAFETY: the socket's only owner gives its fd up.
+    unsafe { socket_calls::close(socket.into_raw_fd()) };
+    AtOnce::Ended
 }
 
 /// The answer to `read` if it is the whole head of a CONNECT that is
