@@ -14,8 +14,8 @@
 //! here takes its wrapper's arguments and returns what it would (-1 with
 //! `errno` set on failure).
 //!
-//! Every argument is widened to a `c_long`, the width `syscall(2)` reads
-//! each register at.
+//! `syscall(2)` reads each argument as a whole register, so every integer
+//! argument narrower than that is widened to a `c_long` first.
 
 use libc::{c_int, c_long, c_void};
 use socket2::{SockAddr, Socket};
