@@ -8,6 +8,11 @@
 //! (`EAGAIN`) and a `close` of no fd (`EBADF`). So what differs is the way
 //! in, not the kernel's work (docs/architecture.md, "Data path of a
 //! connection").
+//!
+//! A third group measures what the accept loop's wait for readiness rests
+//! on (engine/src/plane/runtime/ready_accept.rs): an `accept4` of a
+//! listener with nothing queued, which the kernel fails only after making
+//! and freeing a socket, against a zero-timeout `poll` of that listener.
 
 use crackbox_engine::socket_calls;
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -43,6 +48,24 @@ fn ways_in(c: &mut Criterion) {
     group.bench_function("socket_calls::close", |b| {
         // SAFETY: as above.
         b.iter(|| unsafe { socket_calls::close(black_box(-1)) })
+    });
+    group.finish();
+
+    let idle = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+    idle.set_nonblocking(true).expect("non-blocking listener");
+    let idle_fd = idle.as_raw_fd();
+    let mut group = c.benchmark_group("a listener with nothing queued");
+    group.bench_function("socket_calls::accept4", |b| {
+        b.iter(|| socket_calls::accept4(black_box(idle_fd), libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC).is_err())
+    });
+    group.bench_function("poll, zero timeout", |b| {
+        let mut entry = libc::pollfd {
+            fd: idle_fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid entry, no wait.
+        b.iter(|| unsafe { libc::poll(black_box(&mut entry), 1, 0) })
     });
     group.finish();
 

@@ -2,15 +2,16 @@
 //!
 //! An `accept` that finds the queue empty is not cheap on Linux: the kernel
 //! allocates the new socket, its inode and its file before it looks at the
-//! queue, then frees them all: 1.8 µs on the benchmark machine, against
-//! 0.2 µs for a zero-timeout `poll` of the listener. A loop that accepts
-//! until `EAGAIN`, and the io_uring `ACCEPT` op (which tries once at
-//! submission, finds nothing and arms a poll), pay that for every wake-up
-//! when connections arrive one at a time, which is how a sandbox host sees
-//! them. So the accept loop waits for readiness first (a `PollAdd` on
-//! io_uring, which completes at once if a connection is queued; epoll
-//! readiness confirmed by a zero-timeout `poll` otherwise) and accepts
-//! exactly one connection per readiness.
+//! queue, then frees them all: 1.7 µs on the benchmark machine, against
+//! 0.24 µs for a zero-timeout `poll` of the listener
+//! (benches/benches/socket_calls.rs). A loop that accepts until `EAGAIN`,
+//! and the io_uring `ACCEPT` op (which tries once at submission, finds
+//! nothing and arms a poll), pay that for every wake-up when connections
+//! arrive one at a time, which is how a sandbox host sees them. So the
+//! accept loop waits for readiness first (a `PollAdd` on io_uring, which
+//! completes at once if a connection is queued; epoll readiness confirmed
+//! by a zero-timeout `poll` otherwise) and accepts exactly one connection
+//! per readiness.
 //!
 //! Looking before waiting (a zero-timeout `poll` after each connection, to
 //! take a queued one without the `PollAdd` and the ring's round trip) was
@@ -18,7 +19,8 @@
 //! the engine uses under half its core, and its queue is empty after nearly
 //! every connection. With the looks backing off after each miss there were
 //! 5,223 looks and 93,062 ring waits over 94,431 connections, and the CPU
-//! per denial and per tunnel paired 1.00 against this loop.
+//! per denial and per tunnel paired 1.00 against this loop
+//! (benches/results/2026-12-07-1500-looking-before-accepting.md).
 
 use crate::plane::services::socket_calls;
 use monoio::net::TcpListener;
