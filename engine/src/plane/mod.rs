@@ -26,8 +26,18 @@
 //! functions on it that take a connection or other state by value are plain
 //! functions returning one `async move` block, not `async fn`s (an `async
 //! fn` keeps its arguments twice: as passed and as moved into its body), and
-//! a wait with a timer that only some connections need, or only for a while
-//! (monoio's `Sleep` is 640 bytes and 128-byte aligned), is boxed.
+//! state that only some connections need, or only for a while, is boxed.
+//!
+//! The blocks a connection allocates stay within what glibc's malloc serves
+//! from the thread's own cache, without a lock: 1,032 bytes, aligned to no
+//! more than 16. A larger block, or one aligned to more, is allocated under
+//! the arena's lock, and the process has one arena for all its threads
+//! (cli/src/main.rs). So a connection's task is at most 1,032 bytes (a
+//! CONNECT's opening and a SOCKS5 handshake are boxed apart from it), and
+//! its waits under a deadline take a slot of their thread's
+//! (`services::deadline`), never a monoio `Sleep` of their own, which is
+//! 640 bytes aligned to 128. (A plain HTTP request's exchange, boxed, is
+//! still larger: docs/architecture.md, "Locks and shared atomics".)
 //! Parsing and policy decisions that need no socket belong in `protocol` and
 //! `crackbox-policy`, never here.
 

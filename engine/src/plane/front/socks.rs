@@ -11,6 +11,7 @@
 //! counters are the same. Never decides, resolves or copies bytes itself.
 
 use crate::plane::services::conn::Conn;
+use crate::plane::services::deadline;
 use crate::plane::services::decision::{reach_tracked, Client, Unreached};
 use crate::plane::services::handoff::Handoff;
 use crate::plane::services::resolve::DialError;
@@ -179,7 +180,7 @@ fn reply_for(why: Unreached) -> Reply {
 /// Reads the handshake, answering each message, until the request is in;
 /// all within [`HANDSHAKE_TIMEOUT`].
 async fn handshake(client: &Conn, source: IpAddr) -> Result<Request, Ended> {
-    match monoio::time::timeout(HANDSHAKE_TIMEOUT, negotiate(client, source)).await {
+    match deadline::within(HANDSHAKE_TIMEOUT, negotiate(client, source)).await {
         Ok(ended) => ended,
         Err(_) => {
             tracing::debug!(%source, "socks5: handshake not complete within 10 s, closed");

@@ -16,6 +16,7 @@
 //! without a Host gets the 403 of a denied one instead.
 
 use crate::plane::services::conn::Conn;
+use crate::plane::services::deadline;
 use crate::plane::services::decision::{decide, reach_tracked, Client, Unreached};
 use crate::plane::services::handoff::Handoff;
 use crate::plane::services::stats::{Direction, FrontEnd};
@@ -169,9 +170,8 @@ async fn read_client_hello(client: &Conn, source: IpAddr) -> Result<(String, Vec
                 return Err(Unread::Unnamed);
             }
         }
-        let left = deadline.saturating_duration_since(Instant::now());
         let want = MAX_PEEK_LEN - peeked.len();
-        match monoio::time::timeout(left, client.read_into(&mut peeked, want)).await {
+        match deadline::until(deadline, client.read_into(&mut peeked, want)).await {
             Ok(Ok(0)) | Ok(Err(_)) => return Err(Unread::Gone),
             Ok(Ok(_)) => {}
             Err(_) => {

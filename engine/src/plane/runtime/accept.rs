@@ -169,7 +169,8 @@ fn serve_connection(worker: Rc<Worker>, accepted: Accepted, plane: Plane) -> imp
         // origin-form session; no route closes it.
         let served = match (plane, route) {
             (Plane::Forward, _) => forward::serve(&worker, conn, source, read).await,
-            (Plane::Socks, _) => socks::serve(&worker, conn, source).await.map(Served::Tunnel),
+            // Boxed, as a tunnel's opening is in `forward`: see `plane`.
+            (Plane::Socks, _) => Box::pin(socks::serve(&worker, conn, source)).await.map(Served::Tunnel),
             // Boxed so forward connections do not pay for transparent-mode state.
             (_, Some(Intercepted::Tls(port))) => {
                 let front_end = if steered { "steered" } else { "transparent" };

@@ -18,6 +18,7 @@
 //! written through monoio, so the socket's family does not matter to it.
 //! An idle tunnel holds two of them (see `plane`, on task size).
 
+use crate::plane::services::deadline;
 use crate::plane::services::fair::SourceTurns;
 use crate::plane::services::socket_calls;
 use crate::plane::services::stall::Stall;
@@ -154,7 +155,7 @@ impl Conn {
     pub(crate) async fn writable_again(&self, stall: &mut Stall) -> io::Result<()> {
         if let Some(pause) = stall.full() {
             // Boxed: the rare pause should not enlarge every writer's future.
-            Box::pin(monoio::time::sleep(pause)).await;
+            Box::new(deadline::sleep(pause)).await;
         }
         self.writable().await?;
         stall.reported();

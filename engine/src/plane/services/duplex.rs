@@ -21,6 +21,7 @@
 
 use crate::limiter::Grant;
 use crate::plane::services::conn::Conn;
+use crate::plane::services::deadline::{self, Pause};
 use crate::plane::services::fair::TakeTurn;
 use crate::plane::services::pipes::{CopyBuffer, Pipe, Pools, COPY_BUF, PIPE_SIZE};
 use crate::plane::services::stall::Stall;
@@ -72,7 +73,7 @@ struct Flow {
     reserved: usize,
     /// The wait a cap imposes, or a stalled destination's (see `stall`;
     /// boxed: most sources have no cap).
-    pause: Option<Pin<Box<monoio::time::Sleep>>>,
+    pause: Option<Box<Pause>>,
     /// The destination's writability reports that let nothing out.
     stall: Stall,
 }
@@ -99,7 +100,7 @@ impl Flow {
                         self.stall.progressed();
                     }
                     if let Some(pause) = self.stall.full() {
-                        self.pause = Some(Box::pin(monoio::time::sleep(pause)));
+                        self.pause = Some(Box::new(deadline::sleep(pause)));
                         return Ok(Want::Go);
                     }
                     return Ok(Want::Writable);
@@ -117,11 +118,11 @@ impl Flow {
                     Grant::Bytes { bytes, wait } if wait.is_zero() => bytes,
                     Grant::Bytes { bytes, wait } => {
                         self.reserved = bytes;
-                        self.pause = Some(Box::pin(monoio::time::sleep(wait)));
+                        self.pause = Some(Box::new(deadline::sleep(wait)));
                         return Ok(Want::Go);
                     }
                     Grant::Retry { wait } => {
-                        self.pause = Some(Box::pin(monoio::time::sleep(wait)));
+                        self.pause = Some(Box::new(deadline::sleep(wait)));
                         return Ok(Want::Go);
                     }
                 },
@@ -287,7 +288,7 @@ where
                 }
             }
             if let Some(pause) = &mut flow.pause {
-                ready!(pause.as_mut().poll(cx));
+                ready!(Pin::new(pause).poll(cx));
                 flow.pause = None;
             }
             match flow.step(&ends) {

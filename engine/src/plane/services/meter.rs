@@ -11,13 +11,13 @@
 //! does the same around each write. So a cap is never exceeded, whatever
 //! carries the bytes.
 //!
-//! A wait is a timer, never a spin, and is boxed: monoio's `Sleep` is large
-//! and most connections never wait (see `plane`, on task size). A source
+//! A wait is a deadline of the thread's (`deadline`), never a spin. A source
 //! without a cap pays one relaxed load per reservation and never awaits
 //! anything.
 
 use crate::limiter::Grant;
 use crate::plane::services::conn::Conn;
+use crate::plane::services::deadline;
 use crate::plane::services::stats::{Direction, ThreadStats};
 use crate::usage::Account;
 use std::io;
@@ -101,6 +101,6 @@ impl<'a> Meter<'a> {
 
 async fn pause(wait: Duration) {
     if !wait.is_zero() {
-        Box::pin(monoio::time::sleep(wait)).await;
+        deadline::sleep(wait).await;
     }
 }

@@ -20,6 +20,7 @@
 //!   an opened tunnel, run by `runtime` as a task of its own;
 //! - `upstream_pool`: idle upstream connections kept between HTTP requests
 //!   of one registration;
+//! - `deadline`: the deadlines of a thread's waits, fired by one timer;
 //! - `revocation`: closes what a new snapshot denies (pooled upstream
 //!   connections too), and idle tunnels;
 //! - `stats`: the engine's counters, kept per core thread and merged when
@@ -32,6 +33,7 @@
 pub(crate) mod admission;
 pub(crate) mod ask;
 pub(crate) mod conn;
+pub(crate) mod deadline;
 pub(crate) mod decision;
 pub(crate) mod duplex;
 pub(crate) mod fair;

@@ -14,6 +14,7 @@ pub(crate) use names::NameCache;
 pub use pool::Resolver;
 
 use crate::plane::services::conn::Conn;
+use crate::plane::services::deadline;
 use crate::plane::services::local_addrs::LocalAddresses;
 use crackbox_policy::guard::{DestinationGuard, Verdict};
 use crackbox_policy::{with_normalised_host, HostView, MatchedBy};
@@ -179,15 +180,14 @@ pub(crate) async fn dial(
     let (mut any, mut timed_out) = (false, false);
     for addr in allowed {
         any = true;
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
+        if Instant::now() >= deadline {
             timed_out = true;
             break;
         }
         let connected = if dialer.nonblocking_dials {
-            monoio::time::timeout(left, Conn::connect(addr)).await
+            deadline::until(deadline, Conn::connect(addr)).await
         } else {
-            match monoio::time::timeout(left, monoio::net::TcpStream::connect_addr(addr)).await {
+            match deadline::until(deadline, monoio::net::TcpStream::connect_addr(addr)).await {
                 Ok(Ok(stream)) => Ok(Conn::dialled(stream)),
                 Ok(Err(err)) => Ok(Err(err)),
                 Err(elapsed) => Err(elapsed),

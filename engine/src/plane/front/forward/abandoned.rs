@@ -12,6 +12,7 @@
 //! `--tunnel-idle-timeout`).
 
 use crate::plane::services::conn::{Conn, Peeked};
+use crate::plane::services::deadline;
 use std::time::Duration;
 
 /// How long after the client's EOF the upstream may still start its
@@ -29,7 +30,7 @@ const WATCH_AFTER: Duration = Duration::from_secs(1);
 /// while it sends bytes instead (a pipelined request, left unread for the
 /// next exchange).
 pub(super) async fn client_gone(client: &Conn) {
-    monoio::time::sleep(WATCH_AFTER).await;
+    deadline::sleep(WATCH_AFTER).await;
     // Boxed: only an exchange that waits this long pays for the watch's
     // state; every other one holds no more than the timer.
     Box::pin(closed(client)).await;
@@ -48,5 +49,5 @@ async fn closed(client: &Conn) {
             Peeked::Nothing => {}
         }
     }
-    monoio::time::sleep(GRACE).await;
+    deadline::sleep(GRACE).await;
 }

@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 /// Without a tunnel idle timeout, still give up on a silent upstream after this.
 const RESPONSE_TIMEOUT_FALLBACK: Duration = Duration::from_secs(3600);
 
-impl Session<'_> {
+impl<'w> Session<'w> {
     /// This connection's entry in the live set, pointed at `host:port` and
     /// not decided yet (made by its first request; the caller puts it back).
     /// In the set before the decision, so a snapshot that arrives while the
@@ -52,59 +52,35 @@ impl Session<'_> {
     }
 
     /// One absolute-form request; returns whether the client connection
-    /// may carry another request.
-    pub(super) async fn forward(&mut self, request: Prepared<'_>) -> bool {
-        if Self::refuse_invalid_host(&request.host) {
-            self.reply(&responses::error(400, "invalid host in URL")).await;
-            return false;
-        }
-        let kept = self.upstream.take();
-        let live = self.live_for(&request.host, request.port);
-        let reached = reach_reusing(
-            self.worker,
-            self.asker(self.requests_front_end()),
-            &request.host,
-            request.port,
-            kept,
-            &live,
-        )
-        .await;
-        self.live = Some(live);
-        let Reached {
-            mut conn,
-            mut sandbox,
-            reused,
-            mut dialled,
-        } = match reached {
-            Ok(reached) => reached,
-            Err(why) => {
-                self.reply_unreachable(&request.host, request.port, why).await;
+    /// may carry another request. (Not an `async fn`, which would hold the
+    /// request twice: see `plane`, on task size.)
+    #[expect(clippy::manual_async_fn, reason = "an async fn keeps its arguments twice")]
+    pub(super) fn forward<'s>(&'s mut self, request: Prepared<'s>) -> impl Future<Output = bool> + use<'s, 'w> {
+        async move {
+            if Self::refuse_invalid_host(&request.host) {
+                self.reply(&responses::error(400, "invalid host in URL")).await;
                 return false;
             }
-        };
-        if self.live.as_ref().is_some_and(|live| live.signal().is_fired()) {
-            self.reply(&responses::denial(Reason::Revoked, &request.host, request.port))
-                .await;
-            return false;
-        }
-        sandbox.account.add_request(self.worker.thread);
-        let mut outcome = self.exchange_watched(&conn, &request, &sandbox.account).await;
-        if reused && matches!(outcome, Err(ExchangeError::NoResponse)) && request.framing == Framing::Empty {
+            let kept = self.upstream.take();
             let live = self.live_for(&request.host, request.port);
-            let reached = reach(
+            // Boxed, as the body's and the response's relays are below: each
+            // block a request allocates stays within the thread's cache (see
+            // `plane`, on the blocks a connection allocates).
+            let reached = Box::pin(reach_reusing(
                 self.worker,
                 self.asker(self.requests_front_end()),
                 &request.host,
                 request.port,
+                kept,
                 &live,
-            )
+            ))
             .await;
             self.live = Some(live);
-            Reached {
-                conn,
-                sandbox,
-                dialled,
-                ..
+            let Reached {
+                mut conn,
+                mut sandbox,
+                reused,
+                mut dialled,
             } = match reached {
                 Ok(reached) => reached,
                 Err(why) => {
@@ -112,58 +88,89 @@ impl Session<'_> {
                     return false;
                 }
             };
-            outcome = self.exchange_watched(&conn, &request, &sandbox.account).await;
-        }
-        match outcome {
-            Ok(Exchange::Done {
-                client_reusable,
-                upstream_reusable,
-            }) => {
-                if upstream_reusable {
-                    let idle = IdleUpstream {
-                        conn,
-                        sandbox,
-                        dialled,
-                        host: request.host,
-                        port: request.port,
-                        since: Instant::now(),
-                    };
-                    // Kept for this client's next request, else for anyone
-                    // of the same registration.
-                    if client_reusable {
-                        self.upstream = Some(idle);
-                    } else {
-                        self.park(idle);
+            if self.live.as_ref().is_some_and(|live| live.signal().is_fired()) {
+                self.reply(&responses::denial(Reason::Revoked, &request.host, request.port))
+                    .await;
+                return false;
+            }
+            sandbox.account.add_request(self.worker.thread);
+            let mut outcome = self.exchange_watched(&conn, &request, &sandbox.account).await;
+            if reused && matches!(outcome, Err(ExchangeError::NoResponse)) && request.framing == Framing::Empty {
+                let live = self.live_for(&request.host, request.port);
+                let reached = reach(
+                    self.worker,
+                    self.asker(self.requests_front_end()),
+                    &request.host,
+                    request.port,
+                    &live,
+                )
+                .await;
+                self.live = Some(live);
+                Reached {
+                    conn,
+                    sandbox,
+                    dialled,
+                    ..
+                } = match reached {
+                    Ok(reached) => reached,
+                    Err(why) => {
+                        self.reply_unreachable(&request.host, request.port, why).await;
+                        return false;
                     }
+                };
+                outcome = self.exchange_watched(&conn, &request, &sandbox.account).await;
+            }
+            match outcome {
+                Ok(Exchange::Done {
+                    client_reusable,
+                    upstream_reusable,
+                }) => {
+                    if upstream_reusable {
+                        let idle = IdleUpstream {
+                            conn,
+                            sandbox,
+                            dialled,
+                            host: request.host,
+                            port: request.port,
+                            since: Instant::now(),
+                        };
+                        // Kept for this client's next request, else for anyone
+                        // of the same registration.
+                        if client_reusable {
+                            self.upstream = Some(idle);
+                        } else {
+                            self.park(idle);
+                        }
+                    }
+                    client_reusable
                 }
-                client_reusable
-            }
-            Ok(Exchange::Upgraded) => {
-                let early = self.inbox.take();
-                let sent = self
-                    .worker
-                    .meter(&sandbox.account)
-                    .send(&conn, &early, Direction::Up)
-                    .await
-                    .is_ok();
-                drop(early);
-                if sent {
-                    let signal = self.live.as_ref().map(LiveEntry::revocation).unwrap_or_default();
-                    duplex::run(self.worker.plumbing(&sandbox.account), &self.client, &conn, &signal).await;
+                Ok(Exchange::Upgraded) => {
+                    let early = self.inbox.take();
+                    let sent = self
+                        .worker
+                        .meter(&sandbox.account)
+                        .send(&conn, &early, Direction::Up)
+                        .await
+                        .is_ok();
+                    drop(early);
+                    if sent {
+                        let signal = self.live.as_ref().map(LiveEntry::revocation).unwrap_or_default();
+                        duplex::run(self.worker.plumbing(&sandbox.account), &self.client, &conn, &signal).await;
+                    }
+                    false
                 }
-                false
+                Err(ExchangeError::NoResponse | ExchangeError::BadResponse) => {
+                    self.reply(&responses::error(502, "the upstream server sent no valid response"))
+                        .await;
+                    false
+                }
+                Err(ExchangeError::MalformedBody) => {
+                    self.reply(&responses::error(400, "malformed chunked request body"))
+                        .await;
+                    false
+                }
+                Err(ExchangeError::Broken) => false,
             }
-            Err(ExchangeError::NoResponse | ExchangeError::BadResponse) => {
-                self.reply(&responses::error(502, "the upstream server sent no valid response"))
-                    .await;
-                false
-            }
-            Err(ExchangeError::MalformedBody) => {
-                self.reply(&responses::error(400, "malformed chunked request body"))
-                    .await;
-                false
-            }
-            Err(ExchangeError::Broken) => false,
         }
     }
 
@@ -212,17 +219,18 @@ impl Session<'_> {
         let activity = self.live.as_ref().map_or(&fallback, LiveEntry::signal);
         activity.touch();
         let responded = Cell::new(false);
-        let body = pin!(body::relay(
+        // Each boxed apart: see the reach in `forward`.
+        let body = Box::pin(body::relay(
             plumbing,
             client,
             upstream,
             &mut self.inbox,
             request.framing,
             Direction::Up,
-            activity
+            activity,
         ));
-        let response = pin!(relay_response(
-            plumbing, wait, client, upstream, request, activity, &responded
+        let response = Box::pin(relay_response(
+            plumbing, wait, client, upstream, request, activity, &responded,
         ));
         let (mut body, mut response) = (body, response);
         // Watched only once the body relay no longer reads the client, and

@@ -5,6 +5,7 @@
 
 use super::Session;
 use super::READ_CHUNK;
+use crate::plane::services::deadline;
 use crate::plane::services::pipes::{Pooled, Pools};
 use crate::protocol::http_head::{self, Framing, HeadError, MAX_HEAD};
 use crate::protocol::responses;
@@ -100,9 +101,8 @@ impl Session<'_> {
     pub(super) async fn wait_for_head(&mut self, mut scanned: usize) -> HeadRead {
         let deadline = Instant::now() + HEAD_TIMEOUT;
         loop {
-            let left = deadline.saturating_duration_since(Instant::now());
             let want = self.head_read_size();
-            match monoio::time::timeout(left, self.client.read_into(self.inbox.fill(), want)).await {
+            match deadline::until(deadline, self.client.read_into(self.inbox.fill(), want)).await {
                 Ok(Ok(n)) if n > 0 => {}
                 Ok(_) => return HeadRead::Closed,
                 Err(_) if self.inbox.is_empty() => return HeadRead::Closed,

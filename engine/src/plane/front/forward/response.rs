@@ -7,6 +7,7 @@ use super::body;
 use super::head::Prepared;
 use super::READ_CHUNK;
 use crate::plane::services::conn::Conn;
+use crate::plane::services::deadline;
 use crate::plane::services::pipes::{Pooled, Pools};
 use crate::plane::services::stats::Direction;
 use crate::plane::services::tunnel::{CloseSignal, Plumbing};
@@ -71,7 +72,7 @@ pub(super) async fn relay_response(
                 }
                 upstream.read_into(&mut inbox, READ_CHUNK).await
             };
-            match monoio::time::timeout(wait, read).await {
+            match deadline::within(wait, read).await {
                 Ok(Ok(0)) | Ok(Err(_)) if !received => return Err(ExchangeError::NoResponse),
                 Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return Err(ExchangeError::BadResponse),
                 Ok(Ok(_)) => received = true,

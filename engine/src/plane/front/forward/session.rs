@@ -9,6 +9,7 @@
 use super::head::{head_refusal, HeadRead, Prepared};
 use super::{denial, Origin, Session};
 use crate::plane::services::conn::Conn;
+use crate::plane::services::deadline;
 use crate::plane::services::decision::{decide, reach_ruled, Ruling};
 use crate::plane::services::pipes::Pooled;
 use crate::plane::services::revocation::LiveEntry;
@@ -85,7 +86,8 @@ impl<'w> Session<'w> {
             // Decided before any await, so an idle tunnel's task does not
             // keep the parsed head.
             match self.next_step(head_len) {
-                Step::Tunnel(host, port, ruling) => return self.tunnel(host, port, ruling).await,
+                // Boxed: see `plane`, on the blocks a connection allocates.
+                Step::Tunnel(host, port, ruling) => return Box::pin(self.tunnel(host, port, ruling)).await,
                 Step::Reply(response) => {
                     self.reply(&response).await;
                     return None;
@@ -154,7 +156,7 @@ impl<'w> Session<'w> {
     async fn await_next_request(&mut self) -> bool {
         self.inbox.release();
         let revoked = self.live.as_ref().map(LiveEntry::revocation).unwrap_or_default();
-        let readable = monoio::time::timeout(KEEPALIVE_IDLE, self.client.readable());
+        let readable = deadline::within(KEEPALIVE_IDLE, self.client.readable());
         monoio::select! {
             ready = readable => matches!(ready, Ok(Ok(()))),
             _ = revoked.wait() => false,

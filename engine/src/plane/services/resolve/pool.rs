@@ -11,6 +11,7 @@
 //! So a source whose names never resolve holds two threads, never the pool
 //! (docs/architecture.md, "Data path of a connection", step 4).
 
+use crate::plane::services::deadline;
 use futures_channel::oneshot;
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
@@ -116,7 +117,7 @@ impl Resolver {
             reply,
             started: Arc::clone(&started),
         })?;
-        match monoio::time::timeout(budget, answer).await {
+        match deadline::within(budget, answer).await {
             Ok(Ok(Ok(addresses))) => Ok(addresses),
             Ok(_) => Err(Failure::Unresolved),
             Err(_) if started.load(Ordering::Relaxed) => Err(Failure::Unresolved),

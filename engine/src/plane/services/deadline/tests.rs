@@ -1,0 +1,127 @@
+use super::{sleep, until, within, Elapsed, DEADLINES};
+use std::future::pending;
+use std::time::{Duration, Instant};
+
+/// Waits under a deadline on this thread.
+fn waiting() -> usize {
+    DEADLINES.with(|cell| cell.borrow().order.len())
+}
+
+/// Runs `test` on a runtime of each io driver, each on a thread of its own
+/// (a thread runs one runtime for its life, as the engine's do).
+fn on_both_drivers<F: std::future::Future<Output = ()>>(test: impl Fn() -> F + Send + Sync + Copy + 'static) {
+    let epoll = std::thread::spawn(move || {
+        let runtime = monoio::RuntimeBuilder::<monoio::LegacyDriver>::new()
+            .enable_timer()
+            .build();
+        runtime.unwrap().block_on(test());
+    });
+    let uring = std::thread::spawn(move || {
+        let runtime = monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
+            .enable_timer()
+            .build();
+        runtime.unwrap().block_on(test());
+    });
+    epoll.join().expect("the epoll runtime's run");
+    uring.join().expect("the io_uring runtime's run");
+}
+
+/// Fails a test that waits too long for a deadline to fire.
+async fn bounded<F: std::future::Future>(work: F) -> F::Output {
+    monoio::select! {
+        output = work => output,
+        _ = monoio::time::sleep(Duration::from_secs(5)) => panic!("no deadline fired within 5 s"),
+    }
+}
+
+#[test]
+fn work_that_completes_first_returns_its_output_and_leaves_nothing() {
+    on_both_drivers(|| async {
+        assert_eq!(within(Duration::from_secs(10), async { 7 }).await, Ok(7));
+        let (sent, got) = futures_channel::oneshot::channel::<u8>();
+        monoio::spawn(async move {
+            sleep(Duration::from_millis(20)).await;
+            sent.send(9).unwrap();
+        });
+        assert_eq!(bounded(within(Duration::from_secs(10), got)).await, Ok(Ok(9)));
+        assert_eq!(waiting(), 0, "both slots given back");
+    });
+}
+
+#[test]
+fn a_wait_ends_at_its_deadline_and_not_before() {
+    on_both_drivers(|| async {
+        let started = Instant::now();
+        let waited = bounded(until(started + Duration::from_millis(40), pending::<()>())).await;
+        assert_eq!(waited, Err(Elapsed));
+        assert!(
+            started.elapsed() >= Duration::from_millis(40),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(waiting(), 0);
+    });
+}
+
+#[test]
+fn an_earlier_deadline_set_after_a_later_one_fires_first() {
+    on_both_drivers(|| async {
+        let long = monoio::spawn(within(Duration::from_secs(3600), pending::<()>()));
+        // Let the long wait register (and set the ticker's timer) first.
+        monoio::time::sleep(Duration::from_millis(5)).await;
+        assert_eq!(waiting(), 1);
+        let started = Instant::now();
+        bounded(sleep(Duration::from_millis(30))).await;
+        assert!(started.elapsed() >= Duration::from_millis(30));
+        assert_eq!(waiting(), 1, "the long wait is still there");
+        drop(long);
+        monoio::time::sleep(Duration::from_millis(5)).await;
+    });
+}
+
+#[test]
+fn a_wait_dropped_before_its_deadline_gives_its_slot_back() {
+    on_both_drivers(|| async {
+        let quick = async {
+            monoio::time::sleep(Duration::from_millis(10)).await;
+            "quick"
+        };
+        let first = monoio::select! {
+            won = quick => won,
+            _ = within(Duration::from_secs(3600), pending::<()>()) => "deadline",
+        };
+        assert_eq!(first, "quick");
+        assert_eq!(waiting(), 0);
+        // The slot is reused, and fires.
+        assert_eq!(
+            bounded(within(Duration::from_millis(10), pending::<()>())).await,
+            Err(Elapsed)
+        );
+        assert_eq!(
+            DEADLINES.with(|cell| cell.borrow().waiters.len()),
+            1,
+            "one slot, reused"
+        );
+    });
+}
+
+#[test]
+fn many_waits_fire_in_the_order_of_their_deadlines() {
+    on_both_drivers(|| async {
+        let (order, fired) = std::sync::mpsc::channel();
+        let mut waits = Vec::new();
+        for n in [5u64, 1, 4, 2, 3] {
+            let order = order.clone();
+            waits.push(monoio::spawn(async move {
+                sleep(Duration::from_millis(15 * n)).await;
+                order.send(n).unwrap();
+            }));
+        }
+        for wait in waits {
+            bounded(wait).await;
+        }
+        let fired: Vec<u64> = fired.try_iter().collect();
+        assert_eq!(fired, [1, 2, 3, 4, 5]);
+        assert_eq!(waiting(), 0);
+    });
+}
