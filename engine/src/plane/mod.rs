@@ -33,11 +33,12 @@
 //! more than 16. A larger block, or one aligned to more, is allocated under
 //! the arena's lock, and the process has one arena for all its threads
 //! (cli/src/main.rs). So a connection's task is at most 1,032 bytes (a
-//! CONNECT's opening and a SOCKS5 handshake are boxed apart from it), and
-//! its waits under a deadline take a slot of their thread's
+//! CONNECT's opening and a SOCKS5 handshake are boxed apart from it), a
+//! plain request's exchange is boxed in parts no larger, and a
+//! connection's waits under a deadline take a slot of their thread's
 //! (`services::deadline`), never a monoio `Sleep` of their own, which is
-//! 640 bytes aligned to 128. (A plain HTTP request's exchange, boxed, is
-//! still larger: docs/architecture.md, "Locks and shared atomics".)
+//! 640 bytes aligned to 128 (docs/architecture.md, "Locks and shared
+//! atomics").
 //! Parsing and policy decisions that need no socket belong in `protocol` and
 //! `crackbox-policy`, never here.
 

@@ -16,7 +16,7 @@
 //! without a Host gets the 403 of a denied one instead.
 
 use crate::plane::services::conn::Conn;
-use crate::plane::services::deadline;
+use crate::plane::services::deadline::until;
 use crate::plane::services::decision::{decide, reach_tracked, Client, Unreached};
 use crate::plane::services::handoff::Handoff;
 use crate::plane::services::stats::{Direction, FrontEnd};
@@ -171,7 +171,7 @@ async fn read_client_hello(client: &Conn, source: IpAddr) -> Result<(String, Vec
             }
         }
         let want = MAX_PEEK_LEN - peeked.len();
-        match deadline::until(deadline, client.read_into(&mut peeked, want)).await {
+        match until(deadline, client.read_into(&mut peeked, want)).await {
             Ok(Ok(0)) | Ok(Err(_)) => return Err(Unread::Gone),
             Ok(Ok(_)) => {}
             Err(_) => {

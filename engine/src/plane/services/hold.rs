@@ -12,7 +12,7 @@
 //! usual. Registered sources and sources outside the watched subnets never
 //! wait.
 
-use crate::plane::services::deadline;
+use crate::plane::services::deadline::sleep;
 use crate::plane::services::worker::Worker;
 use crate::usage::attached::Standing;
 use crackbox_policy::decide::standing;
@@ -37,7 +37,7 @@ pub(crate) async fn until_registered(worker: &Worker, source: IpAddr) {
     let deadline = Instant::now() + worker.shared.config.registration_hold;
     let mut pause = FIRST_POLL;
     while needed(worker, source) && Instant::now() < deadline {
-        deadline::sleep(pause.min(deadline.saturating_duration_since(Instant::now()))).await;
+        sleep(pause.min(deadline.saturating_duration_since(Instant::now()))).await;
         pause = (pause * 2).min(MAX_POLL);
     }
 }

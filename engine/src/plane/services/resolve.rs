@@ -14,7 +14,7 @@ pub(crate) use names::NameCache;
 pub use pool::Resolver;
 
 use crate::plane::services::conn::Conn;
-use crate::plane::services::deadline;
+use crate::plane::services::deadline::until;
 use crate::plane::services::local_addrs::LocalAddresses;
 use crackbox_policy::guard::{DestinationGuard, Verdict};
 use crackbox_policy::{with_normalised_host, HostView, MatchedBy};
@@ -185,9 +185,9 @@ pub(crate) async fn dial(
             break;
         }
         let connected = if dialer.nonblocking_dials {
-            deadline::until(deadline, Conn::connect(addr)).await
+            until(deadline, Conn::connect(addr)).await
         } else {
-            match deadline::until(deadline, monoio::net::TcpStream::connect_addr(addr)).await {
+            match until(deadline, monoio::net::TcpStream::connect_addr(addr)).await {
                 Ok(Ok(stream)) => Ok(Conn::dialled(stream)),
                 Ok(Err(err)) => Ok(Err(err)),
                 Err(elapsed) => Err(elapsed),

@@ -5,7 +5,7 @@
 
 use super::Session;
 use super::READ_CHUNK;
-use crate::plane::services::deadline;
+use crate::plane::services::deadline::until;
 use crate::plane::services::pipes::{Pooled, Pools};
 use crate::protocol::http_head::{self, Framing, HeadError, MAX_HEAD};
 use crate::protocol::responses;
@@ -102,7 +102,7 @@ impl Session<'_> {
         let deadline = Instant::now() + HEAD_TIMEOUT;
         loop {
             let want = self.head_read_size();
-            match deadline::until(deadline, self.client.read_into(self.inbox.fill(), want)).await {
+            match until(deadline, self.client.read_into(self.inbox.fill(), want)).await {
                 Ok(Ok(n)) if n > 0 => {}
                 Ok(_) => return HeadRead::Closed,
                 Err(_) if self.inbox.is_empty() => return HeadRead::Closed,
