@@ -1,5 +1,7 @@
 use super::{sleep, until, within, Elapsed, DEADLINES};
-use std::future::pending;
+use std::future::{pending, poll_fn};
+use std::pin::Pin;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 /// Waits under a deadline on this thread.
@@ -28,10 +30,19 @@ fn on_both_drivers<F: std::future::Future<Output = ()>>(test: impl Fn() -> F + S
 
 /// Fails a test that waits too long for a deadline to fire.
 async fn bounded<F: std::future::Future>(work: F) -> F::Output {
-    monoio::select! {
-        output = work => output,
-        _ = monoio::time::sleep(Duration::from_secs(5)) => panic!("no deadline fired within 5 s"),
-    }
+    monoio::time::timeout(Duration::from_secs(5), work)
+        .await
+        .expect("no deadline fired within 5 s")
+}
+
+/// Polls `wait` once, which puts it under its deadline, and checks that
+/// it did not end.
+async fn start<F: std::future::Future>(mut wait: Pin<&mut F>) {
+    poll_fn(|cx| {
+        assert!(wait.as_mut().poll(cx).is_pending(), "the wait ended at once");
+        Poll::Ready(())
+    })
+    .await
 }
 
 #[test]
@@ -39,11 +50,12 @@ fn work_that_completes_first_returns_its_output_and_leaves_nothing() {
     on_both_drivers(|| async {
         assert_eq!(within(Duration::from_secs(10), async { 7 }).await, Ok(7));
         let (sent, got) = futures_channel::oneshot::channel::<u8>();
-        monoio::spawn(async move {
-            sleep(Duration::from_millis(20)).await;
-            sent.send(9).unwrap();
-        });
-        assert_eq!(bounded(within(Duration::from_secs(10), got)).await, Ok(Ok(9)));
+        let mut answered = Box::pin(within(Duration::from_secs(10), got));
+        // The answer comes once the wait is under its deadline.
+        start(answered.as_mut()).await;
+        assert_eq!(waiting(), 1);
+        sent.send(9).unwrap();
+        assert_eq!(bounded(answered).await, Ok(Ok(9)));
         assert_eq!(waiting(), 0, "both slots given back");
     });
 }
@@ -66,31 +78,27 @@ fn a_wait_ends_at_its_deadline_and_not_before() {
 #[test]
 fn an_earlier_deadline_set_after_a_later_one_fires_first() {
     on_both_drivers(|| async {
-        let long = monoio::spawn(within(Duration::from_secs(3600), pending::<()>()));
-        // Let the long wait register (and set the ticker's timer) first.
-        monoio::time::sleep(Duration::from_millis(5)).await;
+        // The long wait registers (and sets the ticker's timer) first.
+        let mut long = Box::pin(within(Duration::from_secs(3600), pending::<()>()));
+        start(long.as_mut()).await;
         assert_eq!(waiting(), 1);
         let started = Instant::now();
-        bounded(sleep(Duration::from_millis(30))).await;
+        let short = until(started + Duration::from_millis(30), pending::<()>());
+        assert_eq!(bounded(short).await, Err(Elapsed));
         assert!(started.elapsed() >= Duration::from_millis(30));
         assert_eq!(waiting(), 1, "the long wait is still there");
         drop(long);
-        monoio::time::sleep(Duration::from_millis(5)).await;
+        assert_eq!(waiting(), 0);
     });
 }
 
 #[test]
 fn a_wait_dropped_before_its_deadline_gives_its_slot_back() {
     on_both_drivers(|| async {
-        let quick = async {
-            monoio::time::sleep(Duration::from_millis(10)).await;
-            "quick"
-        };
-        let first = monoio::select! {
-            won = quick => won,
-            _ = within(Duration::from_secs(3600), pending::<()>()) => "deadline",
-        };
-        assert_eq!(first, "quick");
+        let mut dropped = Box::pin(within(Duration::from_secs(3600), pending::<()>()));
+        start(dropped.as_mut()).await;
+        assert_eq!(waiting(), 1);
+        drop(dropped);
         assert_eq!(waiting(), 0);
         // The slot is reused, and fires.
         assert_eq!(
@@ -113,6 +121,7 @@ fn many_waits_fire_in_the_order_of_their_deadlines() {
         for n in [5u64, 1, 4, 2, 3] {
             let order = order.clone();
             waits.push(monoio::spawn(async move {
+                // `sleep` is what this test is of: a `Pause` each.
                 sleep(Duration::from_millis(15 * n)).await;
                 order.send(n).unwrap();
             }));
