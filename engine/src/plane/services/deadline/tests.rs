@@ -1,5 +1,5 @@
-use super::{sleep, until, within, Elapsed, DEADLINES};
-use std::future::{pending, poll_fn};
+use super::{sleep, until, within, Elapsed, Until, DEADLINES};
+use std::future::{pending, poll_fn, Pending};
 use std::pin::Pin;
 use std::task::Poll;
 use std::time::{Duration, Instant};
@@ -45,6 +45,15 @@ async fn start<F: std::future::Future>(mut wait: Pin<&mut F>) {
     .await
 }
 
+/// A wait an hour away that never ends by itself, registered under its
+/// deadline: the one waiting slot of the tests that start with it.
+async fn an_hour_away() -> Pin<Box<Until<Pending<()>>>> {
+    let mut wait = Box::pin(within(Duration::from_secs(3600), pending::<()>()));
+    start(wait.as_mut()).await;
+    assert_eq!(waiting(), 1);
+    wait
+}
+
 #[test]
 fn work_that_completes_first_returns_its_output_and_leaves_nothing() {
     on_both_drivers(|| async {
@@ -79,9 +88,7 @@ fn a_wait_ends_at_its_deadline_and_not_before() {
 fn an_earlier_deadline_set_after_a_later_one_fires_first() {
     on_both_drivers(|| async {
         // The long wait registers (and sets the ticker's timer) first.
-        let mut long = Box::pin(within(Duration::from_secs(3600), pending::<()>()));
-        start(long.as_mut()).await;
-        assert_eq!(waiting(), 1);
+        let long = an_hour_away().await;
         let started = Instant::now();
         let short = until(started + Duration::from_millis(30), pending::<()>());
         assert_eq!(bounded(short).await, Err(Elapsed));
@@ -95,9 +102,7 @@ fn an_earlier_deadline_set_after_a_later_one_fires_first() {
 #[test]
 fn a_wait_dropped_before_its_deadline_gives_its_slot_back() {
     on_both_drivers(|| async {
-        let mut dropped = Box::pin(within(Duration::from_secs(3600), pending::<()>()));
-        start(dropped.as_mut()).await;
-        assert_eq!(waiting(), 1);
+        let dropped = an_hour_away().await;
         drop(dropped);
         assert_eq!(waiting(), 0);
         // The slot is reused, and fires.
