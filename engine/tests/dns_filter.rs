@@ -132,15 +132,32 @@ fn ask_udp(filter: SocketAddr, source: [u8; 4], message: &Message) -> Option<Mes
     Some(Message::from_vec(&buf[..len]).unwrap())
 }
 
-/// Sends one query over TCP from `source` and reads the reply.
-fn ask_tcp(filter: SocketAddr, source: [u8; 4], message: &Message) -> Option<Message> {
+/// A TCP connection to the filter from `source`.
+fn connect_tcp(filter: SocketAddr, source: [u8; 4]) -> TcpStream {
     let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
     socket.bind(&SocketAddr::from((source, 0)).into()).unwrap();
     socket.connect(&filter.into()).unwrap();
-    let mut stream: TcpStream = socket.into();
+    let stream: TcpStream = socket.into();
     stream.set_read_timeout(Some(WAIT)).unwrap();
-    write_framed(&mut stream, &message.to_vec().unwrap());
-    read_framed(&mut stream).map(|reply| Message::from_vec(&reply).unwrap())
+    stream
+}
+
+/// Sends one query on `stream` and reads the reply.
+fn ask_on(stream: &mut TcpStream, message: &Message) -> Option<Message> {
+    write_framed(stream, &message.to_vec().unwrap());
+    read_framed(stream).map(|reply| Message::from_vec(&reply).unwrap())
+}
+
+/// Sends one query over TCP from `source` and reads the reply.
+fn ask_tcp(filter: SocketAddr, source: [u8; 4], message: &Message) -> Option<Message> {
+    ask_on(&mut connect_tcp(filter, source), message)
+}
+
+/// True when the filter closed `stream`: it reads the end (or a reset).
+fn is_closed(stream: &mut TcpStream) -> bool {
+    let mut byte = [0u8; 1];
+    let read = stream.read(&mut byte);
+    matches!(&read, Ok(0)) || matches!(&read, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset)
 }
 
 fn a_records(reply: &Message) -> Vec<IpAddr> {
@@ -274,17 +291,8 @@ fn tcp_decisions() {
     assert_eq!(any.metadata.response_code, ResponseCode::Refused);
     // An unregistered source's connection is closed before it asks
     // anything, and recorded as a denial with no name.
-    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    socket.bind(&SocketAddr::from(([127, 0, 0, 24], 0)).into()).unwrap();
-    socket.connect(&s.filter.into()).unwrap();
-    let mut stranger: TcpStream = socket.into();
-    stranger.set_read_timeout(Some(WAIT)).unwrap();
-    let mut byte = [0u8; 1];
-    let read = stranger.read(&mut byte);
-    assert!(
-        matches!(&read, Ok(0)) || matches!(&read, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset),
-        "closed at once, not answered: {read:?}"
-    );
+    let mut stranger = connect_tcp(s.filter, [127, 0, 0, 24]);
+    assert!(is_closed(&mut stranger), "closed at once, not answered");
     assert_eq!(*s.asked.lock().unwrap(), vec!["allowed.test."]);
     let stranger = IpAddr::from([127, 0, 0, 24]);
     let denials = s.denials.lock().unwrap();
@@ -292,6 +300,46 @@ fn tcp_decisions() {
         denials.contains(&(stranger, None, String::new(), Reason::Unregistered)),
         "{denials:?}"
     );
+}
+
+/// TCP slots (docs/daemon.md, "DNS filter"): eight sources holding four
+/// connections each (as many as one source may), all waiting for a next
+/// query, take all 32; a ninth source is answered all the same. The
+/// connection waiting longest of a source holding the most gives its slot
+/// up and is closed; every other stays open and answered.
+#[test]
+fn sources_together_cannot_hold_tcp_away_from_another() {
+    let (upstream, _) = upstream([127, 0, 0, 48]);
+    let sources: Vec<[u8; 4]> = (61..=69).map(|n| [127, 0, 0, n]).collect();
+    let specs: Vec<RegistrationSpec> = sources
+        .iter()
+        .enumerate()
+        .map(|(n, &source)| {
+            let ip = Ipv4Addr::from(source).to_string();
+            RegistrationSpec::parse(&ip, &format!("crowd-{n}"), &["allowed.test"]).unwrap()
+        })
+        .collect();
+    let registry = Arc::new(SnapshotCell::deny_all());
+    registry.swap(Snapshot::build(1, &specs));
+    let filter = dns::spawn(SocketAddr::from(([127, 0, 0, 38], 0)), upstream, registry, None)
+        .unwrap()
+        .local_addr();
+    let allowed = query("allowed.test.", RecordType::A, None);
+    let mut held = Vec::new();
+    for &source in &sources[..8] {
+        for _ in 0..4 {
+            let mut stream = connect_tcp(filter, source);
+            assert!(ask_on(&mut stream, &allowed).is_some(), "{source:?} is answered");
+            held.push(stream);
+        }
+    }
+    let reply = ask_tcp(filter, sources[8], &allowed).expect("the ninth source is answered");
+    assert_eq!(a_records(&reply), vec![IpAddr::V4(ALLOWED_ADDR)]);
+    assert!(is_closed(&mut held[0]), "the connection waiting longest gave way");
+    for stream in &mut held[1..] {
+        let reply = ask_on(stream, &allowed).expect("every other connection stays answered");
+        assert_eq!(a_records(&reply), vec![IpAddr::V4(ALLOWED_ADDR)]);
+    }
 }
 
 #[test]

@@ -1,7 +1,9 @@
 //! TCP serving: one accept thread and a thread per connection, each
 //! answering length-prefixed queries one after another. A connection from
 //! an unregistered source is closed at once, and every other takes one of
-//! the listener's slots (see `slots`) or is closed at once too. A new
+//! the listener's slots (see `slots`: a connection waiting for its next
+//! query may be closed to give its slot to a newcomer) or is closed at
+//! once too. A new
 //! connection has [`FIRST_QUERY_TIMEOUT`] to send its first complete
 //! query, an answered one [`IDLE_TIMEOUT`] for each next one. A query whose
 //! source awaits its registration waits in the hold (see `hold`), its
@@ -42,14 +44,14 @@ fn accept(listener: &TcpListener, filter: &Arc<Filter>, slots: &Slots) {
             }
         };
         // Dropping the stream closes a connection given no slot.
-        let Some(slot) = admit(filter, slots, source) else {
+        let Some(slot) = admit(filter, slots, &stream, source) else {
             continue;
         };
         let filter = Arc::clone(filter);
         let spawned = std::thread::Builder::new()
             .name("crackbox-dns-conn".into())
             .spawn(move || {
-                if let Err(error) = converse(stream, source, &filter) {
+                if let Err(error) = converse(stream, source, &filter, &slot) {
                     tracing::debug!(%error, %source, "dns tcp connection ended");
                 }
                 drop(slot);
@@ -62,20 +64,26 @@ fn accept(listener: &TcpListener, filter: &Arc<Filter>, slots: &Slots) {
 
 /// The slot a connection from `source` is served in; `None` when it is to
 /// be closed at once.
-fn admit(filter: &Filter, slots: &Slots, source: SocketAddr) -> Option<Slot> {
+fn admit(filter: &Filter, slots: &Slots, stream: &TcpStream, source: SocketAddr) -> Option<Slot> {
     let ip = canonical_ip(source.ip());
     let (snapshot, watch) = (filter.registry.load(), filter.watched.load());
     if refuses_connection(ip, (&snapshot, &watch), filter.on_denial.as_ref()) {
         return None;
     }
     drop((snapshot, watch));
+    let closer = stream
+        .try_clone()
+        .inspect_err(|error| tracing::debug!(%error, %source, "dns tcp connection closed"))
+        .ok()?;
     slots
-        .take(ip)
+        .take(ip, closer)
         .inspect_err(|error| tracing::debug!(%error, %source, "dns tcp connection closed"))
         .ok()
 }
 
-fn converse(mut stream: TcpStream, source: SocketAddr, filter: &Filter) -> io::Result<()> {
+/// Answers the queries of one connection, one after another; `slot` is
+/// the connection's, which it may give up while it waits for a query.
+fn converse(mut stream: TcpStream, source: SocketAddr, filter: &Filter, slot: &Slot) -> io::Result<()> {
     let arrived = stream.local_addr()?.ip();
     stream.set_write_timeout(Some(IDLE_TIMEOUT))?;
     let mut wait = FIRST_QUERY_TIMEOUT;
@@ -87,6 +95,9 @@ fn converse(mut stream: TcpStream, source: SocketAddr, filter: &Filter) -> io::R
         let Some(packet) = read_framed(&mut next)? else {
             return Ok(());
         };
+        if !slot.answering() {
+            return Ok(());
+        }
         let mut answer = filter.answer(&packet, source, arrived, true, Hold::Allowed);
         if let Answer::AfterHold = answer {
             if !wait_for_registration(filter, source) {
@@ -98,6 +109,7 @@ fn converse(mut stream: TcpStream, source: SocketAddr, filter: &Filter) -> io::R
             Answer::Reply(reply) => write_framed(&mut stream, &reply)?,
             Answer::Silence | Answer::AfterHold => return Ok(()),
         }
+        slot.waiting();
         wait = IDLE_TIMEOUT;
     }
 }
