@@ -57,6 +57,71 @@ fn serve_under_umask_000_keeps_its_control_socket_in_a_0700_directory() {
     assert_eq!(mode(&socket), 0o600, "the control socket under umask 000");
 }
 
+/// `proxy serve` on fresh ports with `tmp` as its `TMPDIR`, healthy.
+fn serve_in(tmp: &Path) -> Spawned {
+    let ports = Ports::fresh();
+    let mut args = vec!["proxy".to_string(), "serve".to_string()];
+    args.extend(ports.flags());
+    let mut serve = command(&args, &[]);
+    serve.env("TMPDIR", tmp).stdout(Stdio::null());
+    let serve = Spawned::start(&mut serve);
+    ports.wait_healthy();
+    serve
+}
+
+/// The directories in `tmp`.
+fn dirs_in(tmp: &Path) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(tmp)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+/// Sets the times of the socket in `dir` two minutes into the past.
+fn age_socket(dir: &Path) {
+    let two_minutes_ago = nix::sys::time::TimeSpec::from_duration(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            - Duration::from_secs(120),
+    );
+    nix::sys::stat::utimensat(
+        nix::fcntl::AT_FDCWD,
+        &dir.join("control.sock"),
+        &two_minutes_ago,
+        &two_minutes_ago,
+        nix::sys::stat::UtimensatFlags::NoFollowSymlink,
+    )
+    .unwrap();
+}
+
+/// What a `proxy serve` killed with `kill -9` left, its socket's directory,
+/// the next one removes once it has been left a minute, and only that: a
+/// live serve's directory stays (docs/daemon.md, "Processes").
+#[test]
+fn the_next_serve_removes_the_socket_directory_a_killed_serve_left() {
+    let tmp = tempfile::tempdir().unwrap();
+    let _live = serve_in(tmp.path());
+    let live_dir = dirs_in(tmp.path()).pop().unwrap();
+    let mut killed = serve_in(tmp.path());
+    let killed_dir = dirs_in(tmp.path()).into_iter().find(|dir| *dir != live_dir).unwrap();
+    killed.kill9();
+    assert!(killed_dir.join("control.sock").exists(), "kill -9 leaves the socket");
+    age_socket(&live_dir);
+    age_socket(&killed_dir);
+
+    let _next = serve_in(tmp.path());
+    let dirs = dirs_in(tmp.path());
+    assert!(
+        !dirs.contains(&killed_dir),
+        "the killed serve's directory is gone: {dirs:?}"
+    );
+    assert!(dirs.contains(&live_dir), "the live serve's directory stays: {dirs:?}");
+    assert_eq!(dirs.len(), 2, "the live serve's and the next one's: {dirs:?}");
+}
+
 /// `proxy control` on `socket` as `OTHER_UID`, registering `registration`.
 fn impostor(ports: &Ports, socket: &Path, registration: &str) -> Spawned {
     let mut args: Vec<String> = [

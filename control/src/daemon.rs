@@ -4,6 +4,7 @@ use crate::api::{self, AppState};
 use crate::fleet::{FirstRead, Fleet};
 use crate::publisher::{self, EngineLink};
 use crate::registry::{LoadError, Refusal, Registry, Seeds, Synced};
+use crate::stale_socket_dirs;
 use crate::supervisor::Supervisor;
 use anyhow::Context;
 use crackbox_config::{handoff, ProxyArgs, Settings};
@@ -75,14 +76,15 @@ async fn run_async(settings: Settings, mode: Mode) -> anyhow::Result<()> {
         (Some(path), _) => (path.clone(), None),
         (None, Mode::Control) => (settings.engine.control_socket.clone(), None),
         (None, Mode::Serve) => {
+            stale_socket_dirs::sweep(&std::env::temp_dir());
             // Mode 0700 whatever the umask: nobody else may replace the
             // socket in it (docs/daemon.md, "Processes").
             let dir = tempfile::Builder::new()
-                .prefix("crackbox-")
+                .prefix(stale_socket_dirs::PREFIX)
                 .permissions(std::fs::Permissions::from_mode(0o700))
                 .tempdir()
                 .context("cannot create a private directory for the control socket")?;
-            (dir.path().join("control.sock"), Some(dir))
+            (dir.path().join(stale_socket_dirs::SOCKET), Some(dir))
         }
     };
     let engine = settings.engine_config(socket.clone());

@@ -54,6 +54,7 @@ pub mod metrics;
 pub mod publisher;
 pub mod registry;
 mod shared_dir;
+mod stale_socket_dirs;
 pub mod status;
 pub mod store;
 pub mod supervisor;
