@@ -200,3 +200,71 @@ fn an_engine_refuses_a_control_socket_listened_on_by_another_user() {
     ports.wait_healthy();
     assert_eq!(ports.fetch("127.0.0.8", &allowed), 200, "root's control is trusted");
 }
+
+/// `proxy engine` on `socket` as `OTHER_UID`, on `ports`.
+fn impostor_engine(ports: &Ports, socket: &Path) -> Spawned {
+    let mut args: Vec<String> = [
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        binary().to_str().unwrap(),
+        "proxy",
+        "engine",
+    ]
+    .map(String::from)
+    .to_vec();
+    args.extend(ports.flags());
+    args.extend(["--control-socket".into(), socket.display().to_string()]);
+    let mut impostor = Command::new("setpriv");
+    isolated(impostor.args(&args)).stdout(Stdio::null());
+    Spawned::start(&mut impostor)
+}
+
+/// Control holds the engine to the engine's own rule: a connection on the
+/// control socket from another user than control's or root is refused, so
+/// a socket others can reach (widened here, as one is while it is created
+/// in a directory others can enter) hands nobody the registry, and the
+/// real engine stays the one enforcing it.
+#[test]
+fn control_refuses_an_engine_of_another_user() {
+    if !root_or_skip("an engine running as another user") {
+        return;
+    }
+    let upstream = crackbox_test_support::Upstream::echo_request_line();
+    let allowed = format!("http://localhost:{}/", upstream.port());
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("control.sock");
+    let log = dir.path().join("control.log");
+    let ports = Ports::fresh();
+    let mut args = vec!["proxy".to_string(), "control".to_string()];
+    args.extend(ports.flags());
+    args.extend(["--control-socket".into(), socket.display().to_string()]);
+    args.extend(["--register".into(), "127.0.0.9=real:localhost".into()]);
+    let mut control = command(&args, &[]);
+    control
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap());
+    let _control = Spawned::start(&mut control);
+    let _engine = ports.engine(&socket);
+    ports.wait_healthy();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666)).unwrap();
+
+    let _impostor = impostor_engine(&Ports::fresh(), &socket);
+    let refused = wait_until(Duration::from_secs(20), || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .any(|line| line.contains("refused a connection on the control socket") && line.contains("uid 65534"))
+    });
+    assert!(
+        refused,
+        "control logs that it refuses the other user's engine: {}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    assert_eq!(ports.fetch("127.0.0.9", &allowed), 200, "the real engine enforces");
+    let body = br#"{"ip": "127.0.0.10", "id": "later", "allowlist": ["localhost"]}"#;
+    let (status, answer) = crackbox_test_support::admin(ports.admin, "POST", "/v1/register", Some(body), &[]);
+    assert_eq!(status, 200, "a change is acknowledged by the real engine: {answer}");
+    assert_eq!(ports.fetch("127.0.0.10", &allowed), 200);
+}

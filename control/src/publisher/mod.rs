@@ -13,6 +13,7 @@
 
 mod ask_ids;
 mod connection;
+mod engine_peer;
 mod frames;
 mod lag;
 mod shared_answer;
@@ -341,15 +342,18 @@ async fn request(
         .map_err(|_| EngineRequestError::NoAnswer)?
 }
 
-/// Accepts engine connections forever; each one is handshaken and then
-/// replaces the current one.
+/// Accepts engine connections forever; each one of control's own user or
+/// root is handshaken and then replaces the current one (`engine_peer`).
 pub async fn accept(listener: UnixListener, registry: Arc<Registry>, link: Arc<EngineLink>) {
     tokio::spawn(lag::track(registry.subscribe(), link.clone()));
     loop {
         match listener.accept().await {
-            Ok((stream, _)) => {
-                tokio::spawn(connection::run(stream, registry.clone(), link.clone()));
-            }
+            Ok((stream, _)) => match engine_peer::check(&stream) {
+                Ok(()) => {
+                    tokio::spawn(connection::run(stream, registry.clone(), link.clone()));
+                }
+                Err(refused) => tracing::error!(error = %refused, "refused a connection on the control socket"),
+            },
             Err(err) => {
                 tracing::warn!(error = %err, "control socket accept failed");
                 tokio::time::sleep(Duration::from_millis(100)).await;
