@@ -3,6 +3,7 @@
 //! (docs/operations.md, "Descriptors").
 
 use crate::plane::services::pipes::{FDS_PER_CONNECTION, POOLED_PIPE_FDS};
+use crate::plane::services::upstream_pool;
 use crackbox_wire::engine_config::EngineConfig;
 
 /// Descriptors kept free for listeners, the resolver (which opens
@@ -25,27 +26,49 @@ pub(super) fn raise_fd_limit() -> u64 {
     hard
 }
 
-/// The connections that fit in `fd_limit` with `threads` core threads:
-/// what is left after the reserve and each thread's pooled pipes, at
-/// [`FDS_PER_CONNECTION`] each (at least one).
-fn connections_that_fit(fd_limit: u64, threads: usize) -> usize {
-    let kept = FD_RESERVE + threads.max(1) as u64 * POOLED_PIPE_FDS;
-    (fd_limit.saturating_sub(kept) / FDS_PER_CONNECTION).max(1) as usize
+/// At most this share of what a core thread has left for connections goes
+/// to the idle upstream connections its pool keeps (an eighth).
+const IDLE_UPSTREAM_SHARE: u64 = 8;
+
+/// What the open-file limit leaves room for, beside the reserve and each
+/// core thread's pooled splice pipes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct FdBudget {
+    /// Client connections in all, at [`FDS_PER_CONNECTION`] each (at least one).
+    pub(super) connections: usize,
+    /// Idle upstream connections each core thread's pool may keep after
+    /// their clients left (they hold a descriptor each, and no admission):
+    /// [`upstream_pool::PER_THREAD`], or an eighth of the thread's share
+    /// when the limit is small.
+    pub(super) idle_upstreams_per_thread: usize,
 }
 
-/// Lowers the total connection cap to what fits in `fd_limit`, saying so.
-pub(super) fn cap_connections_below_fd_limit(config: &mut EngineConfig, fd_limit: u64) {
-    let fits = connections_that_fit(fd_limit, config.threads);
-    if config.limits.max_connections_total > fits {
+/// The budget of `fd_limit` with `threads` core threads.
+fn budget(fd_limit: u64, threads: usize) -> FdBudget {
+    let threads = threads.max(1) as u64;
+    let left = fd_limit.saturating_sub(FD_RESERVE + threads * POOLED_PIPE_FDS);
+    let idle = (left / threads / IDLE_UPSTREAM_SHARE).min(upstream_pool::PER_THREAD as u64);
+    FdBudget {
+        connections: ((left - threads * idle) / FDS_PER_CONNECTION).max(1) as usize,
+        idle_upstreams_per_thread: idle as usize,
+    }
+}
+
+/// Lowers the total connection cap to what fits in `fd_limit`, saying so;
+/// returns the budget, whose idle upstream bound each thread's pool keeps.
+pub(super) fn cap_connections_below_fd_limit(config: &mut EngineConfig, fd_limit: u64) -> FdBudget {
+    let budget = budget(fd_limit, config.threads);
+    if config.limits.max_connections_total > budget.connections {
         tracing::info!(
             configured = config.limits.max_connections_total,
             fd_limit,
             fds_per_connection = FDS_PER_CONNECTION,
-            cap = fits,
+            cap = budget.connections,
             "total connection cap lowered to fit the open-file limit"
         );
-        config.limits.max_connections_total = fits;
+        config.limits.max_connections_total = budget.connections;
     }
+    budget
 }
 
 #[cfg(test)]
@@ -73,7 +96,7 @@ mod tests {
     }
 
     #[test]
-    fn every_connection_can_hold_its_sockets_within_the_limit_beside_the_pooled_pipes() {
+    fn every_connection_can_hold_its_sockets_within_the_limit_beside_what_is_pooled() {
         for (fd_limit, threads) in [
             (1024, 1),
             (1024, 2),
@@ -84,23 +107,48 @@ mod tests {
         ] {
             let mut config = engine_config(threads);
             config.limits.max_connections_total = usize::MAX;
-            cap_connections_below_fd_limit(&mut config, fd_limit);
+            let budget = cap_connections_below_fd_limit(&mut config, fd_limit);
             let cap = config.limits.max_connections_total as u64;
-            let pooled = threads as u64 * 2 * 64;
+            assert_eq!(cap, budget.connections as u64);
+            // Each thread's 64 pipes (two fds each) and its idle upstreams.
+            let pooled = threads as u64 * (2 * 64 + budget.idle_upstreams_per_thread as u64);
             assert!(
                 cap * FDS_PER_CONNECTION + pooled + 512 <= fd_limit,
-                "{cap} connections, {pooled} pooled pipe fds and the reserve overflow {fd_limit}"
+                "{cap} connections, {pooled} pooled fds and the reserve overflow {fd_limit}"
             );
             assert!(
                 (cap + 1) * FDS_PER_CONNECTION + pooled + 512 > fd_limit,
                 "a cap of {cap} leaves room unused"
             );
+            let share = fd_limit.saturating_sub(512 + threads as u64 * 128) / threads as u64;
+            let idle = budget.idle_upstreams_per_thread as u64;
+            assert!(
+                idle <= 256 && idle * 8 <= share,
+                "{budget:?}: the idle upstreams take at most 256 and an eighth of a thread's {share}"
+            );
         }
-        // 20,000 on two threads: 20,000 - 512 - 2 x 128 = 19,232 fds, 9,616
-        // connections: 9,000 idle tunnels fit.
+        // 20,000 on two threads: 20,000 - 512 - 2 x (128 + 256) = 18,720
+        // fds, 9,360 connections: 9,000 idle tunnels fit.
         let mut config = engine_config(2);
-        cap_connections_below_fd_limit(&mut config, 20_000);
-        assert_eq!(config.limits.max_connections_total, 9_616);
+        let budget = cap_connections_below_fd_limit(&mut config, 20_000);
+        assert_eq!(
+            budget,
+            FdBudget {
+                connections: 9_360,
+                idle_upstreams_per_thread: 256
+            }
+        );
+        // A soft limit of 1,024 on two threads: 1,024 - 512 - 256 = 256 fds,
+        // 16 idle upstreams per thread, 112 connections.
+        let mut config = engine_config(2);
+        let budget = cap_connections_below_fd_limit(&mut config, 1024);
+        assert_eq!(
+            budget,
+            FdBudget {
+                connections: 112,
+                idle_upstreams_per_thread: 16
+            }
+        );
         let mut config = engine_config(2);
         cap_connections_below_fd_limit(&mut config, 256);
         assert_eq!(config.limits.max_connections_total, 1, "always at least one");

@@ -75,7 +75,7 @@ struct Bound {
 pub fn run(mut config: EngineConfig) -> Result<(), EngineError> {
     let driver = config.io_driver;
     let fd_limit = raise_fd_limit();
-    cap_connections_below_fd_limit(&mut config, fd_limit);
+    let fd_budget = cap_connections_below_fd_limit(&mut config, fd_limit);
     let threads = config.threads.max(1);
     check_engine_listeners(&config)?;
     let bound = bind_all(&config, threads)?;
@@ -107,6 +107,7 @@ pub fn run(mut config: EngineConfig) -> Result<(), EngineError> {
         registry: Arc::clone(&registry),
         watched: Arc::clone(&watched),
         stats: Arc::clone(&stats),
+        idle_upstreams_per_thread: fd_budget.idle_upstreams_per_thread,
         config: config.clone(),
     });
     let dns =

@@ -61,22 +61,34 @@ struct Parked<C> {
 pub(crate) struct UpstreamPool<C> {
     by_source: RefCell<FxHashMap<IpAddr, Vec<Parked<C>>>>,
     total: Cell<usize>,
+    /// The most it keeps: [`PER_THREAD`], or fewer when the open-file
+    /// limit leaves no room for them (none keeps nothing).
+    capacity: usize,
 }
 
 impl<C> Default for UpstreamPool<C> {
     fn default() -> Self {
-        UpstreamPool {
-            by_source: RefCell::default(),
-            total: Cell::new(0),
-        }
+        Self::with_capacity(PER_THREAD)
     }
 }
 
 impl<C> UpstreamPool<C> {
+    /// A pool keeping at most `capacity` connections (never more than [`PER_THREAD`]).
+    pub(crate) fn with_capacity(capacity: usize) -> Self {
+        UpstreamPool {
+            by_source: RefCell::default(),
+            total: Cell::new(0),
+            capacity: capacity.min(PER_THREAD),
+        }
+    }
+
     /// Keeps `conn`, idle since `since`, for `source`'s next request to
     /// `place`; the source's oldest entry makes room at [`PER_SOURCE`], the
-    /// thread's oldest at [`PER_THREAD`].
+    /// thread's oldest at its capacity. A pool of no capacity closes it.
     pub(crate) fn park(&self, source: IpAddr, place: Place, conn: C, since: Instant) {
+        if self.capacity == 0 {
+            return;
+        }
         let source = canonical_ip(source);
         let mut by_source = self.by_source.borrow_mut();
         let own = by_source.get(&source).map_or(0, Vec::len);
@@ -85,7 +97,7 @@ impl<C> UpstreamPool<C> {
                 drop(parked.remove(0));
                 self.total.set(self.total.get() - 1);
             }
-        } else if self.total.get() >= PER_THREAD {
+        } else if self.total.get() >= self.capacity {
             evict_oldest(&mut by_source);
             self.total.set(self.total.get() - 1);
         }
@@ -168,7 +180,7 @@ impl<C> UpstreamPool<C> {
 }
 
 /// Closes the thread's oldest entry (the pool is full: a scan of at most
-/// [`PER_THREAD`] entries, paid only then).
+/// its capacity's entries, paid only then).
 fn evict_oldest<C>(by_source: &mut FxHashMap<IpAddr, Vec<Parked<C>>>) {
     let oldest = by_source
         .iter()

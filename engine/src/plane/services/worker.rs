@@ -45,6 +45,9 @@ pub(crate) struct Shared {
     pub(crate) resolver: Arc<Resolver>,
     pub(crate) guard: DestinationGuard,
     pub(crate) local_addresses: LocalAddresses,
+    /// How many idle upstream connections each thread's pool may keep
+    /// (what the open-file limit leaves room for).
+    pub(crate) idle_upstreams_per_thread: usize,
 }
 
 /// A core thread's view: shared state plus its own pools and live set.
@@ -85,7 +88,7 @@ impl Worker {
             watch: RefCell::new(shared.watched.cache()),
             pools: Pools::default(),
             live: Rc::default(),
-            upstreams: Rc::default(),
+            upstreams: Rc::new(UpstreamPool::with_capacity(shared.idle_upstreams_per_thread)),
             names: NameCache::default(),
             sandboxes: Rc::default(),
             turns: Rc::default(),

@@ -165,6 +165,23 @@ fn a_full_thread_makes_room_with_its_oldest_entry() {
 }
 
 #[test]
+fn a_pool_the_descriptors_leave_less_room_keeps_less() {
+    let mut bench = Bench::new();
+    bench.pool = UpstreamPool::with_capacity(2);
+    bench.park(1, A, "a.test", 80, 0);
+    bench.park(2, B, "a.test", 80, 1);
+    bench.park(3, A, "b.test", 80, 2);
+    assert_eq!(bench.closed(), [1], "the oldest makes room at the capacity");
+    assert_eq!(bench.pool.total.get(), 2);
+
+    bench.pool = UpstreamPool::with_capacity(0);
+    bench.closed.borrow_mut().clear();
+    bench.park(4, A, "a.test", 80, 3);
+    assert_eq!(bench.closed(), [4], "a pool of no room closes what it is handed");
+    assert_eq!(bench.take(A, "a.test", 80), None);
+}
+
+#[test]
 fn entries_idle_too_long_or_no_longer_alive_expire() {
     let bench = Bench::new();
     bench.park(1, A, "a.test", 80, 0);
