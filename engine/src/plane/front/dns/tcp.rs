@@ -3,11 +3,11 @@
 //! an unregistered source is closed at once, and every other takes one of
 //! the listener's slots (see `slots`: a connection waiting for its next
 //! query may be closed to give its slot to a newcomer) or is closed at
-//! once too. A new
-//! connection has [`FIRST_QUERY_TIMEOUT`] to send its first complete
-//! query, an answered one [`IDLE_TIMEOUT`] for each next one. A query whose
-//! source awaits its registration waits in the hold (see `hold`), its
-//! connection's thread blocked meanwhile (only its own connection waits).
+//! once too. A new connection has [`FIRST_QUERY_TIMEOUT`] to send its
+//! first complete query, an answered one [`IDLE_TIMEOUT`] for each next
+//! one. A query whose source awaits its registration waits in the hold
+//! (see `hold`), its connection's thread blocked meanwhile (only its own
+//! connection waits).
 
 use super::decide::{refuses_connection, Hold};
 use super::slots::{Slot, Slots};
