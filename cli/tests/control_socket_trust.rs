@@ -122,21 +122,22 @@ fn the_next_serve_removes_the_socket_directory_a_killed_serve_left() {
     assert_eq!(dirs.len(), 2, "the live serve's and the next one's: {dirs:?}");
 }
 
-/// `proxy control` on `socket` as `OTHER_UID`, registering `registration`.
-fn impostor(ports: &Ports, socket: &Path, registration: &str) -> Spawned {
+/// `crackbox proxy ROLE` (with `extra` flags) on `socket` and `ports`, as
+/// `OTHER_UID`.
+fn impostor(role: &str, ports: &Ports, socket: &Path, extra: &[&str]) -> Spawned {
     let mut args: Vec<String> = [
         "--reuid=65534",
         "--regid=65534",
         "--clear-groups",
         binary().to_str().unwrap(),
         "proxy",
-        "control",
+        role,
     ]
     .map(String::from)
     .to_vec();
     args.extend(ports.flags());
     args.extend(["--control-socket".into(), socket.display().to_string()]);
-    args.extend(["--register".into(), registration.into()]);
+    args.extend(extra.iter().map(|flag| flag.to_string()));
     let mut impostor = Command::new("setpriv");
     isolated(impostor.args(&args)).stdout(Stdio::null());
     Spawned::start(&mut impostor)
@@ -154,7 +155,12 @@ fn an_engine_refuses_a_control_socket_listened_on_by_another_user() {
     std::os::unix::fs::chown(dir.path(), Some(OTHER_UID), Some(OTHER_UID)).unwrap();
     let socket = dir.path().join("control.sock");
     let ports = Ports::fresh();
-    let mut impostor = impostor(&ports, &socket, "127.0.0.8=impostor:localhost");
+    let mut impostor = impostor(
+        "control",
+        &ports,
+        &socket,
+        &["--register", "127.0.0.8=impostor:localhost"],
+    );
     let admin = ports.admin;
     let listening = wait_until(Duration::from_secs(20), || {
         crackbox_test_support::admin(admin, "GET", "/health", None, &[]).0 != 0
@@ -201,25 +207,6 @@ fn an_engine_refuses_a_control_socket_listened_on_by_another_user() {
     assert_eq!(ports.fetch("127.0.0.8", &allowed), 200, "root's control is trusted");
 }
 
-/// `proxy engine` on `socket` as `OTHER_UID`, on `ports`.
-fn impostor_engine(ports: &Ports, socket: &Path) -> Spawned {
-    let mut args: Vec<String> = [
-        "--reuid=65534",
-        "--regid=65534",
-        "--clear-groups",
-        binary().to_str().unwrap(),
-        "proxy",
-        "engine",
-    ]
-    .map(String::from)
-    .to_vec();
-    args.extend(ports.flags());
-    args.extend(["--control-socket".into(), socket.display().to_string()]);
-    let mut impostor = Command::new("setpriv");
-    isolated(impostor.args(&args)).stdout(Stdio::null());
-    Spawned::start(&mut impostor)
-}
-
 /// Control holds the engine to the engine's own rule: a connection on the
 /// control socket from another user than control's or root is refused, so
 /// a socket others can reach (widened here, as one is while it is created
@@ -250,7 +237,7 @@ fn control_refuses_an_engine_of_another_user() {
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
     std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666)).unwrap();
 
-    let _impostor = impostor_engine(&Ports::fresh(), &socket);
+    let _impostor = impostor("engine", &Ports::fresh(), &socket, &[]);
     let refused = wait_until(Duration::from_secs(20), || {
         std::fs::read_to_string(&log)
             .unwrap_or_default()

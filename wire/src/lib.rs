@@ -1,7 +1,8 @@
 //! crackbox-wire: the documents that cross a process boundary, each value
 //! parsed into its type where it enters and carried as that type.
 //!
-//! - [`link`]: the control <-> engine protocol over the engine's Unix socket;
+//! - [`link`]: the control <-> engine protocol over the engine's Unix socket,
+//!   and [`peer`]: who may be at the other end of that socket;
 //! - [`admin`]: the admin API's request and answer bodies (the daemon, its
 //!   client crate and the fuzz targets share exactly these definitions),
 //!   and [`ask`]: ask mode's documents (pending requests, `DecideBody`,
@@ -19,4 +20,5 @@ pub mod admin;
 pub mod ask;
 pub mod engine_config;
 pub mod link;
+pub mod peer;
 pub mod startup;

@@ -13,7 +13,6 @@
 
 mod ask_ids;
 mod connection;
-mod engine_peer;
 mod frames;
 mod lag;
 mod shared_answer;
@@ -29,6 +28,7 @@ use crate::registry::Registry;
 use crackbox_policy::Generation;
 use crackbox_wire::ask::{Answer, DecidedRequest, PendingId, PendingRequest};
 use crackbox_wire::link::{FeedReport, Query, Reply, SourceUsage, StatsReport, UsageQuery, WatchList};
+use crackbox_wire::peer;
 use futures_util::future::BoxFuture;
 use shared_reads::SharedReads;
 use std::sync::Arc;
@@ -343,12 +343,13 @@ async fn request(
 }
 
 /// Accepts engine connections forever; each one of control's own user or
-/// root is handshaken and then replaces the current one (`engine_peer`).
+/// root is handshaken and then replaces the current one
+/// ([`crackbox_wire::peer`]).
 pub async fn accept(listener: UnixListener, registry: Arc<Registry>, link: Arc<EngineLink>) {
     tokio::spawn(lag::track(registry.subscribe(), link.clone()));
     loop {
         match listener.accept().await {
-            Ok((stream, _)) => match engine_peer::check(&stream) {
+            Ok((stream, _)) => match peer::check(&stream) {
                 Ok(()) => {
                     tokio::spawn(connection::run(stream, registry.clone(), link.clone()));
                 }

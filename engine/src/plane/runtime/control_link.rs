@@ -16,7 +16,6 @@
 //! stream with the `ask` thread, which tells control of requests as they
 //! start and end.
 
-use super::control_peer::{self, Untrusted};
 use super::usage_report;
 use crate::plane::services::admission::Admission;
 use crate::plane::services::ask::Asks;
@@ -27,6 +26,7 @@ use crate::usage::attached::Snapshot;
 use crackbox_policy::watch::Watch;
 use crackbox_policy::{Generation, PolicyChange, PolicySpec, RegistrationSpec, SourceChange};
 use crackbox_wire::link::{self, FeedReport, Message, Query, Reply, Role, WatchList, WireError, PROTOCOL};
+use crackbox_wire::peer::{self, Untrusted};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{channel, RecvTimeoutError, Sender};
@@ -127,7 +127,7 @@ enum LinkError {
 /// "Processes").
 fn connect(path: &Path) -> Result<UnixStream, LinkError> {
     let stream = UnixStream::connect(path).map_err(WireError::from)?;
-    control_peer::check(&stream)?;
+    peer::check(&stream)?;
     Ok(stream)
 }
 

@@ -128,27 +128,17 @@ mod tests {
             );
         }
         // 20,000 on two threads: 20,000 - 512 - 2 x (128 + 256) = 18,720
-        // fds, 9,360 connections: 9,000 idle tunnels fit.
-        let mut config = engine_config(2);
-        let budget = cap_connections_below_fd_limit(&mut config, 20_000);
-        assert_eq!(
-            budget,
-            FdBudget {
-                connections: 9_360,
-                idle_upstreams_per_thread: 256
-            }
-        );
-        // A soft limit of 1,024 on two threads: 1,024 - 512 - 256 = 256 fds,
-        // 16 idle upstreams per thread, 112 connections.
-        let mut config = engine_config(2);
-        let budget = cap_connections_below_fd_limit(&mut config, 1024);
-        assert_eq!(
-            budget,
-            FdBudget {
-                connections: 112,
-                idle_upstreams_per_thread: 16
-            }
-        );
+        // fds, 9,360 connections: 9,000 idle tunnels fit. A soft limit of
+        // 1,024: 1,024 - 512 - 2 x 128 = 256 fds, 16 idle upstreams per
+        // thread (an eighth of 128), 112 connections.
+        for (fd_limit, connections, idle_upstreams_per_thread) in [(20_000, 9_360, 256), (1024, 112, 16)] {
+            let budget = cap_connections_below_fd_limit(&mut engine_config(2), fd_limit);
+            let expected = FdBudget {
+                connections,
+                idle_upstreams_per_thread,
+            };
+            assert_eq!(budget, expected, "a limit of {fd_limit}");
+        }
         let mut config = engine_config(2);
         cap_connections_below_fd_limit(&mut config, 256);
         assert_eq!(config.limits.max_connections_total, 1, "always at least one");

@@ -8,7 +8,6 @@
 
 mod accept;
 mod control_link;
-mod control_peer;
 mod fd_limit;
 mod heap_trim;
 mod ready_accept;
